@@ -1,0 +1,29 @@
+# Quickstart: `make run` (install into .venv, verify every bundled example) and `make test`.
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+
+.PHONY: install run test proto bench clean
+
+$(STAMP): pyproject.toml clients/python/pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check -e clients/python -e '.[test]'
+	touch $(STAMP)
+
+install: $(STAMP)
+
+run: $(STAMP)
+	$(PY) scripts/run_examples.py
+
+test: $(STAMP)
+	$(PY) -m pytest -q -p no:cacheprovider
+
+proto: $(STAMP)
+	$(PY) scripts/gen_proto.py
+
+bench: $(STAMP)
+	$(PY) bench/run_all.py
+
+clean:
+	rm -rf $(VENV) build *.egg-info

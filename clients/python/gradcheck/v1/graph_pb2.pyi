@@ -1,0 +1,58 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Tensor(_message.Message):
+    __slots__ = ("dtype", "shape", "data", "raw")
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    RAW_FIELD_NUMBER: _ClassVar[int]
+    dtype: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    data: _containers.RepeatedScalarFieldContainer[float]
+    raw: bytes
+    def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[_Iterable[float]] = ..., raw: _Optional[bytes] = ...) -> None: ...
+
+class Input(_message.Message):
+    __slots__ = ("name", "value", "requires_grad")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VALUE_FIELD_NUMBER: _ClassVar[int]
+    REQUIRES_GRAD_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    value: Tensor
+    requires_grad: bool
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ..., requires_grad: _Optional[bool] = ...) -> None: ...
+
+class Node(_message.Message):
+    __slots__ = ("name", "op", "inputs", "attrs", "inplace")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    ATTRS_FIELD_NUMBER: _ClassVar[int]
+    INPLACE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    op: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    attrs: _struct_pb2.Struct
+    inplace: bool
+    def __init__(self, name: _Optional[str] = ..., op: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., attrs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inplace: _Optional[bool] = ...) -> None: ...
+
+class Graph(_message.Message):
+    __slots__ = ("opset_version", "name", "inputs", "nodes", "output")
+    OPSET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    opset_version: int
+    name: str
+    inputs: _containers.RepeatedCompositeFieldContainer[Input]
+    nodes: _containers.RepeatedCompositeFieldContainer[Node]
+    output: str
+    def __init__(self, opset_version: _Optional[int] = ..., name: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Input, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., output: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,102 @@
+"""Array backends: NumPy on the host, CuPy on an NVIDIA GPU.
+
+This is the only module that imports cupy. Everything in ops/ and engine/
+receives the array module `xp` as an argument and never imports one itself,
+so one op definition serves both backends.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from .errors import BackendUnavailable
+
+
+@dataclass(frozen=True)
+class Backend:
+    name: str          # "numpy" | "cupy"
+    device: str        # "cpu" | "cuda"
+    xp: Any            # the array module
+
+    def asarray(self, a, dtype=None):
+        return self.xp.asarray(a, dtype=dtype)
+
+    def to_host(self, a) -> np.ndarray:
+        if self.name == "cupy":
+            return self.xp.asnumpy(a)
+        return np.asarray(a)
+
+    def synchronize(self) -> None:
+        if self.name == "cupy":
+            self.xp.cuda.get_current_stream().synchronize()
+
+
+NUMPY = Backend("numpy", "cpu", np)
+
+
+def _cupy():
+    try:
+        import cupy  # noqa: PLC0415 - the only cupy import in the project
+
+        if cupy.cuda.runtime.getDeviceCount() < 1:
+            return None, "no CUDA device is visible"
+        return cupy, None
+    except Exception as exc:  # ImportError, CUDARuntimeError, missing driver...
+        return None, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}".rstrip(": ")
+
+
+def cuda_available() -> bool:
+    return _cupy()[0] is not None
+
+
+def get_backend(device: str = "cpu") -> Backend:
+    """Backend for a device name: "cpu" (NumPy) or "cuda" (CuPy)."""
+    if device == "cpu":
+        return NUMPY
+    if device == "cuda":
+        cupy, why = _cupy()
+        if cupy is None:
+            raise BackendUnavailable(
+                f"device 'cuda' is not available ({why}); install gradcheck[gpu] on a machine "
+                "with an NVIDIA GPU, or use --device cpu",
+                field="device",
+            )
+        return Backend("cupy", "cuda", cupy)
+    raise BackendUnavailable(f"unknown device '{device}' (expected cpu or cuda)", field="device")
+
+
+def available_devices() -> list[str]:
+    return ["cpu", "cuda"] if cuda_available() else ["cpu"]
+
+
+# --- special functions NumPy lacks -------------------------------------------------
+
+_np_erf = np.frompyfunc(math.erf, 1, 1)
+
+
+def erf(xp, x):
+    """Error function on either backend, to full float64 accuracy."""
+    if xp is np:
+        try:
+            from scipy.special import erf as sp_erf  # optional, much faster
+
+            return sp_erf(x)
+        except ImportError:
+            return np.asarray(_np_erf(x), dtype=x.dtype)
+    from cupyx.scipy.special import erf as cp_erf  # noqa: PLC0415 - cupy side of the same door
+
+    return cp_erf(x)
+
+
+def scatter_add(xp, target, index, values):
+    """target[index] += values, accumulating repeated indices, on either backend."""
+    if xp is np:
+        np.add.at(target, index, values)
+    else:
+        import cupyx  # noqa: PLC0415 - cupy side of the same door
+
+        cupyx.scatter_add(target, index, values)
+    return target

@@ -1,0 +1,174 @@
+"""The tape executor: forward in topological order, backward in reverse.
+
+micrograd's idea at graph scale: forward evaluates each node and, when a
+gradient is wanted, hands what the node's vjp will need to the SavedStore;
+backward walks the steps in reverse from dL/dL = 1, calls each vjp, sums the
+gradient back to each input's shape (the one place broadcasting is undone)
+and accumulates over consumers. Saved tensors and adjoints are released as
+soon as their step is done.
+
+`forward_batched` evaluates the part of the graph downstream of some values
+with a leading batch axis on them -- the finite-difference oracle's stacked
+perturbations -- reusing every other value from a base evaluation.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backend import Backend
+from ..errors import GraphError
+from .memory import MemoryMeter
+from .program import Program, Step
+from .saved import SavedStore
+
+
+def fit(xp, g, shape: tuple):
+    """Sum a gradient back to the shape of the input it belongs to (undo broadcasting)."""
+    if g.shape == shape:
+        return g
+    extra = g.ndim - len(shape)
+    if extra > 0:
+        g = g.sum(axis=tuple(range(extra)))
+    axes = tuple(i for i, (a, b) in enumerate(zip(g.shape, shape)) if b == 1 and a != 1)
+    if axes:
+        g = g.sum(axis=axes, keepdims=True)
+    if g.shape != shape:
+        g = xp.broadcast_to(g, shape)
+    return g
+
+
+def _quiet(xp):
+    """NaN/Inf are reported by the verifier, not as NumPy RuntimeWarnings."""
+    return np.errstate(all="ignore") if xp is np else contextlib.nullcontext()
+
+
+def run_step(xp, step: Step, xs: list):
+    try:
+        y = step.op.forward(xp, *xs, **step.attrs)
+    except (IndexError, ValueError) as exc:  # data-dependent errors, e.g. an index out of range
+        raise GraphError(f"op '{step.op.name}' failed: {str(exc).splitlines()[0]}", node=step.name) from None
+    return xp.asarray(y)
+
+
+@dataclass
+class Tape:
+    """What a forward pass leaves for the backward pass."""
+
+    program: Program
+    backend: Backend
+    loss: object  # device scalar
+    store: SavedStore | None
+    live: MemoryMeter
+    op_evaluations: int = 0
+    values: dict = field(default_factory=dict)  # all values, only when keep_values
+
+
+def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = None) -> dict:
+    """Graph input values on the backend, float inputs cast to the run's dtype."""
+    feeds = {}
+    for name, gi in program.graph.inputs.items():
+        value = overrides.get(name, gi.value) if overrides else gi.value
+        if gi.declared_dtype.startswith("float"):
+            value = np.asarray(value, dtype=program.float_dtype)
+        feeds[name] = backend.xp.asarray(value)
+    return feeds
+
+
+def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = True,
+            keep_values: bool = False, record_timeline: bool = False) -> Tape:
+    xp = backend.xp
+    live = MemoryMeter(record_timeline)
+    store = SavedStore(live) if grad else None
+    values = dict(feeds)
+    for v in feeds.values():
+        live.hold(v)
+    with _quiet(xp):
+        for step in program.steps:
+            xs = [values[n] for n in step.inputs]
+            y = run_step(xp, step, xs)
+            values[step.name] = y
+            live.hold(y)
+            if grad and step.needs_grad:
+                saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
+                store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
+            if not keep_values:
+                for name in step.release:
+                    live.drop(values.pop(name))
+            live.mark(f"forward {step.name}")
+    tape = Tape(program, backend, values[program.output], store, live, len(program.steps))
+    if keep_values:
+        tape.values = values
+    return tape
+
+
+def _source(t, step: Step, xs, y) -> str | None:
+    if t is y:
+        return step.name
+    for name, x in zip(step.inputs, xs):
+        if t is x:
+            return name
+    return None
+
+
+def backward(tape: Tape) -> dict:
+    """dL/dp for every parameter, as device arrays (zeros if the loss does not depend on p)."""
+    program, xp, store, live = tape.program, tape.backend.xp, tape.store, tape.live
+    adj = {program.output: xp.ones_like(tape.loss)}
+    live.hold(adj[program.output])
+    with _quiet(xp):
+        for step in reversed(program.steps):
+            if not step.needs_grad:
+                continue
+            g = adj.pop(step.name, None)
+            saved = store.load(step.name)
+            if g is not None:
+                grads = step.op.vjp(xp, g, saved, **step.attrs)
+                for name, gi, wanted in zip(step.inputs, grads, step.grad_inputs):
+                    if not wanted or gi is None:
+                        continue
+                    gi = fit(xp, xp.asarray(gi), program.shapes[name])
+                    prev = adj.get(name)
+                    adj[name] = gi if prev is None else prev + gi
+                    live.hold(adj[name])
+                    if prev is not None:
+                        live.drop(prev)
+                live.drop(g)
+            store.release(step.name)
+            live.mark(f"backward {step.name}")
+    grads = {}
+    for p in program.params:
+        g = adj.get(p)
+        grads[p] = g if g is not None else xp.zeros(program.shapes[p], dtype=program.float_dtype)
+    return grads
+
+
+def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict):
+    """Loss values for a stack of perturbed inputs.
+
+    overrides: name -> array of shape (B, *shape) replacing that value. Only
+    the steps downstream of them are evaluated, each with the leading batch
+    axis; all other values come from `base` (a keep_values forward). Returns
+    the loss with shape (B,)."""
+    xp = backend.xp
+    values = dict(base)
+    values.update(overrides)
+    batched = set(overrides)
+    with _quiet(xp):
+        for step in program.steps:
+            if not any(n in batched for n in step.inputs):
+                continue
+            xs = [values[n] for n in step.inputs]
+            if step.op.broadcast:
+                # align ranks after the batch axis so broadcasting pairs the right dimensions
+                xs = [x.reshape(x.shape[:1] + (1,) * (step.out_rank - r) + x.shape[1:])
+                      if n in batched and r < step.out_rank else x
+                      for n, x, r in zip(step.inputs, xs, step.in_ranks)]
+            values[step.name] = run_step(xp, step, xs)
+            batched.add(step.name)
+    out = values[program.output]
+    if program.output not in batched:
+        raise ValueError("overrides do not reach the output")
+    return out.reshape(out.shape[0])

@@ -1,0 +1,97 @@
+"""Fault injection: corrupt a cached value between forward and backward.
+
+`--fault z:overwrite:999` replaces every saved copy of z's value -- wherever
+the backward pass will read it -- with 999, which is what `tape.z = 999`
+does to a hand-written tape: the backward pass runs on and silently produces
+a wrong gradient. The corruption happens through the SavedStore, the same
+door the diagnosis layer watches.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..errors import OptionError
+from .saved import SavedStore
+
+KINDS = ("overwrite", "scale", "zero", "nan", "bitflip")
+
+
+@dataclass(frozen=True)
+class Fault:
+    node: str
+    kind: str
+    value: float | None = None
+
+    def __str__(self) -> str:
+        return f"{self.node}:{self.kind}" + (f":{self.value:g}" if self.value is not None else "")
+
+
+def parse_fault(text: str) -> Fault:
+    """NODE:KIND[:VALUE], e.g. z:overwrite:999, a:scale:2, z:nan, w:bitflip:52."""
+    parts = text.split(":")
+    if not 2 <= len(parts) <= 3 or not parts[0]:
+        raise OptionError(f"'{text}' is not NODE:KIND[:VALUE]", field="fault")
+    node, kind = parts[0], parts[1]
+    if kind not in KINDS:
+        raise OptionError(f"unknown fault kind '{kind}' (expected one of {', '.join(KINDS)})", field="fault")
+    value = None
+    if len(parts) == 3:
+        try:
+            value = float(parts[2])
+        except ValueError:
+            raise OptionError(f"fault value '{parts[2]}' is not a number", field="fault") from None
+    if kind == "overwrite" and value is None:
+        raise OptionError("fault kind 'overwrite' needs a value, e.g. z:overwrite:999", field="fault")
+    return Fault(node, kind, value)
+
+
+def corrupt(xp, a, fault: Fault):
+    """A corrupted copy of array a."""
+    b = a.copy()
+    if fault.kind == "overwrite":
+        b[...] = fault.value
+    elif fault.kind == "scale":
+        b *= 2.0 if fault.value is None else fault.value
+    elif fault.kind == "zero":
+        b[...] = 0
+    elif fault.kind == "nan":
+        b[...] = np.nan
+    elif fault.kind == "bitflip":
+        # flip one bit of the first element (default: the lowest exponent bit,
+        # which doubles or halves it); VALUE picks the bit index
+        bits = b.view(np.uint64 if b.dtype.itemsize == 8 else np.uint32).reshape(-1)
+        nbits = b.dtype.itemsize * 8
+        bit = int(fault.value) if fault.value is not None else (52 if nbits == 64 else 23)
+        if not 0 <= bit < nbits:
+            raise OptionError(f"bit {bit} is out of range for {b.dtype}", field="fault")
+        if bits.size:
+            bits[0] ^= bits.dtype.type(1 << bit)
+    return b
+
+
+@dataclass
+class FaultEffect:
+    fault: Fault
+    readers: list[str]  # nodes whose backward reads the corrupted value
+    before: float | None  # first element before and after
+    after: float | None
+
+
+def inject(xp, store: SavedStore, fault: Fault, to_host) -> FaultEffect:
+    """Corrupt every saved copy of fault.node's value (one corrupted buffer shared by all readers)."""
+    replaced: dict[int, object] = {}
+    effect = FaultEffect(fault, [], None, None)
+    for node, slot in list(store.slots()):
+        if slot.source != fault.node:
+            continue
+        key = id(slot.tensor)
+        if key not in replaced:
+            replaced[key] = corrupt(xp, slot.tensor, fault)
+            if effect.before is None and slot.tensor.size:
+                effect.before = float(to_host(slot.tensor).reshape(-1)[0])
+                effect.after = float(to_host(replaced[key]).reshape(-1)[0])
+        store.replace(slot, replaced[key])
+        effect.readers.append(node)
+    return effect

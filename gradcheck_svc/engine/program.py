@@ -1,0 +1,71 @@
+"""A Graph compiled for execution: the steps that reach the loss, which of
+them need gradients, and when each value can be released."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ..graph.ir import Graph
+from ..ops.base import FLOAT, OpDef
+
+
+@dataclass(frozen=True)
+class Step:
+    index: int
+    name: str
+    op: OpDef
+    inputs: tuple[str, ...]
+    attrs: dict
+    needs_grad: bool  # some parameter reaches this node through differentiable inputs
+    grad_inputs: tuple[bool, ...]  # per input: differentiable and needs a gradient
+    in_ranks: tuple[int, ...]
+    out_rank: int
+    release: tuple[str, ...]  # values read for the last time by this step (forward)
+
+
+class Program:
+    def __init__(self, graph: Graph, float_dtype):
+        self.graph = graph
+        self.float_dtype = float_dtype
+        self.output = graph.output
+        self.shapes = {name: spec.shape for name, spec in graph.specs.items()}
+        self.params = graph.parameters
+
+        # prune to the ancestors of the loss (iteratively, in reverse topological order)
+        needed = {graph.output}
+        kept = []
+        for node in reversed(graph.nodes):
+            if node.name in needed:
+                kept.append(node)
+                needed.update(node.inputs)
+        kept.reverse()
+
+        grad = set(self.params)
+        last_reader: dict[str, int] = {}
+        for i, node in enumerate(kept):
+            for name in node.inputs:
+                last_reader[name] = i
+        steps = []
+        for i, node in enumerate(kept):
+            gi = tuple(node.op.is_differentiable(k) and name in grad for k, name in enumerate(node.inputs))
+            if any(gi) and graph.specs[node.name].dtype == FLOAT:
+                grad.add(node.name)
+            attrs = dict(node.attrs)
+            if node.op.wants_dtype:
+                attrs["dtype"] = float_dtype
+            release = tuple(
+                name for name in dict.fromkeys(node.inputs)
+                if last_reader[name] == i and name != graph.output and name not in graph.inputs
+            )
+            steps.append(Step(i, node.name, node.op, node.inputs, attrs, node.name in grad, gi,
+                              tuple(graph.specs[n].rank for n in node.inputs), node.spec.rank, release))
+        self.steps: list[Step] = steps
+        self.requires_grad = grad
+        self.by_name = {s.name: s for s in steps}
+
+    def downstream(self, names) -> set[str]:
+        """Values that depend on any of `names` (including them)."""
+        out = set(names)
+        for s in self.steps:
+            if any(n in out for n in s.inputs):
+                out.add(s.name)
+        return out

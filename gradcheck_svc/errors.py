@@ -1,0 +1,53 @@
+"""The one family of user-facing errors.
+
+Every problem a user can cause (a bad graph, a bad option, a request over a
+limit) is a GradcheckError carrying the node or field it concerns and a
+one-line reason. Exactly one place per front end maps them to an outcome:
+cli.py to exit codes, server/ to gRPC status codes. Anything else that
+escapes is an internal fault and is never shown as a traceback.
+"""
+from __future__ import annotations
+
+
+class GradcheckError(Exception):
+    """A user error: `where` names the node or field, `reason` says what is wrong."""
+
+    kind = "invalid"
+
+    def __init__(self, reason: str, *, node: str | None = None, field: str | None = None):
+        self.reason = reason
+        self.node = node
+        self.field = field
+        super().__init__(self.message)
+
+    @property
+    def where(self) -> str | None:
+        if self.node is not None:
+            return f"node '{self.node}'"
+        if self.field is not None:
+            return self.field
+        return None
+
+    @property
+    def message(self) -> str:
+        return f"{self.where}: {self.reason}" if self.where else self.reason
+
+
+class GraphError(GradcheckError):
+    """The graph is malformed: unknown op, bad attribute, shape mismatch, cycle..."""
+
+
+class OptionError(GradcheckError):
+    """A request or command-line option is invalid (bad --fault, unknown device...)."""
+
+
+class LimitError(GradcheckError):
+    """The request is valid but exceeds a configured limit."""
+
+    kind = "limit"
+
+
+class BackendUnavailable(GradcheckError):
+    """The requested device/backend cannot be used on this machine."""
+
+    kind = "unavailable"

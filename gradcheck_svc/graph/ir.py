@@ -1,0 +1,57 @@
+"""The validated in-memory graph: plain dataclasses, no protobuf."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..ops.base import FLOAT, OpDef, Spec
+
+
+@dataclass(frozen=True)
+class GraphInput:
+    name: str
+    value: np.ndarray  # host array as given (float64/float32/int64/bool)
+    requires_grad: bool
+    declared_dtype: str  # "float32" | "float64" | "int64" | "bool"
+
+    @property
+    def spec(self) -> Spec:
+        return Spec(tuple(self.value.shape), FLOAT if self.declared_dtype.startswith("float") else self.declared_dtype)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    op: OpDef
+    inputs: tuple[str, ...]
+    attrs: dict  # normalized by the op's `infer` (negative axes, static shapes)
+    user_attrs: dict  # as written in the graph, for messages and re-encoding
+    inplace: bool
+    spec: Spec
+
+
+@dataclass
+class Graph:
+    name: str
+    opset_version: int
+    inputs: dict[str, GraphInput]
+    nodes: list[Node]  # topological order
+    output: str
+    specs: dict[str, Spec] = field(default_factory=dict)  # every value's static type
+
+    @property
+    def parameters(self) -> list[str]:
+        return [n for n, i in self.inputs.items() if i.requires_grad]
+
+    @property
+    def declared_float_dtype(self) -> str:
+        """float32 only if every float input is declared float32, else float64."""
+        floats = [i.declared_dtype for i in self.inputs.values() if i.declared_dtype.startswith("float")]
+        return "float32" if floats and all(d == "float32" for d in floats) else "float64"
+
+    def node(self, name: str) -> Node | None:
+        for n in self.nodes:
+            if n.name == name:
+                return n
+        return None

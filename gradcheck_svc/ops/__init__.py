@@ -1,0 +1,16 @@
+"""Operator registry. Importing this package registers every op family."""
+from __future__ import annotations
+
+from . import elementwise, linalg, nn, reduce, shape  # noqa: F401  (registration side effects)
+from .base import OpDef
+from .registry import REGISTRY
+
+OPSET_VERSION = 1
+
+
+def get_op(name: str) -> OpDef | None:
+    return REGISTRY.get(name)
+
+
+def all_ops() -> list[OpDef]:
+    return [REGISTRY[k] for k in sorted(REGISTRY)]

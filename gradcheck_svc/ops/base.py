@@ -1,0 +1,211 @@
+"""What an op is: the OpDef record, its attribute schema, and shape helpers.
+
+An OpDef keeps everything about one operator in one place: how to run it
+(`forward`), what its backward needs (`save`) and how to differentiate it
+(`vjp`), how to type-check a node (`infer`), its scalar SymPy formula for
+elementwise ops, the input domain where it is smooth, and its kinks with the
+convention used there. The registry (ops/__init__.py) drives validation, the
+oracles, the op audit, ListOps and the registry-wide tests.
+
+Conventions every op follows:
+- `forward(xp, *xs, **attrs)` may see extra *leading* batch axes on its float
+  inputs (the finite-difference oracle pushes a stack of perturbed inputs
+  through the graph in one pass). Ops therefore address axes from the end
+  (attributes are normalized to negative axes by `infer`) and take static
+  shapes from `attrs`, never from a batched array.
+- `vjp(xp, g, saved, **attrs)` runs unbatched and returns one gradient per
+  input (None for a non-differentiable input). A gradient may come back in the
+  broadcast shape: the engine sums it back to the input's shape in one place.
+- `save(xs, y, **attrs)` returns the tensors the vjp needs. The engine owns
+  them (fingerprints, version checks and memory accounting live there); an op
+  never keeps a tensor itself.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any, Callable, Sequence
+
+import numpy as np
+
+from ..errors import GraphError
+
+FLOAT, INT, BOOL = "float", "int64", "bool"
+REQUIRED = object()
+
+
+@dataclass(frozen=True)
+class Spec:
+    """Static type of a value: shape plus dtype class (float precision is chosen at run time)."""
+
+    shape: tuple[int, ...]
+    dtype: str = FLOAT
+
+    @property
+    def rank(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return math.prod(self.shape)
+
+
+@dataclass(frozen=True)
+class Attr:
+    """Schema of one attribute. kind: int, float, bool, str, ints, value (any JSON)."""
+
+    kind: str
+    default: Any = REQUIRED
+    choices: tuple = ()
+    doc: str = ""
+
+
+@dataclass(frozen=True)
+class Domain:
+    """Where an input is smooth, for drawing test points: uniform in [lo, hi],
+    redrawn while closer than `gap` to any point in `avoid` (the kinks)."""
+
+    lo: float = -2.0
+    hi: float = 2.0
+    avoid: tuple[float, ...] = ()
+    gap: float = 0.05
+    signed_magnitude: bool = False  # draw |x| in [lo, hi] with a random sign
+
+    def sample(self, rng: np.random.Generator, shape) -> np.ndarray:
+        x = rng.uniform(self.lo, self.hi, size=shape)
+        if self.signed_magnitude:
+            x = x * rng.choice([-1.0, 1.0], size=shape)
+        for _ in range(100):
+            bad = np.zeros(np.shape(x), dtype=bool)
+            for p in self.avoid:
+                bad |= np.abs(x - p) < self.gap
+            if not bad.any():
+                break
+            x = np.where(bad, self.sample_plain(rng, np.shape(x)), x)
+        return np.asarray(x, dtype=np.float64)
+
+    def sample_plain(self, rng, shape):
+        x = rng.uniform(self.lo, self.hi, size=shape)
+        return x * rng.choice([-1.0, 1.0], size=shape) if self.signed_magnitude else x
+
+
+REALS = Domain()
+POSITIVE = Domain(0.2, 3.0)
+NONZERO = Domain(0.3, 2.0, signed_magnitude=True)
+
+
+@dataclass(frozen=True)
+class Kink:
+    """A non-differentiable point and the (sub)gradient convention used there.
+
+    `distance(xs, attrs)` returns, per element of the op's output broadcast
+    shape, how far the inputs are from the kink (0 = exactly at it); the
+    diagnosis uses it to tell a kink from a bug."""
+
+    where: str
+    convention: str
+    distance: Callable | None = None
+
+
+@dataclass
+class Case:
+    """One test point for an op: float/int/bool inputs (host arrays) and attributes."""
+
+    inputs: list
+    attrs: dict = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class OpDef:
+    name: str
+    forward: Callable
+    vjp: Callable | None
+    infer: Callable  # (node, [Spec], attrs) -> (Spec, normalized attrs)
+    arity: int | None  # None: variadic (at least one input)
+    input_kinds: tuple[str, ...]  # dtype class per input (variadic: one entry for all)
+    attrs: dict[str, Attr] = field(default_factory=dict)
+    save: Callable = None  # (xs, y, **attrs) -> tuple; default: the inputs
+    differentiable: tuple[bool, ...] | None = None  # per input; default: float inputs
+    broadcast: bool = False  # numpy broadcasting between inputs (engine aligns/unbroadcasts)
+    sympy: Callable | None = None  # (sp, *symbols, **attrs) -> expression, elementwise ops
+    domain: tuple[Domain, ...] = ()
+    kinks: tuple[Kink, ...] = ()
+    cases: Callable | None = None  # (rng) -> [Case], test points incl. broadcasting
+    wants_dtype: bool = False  # forward receives dtype= (the run's float dtype)
+    doc: str = ""
+
+    def kind_of(self, i: int) -> str:
+        return self.input_kinds[min(i, len(self.input_kinds) - 1)]
+
+    def is_differentiable(self, i: int) -> bool:
+        if self.vjp is None:
+            return False
+        if self.differentiable is not None:
+            return self.differentiable[min(i, len(self.differentiable) - 1)]
+        return self.kind_of(i) == FLOAT
+
+    def domain_of(self, i: int) -> Domain:
+        if not self.domain:
+            return REALS
+        return self.domain[min(i, len(self.domain) - 1)]
+
+
+def save_inputs(xs, y, **attrs):
+    return tuple(xs)
+
+
+def save_output(xs, y, **attrs):
+    return (y,)
+
+
+def save_nothing(xs, y, **attrs):
+    return ()
+
+
+# --- static shape helpers used by `infer` functions ------------------------------
+
+
+def broadcast_shapes(node: str, shapes: Sequence[tuple]) -> tuple:
+    try:
+        return tuple(np.broadcast_shapes(*shapes))
+    except ValueError:
+        raise GraphError(
+            "cannot broadcast shapes " + ", ".join(str(list(s)) for s in shapes), node=node
+        ) from None
+
+
+def norm_axis(node: str, axis, rank: int, what: str = "axis") -> int:
+    """Normalize one axis to a negative index (valid on batched arrays too)."""
+    if not isinstance(axis, int) or isinstance(axis, bool):
+        raise GraphError(f"{what} must be an integer, got {axis!r}", node=node)
+    if not -rank <= axis < rank:
+        raise GraphError(f"{what} {axis} is out of range for rank {rank}", node=node)
+    return axis - rank if axis >= 0 else axis
+
+
+def norm_axes(node: str, axes, rank: int) -> tuple[int, ...]:
+    """None -> all axes; int or list -> sorted unique negative axes."""
+    if axes is None:
+        return tuple(range(-rank, 0))
+    if isinstance(axes, int) and not isinstance(axes, bool):
+        axes = [axes]
+    out = sorted({norm_axis(node, a, rank) for a in axes})
+    if len(out) != len(axes):
+        raise GraphError(f"repeated axis in {list(axes)}", node=node)
+    return tuple(out)
+
+
+def lead_of(x, rank: int) -> int:
+    """Number of leading batch axes on an array whose static rank is `rank`."""
+    return x.ndim - rank
+
+
+def unary_case(rng, domain: Domain, extra_attrs=None):
+    shapes = [(), (3,), (2, 1, 3)]
+    return [Case([domain.sample(rng, s)], dict(extra_attrs or {})) for s in shapes]
+
+
+def binary_cases(rng, d0: Domain, d1: Domain):
+    # equal shapes, scalar broadcasting, size-1 axes and rank promotion both ways
+    pairs = [((3,), (3,)), ((2, 3), ()), ((2, 1, 3), (4, 1)), ((1,), (2, 3)), ((), ())]
+    return [Case([d0.sample(rng, a), d1.sample(rng, b)]) for a, b in pairs]

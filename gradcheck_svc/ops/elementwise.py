@@ -1,0 +1,285 @@
+"""Elementwise ops: one table row per op, each with its derivative, its SymPy
+formula (used by the symbolic oracle and the op audit, never by the engine),
+its smooth domain and its kinks.
+
+Unary rows give `d(xp, x, y)`, dy/dx elementwise, and say whether it needs the
+input x, the output y, or both; the vjp is then g * d. Composite ops keep
+their own derivative here (no generic autodiff of the forward) so each op is
+checked on its own.
+"""
+from __future__ import annotations
+
+import math
+
+from ..backend import erf
+from .base import (
+    BOOL,
+    FLOAT,
+    NONZERO,
+    POSITIVE,
+    REALS,
+    Attr,
+    Case,
+    Domain,
+    Kink,
+    OpDef,
+    Spec,
+    binary_cases,
+    broadcast_shapes,
+    save_inputs,
+    save_nothing,
+    unary_case,
+)
+from .registry import register
+
+SQRT_2_OVER_PI = math.sqrt(2.0 / math.pi)
+INV_SQRT_2 = 1.0 / math.sqrt(2.0)
+INV_SQRT_2PI = 1.0 / math.sqrt(2.0 * math.pi)
+
+
+def _infer_same(node, specs, attrs):
+    return Spec(specs[0].shape, FLOAT), attrs
+
+
+def _infer_broadcast(node, specs, attrs):
+    return Spec(broadcast_shapes(node, [s.shape for s in specs]), FLOAT), attrs
+
+
+def _abs_distance(point=0.0):
+    return lambda xs, attrs: abs(xs[0] - point)
+
+
+def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""):
+    """Register an elementwise unary op y = f(x) with dy/dx = d(xp, x, y, **attrs).
+
+    uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved."""
+
+    def save(xs, y, **_):
+        return {"": (), "x": (xs[0],), "y": (y,), "xy": (xs[0], y)}[uses]
+
+    def vjp(xp, g, saved, **a):
+        x = saved[0] if "x" in uses else None
+        y = saved[-1] if "y" in uses else None
+        return (g * d(xp, x, y, **a),)
+
+    register(
+        OpDef(
+            name=name,
+            forward=f,
+            vjp=vjp,
+            infer=_infer_same,
+            arity=1,
+            input_kinds=(FLOAT,),
+            attrs=attrs or {},
+            save=save,
+            sympy=sympy,
+            domain=(domain,),
+            kinks=tuple(kinks),
+            cases=lambda rng, dom=domain: unary_case(rng, dom),
+            doc=doc,
+        )
+    )
+
+
+# --- smooth unary ------------------------------------------------------------------
+
+unary("neg", lambda xp, x: -x, lambda xp, x, y: -1.0, uses="", sympy=lambda sp, x: -x)
+unary("square", lambda xp, x: x * x, lambda xp, x, y: 2.0 * x, uses="x", sympy=lambda sp, x: x**2)
+unary("sqrt", lambda xp, x: xp.sqrt(x), lambda xp, x, y: 0.5 / y, uses="y",
+      sympy=lambda sp, x: sp.sqrt(x), domain=POSITIVE)
+unary("exp", lambda xp, x: xp.exp(x), lambda xp, x, y: y, uses="y", sympy=lambda sp, x: sp.exp(x))
+unary("log", lambda xp, x: xp.log(x), lambda xp, x, y: 1.0 / x, uses="x",
+      sympy=lambda sp, x: sp.log(x), domain=POSITIVE)
+unary("log1p", lambda xp, x: xp.log1p(x), lambda xp, x, y: 1.0 / (1.0 + x), uses="x",
+      sympy=lambda sp, x: sp.log(1 + x), domain=Domain(-0.8, 3.0))
+unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, y: xp.cos(x), uses="x", sympy=lambda sp, x: sp.sin(x))
+unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, y: -xp.sin(x), uses="x", sympy=lambda sp, x: sp.cos(x))
+unary("tanh", lambda xp, x: xp.tanh(x), lambda xp, x, y: 1.0 - y * y, uses="y",
+      sympy=lambda sp, x: sp.tanh(x))
+
+
+def _sigmoid(xp, x):
+    # exp of a non-positive number only: no overflow for large |x|
+    e = xp.exp(-xp.abs(x))
+    return xp.where(x >= 0, 1.0 / (1.0 + e), e / (1.0 + e))
+
+
+unary("sigmoid", _sigmoid, lambda xp, x, y: y * (1.0 - y), uses="y",
+      sympy=lambda sp, x: 1 / (1 + sp.exp(-x)))
+
+
+def _softplus(xp, x):
+    return xp.logaddexp(0.0, x) if hasattr(xp, "logaddexp") else xp.maximum(x, 0) + xp.log1p(xp.exp(-xp.abs(x)))
+
+
+unary("softplus", _softplus, lambda xp, x, y: _sigmoid(xp, x), uses="x",
+      sympy=lambda sp, x: sp.log(1 + sp.exp(x)), doc="log(1 + exp(x)), computed stably")
+
+
+def _gelu(xp, x, approximate="none"):
+    if approximate == "tanh":
+        return 0.5 * x * (1.0 + xp.tanh(SQRT_2_OVER_PI * (x + 0.044715 * x**3)))
+    return 0.5 * x * (1.0 + erf(xp, x * INV_SQRT_2))
+
+
+def _gelu_grad(xp, x, y, approximate="none"):
+    if approximate == "tanh":
+        u = SQRT_2_OVER_PI * (x + 0.044715 * x**3)
+        t = xp.tanh(u)
+        return 0.5 * (1.0 + t) + 0.5 * x * (1.0 - t * t) * SQRT_2_OVER_PI * (1.0 + 3 * 0.044715 * x * x)
+    return 0.5 * (1.0 + erf(xp, x * INV_SQRT_2)) + x * INV_SQRT_2PI * xp.exp(-0.5 * x * x)
+
+
+def _gelu_sympy(sp, x, approximate="none"):
+    if approximate == "tanh":
+        return x / 2 * (1 + sp.tanh(sp.sqrt(2 / sp.pi) * (x + sp.Rational(44715, 1000000) * x**3)))
+    return x / 2 * (1 + sp.erf(x / sp.sqrt(2)))
+
+
+unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
+      attrs={"approximate": Attr("str", "none", ("none", "tanh"), "erf form or tanh approximation")})
+
+# --- unary with kinks (each NOTE says the convention at the kink) -------------------
+
+# NOTE relu: derivative 0 at x == 0 (as PyTorch); saves the output, whose sign is enough.
+unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: (y > 0).astype(y.dtype), uses="y",
+      sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
+      domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())])
+
+# NOTE leaky_relu: derivative negative_slope at x == 0 (as PyTorch).
+unary("leaky_relu",
+      lambda xp, x, negative_slope=0.01: xp.where(x > 0, x, x * negative_slope),
+      lambda xp, x, y, negative_slope=0.01: xp.where(x > 0, 1.0, negative_slope).astype(x.dtype),
+      uses="x",
+      sympy=lambda sp, x, negative_slope=0.01: sp.Piecewise((x, x > 0), (sp.Float(negative_slope) * x, True)),
+      attrs={"negative_slope": Attr("float", 0.01)},
+      domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative negative_slope", _abs_distance())])
+
+# NOTE abs: derivative sign(x), 0 at x == 0 (as PyTorch).
+unary("abs", lambda xp, x: xp.abs(x), lambda xp, x, y: xp.sign(x), uses="x",
+      sympy=lambda sp, x: sp.Abs(x), domain=Domain(avoid=(0.0,)),
+      kinks=[Kink("x == 0", "derivative 0", _abs_distance())])
+
+
+# NOTE clip: derivative 1 on the closed interval [min, max], 0 outside (as torch.clamp).
+def _clip(xp, x, min=None, max=None):
+    if min is not None:
+        x = xp.maximum(x, min)
+    if max is not None:
+        x = xp.minimum(x, max)
+    return x
+
+
+def _clip_grad(xp, x, y, min=None, max=None):
+    inside = xp.ones(x.shape, dtype=bool)
+    if min is not None:
+        inside &= x >= min
+    if max is not None:
+        inside &= x <= max
+    return inside.astype(x.dtype)
+
+
+def _clip_sympy(sp, x, min=None, max=None):
+    e = x
+    if min is not None:
+        e = sp.Max(e, sp.Float(min))
+    if max is not None:
+        e = sp.Min(e, sp.Float(max))
+    return e
+
+
+def _clip_distance(xs, attrs):
+    import numpy as np
+
+    d = np.full(np.shape(xs[0]), np.inf)
+    for b in (attrs.get("min"), attrs.get("max")):
+        if b is not None:
+            d = np.minimum(d, np.abs(xs[0] - b))
+    return d
+
+
+def _clip_cases(rng):
+    dom = Domain(-2, 2, avoid=(-0.5, 0.7))
+    return [Case([dom.sample(rng, s)], a) for s, a in
+            [((5,), {"min": -0.5, "max": 0.7}), ((2, 3), {"min": -0.5}), ((4,), {"max": 0.7})]]
+
+
+register(OpDef(
+    name="clip", forward=_clip,
+    vjp=lambda xp, g, saved, **a: (g * _clip_grad(xp, saved[0], None, **a),),
+    infer=_infer_same, arity=1, input_kinds=(FLOAT,),
+    attrs={"min": Attr("float", None), "max": Attr("float", None)},
+    save=save_inputs, sympy=_clip_sympy, domain=(Domain(avoid=(-0.5, 0.7)),),
+    kinks=(Kink("x == min or x == max", "derivative 1 at the bounds", _clip_distance),),
+    cases=_clip_cases, doc="clip(x, min, max); either bound may be omitted"))
+
+# --- binary ------------------------------------------------------------------------
+
+
+def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc=""):
+    """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape."""
+    register(OpDef(
+        name=name, forward=f, vjp=lambda xp, g, saved, **a: grads(xp, g, saved),
+        infer=_infer_broadcast, arity=2, input_kinds=(FLOAT, FLOAT), save=save,
+        broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
+        cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc))
+
+
+binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing)
+binary("sub", lambda xp, a, b: a - b, lambda xp, g, s: (g, -g), sympy=lambda sp, a, b: a - b, save=save_nothing)
+binary("mul", lambda xp, a, b: a * b, lambda xp, g, s: (g * s[1], g * s[0]), sympy=lambda sp, a, b: a * b)
+binary("div", lambda xp, a, b: a / b, lambda xp, g, s: (g / s[1], -g * s[0] / (s[1] * s[1])),
+       sympy=lambda sp, a, b: a / b, domain=(REALS, NONZERO))
+
+
+def _pow_grads(xp, g, s):
+    a, b, y = s
+    return g * b * a ** (b - 1.0), g * y * xp.log(a)
+
+
+# pow saves its output too: d/db = y * log(a) reuses it.
+binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=lambda sp, a, b: a**b,
+       save=lambda xs, y, **_: (xs[0], xs[1], y), domain=(POSITIVE, Domain(-2.0, 2.0)),
+       doc="a ** b for a > 0 (both differentiable)")
+
+
+def _tie_distance(xs, attrs):
+    return abs(xs[0] - xs[1])
+
+
+# NOTE maximum/minimum: at a tie the gradient is split evenly, g/2 to each (as PyTorch).
+def _extremum_grads(pick):
+    def grads(xp, g, s):
+        a, b = s
+        win_a = pick(a, b).astype(g.dtype) + 0.5 * (a == b).astype(g.dtype)
+        return g * win_a, g * (1.0 - win_a)
+
+    return grads
+
+
+binary("maximum", lambda xp, a, b: xp.maximum(a, b), _extremum_grads(lambda a, b: a > b),
+       sympy=lambda sp, a, b: sp.Max(a, b),
+       kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)])
+binary("minimum", lambda xp, a, b: xp.minimum(a, b), _extremum_grads(lambda a, b: a < b),
+       sympy=lambda sp, a, b: sp.Min(a, b),
+       kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)])
+
+
+# --- where -------------------------------------------------------------------------
+
+
+def _where_cases(rng):
+    return [
+        Case([rng.random((2, 3)) > 0.5, REALS.sample(rng, (2, 3)), REALS.sample(rng, (2, 3))]),
+        Case([rng.random((3,)) > 0.5, REALS.sample(rng, (2, 1)), REALS.sample(rng, ())]),
+    ]
+
+
+register(OpDef(
+    name="where",
+    forward=lambda xp, c, a, b: xp.where(c, a, b),
+    vjp=lambda xp, g, s, **_: (None, xp.where(s[0], g, 0.0), xp.where(s[0], 0.0, g)),
+    infer=_infer_broadcast, arity=3, input_kinds=(BOOL, FLOAT, FLOAT),
+    save=lambda xs, y, **_: (xs[0],), broadcast=True,
+    sympy=lambda sp, c, a, b: sp.Piecewise((a, sp.Ne(c, 0)), (b, True)),
+    cases=_where_cases, doc="where(cond, a, b): a where cond is true, else b"))

@@ -1,0 +1,82 @@
+"""matmul with NumPy semantics: 1-D operands are promoted, leading (batch)
+dimensions broadcast."""
+from __future__ import annotations
+
+from ..errors import GraphError
+from .base import FLOAT, REALS, Case, OpDef, Spec, broadcast_shapes, save_inputs
+from .registry import register
+
+
+def _infer(node, specs, attrs):
+    a, b = specs[0].shape, specs[1].shape
+    if not a or not b:
+        raise GraphError("matmul operands must have at least 1 dimension", node=node)
+    a2 = (1,) + a if len(a) == 1 else a
+    b2 = b + (1,) if len(b) == 1 else b
+    if a2[-1] != b2[-2]:
+        raise GraphError(f"matmul inner dimensions differ: {list(a)} @ {list(b)}", node=node)
+    batch = broadcast_shapes(node, [a2[:-2], b2[:-2]])
+    out = batch + (a2[-2], b2[-1])
+    if len(a) == 1:
+        out = out[:-2] + out[-1:]
+    if len(b) == 1:
+        out = out[:-1]
+    return Spec(out, FLOAT), {"ranks": (len(a), len(b))}
+
+
+def _matmul(xp, a, b, ranks):
+    ra, rb = ranks
+    la, lb = a.ndim - ra, b.ndim - rb
+    if la == 0 and lb == 0:
+        return xp.matmul(a, b)
+    # Batched evaluation: promote vectors and align batch ranks after the
+    # leading batch axes so NumPy's broadcasting pairs the right dimensions.
+    if ra == 1:
+        a = xp.expand_dims(a, -2)
+    if rb == 1:
+        b = xp.expand_dims(b, -1)
+    ca, cb = a.ndim - la, b.ndim - lb  # core ranks, now >= 2
+    r = max(ca, cb)
+    a = a.reshape(a.shape[:la] + (1,) * (r - ca) + a.shape[la:])
+    b = b.reshape(b.shape[:lb] + (1,) * (r - cb) + b.shape[lb:])
+    if la < lb:
+        a = a.reshape((1,) * (lb - la) + a.shape)
+    elif lb < la:
+        b = b.reshape((1,) * (la - lb) + b.shape)
+    y = xp.matmul(a, b)
+    if rb == 1:
+        y = y[..., 0]
+    if ra == 1:
+        y = y[..., 0, :] if rb != 1 else y[..., 0]
+    return y
+
+
+def _vjp(xp, g, saved, ranks):
+    a, b = saved
+    ra, rb = ranks
+    a2 = a[None, :] if ra == 1 else a
+    b2 = b[:, None] if rb == 1 else b
+    g2 = g
+    if rb == 1:
+        g2 = xp.expand_dims(g2, -1)
+    if ra == 1:
+        g2 = xp.expand_dims(g2, -2)
+    ga = xp.matmul(g2, xp.swapaxes(b2, -1, -2))
+    gb = xp.matmul(xp.swapaxes(a2, -1, -2), g2)
+    if ra == 1:
+        ga = ga[..., 0, :]
+    if rb == 1:
+        gb = gb[..., 0]
+    return ga, gb  # batch dimensions are summed back to each input's shape by the engine
+
+
+def _cases(rng):
+    pairs = [((2, 3), (3, 4)), ((3,), (3, 2)), ((2, 3), (3,)), ((4,), (4,)),
+             ((2, 2, 3), (3, 4)), ((1, 2, 3), (5, 3, 2)), ((5, 1, 2, 3), (4, 3, 1))]
+    return [Case([REALS.sample(rng, a), REALS.sample(rng, b)]) for a, b in pairs]
+
+
+register(OpDef(
+    name="matmul", forward=_matmul, vjp=_vjp, infer=_infer, arity=2, input_kinds=(FLOAT, FLOAT),
+    save=save_inputs, cases=_cases,
+    doc="a @ b with NumPy semantics (vectors promoted, batch dimensions broadcast)"))

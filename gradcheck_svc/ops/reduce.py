@@ -1,0 +1,97 @@
+"""Reductions over axes: sum, mean, max, min.
+
+User attributes: `axis` (an int, a list of ints, or null for all axes) and
+`keepdims`. `infer` normalizes them to negative `axes` so the same forward
+runs on arrays carrying leading batch axes.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from .base import FLOAT, REALS, Attr, Case, Kink, OpDef, Spec, norm_axes, save_nothing
+from .registry import register
+
+REDUCE_ATTRS = {
+    "axis": Attr("axes", None, doc="int, list of ints, or null for all axes"),
+    "keepdims": Attr("bool", False),
+}
+
+
+def _infer_reduce(node, specs, attrs):
+    shape = specs[0].shape
+    axes = norm_axes(node, attrs["axis"], len(shape))
+    keep = bool(attrs["keepdims"])
+    out = tuple(1 if i - len(shape) in axes else d for i, d in enumerate(shape)) if keep else tuple(
+        d for i, d in enumerate(shape) if i - len(shape) not in axes
+    )
+    count = math.prod(shape[a] for a in axes)
+    return Spec(out, FLOAT), {"axes": axes, "keepdims": keep, "in_shape": shape, "count": count}
+
+
+def _keep(xp, g, axes, keepdims):
+    """g with the reduced axes present (size 1), whatever keepdims was."""
+    return g if keepdims or not axes else xp.expand_dims(g, axes)
+
+
+def _cases(rng):
+    specs = [((2, 3, 4), None, False), ((2, 3, 4), 1, False), ((2, 3, 4), [0, 2], True),
+             ((2, 3), -1, True), ((5,), 0, False), ((1, 3), 0, False)]
+    return [Case([REALS.sample(rng, s)], {"axis": a, "keepdims": k}) for s, a, k in specs]
+
+
+def reduction(name, forward, vjp, save, sympy_doc, kinks=()):
+    register(OpDef(
+        name=name, forward=forward, vjp=vjp, infer=_infer_reduce, arity=1, input_kinds=(FLOAT,),
+        attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc))
+
+
+def _sum(xp, x, axes, keepdims, **_):
+    return xp.sum(x, axis=axes, keepdims=keepdims)
+
+
+def _mean(xp, x, axes, keepdims, count, **_):
+    return xp.sum(x, axis=axes, keepdims=keepdims) / count
+
+
+reduction("sum", _sum,
+          lambda xp, g, s, axes, keepdims, in_shape, **_: (xp.broadcast_to(_keep(xp, g, axes, keepdims), in_shape),),
+          save_nothing, "sum over axes")
+reduction("mean", _mean,
+          lambda xp, g, s, axes, keepdims, in_shape, count, **_: (
+              xp.broadcast_to(_keep(xp, g, axes, keepdims) / count, in_shape),),
+          save_nothing, "mean over axes")
+
+
+def _extremum_vjp(xp, g, s, axes, keepdims, **_):
+    # NOTE max/min: ties share the gradient evenly (as torch.amax/amin).
+    x, y = s
+    mask = (x == _keep(xp, y, axes, keepdims)).astype(g.dtype)
+    count = xp.sum(mask, axis=axes, keepdims=True)
+    return (mask * (_keep(xp, g, axes, keepdims) / count),)
+
+
+def _tie_gap(xs, attrs):
+    """Per reduced group, the gap between the two largest (or smallest) elements."""
+    x = np.asarray(xs[0])
+    axes = attrs["axes"]
+    rank = x.ndim
+    keep = [a + rank for a in range(-rank, 0) if a not in axes]
+    moved = np.moveaxis(x, [a + rank for a in axes], list(range(rank - len(axes), rank)))
+    flat = moved.reshape(tuple(x.shape[k] for k in keep) + (-1,))
+    if flat.shape[-1] < 2:
+        return np.full(flat.shape[:-1], np.inf)
+    top = np.sort(flat, axis=-1)
+    return np.minimum(top[..., -1] - top[..., -2], top[..., 1] - top[..., 0])
+
+
+for _name, _fn in (("max", "max"), ("min", "min")):
+    reduction(
+        _name,
+        (lambda f: lambda xp, x, axes, keepdims, **_: getattr(xp, f)(x, axis=axes, keepdims=keepdims))(_fn),
+        _extremum_vjp,
+        lambda xs, y, **_: (xs[0], y),
+        f"{_name} over axes",
+        kinks=[Kink("ties for the extremum", "gradient split evenly among the tied elements", _tie_gap)],
+    )

@@ -1,0 +1,68 @@
+"""Comparing an engine gradient with a reference: the tolerance model.
+
+An element passes when
+
+    |g - ref| <= atol * scale + rtol * |ref| + noise
+
+where scale = max(1, max|ref|) over the parameter (float32 rounding grows with
+the gradient's overall magnitude, not each element's), and noise is the
+reference's own estimated rounding error (for finite differences,
+~eps * |L| / h). Defaults per engine dtype: float64 engines are held to
+atol 1e-7 / rtol 1e-6; float32 engines to atol 1e-4 / rtol 1e-3, about
+1,000 float32 ulps, which leaves room for accumulated rounding in long
+reductions while still catching wrong rules (errors of order 1%).
+A NaN or Inf where the reference is finite always fails.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+DEFAULT_TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-4, 1e-3)}
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    atol: float
+    rtol: float
+
+    @classmethod
+    def for_dtype(cls, dtype: str, atol: float | None = None, rtol: float | None = None) -> "Tolerance":
+        a, r = DEFAULT_TOLERANCES[dtype]
+        return cls(a if atol is None else atol, r if rtol is None else rtol)
+
+
+@dataclass
+class Comparison:
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: tuple  # index into ref's shape of the element furthest beyond its tolerance
+    engine_at_worst: float
+    reference_at_worst: float
+    passed: bool
+
+
+def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> Comparison:
+    g = np.asarray(g, dtype=np.float64)
+    ref = np.asarray(ref, dtype=np.float64)
+    if ref.size == 0:
+        return Comparison(0.0, 0.0, (), 0.0, 0.0, True)
+    with np.errstate(all="ignore"):
+        err = np.abs(g - ref)
+        err = np.where(np.isnan(err) & ~(np.isnan(g) & np.isnan(ref)), np.inf, np.nan_to_num(err, nan=0.0))
+        finite_ref = np.abs(ref[np.isfinite(ref)])
+        scale = max(1.0, float(finite_ref.max()) if finite_ref.size else 1.0)
+        bound = tol.atol * scale + tol.rtol * np.abs(ref) + noise
+        rel = err / np.maximum(np.abs(ref), np.finfo(np.float64).tiny)
+        ratio = np.where(np.isfinite(err), err / bound, np.inf)
+    flat = int(np.argmax(ratio))
+    worst = np.unravel_index(flat, ref.shape) if ref.shape else ()
+    return Comparison(
+        max_abs_error=float(err.max()),
+        max_rel_error=float(np.max(np.where(err == 0, 0.0, rel))),
+        worst_index=tuple(int(i) for i in worst),
+        engine_at_worst=float(g.reshape(-1)[flat]),
+        reference_at_worst=float(ref.reshape(-1)[flat]),
+        passed=bool(np.all(err <= bound)),
+    )

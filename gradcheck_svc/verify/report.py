@@ -1,0 +1,154 @@
+"""The verification report: plain data, rendered as JSON or text.
+
+The JSON keys are a contract (CI scripts read them): verdict, loss,
+parameters[name, shape, gradient, reference, max_abs_error, max_rel_error,
+worst_index, tolerance, passed], memory, timings. New keys may be added
+around them; none may be renamed.
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+MAX_LISTED = 1000  # gradient/reference values included per parameter
+
+
+def _num(x: float):
+    """A JSON-safe float (NaN/Inf spelled as in the protobuf JSON mapping)."""
+    x = float(x)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+def _listed(a: np.ndarray) -> list:
+    return [_num(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)[:MAX_LISTED]]
+
+
+@dataclass
+class ParameterResult:
+    name: str
+    shape: tuple
+    mode: str  # fd mode used: "full" | "projection"
+    gradient: np.ndarray  # engine dL/dp (float64 copy on the host)
+    reference: np.ndarray  # full: FD gradient; projection: FD directional derivatives
+    engine_projection: np.ndarray | None  # projection mode: engine gradient . directions
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: tuple
+    engine_at_worst: float
+    reference_at_worst: float
+    atol: float
+    rtol: float
+    passed: bool
+    evaluations: int = 0
+
+    def to_dict(self) -> dict:
+        d = {
+            "name": self.name,
+            "shape": list(self.shape),
+            "fd_mode": self.mode,
+            "gradient": _listed(self.gradient),
+            "reference": _listed(self.reference),
+            "max_abs_error": _num(self.max_abs_error),
+            "max_rel_error": _num(self.max_rel_error),
+            "worst_index": list(self.worst_index),
+            "engine_at_worst": _num(self.engine_at_worst),
+            "reference_at_worst": _num(self.reference_at_worst),
+            "tolerance": {"atol": self.atol, "rtol": self.rtol},
+            "passed": self.passed,
+            "gradient_norm": _num(np.linalg.norm(self.gradient)),
+            "fd_evaluations": self.evaluations,
+        }
+        if self.gradient.size > MAX_LISTED:
+            d["truncated"] = True
+        if self.engine_projection is not None:
+            d["engine_projection"] = _listed(self.engine_projection)
+        return d
+
+
+@dataclass
+class FaultRecord:
+    fault: str
+    readers: list[str]
+    before: float | None
+    after: float | None
+
+    def to_dict(self) -> dict:
+        return {"fault": self.fault, "read_by": self.readers,
+                "before": None if self.before is None else _num(self.before),
+                "after": None if self.after is None else _num(self.after)}
+
+
+@dataclass
+class Report:
+    graph: str
+    verdict: str  # "pass" | "fail"
+    loss: float
+    dtype: str
+    device: str
+    parameters: list[ParameterResult]
+    memory: dict
+    timings: dict
+    faults: list[FaultRecord] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    def to_dict(self) -> dict:
+        return {
+            "graph": self.graph,
+            "verdict": self.verdict,
+            "loss": _num(self.loss),
+            "dtype": self.dtype,
+            "device": self.device,
+            "parameters": [p.to_dict() for p in self.parameters],
+            "faults": [f.to_dict() for f in self.faults],
+            "warnings": list(self.warnings),
+            "memory": dict(self.memory),
+            "timings": {k: round(v, 6) for k, v in self.timings.items()},
+        }
+
+    def to_json(self, indent: int | None = 2) -> str:
+        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+
+    def to_text(self) -> str:
+        lines = [f"{self.graph or 'graph'}: {self.verdict.upper()}  (loss {self.loss:.10g}, {self.dtype}, "
+                 f"{self.device})"]
+        for f in self.faults:
+            change = f" ({f.before:g} -> {f.after:g})" if f.before is not None else ""
+            who = ", ".join(f.readers) if f.readers else "nothing saved this value: no effect"
+            lines.append(f"  fault {f.fault}{change}, read in the backward of: {who}")
+        for w in self.warnings:
+            lines.append(f"  warning: {w}")
+        if self.parameters:
+            width = max(9, *(len(p.name) for p in self.parameters))
+            lines.append(f"  {'parameter':<{width}}  {'shape':<12} {'fd':<10} {'max abs err':>11} "
+                         f"{'max rel err':>11}  worst element (engine vs reference)")
+            for p in self.parameters:
+                status = "ok  " if p.passed else "FAIL"
+                what = "direction" if p.mode == "projection" else "index"
+                lines.append(
+                    f"  {p.name:<{width}}  {str(list(p.shape)):<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
+                    f"{p.max_rel_error:>11.3g}  {status} {what} {list(p.worst_index)}: "
+                    f"{p.engine_at_worst:.8g} vs {p.reference_at_worst:.8g}"
+                )
+        else:
+            lines.append("  no parameters (no input has requires_grad)")
+        m = self.memory
+        lines.append(
+            f"  memory: saved activations peak {_mb(m.get('activations_peak_bytes', 0))}, live peak "
+            f"{_mb(m.get('live_peak_bytes', 0))}; inference peak {_mb(m.get('inference_peak_bytes', 0))}")
+        lines.append("  timings: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items()))
+        return "\n".join(lines)
+
+
+def _mb(n: int) -> str:
+    return f"{n / 1e6:.3g} MB" if n >= 1e5 else f"{n} B"
