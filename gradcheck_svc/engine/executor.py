@@ -163,8 +163,9 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
             xs = [values[n] for n in step.inputs]
             if step.op.broadcast:
                 # align ranks after the batch axis so broadcasting pairs the right dimensions
-                xs = [x.reshape(x.shape[:1] + (1,) * (step.out_rank - r) + x.shape[1:])
-                      if n in batched and r < step.out_rank else x
+                rank = max(step.in_ranks)
+                xs = [x.reshape(x.shape[:1] + (1,) * (rank - r) + x.shape[1:])
+                      if n in batched and r < rank else x
                       for n, x, r in zip(step.inputs, xs, step.in_ranks)]
             values[step.name] = run_step(xp, step, xs)
             batched.add(step.name)

@@ -199,7 +199,7 @@ def _clip_distance(xs, attrs):
 
 
 def _clip_cases(rng):
-    dom = Domain(-2, 2, avoid=(-0.5, 0.7))
+    dom = Domain(-1.0, 1.2, avoid=(-0.5, 0.7))
     return [Case([dom.sample(rng, s)], a) for s, a in
             [((5,), {"min": -0.5, "max": 0.7}), ((2, 3), {"min": -0.5}), ((4,), {"max": 0.7})]]
 
