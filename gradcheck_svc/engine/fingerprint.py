@@ -10,12 +10,13 @@ from __future__ import annotations
 
 
 def fingerprint(xp, a) -> tuple[int, int, tuple, str]:
-    a = xp.ascontiguousarray(a)
-    raw = a.reshape(-1).view(xp.uint8)
+    a = xp.asarray(a)
+    shape, dtype = tuple(a.shape), str(a.dtype)
+    raw = xp.ascontiguousarray(a).reshape(-1).view(xp.uint8)
     pad = (-raw.size) % 8
     if pad:
         raw = xp.concatenate([raw, xp.zeros(pad, dtype=xp.uint8)])
     words = raw.view(xp.uint64)
     s1 = xp.sum(words, dtype=xp.uint64)
     s2 = xp.sum(words * xp.arange(1, words.size + 1, dtype=xp.uint64), dtype=xp.uint64)
-    return int(s1), int(s2), tuple(a.shape), str(a.dtype)
+    return int(s1), int(s2), shape, dtype
