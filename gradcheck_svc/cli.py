@@ -7,6 +7,7 @@ Errors are one line on stderr, never a traceback.
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 
 from . import __version__
@@ -79,6 +80,8 @@ def _ops(args) -> int:
 
 
 def main(argv=None) -> int:
+    if hasattr(signal, "SIGPIPE"):  # `gradcheck-svc verify g.json | head` ends quietly, like other tools
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
     try:
         return {"verify": _verify, "ops": _ops}[args.command](args)

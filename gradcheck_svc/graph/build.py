@@ -60,6 +60,27 @@ class GraphBuilder:
         return self.msg
 
 
+def graph_json(msg: graph_pb2.Graph) -> str:
+    """The protobuf JSON mapping of a graph, laid out for people: one line per
+    tensor's shape and data, one line per node."""
+    return _dump(json_format.MessageToDict(msg), 0) + "\n"
+
+
+def _dump(v, depth: int) -> str:
+    import json
+
+    flat = json.dumps(v)
+    if not isinstance(v, (dict, list)) or len(flat) <= 100 or (
+        isinstance(v, list) and all(not isinstance(e, (dict, list)) for e in v)
+    ):
+        return flat
+    pad, inner = "  " * depth, "  " * (depth + 1)
+    if isinstance(v, list):
+        return "[\n" + ",\n".join(inner + _dump(e, depth + 1) for e in v) + "\n" + pad + "]"
+    items = [f"{inner}{json.dumps(k)}: {_dump(e, depth + 1)}" for k, e in v.items()]
+    return "{\n" + ",\n".join(items) + "\n" + pad + "}"
+
+
 def _jsonable(v):
     if isinstance(v, dict):
         return {k: _jsonable(x) for k, x in v.items()}

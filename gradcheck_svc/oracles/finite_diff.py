@@ -57,10 +57,12 @@ class FiniteDifferences:
         self.base = base.values
         self.loss = float(np.asarray(base.loss).reshape(-1)[0])
         # bytes one batch row costs: every value downstream of each parameter
-        self._row_bytes = {
-            p: 8 * max(1, sum(math.prod(self.program.shapes[v]) for v in self.program.downstream([p])))
-            for p in self.program.params
-        }
+        self._row_bytes = {}
+        self._reaches_loss = {}
+        for p in self.program.params:
+            down = self.program.downstream([p])
+            self._row_bytes[p] = 8 * max(1, sum(math.prod(self.program.shapes[v]) for v in down))
+            self._reaches_loss[p] = self.program.output in down
 
     def mode_for(self, param: str) -> str:
         mode = self.options.mode
@@ -81,7 +83,7 @@ class FiniteDifferences:
         return 4 * EPS * (abs(self.loss) + 1.0) / h
 
     def gradient(self, param: str) -> FDResult:
-        if param not in self.program.requires_grad:
+        if not self._reaches_loss[param]:
             shape = self.program.shapes[param]  # the loss does not depend on it
             return FDResult("full", np.zeros(shape), np.zeros(shape))
         if self.mode_for(param) == "projection":
