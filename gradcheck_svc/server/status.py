@@ -47,7 +47,8 @@ class Failure:
         return grpc_status._replace(trailing_metadata=(*grpc_status.trailing_metadata, (KIND_KEY, self.kind)))
 
     def stream_error(self) -> service_pb2.VerifyError:
-        return service_pb2.VerifyError(code=self.code.value[0], message=self.message, field=self.field or "")
+        return service_pb2.VerifyError(code=self.code.value[0], message=self.message, field=self.field or "",
+                                       kind=self.kind)
 
 
 def failure_for(exc: BaseException, time_limit: float | None = None) -> Failure:

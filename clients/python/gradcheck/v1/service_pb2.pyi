@@ -45,14 +45,16 @@ class VerifyRequest(_message.Message):
     def __init__(self, id: _Optional[str] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., options: _Optional[_Union[VerifyOptions, _Mapping]] = ...) -> None: ...
 
 class VerifyError(_message.Message):
-    __slots__ = ("code", "message", "field")
+    __slots__ = ("code", "message", "field", "kind")
     CODE_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     FIELD_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     code: int
     message: str
     field: str
-    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., field: _Optional[str] = ...) -> None: ...
+    kind: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class VerifyResponse(_message.Message):
     __slots__ = ("id", "report", "error")
