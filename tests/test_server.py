@@ -249,3 +249,14 @@ def test_metrics_and_one_log_line_per_request(server, client):
     rec = lines[0]
     assert rec["msg"] == "request" and rec["method"] == "Verify" and rec["code"] == "OK"
     assert rec["verdict"] == "pass" and rec["graph"] == "seed" and rec["duration_ms"] > 0
+
+
+def test_error_naming_a_non_ascii_node(client):
+    request = service_pb2.VerifyRequest(graph=seed_graph())
+    request.graph.nodes[2].name = "Verlust→ü"
+    request.graph.output = "Verlust→ü"
+    request.graph.nodes[2].op = "divide"
+    with pytest.raises(VerifyError) as info:
+        client.verify(request.graph)
+    assert info.value.field == "node 'Verlust→ü'"
+    assert info.value.message == "node 'Verlust→ü': unknown op 'divide' (did you mean 'div'?)"

@@ -7,12 +7,14 @@ the server's per-request time limit -> DEADLINE_EXCEEDED; a worker process
 that died, and anything unexpected -> INTERNAL, with no traceback.
 
 Every failure also carries trailing metadata `gradcheck-error-kind` (invalid,
-limit, busy, unavailable, timeout, worker_died, internal) so a client without
-googleapis protos can tell a bad graph from a busy server.
+limit, busy, unavailable, timeout, worker_died, internal) and, when known,
+`gradcheck-error-field`, so a client without googleapis protos can tell a bad
+graph from a busy server and name the node.
 """
 from __future__ import annotations
 
 import asyncio
+from urllib.parse import quote
 from dataclasses import dataclass
 
 import grpc
@@ -26,6 +28,7 @@ from ..errors import BackendUnavailable, GradcheckError, LimitError
 from .pool import PoolBusy, WorkerDied
 
 KIND_KEY = "gradcheck-error-kind"
+FIELD_KEY = "gradcheck-error-field"
 
 
 @dataclass(frozen=True)
@@ -44,7 +47,9 @@ class Failure:
                 error_details_pb2.BadRequest.FieldViolation(field=self.field, description=self.message)]))
             status.details.append(detail)
         grpc_status = rpc_status.to_status(status)
-        return grpc_status._replace(trailing_metadata=(*grpc_status.trailing_metadata, (KIND_KEY, self.kind)))
+        # metadata values must be printable ASCII: the field (a node name) is percent-encoded
+        extra = ((KIND_KEY, self.kind),) + (((FIELD_KEY, quote(self.field, safe=" '")),) if self.field else ())
+        return grpc_status._replace(trailing_metadata=(*grpc_status.trailing_metadata, *extra))
 
     def stream_error(self) -> service_pb2.VerifyError:
         return service_pb2.VerifyError(code=self.code.value[0], message=self.message, field=self.field or "",

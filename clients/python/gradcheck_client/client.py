@@ -14,6 +14,7 @@ import asyncio
 import random
 import time
 from pathlib import Path
+from urllib.parse import unquote
 
 import grpc
 
@@ -22,7 +23,7 @@ from gradcheck.v1 import service_pb2, service_pb2_grpc
 from .graphio import to_graph
 from .report import Report, message_to_dict
 
-KIND_KEY = "gradcheck-error-kind"
+KIND_KEY, FIELD_KEY = "gradcheck-error-kind", "gradcheck-error-field"  # the server's error trailers
 OPTION_FIELDS = tuple(f.name for f in service_pb2.VerifyOptions.DESCRIPTOR.fields)
 INVALID_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
@@ -51,7 +52,7 @@ class VerifyError(Exception):
         code = err.code()
         if not kind and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             kind = "transport"
-        return cls(code, err.details() or code.name, kind, id=id)
+        return cls(code, err.details() or code.name, kind, unquote(meta.get(FIELD_KEY, "")), id=id)
 
     @classmethod
     def from_stream_item(cls, item: service_pb2.VerifyResponse) -> "VerifyError":
