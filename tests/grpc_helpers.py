@@ -3,15 +3,13 @@ from __future__ import annotations
 
 import json
 import os
-import select
-import signal
-import subprocess
-import sys
 import time
 import urllib.request
 from pathlib import Path
 
 import numpy as np
+
+from gradcheck_svc.server.launcher import LocalServer
 
 ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "graphs"
@@ -25,27 +23,11 @@ def _env(extra: dict | None = None) -> dict:
     return env
 
 
-class ServerProcess:
-    """`gradcheck-svc serve --port 0 ...` in a subprocess; reads the bound port from its first stdout line."""
+class ServerProcess(LocalServer):
+    """A real server for a test module, with its metrics port, log file and worker processes at hand."""
 
-    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None, startup: float = 60):
-        self.log_path = log_path
-        self._log = open(log_path, "w") if log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "gradcheck_svc.cli", "serve", "--port", "0", "--metrics-port", "0", *args],
-            stdout=subprocess.PIPE, stderr=self._log, env=_env(env), cwd=ROOT, text=True)
-        ready, _, _ = select.select([self.proc.stdout], [], [], startup)
-        line = self.proc.stdout.readline() if ready else ""
-        if not line:
-            self.proc.kill()
-            raise RuntimeError(f"server did not start (exit {self.proc.poll()})")
-        self.info = json.loads(line)
-        self.port = self.info["port"]
-        self.target = f"127.0.0.1:{self.port}"
-
-    @property
-    def pid(self) -> int:
-        return self.proc.pid
+    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None):
+        super().__init__("--metrics-port", "0", *args, env=_env(env), log_path=log_path)
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.info['metrics_port']}/metrics"
@@ -89,19 +71,6 @@ class ServerProcess:
             except json.JSONDecodeError:
                 pass
         return lines
-
-    def stop(self, timeout: float = 60) -> int:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        if self._log is not subprocess.DEVNULL:
-            self._log.close()
-        self.proc.stdout.close()
-        return self.proc.returncode
 
 
 def slow_graph(width: int = 96, layers: int = 4):
