@@ -112,6 +112,10 @@ class WorkerPool:
         self.limits = limits
         self.restarts = 0  # workers replaced after a death, cancellation or time-out
         self.pending = 0  # requests in flight: running or waiting for a worker
+        # parallelism comes from the processes: one BLAS thread each avoids oversubscribing the cores
+        # (read when the forkserver imports NumPy; a value the operator set is kept)
+        for var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+            os.environ.setdefault(var, "1")
         self._ctx = multiprocessing.get_context(context)
         if context == "forkserver":
             self._ctx.set_forkserver_preload(["gradcheck_svc.server.worker"])
