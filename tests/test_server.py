@@ -260,3 +260,16 @@ def test_error_naming_a_non_ascii_node(client):
         client.verify(request.graph)
     assert info.value.field == "node 'Verlust→ü'"
     assert info.value.message == "node 'Verlust→ü': unknown op 'divide' (did you mean 'div'?)"
+
+
+def test_serve_on_a_port_in_use_is_one_line_exit_2(server):
+    import subprocess
+    import sys
+
+    from grpc_helpers import ROOT, _env
+
+    r = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "serve", "--port", str(server.port)],
+                       capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=60)
+    assert r.returncode == 2
+    assert r.stderr == f"gradcheck-svc: error: --port: cannot listen on 127.0.0.1:{server.port} " \
+                       "(address in use or not available)\n"

@@ -10,11 +10,13 @@ import asyncio
 import json
 import logging
 import signal
+import socket
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ..errors import OptionError
 from .auth import BearerTokenInterceptor
 from .config import ServerConfig
 from .metrics import Metrics, configure_logging
@@ -30,15 +32,24 @@ def _credentials(config: ServerConfig):
     return grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])
 
 
+def _check_port_free(host: str, port: int, address: str) -> None:
+    """Say "port in use" in one line before gRPC core logs its own multi-line complaint."""
+    if port == 0:
+        return
+    try:
+        socket.create_server((host, port)).close()
+    except OSError:
+        raise OptionError(f"cannot listen on {address} (address in use or not available)", field="--port") from None
+
+
 async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
     metrics = Metrics()
     pool = WorkerPool(config.workers, config.limits.max_queue, config.limits)
-    await pool.start()
     size = config.limits.max_message_bytes
     server = grpc.aio.server(
         interceptors=[BearerTokenInterceptor(config.token)] if config.token else None,
         options=[("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size),
-                 ("grpc.so_reuseport", 0)])
+                 ("grpc.so_reuseport", 0)])  # a port in use is an error, not a silently shared port
     servicer = GradCheckServicer(config, pool, metrics)
     server.add_generic_rpc_handlers((servicer.handlers(),))
     health_servicer = health.aio.HealthServicer()
@@ -46,10 +57,15 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
     address = f"{config.host}:{config.port}"
+    _check_port_free(config.host, config.port, address)
     creds = _credentials(config)
-    port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    try:
+        port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
+    except RuntimeError:
+        port = 0
     if port == 0:
-        raise SystemExit(f"gradcheck-svc: error: cannot listen on {address}")
+        raise OptionError(f"cannot listen on {address} (address in use or not available)", field="--port")
+    await pool.start()
     httpd = metrics.serve_http(config.host, config.metrics_port) if config.metrics_port is not None else None
     await server.start()
     for name in ("", SERVICE):
