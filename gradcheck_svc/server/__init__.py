@@ -3,5 +3,6 @@
 Modules: config (limits and settings), execute (request message -> report
 message; pure, no gRPC, also used in-process by the client's CI command),
 status (the one GradcheckError -> gRPC status mapping), pool (worker
-processes), servicer, auth, metrics, main (`gradcheck-svc serve`).
+processes), worker (what a worker process runs), servicer, auth, metrics,
+main (`gradcheck-svc serve`), launcher (start a server as a child process).
 """

@@ -95,10 +95,9 @@ class GradCheckServicer:
             except DecodeError:
                 raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
                                         field="request") from None
-            limit = self.config.limits.max_request_seconds
-            remaining = context.time_remaining()
-            timeout = limit if remaining is None else min(limit, max(remaining, 0.0))
-            result = await asyncio.wait_for(self.pool.run(payload), timeout)
+            # the server's own time limit; the client's deadline or cancel arrives as CancelledError
+            # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
+            result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
             if result[0] != "ok":
                 raise _error_from_worker(result)
             _, response, verdict, causes = result
