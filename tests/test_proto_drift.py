@@ -1,6 +1,5 @@
 """The committed generated code under clients/python/gradcheck/v1 matches proto/."""
 import importlib.util
-import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -21,7 +21,7 @@ from .. import __version__, errors
 from .config import ServerConfig
 from .metrics import Metrics
 from .pool import WorkerPool
-from .status import Failure, failure_for
+from .status import failure_for
 
 SERVICE = "gradcheck.v1.GradCheckService"
 log = logging.getLogger("gradcheck.server")
@@ -192,5 +192,3 @@ class GradCheckServicer:
                 response_serializer=ser),
         })
 
-
-__all__ = ["GradCheckServicer", "Failure", "SERVICE", "list_ops_response", "server_info"]
