@@ -131,3 +131,10 @@ def test_killed_worker_fails_its_request_and_the_server_keeps_serving(server, cl
     assert "killed by SIGKILL" in err.message and "Traceback" not in err.message
     assert client.verify(seed_graph(), timeout=15).passed
     assert pid not in server.worker_pids()
+
+
+def test_a_long_stream_gets_backpressure_not_refusals(client):
+    """Six graphs on one stream to a server with one worker and no queue: all are verified."""
+    reports = list(client.verify_many([seed_graph()] * 6))
+    assert sorted(r.id for r in reports) == [str(i) for i in range(6)]
+    assert all(r.passed for r in reports)

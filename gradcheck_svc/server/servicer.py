@@ -135,18 +135,27 @@ class GradCheckServicer:
         return response
 
     async def verify_stream(self, requests, context):
-        """Reports go out as each verification finishes, in completion order."""
+        """Reports go out as each verification finishes, in completion order.
+
+        One stream keeps at most `workers` items in the pool; further requests are read only as
+        earlier ones finish, so a client streaming thousands of graphs gets backpressure (gRPC flow
+        control), not RESOURCE_EXHAUSTED for the items beyond the queue."""
         done: asyncio.Queue = asyncio.Queue()
         tasks: set[asyncio.Task] = set()
+        slots = asyncio.Semaphore(self.pool.size)
 
         async def one(payload: bytes):
-            response, failure, rid = await self._verify_one(payload, context, "VerifyStream")
+            try:
+                response, failure, rid = await self._verify_one(payload, context, "VerifyStream")
+            finally:
+                slots.release()
             if failure is not None:
                 response = service_pb2.VerifyResponse(id=rid, error=failure.stream_error()).SerializeToString()
             await done.put(response)
 
         async def reader():
             async for payload in requests:
+                await slots.acquire()
                 t = asyncio.create_task(one(payload))
                 tasks.add(t)
                 t.add_done_callback(tasks.discard)
