@@ -1,10 +1,11 @@
-# Quickstart: `make run` (install into .venv, verify every bundled example) and `make test`.
+# Quickstart: `make run` (install into .venv, start a server, verify every bundled example over gRPC),
+# `make serve` (the server in the foreground) and `make test`.
 PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run test proto bench clean
+.PHONY: install run serve test proto bench clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -15,6 +16,9 @@ install: $(STAMP)
 
 run: $(STAMP)
 	$(PY) scripts/run_examples.py
+
+serve: $(STAMP)
+	$(VENV)/bin/gradcheck-svc serve $(SERVE_ARGS)
 
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider

@@ -42,6 +42,24 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--directions", type=int, default=16, help="random directions in projection mode")
     v.add_argument("--seed", type=int, default=0, help="seed for projection directions")
 
+    s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    s.add_argument("--port", type=int, default=50051, help="gRPC port (0: pick a free one; default 50051)")
+    s.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
+    s.add_argument("--max-queue", type=int, default=None, help="requests waiting beyond busy workers before "
+                   "RESOURCE_EXHAUSTED (default 64)")
+    s.add_argument("--max-message-mb", type=float, default=None, help="largest request/response (default 16)")
+    s.add_argument("--max-nodes", type=int, default=None, help="nodes per graph (default 100000)")
+    s.add_argument("--max-elements", type=int, default=None, help="tensor elements per graph (default 10^7)")
+    s.add_argument("--max-symbolic-budget", type=int, default=None, help="symbolic oracle budget cap (default 5000)")
+    s.add_argument("--max-request-seconds", type=float, default=None, help="per-verification time (default 120)")
+    s.add_argument("--token-file", default=None, help="require this bearer token (default: $GRADCHECK_TOKEN "
+                   "when set, else no auth)")
+    s.add_argument("--tls-cert", default=None, help="PEM certificate chain (enables TLS, with --tls-key)")
+    s.add_argument("--tls-key", default=None, help="PEM private key")
+    s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this HTTP port")
+    s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
+
     o = sub.add_parser("ops", help="list the registered ops")
     o.add_argument("--format", choices=["text", "json"], default="text")
     return p
@@ -79,12 +97,47 @@ def _ops(args) -> int:
     return EXIT_OK
 
 
+def _serve(args) -> int:
+    import dataclasses
+    from pathlib import Path
+
+    from .errors import OptionError
+    from .server.config import ServerConfig, ServerLimits, read_token
+
+    limits = ServerLimits()
+    graph_limits = limits.graph
+    if args.max_nodes is not None:
+        graph_limits = dataclasses.replace(graph_limits, max_nodes=args.max_nodes)
+    if args.max_elements is not None:
+        graph_limits = dataclasses.replace(graph_limits, max_elements=args.max_elements)
+    given = {"max_queue": args.max_queue, "max_symbolic_budget": args.max_symbolic_budget,
+             "max_request_seconds": args.max_request_seconds,
+             "max_message_bytes": None if args.max_message_mb is None else int(args.max_message_mb * 2**20)}
+    limits = dataclasses.replace(limits, graph=graph_limits, **{k: v for k, v in given.items() if v is not None})
+    if (args.tls_cert is None) != (args.tls_key is None):
+        raise OptionError("give both --tls-cert and --tls-key", field="--tls-cert")
+    for path in (args.tls_cert, args.tls_key):
+        if path is not None and not Path(path).is_file():
+            raise OptionError(f"no such file: {path}", field="--tls-cert")
+    if args.workers is not None and args.workers < 1:
+        raise OptionError("needs at least 1 worker", field="--workers")
+    config = ServerConfig(
+        host=args.host, port=args.port, limits=limits, token=read_token(args.token_file),
+        tls_cert=Path(args.tls_cert) if args.tls_cert else None,
+        tls_key=Path(args.tls_key) if args.tls_key else None,
+        metrics_port=args.metrics_port, grace_seconds=args.grace,
+        **({"workers": args.workers} if args.workers else {}))
+    from .server.main import run
+
+    return run(config)
+
+
 def main(argv=None) -> int:
     if hasattr(signal, "SIGPIPE"):  # `gradcheck-svc verify g.json | head` ends quietly, like other tools
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
     try:
-        return {"verify": _verify, "ops": _ops}[args.command](args)
+        return {"verify": _verify, "ops": _ops, "serve": _serve}[args.command](args)
     except GradcheckError as exc:
         print(f"gradcheck-svc: error: {exc.message}", file=sys.stderr)
         return EXIT_INVALID

@@ -1,0 +1,351 @@
+from google.protobuf import struct_pb2 as _struct_pb2
+from gradcheck.v1 import graph_pb2 as _graph_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class VerifyOptions(_message.Message):
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint")
+    FD_MODE_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    ATOL_FIELD_NUMBER: _ClassVar[int]
+    RTOL_FIELD_NUMBER: _ClassVar[int]
+    DIRECTIONS_FIELD_NUMBER: _ClassVar[int]
+    SEED_FIELD_NUMBER: _ClassVar[int]
+    FAULTS_FIELD_NUMBER: _ClassVar[int]
+    SYMBOLIC_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    LOCALIZE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    fd_mode: str
+    dtype: str
+    device: str
+    atol: float
+    rtol: float
+    directions: int
+    seed: int
+    faults: _containers.RepeatedScalarFieldContainer[str]
+    symbolic_budget: int
+    localize: bool
+    checkpoint: str
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ...) -> None: ...
+
+class VerifyRequest(_message.Message):
+    __slots__ = ("id", "graph", "options")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    graph: _graph_pb2.Graph
+    options: VerifyOptions
+    def __init__(self, id: _Optional[str] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., options: _Optional[_Union[VerifyOptions, _Mapping]] = ...) -> None: ...
+
+class VerifyError(_message.Message):
+    __slots__ = ("code", "message", "field", "kind")
+    CODE_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    FIELD_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    code: int
+    message: str
+    field: str
+    kind: str
+    def __init__(self, code: _Optional[int] = ..., message: _Optional[str] = ..., field: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class VerifyResponse(_message.Message):
+    __slots__ = ("id", "report", "error")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    report: Report
+    error: VerifyError
+    def __init__(self, id: _Optional[str] = ..., report: _Optional[_Union[Report, _Mapping]] = ..., error: _Optional[_Union[VerifyError, _Mapping]] = ...) -> None: ...
+
+class Tolerance(_message.Message):
+    __slots__ = ("atol", "rtol")
+    ATOL_FIELD_NUMBER: _ClassVar[int]
+    RTOL_FIELD_NUMBER: _ClassVar[int]
+    atol: float
+    rtol: float
+    def __init__(self, atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
+
+class SymbolicComparison(_message.Message):
+    __slots__ = ("status", "reason", "reference", "max_abs_error", "max_rel_error", "worst_index", "passed", "size")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_REL_ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    reason: str
+    reference: _containers.RepeatedScalarFieldContainer[float]
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: _containers.RepeatedScalarFieldContainer[int]
+    passed: bool
+    size: int
+    def __init__(self, status: _Optional[str] = ..., reason: _Optional[str] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., passed: _Optional[bool] = ..., size: _Optional[int] = ...) -> None: ...
+
+class ParameterResult(_message.Message):
+    __slots__ = ("name", "shape", "fd_mode", "gradient", "reference", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "reference_at_worst", "tolerance", "passed", "gradient_norm", "fd_evaluations", "truncated", "engine_projection", "symbolic", "fd_vs_symbolic")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SHAPE_FIELD_NUMBER: _ClassVar[int]
+    FD_MODE_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_REL_ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_AT_WORST_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_AT_WORST_FIELD_NUMBER: _ClassVar[int]
+    TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    GRADIENT_NORM_FIELD_NUMBER: _ClassVar[int]
+    FD_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_PROJECTION_FIELD_NUMBER: _ClassVar[int]
+    SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
+    FD_VS_SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    shape: _containers.RepeatedScalarFieldContainer[int]
+    fd_mode: str
+    gradient: _containers.RepeatedScalarFieldContainer[float]
+    reference: _containers.RepeatedScalarFieldContainer[float]
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: _containers.RepeatedScalarFieldContainer[int]
+    engine_at_worst: float
+    reference_at_worst: float
+    tolerance: Tolerance
+    passed: bool
+    gradient_norm: float
+    fd_evaluations: int
+    truncated: bool
+    engine_projection: _containers.RepeatedScalarFieldContainer[float]
+    symbolic: SymbolicComparison
+    fd_vs_symbolic: SymbolicComparison
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fd_mode: _Optional[str] = ..., gradient: _Optional[_Iterable[float]] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., reference_at_worst: _Optional[float] = ..., tolerance: _Optional[_Union[Tolerance, _Mapping]] = ..., passed: _Optional[bool] = ..., gradient_norm: _Optional[float] = ..., fd_evaluations: _Optional[int] = ..., truncated: _Optional[bool] = ..., engine_projection: _Optional[_Iterable[float]] = ..., symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ..., fd_vs_symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ...) -> None: ...
+
+class FaultRecord(_message.Message):
+    __slots__ = ("fault", "read_by", "before", "after")
+    FAULT_FIELD_NUMBER: _ClassVar[int]
+    READ_BY_FIELD_NUMBER: _ClassVar[int]
+    BEFORE_FIELD_NUMBER: _ClassVar[int]
+    AFTER_FIELD_NUMBER: _ClassVar[int]
+    fault: str
+    read_by: _containers.RepeatedScalarFieldContainer[str]
+    before: float
+    after: float
+    def __init__(self, fault: _Optional[str] = ..., read_by: _Optional[_Iterable[str]] = ..., before: _Optional[float] = ..., after: _Optional[float] = ...) -> None: ...
+
+class WorstElement(_message.Message):
+    __slots__ = ("index", "engine", "reference")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
+    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    index: _containers.RepeatedScalarFieldContainer[int]
+    engine: float
+    reference: float
+    def __init__(self, index: _Optional[_Iterable[int]] = ..., engine: _Optional[float] = ..., reference: _Optional[float] = ...) -> None: ...
+
+class Finding(_message.Message):
+    __slots__ = ("node", "op", "cause", "severity", "parameters", "detail", "worst")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    CAUSE_FIELD_NUMBER: _ClassVar[int]
+    SEVERITY_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    WORST_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    op: str
+    cause: str
+    severity: str
+    parameters: _containers.RepeatedScalarFieldContainer[str]
+    detail: str
+    worst: WorstElement
+    def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., cause: _Optional[str] = ..., severity: _Optional[str] = ..., parameters: _Optional[_Iterable[str]] = ..., detail: _Optional[str] = ..., worst: _Optional[_Union[WorstElement, _Mapping]] = ...) -> None: ...
+
+class CheckpointProfile(_message.Message):
+    __slots__ = ("policy", "activations_peak_bytes", "live_peak_bytes", "op_evaluations", "kept")
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIVE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OP_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    KEPT_FIELD_NUMBER: _ClassVar[int]
+    policy: str
+    activations_peak_bytes: int
+    live_peak_bytes: int
+    op_evaluations: int
+    kept: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, policy: _Optional[str] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., kept: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class Memory(_message.Message):
+    __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "checkpoint")
+    PARAMETERS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    GRADIENTS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LIVE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OP_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    parameters_bytes: int
+    gradients_bytes: int
+    activations_peak_bytes: int
+    live_peak_bytes: int
+    inference_peak_bytes: int
+    op_evaluations: int
+    checkpoint: CheckpointProfile
+    def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointProfile, _Mapping]] = ...) -> None: ...
+
+class Report(_message.Message):
+    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "text")
+    class TimingsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    GRAPH_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    DTYPE_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    FAULTS_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
+    TIMINGS_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    graph: str
+    verdict: str
+    loss: float
+    dtype: str
+    device: str
+    parameters: _containers.RepeatedCompositeFieldContainer[ParameterResult]
+    faults: _containers.RepeatedCompositeFieldContainer[FaultRecord]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    memory: Memory
+    timings: _containers.ScalarMap[str, float]
+    findings: _containers.RepeatedCompositeFieldContainer[Finding]
+    text: str
+    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
+
+class ListOpsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AttributeInfo(_message.Message):
+    __slots__ = ("kind", "default", "required", "choices")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    DEFAULT_FIELD_NUMBER: _ClassVar[int]
+    REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    CHOICES_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    default: _struct_pb2.Value
+    required: bool
+    choices: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., default: _Optional[_Union[_struct_pb2.Value, _Mapping]] = ..., required: _Optional[bool] = ..., choices: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class KinkInfo(_message.Message):
+    __slots__ = ("where", "convention")
+    WHERE_FIELD_NUMBER: _ClassVar[int]
+    CONVENTION_FIELD_NUMBER: _ClassVar[int]
+    where: str
+    convention: str
+    def __init__(self, where: _Optional[str] = ..., convention: _Optional[str] = ...) -> None: ...
+
+class OpInfo(_message.Message):
+    __slots__ = ("name", "arity", "variadic", "inputs", "attributes", "formula", "kinks", "doc")
+    class AttributesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: AttributeInfo
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[AttributeInfo, _Mapping]] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ARITY_FIELD_NUMBER: _ClassVar[int]
+    VARIADIC_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    FORMULA_FIELD_NUMBER: _ClassVar[int]
+    KINKS_FIELD_NUMBER: _ClassVar[int]
+    DOC_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    arity: int
+    variadic: bool
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    attributes: _containers.MessageMap[str, AttributeInfo]
+    formula: str
+    kinks: _containers.RepeatedCompositeFieldContainer[KinkInfo]
+    doc: str
+    def __init__(self, name: _Optional[str] = ..., arity: _Optional[int] = ..., variadic: _Optional[bool] = ..., inputs: _Optional[_Iterable[str]] = ..., attributes: _Optional[_Mapping[str, AttributeInfo]] = ..., formula: _Optional[str] = ..., kinks: _Optional[_Iterable[_Union[KinkInfo, _Mapping]]] = ..., doc: _Optional[str] = ...) -> None: ...
+
+class ListOpsResponse(_message.Message):
+    __slots__ = ("opset_version", "ops")
+    OPSET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    OPS_FIELD_NUMBER: _ClassVar[int]
+    opset_version: int
+    ops: _containers.RepeatedCompositeFieldContainer[OpInfo]
+    def __init__(self, opset_version: _Optional[int] = ..., ops: _Optional[_Iterable[_Union[OpInfo, _Mapping]]] = ...) -> None: ...
+
+class GetServerInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Limits(_message.Message):
+    __slots__ = ("max_message_bytes", "max_nodes", "max_elements", "max_symbolic_budget", "max_request_seconds", "max_queue")
+    MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    MAX_NODES_FIELD_NUMBER: _ClassVar[int]
+    MAX_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    MAX_SYMBOLIC_BUDGET_FIELD_NUMBER: _ClassVar[int]
+    MAX_REQUEST_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    max_message_bytes: int
+    max_nodes: int
+    max_elements: int
+    max_symbolic_budget: int
+    max_request_seconds: float
+    max_queue: int
+    def __init__(self, max_message_bytes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_symbolic_budget: _Optional[int] = ..., max_request_seconds: _Optional[float] = ..., max_queue: _Optional[int] = ...) -> None: ...
+
+class BackendInfo(_message.Message):
+    __slots__ = ("name", "device", "available")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    device: str
+    available: bool
+    def __init__(self, name: _Optional[str] = ..., device: _Optional[str] = ..., available: _Optional[bool] = ...) -> None: ...
+
+class ServerInfo(_message.Message):
+    __slots__ = ("version", "opset_version", "backends", "devices", "oracles", "limits", "workers", "auth_required")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OPSET_VERSION_FIELD_NUMBER: _ClassVar[int]
+    BACKENDS_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    ORACLES_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    WORKERS_FIELD_NUMBER: _ClassVar[int]
+    AUTH_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    opset_version: int
+    backends: _containers.RepeatedCompositeFieldContainer[BackendInfo]
+    devices: _containers.RepeatedScalarFieldContainer[str]
+    oracles: _containers.RepeatedScalarFieldContainer[str]
+    limits: Limits
+    workers: int
+    auth_required: bool
+    def __init__(self, version: _Optional[str] = ..., opset_version: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., oracles: _Optional[_Iterable[str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., workers: _Optional[int] = ..., auth_required: _Optional[bool] = ...) -> None: ...

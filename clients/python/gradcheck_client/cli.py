@@ -1,0 +1,275 @@
+"""`gradcheck verify PATHS...`: the CI command.
+
+Exit codes (a contract for CI): 0 every gradient verified, 1 a gradient
+mismatch, 2 invalid input or usage (bad graph, bad option, over a limit, bad
+token), 3 server unreachable or transport failure. When several apply, the
+highest wins (a run that could not reach the server is never reported as a
+plain mismatch).
+
+With --server (or $GRADCHECK_SERVER) graphs stream to the server; without,
+they are verified in-process when the gradcheck-svc package is installed.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+from dataclasses import dataclass
+from pathlib import Path
+
+from . import __version__
+from .graphio import SUFFIXES, GraphFileError, load_graph
+from .report import Report
+
+EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_TRANSPORT = 0, 1, 2, 3
+
+
+@dataclass
+class Outcome:
+    path: str
+    report: Report | None = None
+    error: str = ""
+    invalid: bool = False  # the input is at fault (else: transport/server fault)
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        if self.report is not None:
+            return self.report.verdict
+        return "invalid" if self.invalid else "error"
+
+    @property
+    def exit_code(self) -> int:
+        if self.report is not None:
+            return EXIT_OK if self.report.passed else EXIT_MISMATCH
+        return EXIT_INVALID if self.invalid else EXIT_TRANSPORT
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="gradcheck", description="Verify the gradients of computation graphs (CI command).")
+    p.add_argument("--version", action="version", version=f"gradcheck {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    v = sub.add_parser("verify", help="verify graph files (.json/.pb) or directories of them")
+    v.add_argument("paths", nargs="+", metavar="PATH", help="graph files, or directories searched for *.json/*.pb")
+    v.add_argument("--server", default=os.environ.get("GRADCHECK_SERVER"), metavar="HOST:PORT",
+                   help="gradcheck server (default $GRADCHECK_SERVER; none: verify in-process)")
+    v.add_argument("--token-file", default=None, help="bearer token file (default: $GRADCHECK_TOKEN when set)")
+    v.add_argument("--tls", action="store_true", help="connect with TLS (system roots, or --ca-file)")
+    v.add_argument("--ca-file", default=None, help="PEM root certificate(s) for TLS")
+    v.add_argument("--timeout", type=float, default=300.0, help="seconds per graph (default 300)")
+    v.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per graph)")
+    v.add_argument("--summary-md", metavar="FILE", help="write a Markdown summary table "
+                   "(also appended to $GITHUB_STEP_SUMMARY when set)")
+    v.add_argument("--json", action="store_true", help="print one JSON document with every report")
+    v.add_argument("--fd", dest="fd_mode", choices=["auto", "full", "projection"], default=None)
+    v.add_argument("--dtype", choices=["float32", "float64"], default=None)
+    v.add_argument("--device", choices=["cpu", "cuda"], default=None)
+    v.add_argument("--atol", type=float, default=None)
+    v.add_argument("--rtol", type=float, default=None)
+    v.add_argument("--directions", type=int, default=None)
+    v.add_argument("--seed", type=int, default=None)
+    v.add_argument("--fault", dest="faults", action="append", default=None, metavar="NODE:KIND[:VALUE]")
+    return p
+
+
+def find_graphs(paths: list[str]) -> list[Path]:
+    found = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            found += sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file())
+        elif p.is_file():
+            found.append(p)
+        else:
+            raise FileNotFoundError(f"no such file or directory: {p}")
+    return found
+
+
+class Progress:
+    """A one-line progress bar on stderr, only when stderr is a terminal."""
+
+    def __init__(self, total: int, stream=sys.stderr):
+        self.total, self.done, self.stream = total, 0, stream
+        self.enabled = stream.isatty()
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        if self.enabled:
+            n = 30 * self.done // max(1, self.total)
+            self.stream.write(f"\r[{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total} {label[-40:]:<40}")
+            self.stream.flush()
+
+    def close(self) -> None:
+        if self.enabled:
+            self.stream.write("\r" + " " * 80 + "\r")
+            self.stream.flush()
+
+
+def _options(args) -> dict:
+    keys = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults")
+    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+
+
+def _run_remote(args, graphs: dict, token: str | None, progress: Progress) -> dict[str, Outcome]:
+    from .client import Client, VerifyError
+
+    out = {}
+    client = Client(args.server, token=token, tls=args.tls, root_certificates=args.ca_file, timeout=args.timeout)
+    try:
+        results = client.verify_many(graphs, raise_errors=False, timeout=args.timeout * max(1, len(graphs)),
+                                     **_options(args))
+        for item in results:
+            if isinstance(item, Report):
+                out[item.id] = Outcome(item.id, report=item)
+            else:
+                out[item.id] = Outcome(item.id, error=item.message, invalid=item.invalid_input)
+            progress.step(item.id)
+    except VerifyError as exc:  # the stream itself failed: every graph without a result shares the error
+        for path in graphs:
+            out.setdefault(path, Outcome(path, error=f"{exc.code.name}: {exc.message}", invalid=exc.invalid_input))
+    finally:
+        client.close()
+    return out
+
+
+def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
+    from gradcheck_svc.errors import GradcheckError
+    from gradcheck_svc.server.execute import verify_request
+
+    from .client import make_request
+
+    out = {}
+    for path, graph in graphs.items():
+        try:
+            response = verify_request(make_request(graph, path, **_options(args)))
+            out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
+        except GradcheckError as exc:
+            out[path] = Outcome(path, error=exc.message, invalid=True)
+        except Exception as exc:  # an internal fault of the verifier: one line, no traceback
+            out[path] = Outcome(path, error=f"internal error: {type(exc).__name__}: {exc}")
+        progress.step(path)
+    return out
+
+
+def _in_process_available() -> bool:
+    try:
+        import gradcheck_svc.server.execute  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+# --- reports -------------------------------------------------------------------------
+
+
+def junit_xml(outcomes: list[Outcome]) -> str:
+    suite = ET.Element("testsuite", name="gradcheck", tests=str(len(outcomes)),
+                       failures=str(sum(o.status == "fail" for o in outcomes)),
+                       errors=str(sum(o.report is None for o in outcomes)))
+    for o in outcomes:
+        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=o.path)
+        if o.report is None:
+            ET.SubElement(case, "error", message=o.error, type="invalid" if o.invalid else "transport").text = o.error
+        elif not o.report.passed:
+            ET.SubElement(case, "failure", message=o.report.summary(), type="gradient_mismatch").text = str(o.report)
+        if o.report is not None:
+            ET.SubElement(case, "system-out").text = str(o.report)
+    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def summary_markdown(outcomes: list[Outcome]) -> str:
+    icon = {"pass": "✅ pass", "fail": "❌ fail", "invalid": "⚠️ invalid", "error": "⚠️ error"}
+    lines = ["### gradcheck", "", "| Graph | Verdict | Findings |", "|---|---|---|"]
+    for o in outcomes:
+        if o.report is None:
+            what = o.error
+        else:
+            bad = [f"`{p.name}` wrong (max abs err {p.max_abs_error:.3g})" for p in o.report.failed_parameters
+                   if isinstance(p.max_abs_error, (int, float))]
+            what = "; ".join(bad + [str(f) for f in o.report.findings]) or "-"
+        lines.append(f"| `{_cell(o.path)}` | {icon[o.status]} | {_cell(what)} |")
+    counts = {s: sum(o.status == s for o in outcomes) for s in icon}
+    lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+    return "\n".join(lines) + "\n"
+
+
+def _verify(args) -> int:
+    try:
+        paths = find_graphs(args.paths)
+    except FileNotFoundError as exc:
+        print(f"gradcheck: error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
+    if not paths:
+        print("gradcheck: error: no *.json or *.pb graphs found in " + " ".join(args.paths), file=sys.stderr)
+        return EXIT_INVALID
+    if not args.server and not _in_process_available():
+        print("gradcheck: error: no server given and gradcheck-svc is not installed here; pass --server "
+              "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server", file=sys.stderr)
+        return EXIT_INVALID
+    token = None
+    if args.token_file:
+        try:
+            token = Path(args.token_file).read_text().strip()
+        except OSError as exc:
+            print(f"gradcheck: error: cannot read token file: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_INVALID
+    token = token or os.environ.get("GRADCHECK_TOKEN") or None
+
+    outcomes: dict[str, Outcome] = {}
+    graphs = {}
+    for p in paths:
+        try:
+            graphs[str(p)] = load_graph(p)
+        except GraphFileError as exc:
+            outcomes[str(p)] = Outcome(str(p), error=str(exc), invalid=True)
+    progress = Progress(len(paths))
+    try:
+        if graphs:
+            run = _run_remote(args, graphs, token, progress) if args.server else _run_local(args, graphs, progress)
+            outcomes.update(run)
+    finally:
+        progress.close()
+    ordered = [outcomes[str(p)] for p in paths]
+
+    if args.json:
+        print(json.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
+                           "error": o.error or None} for o in ordered], indent=2))
+    else:
+        for o in ordered:
+            print(f"== {o.path}")
+            print(str(o.report) if o.report else f"{o.status.upper()}: {o.error}")
+            print()
+    if args.junit:
+        Path(args.junit).write_text(junit_xml(ordered))
+    md = summary_markdown(ordered)
+    if args.summary_md:
+        Path(args.summary_md).write_text(md)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
+            fh.write(md)
+    code = max(o.exit_code for o in ordered)
+    counts = {s: sum(o.status == s for o in ordered) for s in ("pass", "fail", "invalid", "error")}
+    print("gradcheck: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), file=sys.stderr)
+    return code
+
+
+def main(argv=None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return _verify(args)
+    except KeyboardInterrupt:
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

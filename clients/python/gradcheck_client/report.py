@@ -1,0 +1,116 @@
+"""Plain-Python reports: what a verification found, without protobuf types.
+
+`Report.data` is the JSON report (the same keys as `gradcheck-svc verify
+--format json`); the attributes are conveniences over it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from google.protobuf import json_format
+
+
+def message_to_dict(msg) -> dict:
+    """Protobuf message -> the JSON report's dict: snake_case names, numbers as numbers."""
+    return json_format.MessageToDict(msg, preserving_proto_field_name=True, unquote_int64_if_possible=True,
+                                     always_print_fields_with_no_presence=True)
+
+
+class GradientMismatch(AssertionError):
+    """Raised by Report.raise_for_mismatch() when a gradient is wrong."""
+
+    def __init__(self, report: "Report"):
+        self.report = report
+        super().__init__(report.summary())
+
+
+@dataclass
+class Parameter:
+    name: str
+    shape: list
+    passed: bool
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: list
+    engine_at_worst: float
+    reference_at_worst: float
+    fd_mode: str
+    data: dict = field(repr=False, default_factory=dict)
+
+
+@dataclass
+class Finding:
+    node: str
+    op: str
+    cause: str
+    severity: str
+    parameters: list
+    detail: str
+    data: dict = field(repr=False, default_factory=dict)
+
+    def __str__(self) -> str:
+        return f"node '{self.node}' ({self.op}): {self.cause} - {self.detail}"
+
+
+class Report:
+    def __init__(self, data: dict, *, id: str = "", text: str = ""):
+        self.id = id
+        self.data = data
+        self.text = text
+        self.graph: str = data.get("graph", "")
+        self.verdict: str = data.get("verdict", "")
+        self.loss = data.get("loss")
+        self.dtype: str = data.get("dtype", "")
+        self.device: str = data.get("device", "")
+        self.parameters = [Parameter(
+            name=p.get("name", ""), shape=p.get("shape", []), passed=bool(p.get("passed")),
+            max_abs_error=p.get("max_abs_error", 0.0), max_rel_error=p.get("max_rel_error", 0.0),
+            worst_index=p.get("worst_index", []), engine_at_worst=p.get("engine_at_worst", 0.0),
+            reference_at_worst=p.get("reference_at_worst", 0.0), fd_mode=p.get("fd_mode", ""), data=p)
+            for p in data.get("parameters", [])]
+        self.findings = [Finding(
+            node=f.get("node", ""), op=f.get("op", ""), cause=f.get("cause", ""), severity=f.get("severity", ""),
+            parameters=f.get("parameters", []), detail=f.get("detail", ""), data=f)
+            for f in data.get("findings", [])]
+        self.warnings: list = data.get("warnings", [])
+        self.memory: dict = data.get("memory", {})
+        self.timings: dict = data.get("timings", {})
+
+    @classmethod
+    def from_proto(cls, msg, id: str = "") -> "Report":
+        data = message_to_dict(msg)
+        text = data.pop("text", "")
+        return cls(data, id=id, text=text)
+
+    @property
+    def passed(self) -> bool:
+        return self.verdict == "pass"
+
+    @property
+    def failed_parameters(self) -> list[Parameter]:
+        return [p for p in self.parameters if not p.passed]
+
+    def raise_for_mismatch(self) -> "Report":
+        """Raise GradientMismatch unless every gradient verified; returns self for chaining."""
+        if not self.passed:
+            raise GradientMismatch(self)
+        return self
+
+    def summary(self) -> str:
+        """One line: verdict, failing parameters, error findings."""
+        line = f"{self.graph or 'graph'}: {self.verdict.upper()}"
+        bad = self.failed_parameters
+        if bad:
+            line += "; wrong gradient for " + ", ".join(
+                f"{p.name} (max abs err {p.max_abs_error:.3g} at {p.worst_index})" if isinstance(
+                    p.max_abs_error, (int, float)) else p.name for p in bad)
+        errors = [f for f in self.findings if f.severity == "error"]
+        if errors:
+            line += "; " + "; ".join(str(f) for f in errors)
+        return line
+
+    def __str__(self) -> str:
+        return self.text or self.summary()
+
+    def __repr__(self) -> str:
+        return f"<Report {self.graph!r} {self.verdict} id={self.id!r}>"

@@ -1,0 +1,235 @@
+"""A define-by-run tracer: ordinary Python arithmetic records a gradcheck.v1.Graph.
+
+    from gradcheck_client.tracer import Tracer, ops
+    t = Tracer("seed")
+    w, x = t.param("w", 3.0), t.param("x", 2.0)
+    z = (w * x).named("z")
+    loss = (z ** 2) / 4
+    graph = t.graph(loss)            # a gradcheck.v1.Graph message
+
+    h = t.input("h", np.ones((2, 3))); W = t.param("W", np.eye(3))
+    loss = ops.tanh(h @ W).sum()     # any registry op: ops.NAME(*inputs, **attrs)
+
+Like PyTorch's eager mode, every value also carries its concrete NumPy value
+(for the common ops below), so Python control flow may look at data:
+`if loss > 1: ...`. Such control flow is BAKED IN at trace time: the graph
+records only the branch that was taken (and the loop iterations that ran)
+with these input values. The server verifies that graph; it does not
+re-decide the branch. Re-trace when the inputs change which way it goes.
+
+The NumPy values exist only to let Python decide branches at trace time;
+the server recomputes everything with its own engine. Ops without a local
+value (anything reached through `ops.NAME` other than the common ones) still
+trace fine; only looking at their value (`bool()`, `float()`, comparisons)
+raises TracerError.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import numpy as np
+from google.protobuf import json_format
+
+from gradcheck.v1 import graph_pb2
+
+
+class TracerError(ValueError):
+    pass
+
+
+def _reduce(fn):
+    def run(x, axis=None, keepdims=False):
+        return fn(x, axis=tuple(axis) if isinstance(axis, list) else axis, keepdims=keepdims)
+    return run
+
+
+# Trace-time values for the common ops (NumPy's own functions), so Python can
+# branch on data. Op names are the server registry's; ops missing here trace
+# without a local value.
+_EAGER: dict[str, Callable] = {
+    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
+    "neg": np.negative, "matmul": np.matmul, "maximum": np.maximum, "minimum": np.minimum,
+    "tanh": np.tanh, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "sqrt": np.sqrt,
+    "abs": np.abs, "square": np.square, "relu": lambda x: np.maximum(x, 0.0),
+    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
+    "sum": _reduce(np.sum), "mean": _reduce(np.mean), "max": _reduce(np.max), "min": _reduce(np.min),
+}
+
+
+class Value:
+    """A traced value: a graph input or the output of a recorded node."""
+
+    __array_priority__ = 1000  # numpy scalars/arrays on the left defer to our reflected operators
+
+    def __init__(self, tracer: "Tracer", name: str, value):
+        self.tracer = tracer
+        self.name = name
+        self.value = value  # np.ndarray, or None when not known at trace time
+
+    def named(self, name: str) -> "Value":
+        """Give this value's node a readable name (shown in reports); returns self."""
+        self.tracer._rename(self, name)
+        return self
+
+    # arithmetic records nodes
+    def __add__(self, o): return self.tracer.apply("add", self, o)
+    def __radd__(self, o): return self.tracer.apply("add", o, self)
+    def __sub__(self, o): return self.tracer.apply("sub", self, o)
+    def __rsub__(self, o): return self.tracer.apply("sub", o, self)
+    def __mul__(self, o): return self.tracer.apply("mul", self, o)
+    def __rmul__(self, o): return self.tracer.apply("mul", o, self)
+    def __truediv__(self, o): return self.tracer.apply("div", self, o)
+    def __rtruediv__(self, o): return self.tracer.apply("div", o, self)
+    def __pow__(self, o): return self.tracer.apply("pow", self, o)
+    def __rpow__(self, o): return self.tracer.apply("pow", o, self)
+    def __matmul__(self, o): return self.tracer.apply("matmul", self, o)
+    def __rmatmul__(self, o): return self.tracer.apply("matmul", o, self)
+    def __neg__(self): return self.tracer.apply("neg", self)
+
+    def sum(self, axis=None, keepdims=False): return self.tracer.apply("sum", self, axis=axis, keepdims=keepdims)
+    def mean(self, axis=None, keepdims=False): return self.tracer.apply("mean", self, axis=axis, keepdims=keepdims)
+
+    # looking at data: answered from the trace-time value (the branch gets baked in)
+    def _known(self) -> np.ndarray:
+        if self.value is None:
+            raise TracerError(f"the value of '{self.name}' is not known at trace time (its op has no "
+                              "local evaluation); data-dependent control flow cannot use it")
+        return self.value
+
+    def __bool__(self): return bool(self._known())
+    def __float__(self): return float(self._known())
+    def __gt__(self, o): return self._known() > _plain(o)
+    def __ge__(self, o): return self._known() >= _plain(o)
+    def __lt__(self, o): return self._known() < _plain(o)
+    def __le__(self, o): return self._known() <= _plain(o)
+    __hash__ = object.__hash__  # == is identity: values are graph nodes, not numbers
+
+    @property
+    def shape(self) -> tuple:
+        return self.tracer._shapes.get(self.name, ())
+
+    def __repr__(self) -> str:
+        return f"<Value {self.name} shape={list(self.shape)}>"
+
+
+def _plain(o):
+    return o._known() if isinstance(o, Value) else o
+
+
+class Tracer:
+    def __init__(self, name: str = "", dtype: str = "float64"):
+        self.name = name
+        self.dtype = dtype
+        self._inputs: list[tuple[Value, bool, str]] = []
+        self._nodes: list[tuple[Value, str, list, dict]] = []
+        self._names: set[str] = set()
+        self._shapes: dict[str, tuple] = {}
+        self._count = 0
+
+    def _fresh(self, prefix: str) -> str:
+        while True:
+            self._count += 1
+            name = f"{prefix}_{self._count}"
+            if name not in self._names:
+                return name
+
+    def _claim(self, name: str) -> str:
+        if name in self._names:
+            raise TracerError(f"name '{name}' is already used in this trace")
+        self._names.add(name)
+        return name
+
+    def _rename(self, v: Value, name: str) -> None:
+        self._claim(name)
+        self._names.discard(v.name)
+        if v.name in self._shapes:
+            self._shapes[name] = self._shapes.pop(v.name)
+        v.name = name  # nodes refer to Value objects; names are resolved when the graph is built
+
+    def input(self, name: str, value, requires_grad: bool = False, dtype: str | None = None) -> Value:
+        arr = np.asarray(value)
+        dtype = dtype or ({"b": "bool", "i": "int64", "u": "int64"}.get(arr.dtype.kind) or self.dtype)
+        v = Value(self, self._claim(name), arr.astype({"bool": bool, "int64": np.int64}.get(dtype, np.float64)))
+        self._shapes[name] = arr.shape
+        self._inputs.append((v, requires_grad, dtype))
+        return v
+
+    def param(self, name: str, value, dtype: str | None = None) -> Value:
+        """An input whose gradient is checked (requires_grad)."""
+        return self.input(name, value, requires_grad=True, dtype=dtype)
+
+    def _lift(self, x) -> Value:
+        if isinstance(x, Value):
+            if x.tracer is not self:
+                raise TracerError(f"'{x.name}' belongs to another trace")
+            return x
+        return self.input(self._fresh("const"), np.asarray(x, dtype=np.float64), dtype=self.dtype)  # a plain input
+
+    def apply(self, op: str, *inputs, name: str | None = None, **attrs) -> Value:
+        """Record node `op` (any op in the server's registry) on `inputs` with `attrs`."""
+        xs = [self._lift(x) for x in inputs]
+        attrs = {k: v for k, v in attrs.items() if v is not None}
+        value = None
+        if op in _EAGER and all(x.value is not None for x in xs):
+            with np.errstate(all="ignore"):
+                value = np.asarray(_EAGER[op](*(x.value for x in xs), **attrs), dtype=np.float64)
+        out = Value(self, self._claim(name) if name else self._fresh(op), value)
+        if value is not None:
+            self._shapes[out.name] = value.shape
+        self._nodes.append((out, op, xs, attrs))
+        return out
+
+    def graph(self, loss: Value, name: str | None = None) -> graph_pb2.Graph:
+        """The recorded graph with `loss` as output, pruned to what the loss depends on."""
+        producers = {id(v): (v, op, xs, attrs) for v, op, xs, attrs in self._nodes}
+        needed, stack = set(), [loss]
+        while stack:  # iterative: deep traces do not hit Python's recursion limit
+            v = stack.pop()
+            if id(v) in needed:
+                continue
+            needed.add(id(v))
+            if id(v) in producers:
+                stack.extend(producers[id(v)][2])
+        msg = graph_pb2.Graph(name=name if name is not None else self.name, opset_version=1, output=loss.name)
+        for v, requires_grad, dtype in self._inputs:
+            if id(v) in needed:
+                t = msg.inputs.add(name=v.name, requires_grad=requires_grad).value
+                t.dtype, t.shape[:] = dtype, list(v.value.shape)
+                t.data[:] = v.value.reshape(-1).astype(np.float64).tolist()
+        for v, op, xs, attrs in self._nodes:
+            if id(v) in needed:
+                node = msg.nodes.add(name=v.name, op=op, inputs=[x.name for x in xs])
+                if attrs:
+                    json_format.ParseDict(_jsonable(attrs), node.attrs)
+        return msg
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
+
+
+class _Ops:
+    """ops.NAME(*inputs, **attrs) records op NAME: every registry op, no list kept here."""
+
+    def __getattr__(self, op: str):
+        if op.startswith("_"):
+            raise AttributeError(op)
+
+        def record(*inputs, name: str | None = None, **attrs):
+            tracers = {x.tracer for x in inputs if isinstance(x, Value)}
+            if len(tracers) != 1:
+                raise TracerError(f"ops.{op} needs traced values from exactly one Tracer")
+            return tracers.pop().apply(op, *inputs, name=name, **attrs)
+
+        record.__name__ = op
+        return record
+
+
+ops = _Ops()
+tanh, exp, log, sigmoid, relu = ops.tanh, ops.exp, ops.log, ops.sigmoid, ops.relu

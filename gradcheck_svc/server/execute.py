@@ -1,0 +1,78 @@
+"""One verification, message in, message out: VerifyRequest -> VerifyResponse.
+
+This is what a worker process runs for each request, and what the client's CI
+command runs in-process when no server is given. It speaks protobuf messages
+but not gRPC. Conversion of the report is one line each way: the proto Report
+mirrors Report.to_dict() field for field (same snake_case names), so the
+standard JSON mapping converts it.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from google.protobuf import json_format
+
+from gradcheck.v1 import service_pb2
+
+from ..engine import parse_fault
+from ..errors import OptionError
+from ..graph import validate
+from ..oracles.finite_diff import FDOptions
+from ..verify import VerifyOptions, verify
+from ..verify.report import Report
+from .config import ServerLimits
+
+FD_MODES = ("auto", "full", "projection")
+
+
+def _set_if_supported(options: VerifyOptions, name: str, value) -> None:
+    """Options reserved in the API for features wired by other components
+    (symbolic budget, localization, checkpointing): pass them on when this
+    build's VerifyOptions has them, else refuse rather than silently ignore."""
+    if name not in {f.name for f in dataclasses.fields(options)}:
+        raise OptionError(f"this server does not support option '{name}' yet", field=f"options.{name}")
+    setattr(options, name, value)
+
+
+def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> VerifyOptions:
+    mode = pb.fd_mode or "auto"
+    if mode not in FD_MODES:
+        raise OptionError(f"unknown fd_mode '{mode}' (expected one of {', '.join(FD_MODES)})",
+                          field="options.fd_mode")
+    if pb.directions < 0:
+        raise OptionError("directions must be positive", field="options.directions")
+    options = VerifyOptions(
+        dtype=pb.dtype or None, device=pb.device or "cpu",
+        fd=FDOptions(mode=mode, directions=pb.directions or FDOptions.directions, seed=pb.seed),
+        faults=tuple(parse_fault(f) for f in pb.faults),
+        atol=pb.atol if pb.HasField("atol") else None, rtol=pb.rtol if pb.HasField("rtol") else None)
+    if pb.symbolic_budget:
+        if pb.symbolic_budget > limits.max_symbolic_budget:
+            from ..errors import LimitError
+
+            raise LimitError(f"symbolic_budget {pb.symbolic_budget} exceeds the server's limit "
+                             f"{limits.max_symbolic_budget}", field="options.symbolic_budget")
+        _set_if_supported(options, "symbolic_budget", pb.symbolic_budget)
+    if pb.HasField("localize"):
+        _set_if_supported(options, "localize", pb.localize)
+    if pb.checkpoint:
+        _set_if_supported(options, "checkpoint", pb.checkpoint)
+    return options
+
+
+def report_to_proto(report: Report) -> service_pb2.Report:
+    msg = json_format.ParseDict(report.to_dict(), service_pb2.Report(), ignore_unknown_fields=True)
+    msg.text = report.to_text()
+    return msg
+
+
+def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None
+                   ) -> service_pb2.VerifyResponse:
+    """Validate the graph against the limits, verify it, return the tagged report.
+
+    Raises GradcheckError for anything the user can fix."""
+    limits = limits or ServerLimits()
+    options = options_from_proto(request.options, limits)
+    graph = validate(request.graph, limits.graph)
+    report = verify(graph, options)
+    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(report))

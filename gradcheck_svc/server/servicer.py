@@ -1,0 +1,203 @@
+"""GradCheckService: thin. Parse, hand the bytes to the worker pool, map the outcome.
+
+Verify and VerifyStream take raw request bytes (no deserializer in the method
+handler) so that a malformed payload becomes INVALID_ARGUMENT here, not an
+opaque error inside gRPC, and so the worker receives the bytes untouched.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import pkgutil
+import time
+
+import grpc
+from google.protobuf import json_format
+from google.protobuf.message import DecodeError
+
+from gradcheck.v1 import service_pb2
+
+from .. import __version__, errors
+from .config import ServerConfig
+from .metrics import Metrics
+from .pool import WorkerPool
+from .status import failure_for
+
+SERVICE = "gradcheck.v1.GradCheckService"
+log = logging.getLogger("gradcheck.server")
+
+
+def _error_from_worker(result: tuple) -> Exception:
+    if result[0] == "error":
+        _, cls_name, reason, node, field = result
+        cls = getattr(errors, cls_name, errors.GradcheckError)
+        return cls(reason, node=node, field=field)
+    return RuntimeError(f"internal error in worker ({result[1]})")
+
+
+def list_ops_response() -> service_pb2.ListOpsResponse:
+    """The registry, described: generated from gradcheck_svc.ops, never a hand-kept list."""
+    from ..ops import OPSET_VERSION, all_ops
+    from ..ops.describe import describe
+
+    ops = []
+    for op in all_ops():
+        d = describe(op)
+        d["variadic"] = d["arity"] == "n"
+        d["arity"] = 0 if d["variadic"] else d["arity"]
+        d["formula"] = d["formula"] or ""
+        ops.append(json_format.ParseDict(d, service_pb2.OpInfo(), ignore_unknown_fields=True))
+    return service_pb2.ListOpsResponse(opset_version=OPSET_VERSION, ops=ops)
+
+
+def server_info(config: ServerConfig) -> service_pb2.ServerInfo:
+    from .. import oracles
+    from ..backend import cuda_available
+    from ..ops import OPSET_VERSION
+
+    cuda = cuda_available()
+    lim = config.limits
+    return service_pb2.ServerInfo(
+        version=__version__, opset_version=OPSET_VERSION,
+        backends=[service_pb2.BackendInfo(name="numpy", device="cpu", available=True),
+                  service_pb2.BackendInfo(name="cupy", device="cuda", available=cuda)],
+        devices=["cpu", "cuda"] if cuda else ["cpu"],
+        oracles=sorted(m.name for m in pkgutil.iter_modules(oracles.__path__)),
+        limits=service_pb2.Limits(
+            max_message_bytes=lim.max_message_bytes, max_nodes=lim.graph.max_nodes,
+            max_elements=lim.graph.max_elements, max_symbolic_budget=lim.max_symbolic_budget,
+            max_request_seconds=lim.max_request_seconds, max_queue=lim.max_queue),
+        workers=config.workers, auth_required=config.token is not None)
+
+
+class GradCheckServicer:
+    def __init__(self, config: ServerConfig, pool: WorkerPool, metrics: Metrics):
+        self.config = config
+        self.pool = pool
+        self.metrics = metrics
+        self._ops = None
+        self._info = server_info(config)
+        metrics.gauge("gradcheck_in_flight", "Verifications running or queued", lambda: pool.pending)
+        metrics.gauge("gradcheck_worker_restarts", "Worker processes replaced (died, cancelled, timed out)",
+                      lambda: pool.restarts)
+        metrics.gauge("gradcheck_workers", "Worker processes", lambda: pool.size)
+
+    # -- one verification, shared by Verify and VerifyStream --------------------------
+
+    async def _verify_one(self, payload: bytes, context, method: str):
+        """-> (response bytes or None, Failure or None, request id)."""
+        t0 = time.perf_counter()
+        request = None
+        outcome: dict = {}
+        try:
+            try:
+                request = service_pb2.VerifyRequest.FromString(payload)
+            except DecodeError:
+                raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
+                                        field="request") from None
+            # the server's own time limit; the client's deadline or cancel arrives as CancelledError
+            # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
+            result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
+            if result[0] != "ok":
+                raise _error_from_worker(result)
+            _, response, verdict, causes = result
+            outcome = {"code": "OK", "verdict": verdict, "findings": causes}
+            self.metrics.inc("gradcheck_verdicts_total", "Reports by verdict", verdict=verdict)
+            for cause in causes:
+                self.metrics.inc("gradcheck_findings_total", "Findings by cause", cause=cause)
+            return response, None, request.id
+        except asyncio.CancelledError:
+            outcome = {"code": "CANCELLED"}
+            raise
+        except Exception as exc:
+            failure = failure_for(exc, self.config.limits.max_request_seconds)
+            if failure.kind == "internal":
+                log.error("internal error", exc_info=exc)
+            outcome = {"code": failure.code.name, "error": failure.message}
+            return None, failure, request.id if request is not None else ""
+        finally:
+            seconds = time.perf_counter() - t0
+            self.metrics.inc("gradcheck_requests_total", "Verifications by method and status code",
+                             method=method, code=outcome.get("code", "UNKNOWN"))
+            self.metrics.observe_latency(method, seconds)
+            log.info("request", extra={"fields": {
+                "method": method, "peer": context.peer(), "id": request.id if request else None,
+                "graph": request.graph.name if request else None,
+                "nodes": len(request.graph.nodes) if request else None,
+                "duration_ms": round(seconds * 1000, 3), **outcome}})
+
+    # -- RPCs ---------------------------------------------------------------------------
+
+    async def verify(self, payload: bytes, context) -> bytes:
+        response, failure, _ = await self._verify_one(payload, context, "Verify")
+        if failure is not None:
+            await context.abort_with_status(failure.rich_status())
+        return response
+
+    async def verify_stream(self, requests, context):
+        """Reports go out as each verification finishes, in completion order.
+
+        One stream keeps at most `workers` items in the pool; further requests are read only as
+        earlier ones finish, so a client streaming thousands of graphs gets backpressure (gRPC flow
+        control), not RESOURCE_EXHAUSTED for the items beyond the queue."""
+        done: asyncio.Queue = asyncio.Queue()
+        tasks: set[asyncio.Task] = set()
+        slots = asyncio.Semaphore(self.pool.size)
+
+        async def one(payload: bytes):
+            try:
+                response, failure, rid = await self._verify_one(payload, context, "VerifyStream")
+            finally:
+                slots.release()
+            if failure is not None:
+                response = service_pb2.VerifyResponse(id=rid, error=failure.stream_error()).SerializeToString()
+            await done.put(response)
+
+        async def reader():
+            async for payload in requests:
+                await slots.acquire()
+                t = asyncio.create_task(one(payload))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+
+        read = asyncio.create_task(reader())
+        getter = None
+        try:
+            while True:
+                live = {t for t in tasks if not t.done()}
+                if done.empty() and read.done() and not live:
+                    read.result()  # surface a broken request stream
+                    return
+                getter = asyncio.create_task(done.get())
+                await asyncio.wait({getter, *live, *(() if read.done() else (read,))},
+                                   return_when=asyncio.FIRST_COMPLETED)
+                if getter.done():
+                    yield getter.result()
+                else:
+                    getter.cancel()
+        finally:  # client gone or cancelled: stop the work (frees the workers)
+            for t in (read, getter, *tasks):
+                if t is not None:
+                    t.cancel()
+
+    async def list_ops(self, request, context) -> service_pb2.ListOpsResponse:
+        if self._ops is None:
+            self._ops = list_ops_response()
+        return self._ops
+
+    async def get_server_info(self, request, context) -> service_pb2.ServerInfo:
+        return self._info
+
+    def handlers(self) -> grpc.GenericRpcHandler:
+        ser = lambda m: m.SerializeToString()  # noqa: E731
+        return grpc.method_handlers_generic_handler(SERVICE, {
+            "Verify": grpc.unary_unary_rpc_method_handler(self.verify),
+            "VerifyStream": grpc.stream_stream_rpc_method_handler(self.verify_stream),
+            "ListOps": grpc.unary_unary_rpc_method_handler(
+                self.list_ops, request_deserializer=service_pb2.ListOpsRequest.FromString,
+                response_serializer=ser),
+            "GetServerInfo": grpc.unary_unary_rpc_method_handler(
+                self.get_server_info, request_deserializer=service_pb2.GetServerInfoRequest.FromString,
+                response_serializer=ser),
+        })
+

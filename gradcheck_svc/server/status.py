@@ -1,0 +1,75 @@
+"""The one place that maps errors to gRPC status codes.
+
+GraphError, OptionError (and any other user error) -> INVALID_ARGUMENT with a
+google.rpc.BadRequest field violation naming the node or field; LimitError and
+a full queue -> RESOURCE_EXHAUSTED; BackendUnavailable -> FAILED_PRECONDITION;
+the server's per-request time limit -> DEADLINE_EXCEEDED; a worker process
+that died, and anything unexpected -> INTERNAL, with no traceback.
+
+Every failure also carries trailing metadata `gradcheck-error-kind` (invalid,
+limit, busy, unavailable, timeout, worker_died, internal) and, when known,
+`gradcheck-error-field`, so a client without googleapis protos can tell a bad
+graph from a busy server and name the node.
+"""
+from __future__ import annotations
+
+import asyncio
+from urllib.parse import quote
+from dataclasses import dataclass
+
+import grpc
+from google.protobuf import any_pb2
+from google.rpc import error_details_pb2, status_pb2
+from grpc_status import rpc_status
+
+from gradcheck.v1 import service_pb2
+
+from ..errors import BackendUnavailable, GradcheckError, LimitError
+from .pool import PoolBusy, WorkerDied
+
+KIND_KEY = "gradcheck-error-kind"
+FIELD_KEY = "gradcheck-error-field"
+
+
+@dataclass(frozen=True)
+class Failure:
+    code: grpc.StatusCode
+    kind: str
+    message: str
+    field: str | None = None  # the node or field at fault (BadRequest violation)
+
+    def rich_status(self) -> grpc.Status:
+        """A grpc.Status carrying a google.rpc.Status (with BadRequest details when a field is known)."""
+        status = status_pb2.Status(code=self.code.value[0], message=self.message)
+        if self.field is not None:
+            detail = any_pb2.Any()
+            detail.Pack(error_details_pb2.BadRequest(field_violations=[
+                error_details_pb2.BadRequest.FieldViolation(field=self.field, description=self.message)]))
+            status.details.append(detail)
+        grpc_status = rpc_status.to_status(status)
+        # metadata values must be printable ASCII: the field (a node name) is percent-encoded
+        extra = ((KIND_KEY, self.kind),) + (((FIELD_KEY, quote(self.field, safe=" '")),) if self.field else ())
+        return grpc_status._replace(trailing_metadata=(*grpc_status.trailing_metadata, *extra))
+
+    def stream_error(self) -> service_pb2.VerifyError:
+        return service_pb2.VerifyError(code=self.code.value[0], message=self.message, field=self.field or "",
+                                       kind=self.kind)
+
+
+def failure_for(exc: BaseException, time_limit: float | None = None) -> Failure:
+    if isinstance(exc, LimitError):
+        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "limit", exc.message, exc.where)
+    if isinstance(exc, BackendUnavailable):
+        return Failure(grpc.StatusCode.FAILED_PRECONDITION, "unavailable", exc.message, exc.where)
+    if isinstance(exc, GradcheckError):
+        return Failure(grpc.StatusCode.INVALID_ARGUMENT, "invalid", exc.message, exc.where)
+    if isinstance(exc, PoolBusy):
+        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", str(exc))
+    if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
+        return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout",
+                       f"verification exceeded the server's per-request limit of {time_limit:g} s")
+    if isinstance(exc, WorkerDied):
+        return Failure(grpc.StatusCode.INTERNAL, "worker_died", str(exc))
+    return Failure(grpc.StatusCode.INTERNAL, "internal", "internal error (details are in the server log)")
+
+

@@ -1,0 +1,45 @@
+"""The code a worker process runs: request bytes in, a plain result tuple out.
+
+Results are plain tuples (picklable, no exception objects):
+  ("ok", response_bytes, verdict, [finding causes])
+  ("error", error class name, reason, node, field)   a GradcheckError
+  ("internal", exception type name)                   logged here, never sent to clients
+"""
+from __future__ import annotations
+
+import logging
+import signal
+
+from gradcheck.v1 import service_pb2
+
+from ..errors import GradcheckError
+from .config import ServerLimits
+from .execute import verify_request
+from .metrics import configure_logging
+
+log = logging.getLogger("gradcheck.worker")
+
+
+def run_payload(payload: bytes, limits: ServerLimits) -> tuple:
+    try:
+        request = service_pb2.VerifyRequest.FromString(payload)  # parsed once already by the server
+        response = verify_request(request, limits)
+        report = response.report
+        return ("ok", response.SerializeToString(), report.verdict, [f.cause for f in report.findings])
+    except GradcheckError as exc:
+        return ("error", type(exc).__name__, exc.reason, exc.node, exc.field)
+    except Exception as exc:  # an internal fault: the traceback goes to the server's log only
+        log.exception("internal error while verifying a graph")
+        return ("internal", type(exc).__name__)
+
+
+def worker_main(conn, limits: ServerLimits) -> None:
+    """Serve requests from the pool, one at a time, until the pipe closes."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the server's business; it stops us
+    configure_logging()
+    while True:
+        try:
+            payload = conn.recv_bytes()
+        except (EOFError, OSError):
+            return
+        conn.send(run_payload(payload, limits))

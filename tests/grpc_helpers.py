@@ -1,0 +1,111 @@
+"""Helpers for the gRPC tests: a real `gradcheck-svc serve` process on loopback, and test graphs."""
+from __future__ import annotations
+
+import json
+import os
+import time
+import urllib.request
+from pathlib import Path
+
+import numpy as np
+
+from gradcheck_svc.server.launcher import LocalServer
+
+ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES = ROOT / "examples" / "graphs"
+
+
+def _env(extra: dict | None = None) -> dict:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python"), env.get("PYTHONPATH", "")])
+    env.pop("GRADCHECK_TOKEN", None)
+    env.update(extra or {})
+    return env
+
+
+class ServerProcess(LocalServer):
+    """A real server for a test module, with its metrics port, log file and worker processes at hand."""
+
+    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None):
+        super().__init__("--metrics-port", "0", *args, env=_env(env), log_path=log_path)
+
+    def metrics(self) -> str:
+        url = f"http://127.0.0.1:{self.info['metrics_port']}/metrics"
+        return urllib.request.urlopen(url, timeout=10).read().decode()
+
+    def metric(self, name: str) -> float:
+        """Sum of every series of a metric (0 when absent)."""
+        total = 0.0
+        for line in self.metrics().splitlines():
+            if line.startswith(name) and (line[len(name)] in " {"):
+                total += float(line.rsplit(" ", 1)[1])
+        return total
+
+    def wait_in_flight(self, n: int, timeout: float = 30) -> None:
+        end = time.monotonic() + timeout
+        while self.metric("gradcheck_in_flight") < n:
+            if time.monotonic() > end:
+                raise AssertionError(f"never saw {n} request(s) in flight")
+            time.sleep(0.02)
+
+    def worker_pids(self) -> list[int]:
+        """Live worker processes: the server's grandchildren (children of its forkserver)."""
+        parent = {}
+        for d in Path("/proc").iterdir():
+            if d.name.isdigit():
+                try:
+                    stat = (d / "stat").read_text()
+                    state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+                    if state != "Z":
+                        parent[int(d.name)] = int(ppid)
+                except (OSError, IndexError):
+                    pass
+        children = {p for p, pp in parent.items() if pp == self.pid}
+        return sorted(p for p, pp in parent.items() if pp in children)
+
+    def log_lines(self) -> list[dict]:
+        lines = []
+        for line in Path(self.log_path).read_text().splitlines():
+            try:
+                lines.append(json.loads(line))
+            except json.JSONDecodeError:
+                pass
+        return lines
+
+
+def slow_graph(width: int = 96, layers: int = 4):
+    """tanh(h @ W_i) chain: full finite differences cost ~width**5 (seconds at width 64, tens at 96)."""
+    from gradcheck_client.tracer import Tracer, ops
+
+    rng = np.random.default_rng(0)
+    t = Tracer(f"slow_{width}x{layers}")
+    h = t.input("h", rng.standard_normal((width, width)))
+    for i in range(layers):
+        h = ops.tanh(h @ t.param(f"W{i}", rng.standard_normal((width, width)) / width))
+    return t.graph(h.sum())
+
+
+def seed_graph():
+    from gradcheck_client import load_graph
+
+    return load_graph(EXAMPLES / "seed.json")
+
+
+def unsaved_z_graph():
+    """Has a node 'z' that no backward step reads: a fault on z has no effect, the graph passes."""
+    from gradcheck_client.tracer import Tracer
+
+    t = Tracer("unsaved_z")
+    z = (t.param("w", 3.0) * t.param("x", 2.0)).named("z")
+    return t.graph((z + 4.0).named("L"))
+
+
+FAULT_ON_Z = "z:overwrite:99"  # breaks the seed graph's gradient (square saves z), not unsaved_z's
+
+
+def example_paths() -> list[Path]:
+    return sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".json", ".pb"))
+
+
+def expected_verdict(path: Path) -> str:
+    return "fail" if "faults" in path.parts or path.stem.endswith("_wrong") else "pass"

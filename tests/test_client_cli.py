@@ -1,0 +1,123 @@
+"""`gradcheck verify`: exit codes, JUnit, Markdown summary, JSON, in-process fallback."""
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+
+import pytest
+
+from gradcheck_client import save_graph
+from grpc_helpers import FAULT_ON_Z, ROOT, ServerProcess, _env, seed_graph, unsaved_z_graph
+
+
+@pytest.fixture(scope="module")
+def server():
+    s = ServerProcess("--workers", "2")
+    yield s
+    assert s.stop() == 0
+
+
+def gradcheck(*args, env=None, without_service=False):
+    # without_service: run as if gradcheck-svc were not installed (None in sys.modules blocks the import)
+    code = ("import sys; " + ("sys.modules['gradcheck_svc'] = None; " if without_service else "")
+            + "from gradcheck_client.cli import main; sys.exit(main(sys.argv[1:]))")
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
+                          text=True, env=_env(env), cwd=ROOT, timeout=120)
+
+
+@pytest.fixture
+def graphs(tmp_path):
+    """A directory with a passing, a failing (under FAULT_ON_Z), an invalid and an undecodable graph."""
+    d = tmp_path / "graphs"
+    (d / "nested").mkdir(parents=True)
+    save_graph(seed_graph(), d / "seed.json")  # fails under the fault
+    save_graph(unsaved_z_graph(), d / "nested" / "unsaved_z.pb")  # passes under the fault
+    bad = seed_graph()
+    bad.nodes[0].op = "mull"
+    save_graph(bad, d / "unknown_op.json")
+    (d / "garbage.json").write_text("{not json")
+    (d / "notes.txt").write_text("ignored: not a graph")
+    return d
+
+
+def test_all_verified_exits_0(server):
+    r = gradcheck("verify", ROOT / "examples" / "graphs" / "seed.json", "--server", server.target)
+    assert r.returncode == 0, r.stderr
+    assert "seed: PASS" in r.stdout
+
+
+def test_mismatch_exits_1(server, graphs):
+    r = gradcheck("verify", graphs / "seed.json", graphs / "nested", "--server", server.target, "--fault", FAULT_ON_Z)
+    assert r.returncode == 1, r.stderr
+    assert "seed: FAIL" in r.stdout and "unsaved_z: PASS" in r.stdout
+
+
+def test_junit_and_summary_match_the_verdicts(server, graphs, tmp_path):
+    junit, md, gh = tmp_path / "junit.xml", tmp_path / "summary.md", tmp_path / "gh_summary.md"
+    gh.write_text("earlier step\n")
+    r = gradcheck("verify", graphs, "--server", server.target, "--fault", FAULT_ON_Z, "--junit", junit,
+                  "--summary-md", md, env={"GITHUB_STEP_SUMMARY": str(gh)})
+    assert r.returncode == 2, r.stderr  # invalid input outranks a mismatch
+    suite = ET.parse(junit).getroot()
+    assert suite.tag == "testsuite" and suite.get("tests") == "4"
+    assert suite.get("failures") == "1" and suite.get("errors") == "2"
+    cases = {c.get("name").rsplit("/", 1)[1]: c for c in suite.iter("testcase")}
+    assert set(cases) == {"seed.json", "unsaved_z.pb", "unknown_op.json", "garbage.json"}
+    assert cases["unsaved_z.pb"].find("failure") is None and cases["unsaved_z.pb"].find("error") is None
+    assert cases["seed.json"].find("failure") is not None
+    assert "unknown op 'mull'" in cases["unknown_op.json"].find("error").get("message")
+    assert cases["garbage.json"].find("error").get("type") == "invalid"
+    table = md.read_text()
+    assert "| Graph | Verdict | Findings |" in table
+    rows = {line.split("|")[1].strip(" `").rsplit("/", 1)[1]: line for line in table.splitlines()
+            if line.startswith("| `")}
+    assert "fail" in rows["seed.json"] and "`x` wrong" in rows["seed.json"]
+    assert "pass" in rows["unsaved_z.pb"]
+    assert gh.read_text() == "earlier step\n" + table
+
+
+def test_json_output(server, graphs):
+    r = gradcheck("verify", graphs / "seed.json", graphs / "unknown_op.json", "--server", server.target, "--json")
+    assert r.returncode == 2
+    docs = {d["path"].rsplit("/", 1)[1]: d for d in json.loads(r.stdout)}
+    assert docs["seed.json"]["status"] == "pass"
+    assert docs["seed.json"]["report"]["parameters"][0]["gradient"] == [6.0]
+    assert docs["unknown_op.json"]["status"] == "invalid" and docs["unknown_op.json"]["report"] is None
+
+
+def test_unreachable_server_exits_3(graphs):
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    r = gradcheck("verify", graphs / "seed.json", "--server", f"127.0.0.1:{port}", "--timeout", "5")
+    assert r.returncode == 3
+    assert "UNAVAILABLE" in r.stdout and "Traceback" not in r.stderr
+
+
+def test_bad_token_file_and_usage_exit_2(graphs, tmp_path):
+    r = gradcheck("verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file", tmp_path / "missing")
+    assert r.returncode == 2 and "cannot read token file" in r.stderr
+    assert gradcheck("verify", tmp_path / "nothing-here").returncode == 2
+    assert gradcheck("verify").returncode == 2
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    r = gradcheck("verify", empty)
+    assert r.returncode == 2 and "no *.json or *.pb graphs" in r.stderr
+
+
+def test_in_process_without_a_server(graphs):
+    r = gradcheck("verify", graphs / "seed.json", graphs / "nested")
+    assert r.returncode == 0, r.stderr
+    r = gradcheck("verify", graphs / "seed.json", "--fault", FAULT_ON_Z)
+    assert r.returncode == 1 and "seed: FAIL" in r.stdout
+    r = gradcheck("verify", graphs / "unknown_op.json")
+    assert r.returncode == 2 and "unknown op 'mull'" in r.stdout
+
+
+def test_without_server_or_service_says_how_to_point_at_one(graphs):
+    r = gradcheck("verify", graphs / "seed.json", without_service=True)
+    assert r.returncode == 2
+    assert "--server HOST:PORT" in r.stderr and "gradcheck-svc is not installed" in r.stderr
