@@ -19,13 +19,16 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def chain(layers: int, width: int = 32, batch: int = 4, seed: int = 0, requires_grad: bool = True) -> GraphBuilder:
     """x [batch, width] -> `layers` x tanh(h @ W_i + b_i) -> sum. Weights scaled 1/sqrt(width) so
-    activations stay in tanh's sensitive range all the way down (gradients neither vanish nor saturate)."""
+    activations stay in tanh's sensitive range all the way down (gradients neither vanish nor saturate).
+    Values are rounded to 3 decimals: the JSON stays small (data lists, as 32x32 tensors are under the
+    raw-bytes threshold) and the graph is still a generic one."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder(f"chain_{layers}")
-    h = b.input("x", rng.uniform(-1, 1, size=(batch, width)))
+    r = lambda a: np.round(a, 3)  # noqa: E731
+    h = b.input("x", r(rng.uniform(-1, 1, size=(batch, width))))
     for i in range(layers):
-        w = b.input(f"W{i}", rng.standard_normal((width, width)) / np.sqrt(width), requires_grad=requires_grad)
-        bias = b.input(f"b{i}", rng.uniform(-0.1, 0.1, size=(width,)), requires_grad=requires_grad)
+        w = b.input(f"W{i}", r(rng.standard_normal((width, width)) / np.sqrt(width)), requires_grad=requires_grad)
+        bias = b.input(f"b{i}", r(rng.uniform(-0.1, 0.1, size=(width,))), requires_grad=requires_grad)
         z = b.node("matmul", h, w, name=f"z{i}")
         h = b.node("tanh", b.node("add", z, bias, name=f"a{i}"), name=f"h{i}")
     b.output(b.node("sum", h, name="loss"))

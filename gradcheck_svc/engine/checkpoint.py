@@ -120,7 +120,7 @@ def _ends(program: Program, policy: Policy) -> list[int]:
                 what = ("a graph input (always kept)" if name in program.graph.inputs
                         else "not a node that the loss depends on" if name in program.shapes
                         else "not a node of this graph")
-                raise OptionError(f"checkpoint '{name}' is {what}", field="checkpoint")
+                raise OptionError(f"'{name}' is {what}", field="checkpoint")
             ends.add(step.index)
         return sorted(ends | {n - 1})
     return list(range(size - 1, n - 1, size)) + [n - 1]

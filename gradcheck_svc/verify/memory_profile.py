@@ -96,3 +96,23 @@ def summary(m: dict) -> list[str]:
                      f"({m['checkpoint_segments']} segments, {m['checkpoint_kept_values']} values kept, live "
                      f"peak {f(m['checkpoint_live_peak_bytes'])} {unit}){same}")
     return lines
+
+
+# --- the timeline plot --------------------------------------------------------------------
+
+
+def write_timeline_plot(path, timelines: dict, graph_name: str = "") -> None:
+    """Live bytes after each step of forward, recompute and backward, one line per run;
+    a dotted vertical marks where each run's backward pass begins."""
+    from .plot import Series, line_plot
+
+    series = []
+    for label, events in timelines.items():
+        ys = [b for _, b in events]
+        start = next((i for i, (what, _) in enumerate(events) if not what.startswith("forward ")), None)
+        name = {"none": "no checkpointing", "inference": "inference (no grad)"}.get(label, f"{label} checkpointing")
+        series.append(Series(name, list(range(len(ys))), ys, marks=[] if start is None else [start],
+                             dashed=label == "inference"))
+    line_plot(path, series, title=f"live memory per step{': ' + graph_name if graph_name else ''} "
+                                  "(forward, then backward from the dotted line)",
+              xlabel="step (forward, recompute and backward steps, in order)", ylabel="live bytes")
