@@ -16,6 +16,14 @@ def _dtype_name(dtype) -> str:
     return str(dtype)  # str(dtype) costs microseconds; fingerprints run once per value on hot paths
 
 
+def _weighted(xp, words):
+    """words * (1, 2, 3, ...), in place in the position array: one temporary, not two (two large
+    temporaries at once made the allocator return and re-fault their pages on every call)."""
+    w = xp.arange(1, words.size + 1, dtype=xp.uint64)
+    w *= words
+    return w
+
+
 def fingerprint(xp, a) -> tuple[int, int, tuple, str]:
     a = xp.asarray(a)
     shape, dtype = tuple(a.shape), _dtype_name(a.dtype)
@@ -25,7 +33,7 @@ def fingerprint(xp, a) -> tuple[int, int, tuple, str]:
         raw = xp.concatenate([raw, xp.zeros(pad, dtype=xp.uint8)])
     words = raw.view(xp.uint64)
     s1 = words.sum(dtype=xp.uint64)  # methods, not xp.sum: no Python wrapper layer per call
-    s2 = (words * xp.arange(1, words.size + 1, dtype=xp.uint64)).sum(dtype=xp.uint64)
+    s2 = _weighted(xp, words).sum(dtype=xp.uint64)
     return int(s1), int(s2), shape, dtype
 
 
@@ -39,6 +47,8 @@ def fingerprints(xp, arrays) -> list[tuple[int, int, tuple, str]]:
     positions j + 1, the weighted sum is corrected to local positions by
     subtracting lo * sum (mod 2**64, as unsigned arithmetic wraps)."""
     arrays = [xp.asarray(a) for a in arrays]
+    if not hasattr(xp.add, "reduceat"):  # an array module without segmented reductions: one by one
+        return [fingerprint(xp, a) for a in arrays]
     parts, lo, size = [], [], 0
     for a in arrays:
         if a.size == 0:
@@ -55,7 +65,7 @@ def fingerprints(xp, arrays) -> list[tuple[int, int, tuple, str]]:
         words = xp.concatenate(parts).view(xp.uint64)
         starts = xp.asarray(lo)
         s1 = xp.add.reduceat(words, starts, dtype=xp.uint64)
-        s2 = xp.add.reduceat(words * xp.arange(1, size + 1, dtype=xp.uint64), starts, dtype=xp.uint64)
+        s2 = xp.add.reduceat(_weighted(xp, words), starts, dtype=xp.uint64)
         s2 -= starts.astype(xp.uint64) * s1
         sums = zip(s1.tolist(), s2.tolist())
     return [(*((0, 0) if a.size == 0 else map(int, next(sums))), tuple(a.shape), _dtype_name(a.dtype))

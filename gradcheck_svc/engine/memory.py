@@ -38,27 +38,28 @@ class MemoryMeter:
             o = _owner(a)
             self._excluded[id(o)] = o
 
+    # hold/drop run several times per step: the common case (an array owning its memory) is inlined
     def hold(self, a) -> None:
-        o = _owner(a)
-        if id(o) in self._excluded:
-            return
-        ref = self._refs.get(id(o))
-        if ref is None:
-            self._refs[id(o)] = [o, 1]
+        o = a if getattr(a, "base", None) is None else _owner(a)
+        key = id(o)
+        ref = self._refs.get(key)
+        if ref is not None:
+            ref[1] += 1
+        elif key not in self._excluded:
+            self._refs[key] = [o, 1]
             self.current += o.nbytes
             if self.current > self.peak:
                 self.peak = self.current
-        else:
-            ref[1] += 1
 
     def drop(self, a) -> None:
-        o = _owner(a)
-        ref = self._refs.get(id(o))
+        o = a if getattr(a, "base", None) is None else _owner(a)
+        key = id(o)
+        ref = self._refs.get(key)
         if ref is None:
             return
         ref[1] -= 1
         if ref[1] == 0:
-            del self._refs[id(o)]
+            del self._refs[key]
             self.current -= o.nbytes
 
     def calibrate(self) -> None:

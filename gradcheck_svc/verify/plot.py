@@ -25,15 +25,21 @@ class Series:
     dashed: bool = False
 
 
-def _ticks(lo: float, hi: float, log: bool) -> list[float]:
+def _axis(lo: float, hi: float, log: bool) -> tuple[float, float, list[float]]:
+    """(low end, high end, ticks): log axes span the data with a margin, ticked at 1, 2, 5 x 10^k;
+    linear axes end on round ticks."""
     if log:
-        return [10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)]
+        lo, hi = lo / 1.15, hi * 1.15
+        ticks = [m * 10.0 ** e for e in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1)
+                 for m in (1, 2, 5) if lo <= m * 10.0 ** e <= hi]
+        return lo, hi, ticks
     if hi <= lo:
-        return [lo]
+        return lo - 1, hi + 1, [lo]
     raw = (hi - lo) / 6
     step = 10 ** math.floor(math.log10(raw))
     step *= next(m for m in (1, 2, 5, 10) if raw <= m * step)
-    return [k * step for k in range(math.floor(lo / step), math.ceil(hi / step) + 1)]
+    ticks = [k * step for k in range(math.floor(lo / step), math.ceil(hi / step) + 1)]
+    return ticks[0], ticks[-1], ticks
 
 
 def _fmt(v: float) -> str:
@@ -60,9 +66,8 @@ def svg(series: list[Series], *, title: str, xlabel: str, ylabel: str, logx: boo
     if not pts:
         pts = [(1, 1)]
     xs, ys = [p[0] for p in pts], [p[1] for p in pts]
-    xt = _ticks(min(xs), max(xs), logx)
-    yt = _ticks(0 if not logy else min(ys), max(ys), logy)
-    x0, x1, y0, y1 = xt[0], xt[-1], yt[0], yt[-1]
+    x0, x1, xt = _axis(min(xs), max(xs), logx)
+    y0, y1, yt = _axis(0 if not logy else min(ys), max(ys), logy)
     f = (lambda v: math.log10(v)) if logx else (lambda v: v)
     g = (lambda v: math.log10(v)) if logy else (lambda v: v)
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
