@@ -70,6 +70,26 @@ def test_residual_keeps_values_that_cross_segments():
                     assert name in plan.kept
 
 
+def test_segments_without_gradients_are_neither_kept_nor_recomputed():
+    """A no-grad prefix (data preprocessing) before the parameters enter."""
+    b = GraphBuilder("prefix")
+    h = b.input("x", np.linspace(-1, 1, 6).reshape(2, 3))
+    for k in range(4):
+        h = b.node("sin", h, name=f"p{k}")
+    for k in range(4):
+        h = b.node("tanh", b.node("matmul", h, b.input(f"W{k}", np.eye(3) * 0.5, requires_grad=True)), name=f"h{k}")
+    b.output(b.node("sum", h, name="loss"))
+    graph = load_graph(b.build())
+    _, base = gradients(graph, "none")
+    tape, grads = gradients(graph, "every:2")
+    plan = tape.checkpoint.plan
+    assert plan.recomputed[:2] == [False, False]  # p0..p3 need no gradient
+    assert "p1" not in plan.kept and "p3" in plan.kept  # p3 enters the first recomputed segment
+    recomputed = sum(len(seg) for s, seg in enumerate(plan.segments) if plan.recomputed[s])
+    assert tape.op_evaluations == len(plan.segment_of) + recomputed
+    assert all(np.array_equal(grads[p], base[p]) for p in base)
+
+
 def test_verify_under_checkpoint_reports_pass_and_equal_gradients():
     graph = residual()
     plain = verify(graph)

@@ -148,7 +148,7 @@ def plan(program: Program, policy, check: bool = True) -> Plan | None:
     kept: dict[str, int] = {}
     release: dict[int, list[str]] = {}
     for s, seg in enumerate(segments):
-        if s == final:
+        if not recomputed[s]:  # the final segment, or one without gradients: never recomputed
             continue
         last_read: dict[str, int] = {}
         for i in seg:
