@@ -66,7 +66,7 @@ def _verify(args) -> int:
         faults=tuple(parse_fault(f) for f in args.fault), atol=args.atol, rtol=args.rtol,
         checkpoint=parse_policy(args.checkpoint), memory_timeline=args.memory_plot is not None)
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
-        raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="--memory-plot")
+        raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
     graph = load_graph(args.graph)
     report = verify(graph, options)
     if args.memory_plot is not None:

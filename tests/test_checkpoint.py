@@ -291,7 +291,7 @@ def test_cli_checkpoint_json_and_memory_plots(tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert err == ["gradcheck-svc: error: checkpoint: 'every:0': every:K needs a positive integer K",
                    "gradcheck-svc: error: checkpoint: 'nope' is not a node of this graph",
-                   f"gradcheck-svc: error: --memory-plot: '{tmp_path / 'm.pdf'}': the plot file must end in "
+                   f"gradcheck-svc: error: memory-plot: '{tmp_path / 'm.pdf'}': the plot file must end in "
                    ".svg or .png"]
 
 

@@ -99,7 +99,8 @@ class Report:
     timings: dict
     faults: list[FaultRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    findings: list[dict] = field(default_factory=list)  # {node, op, cause, severity, parameters, detail, worst_element}
+    # each {node, op, cause, severity, parameters, detail, worst_element}
+    findings: list[dict] = field(default_factory=list)
     timelines: dict = field(default_factory=dict)  # memory timelines for --memory-plot (not in the JSON)
 
     @property

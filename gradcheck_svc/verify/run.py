@@ -135,7 +135,9 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
             evaluations=ref.evaluations))
     t_fd = time.perf_counter() - t0
 
-    warnings = [f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'"
+    why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
+           if engine.memory.get("checkpoint", "none") != "none" else "")
+    warnings = [f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
                 for f in engine.faults if not f.readers]
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
