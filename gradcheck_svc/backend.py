@@ -33,6 +33,13 @@ class Backend:
         if self.name == "cupy":
             self.xp.cuda.get_current_stream().synchronize()
 
+    def memory_sampler(self):
+        """A function returning the bytes the device memory pool has handed out (CuPy), or None
+        on NumPy, where the engine counts the bytes of the arrays it holds instead."""
+        if self.name == "cupy":
+            return self.xp.get_default_memory_pool().used_bytes
+        return None
+
 
 NUMPY = Backend("numpy", "cpu", np)
 

@@ -41,6 +41,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per dtype)")
     v.add_argument("--directions", type=int, default=16, help="random directions in projection mode")
     v.add_argument("--seed", type=int, default=0, help="seed for projection directions")
+    v.add_argument("--checkpoint", default="none", metavar="POLICY",
+                   help="gradient checkpointing for the verified gradients: none (default), sqrt, every:K, "
+                        "or a comma-separated list of node names to keep")
+    v.add_argument("--memory-plot", default=None, metavar="FILE",
+                   help="write live bytes per forward/backward step, with and without checkpointing "
+                        "(.svg, or .png with matplotlib)")
 
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
@@ -66,17 +72,24 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _verify(args) -> int:
-    from .engine import parse_fault
+    from .engine import parse_fault, parse_policy
+    from .errors import OptionError
     from .graph import load_graph
     from .oracles.finite_diff import FDOptions
     from .verify import VerifyOptions, verify
+    from .verify.memory_profile import write_timeline_plot
 
     options = VerifyOptions(
         dtype=args.dtype, device=args.device,
         fd=FDOptions(mode=args.fd, directions=args.directions, seed=args.seed),
-        faults=tuple(parse_fault(f) for f in args.fault), atol=args.atol, rtol=args.rtol)
+        faults=tuple(parse_fault(f) for f in args.fault), atol=args.atol, rtol=args.rtol,
+        checkpoint=parse_policy(args.checkpoint), memory_timeline=args.memory_plot is not None)
+    if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
+        raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
     graph = load_graph(args.graph)
     report = verify(graph, options)
+    if args.memory_plot is not None:
+        write_timeline_plot(args.memory_plot, report.timelines, graph.name)
     print(report.to_json() if args.format == "json" else report.to_text())
     return EXIT_OK if report.passed else EXIT_MISMATCH
 

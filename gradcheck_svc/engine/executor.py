@@ -64,6 +64,7 @@ class Tape:
     live: MemoryMeter
     op_evaluations: int = 0
     values: dict = field(default_factory=dict)  # all values, only when keep_values
+    checkpoint: object = None  # checkpoint.CheckpointRun when a checkpoint plan is in force
 
 
 def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = None) -> dict:
@@ -78,30 +79,43 @@ def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = N
 
 
 def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = True,
-            keep_values: bool = False, record_timeline: bool = False) -> Tape:
+            keep_values: bool = False, record_timeline: bool = False, checkpoint=None) -> Tape:
+    """checkpoint: a checkpoint.Plan; its non-final segments save nothing and are recomputed
+    during backward (ignored when grad is False: inference saves nothing anyway)."""
     xp = backend.xp
-    live = MemoryMeter(record_timeline)
+    live = MemoryMeter(record_timeline, backend.memory_sampler())
     store = SavedStore(live) if grad else None
     values = dict(feeds)
     for v in feeds.values():
         live.hold(v)
+    live.calibrate()
+    if store is not None:
+        store.saved.exclude(feeds.values())  # graph inputs are parameters and data, not activations
+    ckpt = checkpoint.start(xp, live, store, feeds) if grad and checkpoint is not None else None
     with _quiet(xp):
         for step in program.steps:
             xs = [values[n] for n in step.inputs]
             y = run_step(xp, step, xs)
             values[step.name] = y
             live.hold(y)
-            if grad and step.needs_grad:
-                saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
-                store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
+            if grad and step.needs_grad and (ckpt is None or ckpt.saves(step)):
+                save_for_backward(store, step, xs, y)
+            if ckpt is not None:
+                ckpt.forwarded(step, y)
             if not keep_values:
                 for name in step.release:
                     live.drop(values.pop(name))
             live.mark(f"forward {step.name}")
-    tape = Tape(program, backend, values[program.output], store, live, len(program.steps))
+    tape = Tape(program, backend, values[program.output], store, live, len(program.steps), checkpoint=ckpt)
     if keep_values:
         tape.values = values
     return tape
+
+
+def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
+    """Hand what the step's vjp needs to the store (the first forward or a checkpoint recompute)."""
+    saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
+    store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
 
 
 def _source(t, step: Step, xs, y) -> str | None:
@@ -115,11 +129,13 @@ def _source(t, step: Step, xs, y) -> str | None:
 
 def backward(tape: Tape) -> dict:
     """dL/dp for every parameter, as device arrays (zeros if the loss does not depend on p)."""
-    program, xp, store, live = tape.program, tape.backend.xp, tape.store, tape.live
+    program, xp, store, live, ckpt = tape.program, tape.backend.xp, tape.store, tape.live, tape.checkpoint
     adj = {program.output: xp.ones_like(tape.loss)}
     live.hold(adj[program.output])
     with _quiet(xp):
         for step in reversed(program.steps):
+            if ckpt is not None:
+                ckpt.before_backward(step)  # entering a checkpointed segment: recompute its saves
             if not step.needs_grad:
                 continue
             g = adj.pop(step.name, None)
@@ -138,6 +154,8 @@ def backward(tape: Tape) -> dict:
                 live.drop(g)
             store.release(step.name)
             live.mark(f"backward {step.name}")
+    if ckpt is not None:
+        tape.op_evaluations += ckpt.evaluations
     grads = {}
     for p in program.params:
         g = adj.get(p)

@@ -1,10 +1,13 @@
-"""Neural-network ops: softmax, log_softmax, logsumexp, cross_entropy, mse_loss."""
+"""Neural-network ops: softmax, log_softmax, logsumexp, cross_entropy, mse_loss, dropout."""
 from __future__ import annotations
+
+import zlib
 
 import numpy as np
 
 from ..errors import GraphError
-from .base import FLOAT, INT, REALS, Attr, Case, OpDef, Spec, broadcast_shapes, lead_of, norm_axis, save_inputs
+from .base import (FLOAT, INT, REALS, Attr, Case, OpDef, Spec, broadcast_shapes, lead_of, norm_axis, save_inputs,
+                   save_nothing)
 from .registry import register
 
 
@@ -137,3 +140,39 @@ register(OpDef(
     cases=lambda rng: [Case([REALS.sample(rng, (3, 2)), REALS.sample(rng, (3, 2))]),
                        Case([REALS.sample(rng, (4,)), REALS.sample(rng, ())], {"reduction": "sum"})],
     doc="mean (or sum) of squared differences, inputs broadcast"))
+
+# --- randomness ----------------------------------------------------------------------
+
+
+def _infer_dropout(node, specs, attrs):
+    p, seed = attrs["p"], attrs["seed"]
+    if not 0.0 <= p < 1.0:
+        raise GraphError(f"attribute 'p' must be in [0, 1), got {p!r}", node=node)
+    if seed < 0:
+        raise GraphError(f"attribute 'seed' must be non-negative, got {seed}", node=node)
+    # the node's name joins the seed: two dropout nodes with one seed still draw different masks
+    return Spec(specs[0].shape, FLOAT), {"p": p, "seed": seed, "stream": zlib.crc32(node.encode()),
+                                         "shape": specs[0].shape}
+
+
+def _dropout_scale(xp, dtype, p, seed, stream, shape):
+    """mask / (1 - p), a pure function of (seed, node): drawn on the host from a generator seeded
+    with both, so every evaluation -- first forward, checkpoint recompute, finite differences,
+    either backend -- applies the same mask. Static shape: batched inputs broadcast against it."""
+    keep = np.random.default_rng([seed, stream]).random(shape) >= p
+    return xp.asarray(keep / (1.0 - p), dtype=dtype)
+
+
+register(OpDef(
+    name="dropout",
+    forward=lambda xp, x, **a: x * _dropout_scale(xp, x.dtype, **a),
+    vjp=lambda xp, g, s, **a: (g * _dropout_scale(xp, g.dtype, **a),),
+    infer=_infer_dropout, arity=1, input_kinds=(FLOAT,),
+    attrs={"p": Attr("float", 0.5, doc="probability of zeroing an element"),
+           "seed": Attr("int", 0, doc="with the node's name, determines the mask")},
+    save=save_nothing,  # the vjp redraws the mask from (seed, node) instead of keeping it
+    cases=lambda rng: [Case([REALS.sample(rng, (6,))], {"p": 0.5, "seed": 3}),
+                       Case([REALS.sample(rng, (2, 3, 4))], {"p": 0.25, "seed": 11}),
+                       Case([REALS.sample(rng, ())], {"p": 0.0})],
+    doc="inverted dropout x * mask / (1 - p), mask ~ Bernoulli(1 - p) drawn from (seed, node name): "
+        "the same mask on every evaluation, so checkpoint recomputes and finite differences replay it"))

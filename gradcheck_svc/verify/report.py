@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from .memory_profile import summary as memory_summary
+
 MAX_LISTED = 1000  # gradient/reference values included per parameter
 
 
@@ -97,6 +99,9 @@ class Report:
     timings: dict
     faults: list[FaultRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    # each {node, op, cause, severity, parameters, detail, worst_element}
+    findings: list[dict] = field(default_factory=list)
+    timelines: dict = field(default_factory=dict)  # memory timelines for --memory-plot (not in the JSON)
 
     @property
     def passed(self) -> bool:
@@ -112,6 +117,7 @@ class Report:
             "parameters": [p.to_dict() for p in self.parameters],
             "faults": [f.to_dict() for f in self.faults],
             "warnings": list(self.warnings),
+            "findings": [dict(f) for f in self.findings],
             "memory": dict(self.memory),
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
         }
@@ -128,6 +134,8 @@ class Report:
             lines.append(f"  fault {f.fault}{change}, read in the backward of: {who}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
+        for f in self.findings:
+            lines.append(f"  {f['severity']}: {f['cause']} at node '{f['node']}' (op {f['op']}): {f['detail']}")
         if self.parameters:
             width = max(9, *(len(p.name) for p in self.parameters))
             lines.append(f"  {'parameter':<{width}}  {'shape':<12} {'fd':<10} {'max abs err':>11} "
@@ -142,13 +150,7 @@ class Report:
                 )
         else:
             lines.append("  no parameters (no input has requires_grad)")
-        m = self.memory
-        lines.append(
-            f"  memory: saved activations peak {_mb(m.get('activations_peak_bytes', 0))}, live peak "
-            f"{_mb(m.get('live_peak_bytes', 0))}; inference peak {_mb(m.get('inference_peak_bytes', 0))}")
+        lines.extend("  " + line for line in memory_summary(self.memory))
         lines.append("  timings: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items()))
         return "\n".join(lines)
 
-
-def _mb(n: int) -> str:
-    return f"{n / 1e6:.3g} MB" if n >= 1e5 else f"{n} B"

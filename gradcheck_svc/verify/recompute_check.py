@@ -1,0 +1,47 @@
+"""Recompute mismatches (engine/checkpoint.py) as report findings.
+
+Finding shape, shared with the diagnosis layer: {node, op, cause, severity,
+parameters, detail, worst_element}. A mismatch under the checkpoint policy in
+force is an error (the reported gradients were computed from values that
+differ from the forward pass's); under the sqrt what-if profile it is a
+warning (the gradients are right, but checkpointing this graph would not be).
+"""
+from __future__ import annotations
+
+from ..engine.program import Program
+
+CAUSE = "recompute_mismatch"
+
+
+def upstream_parameters(program: Program, node: str) -> list[str]:
+    """Parameters whose gradient flows through `node` (its ancestors among the parameters)."""
+    seen, stack = {node}, [node]
+    while stack:
+        step = program.by_name.get(stack.pop())
+        for name in step.inputs if step is not None else ():
+            if name not in seen:
+                seen.add(name)
+                stack.append(name)
+    return [p for p in program.params if p in seen and p in program.requires_grad]
+
+
+def findings(program: Program, run, policy: str, in_force: bool) -> list[dict]:
+    """run: the CheckpointRun of a gradient run (or None)."""
+    out = []
+    for m in run.mismatches if run is not None else ():
+        more = f"; {len(m.downstream)} value(s) downstream of it differ as a consequence" if m.downstream else ""
+        why = ("the reported gradients used the recomputed values" if in_force
+               else f"gradients are unaffected, but '{policy}' checkpointing would compute them from values "
+                    "that differ from the forward pass")
+        out.append({
+            "node": m.node,
+            "op": m.op,
+            "cause": CAUSE,
+            "severity": "error" if in_force else "warning",
+            "parameters": upstream_parameters(program, m.node),
+            "detail": (f"recomputing checkpoint segment {m.segment} under '{policy}' gave a value whose "
+                       f"fingerprint differs from the first forward's, from identical inputs: a "
+                       f"nondeterministic op or randomness that is not replayed{more}; {why}"),
+            "worst_element": None,  # only fingerprints of the first forward are kept, not its values
+        })
+    return out

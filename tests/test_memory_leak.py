@@ -1,0 +1,101 @@
+"""The leak the seed warns about: nothing keeps a graph alive after its report.
+
+1,000 verifications (under a checkpoint policy, with dropout) and 1,000
+inference-only evaluations in one process. After a warm-up, three measures
+must not grow: the live engine objects (Graph, Program, Tape, Report: exact),
+the interpreter's allocated blocks (every Python object, NumPy array headers
+included) and the resident set. Thresholds: one kept report alone costs ~60
+blocks and ~5 kB, so keeping one per iteration would grow them by ~60,000
+blocks and ~5 MB -- far over the limits -- while the noise measured after
+warm-up is a few hundred blocks and tens of kB, far under them. A control
+run that keeps every 10th report shows the measure sees such a leak.
+(tracemalloc would also see buffers, but slows the loop tenfold.)"""
+import gc
+import os
+import sys
+
+import numpy as np
+
+from gradcheck_svc.backend import NUMPY
+from gradcheck_svc.engine import Program, Tape, forward, prepare_feeds
+from gradcheck_svc.graph import load_graph
+from gradcheck_svc.graph.build import GraphBuilder
+from gradcheck_svc.graph.ir import Graph
+from gradcheck_svc.verify import Report, VerifyOptions, verify
+
+ROUNDS = 1000
+BLOCKS_LIMIT = 5_000
+RSS_LIMIT = 2 * 2**20
+
+
+def _message():
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("leak")
+    h = b.input("x", rng.uniform(-1, 1, size=(2, 4)))
+    for k in range(3):
+        w = b.input(f"W{k}", rng.standard_normal((4, 4)) / 2, requires_grad=True)
+        h = b.node("dropout", b.node("tanh", b.node("matmul", h, w)), p=0.2, seed=k)
+    b.output(b.node("sum", h, name="loss"))
+    return b.build()
+
+
+def _live_objects() -> int:
+    gc.collect()
+    return sum(isinstance(o, (Graph, Program, Tape, Report)) for o in gc.get_objects())
+
+
+def _verify_once(msg, keep=None):
+    report = verify(load_graph(msg), VerifyOptions(checkpoint="every:2"))
+    assert report.verdict == "pass"
+    report.to_json()
+    report.to_text()
+    if keep is not None:
+        keep.append(report)
+
+
+def _infer_once(msg):
+    graph = load_graph(msg)
+    program = Program(graph, np.float64)
+    tape = forward(program, NUMPY, prepare_feeds(program, NUMPY), grad=False)
+    assert np.isfinite(float(tape.loss))
+
+
+def _rss() -> int:
+    """Resident bytes now (Linux); 0 elsewhere, where the block and object counts still hold."""
+    try:
+        with open("/proc/self/statm") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except OSError:
+        return 0
+
+
+def _growth(fn, msg, rounds, keep=None) -> tuple[int, int]:
+    """(allocated blocks, resident bytes) gained over `rounds` calls, after a warm-up."""
+    for _ in range(20):  # caches, interned strings, lazily imported modules
+        fn(msg)
+    gc.collect()
+    blocks, rss = sys.getallocatedblocks(), _rss()
+    for i in range(rounds):
+        if keep is not None and i % 10 == 0:
+            fn(msg, keep)
+        else:
+            fn(msg)
+    gc.collect()
+    return sys.getallocatedblocks() - blocks, _rss() - rss
+
+
+def test_no_growth_over_1000_verifications_and_1000_inferences():
+    msg = _message()
+    objects = _live_objects()
+    for what, fn in (("verifications", _verify_once), ("inference evaluations", _infer_once)):
+        blocks, rss = _growth(fn, msg, ROUNDS)
+        assert blocks < BLOCKS_LIMIT, f"1,000 {what} left {blocks} allocated blocks behind"
+        assert rss < RSS_LIMIT, f"1,000 {what} grew the resident set by {rss} bytes"
+    assert _live_objects() == objects
+
+
+def test_the_leak_measurement_sees_a_kept_report():
+    """Control: keeping one report in ten is visible; one per iteration would be over the limit."""
+    kept = []
+    blocks, _ = _growth(_verify_once, _message(), 100, kept)
+    assert blocks / len(kept) * ROUNDS > 5 * BLOCKS_LIMIT, blocks
