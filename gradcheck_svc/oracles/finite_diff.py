@@ -13,7 +13,8 @@ full: every element of every parameter. The 2n perturbed forwards of a
     in chunks sized to a memory budget, not as a Python loop of whole-graph runs.
 projection: k random unit directions v_j, 2k forwards; compares the
     directional derivatives (g . v_j) instead of elements. Used automatically
-    for parameters above `projection_threshold` elements.
+    for parameters above `projection_threshold` elements, and for the costliest
+    parameters while a full check of the graph would exceed `full_cost_budget`.
 """
 from __future__ import annotations
 
@@ -34,6 +35,10 @@ STEP_SCALE = EPS ** (1.0 / 3.0)
 class FDOptions:
     mode: str = "auto"  # full | projection | auto
     projection_threshold: int = 100_000  # elements per parameter above which auto projects
+    # auto also projects the costliest parameters while the whole graph's full check would
+    # evaluate more than this many values (2 x elements x values downstream, summed);
+    # ~1e9 is a few seconds of NumPy on one core
+    full_cost_budget: float = 1e9
     directions: int = 16
     seed: int = 0
     chunk_bytes: int = 128 * 2**20  # memory budget for one stacked batch
@@ -63,12 +68,27 @@ class FiniteDifferences:
             down = self.program.downstream([p])
             self._row_bytes[p] = 8 * max(1, sum(math.prod(self.program.shapes[v]) for v in down))
             self._reaches_loss[p] = self.program.output in down
+        self._auto_projected = self._over_budget()
+
+    def _over_budget(self) -> set[str]:
+        """Parameters auto mode projects: above the size threshold, then the costliest
+        ones until a full check of the rest fits the cost budget."""
+        size = {p: math.prod(self.program.shapes[p]) for p in self.program.params}
+        cost = {p: 2 * size[p] * self._row_bytes[p] / 8 for p in self.program.params}
+        projected = {p for p in self.program.params if size[p] > self.options.projection_threshold}
+        total = sum(c for p, c in cost.items() if p not in projected)
+        for p in sorted(cost, key=cost.get, reverse=True):
+            if total <= self.options.full_cost_budget:
+                break
+            if p not in projected:
+                projected.add(p)
+                total -= cost[p]
+        return projected
 
     def mode_for(self, param: str) -> str:
         mode = self.options.mode
         if mode == "auto":
-            n = math.prod(self.program.shapes[param])
-            return "projection" if n > self.options.projection_threshold else "full"
+            return "projection" if param in self._auto_projected else "full"
         return mode
 
     def _losses(self, param: str, stack: np.ndarray) -> np.ndarray:

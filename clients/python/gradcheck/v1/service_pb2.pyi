@@ -174,37 +174,39 @@ class Finding(_message.Message):
     worst: WorstElement
     def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., cause: _Optional[str] = ..., severity: _Optional[str] = ..., parameters: _Optional[_Iterable[str]] = ..., detail: _Optional[str] = ..., worst: _Optional[_Union[WorstElement, _Mapping]] = ...) -> None: ...
 
-class CheckpointProfile(_message.Message):
-    __slots__ = ("policy", "activations_peak_bytes", "live_peak_bytes", "op_evaluations", "kept")
-    POLICY_FIELD_NUMBER: _ClassVar[int]
-    ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
-    LIVE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
-    OP_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
-    KEPT_FIELD_NUMBER: _ClassVar[int]
-    policy: str
-    activations_peak_bytes: int
-    live_peak_bytes: int
-    op_evaluations: int
-    kept: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, policy: _Optional[str] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., kept: _Optional[_Iterable[str]] = ...) -> None: ...
-
 class Memory(_message.Message):
-    __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "checkpoint")
+    __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "memory_source", "checkpoint", "checkpoint_profile", "checkpoint_segments", "checkpoint_kept_values", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes", "checkpoint_op_evaluations", "checkpoint_gradients_equal")
     PARAMETERS_BYTES_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     LIVE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     INFERENCE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     OP_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_SOURCE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_PROFILE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_SEGMENTS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_KEPT_VALUES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_LIVE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_OP_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_GRADIENTS_EQUAL_FIELD_NUMBER: _ClassVar[int]
     parameters_bytes: int
     gradients_bytes: int
     activations_peak_bytes: int
     live_peak_bytes: int
     inference_peak_bytes: int
     op_evaluations: int
-    checkpoint: CheckpointProfile
-    def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., checkpoint: _Optional[_Union[CheckpointProfile, _Mapping]] = ...) -> None: ...
+    memory_source: str
+    checkpoint: str
+    checkpoint_profile: str
+    checkpoint_segments: int
+    checkpoint_kept_values: int
+    checkpoint_activations_peak_bytes: int
+    checkpoint_live_peak_bytes: int
+    checkpoint_op_evaluations: int
+    checkpoint_gradients_equal: bool
+    def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., memory_source: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_profile: _Optional[str] = ..., checkpoint_segments: _Optional[int] = ..., checkpoint_kept_values: _Optional[int] = ..., checkpoint_activations_peak_bytes: _Optional[int] = ..., checkpoint_live_peak_bytes: _Optional[int] = ..., checkpoint_op_evaluations: _Optional[int] = ..., checkpoint_gradients_equal: _Optional[bool] = ...) -> None: ...
 
 class Report(_message.Message):
     __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "text")
