@@ -97,6 +97,7 @@ class Report:
     timings: dict
     faults: list[FaultRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
+    findings: list = field(default_factory=list)  # verify/findings.py Finding, most important first
 
     @property
     def passed(self) -> bool:
@@ -112,6 +113,7 @@ class Report:
             "parameters": [p.to_dict() for p in self.parameters],
             "faults": [f.to_dict() for f in self.faults],
             "warnings": list(self.warnings),
+            "findings": [f.to_dict() for f in self.findings],
             "memory": dict(self.memory),
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
         }
@@ -122,6 +124,7 @@ class Report:
     def to_text(self) -> str:
         lines = [f"{self.graph or 'graph'}: {self.verdict.upper()}  (loss {self.loss:.10g}, {self.dtype}, "
                  f"{self.device})"]
+        lines += [f"  {f.to_text()}" for f in self.findings]
         for f in self.faults:
             change = f" ({f.before:g} -> {f.after:g})" if f.before is not None else ""
             who = ", ".join(f.readers) if f.readers else "nothing saved this value: no effect"

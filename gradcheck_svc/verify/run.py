@@ -1,7 +1,8 @@
 """verify(): run the engine and the oracles on a graph and compare.
 
 engine (forward, optional fault injection, backward) -> finite differences
-(float64, host) -> per-parameter comparison -> Report.
+(float64, host) -> per-parameter comparison -> diagnosis (findings: cause,
+node; diagnose.py) -> Report.
 """
 from __future__ import annotations
 
@@ -12,11 +13,13 @@ import numpy as np
 
 from ..backend import get_backend
 from ..engine import Program, backward, forward, inject, prepare_feeds
-from ..engine.faults import Fault
+from ..engine.faults import STALE_STEP, Fault
+from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
 from ..oracles.finite_diff import FDOptions, FiniteDifferences
 from .compare import Tolerance, compare
+from .diagnose import Context, diagnose, overall_verdict
 from .report import FaultRecord, ParameterResult, Report
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
@@ -30,6 +33,9 @@ class VerifyOptions:
     faults: tuple[Fault, ...] = ()
     atol: float | None = None
     rtol: float | None = None
+    integrity: str = "check"  # saved-tensor fingerprints: "off" | "check"
+    allow_inplace_hazards: bool = False  # compute the (wrong) gradient instead of stopping
+    localize: bool = True  # find the faulty node when a parameter fails
 
 
 @dataclass
@@ -41,22 +47,40 @@ class EngineRun:
     memory: dict
     faults: list[FaultRecord]
     seconds: float
+    events: list = field(default_factory=list)  # SavedStore events: corruption / in-place writes
+    program: Program | None = None
+    adjoints: dict = field(default_factory=dict)  # keep_adjoints: name -> float64 host dL/dv
+    contributions: dict = field(default_factory=dict)  # keep_adjoints: (step, input index) -> host array
 
 
-def run_engine(graph: Graph, options: VerifyOptions, dtype: str) -> EngineRun:
+def _earlier_values(program: Program, backend, faults) -> dict | None:
+    """Values of an earlier forward (every parameter STEP smaller), for stale-cache faults."""
+    stale = [f for f in faults if f.kind == "stale"]
+    if not stale:
+        return None
+    step = stale[0].value if stale[0].value is not None else STALE_STEP
+    shifted = {p: program.graph.inputs[p].value - step for p in program.params}
+    return forward(program, backend, prepare_feeds(program, backend, shifted), grad=False, keep_values=True).values
+
+
+def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False) -> EngineRun:
     backend = get_backend(options.device)
     program = Program(graph, DTYPES[dtype])
+    if options.integrity not in INTEGRITY_MODES:
+        raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)", field="integrity")
     for f in options.faults:
         if f.node not in program.shapes:
             raise OptionError(f"fault names unknown value '{f.node}'", field="fault")
+    earlier = _earlier_values(program, backend, options.faults)
     t0 = time.perf_counter()
     feeds = prepare_feeds(program, backend)
-    tape = forward(program, backend, feeds, grad=True)
+    tape = forward(program, backend, feeds, grad=True, integrity=options.integrity,
+                   allow_inplace_hazards=options.allow_inplace_hazards)
     records = []
     for f in options.faults:
-        eff = inject(backend.xp, tape.store, f, backend.to_host)
+        eff = inject(backend.xp, tape.store, f, backend.to_host, earlier)
         records.append(FaultRecord(str(f), eff.readers, eff.before, eff.after))
-    grads = backward(tape)
+    grads = backward(tape, keep_adjoints=keep_adjoints)
     backend.synchronize()
     seconds = time.perf_counter() - t0
     host = {p: np.asarray(backend.to_host(g), dtype=np.float64) for p, g in grads.items()}
@@ -71,7 +95,10 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str) -> EngineRun:
         "op_evaluations": tape.op_evaluations,
     }
     loss = float(np.asarray(backend.to_host(tape.loss), dtype=np.float64).reshape(-1)[0])
-    return EngineRun(loss, host, memory, records, seconds)
+    f64 = lambda a: np.asarray(backend.to_host(a), dtype=np.float64)  # noqa: E731
+    return EngineRun(loss, host, memory, records, seconds, tape.store.events, program,
+                     {k: f64(v) for k, v in tape.adjoints.items()},
+                     {k: f64(v) for k, v in tape.contributions.items()})
 
 
 def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
@@ -107,10 +134,13 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
                 for f in engine.faults if not f.readers]
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
-    verdict = "pass" if all(r.passed for r in results) else "fail"
+    t0 = time.perf_counter()
+    findings = diagnose(Context(graph, options, dtype, engine, results, fd, tol))
+    t_diag = time.perf_counter() - t0
+    verdict = overall_verdict(results, findings)
     return Report(
         graph=graph.name, verdict=verdict, loss=engine.loss, dtype=dtype, device=options.device,
         parameters=results, memory=engine.memory,
-        timings={"engine_s": engine.seconds, "finite_differences_s": t_fd,
+        timings={"engine_s": engine.seconds, "finite_differences_s": t_fd, "diagnosis_s": t_diag,
                  "total_s": time.perf_counter() - t_start},
-        faults=engine.faults, warnings=warnings)
+        faults=engine.faults, warnings=warnings, findings=findings)
