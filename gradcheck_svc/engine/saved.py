@@ -17,6 +17,7 @@ corrupted on request (--fault), and checked:
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
 from ..errors import InplaceHazardError
@@ -62,19 +63,47 @@ class SavedStore:
         self.versions = versions
         self.allow_inplace_hazards = allow_inplace_hazards
         self.events: list[Event] = []
+        self._taken: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, fingerprint): one per buffer state
+        self._read: dict[int, tuple] = {}  # id(tensor) -> (weakref, fingerprint) as first read by the backward
 
     def save(self, node: str, tensors, sources) -> None:
         slots = [Slot(t, s) for t, s in zip(tensors, sources)]
         for s in slots:
-            if self.check:
-                s.fingerprint = fingerprint(self.xp, s.tensor)
             if self.versions is not None:
                 s.buffer = owner(s.tensor)
                 s.version = self.versions.of(s.buffer)
+            if self.check:
+                s.fingerprint = self._fingerprint(s.tensor, s.version)
         self._slots[node] = slots
         for s in slots:
             self.saved.hold(s.tensor)
             self.live.hold(s.tensor)
+
+    def _fingerprint(self, t, version: int) -> tuple:
+        """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
+        per version: the first fingerprint is what later saves must match anyway."""
+        hit = self._taken.get(id(t))
+        if hit is not None and hit[0]() is t and hit[1] == version:
+            return hit[2]
+        fp = fingerprint(self.xp, t)
+        try:
+            self._taken[id(t)] = (weakref.ref(t), version, fp)
+        except TypeError:  # not weak-referenceable: just don't cache
+            pass
+        return fp
+
+    def _fingerprint_read(self, t) -> tuple:
+        """Nothing writes a tensor during the backward pass, so a tensor read by several steps (a
+        weight used in many places) is fingerprinted on its first read only."""
+        hit = self._read.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1]
+        fp = fingerprint(self.xp, t)
+        try:
+            self._read[id(t)] = (weakref.ref(t), fp)
+        except TypeError:
+            pass
+        return fp
 
     def rebind(self, node: str, old, new) -> None:
         """The node's output was written in place into `new` (its first input's buffer):
@@ -99,7 +128,7 @@ class SavedStore:
     def _verify(self, node: str, k: int, s: Slot) -> None:
         changed = None
         if self.check and s.fingerprint is not None:
-            changed = fingerprint(self.xp, s.tensor) != s.fingerprint
+            changed = self._fingerprint_read(s.tensor) != s.fingerprint
         version = self.versions.of(s.buffer) if self.versions is not None and s.buffer is not None else s.version
         if version != s.version:
             writers = tuple(self.versions.writers(s.buffer))

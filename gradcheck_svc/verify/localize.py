@@ -1,11 +1,12 @@
 """Fault localization: the first node where the engine's gradient goes wrong.
 
-Walking from the loss backwards (reverse topological order), each value v
-on a path from a failing parameter to the loss has its engine adjoint dL/dv
+Walking from the loss backwards (reverse topological order), values v on a
+path from a failing parameter to the loss have their engine adjoint dL/dv
 checked against finite differences that perturb v and re-run only the
 downstream part of the graph (FiniteDifferences on an intermediate value;
-random projections above a few elements). The first wrong adjoint u has only
-right adjoints downstream of it, so the fault is in one of u's consumers:
+random projections above a few elements) -- by bisection, then confirmed
+locally. A wrong adjoint u whose consumers all have right adjoints locates
+the fault in one of u's consumers:
 each consumer C's vjp contribution to u is checked against the local
 derivative of C's own forward (J_C^T dL/dC, by finite differences of that
 one op at the forward's values). The consumer whose contribution disagrees
@@ -95,28 +96,57 @@ def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: d
 def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributions: dict, tol: Tolerance,
              params: list[str]) -> Located | None:
     """program: the engine's (any dtype); fd: the float64 oracle (its base values are the forward's);
-    adjoints/contributions: host float64 copies from backward(keep_adjoints=True)."""
+    adjoints/contributions: host float64 copies from backward(keep_adjoints=True).
+
+    Finding a wrong adjoint whose consumers' adjoints are all right: bisect over the values in reverse
+    topological order (on a chain, wrong exactly from the faulty node back), then walk from the value
+    found towards the loss while one of its consumers is wrong. About log2(n) + fan-out checks, each a
+    batched forward of the downstream part only."""
     down = program.downstream(params)
     order = [s.name for s in reversed(program.steps) if s.needs_grad and s.name in down and s.name != program.output]
     order += [p for p in params if p not in order]
-    checked = 0
-    for v in order:
-        engine = np.asarray(adjoints.get(v, np.zeros(program.shapes[v])), dtype=np.float64)
-        engine = np.broadcast_to(engine, program.shapes[v])
-        n = engine.size
-        ref = fd.gradient(v, mode="full" if n <= FULL_UP_TO else "projection", directions=DIRECTIONS)
-        checked += 1
-        eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
-        cmp = compare(eng, ref.reference, tol, ref.noise)
-        if cmp.passed:
-            continue
-        worst = WorstElement(cmp.worst_index, cmp.engine_at_worst, cmp.reference_at_worst)
-        consumers = [check_consumer(fd.program, fd.program.by_name[s.name], k, fd.base, adjoints, contributions, tol)
-                     for s in program.steps if s.needs_grad
-                     for k, (i, want) in enumerate(zip(s.inputs, s.grad_inputs)) if i == v and want]
-        culprit = next((c for c in consumers if not c.comparison.passed), None)
-        return Located(v, worst, culprit, consumers, checked)
-    return None
+    position = {v: i for i, v in enumerate(order)}
+    consumers_of: dict[str, list[tuple[Step, int]]] = {}
+    for s in program.steps:
+        if s.needs_grad:
+            for k, (i, want) in enumerate(zip(s.inputs, s.grad_inputs)):
+                if want:
+                    consumers_of.setdefault(i, []).append((s, k))
+    checks: dict[str, Comparison] = {}
+
+    def check(v: str) -> Comparison:
+        if v not in checks:
+            engine = np.asarray(adjoints.get(v, np.zeros(program.shapes[v])), dtype=np.float64)
+            engine = np.broadcast_to(engine, program.shapes[v])
+            ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection", directions=DIRECTIONS)
+            eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
+            checks[v] = compare(eng, ref.reference, tol, ref.noise)
+        return checks[v]
+
+    # bisect: lo is right (or the loss side), hi is wrong
+    hi = next((position[p] for p in reversed(params) if not check(p).passed), None)
+    if hi is None:
+        return None
+    lo = -1
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if check(order[mid]).passed:
+            lo = mid
+        else:
+            hi = mid
+    u = order[hi]
+    while True:  # walk towards the loss while a consumer's own adjoint is wrong
+        nxt = next((s.name for s, _ in consumers_of.get(u, ()) if s.name in position and not check(s.name).passed),
+                   None)
+        if nxt is None:
+            break
+        u = nxt
+    cmp = checks[u]
+    worst = WorstElement(cmp.worst_index, cmp.engine_at_worst, cmp.reference_at_worst)
+    local = [check_consumer(fd.program, fd.program.by_name[s.name], k, fd.base, adjoints, contributions, tol)
+             for s, k in consumers_of.get(u, ())]
+    culprit = next((c for c in local if not c.comparison.passed), None)
+    return Located(u, worst, culprit, local, len(checks))
 
 
 def rule_contribution(step: Step, xs: list, y, a: np.ndarray, k: int, shape: tuple, xp=np):
