@@ -52,6 +52,9 @@ def parse_fault(text: str) -> Fault:
 
 def corrupt(xp, a, fault: Fault, earlier=None):
     """A corrupted copy of array a (stale: `earlier`, the value from an earlier forward)."""
+    if a.dtype.kind != "f":
+        raise OptionError(f"cannot corrupt '{fault.node}': it holds {a.dtype} values, faults apply to float "
+                          "values", field="fault")
     b = a.copy()
     if fault.kind == "stale":
         b[...] = earlier

@@ -92,8 +92,9 @@ def diagnose(ctx: Context) -> list[Finding]:
     findings = integrity_findings(ctx)
     named = {f.node for f in findings if f.severity == "error"}
     # NaN/Inf that a corrupted or overwritten saved tensor explains is not a second finding
-    findings += [f for f in nonfinite_findings(ctx) if f.node not in named]
-    if ctx.options.localize and not any(f.cause == "nonfinite" for f in findings):
+    nonfinite = [f for f in nonfinite_findings(ctx) if f.node not in named]
+    findings += nonfinite
+    if ctx.options.localize and not nonfinite:
         findings += localization_findings(ctx, findings)
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order[f.severity])
@@ -246,7 +247,17 @@ def nonfinite_findings(ctx: Context) -> list[Finding]:
                 continue
             idx, val = _first_nonfinite(c)
             detail = f"backward (vjp) produced {val:g} for input '{name}' at {list(idx)} from a finite adjoint"
-            if step.name in out:
+            step64 = ctx.fd.program.by_name[step.name]
+            rule = rule_contribution(step64, [ctx.fd.base[n] for n in step.inputs], ctx.fd.base[step.name], a, k,
+                                     ctx.program.shapes[name])
+            if step.name not in out and _finite(rule):
+                # the same rule at the forward's values is finite: the backward read other values
+                out[step.name] = Finding(
+                    step.name, step.op.name, "cache_corruption", "error",
+                    f"{detail}, though its vjp is finite at the forward's values ({rule.reshape(-1)[0]:g} there): it "
+                    f"read values other than the forward's (integrity checking {ctx.options.integrity})", params,
+                    WorstElement(idx, val, float(rule[idx] if idx else rule.reshape(-1)[0])))
+            elif step.name in out:
                 out[step.name].detail += f"; {detail}"
             else:
                 out[step.name] = Finding(step.name, step.op.name, "nonfinite", "error", detail, params,
