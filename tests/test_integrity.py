@@ -8,7 +8,7 @@ import sys
 import numpy as np
 import pytest
 
-from gradcheck_svc.backend import NUMPY
+from gradcheck_svc.backend import NUMPY, cuda_available
 from gradcheck_svc.engine import Program, backward, forward, inject, parse_fault, prepare_feeds
 from gradcheck_svc.engine.faults import KINDS
 from gradcheck_svc.graph import load_graph
@@ -98,3 +98,14 @@ def test_cli_json_findings_and_flags():
                 "--format", "json")
     d = json.loads(r.stdout)
     assert r.returncode == 1 and d["verdict"] == "fail" and d["findings"] == []
+
+
+@pytest.mark.skipif(not cuda_available(), reason="no CUDA device on this machine")
+@pytest.mark.parametrize("fault", ["z:overwrite:999", "z:bitflip"])
+def test_fingerprints_on_the_gpu_catch_faults(fault):
+    report = verify(load_graph(SEED), VerifyOptions(device="cuda", faults=(parse_fault(fault),)))
+    assert ("a", "cache_corruption", "error") in {(f.node, f.cause, f.severity) for f in report.findings}
+    big = load_graph(EXAMPLES / "faults" / "cached_activations.json")  # device-side Fletcher sums
+    report = verify(big, VerifyOptions(device="cuda", faults=(parse_fault("t:bitflip:3"),)))
+    assert any(f.cause == "cache_corruption" for f in report.findings)
+    assert verify(big, VerifyOptions(device="cuda")).findings == []
