@@ -12,7 +12,7 @@ from gradcheck_svc.backend import NUMPY
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
-from gradcheck_svc.ops import get_op
+from gradcheck_svc.ops import all_ops, get_op
 from gradcheck_svc.ops.registry import REGISTRY, register
 from gradcheck_svc.verify import VerifyOptions, verify
 
@@ -104,3 +104,70 @@ def test_kept_adjoints_match_torch_retain_grad():
     assert float(tape.adjoints["z"]) == z.grad.item() and float(tape.adjoints["a"]) == a.grad.item()
     assert float(tape.adjoints["w"]) == w.grad.item()
     assert float(tape.contributions[("z", 0)]) == w.grad.item()  # mul's contribution to w
+
+
+KINKED = [op for op in all_ops() if op.kinks]
+
+
+def at_kink(op, rng):
+    """The op's first test case moved onto its kink: a domain's avoided point, a tie, a clip bound."""
+    case = op.cases(rng)[0]
+    xs = [np.array(x, dtype=np.float64) for x in case.inputs]
+    if op.arity == 1 and op.domain_of(0).avoid:
+        point = op.domain_of(0).avoid[0]
+        xs[0].reshape(-1)[0] = point
+    elif op.arity == 1:  # a reduction: every element tied for the extremum
+        xs[0] = np.ones_like(xs[0])
+    else:  # a binary op: a tie between a and b
+        xs[1] = np.broadcast_to(xs[0], np.broadcast_shapes(xs[0].shape, xs[1].shape)).copy()
+        xs[0] = xs[1].copy()
+    return xs, case.attrs
+
+
+@pytest.mark.parametrize("op", KINKED, ids=lambda o: o.name)
+def test_inputs_at_a_declared_kink_are_warnings_not_failures(op, rng):
+    xs, attrs = at_kink(op, rng)
+    b = GraphBuilder(op.name)
+    names = [b.input(f"in{i}", x, requires_grad=True) for i, x in enumerate(xs)]
+    y = b.node(op.name, *names, name="y", **attrs)
+    b.output(b.node("sum", b.node("mul", b.node("exp", y, name="e"), b.input("c", 1.5), name="m"), name="L"))
+    graph = load_graph(b.build())
+    node = graph.node("y")
+    assert any(np.min(k.distance(xs, node.attrs)) == 0 for k in op.kinks)  # really at the kink
+    for dtype in ("float64", "float32"):
+        report = verify(graph, VerifyOptions(dtype=dtype))
+        assert report.verdict == "pass", report.to_text()
+        assert all(f.severity != "error" for f in report.findings)
+        if not all(p.passed for p in report.parameters):  # the mismatch is explained, at the right node
+            assert [(f.node, f.cause, f.severity) for f in report.findings] == \
+                [("y", "nondifferentiable_point", "warning")], report.to_text()
+
+
+def test_a_kink_under_a_wrong_rule_is_still_an_error(buggy_square):
+    """Near a kink the engine's value must still lie between the one-sided differences."""
+    b = GraphBuilder("kinked_bug")
+    u = b.input("u", [0.0, 1.0, -2.0], requires_grad=True)
+    r = b.node("relu", u, name="act")
+    b.output(b.node("sum", b.node("buggy_square", r, name="sq"), name="L"))
+    report = verify(load_graph(b.build()))
+    assert report.verdict == "fail"
+    assert ("sq", "rule_error", "error") in {(f.node, f.cause, f.severity) for f in report.findings}
+
+
+def test_a_subgradient_outside_the_one_sided_differences_is_an_error():
+    relu = get_op("relu")
+    # relu whose convention at 0 is 2: not between the one-sided derivatives 0 and 1
+    bad = dataclasses.replace(relu, name="relu_bad_kink", save=lambda xs, y, **_: (xs[0],),
+                              vjp=lambda xp, g, s, **_: (g * xp.where(s[0] > 0, 1.0, xp.where(s[0] == 0, 2.0, 0.0)),))
+    register(bad)
+    try:
+        b = GraphBuilder("bad_kink")
+        u = b.input("u", [0.0, 1.0, -2.0], requires_grad=True)
+        b.output(b.node("sum", b.node("relu_bad_kink", u, name="act"), name="L"))
+        report = verify(load_graph(b.build()))
+    finally:
+        del REGISTRY[bad.name]
+    [f] = report.findings
+    assert (f.node, f.cause, f.severity) == ("act", "nondifferentiable_point", "error")
+    assert f.worst.index == (0,) and f.worst.engine == 2.0
+    assert report.verdict == "fail"
