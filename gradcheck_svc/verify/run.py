@@ -85,7 +85,8 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     seconds = time.perf_counter() - t0
     host = {p: np.asarray(backend.to_host(g), dtype=np.float64) for p, g in grads.items()}
     itemsize = np.dtype(DTYPES[dtype]).itemsize
-    inference = forward(program, backend, feeds, grad=False)
+    # in-place nodes wrote into the feeds of the gradient run: start inference from fresh ones
+    inference = forward(program, backend, prepare_feeds(program, backend) if program.aliased else feeds, grad=False)
     memory = {
         "parameters_bytes": int(sum(feeds[p].nbytes for p in program.params)),
         "gradients_bytes": int(sum(g.size for g in host.values()) * itemsize),
