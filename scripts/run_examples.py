@@ -27,6 +27,21 @@ def zoo_options(options: dict) -> VerifyOptions:
     return VerifyOptions(**o)
 
 
+def cli_flags(options: dict) -> str:
+    """The zoo options as the `gradcheck-svc verify` flags that reproduce the case."""
+    parts = []
+    for key, value in options.items():
+        if key == "faults":
+            parts += [f"--fault {f}" for f in value]
+        elif key == "localize":
+            parts += [] if value else ["--no-localize"]
+        elif value is True:
+            parts.append("--" + key.replace("_", "-"))
+        else:
+            parts.append(f"--{key.replace('_', '-')} {value}")
+    return " ".join(parts)
+
+
 def run_case(case: dict) -> tuple[bool, str]:
     """(as expected, text) for one bug-zoo case."""
     expect = case["expect"]
@@ -52,8 +67,8 @@ def main() -> int:
         print()
         unexpected += report.verdict != "pass"
     for case in json.loads((FAULTS / "manifest.json").read_text())["cases"]:
-        opts = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in case.get("options", {}).items())
-        print(f"== examples/graphs/faults/{case['graph']} {opts} (expected {case['expect']})")
+        flags = cli_flags(case.get("options", {}))
+        print(f"== gradcheck-svc verify examples/graphs/faults/{case['graph']} {flags} (expected {case['expect']})")
         if case.get("requires_op") and get_op(case["requires_op"]) is None:
             print(f"skipped: op '{case['requires_op']}' is not registered in this build\n")
             continue
