@@ -182,3 +182,20 @@ def test_ordered_writers_on_one_buffer_are_fine():
     assert report.verdict == "pass" and report.findings == []
     w, x = np.array([1.0, -2.0]), np.array([0.5, 2.0])
     np.testing.assert_allclose(report.parameters[0].gradient, -2 * (1 - w * x) * x)
+
+
+def test_cli_hazard_exit_codes_and_findings():
+    import json
+
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'clients' / 'python'}")
+    path = str(EXAMPLES / "faults" / "inplace_square.json")
+    cli = [sys.executable, "-m", "gradcheck_svc.cli", "verify", path]
+    r = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 2 and r.stdout == ""
+    assert r.stderr.startswith("gradcheck-svc: error: node 'a': a value needed for its gradient has been modified")
+    r = subprocess.run(cli + ["--allow-inplace-hazards", "--format", "json"], capture_output=True, text=True, env=env,
+                       timeout=60)
+    assert r.returncode == 1
+    [f] = json.loads(r.stdout)["findings"]
+    assert (f["node"], f["op"], f["cause"], f["severity"]) == ("a", "square", "inplace_overwrite", "error")
+    assert f["worst_element"] == {"index": [1], "engine": 0.0, "reference": -2.0}  # relu(z) read for z = -2
