@@ -36,7 +36,14 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
     v.add_argument("--fault", action="append", default=[], metavar="NODE:KIND[:VALUE]",
                    help="corrupt NODE's cached value between forward and backward "
-                        "(KIND: overwrite, scale, zero, nan, bitflip); repeatable")
+                        "(KIND: overwrite, scale, zero, nan, bitflip, stale); repeatable")
+    v.add_argument("--integrity", choices=["off", "check"], default="check",
+                   help="fingerprint tensors saved for backward and check them when read (default: check)")
+    v.add_argument("--allow-inplace-hazards", action="store_true",
+                   help="when an in-place node overwrote a value the backward needs, compute the (wrong) "
+                        "gradient and diagnose it instead of stopping with an error")
+    v.add_argument("--no-localize", action="store_true",
+                   help="skip finding the faulty node and its cause when a gradient fails (verdict only)")
     v.add_argument("--atol", type=float, default=None, help="absolute tolerance (default per dtype)")
     v.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per dtype)")
     v.add_argument("--directions", type=int, default=16, help="random directions in projection mode")
@@ -83,7 +90,8 @@ def _verify(args) -> int:
         dtype=args.dtype, device=args.device,
         fd=FDOptions(mode=args.fd, directions=args.directions, seed=args.seed),
         faults=tuple(parse_fault(f) for f in args.fault), atol=args.atol, rtol=args.rtol,
-        checkpoint=parse_policy(args.checkpoint), memory_timeline=args.memory_plot is not None)
+        checkpoint=parse_policy(args.checkpoint), memory_timeline=args.memory_plot is not None,
+        integrity=args.integrity, allow_inplace_hazards=args.allow_inplace_hazards, localize=not args.no_localize)
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
     graph = load_graph(args.graph)

@@ -51,3 +51,7 @@ class BackendUnavailable(GradcheckError):
     """The requested device/backend cannot be used on this machine."""
 
     kind = "unavailable"
+
+
+class InplaceHazardError(GradcheckError):
+    """The backward pass needs a saved value that an in-place node overwrote after it was saved."""

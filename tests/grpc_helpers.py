@@ -104,8 +104,10 @@ FAULT_ON_Z = "z:overwrite:99"  # breaks the seed graph's gradient (square saves 
 
 
 def example_paths() -> list[Path]:
-    return sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".json", ".pb"))
+    """The bundled examples, without the bug zoo (examples/graphs/faults/, whose cases need the
+    options in its manifest; scripts/run_examples.py verifies those over gRPC)."""
+    return sorted(p for p in EXAMPLES.rglob("*") if p.suffix in (".json", ".pb") and "faults" not in p.parts)
 
 
 def expected_verdict(path: Path) -> str:
-    return "fail" if "faults" in path.parts or path.stem.endswith("_wrong") else "pass"
+    return "fail" if path.stem.endswith("_wrong") else "pass"

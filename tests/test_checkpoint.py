@@ -13,7 +13,7 @@ from google.protobuf import json_format
 from gradcheck_svc import cli
 from gradcheck_svc.backend import NUMPY, cuda_available, get_backend
 from gradcheck_svc.engine import Program, backward, checkpoint_plan, forward, parse_policy, prepare_feeds
-from gradcheck_svc.engine.fingerprint import fingerprint, fingerprints
+from gradcheck_svc.engine.fingerprint import fingerprints, word_sums
 from gradcheck_svc.errors import OptionError
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
@@ -191,20 +191,20 @@ def _noisy_chain():
 def test_recompute_mismatch_names_the_nondeterministic_node(noisy_op):
     graph = _noisy_chain()
     report = verify(graph, VerifyOptions(checkpoint="every:2"))
-    found = [f for f in report.findings if f["cause"] == "recompute_mismatch"]
-    assert [f["node"] for f in found] == ["noise"]  # where it starts, not the values downstream of it
+    found = [f for f in report.findings if f.cause == "recompute_mismatch"]
+    assert [f.node for f in found] == ["noise"]  # where it starts, not the values downstream of it
     f = found[0]
-    assert f["op"] == "test_nondeterministic" and f["severity"] == "error"
-    assert f["parameters"] == ["W0", "W1"]  # the parameters whose gradient flows through it
-    assert set(f) == {"node", "op", "cause", "severity", "parameters", "detail", "worst_element"}
+    assert f.op == "test_nondeterministic" and f.severity == "error"
+    assert f.parameters == ["W0", "W1"]  # the parameters whose gradient flows through it
+    assert set(f.to_dict()) == {"node", "op", "cause", "severity", "parameters", "detail", "worst_element"}
     assert report.verdict == "fail"
     d = report.to_dict()
     assert d["findings"][0]["node"] == "noise"
     json.dumps(d)
     # without checkpointing in force, the sqrt what-if profile still warns
     report = verify(graph)
-    assert [(f["node"], f["severity"]) for f in report.findings] == [("noise", "warning")]
-    assert "recompute_mismatch at node 'noise'" in report.to_text()
+    assert [(f.node, f.severity) for f in report.findings] == [("noise", "warning")]
+    assert "node 'noise' (test_nondeterministic): recompute_mismatch" in report.to_text()
 
 
 def test_noisy_op_is_not_in_the_shipped_registry():
@@ -239,7 +239,7 @@ def test_dropout_is_replayed_on_recompute():
 def test_batched_fingerprints_equal_single_ones(rng):
     arrays = [rng.standard_normal((3, 5)), np.zeros((0, 2)), np.float32(rng.standard_normal(7)), np.array(2.5),
               rng.integers(0, 5, size=3), rng.standard_normal((6, 6))[::2, 1:], np.ones(3, dtype=bool)]
-    assert fingerprints(NUMPY.xp, arrays) == [fingerprint(NUMPY.xp, a) for a in arrays]
+    assert fingerprints(NUMPY.xp, arrays) == [word_sums(NUMPY.xp, a) for a in arrays]
     changed = [a.copy() for a in arrays]
     changed[0][1, 2] += 1e-12
     assert fingerprints(NUMPY.xp, changed)[0] != fingerprints(NUMPY.xp, arrays)[0]

@@ -10,6 +10,12 @@ soon as their step is done.
 `forward_batched` evaluates the part of the graph downstream of some values
 with a leading batch axis on them -- the finite-difference oracle's stacked
 perturbations -- reusing every other value from a base evaluation.
+
+In-place nodes (graph/inplace.py) really write into their first input's
+buffer in a gradient run, bumping its version counter (versions.py), so a
+saved tensor can be overwritten exactly as in an eager framework; the store
+catches it when the backward reads it. keep_values runs (the oracles'
+reference evaluations) compute the same values out of place.
 """
 from __future__ import annotations
 
@@ -19,10 +25,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..backend import Backend
-from ..errors import GraphError
+from ..errors import GraphError, OptionError
 from .memory import MemoryMeter
 from .program import Program, Step
 from .saved import SavedStore
+from .versions import Versions
 
 
 def fit(xp, g, shape: tuple):
@@ -65,6 +72,8 @@ class Tape:
     op_evaluations: int = 0
     values: dict = field(default_factory=dict)  # all values, only when keep_values
     checkpoint: object = None  # checkpoint.CheckpointRun when a checkpoint plan is in force
+    adjoints: dict = field(default_factory=dict)  # dL/dv per value, only when backward(keep_adjoints=True)
+    contributions: dict = field(default_factory=dict)  # (step name, input index) -> that vjp's gradient
 
 
 def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = None) -> dict:
@@ -74,17 +83,25 @@ def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = N
         value = overrides.get(name, gi.value) if overrides else gi.value
         if gi.declared_dtype.startswith("float"):
             value = np.asarray(value, dtype=program.float_dtype)
+        if name in program.aliased:  # written in place: never into the graph's own array
+            value = np.array(value, copy=True)
         feeds[name] = backend.xp.asarray(value)
     return feeds
 
 
 def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = True,
-            keep_values: bool = False, record_timeline: bool = False, checkpoint=None) -> Tape:
+            keep_values: bool = False, record_timeline: bool = False, checkpoint=None,
+            integrity: str = "off", allow_inplace_hazards: bool = False) -> Tape:
     """checkpoint: a checkpoint.Plan; its non-final segments save nothing and are recomputed
-    during backward (ignored when grad is False: inference saves nothing anyway)."""
+    during backward (ignored when grad is False: inference saves nothing anyway).
+    integrity: "off" | "check" (fingerprint saved tensors, verify them when backward reads them)."""
     xp = backend.xp
     live = MemoryMeter(record_timeline, backend.memory_sampler())
-    store = SavedStore(live) if grad else None
+    writes = bool(program.inplace_root) and not keep_values
+    if writes and grad and checkpoint is not None:
+        raise OptionError("checkpointing a graph with in-place nodes is not supported", field="checkpoint")
+    versions = Versions() if writes else None
+    store = SavedStore(live, xp, integrity, versions, allow_inplace_hazards) if grad else None
     values = dict(feeds)
     for v in feeds.values():
         live.hold(v)
@@ -96,10 +113,14 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
         for step in program.steps:
             xs = [values[n] for n in step.inputs]
             y = run_step(xp, step, xs)
-            values[step.name] = y
-            live.hold(y)
+            if writes and (step.name in program.aliased or any(n in program.aliased for n in step.inputs)):
+                y = _private(y, xs)
             if grad and step.needs_grad and (ckpt is None or ckpt.saves(step)):
                 save_for_backward(store, step, xs, y)
+            if writes and step.inplace:
+                y = _write_in_place(xp, step, xs[0], y, store, versions)
+            values[step.name] = y
+            live.hold(y)
             if ckpt is not None:
                 ckpt.forwarded(step, y)
             if not keep_values:
@@ -118,6 +139,23 @@ def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
     store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
 
 
+def _private(y, xs):
+    """A buffer of its own for a value that shares memory with an in-place write (a view or
+    an input returned as is), so the write changes exactly the values that name its buffer."""
+    if getattr(y, "base", None) is not None or any(y is x for x in xs) or not getattr(y.flags, "writeable", True):
+        return y.copy()
+    return y
+
+
+def _write_in_place(xp, step: Step, buf, y, store, versions):
+    """Write y into buf (the first input's buffer) and bump its version."""
+    buf[...] = y
+    versions.bump(buf, step.name)
+    if store is not None and step.needs_grad:
+        store.rebind(step.name, y, buf)
+    return buf
+
+
 def _source(t, step: Step, xs, y) -> str | None:
     if t is y:
         return step.name
@@ -127,8 +165,11 @@ def _source(t, step: Step, xs, y) -> str | None:
     return None
 
 
-def backward(tape: Tape) -> dict:
-    """dL/dp for every parameter, as device arrays (zeros if the loss does not depend on p)."""
+def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
+    """dL/dp for every parameter, as device arrays (zeros if the loss does not depend on p).
+
+    keep_adjoints: also keep every value's dL/dv (tape.adjoints) and each vjp's
+    contribution to each input (tape.contributions), for fault localization."""
     program, xp, store, live, ckpt = tape.program, tape.backend.xp, tape.store, tape.live, tape.checkpoint
     adj = {program.output: xp.ones_like(tape.loss)}
     live.hold(adj[program.output])
@@ -139,13 +180,17 @@ def backward(tape: Tape) -> dict:
             if not step.needs_grad:
                 continue
             g = adj.pop(step.name, None)
-            saved = store.load(step.name)
             if g is not None:
+                saved = store.load(step.name)
+                if keep_adjoints:
+                    tape.adjoints[step.name] = g
                 grads = step.op.vjp(xp, g, saved, **step.attrs)
-                for name, gi, wanted in zip(step.inputs, grads, step.grad_inputs):
+                for k, (name, gi, wanted) in enumerate(zip(step.inputs, grads, step.grad_inputs)):
                     if not wanted or gi is None:
                         continue
                     gi = fit(xp, xp.asarray(gi), program.shapes[name])
+                    if keep_adjoints:
+                        tape.contributions[(step.name, k)] = gi
                     prev = adj.get(name)
                     adj[name] = gi if prev is None else prev + gi
                     live.hold(adj[name])
@@ -160,7 +205,19 @@ def backward(tape: Tape) -> dict:
     for p in program.params:
         g = adj.get(p)
         grads[p] = g if g is not None else xp.zeros(program.shapes[p], dtype=program.float_dtype)
+    if keep_adjoints:
+        tape.adjoints.update(grads)
     return grads
+
+
+def run_step_batched(xp, step: Step, xs: list, is_batched: list):
+    """Evaluate one step on inputs of which some carry a leading batch axis."""
+    if step.op.broadcast:
+        # align ranks after the batch axis so broadcasting pairs the right dimensions
+        rank = max(step.in_ranks)
+        xs = [x.reshape(x.shape[:1] + (1,) * (rank - r) + x.shape[1:]) if b and r < rank else x
+              for x, b, r in zip(xs, is_batched, step.in_ranks)]
+    return run_step(xp, step, xs)
 
 
 def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict):
@@ -178,14 +235,8 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
         for step in program.steps:
             if not any(n in batched for n in step.inputs):
                 continue
-            xs = [values[n] for n in step.inputs]
-            if step.op.broadcast:
-                # align ranks after the batch axis so broadcasting pairs the right dimensions
-                rank = max(step.in_ranks)
-                xs = [x.reshape(x.shape[:1] + (1,) * (rank - r) + x.shape[1:])
-                      if n in batched and r < rank else x
-                      for n, x, r in zip(step.inputs, xs, step.in_ranks)]
-            values[step.name] = run_step(xp, step, xs)
+            values[step.name] = run_step_batched(xp, step, [values[n] for n in step.inputs],
+                                                 [n in batched for n in step.inputs])
             batched.add(step.name)
     out = values[program.output]
     if program.output not in batched:

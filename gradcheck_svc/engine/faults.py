@@ -3,7 +3,9 @@
 `--fault z:overwrite:999` replaces every saved copy of z's value -- wherever
 the backward pass will read it -- with 999, which is what `tape.z = 999`
 does to a hand-written tape: the backward pass runs on and silently produces
-a wrong gradient. The corruption happens through the SavedStore, the same
+a wrong gradient. `--fault z:stale[:STEP]` puts back z's value from an
+earlier forward pass, one where every parameter was STEP (default 0.1)
+smaller -- a cache left over from the previous training step. The corruption happens through the SavedStore, the same
 door the diagnosis layer watches.
 """
 from __future__ import annotations
@@ -15,7 +17,8 @@ import numpy as np
 from ..errors import OptionError
 from .saved import SavedStore
 
-KINDS = ("overwrite", "scale", "zero", "nan", "bitflip")
+KINDS = ("overwrite", "scale", "zero", "nan", "bitflip", "stale")
+STALE_STEP = 0.1
 
 
 @dataclass(frozen=True)
@@ -47,10 +50,15 @@ def parse_fault(text: str) -> Fault:
     return Fault(node, kind, value)
 
 
-def corrupt(xp, a, fault: Fault):
-    """A corrupted copy of array a."""
+def corrupt(xp, a, fault: Fault, earlier=None):
+    """A corrupted copy of array a (stale: `earlier`, the value from an earlier forward)."""
+    if a.dtype.kind != "f":
+        raise OptionError(f"cannot corrupt '{fault.node}': it holds {a.dtype} values, faults apply to float "
+                          "values", field="fault")
     b = a.copy()
-    if fault.kind == "overwrite":
+    if fault.kind == "stale":
+        b[...] = earlier
+    elif fault.kind == "overwrite":
         b[...] = fault.value
     elif fault.kind == "scale":
         b *= 2.0 if fault.value is None else fault.value
@@ -79,8 +87,10 @@ class FaultEffect:
     after: float | None
 
 
-def inject(xp, store: SavedStore, fault: Fault, to_host) -> FaultEffect:
-    """Corrupt every saved copy of fault.node's value (one corrupted buffer shared by all readers)."""
+def inject(xp, store: SavedStore, fault: Fault, to_host, earlier: dict | None = None) -> FaultEffect:
+    """Corrupt every saved copy of fault.node's value (one corrupted buffer shared by all readers).
+
+    earlier: values of an earlier forward pass (needed by kind "stale")."""
     replaced: dict[int, object] = {}
     effect = FaultEffect(fault, [], None, None)
     for node, slot in list(store.slots()):
@@ -88,7 +98,7 @@ def inject(xp, store: SavedStore, fault: Fault, to_host) -> FaultEffect:
             continue
         key = id(slot.tensor)
         if key not in replaced:
-            replaced[key] = corrupt(xp, slot.tensor, fault)
+            replaced[key] = corrupt(xp, slot.tensor, fault, None if earlier is None else earlier[fault.node])
             if effect.before is None and slot.tensor.size:
                 effect.before = float(to_host(slot.tensor).reshape(-1)[0])
                 effect.after = float(to_host(replaced[key]).reshape(-1)[0])

@@ -20,6 +20,7 @@ class Step:
     in_ranks: tuple[int, ...]
     out_rank: int
     release: tuple[str, ...]  # values read for the last time by this step (forward)
+    inplace: bool = False  # writes its result into its first input's buffer
 
 
 class Program:
@@ -30,14 +31,14 @@ class Program:
         self.shapes = {name: spec.shape for name, spec in graph.specs.items()}
         self.params = graph.parameters
 
-        # prune to the ancestors of the loss (iteratively, in reverse topological order)
-        needed = {graph.output}
-        kept = []
-        for node in reversed(graph.nodes):
-            if node.name in needed:
-                kept.append(node)
-                needed.update(node.inputs)
-        kept.reverse()
+        # in-place writers -> the value whose buffer they write (graph/inplace.py resolved the reads)
+        self.inplace_root: dict[str, str] = {}
+        for node in graph.nodes:
+            if node.inplace:
+                self.inplace_root[node.name] = self.inplace_root.get(node.inputs[0], node.inputs[0])
+        kept = self._prune(graph)
+        # values sharing a buffer with an in-place write: they get a private, writable buffer
+        self.aliased = set(self.inplace_root) | set(self.inplace_root.values())
 
         grad = set(self.params)
         last_reader: dict[str, int] = {}
@@ -57,10 +58,27 @@ class Program:
                 if last_reader[name] == i and name != graph.output and name not in graph.inputs
             )
             steps.append(Step(i, node.name, node.op, node.inputs, attrs, node.name in grad, gi,
-                              tuple(graph.specs[n].rank for n in node.inputs), node.spec.rank, release))
+                              tuple(graph.specs[n].rank for n in node.inputs), node.spec.rank, release,
+                              node.inplace))
         self.steps: list[Step] = steps
         self.requires_grad = grad
         self.by_name = {s.name: s for s in steps}
+
+    def _prune(self, graph: Graph) -> list:
+        """The ancestors of the loss, plus in-place writers into a kept buffer (their write can
+        still overwrite a value some kept node saved) and their ancestors; to a fixpoint."""
+        needed = {graph.output}
+        count = -1
+        while True:
+            kept = []
+            for node in reversed(graph.nodes):
+                if node.name in needed or self.inplace_root.get(node.name) in needed:
+                    kept.append(node)
+                    needed.add(node.name)
+                    needed.update(node.inputs)
+            if len(kept) == count or not self.inplace_root:
+                return kept[::-1]
+            count = len(kept)
 
     def downstream(self, names) -> set[str]:
         """Values that depend on any of `names` (including them)."""

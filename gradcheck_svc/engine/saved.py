@@ -2,37 +2,150 @@
 
 Ops declare what their vjp needs (OpDef.save); only the engine keeps it, here.
 This single door is where saved tensors are accounted for (activation bytes),
-corrupted on request (--fault) and, in the diagnosis layer, fingerprinted and
-version-checked -- without touching any op.
+corrupted on request (--fault), and checked:
+
+- integrity ("check"): each saved tensor is fingerprinted when saved (on the
+  device that holds it) and again when the backward pass reads it; a
+  difference is recorded as an Event (cache corruption).
+- versions: each saved tensor remembers its buffer's version counter; a
+  later in-place write bumps it. On load, a changed version whose value
+  (fingerprint) also changed -- or is unknown, with integrity off -- is an
+  in-place hazard: an InplaceHazardError unless hazards are allowed, in which
+  case it is recorded and the backward goes on with the overwritten value,
+  exactly as a buggy framework would. A changed version with an unchanged
+  value is recorded as safe (e.g. relu_ over a relu's output).
 """
 from __future__ import annotations
 
+import weakref
 from dataclasses import dataclass
 
+from ..errors import InplaceHazardError
+from .fingerprint import fingerprint, is_small_host
 from .memory import MemoryMeter
+from .versions import Versions, owner
+
+INTEGRITY_MODES = ("off", "check")
 
 
 @dataclass
 class Slot:
     tensor: object
     source: str | None  # name of the value this tensor is (an input or output of the node), or None if derived
+    fingerprint: tuple | None = None  # taken at save time (integrity "check")
+    buffer: object = None  # the array owning the memory, for its version counter
+    version: int = 0  # the buffer's version at save time
+
+
+@dataclass
+class Event:
+    """A saved tensor that is not what was saved, found when the backward read it."""
+
+    kind: str  # "corruption" (fingerprint changed, version did not) | "inplace" (version changed)
+    node: str  # the node that saved it, whose backward read it
+    slot: int  # index among the node's saved tensors
+    source: str | None  # the value it is (None: a tensor derived by the op's save)
+    tensor: object  # what the backward read
+    value_changed: bool | None  # None: unknown (integrity off)
+    saved_version: int = 0
+    version: int = 0
+    writers: tuple[str, ...] = ()  # in-place nodes that wrote the buffer
 
 
 class SavedStore:
-    def __init__(self, live: MemoryMeter):
+    def __init__(self, live: MemoryMeter, xp=None, integrity: str = "off", versions: Versions | None = None,
+                 allow_inplace_hazards: bool = False):
         self._slots: dict[str, list[Slot]] = {}
         self.saved = MemoryMeter()  # saved activations only
         self.live = live  # every array the engine holds
+        self.xp = xp
+        self.check = integrity == "check"
+        self.versions = versions
+        self.allow_inplace_hazards = allow_inplace_hazards
+        self.events: list[Event] = []
+        self._taken: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, fingerprint): one per buffer state
+        self._read: dict[int, tuple] = {}  # id(tensor) -> (weakref, fingerprint) as first read by the backward
 
     def save(self, node: str, tensors, sources) -> None:
         slots = [Slot(t, s) for t, s in zip(tensors, sources)]
+        for s in slots:
+            if self.versions is not None:
+                s.buffer = owner(s.tensor)
+                s.version = self.versions.of(s.buffer)
+            if self.check:
+                s.fingerprint = self._fingerprint(s.tensor, s.version)
         self._slots[node] = slots
         for s in slots:
             self.saved.hold(s.tensor)
             self.live.hold(s.tensor)
 
+    def _fingerprint(self, t, version: int) -> tuple:
+        """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
+        per version: the first fingerprint is what later saves must match anyway."""
+        if is_small_host(self.xp, t):
+            return fingerprint(self.xp, t)
+        hit = self._taken.get(id(t))
+        if hit is not None and hit[0]() is t and hit[1] == version:
+            return hit[2]
+        fp = fingerprint(self.xp, t)
+        try:
+            self._taken[id(t)] = (weakref.ref(t), version, fp)
+        except TypeError:  # not weak-referenceable: just don't cache
+            pass
+        return fp
+
+    def _fingerprint_read(self, t) -> tuple:
+        """Nothing writes a tensor during the backward pass, so a tensor read by several steps (a
+        weight used in many places) is fingerprinted on its first read only."""
+        if is_small_host(self.xp, t):
+            return fingerprint(self.xp, t)
+        hit = self._read.get(id(t))
+        if hit is not None and hit[0]() is t:
+            return hit[1]
+        fp = fingerprint(self.xp, t)
+        try:
+            self._read[id(t)] = (weakref.ref(t), fp)
+        except TypeError:
+            pass
+        return fp
+
+    def rebind(self, node: str, old, new) -> None:
+        """The node's output was written in place into `new` (its first input's buffer):
+        saved references to the fresh output now refer to that buffer at its new version."""
+        for s in self._slots.get(node, ()):
+            if s.tensor is old:
+                self.saved.drop(old)
+                self.live.drop(old)
+                s.tensor = new
+                s.buffer = owner(new)
+                s.version = self.versions.of(new)
+                self.saved.hold(new)
+                self.live.hold(new)
+
     def load(self, node: str) -> tuple:
-        return tuple(s.tensor for s in self._slots.get(node, ()))
+        slots = self._slots.get(node, ())
+        if self.check or self.versions:
+            for k, s in enumerate(slots):
+                self._verify(node, k, s)
+        return tuple(s.tensor for s in slots)
+
+    def _verify(self, node: str, k: int, s: Slot) -> None:
+        changed = None
+        if self.check and s.fingerprint is not None:
+            changed = self._fingerprint_read(s.tensor) != s.fingerprint
+        version = self.versions.of(s.buffer) if self.versions is not None and s.buffer is not None else s.version
+        if version != s.version:
+            writers = tuple(self.versions.writers(s.buffer))
+            if changed is not False and not self.allow_inplace_hazards:
+                what = f"'{s.source}'" if s.source else f"saved tensor {k}"
+                raise InplaceHazardError(
+                    f"a value needed for its gradient has been modified by an inplace operation: {what} was "
+                    f"saved at version {s.version} and is now at version {version}, written in place by node "
+                    f"'{writers[-1] if writers else '?'}' (allow_inplace_hazards computes the gradient anyway)",
+                    node=node)
+            self.events.append(Event("inplace", node, k, s.source, s.tensor, changed, s.version, version, writers))
+        elif changed:
+            self.events.append(Event("corruption", node, k, s.source, s.tensor, True, s.version, version))
 
     def release(self, node: str) -> None:
         for s in self._slots.pop(node, ()):
@@ -46,6 +159,7 @@ class SavedStore:
                 yield node, s
 
     def replace(self, slot: Slot, tensor) -> None:
+        """Swap a slot's tensor (fault injection): its fingerprint and version stay those taken at save time."""
         for meter in (self.saved, self.live):
             meter.drop(slot.tensor)
             meter.hold(tensor)

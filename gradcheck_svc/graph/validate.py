@@ -12,8 +12,8 @@ so a 100,000-node chain loads like any other graph.
 from __future__ import annotations
 
 import difflib
+import heapq
 import math
-from collections import deque
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +21,7 @@ import numpy as np
 from ..errors import GraphError, LimitError
 from ..ops import OPSET_VERSION, REGISTRY
 from ..ops.base import FLOAT, REQUIRED, Attr, OpDef
+from .inplace import resolve_inplace
 from .ir import Graph, GraphInput, Node
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
@@ -130,7 +131,11 @@ def _struct_to_dict(struct) -> dict:
 
 
 def topological_order(nodes: list, producers: dict[str, int]) -> list[int]:
-    """Kahn's algorithm over node indices; raises GraphError naming a cycle."""
+    """Kahn's algorithm over node indices; raises GraphError naming a cycle.
+
+    Ready nodes are taken in their order in the graph (a heap, not a FIFO), so
+    the order is the program order wherever dependencies allow: in-place
+    writes happen where they are written."""
     n = len(nodes)
     indeg = [0] * n
     consumers: list[list[int]] = [[] for _ in range(n)]
@@ -140,15 +145,16 @@ def topological_order(nodes: list, producers: dict[str, int]) -> list[int]:
             if j is not None:
                 indeg[i] += 1
                 consumers[j].append(i)
-    queue = deque(i for i in range(n) if indeg[i] == 0)
+    queue = [i for i in range(n) if indeg[i] == 0]
+    heapq.heapify(queue)
     order = []
     while queue:
-        i = queue.popleft()
+        i = heapq.heappop(queue)
         order.append(i)
         for k in consumers[i]:
             indeg[k] -= 1
             if indeg[k] == 0:
-                queue.append(k)
+                heapq.heappush(queue, k)
     if len(order) < n:
         cycle = _find_cycle(nodes, producers, indeg)
         raise GraphError(f"graph has a cycle: {' -> '.join(cycle)}", node=cycle[0])
@@ -242,10 +248,11 @@ def validate(msg, limits: Limits = Limits()) -> Graph:
         specs[pb.name] = spec
         nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec))
 
-    out_spec = specs[msg.output]
+    nodes, output = resolve_inplace(nodes, inputs, specs, msg.output)
+    out_spec = specs[output]
     if out_spec.size != 1 or out_spec.dtype != FLOAT:
         raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
                          f"{list(out_spec.shape)}", field="output")
     if elements > limits.max_elements:
         raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph")
-    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, msg.output, specs)
+    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs)

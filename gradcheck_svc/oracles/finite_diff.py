@@ -61,20 +61,14 @@ class FiniteDifferences:
         base = forward(self.program, NUMPY, prepare_feeds(self.program, NUMPY), grad=False, keep_values=True)
         self.base = base.values
         self.loss = float(np.asarray(base.loss).reshape(-1)[0])
-        # bytes one batch row costs: every value downstream of each parameter
-        self._row_bytes = {}
-        self._reaches_loss = {}
-        for p in self.program.params:
-            down = self.program.downstream([p])
-            self._row_bytes[p] = 8 * max(1, sum(math.prod(self.program.shapes[v]) for v in down))
-            self._reaches_loss[p] = self.program.output in down
+        self._row_bytes: dict[str, int] = {}
         self._auto_projected = self._over_budget()
 
     def _over_budget(self) -> set[str]:
         """Parameters auto mode projects: above the size threshold, then the costliest
         ones until a full check of the rest fits the cost budget."""
         size = {p: math.prod(self.program.shapes[p]) for p in self.program.params}
-        cost = {p: 2 * size[p] * self._row_bytes[p] / 8 for p in self.program.params}
+        cost = {p: 2 * size[p] * self.row_bytes(p) / 8 for p in self.program.params}
         projected = {p for p in self.program.params if size[p] > self.options.projection_threshold}
         total = sum(c for p, c in cost.items() if p not in projected)
         for p in sorted(cost, key=cost.get, reverse=True):
@@ -91,9 +85,16 @@ class FiniteDifferences:
             return "projection" if param in self._auto_projected else "full"
         return mode
 
+    def row_bytes(self, name: str) -> int:
+        """Bytes one batch row costs: every value downstream of `name`."""
+        if name not in self._row_bytes:
+            self._row_bytes[name] = 8 * max(1, sum(math.prod(self.program.shapes[v])
+                                                   for v in self.program.downstream([name])))
+        return self._row_bytes[name]
+
     def _losses(self, param: str, stack: np.ndarray) -> np.ndarray:
         """Loss for each row of stack (B, *shape), in memory-bounded chunks."""
-        rows = max(1, self.options.chunk_bytes // self._row_bytes[param])
+        rows = max(1, self.options.chunk_bytes // self.row_bytes(param))
         out = np.empty(stack.shape[0])
         for s in range(0, stack.shape[0], rows):
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: stack[s:s + rows]})
@@ -102,12 +103,14 @@ class FiniteDifferences:
     def _noise(self, h) -> np.ndarray:
         return 4 * EPS * (abs(self.loss) + 1.0) / h
 
-    def gradient(self, param: str) -> FDResult:
-        if not self._reaches_loss[param]:
+    def gradient(self, param: str, mode: str | None = None, directions: int | None = None) -> FDResult:
+        """dL/d(param); param may also be an intermediate value (fault localization perturbs it and
+        re-runs only what is downstream). mode/directions override the options for this call."""
+        if self.program.output not in self.program.downstream([param]):
             shape = self.program.shapes[param]  # the loss does not depend on it
             return FDResult("full", np.zeros(shape), np.zeros(shape))
-        if self.mode_for(param) == "projection":
-            return self._projection(param)
+        if (mode or self.mode_for(param)) == "projection":
+            return self._projection(param, directions or self.options.directions)
         return self._full(param)
 
     def _full(self, param: str) -> FDResult:
@@ -117,7 +120,7 @@ class FiniteDifferences:
         h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
         h = (flat + h) - flat  # exactly representable step
         ref = np.empty(n)
-        rows = max(1, self.options.chunk_bytes // (2 * self._row_bytes[param]))
+        rows = max(1, self.options.chunk_bytes // (2 * self.row_bytes(param)))
         for s in range(0, n, rows):
             idx = np.arange(s, min(n, s + rows))
             m = idx.size
@@ -125,18 +128,19 @@ class FiniteDifferences:
             stack[np.arange(m), idx] += h[idx]
             stack[m + np.arange(m), idx] -= h[idx]
             losses = self._losses(param, stack.reshape((2 * m,) + x.shape))
-            ref[idx] = (losses[:m] - losses[m:]) / (2 * h[idx])
+            with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
+                ref[idx] = (losses[:m] - losses[m:]) / (2 * h[idx])
         return FDResult("full", ref.reshape(x.shape), self._noise(h).reshape(x.shape), evaluations=2 * n)
 
-    def _projection(self, param: str) -> FDResult:
+    def _projection(self, param: str, k: int) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64)
         flat = x.reshape(-1)
-        k = self.options.directions
         rng = np.random.default_rng(self.options.seed)
         v = rng.standard_normal((k, flat.size))
         v /= np.linalg.norm(v, axis=1, keepdims=True)
         h = STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if flat.size else 1.0)
         stack = np.concatenate([flat + h * v, flat - h * v]).reshape((2 * k,) + x.shape)
         losses = self._losses(param, stack)
-        ref = (losses[:k] - losses[k:]) / (2 * h)
+        with np.errstate(all="ignore"):
+            ref = (losses[:k] - losses[k:]) / (2 * h)
         return FDResult("projection", ref, np.full(k, self._noise(h)), directions=v, evaluations=2 * k)

@@ -57,6 +57,13 @@ def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> V
         _set_if_supported(options, "localize", pb.localize)
     if pb.checkpoint:
         _set_if_supported(options, "checkpoint", pb.checkpoint)
+    if pb.integrity:
+        if pb.integrity not in ("check", "off"):
+            raise OptionError(f"unknown integrity mode '{pb.integrity}' (expected check or off)",
+                              field="options.integrity")
+        _set_if_supported(options, "integrity", pb.integrity)
+    if pb.allow_inplace_hazards:
+        _set_if_supported(options, "allow_inplace_hazards", True)
     return options
 
 

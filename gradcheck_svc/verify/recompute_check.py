@@ -1,7 +1,6 @@
 """Recompute mismatches (engine/checkpoint.py) as report findings.
 
-Finding shape, shared with the diagnosis layer: {node, op, cause, severity,
-parameters, detail, worst_element}. A mismatch under the checkpoint policy in
+A mismatch under the checkpoint policy in
 force is an error (the reported gradients were computed from values that
 differ from the forward pass's); under the sqrt what-if profile it is a
 warning (the gradients are right, but checkpointing this graph would not be).
@@ -9,6 +8,7 @@ warning (the gradients are right, but checkpointing this graph would not be).
 from __future__ import annotations
 
 from ..engine.program import Program
+from .findings import Finding
 
 CAUSE = "recompute_mismatch"
 
@@ -25,7 +25,7 @@ def upstream_parameters(program: Program, node: str) -> list[str]:
     return [p for p in program.params if p in seen and p in program.requires_grad]
 
 
-def findings(program: Program, run, policy: str, in_force: bool) -> list[dict]:
+def findings(program: Program, run, policy: str, in_force: bool) -> list[Finding]:
     """run: the CheckpointRun of a gradient run (or None)."""
     out = []
     for m in run.mismatches if run is not None else ():
@@ -33,15 +33,11 @@ def findings(program: Program, run, policy: str, in_force: bool) -> list[dict]:
         why = ("the reported gradients used the recomputed values" if in_force
                else f"gradients are unaffected, but '{policy}' checkpointing would compute them from values "
                     "that differ from the forward pass")
-        out.append({
-            "node": m.node,
-            "op": m.op,
-            "cause": CAUSE,
-            "severity": "error" if in_force else "warning",
-            "parameters": upstream_parameters(program, m.node),
-            "detail": (f"recomputing checkpoint segment {m.segment} under '{policy}' gave a value whose "
-                       f"fingerprint differs from the first forward's, from identical inputs: a "
-                       f"nondeterministic op or randomness that is not replayed{more}; {why}"),
-            "worst_element": None,  # only fingerprints of the first forward are kept, not its values
-        })
+        # worst element: none, only fingerprints of the first forward are kept, not its values
+        out.append(Finding(
+            node=m.node, op=m.op, cause=CAUSE, severity="error" if in_force else "warning",
+            parameters=upstream_parameters(program, m.node),
+            detail=(f"recomputing checkpoint segment {m.segment} under '{policy}' gave a value whose "
+                    f"fingerprint differs from the first forward's, from identical inputs: a "
+                    f"nondeterministic op or randomness that is not replayed{more}; {why}")))
     return out

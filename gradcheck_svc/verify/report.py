@@ -99,8 +99,7 @@ class Report:
     timings: dict
     faults: list[FaultRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
-    # each {node, op, cause, severity, parameters, detail, worst_element}
-    findings: list[dict] = field(default_factory=list)
+    findings: list = field(default_factory=list)  # verify/findings.py Finding, most important first
     timelines: dict = field(default_factory=dict)  # memory timelines for --memory-plot (not in the JSON)
 
     @property
@@ -117,7 +116,7 @@ class Report:
             "parameters": [p.to_dict() for p in self.parameters],
             "faults": [f.to_dict() for f in self.faults],
             "warnings": list(self.warnings),
-            "findings": [dict(f) for f in self.findings],
+            "findings": [f.to_dict() for f in self.findings],
             "memory": dict(self.memory),
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
         }
@@ -128,14 +127,13 @@ class Report:
     def to_text(self) -> str:
         lines = [f"{self.graph or 'graph'}: {self.verdict.upper()}  (loss {self.loss:.10g}, {self.dtype}, "
                  f"{self.device})"]
+        lines += [f"  {f.to_text()}" for f in self.findings]
         for f in self.faults:
             change = f" ({f.before:g} -> {f.after:g})" if f.before is not None else ""
             who = ", ".join(f.readers) if f.readers else "nothing saved this value: no effect"
             lines.append(f"  fault {f.fault}{change}, read in the backward of: {who}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
-        for f in self.findings:
-            lines.append(f"  {f['severity']}: {f['cause']} at node '{f['node']}' (op {f['op']}): {f['detail']}")
         if self.parameters:
             width = max(9, *(len(p.name) for p in self.parameters))
             lines.append(f"  {'parameter':<{width}}  {'shape':<12} {'fd':<10} {'max abs err':>11} "

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyOptions(_message.Message):
-    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint")
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards")
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -21,6 +21,8 @@ class VerifyOptions(_message.Message):
     SYMBOLIC_BUDGET_FIELD_NUMBER: _ClassVar[int]
     LOCALIZE_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
+    INTEGRITY_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_INPLACE_HAZARDS_FIELD_NUMBER: _ClassVar[int]
     fd_mode: str
     dtype: str
     device: str
@@ -32,7 +34,9 @@ class VerifyOptions(_message.Message):
     symbolic_budget: int
     localize: bool
     checkpoint: str
-    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ...) -> None: ...
+    integrity: str
+    allow_inplace_hazards: bool
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("id", "graph", "options")
@@ -157,22 +161,22 @@ class WorstElement(_message.Message):
     def __init__(self, index: _Optional[_Iterable[int]] = ..., engine: _Optional[float] = ..., reference: _Optional[float] = ...) -> None: ...
 
 class Finding(_message.Message):
-    __slots__ = ("node", "op", "cause", "severity", "parameters", "detail", "worst")
+    __slots__ = ("node", "op", "cause", "severity", "parameters", "detail", "worst_element")
     NODE_FIELD_NUMBER: _ClassVar[int]
     OP_FIELD_NUMBER: _ClassVar[int]
     CAUSE_FIELD_NUMBER: _ClassVar[int]
     SEVERITY_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     DETAIL_FIELD_NUMBER: _ClassVar[int]
-    WORST_FIELD_NUMBER: _ClassVar[int]
+    WORST_ELEMENT_FIELD_NUMBER: _ClassVar[int]
     node: str
     op: str
     cause: str
     severity: str
     parameters: _containers.RepeatedScalarFieldContainer[str]
     detail: str
-    worst: WorstElement
-    def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., cause: _Optional[str] = ..., severity: _Optional[str] = ..., parameters: _Optional[_Iterable[str]] = ..., detail: _Optional[str] = ..., worst: _Optional[_Union[WorstElement, _Mapping]] = ...) -> None: ...
+    worst_element: WorstElement
+    def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., cause: _Optional[str] = ..., severity: _Optional[str] = ..., parameters: _Optional[_Iterable[str]] = ..., detail: _Optional[str] = ..., worst_element: _Optional[_Union[WorstElement, _Mapping]] = ...) -> None: ...
 
 class Memory(_message.Message):
     __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "memory_source", "checkpoint", "checkpoint_profile", "checkpoint_segments", "checkpoint_kept_values", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes", "checkpoint_op_evaluations", "checkpoint_gradients_equal")

@@ -1,0 +1,71 @@
+"""Findings: what the diagnosis says about one node.
+
+A finding names the node and its op, a cause, a severity and the parameters
+whose gradients it affects, with a one-line detail and the worst element.
+Causes (the contract):
+
+    rule_error              the node's vjp disagrees with the derivative of its own forward
+    cache_corruption        a saved tensor changed between forward and backward (fingerprint)
+    inplace_overwrite       an in-place write changed a saved tensor (version counter)
+    nondifferentiable_point an input lies at a declared kink; the engine's (sub)gradient is
+                            checked against the one-sided differences
+    precision               float32 rounding against the float64 reference
+    nonfinite               the first node producing NaN/Inf, forward or backward
+    recompute_mismatch      a recomputed (checkpointed) tensor differs from the first forward
+
+Severity: error (the verdict fails), warning (explained, not a failure),
+info (a note).
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+CAUSES = ("rule_error", "cache_corruption", "inplace_overwrite", "nondifferentiable_point", "precision",
+          "nonfinite", "recompute_mismatch")
+SEVERITIES = ("error", "warning", "info")
+
+
+def _num(x):
+    if x is None:
+        return None
+    x = float(x)
+    if math.isnan(x):
+        return "NaN"
+    if math.isinf(x):
+        return "Infinity" if x > 0 else "-Infinity"
+    return x
+
+
+@dataclass
+class WorstElement:
+    index: tuple
+    engine: float
+    reference: float
+
+
+@dataclass
+class Finding:
+    node: str
+    op: str
+    cause: str
+    severity: str
+    detail: str
+    parameters: list[str] = field(default_factory=list)
+    worst: WorstElement | None = None
+
+    def __post_init__(self):
+        assert self.cause in CAUSES and self.severity in SEVERITIES, (self.cause, self.severity)
+
+    def to_dict(self) -> dict:
+        w = self.worst
+        return {
+            "node": self.node, "op": self.op, "cause": self.cause, "severity": self.severity,
+            "parameters": list(self.parameters), "detail": self.detail,
+            "worst_element": None if w is None else {
+                "index": list(w.index), "engine": _num(w.engine), "reference": _num(w.reference)},
+        }
+
+    def to_text(self) -> str:
+        tags = self.severity + (f"; affects {', '.join(self.parameters)}" if self.parameters else "")
+        return f"node '{self.node}' ({self.op}): {self.cause} — {self.detail} [{tags}]"
