@@ -1,0 +1,180 @@
+"""One node's symbolic form and its exact local partial derivatives.
+
+Elementwise ops (OpDef.sympy) give one scalar formula in generic symbols;
+SymPy differentiates it once per node and the formula and its partials are
+evaluated per output element. Every other op is scalarized by running its
+own forward over SymPy object arrays (sympy_arrays.py): each output element
+becomes an expression in per-element input symbols, which SymPy
+differentiates with respect to each symbol it contains. No op's vjp is used.
+
+The result, a NodeJacobian, holds the output values and the non-zero pattern
+of the local Jacobian as (output element, input, input element, value)
+triples -- the symbolic oracle composes them by the chain rule.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from math import prod
+
+import numpy as np
+import sympy as sp
+
+from ..ops.base import FLOAT, OpDef, Spec
+from .mp_eval import MpEvaluator, Unsupported
+from .sympy_arrays import SYMPY_XP
+
+
+class OverBudget(Exception):
+    """Raised between small steps when the oracle's time or size budget is spent."""
+
+
+@dataclass
+class Budget:
+    deadline: float  # time.monotonic() value
+    max_edges: int
+    edges: int = 0
+
+    def tick(self):
+        if time.monotonic() > self.deadline:
+            raise OverBudget("wall-clock limit reached")
+
+    def add_edges(self, n: int):
+        self.edges += n
+        if self.edges > self.max_edges:
+            raise OverBudget(f"more than {self.max_edges} non-zero local partial derivatives")
+
+
+@dataclass
+class NodeJacobian:
+    values: np.ndarray  # object array of mpf, the output
+    edges: list = field(default_factory=list)  # (out_flat, input k, in_flat, mpf partial)
+
+
+def elementwise_formula(op: OpDef, attrs: dict, n_inputs: int, wanted):
+    """(symbols, formula, [partial or None per input]) in generic symbols."""
+    syms = [sp.Dummy(f"x{k}", real=True) for k in range(n_inputs)]
+    expr = _as_expr(op.sympy(sp, *syms, **attrs))
+    return syms, expr, [sp.diff(expr, s) if w else None for s, w in zip(syms, wanted)]
+
+
+def _as_expr(v):
+    if isinstance(v, sp.Basic):
+        return v
+    return sp.Integer(v) if isinstance(v, int) else sp.Float(float(v))
+
+
+def partials(expr) -> dict:
+    """d expr / d s for every free symbol s. A sum is split first, so that
+    each term is differentiated only by the symbols it holds (linear, not
+    quadratic, in the number of terms of a long sum)."""
+    coeff, rest = expr.as_coeff_Mul() if expr.is_Mul else (sp.S.One, expr)
+    if rest.is_Add:
+        groups: dict = {}
+        for t in rest.args:
+            for s in t.free_symbols:
+                groups.setdefault(s, []).append(t)
+        return {s: coeff * sp.Add(*[t.diff(s) for t in ts]) for s, ts in groups.items()}
+    return {s: expr.diff(s) for s in expr.free_symbols}
+
+
+class LocalJacobians:
+    """Evaluates nodes one at a time; caches elementwise formulas per (op, attrs)."""
+
+    def __init__(self, ev: MpEvaluator, budget: Budget):
+        self.ev = ev
+        self.ctx = ev.ctx
+        self.budget = budget
+        self._formulas: dict = {}
+
+    def node(self, op: OpDef, attrs: dict, in_values: list, in_specs: list[Spec], out_spec: Spec,
+             wanted: tuple[bool, ...]) -> NodeJacobian:
+        if op.sympy is not None:
+            return self._elementwise(op, attrs, in_values, in_specs, out_spec, wanted)
+        return self._scalarized(op, attrs, in_values, in_specs, out_spec, wanted)
+
+    def _formula(self, op, attrs, n, wanted):
+        try:
+            key = (op.name, tuple(sorted(attrs.items())), n, tuple(wanted))
+            hash(key)
+        except TypeError:
+            key = None
+        hit = self._formulas.get(key) if key is not None else None
+        if hit is None:
+            hit = elementwise_formula(op, attrs, n, wanted)
+            if key is not None:
+                self._formulas[key] = hit
+        return hit
+
+    def _elementwise(self, op, attrs, in_values, in_specs, out_spec, wanted):
+        syms, expr, parts = self._formula(op, attrs, len(in_values), wanted)
+        shape = out_spec.shape
+        index = [np.broadcast_to(np.arange(s.size).reshape(s.shape), shape).reshape(-1) for s in in_specs]
+        flat = [np.asarray(v, dtype=object).reshape(-1) for v in in_values]
+        n = prod(shape)
+        out = np.empty(n, dtype=object)
+        edges = []
+        self.budget.add_edges(n * sum(1 for p in parts if p is not None))
+        ev, mpf = self.ev, self.ctx.mpf
+        for j in range(n):
+            self.budget.tick()
+            at = [int(ix[j]) for ix in index]
+            env = {s: _mp(mpf, f[i]) for s, f, i in zip(syms, flat, at)}
+            memo: dict = {}
+            out[j] = ev.value(expr, env, memo)
+            for k, p in enumerate(parts):
+                if p is not None:
+                    edges.append((j, k, at[k], ev.value(p, env, memo)))
+        return NodeJacobian(out.reshape(shape), edges)
+
+    def _scalarized(self, op, attrs, in_values, in_specs, out_spec, wanted):
+        xs, env, owner = [], {}, {}
+        for k, (v, spec) in enumerate(zip(in_values, in_specs)):
+            if spec.dtype != FLOAT:
+                xs.append(np.asarray([int(e) for e in np.asarray(v).reshape(-1)],
+                                     dtype=np.int64 if spec.dtype != "bool" else bool).reshape(spec.shape))
+                continue
+            flat = np.asarray(v, dtype=object).reshape(-1)
+            syms = np.empty(flat.size, dtype=object)
+            for i in range(flat.size):
+                s = sp.Dummy(real=True)
+                syms[i], env[s], owner[s] = s, flat[i], (k, i)
+            xs.append(syms.reshape(spec.shape))
+        extra = {"dtype": np.float64} if op.wants_dtype and "dtype" not in attrs else {}
+        y = np.asarray(op.forward(SYMPY_XP, *xs, **attrs, **extra), dtype=object)
+        if y.shape != out_spec.shape:
+            raise Unsupported(f"symbolic forward of '{op.name}' gave shape {list(y.shape)}, "
+                              f"expected {list(out_spec.shape)}")
+        flat_y = y.reshape(-1)
+        out = np.empty(flat_y.size, dtype=object)
+        edges = []
+        memo: dict = {}
+        ev, mpf = self.ev, self.ctx.mpf
+        for j, e in enumerate(flat_y):
+            self.budget.tick()
+            if not isinstance(e, sp.Basic):
+                out[j] = _mp(mpf, e)
+                continue
+            out[j] = ev.value(e, env, memo)
+            if not any(wanted):
+                continue
+            mine = [s for s in e.free_symbols if wanted[owner[s][0]]]
+            self.budget.add_edges(len(mine))
+            if not mine:
+                continue
+            for s, d in partials(e).items():
+                self.budget.tick()
+                k, i = owner[s]
+                if wanted[k]:
+                    edges.append((j, k, i, ev.value(d, env, memo)))
+        return NodeJacobian(out.reshape(out_spec.shape), edges)
+
+
+def _mp(mpf, v):
+    if isinstance(v, (bool, np.bool_)):
+        return mpf(int(v))
+    if isinstance(v, (int, np.integer)):
+        return mpf(int(v))
+    if isinstance(v, (float, np.floating)):
+        return mpf(float(v))
+    return v  # already an mpf
