@@ -44,6 +44,7 @@ class SymbolicOptions:
     max_edges: int = 250_000  # non-zero local partial derivatives
     timeout_s: float = 30.0
     digits: int = 40
+    simplify_timeout_s: float = 10.0  # per expr node: is the user's derivative SymPy's? (verify/custom_ops.py)
 
 
 @dataclass
