@@ -234,3 +234,16 @@ def test_cli_rejects_hostile_formula_in_one_line(tmp_path):
     assert "Traceback" not in done.stderr and not marker.exists()
     json.dumps(done.stdout)  # nothing else printed
     assert done.stdout == ""
+
+
+def test_simplification_time_limit_gives_inconclusive():
+    from gradcheck_svc.oracles.symbolic import SymbolicOptions
+    from gradcheck_svc.verify import VerifyOptions
+
+    options = VerifyOptions(symbolic=SymbolicOptions(simplify_timeout_s=0.001))  # the child cannot even start
+    with time_limit(30):
+        d = verify(load_graph(EXAMPLES / "swish_custom.json"), options).to_dict()
+    (c,) = d["custom_ops"]
+    assert c["user_grad_matches"] is None and c["per_input"]["z"]["symbolic"] == "timed out"
+    assert c["per_input"]["z"]["counterexample"] is None
+    assert d["verdict"] == "pass"

@@ -96,9 +96,14 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
                                          f"{budget.edges} edges so far)",
                               elements=elements, edges=budget.edges, seconds=time.monotonic() - t0,
                               digits=options.digits)
-    except (Unsupported, ValueError, TypeError, ZeroDivisionError) as exc:
+    except Unsupported as exc:
         return SymbolicResult("skipped", f"no symbolic form: {exc}", elements=elements, edges=budget.edges,
                               seconds=time.monotonic() - t0, digits=options.digits)
+    except Exception as exc:  # noqa: BLE001 - SymPy failing on one node must not cost the whole report
+        return SymbolicResult("skipped", f"symbolic evaluation failed: {type(exc).__name__}: "
+                                         f"{str(exc).splitlines()[0] if str(exc) else ''}",
+                              elements=elements, edges=budget.edges, seconds=time.monotonic() - t0,
+                              digits=options.digits)
     result.elements, result.edges, result.digits = elements, budget.edges, options.digits
     result.seconds = time.monotonic() - t0
     return result
@@ -109,8 +114,9 @@ def _run(program: Program, local: LocalJacobians, ctx) -> SymbolicResult:
     mpf = ctx.mpf
     values: dict[str, np.ndarray] = {}
     for name, gi in graph.inputs.items():
-        flat = [mpf(float(v)) if gi.declared_dtype.startswith("float") else int(v) for v in gi.value.reshape(-1)]
-        values[name] = np.array(flat + [None], dtype=object)[:-1].reshape(gi.value.shape)
+        arr = np.empty(gi.value.size, dtype=object)
+        arr[:] = [mpf(float(v)) if gi.declared_dtype.startswith("float") else int(v) for v in gi.value.reshape(-1)]
+        values[name] = arr.reshape(gi.value.shape)
     jac = {}
     for step in program.steps:
         local.budget.tick()
@@ -118,8 +124,8 @@ def _run(program: Program, local: LocalJacobians, ctx) -> SymbolicResult:
         wanted = step.grad_inputs if step.needs_grad else (False,) * len(step.inputs)
         j = local.node(step.op, step.attrs, [values[n] for n in step.inputs], in_specs,
                        graph.specs[step.name], wanted)
-        if graph.specs[step.name].dtype != FLOAT:  # int/bool outputs are index data
-            j.values = np.vectorize(lambda v: int(v), otypes=[object])(j.values) if j.values.size else j.values
+        if graph.specs[step.name].dtype != FLOAT and j.values.size:  # int/bool outputs are index data
+            j.values = np.vectorize(int, otypes=[object])(j.values)
         values[step.name] = j.values
         if step.needs_grad:
             jac[step.name] = j.edges

@@ -62,7 +62,7 @@ class CustomOpCheck:
 
 
 def simplifies_to_zero(diffs: list, timeout_s: float) -> list[str]:
-    """'zero' | 'nonzero' | 'timeout' per expression."""
+    """'zero' | 'nonzero' | 'timeout' | 'error' per expression."""
     if all(d == 0 for d in diffs):
         return ["zero"] * len(diffs)
     try:
@@ -71,7 +71,7 @@ def simplifies_to_zero(diffs: list, timeout_s: float) -> list[str]:
     except subprocess.TimeoutExpired:
         return ["timeout"] * len(diffs)
     words = done.stdout.decode(errors="replace").split()
-    return words if len(words) == len(diffs) else ["timeout"] * len(diffs)
+    return words if done.returncode == 0 and len(words) == len(diffs) else ["error"] * len(diffs)
 
 
 def _node_points(program: ExprProgram, node, values, ctx):
@@ -137,7 +137,7 @@ def check_custom_ops(graph: Graph, values: dict | None, timeout_s: float = 10.0)
         for k, verdict in zip(unproven, verdicts):
             name = program.names[k]
             entry.per_input[name]["symbolic"] = {"zero": "equal", "nonzero": "not shown equal",
-                                                 "timeout": "timed out"}.get(verdict, verdict)
+                                                 "timeout": "timed out", "error": "simplification failed"}[verdict]
             if verdict != "zero":
                 inconclusive.append(name)
         points = f"{len(graph_envs)} graph point(s) and {RANDOM_POINTS} random points"
