@@ -158,9 +158,9 @@ def main(argv=None):
             ratio = f"{t_naive / ours:10.1f}" if t_naive is not None else f"{'-':>10}"
             print(f"{kind:<6} {elements:>8} {res.edges:>8}  {shape:<28} {ours:10.3f} {nv} {ratio} {t_fd:8.4f}",
                   flush=True)
-        big = [p for p in pts if p[0] >= 100]
+        big = [p for p in pts if p[0] >= 50]
         top = pts[-2:]
-        print(f"{kind}: growth, log-log slope of time: 100..4000 elements: elements^"
+        print(f"{kind}: growth, log-log slope of time: ~100..4000 elements: elements^"
               f"{slope([p[0] for p in big], [p[2] for p in big]):.2f} (edges^"
               f"{slope([p[1] for p in big], [p[2] for p in big]):.2f}); 1000..4000: elements^"
               f"{slope([p[0] for p in top], [p[2] for p in top]):.2f} (edges^"
