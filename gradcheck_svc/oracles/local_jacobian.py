@@ -1,11 +1,13 @@
 """One node's symbolic form and its exact local partial derivatives.
 
 Elementwise ops (OpDef.sympy) give one scalar formula in generic symbols;
-SymPy differentiates it once per node and the formula and its partials are
-evaluated per output element. Every other op is scalarized by running its
-own forward over SymPy object arrays (sympy_arrays.py): each output element
-becomes an expression in per-element input symbols, which SymPy
-differentiates with respect to each symbol it contains. No op's vjp is used.
+it is differentiated symbolically once per node (`derivative`) and the
+formula and its partials are evaluated per output element. Every other op is
+scalarized by running its own forward over SymPy object arrays
+(sympy_arrays.py): each output element becomes an expression in per-element
+input symbols, whose partials by all its symbols are accumulated in one
+reverse pass over the expression (`ReverseAccumulator`). Either way the
+derivative of every elementary function is SymPy's; no op's vjp is used.
 
 The result, a NodeJacobian, holds the output values and the non-zero pattern
 of the local Jacobian as (output element, input, input element, value)
@@ -90,18 +92,108 @@ def derivative(e, s):
     return e.diff(s)
 
 
-def partials(expr) -> dict:
-    """d expr / d s for every free symbol s. A sum is split first, so that
-    each term is differentiated only by the symbols it holds (linear, not
-    quadratic, in the number of terms of a long sum)."""
-    coeff, rest = expr.as_coeff_Mul() if expr.is_Mul else (sp.S.One, expr)
-    if rest.is_Add:
-        groups: dict = {}
-        for t in rest.args:
-            for s in t.free_symbols:
-                groups.setdefault(s, []).append(t)
-        return {s: coeff * sp.Add(*[derivative(t, s) for t in ts]) for s, ts in groups.items()}
-    return {s: derivative(expr, s) for s in expr.free_symbols}
+class ReverseAccumulator:
+    """All partials of one output element's expression at once: reverse
+    accumulation over the expression's DAG, in mpmath. The local derivative of
+    each elementary function is SymPy's (`fdiff`, evaluated at the node's
+    values); sums, products, powers and Piecewise are composed by their rules.
+    One pass costs O(size of the expression) whatever the number of symbols,
+    so a softmax row (every output depends on every input, through the
+    stabilizing max) costs O(n) per output instead of O(n) per partial.
+    fdiff expressions and values are cached per node: subexpressions shared
+    by several outputs (the row's logsumexp) are differentiated once."""
+
+    def __init__(self, ev: MpEvaluator, env: dict, memo: dict, budget: Budget):
+        self.ev, self.env, self.memo, self.budget = ev, env, memo, budget
+        self.ctx = ev.ctx
+        self._fdiff: dict = {}
+
+    def value(self, e):
+        return self.ev.value(e, self.env, self.memo)
+
+    def gradient(self, root) -> dict:
+        order = _post_order(root)
+        adj = {root: self.ctx.one}
+        grads = {}
+        for n, e in enumerate(reversed(order)):
+            if n % 512 == 511:
+                self.budget.tick()
+            a = adj.pop(e, None)
+            if not a:
+                continue
+            if e.is_Symbol:
+                grads[e] = a
+                continue
+            for child, local in self._locals(e):
+                adj[child] = adj[child] + a * local if child in adj else a * local
+        return grads
+
+    def _locals(self, e):
+        """(child, d e / d child) for the children that can carry a gradient."""
+        if e.is_Add:
+            return [(c, self.ctx.one) for c in e.args if not c.is_Number]
+        if e.is_Mul:
+            vals = [self.value(c) for c in e.args]
+            return [(c, self.ctx.fprod(vals[:i] + vals[i + 1:])) for i, c in enumerate(e.args) if not c.is_Number]
+        if e.is_Pow:
+            b, n = e.args
+            out = []
+            if not b.is_Number:
+                out.append((b, self.value(n) * self._power(self.value(b), n, self.value(n) - 1)))
+            if not n.is_Number:
+                out.append((n, self.value(e) * self.ctx.log(self.value(b))))
+            return out
+        if e.is_Piecewise:
+            for piece, cond in e.args:
+                if self.value(cond):
+                    return [(piece, self.ctx.one)]
+            return []
+        if isinstance(e, (sp.Function, MinMaxBase)):
+            out = []
+            for i, c in enumerate(e.args):
+                if c.is_Number:
+                    continue
+                key = (e, i)
+                d = self._fdiff.get(key)
+                if d is None:
+                    d = self._fdiff[key] = e.fdiff(i + 1)
+                out.append((c, self.value(d)))
+            return out
+        if e.is_Number or e.is_NumberSymbol:
+            return []
+        raise Unsupported(f"no derivative rule for {type(e).__name__}")
+
+    def _power(self, vb, n, p):
+        """vb ** p, where p = n - 1, in the real domain (nan outside it)."""
+        c = self.ctx
+        if n.is_Integer:
+            return vb ** int(p) if vb != 0 or p >= 0 else c.inf
+        if vb > 0:
+            return c.power(vb, p)
+        if vb == 0:
+            return c.zero if p > 0 else c.inf
+        return c.nan
+
+
+def _post_order(root) -> list:
+    """Unique subexpressions of root, children before parents (iterative: no recursion limit)."""
+    seen, out, stack = set(), [], [(root, False)]
+    while stack:
+        e, done = stack.pop()
+        if done:
+            out.append(e)
+            continue
+        if e in seen:
+            continue
+        seen.add(e)
+        stack.append((e, True))
+        if e.is_Symbol or e.is_Number or e.is_NumberSymbol:
+            continue
+        if e.is_Piecewise:  # conditions carry no gradient
+            stack.extend((p, False) for p, _ in e.args)
+        elif not (e.is_Relational or e.is_Boolean):
+            stack.extend((c, False) for c in e.args)
+    return out
 
 
 class LocalJacobians:
@@ -176,6 +268,7 @@ class LocalJacobians:
         edges = []
         memo: dict = {}
         ev, mpf = self.ev, self.ctx.mpf
+        reverse = ReverseAccumulator(ev, env, memo, self.budget)
         for j, e in enumerate(flat_y):
             self.budget.tick()
             if not isinstance(e, sp.Basic):
@@ -184,15 +277,14 @@ class LocalJacobians:
             out[j] = ev.value(e, env, memo)
             if not any(wanted):
                 continue
-            mine = [s for s in e.free_symbols if wanted[owner[s][0]]]
-            self.budget.add_edges(len(mine))
-            if not mine:
-                continue
-            for s, d in partials(e).items():
-                self.budget.tick()
+            # (not e.free_symbols: on a DAG whose terms share a subexpression -- every
+            # softmax term holds the row's max -- SymPy walks it once per term)
+            n_before = len(edges)
+            for s, d in reverse.gradient(e).items():
                 k, i = owner[s]
                 if wanted[k]:
-                    edges.append((j, k, i, ev.value(d, env, memo)))
+                    edges.append((j, k, i, d))
+            self.budget.add_edges(len(edges) - n_before)
         return NodeJacobian(out.reshape(out_spec.shape), edges)
 
 

@@ -81,17 +81,20 @@ class SympyArrays:
     arange = staticmethod(np.arange)
     float32, float64, int64, bool_ = np.float32, np.float64, np.int64, np.bool_
 
-    exp = staticmethod(_vectorize(sp.exp))
-    log = staticmethod(_vectorize(sp.log))
-    sqrt = staticmethod(_vectorize(sp.sqrt))
-    sin = staticmethod(_vectorize(sp.sin))
-    cos = staticmethod(_vectorize(sp.cos))
-    tanh = staticmethod(_vectorize(sp.tanh))
-    abs = staticmethod(_vectorize(sp.Abs))
-    log1p = staticmethod(_vectorize(lambda x: sp.log(1 + x)))
-    maximum = staticmethod(_vectorize(lambda a, b: sp.Max(a, b), 2))
-    minimum = staticmethod(_vectorize(lambda a, b: sp.Min(a, b), 2))
-    logaddexp = staticmethod(_vectorize(lambda a, b: sp.log(sp.exp(a) + sp.exp(b)), 2))
+    # evaluate=False: SymPy's automatic simplification of exp/log (logcombine,
+    # assumption queries) cost more than everything else on a softmax row
+    exp = staticmethod(_vectorize(lambda x: sp.exp(x, evaluate=False)))
+    log = staticmethod(_vectorize(lambda x: sp.log(x, evaluate=False)))
+    sqrt = staticmethod(_vectorize(lambda x: sp.Pow(x, sp.S.Half, evaluate=False)))
+    sin = staticmethod(_vectorize(lambda x: sp.sin(x, evaluate=False)))
+    cos = staticmethod(_vectorize(lambda x: sp.cos(x, evaluate=False)))
+    tanh = staticmethod(_vectorize(lambda x: sp.tanh(x, evaluate=False)))
+    abs = staticmethod(_vectorize(lambda x: sp.Abs(x, evaluate=False)))
+    log1p = staticmethod(_vectorize(lambda x: sp.log(1 + x, evaluate=False)))
+    maximum = staticmethod(_vectorize(lambda a, b: sp.Max(a, b, evaluate=False), 2))
+    minimum = staticmethod(_vectorize(lambda a, b: sp.Min(a, b, evaluate=False), 2))
+    logaddexp = staticmethod(_vectorize(
+        lambda a, b: sp.log(sp.exp(a, evaluate=False) + sp.exp(b, evaluate=False), evaluate=False), 2))
 
     @staticmethod
     def asarray(a, dtype=None):
