@@ -130,3 +130,26 @@ def test_cli_symbolic_options(tmp_path, capsys):
     assert "--symbolic-timeout" in capsys.readouterr().err
     assert main(["verify", str(EXAMPLES / "seed.json")]) == 0
     assert "symbolic oracle: ok" in capsys.readouterr().out
+
+
+def test_dense_softmax_row_stops_at_its_budget():
+    # every output of a 1,200-wide softmax depends on every input: 1.44M partials, over budget;
+    # the oracle must stop (partials or wall clock), not grind through it
+    import signal
+
+    def hang(*_):
+        raise TimeoutError("symbolic oracle did not honour its budget")
+
+    n = 1200
+    b = GraphBuilder("wide")
+    x = b.input("x", np.random.default_rng(0).standard_normal(n), requires_grad=True)
+    b.output(b.node("sum", b.node("mul", b.node("softmax", x), b.input("r", np.linspace(0, 1, n)))))
+    graph = load_graph(b.build())
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    try:
+        r = symbolic_gradients(graph, SymbolicOptions(timeout_s=2.0))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert r.status == "skipped" and r.reason.startswith("over budget") and r.elements == 4 * n + 1

@@ -5,21 +5,27 @@ engine's derivative code (no vjp is ever called).
 Design -- why it does not blow up on shared subexpressions: the loss is never
 expanded into one expression of the parameters. Each node is scalarized on
 its own (local_jacobian.py): its output elements are SymPy expressions of its
-own input elements, SymPy differentiates them exactly, and the local partials
-are evaluated at the node's input values, which come from the same
-high-precision forward pass. Those exact local derivatives are then composed
-by the reverse-mode chain rule in mpmath arithmetic: dL/dx_i = sum over
-consumers j of dL/dy_j * dy_j/dx_i. A value read by many consumers is one
-symbol per consumer, not a copy of its whole history, so the work is linear
-in the number of non-zero local partials ("edges") of the graph. The price:
-the result is exact derivatives evaluated at 40 digits, not one closed-form
-expression of the loss (rounding error ~1e-40 relative per operation, far
-below any float64 comparison).
+own input elements (elementwise ops: the OpDef.sympy formula; other ops: their
+forward run over SymPy object arrays). The derivative of every elementary
+function comes from SymPy (`fdiff`, `diff`); the node's local partials are
+composed from them by the sum, product and chain rules (symbolically once per
+elementwise node, by one reverse pass over each output element's expression
+otherwise) and evaluated in mpmath at the node's input values, which come from
+the same high-precision forward pass. The nodes are then composed by the
+reverse-mode chain rule in mpmath: dL/dx_i = sum over consumers j of
+dL/dy_j * dy_j/dx_i. A value read by many consumers is one symbol per
+consumer, not a copy of its whole history, so the work is linear in the
+number of non-zero local partials ("edges") of the graph. The price: the
+result is exact derivatives evaluated at 40 digits (rounding ~1e-40 relative
+per operation, far below any float64 comparison), not one closed-form
+expression of the loss.
 
 Limits: budgeted by scalar elements (inputs plus node outputs, checked before
 any work), by edges, and by wall clock (checked between per-element steps, each
-of which is small), so the oracle returns `skipped` with the reason and the
-sizes it saw rather than hanging or filling memory. Nodes whose scalar form
+of which is small; the one step that is not split is building one node's
+symbolic form, bounded by the element budget to about a second), so the oracle
+returns `skipped` with the reason and the sizes it saw rather than hanging or
+filling memory. Nodes whose scalar form
 SymPy or our evaluator cannot handle also give `skipped`, with the reason.
 """
 from __future__ import annotations
