@@ -55,6 +55,17 @@ def build_parser() -> argparse.ArgumentParser:
                    help="write live bytes per forward/backward step, with and without checkpointing "
                         "(.svg, or .png with matplotlib)")
 
+    v.add_argument("--symbolic", choices=["on", "off"], default="on",
+                   help="exact SymPy reference gradient for graphs within its budget (default on)")
+    v.add_argument("--symbolic-max-elements", type=int, default=5000, metavar="N",
+                   help="symbolic oracle budget: scalar elements (inputs plus node outputs)")
+    v.add_argument("--symbolic-max-partials", type=int, default=250_000, metavar="N",
+                   help="symbolic oracle budget: non-zero local partial derivatives")
+    v.add_argument("--symbolic-timeout", type=float, default=30.0, metavar="SECONDS",
+                   help="symbolic oracle wall-clock budget")
+    v.add_argument("--simplify-timeout", type=float, default=10.0, metavar="SECONDS",
+                   help="time to prove a user derivative (expr op) equal to SymPy's")
+
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     s.add_argument("--port", type=int, default=50051, help="gRPC port (0: pick a free one; default 50051)")
@@ -73,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this HTTP port")
     s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
 
+    a = sub.add_parser("audit-ops", help="check every op's VJP against SymPy's derivative")
+    a.add_argument("--op", action="append", default=[], metavar="NAME", help="audit only this op (repeatable)")
+    a.add_argument("--seed", type=int, default=0, help="seed for the random test points")
+    a.add_argument("--format", choices=["text", "json"], default="text")
+
     o = sub.add_parser("ops", help="list the registered ops")
     o.add_argument("--format", choices=["text", "json"], default="text")
     return p
@@ -83,13 +99,21 @@ def _verify(args) -> int:
     from .errors import OptionError
     from .graph import load_graph
     from .oracles.finite_diff import FDOptions
+    from .oracles.symbolic import SymbolicOptions
     from .verify import VerifyOptions, verify
     from .verify.memory_profile import write_timeline_plot
 
+    for flag in ("symbolic_max_elements", "symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
+        if getattr(args, flag) <= 0:
+            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
+    symbolic = SymbolicOptions(enabled=args.symbolic == "on", max_elements=args.symbolic_max_elements,
+                               max_edges=args.symbolic_max_partials, timeout_s=args.symbolic_timeout,
+                               simplify_timeout_s=args.simplify_timeout)
     options = VerifyOptions(
         dtype=args.dtype, device=args.device,
         fd=FDOptions(mode=args.fd, directions=args.directions, seed=args.seed),
         faults=tuple(parse_fault(f) for f in args.fault), atol=args.atol, rtol=args.rtol,
+        symbolic=symbolic,
         checkpoint=parse_policy(args.checkpoint), memory_timeline=args.memory_plot is not None,
         integrity=args.integrity, allow_inplace_hazards=args.allow_inplace_hazards, localize=not args.no_localize)
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
@@ -153,12 +177,25 @@ def _serve(args) -> int:
     return run(config)
 
 
+def _audit_ops(args) -> int:
+    import json
+
+    from .verify.audit import audit_ops, format_table
+
+    rows = audit_ops(args.op or None, seed=args.seed)
+    if args.format == "json":
+        print(json.dumps([r.to_dict() for r in rows], indent=2))
+    else:
+        print(format_table(rows))
+    return EXIT_OK if all(r.passed for r in rows) else EXIT_MISMATCH
+
+
 def main(argv=None) -> int:
     if hasattr(signal, "SIGPIPE"):  # `gradcheck-svc verify g.json | head` ends quietly, like other tools
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
     try:
-        return {"verify": _verify, "ops": _ops, "serve": _serve}[args.command](args)
+        return {"verify": _verify, "ops": _ops, "serve": _serve, "audit-ops": _audit_ops}[args.command](args)
     except GradcheckError as exc:
         print(f"gradcheck-svc: error: {exc.message}", file=sys.stderr)
         return EXIT_INVALID

@@ -1,7 +1,8 @@
 """`make run`: start a real server on a free loopback port, verify every bundled
 example through the client over gRPC, print the reports, stop the server.
 
-Examples outside examples/graphs/faults/ must pass. The bug zoo under faults/
+Examples outside examples/graphs/faults/ must pass, except those named
+*_wrong.json (a planted wrong derivative), which must fail. The bug zoo under faults/
 is driven by faults/manifest.json: each case (a graph, options such as
 --fault, and the expected verdict, node and cause -- or the expected error)
 must come out as expected. Exits non-zero if any example does not.
@@ -84,7 +85,8 @@ def main() -> int:
         with Client(server.target, timeout=300) as client:
             for path in paths:
                 name = path.relative_to(ROOT)
-                print(f"== {name} (expected pass)")
+                expect = "fail" if path.stem.endswith("_wrong") else "pass"
+                print(f"== {name} (expected {expect})")
                 try:
                     report = client.verify(load_graph(path), id=str(name))
                 except VerifyError as exc:
@@ -92,7 +94,7 @@ def main() -> int:
                     unexpected += 1
                     continue
                 print(f"{report}\n")
-                unexpected += report.verdict != "pass"
+                unexpected += report.verdict != expect
             for case in cases:
                 flags = cli_flags(case.get("options", {}))
                 print(f"== examples/graphs/faults/{case['graph']} {flags} (expected {case['expect']})")

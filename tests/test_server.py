@@ -278,3 +278,13 @@ def test_serve_on_a_port_in_use_is_one_line_exit_2(server):
     assert r.returncode == 2
     assert r.stderr == f"gradcheck-svc: error: --port: cannot listen on 127.0.0.1:{server.port} " \
                        "(address in use or not available)\n"
+
+
+def test_symbolic_options_reach_the_oracle(client):
+    off = client.verify(seed_graph(), symbolic=False)
+    assert off.data["symbolic"]["status"] == "off"
+    small = client.verify(seed_graph(), symbolic_budget=3)
+    assert small.data["symbolic"]["status"] == "skipped" and "budget is 3" in small.data["symbolic"]["reason"]
+    full = client.verify(seed_graph())
+    assert full.data["symbolic"]["status"] == "ok"
+    assert {p.name: p.data["symbolic"]["gradient"] for p in full.parameters} == {"w": [6.0], "x": [9.0]}

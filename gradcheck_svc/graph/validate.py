@@ -238,6 +238,8 @@ def validate(msg, limits: Limits = Limits()) -> Graph:
                                  node=pb.name)
         user_attrs = _struct_to_dict(pb.attrs) if pb.HasField("attrs") else {}
         attrs = convert_attrs(pb.name, op, user_attrs)
+        if op.wants_input_names:
+            attrs["input_names"] = tuple(pb.inputs)
         try:
             spec, norm = op.infer(pb.name, in_specs, attrs)
         except (ValueError, TypeError, IndexError) as exc:

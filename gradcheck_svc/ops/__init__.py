@@ -1,7 +1,7 @@
 """Operator registry. Importing this package registers every op family."""
 from __future__ import annotations
 
-from . import elementwise, linalg, nn, reduce, shape  # noqa: F401  (registration side effects)
+from . import elementwise, expr, linalg, nn, reduce, shape  # noqa: F401  (registration side effects)
 from .base import OpDef
 from .registry import REGISTRY
 

@@ -132,6 +132,7 @@ class OpDef:
     kinks: tuple[Kink, ...] = ()
     cases: Callable | None = None  # (rng) -> [Case], test points incl. broadcasting
     wants_dtype: bool = False  # forward receives dtype= (the run's float dtype)
+    wants_input_names: bool = False  # infer receives attrs["input_names"] (the node's input value names)
     doc: str = ""
 
     def kind_of(self, i: int) -> str:

@@ -6,7 +6,7 @@ from .base import REQUIRED, OpDef
 
 def describe(op: OpDef) -> dict:
     formula = None
-    if op.sympy is not None:
+    if op.sympy is not None and op.arity is not None:  # variadic ops (expr) have a formula per node
         import sympy as sp
 
         names = "x" if op.arity == 1 else ("a", "b") if op.arity == 2 else ("c", "a", "b")

@@ -15,7 +15,7 @@ from google.protobuf import json_format
 from gradcheck.v1 import service_pb2
 
 from ..engine import parse_fault
-from ..errors import OptionError
+from ..errors import LimitError, OptionError
 from ..graph import validate
 from ..oracles.finite_diff import FDOptions
 from ..verify import VerifyOptions, verify
@@ -48,11 +48,13 @@ def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> V
         atol=pb.atol if pb.HasField("atol") else None, rtol=pb.rtol if pb.HasField("rtol") else None)
     if pb.symbolic_budget:
         if pb.symbolic_budget > limits.max_symbolic_budget:
-            from ..errors import LimitError
-
             raise LimitError(f"symbolic_budget {pb.symbolic_budget} exceeds the server's limit "
                              f"{limits.max_symbolic_budget}", field="options.symbolic_budget")
-        _set_if_supported(options, "symbolic_budget", pb.symbolic_budget)
+        options.symbolic = dataclasses.replace(options.symbolic, max_elements=pb.symbolic_budget)
+    elif options.symbolic.max_elements > limits.max_symbolic_budget:
+        options.symbolic = dataclasses.replace(options.symbolic, max_elements=limits.max_symbolic_budget)
+    if pb.HasField("symbolic"):
+        options.symbolic = dataclasses.replace(options.symbolic, enabled=pb.symbolic)
     if pb.HasField("localize"):
         _set_if_supported(options, "localize", pb.localize)
     if pb.checkpoint:

@@ -276,6 +276,11 @@ def nonfinite_findings(ctx: Context) -> list[Finding]:
 def localization_findings(ctx: Context, known: list[Finding]) -> list[Finding]:
     covered = {p for f in known if f.severity == "error" for p in f.parameters}
     failing = [r.name for r in ctx.results if not r.passed and r.name not in covered]
+    # Parameters whose engine gradient matches the exact symbolic one while finite differences
+    # disagree: the engine is right, so only explanations (a kink, rounding) are worth reporting.
+    fd_only = [r.name for r in ctx.results if r.passed and not getattr(r, "fd_passed", True)
+               and r.name not in covered]
+    failing += fd_only
     out = []
     for _ in range(MAX_ROUNDS):
         if not failing:
@@ -288,6 +293,9 @@ def localization_findings(ctx: Context, known: list[Finding]) -> list[Finding]:
         affected = [p for p in failing if p in ctx.params_through(node) or p == node] or list(failing)
         if not any(f.node == node for f in known):  # already named by the store's checks
             finding = classify(ctx, loc, affected)
+            if finding.severity == "error" and all(p in fd_only for p in affected):
+                failing = [p for p in failing if p not in affected]
+                continue
             same = next((f for f in out if (f.node, f.cause, f.severity) ==
                          (finding.node, finding.cause, finding.severity)), None)
             if same is not None:  # one node, one cause: one finding for all the parameters it affects

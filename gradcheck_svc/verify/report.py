@@ -4,6 +4,15 @@ The JSON keys are a contract (CI scripts read them): verdict, loss,
 parameters[name, shape, gradient, reference, max_abs_error, max_rel_error,
 worst_index, tolerance, passed], memory, timings. New keys may be added
 around them; none may be renamed.
+
+`reference` and the error keys beside it are engine vs finite differences.
+With the symbolic oracle, each parameter also has `symbolic` (the symbolic
+gradient and engine vs symbolic errors, or null when it did not run) and
+`fd_vs_symbolic` (how far FD is from the exact gradient: how much to trust FD
+on this graph); `passed` is then engine vs symbolic, `fd_passed` engine vs
+FD, and `verdict_reference` says which one decided. Top level: `symbolic`
+(status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
+`expr` node, with `user_grad_matches` true/false/null).
 """
 from __future__ import annotations
 
@@ -49,6 +58,10 @@ class ParameterResult:
     rtol: float
     passed: bool
     evaluations: int = 0
+    fd_passed: bool | None = None
+    symbolic: np.ndarray | None = None  # exact gradient (float64), when the symbolic oracle ran
+    symbolic_comparison: object = None  # compare.Comparison, engine vs symbolic
+    fd_vs_symbolic: object = None  # compare.Comparison, FD vs symbolic
 
     def to_dict(self) -> dict:
         d = {
@@ -71,6 +84,21 @@ class ParameterResult:
             d["truncated"] = True
         if self.engine_projection is not None:
             d["engine_projection"] = _listed(self.engine_projection)
+        d["fd_passed"] = self.passed if self.fd_passed is None else self.fd_passed
+        d["verdict_reference"] = "symbolic" if self.symbolic_comparison is not None else "finite_differences"
+        d["symbolic"] = None
+        d["fd_vs_symbolic"] = None
+        if self.symbolic_comparison is not None:
+            c = self.symbolic_comparison
+            d["symbolic"] = {"gradient": _listed(self.symbolic), "max_abs_error": _num(c.max_abs_error),
+                             "max_rel_error": _num(c.max_rel_error), "worst_index": list(c.worst_index),
+                             "engine_at_worst": _num(c.engine_at_worst),
+                             "symbolic_at_worst": _num(c.reference_at_worst), "passed": c.passed}
+        if self.fd_vs_symbolic is not None:
+            c = self.fd_vs_symbolic
+            d["fd_vs_symbolic"] = {"max_abs_error": _num(c.max_abs_error), "max_rel_error": _num(c.max_rel_error),
+                                   "worst_index": list(c.worst_index), "fd_at_worst": _num(c.engine_at_worst),
+                                   "symbolic_at_worst": _num(c.reference_at_worst), "agree": c.passed}
         return d
 
 
@@ -101,6 +129,8 @@ class Report:
     warnings: list[str] = field(default_factory=list)
     findings: list = field(default_factory=list)  # verify/findings.py Finding, most important first
     timelines: dict = field(default_factory=dict)  # memory timelines for --memory-plot (not in the JSON)
+    symbolic: object = None  # oracles.symbolic.SymbolicResult
+    custom_ops: list = field(default_factory=list)  # verify.custom_ops.CustomOpCheck
 
     @property
     def passed(self) -> bool:
@@ -117,6 +147,8 @@ class Report:
             "faults": [f.to_dict() for f in self.faults],
             "warnings": list(self.warnings),
             "findings": [f.to_dict() for f in self.findings],
+            "symbolic": self.symbolic.to_dict() if self.symbolic is not None else {"status": "off"},
+            "custom_ops": [c.to_dict() for c in self.custom_ops],
             "memory": dict(self.memory),
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
         }
@@ -134,17 +166,32 @@ class Report:
             lines.append(f"  fault {f.fault}{change}, read in the backward of: {who}")
         for w in self.warnings:
             lines.append(f"  warning: {w}")
+        s = self.symbolic
+        if s is not None and s.status == "ok":
+            lines.append(f"  symbolic oracle: ok ({s.elements} elements, {s.edges} partials, {s.digits} digits, "
+                         f"{s.seconds:.3g} s); verdict against the symbolic gradient")
+        for c in self.custom_ops:
+            mark = {True: "ok  ", False: "FAIL", None: "??  "}[c.user_grad_matches]
+            lines.append(f"  {mark} custom op node '{c.node}' ({c.formula}): {c.detail}")
         if self.parameters:
             width = max(9, *(len(p.name) for p in self.parameters))
             lines.append(f"  {'parameter':<{width}}  {'shape':<12} {'fd':<10} {'max abs err':>11} "
-                         f"{'max rel err':>11}  worst element (engine vs reference)")
+                         f"{'max rel err':>11} {'vs symbolic':>11} {'fd vs sym':>10}  "
+                         f"worst element (engine vs reference)")
             for p in self.parameters:
                 status = "ok  " if p.passed else "FAIL"
                 what = "direction" if p.mode == "projection" else "index"
+                sc, fs = p.symbolic_comparison, p.fd_vs_symbolic
+                vs_sym = f"{sc.max_abs_error:>11.3g}" if sc is not None else f"{'-':>11}"
+                fd_sym = f"{fs.max_abs_error:>10.3g}" if fs is not None else f"{'-':>10}"
+                if sc is not None and not sc.passed:
+                    worst = (f"{list(sc.worst_index)}: {sc.engine_at_worst:.8g} vs {sc.reference_at_worst:.8g} "
+                             "(symbolic)")
+                else:
+                    worst = f"{list(p.worst_index)}: {p.engine_at_worst:.8g} vs {p.reference_at_worst:.8g}"
                 lines.append(
                     f"  {p.name:<{width}}  {str(list(p.shape)):<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
-                    f"{p.max_rel_error:>11.3g}  {status} {what} {list(p.worst_index)}: "
-                    f"{p.engine_at_worst:.8g} vs {p.reference_at_worst:.8g}"
+                    f"{p.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {status} {what} {worst}"
                 )
         else:
             lines.append("  no parameters (no input has requires_grad)")

@@ -1,8 +1,13 @@
 """verify(): run the engine and the oracles on a graph and compare.
 
 engine (forward, optional fault injection, backward) -> finite differences
-(float64, host) -> per-parameter comparison -> diagnosis (findings: cause,
-node; diagnose.py) -> Report.
+(float64, host) and the symbolic oracle (SymPy, mpmath; within its budget)
+-> three-way per-parameter comparison (engine vs FD, engine vs symbolic,
+FD vs symbolic) -> user-derivative checks of `expr` nodes -> diagnosis
+(findings: cause, node; diagnose.py) -> Report.
+
+The verdict of a parameter is engine vs symbolic when the symbolic oracle ran
+(it is exact), engine vs FD otherwise.
 """
 from __future__ import annotations
 
@@ -18,10 +23,15 @@ from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
 from ..oracles.finite_diff import FDOptions, FiniteDifferences
+from ..oracles.symbolic import SymbolicOptions, symbolic_gradients
 from . import memory_profile, recompute_check
 from .compare import Tolerance, compare
+from .custom_ops import check_custom_ops
 from .diagnose import Context, diagnose, overall_verdict
+from .findings import Finding
 from .report import FaultRecord, ParameterResult, Report
+
+FD_VS_SYMBOLIC = Tolerance.for_dtype("float64")  # FD runs in float64 whatever the engine's dtype
 
 DTYPES = {"float32": np.float32, "float64": np.float64}
 
@@ -39,6 +49,7 @@ class VerifyOptions:
     integrity: str = "check"  # saved-tensor fingerprints: "off" | "check"
     allow_inplace_hazards: bool = False  # compute the (wrong) gradient instead of stopping
     localize: bool = True  # find the faulty node when a parameter fails
+    symbolic: SymbolicOptions = field(default_factory=SymbolicOptions)
 
 
 @dataclass
@@ -150,6 +161,10 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
     engine = run_engine(graph, options, dtype)
 
     t0 = time.perf_counter()
+    symbolic = symbolic_gradients(graph, options.symbolic)
+    t_sym = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
     results = []
@@ -162,13 +177,26 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
         else:
             engine_proj = None
             cmp = compare(g, ref.reference, tol, ref.noise)
+        sym = sym_cmp = fd_sym = None
+        if symbolic.ran:
+            sym = symbolic.gradients[name]
+            sym_cmp = compare(g, sym, tol)
+            sym_of_fd = ref.directions @ sym.reshape(-1) if ref.mode == "projection" else sym
+            fd_sym = compare(ref.reference, sym_of_fd, FD_VS_SYMBOLIC, ref.noise)
         results.append(ParameterResult(
             name=name, shape=tuple(g.shape), mode=ref.mode, gradient=g, reference=ref.reference,
             engine_projection=engine_proj, max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error,
             worst_index=cmp.worst_index, engine_at_worst=cmp.engine_at_worst,
-            reference_at_worst=cmp.reference_at_worst, atol=tol.atol, rtol=tol.rtol, passed=cmp.passed,
-            evaluations=ref.evaluations))
+            reference_at_worst=cmp.reference_at_worst, atol=tol.atol, rtol=tol.rtol,
+            passed=sym_cmp.passed if sym_cmp is not None else cmp.passed,
+            evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
+            fd_vs_symbolic=fd_sym))
     t_fd = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    custom = check_custom_ops(graph, symbolic.mp_values if symbolic.ran else fd.base,
+                              timeout_s=options.symbolic.simplify_timeout_s)
+    t_custom = time.perf_counter() - t0
 
     why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
            if engine.memory.get("checkpoint", "none") != "none" else "")
@@ -176,13 +204,33 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
                 for f in engine.faults if not f.readers]
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
+    if symbolic.status == "skipped":
+        warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
     t0 = time.perf_counter()
     findings = engine.findings + diagnose(Context(graph, options, dtype, engine, results, fd, tol))
+    findings += _wrong_user_derivatives(custom, findings, engine.program)
     t_diag = time.perf_counter() - t0
     verdict = overall_verdict(results, findings)
+    timings = {"engine_s": engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
+               "diagnosis_s": t_diag}
+    if custom:
+        timings["custom_ops_s"] = t_custom
+    timings["total_s"] = time.perf_counter() - t_start
     return Report(
         graph=graph.name, verdict=verdict, loss=engine.loss, dtype=dtype, device=options.device,
-        parameters=results, memory=engine.memory,
-        timings={"engine_s": engine.seconds, "finite_differences_s": t_fd, "diagnosis_s": t_diag,
-                 "total_s": time.perf_counter() - t_start},
-        faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines)
+        parameters=results, memory=engine.memory, timings=timings,
+        faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
+        symbolic=symbolic, custom_ops=custom)
+
+
+def _wrong_user_derivatives(custom, findings, program) -> list:
+    """A user derivative that disagrees with SymPy's is a rule_error at its node, whether or
+    not the gradient check happened to localize it (e.g. a parameter-free branch)."""
+    named = {f.node for f in findings if f.cause == "rule_error"}
+    out = []
+    for c in custom:
+        if c.user_grad_matches is False and c.node not in named:
+            out.append(Finding(node=c.node, op="expr", cause="rule_error", severity="error",
+                               detail=f"user derivative disagrees with SymPy's: {c.detail}",
+                               parameters=recompute_check.upstream_parameters(program, c.node)))
+    return out

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyOptions(_message.Message):
-    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards")
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic")
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -23,6 +23,7 @@ class VerifyOptions(_message.Message):
     CHECKPOINT_FIELD_NUMBER: _ClassVar[int]
     INTEGRITY_FIELD_NUMBER: _ClassVar[int]
     ALLOW_INPLACE_HAZARDS_FIELD_NUMBER: _ClassVar[int]
+    SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
     fd_mode: str
     dtype: str
     device: str
@@ -36,7 +37,8 @@ class VerifyOptions(_message.Message):
     checkpoint: str
     integrity: str
     allow_inplace_hazards: bool
-    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ...) -> None: ...
+    symbolic: bool
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("id", "graph", "options")
@@ -79,27 +81,101 @@ class Tolerance(_message.Message):
     def __init__(self, atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
 
 class SymbolicComparison(_message.Message):
-    __slots__ = ("status", "reason", "reference", "max_abs_error", "max_rel_error", "worst_index", "passed", "size")
-    STATUS_FIELD_NUMBER: _ClassVar[int]
-    REASON_FIELD_NUMBER: _ClassVar[int]
-    REFERENCE_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ("gradient", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "symbolic_at_worst", "passed")
+    GRADIENT_FIELD_NUMBER: _ClassVar[int]
     MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
     MAX_REL_ERROR_FIELD_NUMBER: _ClassVar[int]
     WORST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_AT_WORST_FIELD_NUMBER: _ClassVar[int]
+    SYMBOLIC_AT_WORST_FIELD_NUMBER: _ClassVar[int]
     PASSED_FIELD_NUMBER: _ClassVar[int]
-    SIZE_FIELD_NUMBER: _ClassVar[int]
-    status: str
-    reason: str
-    reference: _containers.RepeatedScalarFieldContainer[float]
+    gradient: _containers.RepeatedScalarFieldContainer[float]
     max_abs_error: float
     max_rel_error: float
     worst_index: _containers.RepeatedScalarFieldContainer[int]
+    engine_at_worst: float
+    symbolic_at_worst: float
     passed: bool
-    size: int
-    def __init__(self, status: _Optional[str] = ..., reason: _Optional[str] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., passed: _Optional[bool] = ..., size: _Optional[int] = ...) -> None: ...
+    def __init__(self, gradient: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., symbolic_at_worst: _Optional[float] = ..., passed: _Optional[bool] = ...) -> None: ...
+
+class FdVsSymbolic(_message.Message):
+    __slots__ = ("max_abs_error", "max_rel_error", "worst_index", "fd_at_worst", "symbolic_at_worst", "agree")
+    MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    MAX_REL_ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    FD_AT_WORST_FIELD_NUMBER: _ClassVar[int]
+    SYMBOLIC_AT_WORST_FIELD_NUMBER: _ClassVar[int]
+    AGREE_FIELD_NUMBER: _ClassVar[int]
+    max_abs_error: float
+    max_rel_error: float
+    worst_index: _containers.RepeatedScalarFieldContainer[int]
+    fd_at_worst: float
+    symbolic_at_worst: float
+    agree: bool
+    def __init__(self, max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., fd_at_worst: _Optional[float] = ..., symbolic_at_worst: _Optional[float] = ..., agree: _Optional[bool] = ...) -> None: ...
+
+class SymbolicSummary(_message.Message):
+    __slots__ = ("status", "elements", "edges", "seconds", "digits", "reason")
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ELEMENTS_FIELD_NUMBER: _ClassVar[int]
+    EDGES_FIELD_NUMBER: _ClassVar[int]
+    SECONDS_FIELD_NUMBER: _ClassVar[int]
+    DIGITS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    status: str
+    elements: int
+    edges: int
+    seconds: float
+    digits: int
+    reason: str
+    def __init__(self, status: _Optional[str] = ..., elements: _Optional[int] = ..., edges: _Optional[int] = ..., seconds: _Optional[float] = ..., digits: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+
+class CustomOpInput(_message.Message):
+    __slots__ = ("sympy_grad", "counterexample", "symbolic")
+    SYMPY_GRAD_FIELD_NUMBER: _ClassVar[int]
+    COUNTEREXAMPLE_FIELD_NUMBER: _ClassVar[int]
+    SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
+    sympy_grad: str
+    counterexample: str
+    symbolic: str
+    def __init__(self, sympy_grad: _Optional[str] = ..., counterexample: _Optional[str] = ..., symbolic: _Optional[str] = ...) -> None: ...
+
+class CustomOp(_message.Message):
+    __slots__ = ("node", "inputs", "args", "formula", "user_grad", "user_grad_matches", "detail", "per_input")
+    class UserGradEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class PerInputEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: CustomOpInput
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[CustomOpInput, _Mapping]] = ...) -> None: ...
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    ARGS_FIELD_NUMBER: _ClassVar[int]
+    FORMULA_FIELD_NUMBER: _ClassVar[int]
+    USER_GRAD_FIELD_NUMBER: _ClassVar[int]
+    USER_GRAD_MATCHES_FIELD_NUMBER: _ClassVar[int]
+    DETAIL_FIELD_NUMBER: _ClassVar[int]
+    PER_INPUT_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    inputs: _containers.RepeatedScalarFieldContainer[str]
+    args: _containers.RepeatedScalarFieldContainer[str]
+    formula: str
+    user_grad: _containers.ScalarMap[str, str]
+    user_grad_matches: bool
+    detail: str
+    per_input: _containers.MessageMap[str, CustomOpInput]
+    def __init__(self, node: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., formula: _Optional[str] = ..., user_grad: _Optional[_Mapping[str, str]] = ..., user_grad_matches: _Optional[bool] = ..., detail: _Optional[str] = ..., per_input: _Optional[_Mapping[str, CustomOpInput]] = ...) -> None: ...
 
 class ParameterResult(_message.Message):
-    __slots__ = ("name", "shape", "fd_mode", "gradient", "reference", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "reference_at_worst", "tolerance", "passed", "gradient_norm", "fd_evaluations", "truncated", "engine_projection", "symbolic", "fd_vs_symbolic")
+    __slots__ = ("name", "shape", "fd_mode", "gradient", "reference", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "reference_at_worst", "tolerance", "passed", "gradient_norm", "fd_evaluations", "truncated", "engine_projection", "symbolic", "fd_vs_symbolic", "fd_passed", "verdict_reference")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
@@ -118,6 +194,8 @@ class ParameterResult(_message.Message):
     ENGINE_PROJECTION_FIELD_NUMBER: _ClassVar[int]
     SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
     FD_VS_SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
+    FD_PASSED_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_REFERENCE_FIELD_NUMBER: _ClassVar[int]
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     fd_mode: str
@@ -135,8 +213,10 @@ class ParameterResult(_message.Message):
     truncated: bool
     engine_projection: _containers.RepeatedScalarFieldContainer[float]
     symbolic: SymbolicComparison
-    fd_vs_symbolic: SymbolicComparison
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fd_mode: _Optional[str] = ..., gradient: _Optional[_Iterable[float]] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., reference_at_worst: _Optional[float] = ..., tolerance: _Optional[_Union[Tolerance, _Mapping]] = ..., passed: _Optional[bool] = ..., gradient_norm: _Optional[float] = ..., fd_evaluations: _Optional[int] = ..., truncated: _Optional[bool] = ..., engine_projection: _Optional[_Iterable[float]] = ..., symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ..., fd_vs_symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ...) -> None: ...
+    fd_vs_symbolic: FdVsSymbolic
+    fd_passed: bool
+    verdict_reference: str
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fd_mode: _Optional[str] = ..., gradient: _Optional[_Iterable[float]] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., reference_at_worst: _Optional[float] = ..., tolerance: _Optional[_Union[Tolerance, _Mapping]] = ..., passed: _Optional[bool] = ..., gradient_norm: _Optional[float] = ..., fd_evaluations: _Optional[int] = ..., truncated: _Optional[bool] = ..., engine_projection: _Optional[_Iterable[float]] = ..., symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ..., fd_vs_symbolic: _Optional[_Union[FdVsSymbolic, _Mapping]] = ..., fd_passed: _Optional[bool] = ..., verdict_reference: _Optional[str] = ...) -> None: ...
 
 class FaultRecord(_message.Message):
     __slots__ = ("fault", "read_by", "before", "after")
@@ -213,7 +293,7 @@ class Memory(_message.Message):
     def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., memory_source: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_profile: _Optional[str] = ..., checkpoint_segments: _Optional[int] = ..., checkpoint_kept_values: _Optional[int] = ..., checkpoint_activations_peak_bytes: _Optional[int] = ..., checkpoint_live_peak_bytes: _Optional[int] = ..., checkpoint_op_evaluations: _Optional[int] = ..., checkpoint_gradients_equal: _Optional[bool] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "text")
+    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "text")
     class TimingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -232,6 +312,8 @@ class Report(_message.Message):
     MEMORY_FIELD_NUMBER: _ClassVar[int]
     TIMINGS_FIELD_NUMBER: _ClassVar[int]
     FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
+    CUSTOM_OPS_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     graph: str
     verdict: str
@@ -244,8 +326,10 @@ class Report(_message.Message):
     memory: Memory
     timings: _containers.ScalarMap[str, float]
     findings: _containers.RepeatedCompositeFieldContainer[Finding]
+    symbolic: SymbolicSummary
+    custom_ops: _containers.RepeatedCompositeFieldContainer[CustomOp]
     text: str
-    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ()

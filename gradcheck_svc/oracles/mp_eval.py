@@ -1,0 +1,115 @@
+"""Evaluate a SymPy expression tree numerically in mpmath, at high precision.
+
+Why our own walker rather than `evalf(subs=...)` or `lambdify`: evalf is
+slow on thousands of small expressions, lambdify compiles Python source per
+expression; a walker over the tree with a memo shared by every expression of
+one graph node evaluates each shared subexpression once, at the precision of
+a private mpmath context (thread-safe: the global `mpmath.mp` is not touched).
+
+Only the functions our ops, the formula parser and SymPy's derivatives of
+them produce are supported; anything else raises Unsupported, which the
+callers turn into a `skipped` oracle or a failed audit row, never a guess.
+"""
+from __future__ import annotations
+
+import mpmath
+import sympy as sp
+
+
+class Unsupported(Exception):
+    """The tree holds a SymPy object this evaluator has no rule for."""
+
+
+def make_context(digits: int) -> mpmath.MPContext:
+    ctx = mpmath.MPContext()
+    ctx.dps = digits
+    return ctx
+
+
+class MpEvaluator:
+    def __init__(self, ctx: mpmath.MPContext):
+        self.ctx = ctx
+        c = ctx
+        half = c.mpf(1) / 2
+        self.functions = {
+            sp.exp: c.exp, sp.log: c.log, sp.sin: c.sin, sp.cos: c.cos, sp.tan: c.tan,
+            sp.tanh: c.tanh, sp.sinh: c.sinh, sp.cosh: c.cosh, sp.erf: c.erf, sp.atan: c.atan,
+            sp.Abs: c.fabs, sp.sign: c.sign,
+            sp.Max: lambda *a: max(a), sp.Min: lambda *a: min(a),
+            sp.Heaviside: lambda x, h0=half: c.one if x > 0 else (c.zero if x < 0 else h0),
+            sp.DiracDelta: lambda x, *k: c.zero if x != 0 else c.nan,
+        }
+
+    def value(self, expr, env: dict, memo: dict):
+        """expr at env (Symbol -> mpf); memo caches subexpressions between calls with the same env."""
+        hit = memo.get(expr)
+        if hit is not None:
+            return hit
+        v = self._value(expr, env, memo)
+        memo[expr] = v
+        return v
+
+    def _value(self, e, env, memo):
+        c = self.ctx
+        if e.is_Symbol:
+            try:
+                return env[e]
+            except KeyError:
+                raise Unsupported(f"free symbol {e}") from None
+        if e.is_Number or e.is_NumberSymbol:
+            if e.is_Rational:
+                return c.mpf(e.p) / e.q if e.q != 1 else c.mpf(e.p)
+            if e.is_Float:
+                return c.mpf(e._mpf_)
+            if e.is_NumberSymbol:  # pi, E: at the context's precision plus guard bits
+                return c.mpf(e._as_mpf_val(c.prec + 20))
+            if e in (sp.nan, sp.zoo, sp.oo, -sp.oo):
+                return {sp.oo: c.inf, -sp.oo: -c.inf}.get(e, c.nan)
+            raise Unsupported(f"number {e}")
+        if e is sp.true:
+            return True
+        if e is sp.false:
+            return False
+        if e.is_Add:
+            return c.fsum(self.value(a, env, memo) for a in e.args)
+        if e.is_Mul:
+            return c.fprod(self.value(a, env, memo) for a in e.args)
+        if e.is_Pow:
+            base, ex = e.args
+            b = self.value(base, env, memo)
+            if ex is sp.S.Half:
+                return c.sqrt(b) if b >= 0 else c.nan
+            if ex.is_Integer:
+                return b ** int(ex) if (b != 0 or ex > 0) else c.inf
+            x = self.value(ex, env, memo)
+            if b < 0:
+                if x == c.floor(x):  # an integer-valued exponent (e.g. a constant input 2.0)
+                    return b ** int(x)
+                return c.nan  # a real power of a negative base: outside the real domain
+            if b == 0:
+                return c.zero if x > 0 else (c.one if x == 0 else c.inf)
+            return c.power(b, x)
+        if e.is_Piecewise:
+            for piece, cond in e.args:
+                if self.value(cond, env, memo):
+                    return self.value(piece, env, memo)
+            return c.nan
+        if e.is_Relational:
+            lhs, rhs = self.value(e.lhs, env, memo), self.value(e.rhs, env, memo)
+            return {"<": lhs < rhs, "<=": lhs <= rhs, ">": lhs > rhs, ">=": lhs >= rhs,
+                    "==": lhs == rhs, "!=": lhs != rhs}[e.rel_op]
+        if isinstance(e, sp.And):
+            return all(self.value(a, env, memo) for a in e.args)
+        if isinstance(e, sp.Or):
+            return any(self.value(a, env, memo) for a in e.args)
+        if isinstance(e, sp.Not):
+            return not self.value(e.args[0], env, memo)
+        f = self.functions.get(e.func)
+        if f is None:
+            raise Unsupported(f"function {e.func.__name__}")
+        args = [self.value(a, env, memo) for a in e.args]
+        try:
+            r = f(*args)
+        except (ValueError, ZeroDivisionError):
+            return c.nan
+        return c.nan if isinstance(r, c.mpc) else r  # e.g. log of a negative number: not real

@@ -1,0 +1,139 @@
+"""An array module (`xp`) whose arrays are NumPy object arrays of SymPy expressions.
+
+Non-elementwise ops (matmul, reductions, softmax, losses, shape ops,
+indexing, constants) get their scalarized symbolic form by running their own
+`forward(xp, ...)` with this module as `xp`: one op stays defined in one place
+and the oracle never needs a second, hand-written copy of its semantics.
+Shape functions are NumPy's own (they work on object arrays); arithmetic goes
+through SymPy's operators; the functions below map to SymPy functions.
+
+Sums are built flat (`Add(*row)`), and max/min as a balanced tree of binary
+Max/Min, so that SymPy's derivative of one element costs O(terms) rather
+than O(terms^2) (SymPy's n-ary Max re-evaluates n-1 arguments per partial).
+A balanced binary Max splits a two-way tie 1/2-1/2 (Heaviside(0) = 1/2),
+the engine's convention too.
+"""
+from __future__ import annotations
+
+import numpy as np
+import sympy as sp
+
+from .mp_eval import Unsupported
+
+
+def _vectorize(f, nin=1):
+    u = np.frompyfunc(f, nin, 1)
+    return lambda *xs: np.asarray(u(*xs), dtype=object)
+
+
+def _axes(axis, ndim) -> tuple[int, ...]:
+    if axis is None:
+        return tuple(range(ndim))
+    if isinstance(axis, (int, np.integer)):
+        axis = (axis,)
+    return tuple(sorted(int(a) % ndim for a in axis))
+
+
+def reduce_rows(x, axis, keepdims, combine):
+    """Apply combine(list_of_elements) over the given axes of an object array."""
+    x = np.asarray(x, dtype=object)
+    axes = _axes(axis, x.ndim)
+    keep = [i for i in range(x.ndim) if i not in axes]
+    rows = np.transpose(x, keep + list(axes)).reshape(tuple(x.shape[i] for i in keep) + (-1,))
+    out = np.empty(rows.shape[:-1], dtype=object)
+    for idx in np.ndindex(out.shape):
+        out[idx] = combine(list(rows[idx]))
+    if keepdims:
+        out = out.reshape(tuple(1 if i in axes else d for i, d in enumerate(x.shape)))
+    return out
+
+
+def _tree(func):
+    def combine(row):
+        if not row:
+            raise ValueError("zero-size reduction has no identity")
+        while len(row) > 1:
+            row = [func(row[i], row[i + 1], evaluate=False) if i + 1 < len(row) else row[i]
+                   for i in range(0, len(row), 2)]
+        return row[0]
+
+    return combine
+
+
+_add = lambda row: sp.Add(*row)  # noqa: E731
+
+
+class SympyArrays:
+    """The `xp` handed to op forwards by the symbolic oracle."""
+
+    # shape and indexing: NumPy's own functions work on object arrays
+    reshape = staticmethod(np.reshape)
+    transpose = staticmethod(np.transpose)
+    expand_dims = staticmethod(np.expand_dims)
+    squeeze = staticmethod(np.squeeze)
+    broadcast_to = staticmethod(np.broadcast_to)
+    concatenate = staticmethod(np.concatenate)
+    take = staticmethod(np.take)
+    take_along_axis = staticmethod(np.take_along_axis)
+    moveaxis = staticmethod(np.moveaxis)
+    swapaxes = staticmethod(np.swapaxes)
+    where = staticmethod(np.where)
+    arange = staticmethod(np.arange)
+    float32, float64, int64, bool_ = np.float32, np.float64, np.int64, np.bool_
+
+    # evaluate=False: SymPy's automatic simplification of exp/log (logcombine,
+    # assumption queries) cost more than everything else on a softmax row
+    exp = staticmethod(_vectorize(lambda x: sp.exp(x, evaluate=False)))
+    log = staticmethod(_vectorize(lambda x: sp.log(x, evaluate=False)))
+    sqrt = staticmethod(_vectorize(lambda x: sp.Pow(x, sp.S.Half, evaluate=False)))
+    sin = staticmethod(_vectorize(lambda x: sp.sin(x, evaluate=False)))
+    cos = staticmethod(_vectorize(lambda x: sp.cos(x, evaluate=False)))
+    tanh = staticmethod(_vectorize(lambda x: sp.tanh(x, evaluate=False)))
+    abs = staticmethod(_vectorize(lambda x: sp.Abs(x, evaluate=False)))
+    log1p = staticmethod(_vectorize(lambda x: sp.log(1 + x, evaluate=False)))
+    maximum = staticmethod(_vectorize(lambda a, b: sp.Max(a, b, evaluate=False), 2))
+    minimum = staticmethod(_vectorize(lambda a, b: sp.Min(a, b, evaluate=False), 2))
+    logaddexp = staticmethod(_vectorize(
+        lambda a, b: sp.log(sp.exp(a, evaluate=False) + sp.exp(b, evaluate=False), evaluate=False), 2))
+
+    @staticmethod
+    def asarray(a, dtype=None):
+        a = np.asarray(a)
+        return a.astype(dtype) if dtype is not None and a.dtype != object else a
+
+    @staticmethod
+    def isfinite(x):
+        return np.ones(np.shape(x), dtype=bool)  # symbols stand for finite reals
+
+    @staticmethod
+    def sum(x, axis=None, keepdims=False):
+        return reduce_rows(x, axis, keepdims, _add)
+
+    @staticmethod
+    def max(x, axis=None, keepdims=False):
+        return reduce_rows(x, axis, keepdims, _tree(sp.Max))
+
+    @staticmethod
+    def min(x, axis=None, keepdims=False):
+        return reduce_rows(x, axis, keepdims, _tree(sp.Min))
+
+    @staticmethod
+    def matmul(a, b):
+        a, b = np.asarray(a, dtype=object), np.asarray(b, dtype=object)
+        va, vb = a.ndim == 1, b.ndim == 1
+        if va:
+            a = a[None, :]
+        if vb:
+            b = b[:, None]
+        out = reduce_rows(a[..., :, :, None] * b[..., None, :, :], -2, False, _add)
+        if va:
+            out = out[..., 0, :]
+        if vb:
+            out = out[..., 0]
+        return out
+
+    def __getattr__(self, name):
+        raise Unsupported(f"the symbolic array module has no '{name}'")
+
+
+SYMPY_XP = SympyArrays()

@@ -1,0 +1,155 @@
+"""The symbolic oracle: exact gradients, independence from the engine's VJPs,
+torch agreement, the three-way report, and its budget."""
+import dataclasses
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from gradcheck_svc.cli import main
+from gradcheck_svc.graph import load_graph
+from gradcheck_svc.graph.build import GraphBuilder
+from gradcheck_svc.ops import REGISTRY
+from gradcheck_svc.oracles.symbolic import SymbolicOptions, symbolic_gradients
+from gradcheck_svc.verify import VerifyOptions, verify
+
+EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "graphs"
+
+
+def mlp_graph(rng, n=4, d=5, h=6, c=3):
+    b = GraphBuilder("mlp")
+    x = b.input("x", rng.standard_normal((n, d)))
+    w1 = b.input("w1", rng.standard_normal((d, h)) * 0.5, requires_grad=True)
+    b1 = b.input("b1", rng.standard_normal(h) * 0.1, requires_grad=True)
+    w2 = b.input("w2", rng.standard_normal((h, c)) * 0.5, requires_grad=True)
+    y = b.input("y", rng.integers(0, c, size=n))
+    z = b.node("tanh", b.node("add", b.node("matmul", x, w1), b1))
+    logits = b.node("matmul", z, w2)
+    ce = b.node("cross_entropy", logits, y)
+    reg = b.node("mul", b.node("sum", b.node("square", w2)), b.input("lam", 0.01))
+    b.output(b.node("add", ce, reg, name="loss"))
+    return load_graph(b.build())
+
+
+def test_seed_symbolic_gradients_are_exactly_6_and_9():
+    r = symbolic_gradients(load_graph(EXAMPLES / "seed.json"))
+    assert r.status == "ok"
+    assert r.gradients["w"] == 6.0 and r.gradients["x"] == 9.0
+    assert r.loss == 9.0
+    report = verify(load_graph(EXAMPLES / "seed.json")).to_dict()
+    assert [p["symbolic"]["gradient"] for p in report["parameters"]] == [[6.0], [9.0]]
+    assert all(p["verdict_reference"] == "symbolic" for p in report["parameters"])
+
+
+def test_mlp_matches_torch_autograd(rng):
+    graph = mlp_graph(rng)
+    r = symbolic_gradients(graph)
+    assert r.status == "ok", r.reason
+    t = {k: torch.tensor(v.value, requires_grad=v.requires_grad) for k, v in graph.inputs.items()}
+    z = torch.tanh(t["x"] @ t["w1"] + t["b1"])
+    loss = torch.nn.functional.cross_entropy(z @ t["w2"], t["y"]) + (t["w2"] ** 2).sum() * t["lam"]
+    loss.backward()
+    assert r.loss == pytest.approx(loss.item(), rel=1e-14)
+    for p in graph.parameters:
+        np.testing.assert_allclose(r.gradients[p], t[p].grad.numpy(), rtol=1e-12, atol=1e-14)
+
+
+def test_symbolic_oracle_never_calls_a_vjp(monkeypatch, rng):
+    def forbidden(*a, **k):
+        raise AssertionError("the symbolic oracle called a vjp")
+
+    expected = symbolic_gradients(mlp_graph(np.random.default_rng(7))).gradients
+    for name, op in list(REGISTRY.items()):
+        monkeypatch.setitem(REGISTRY, name, dataclasses.replace(op, vjp=forbidden))
+    r = symbolic_gradients(mlp_graph(np.random.default_rng(7)))  # graph loaded with the patched ops
+    assert r.status == "ok", r.reason
+    for p, g in expected.items():
+        np.testing.assert_array_equal(r.gradients[p], g)
+
+
+def test_report_three_way_fields(rng):
+    d = verify(mlp_graph(rng)).to_dict()
+    assert d["verdict"] == "pass" and d["symbolic"]["status"] == "ok"
+    for p in d["parameters"]:
+        assert p["symbolic"]["passed"] and p["symbolic"]["max_abs_error"] < 1e-12
+        assert p["fd_vs_symbolic"]["agree"] and 0 < p["fd_vs_symbolic"]["max_abs_error"] < 1e-7
+        assert len(p["symbolic"]["gradient"]) == np.prod(p["shape"])
+
+
+def test_verdict_follows_symbolic_when_fd_is_wrong():
+    # relu exactly at its kink: FD gives 1/2, the engine and SymPy's Piecewise both 0
+    b = GraphBuilder("kink")
+    x = b.input("x", np.array([0.0, 1.5, -2.0]), requires_grad=True)
+    b.output(b.node("sum", b.node("relu", x)))
+    d = verify(load_graph(b.build())).to_dict()
+    p = d["parameters"][0]
+    assert p["symbolic"]["gradient"] == [0.0, 1.0, 0.0]
+    assert not p["fd_passed"] and not p["fd_vs_symbolic"]["agree"]
+    assert p["passed"] and d["verdict"] == "pass"
+
+
+def test_budget_elements_skips_and_report_still_produced(rng):
+    graph = mlp_graph(rng)
+    r = symbolic_gradients(graph, SymbolicOptions(max_elements=20))
+    assert r.status == "skipped" and "budget is 20" in r.reason and r.elements > 20
+    report = verify(graph, VerifyOptions(symbolic=SymbolicOptions(max_elements=20))).to_dict()
+    assert report["symbolic"]["status"] == "skipped" and report["symbolic"]["elements"] == r.elements
+    assert report["verdict"] == "pass"
+    assert all(p["symbolic"] is None and p["verdict_reference"] == "finite_differences"
+               for p in report["parameters"])
+    assert any("symbolic oracle skipped" in w for w in report["warnings"])
+
+
+def test_budget_partials_and_wall_clock(rng):
+    graph = mlp_graph(rng)
+    r = symbolic_gradients(graph, SymbolicOptions(max_edges=10))
+    assert r.status == "skipped" and "non-zero local partial" in r.reason and r.edges > 10
+    r = symbolic_gradients(graph, SymbolicOptions(timeout_s=0.0))
+    assert r.status == "skipped" and "wall-clock" in r.reason
+
+
+def test_large_graph_is_skipped_without_work():
+    # 1,000,000 elements: the size check comes before any SymPy object is built
+    b = GraphBuilder("big")
+    x = b.input("x", np.zeros((1000, 1000)), requires_grad=True)
+    b.output(b.node("sum", b.node("tanh", x)))
+    r = symbolic_gradients(load_graph(b.build()))
+    assert r.status == "skipped" and r.elements == 2_000_001 and r.seconds < 5
+
+
+def test_cli_symbolic_options(tmp_path, capsys):
+    assert main(["verify", str(EXAMPLES / "seed.json"), "--format", "json", "--symbolic", "off"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["symbolic"]["status"] == "off" and d["parameters"][0]["symbolic"] is None
+    assert main(["verify", str(EXAMPLES / "seed.json"), "--format", "json", "--symbolic-max-elements", "3"]) == 0
+    d = json.loads(capsys.readouterr().out)
+    assert d["symbolic"]["status"] == "skipped" and d["symbolic"]["elements"] == 6
+    assert main(["verify", str(EXAMPLES / "seed.json"), "--symbolic-timeout", "-1"]) == 2
+    assert "--symbolic-timeout" in capsys.readouterr().err
+    assert main(["verify", str(EXAMPLES / "seed.json")]) == 0
+    assert "symbolic oracle: ok" in capsys.readouterr().out
+
+
+def test_dense_softmax_row_stops_at_its_budget():
+    # every output of a 1,200-wide softmax depends on every input: 1.44M partials, over budget;
+    # the oracle must stop (partials or wall clock), not grind through it
+    import signal
+
+    def hang(*_):
+        raise TimeoutError("symbolic oracle did not honour its budget")
+
+    n = 1200
+    b = GraphBuilder("wide")
+    x = b.input("x", np.random.default_rng(0).standard_normal(n), requires_grad=True)
+    b.output(b.node("sum", b.node("mul", b.node("softmax", x), b.input("r", np.linspace(0, 1, n)))))
+    graph = load_graph(b.build())
+    old = signal.signal(signal.SIGALRM, hang)
+    signal.alarm(60)
+    try:
+        r = symbolic_gradients(graph, SymbolicOptions(timeout_s=2.0))
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, old)
+    assert r.status == "skipped" and r.reason.startswith("over budget") and r.elements == 4 * n + 1
