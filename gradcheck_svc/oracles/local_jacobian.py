@@ -56,7 +56,7 @@ class NodeJacobian:
 
 def elementwise_formula(op: OpDef, attrs: dict, n_inputs: int, wanted):
     """(symbols, formula, [partial or None per input]) in generic symbols."""
-    syms = [sp.Dummy(f"x{k}", real=True) for k in range(n_inputs)]
+    syms = [sp.Symbol(f"in{k}[]", real=True) for k in range(n_inputs)]  # not Dummy: see _scalarized
     expr = _as_expr(op.sympy(sp, *syms, **attrs))
     return syms, expr, [derivative(expr, s) if w else None for s, w in zip(syms, wanted)]
 
@@ -255,7 +255,10 @@ class LocalJacobians:
             flat = np.asarray(v, dtype=object).reshape(-1)
             syms = np.empty(flat.size, dtype=object)
             for i in range(flat.size):
-                s = sp.Dummy(real=True)
+                # named, not Dummy: the same symbols every call, so SymPy's global caches do
+                # not fill with fresh expressions on every verification (a leak in a server);
+                # '[' cannot appear in a formula's names, so no user symbol can collide
+                s = sp.Symbol(f"in{k}[{i}]", real=True)
                 syms[i], env[s], owner[s] = s, flat[i], (k, i)
             xs.append(syms.reshape(spec.shape))
         extra = {"dtype": np.float64} if op.wants_dtype and "dtype" not in attrs else {}
