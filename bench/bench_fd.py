@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import fmt_s, interleaved, machine, match_torch_threads, median, table  # noqa: E402
+from harness import fmt_s, interleaved, load, machine, match_torch_threads, median, table  # noqa: E402
 
 from gradcheck_svc.backend import NUMPY  # noqa: E402
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds  # noqa: E402
@@ -102,13 +102,14 @@ def main(argv=None):
     threads = match_torch_threads()
     # gradcheck raises if it finds a mismatch, so every timed torch call also checks
     rows = [run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1),
-            run(20_000, reps=1 if args.quick else 3, budget_s=90, warmup=0)]  # torch: ~30 s a call
+            run(20_000, reps=1 if args.quick else 2, budget_s=60, warmup=0)]  # torch: ~30 s a call
     print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
     print(f"machine: {machine()}; torch threads set to numpy's BLAS threads ({threads})\n")
     print(table(["parameter elements", "reps", "ours median", "torch gradcheck median", "speed-up (torch/ours)",
                  "our FD max error", "torch FD max error", "engine grad max error"], rows))
     print("\nerrors: max |FD - analytic| over all elements, analytic = torch autograd float64")
     print("goal: speed-up >= 10x at 2,000 elements with our FD error <= torch's")
+    print(f"after the runs: {load()}")
 
 
 if __name__ == "__main__":

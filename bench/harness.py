@@ -46,7 +46,15 @@ def machine() -> str:
     return (f"{cpu}, {os.cpu_count()} logical CPUs; Python {platform.python_version()}, numpy {np.__version__} "
             f"({blas.get('internal_api', '?')} {blas.get('version', '')}, kernel {blas.get('architecture', '?')}, "
             f"{blas.get('num_threads', '?')} threads), torch {torch.__version__} ({torch.get_num_threads()} threads); "
-            f"env {env or 'no OPENBLAS_*/OMP_* overrides'}")
+            f"env {env or 'no OPENBLAS_*/OMP_* overrides'}; {load()}")
+
+
+def load() -> str:
+    """The machine's load average: other processes slow both sides, torch's OpenMP threads most."""
+    try:
+        return "load average %.1f %.1f %.1f" % os.getloadavg()
+    except OSError:
+        return "load average unknown"
 
 
 def interleaved(cases: dict, reps: int, warmup: int = 1, budget_s: float | None = None) -> dict[str, list[float]]:
