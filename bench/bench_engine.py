@@ -10,9 +10,10 @@ Two graphs, each run in float32 and float64:
 What is timed, per repetition: engine `backward(forward(program, NUMPY, feeds))` (the
 Program compiled and the feeds placed once, as torch's tensors are created once) against
 torch `autograd.grad(model(x), params)`. The two alternate within every repetition;
-medians are reported. torch gets as many threads as numpy's BLAS (threadpoolctl).
+medians are reported. torch gets as many threads as numpy's BLAS has (threadpoolctl), or
+both get --threads N.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_engine.py [--quick]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_engine.py [--quick] [--threads N]
 """
 from __future__ import annotations
 
@@ -25,7 +26,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import fmt_s, interleaved, load, machine, match_torch_threads, median, table  # noqa: E402
+from harness import fmt_s, interleaved, load, machine, match_threads, median, table  # noqa: E402
 
 from gradcheck_svc.backend import NUMPY  # noqa: E402
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds  # noqa: E402
@@ -120,8 +121,10 @@ def run(name, case, dtype, reps, budget_s):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="threads for numpy's BLAS and for torch alike (default: numpy's BLAS threads)")
     args = ap.parse_args(argv)
-    threads = match_torch_threads()
+    threads = match_threads(args.threads)
     rng = np.random.default_rng(0)
     mlp, chain = mlp_case(rng), chain_case(rng)
     reps = 5 if args.quick else 40
@@ -131,7 +134,7 @@ def main(argv=None):
         rows.append(run(f"chain of {CHAIN_NODES} elementwise, width {CHAIN_WIDTH}", chain, dtype, reps * 5,
                         budget_s=10))
     print("## bench_engine: forward+backward, engine (NumPy) vs torch eager (CPU)\n")
-    print(f"machine: {machine()}; torch threads set to numpy's BLAS threads ({threads})\n")
+    print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
     print(table(["graph", "dtype", "reps", "engine median", "torch median", "engine/torch"], rows))
     print("\ngoals: mlp engine/torch <= 1.3x; chain engine/torch < 1.0x")
     print(f"after the runs: {load()}")

@@ -12,9 +12,14 @@ Timed, per repetition:
 The two alternate within every repetition; medians are reported, with each FD's max
 error against the analytic gradient (torch autograd, float64). torch's numerical
 gradient is recomputed outside the timing with the same routine and step (eps=1e-6)
-that gradcheck uses. torch gets as many threads as numpy's BLAS (threadpoolctl).
+that gradcheck uses.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd.py [--quick]
+Threads: numpy's BLAS and torch get the same number, 1 by default (--threads N). The
+2P perturbed forwards are tiny, so torch's intra-op threads cannot speed them up, but on
+a loaded 2-core machine its OpenMP threads slowed gradcheck at 2,000 elements from 0.27 s
+(1 thread) to 2.4 s (2 threads, load average 3.2): one thread gives torch its best time.
+
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd.py [--quick] [--threads N]
 """
 from __future__ import annotations
 
@@ -27,7 +32,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import fmt_s, interleaved, load, machine, match_torch_threads, median, table  # noqa: E402
+from harness import fmt_s, interleaved, load, machine, match_threads, median, table  # noqa: E402
 
 from gradcheck_svc.backend import NUMPY  # noqa: E402
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds  # noqa: E402
@@ -98,13 +103,15 @@ def run(elements, reps, budget_s, warmup):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    ap.add_argument("--threads", type=int, default=1,
+                    help="threads for numpy's BLAS and for torch alike (default 1: see the module doc)")
     args = ap.parse_args(argv)
-    threads = match_torch_threads()
+    threads = match_threads(args.threads)
     # gradcheck raises if it finds a mismatch, so every timed torch call also checks
     rows = [run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1),
             run(20_000, reps=1 if args.quick else 2, budget_s=60, warmup=0)]  # torch: ~30 s a call
     print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
-    print(f"machine: {machine()}; torch threads set to numpy's BLAS threads ({threads})\n")
+    print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
     print(table(["parameter elements", "reps", "ours median", "torch gradcheck median", "speed-up (torch/ours)",
                  "our FD max error", "torch FD max error", "engine grad max error"], rows))
     print("\nerrors: max |FD - analytic| over all elements, analytic = torch autograd float64")

@@ -22,11 +22,22 @@ def blas_info() -> dict:
     return {}
 
 
-def match_torch_threads() -> int:
-    """Give torch as many intra-op threads as numpy's BLAS has, so neither side gets more cores."""
+_limits = []  # keeps threadpoolctl's limit in force for the whole run
+
+
+def match_threads(n: int | None = None) -> int:
+    """Give numpy's BLAS and torch the same number of threads: n, or by default as many
+    as numpy's BLAS has, so neither side gets more cores."""
     import torch
 
-    n = int(blas_info().get("num_threads") or os.cpu_count() or 1)
+    if n is None:
+        n = int(blas_info().get("num_threads") or os.cpu_count() or 1)
+    else:
+        try:
+            from threadpoolctl import threadpool_limits
+        except ImportError:
+            raise SystemExit("--threads needs threadpoolctl (pip install threadpoolctl)") from None
+        _limits.append(threadpool_limits(limits=n, user_api="blas"))
     torch.set_num_threads(n)
     return n
 
