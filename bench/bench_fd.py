@@ -109,7 +109,7 @@ def main(argv=None):
     threads = match_threads(args.threads)
     # gradcheck raises if it finds a mismatch, so every timed torch call also checks
     rows = [run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1),
-            run(20_000, reps=1 if args.quick else 2, budget_s=60, warmup=0)]  # torch: ~30 s a call
+            run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0)]  # torch: ~4 s a call
     print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
     print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
     print(table(["parameter elements", "reps", "ours median", "torch gradcheck median", "speed-up (torch/ours)",

@@ -4,7 +4,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..errors import GraphError
-from .base import FLOAT, INT, REALS, Attr, Case, OpDef, Spec, broadcast_shapes, lead_of, norm_axis, save_inputs
+from .base import FLOAT, INT, REALS, Attr, Case, OpDef, Spec, broadcast_shapes, norm_axis, save_inputs
 from .registry import register
 
 
@@ -15,10 +15,29 @@ def _infer_axis(node, specs, attrs):
     return Spec(shape, FLOAT), {"axis": norm_axis(node, attrs["axis"], len(shape))}
 
 
+# Axes up to this long are reduced by elementwise passes over their slices: NumPy's
+# reductions over a short axis cost ~10x more per element (max over the 5 classes of a
+# [3200, 16, 5] stack: 2.0 ms vs 0.2 ms), and the finite-difference oracle's stacked
+# batches are exactly that shape. Same additions in the same order as NumPy's sum.
+SHORT_AXIS = 8
+
+
+def _reduce_keep(xp, x, axis, pair, full):
+    """full(x, axis, keepdims=True), as pair(pair(x0, x1), x2)... when the axis is short."""
+    n = x.shape[axis]
+    if not 1 < n <= SHORT_AXIS:
+        return full(x, axis=axis, keepdims=True)
+    tail = (slice(None),) * (x.ndim - 1 - axis if axis >= 0 else -axis - 1)
+    out = pair(x[(Ellipsis, slice(0, 1)) + tail], x[(Ellipsis, slice(1, 2)) + tail])
+    for i in range(2, n):
+        pair(out, x[(Ellipsis, slice(i, i + 1)) + tail], out=out)
+    return out
+
+
 def _logsumexp(xp, x, axis, keepdims=True):
-    m = xp.max(x, axis=axis, keepdims=True)
+    m = _reduce_keep(xp, x, axis, xp.maximum, xp.max)
     m = xp.where(xp.isfinite(m), m, 0.0)
-    out = xp.log(xp.sum(xp.exp(x - m), axis=axis, keepdims=True)) + m
+    out = xp.log(_reduce_keep(xp, xp.exp(x - m), axis, xp.add, xp.sum)) + m
     return out if keepdims else xp.squeeze(out, axis=axis)
 
 
@@ -85,10 +104,11 @@ def _infer_ce(node, specs, attrs):
 
 
 def _ce(xp, logits, labels, reduction, n, rank):
-    logp = _log_softmax(xp, logits, -1)
-    lead = lead_of(logits, rank)
-    idx = xp.broadcast_to(labels[..., None], logp.shape[:-1] + (1,)) if lead else labels[..., None]
-    picked = -xp.take_along_axis(logp, idx, axis=-1)[..., 0]
+    # -log_softmax(logits)[label] = logsumexp(logits) - logits[label], without forming
+    # the whole log_softmax; the indexing also serves logits with leading batch axes
+    lse = _logsumexp(xp, logits, -1, keepdims=False)
+    rows = (xp.arange(logits.shape[-2]),) if rank == 2 else ()
+    picked = lse - logits[(Ellipsis,) + rows + (labels,)]
     total = xp.sum(picked, axis=-1) if rank == 2 else picked
     return total / n if reduction == "mean" else total
 
