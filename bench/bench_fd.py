@@ -14,12 +14,13 @@ error against the analytic gradient (torch autograd, float64). torch's numerical
 gradient is recomputed outside the timing with the same routine and step (eps=1e-6)
 that gradcheck uses.
 
-Threads: numpy's BLAS and torch get the same number, 1 by default (--threads N). The
-2P perturbed forwards are tiny, so torch's intra-op threads cannot speed them up, but on
-a loaded 2-core machine its OpenMP threads slowed gradcheck at 2,000 elements from 0.27 s
-(1 thread) to 2.4 s (2 threads, load average 3.2): one thread gives torch its best time.
+Threads: numpy's BLAS and torch always get the same number; the run is repeated for
+each count in --threads (default 1,2: 2 is numpy's default here). The 2P perturbed
+forwards are tiny, so torch's intra-op threads cannot speed them up, and on a loaded
+2-core machine its OpenMP threads slowed gradcheck at 2,000 elements from 0.27 s
+(1 thread) to 2.4 s (2 threads, load average 3.2): 1 thread is torch's best case.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd.py [--quick] [--threads N]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd.py [--quick] [--threads 1,2]
 """
 from __future__ import annotations
 
@@ -96,24 +97,30 @@ def run(elements, reps, budget_s, warmup):
     times = interleaved({"ours": lambda: ours(graph), "torch": lambda: theirs(f, tw)},
                         reps=reps, warmup=warmup, budget_s=budget_s)
     o, t = median(times["ours"]), median(times["torch"])
-    return [f"{elements:,}", len(times["ours"]), fmt_s(o), fmt_s(t), f"{t / o:.1f}x",
+    return [f"{elements:,}", torch.get_num_threads(), len(times["ours"]), fmt_s(o), fmt_s(t), f"{t / o:.1f}x",
             f"{our_err:.1e}", f"{torch_err:.1e}", f"{engine_err:.1e}"]
 
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
-    ap.add_argument("--threads", type=int, default=1,
-                    help="threads for numpy's BLAS and for torch alike (default 1: see the module doc)")
+    ap.add_argument("--threads", default="1,2",
+                    help="comma-separated thread counts, each given to numpy's BLAS and torch alike; "
+                         "2,000 elements run at each, 20,000 at the first only (default 1,2)")
     args = ap.parse_args(argv)
-    threads = match_threads(args.threads)
-    # gradcheck raises if it finds a mismatch, so every timed torch call also checks
-    rows = [run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1),
-            run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0)]  # torch: ~4 s a call
+    counts = [int(t) for t in args.threads.split(",")]
+    rows = []
+    for i, n in enumerate(counts):
+        match_threads(n)
+        # gradcheck raises if it finds a mismatch, so every timed torch call also checks
+        rows.append(run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1))
+        if i == 0:  # torch: ~4 s a call with 1 thread, 30-100 s with 2 on a loaded machine
+            rows.append(run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0))
     print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
-    print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
-    print(table(["parameter elements", "reps", "ours median", "torch gradcheck median", "speed-up (torch/ours)",
-                 "our FD max error", "torch FD max error", "engine grad max error"], rows))
+    print(f"machine: {machine()}\n")
+    print(table(["parameter elements", "threads (numpy BLAS = torch)", "reps", "ours median",
+                 "torch gradcheck median", "speed-up (torch/ours)", "our FD max error", "torch FD max error",
+                 "engine grad max error"], rows))
     print("\nerrors: max |FD - analytic| over all elements, analytic = torch autograd float64")
     print("goal: speed-up >= 10x at 2,000 elements with our FD error <= torch's")
     print(f"after the runs: {load()}")

@@ -97,14 +97,19 @@ class FiniteDifferences:
         h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
         h = (flat + h) - flat  # exactly representable step
         ref = np.empty(n)
-        rows = max(1, self.options.chunk_bytes // (2 * self._row_bytes[param]))
+        rows = max(1, min(n, self.options.chunk_bytes // (2 * self._row_bytes[param])))
+        # One buffer of 2*rows copies of x serves every chunk: perturb m elements (rows
+        # [0, m) get +h, rows [m, 2m) get -h), evaluate, then restore just those elements,
+        # instead of copying the whole stack again for each chunk.
+        buf = np.broadcast_to(flat, (2 * rows, n)).copy()
         for s in range(0, n, rows):
             idx = np.arange(s, min(n, s + rows))
             m = idx.size
-            stack = np.broadcast_to(flat, (2 * m, n)).copy()
-            stack[np.arange(m), idx] += h[idx]
-            stack[m + np.arange(m), idx] -= h[idx]
-            losses = self._losses(param, stack.reshape((2 * m,) + x.shape))
+            plus, minus = np.arange(m), m + np.arange(m)
+            buf[plus, idx] = flat[idx] + h[idx]
+            buf[minus, idx] = flat[idx] - h[idx]
+            losses = self._losses(param, buf[:2 * m].reshape((2 * m,) + x.shape))
+            buf[plus, idx] = buf[minus, idx] = flat[idx]
             ref[idx] = (losses[:m] - losses[m:]) / (2 * h[idx])
         return FDResult("full", ref.reshape(x.shape), self._noise(h).reshape(x.shape), evaluations=2 * n)
 
