@@ -9,7 +9,7 @@ import pytest
 
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
-from gradcheck_svc.ops import all_ops, get_op
+from gradcheck_svc.ops import all_ops
 from gradcheck_svc.verify import VerifyOptions, verify
 
 from conftest import EXAMPLES, ROOT
@@ -22,11 +22,7 @@ CASES = json.loads((EXAMPLES / "faults" / "manifest.json").read_text())["cases"]
 
 def _case_param(case):
     opts = ",".join(f"{k}={v}" for k, v in case.get("options", {}).items())
-    marks = []
-    if case.get("requires_op"):  # TODO(lead): drop this guard once issue 3's `expr` op is merged
-        marks.append(pytest.mark.skipif(get_op(case["requires_op"]) is None,
-                                        reason=f"op '{case['requires_op']}' is not registered on this branch"))
-    return pytest.param(case, id=f"{case['graph']}[{opts}]", marks=marks)
+    return pytest.param(case, id=f"{case['graph']}[{opts}]")
 
 
 @pytest.mark.parametrize("case", [_case_param(c) for c in CASES])

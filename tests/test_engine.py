@@ -1,6 +1,5 @@
 """Engine behaviour: accumulation over consumers, inference mode, deep
 graphs without recursion, release of saved tensors, batched FD agreement."""
-import time
 
 import numpy as np
 import pytest

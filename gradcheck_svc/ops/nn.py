@@ -6,7 +6,7 @@ import zlib
 import numpy as np
 
 from ..errors import GraphError
-from .base import (FLOAT, INT, REALS, Attr, Case, OpDef, Spec, broadcast_shapes, lead_of, norm_axis, save_inputs,
+from .base import (FLOAT, INT, REALS, Attr, Case, OpDef, Spec, broadcast_shapes, norm_axis, save_inputs,
                    save_nothing)
 from .registry import register
 
@@ -88,10 +88,11 @@ def _infer_ce(node, specs, attrs):
 
 
 def _ce(xp, logits, labels, reduction, n, rank):
-    logp = _log_softmax(xp, logits, -1)
-    lead = lead_of(logits, rank)
-    idx = xp.broadcast_to(labels[..., None], logp.shape[:-1] + (1,)) if lead else labels[..., None]
-    picked = -xp.take_along_axis(logp, idx, axis=-1)[..., 0]
+    # -log_softmax(logits)[label] = logsumexp(logits) - logits[label], without forming
+    # the whole log_softmax; the indexing also serves logits with leading batch axes
+    lse = _logsumexp(xp, logits, -1, keepdims=False)
+    rows = (xp.arange(logits.shape[-2]),) if rank == 2 else ()
+    picked = lse - logits[(Ellipsis,) + rows + (labels,)]
     total = xp.sum(picked, axis=-1) if rank == 2 else picked
     return total / n if reduction == "mean" else total
 

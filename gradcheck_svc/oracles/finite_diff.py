@@ -41,7 +41,9 @@ class FDOptions:
     full_cost_budget: float = 1e9
     directions: int = 16
     seed: int = 0
-    chunk_bytes: int = 128 * 2**20  # memory budget for one stacked batch
+    # memory budget for one stacked batch: small enough that a chunk's values stay in
+    # cache (bench/bench_fd.py: 8 MiB is ~2x faster than 128 MiB at 2,000 elements)
+    chunk_bytes: int = 8 * 2**20
 
 
 @dataclass
@@ -120,14 +122,19 @@ class FiniteDifferences:
         h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
         h = (flat + h) - flat  # exactly representable step
         ref = np.empty(n)
-        rows = max(1, self.options.chunk_bytes // (2 * self.row_bytes(param)))
+        rows = max(1, min(n, self.options.chunk_bytes // (2 * self.row_bytes(param))))
+        # One buffer of 2*rows copies of x serves every chunk: perturb m elements (rows
+        # [0, m) get +h, rows [m, 2m) get -h), evaluate, then restore just those elements,
+        # instead of copying the whole stack again for each chunk.
+        buf = np.broadcast_to(flat, (2 * rows, n)).copy()
         for s in range(0, n, rows):
             idx = np.arange(s, min(n, s + rows))
             m = idx.size
-            stack = np.broadcast_to(flat, (2 * m, n)).copy()
-            stack[np.arange(m), idx] += h[idx]
-            stack[m + np.arange(m), idx] -= h[idx]
-            losses = self._losses(param, stack.reshape((2 * m,) + x.shape))
+            plus, minus = np.arange(m), m + np.arange(m)
+            buf[plus, idx] = flat[idx] + h[idx]
+            buf[minus, idx] = flat[idx] - h[idx]
+            losses = self._losses(param, buf[:2 * m].reshape((2 * m,) + x.shape))
+            buf[plus, idx] = buf[minus, idx] = flat[idx]
             with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
                 ref[idx] = (losses[:m] - losses[m:]) / (2 * h[idx])
         return FDResult("full", ref.reshape(x.shape), self._noise(h).reshape(x.shape), evaluations=2 * n)

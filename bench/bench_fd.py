@@ -1,0 +1,130 @@
+"""Full-Jacobian finite-difference check: our FD oracle vs torch.autograd.gradcheck.
+
+The function, in float64 on both sides, with P parameter elements:
+    loss = cross_entropy(tanh(x @ W1) @ W2, labels),   x [16, d] data, W1 [d, h], W2 [h, c]
+    P = 2,000  (d, h, c = 20, 80, 5)     and     P = 20,000  (d, h, c = 100, 160, 25)
+
+Timed, per repetition:
+  ours   FiniteDifferences(graph, FDOptions(mode="full")) and .gradient(p) for every
+         parameter (2P perturbed forwards, stacked) + the engine's forward+backward
+  torch  torch.autograd.gradcheck(f, (W1, W2), fast_mode=False) (2P forwards, one at a time,
+         + backward); it raises on a mismatch, and passes here
+The two alternate within every repetition; medians are reported, with each FD's max
+error against the analytic gradient (torch autograd, float64). torch's numerical
+gradient is recomputed outside the timing with the same routine and step (eps=1e-6)
+that gradcheck uses.
+
+Threads: numpy's BLAS and torch always get the same number; the run is repeated for
+each count in --threads (default 1,2: 2 is numpy's default here). The 2P perturbed
+forwards are tiny, so torch's intra-op threads cannot speed them up, and on a loaded
+2-core machine its OpenMP threads slowed gradcheck at 2,000 elements from 0.27 s
+(1 thread) to 2.4 s (2 threads, load average 3.2): 1 thread is torch's best case.
+
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd.py [--quick] [--threads 1,2]
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import fmt_s, interleaved, load, machine, match_threads, median, table  # noqa: E402
+
+from gradcheck_svc.backend import NUMPY  # noqa: E402
+from gradcheck_svc.engine import Program, backward, forward, prepare_feeds  # noqa: E402
+from gradcheck_svc.graph import load_graph  # noqa: E402
+from gradcheck_svc.graph.build import GraphBuilder  # noqa: E402
+from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences  # noqa: E402
+
+BATCH = 16
+SIZES = {2_000: (20, 80, 5), 20_000: (100, 160, 25)}
+TORCH_EPS = 1e-6  # gradcheck's default step
+_gradcheck_module = sys.modules["torch.autograd.gradcheck"]
+
+
+def problem(elements: int, rng):
+    d, h, c = SIZES[elements]
+    assert d * h + h * c == elements
+    x = rng.standard_normal((BATCH, d))
+    labels = rng.integers(0, c, size=BATCH)
+    w1 = rng.standard_normal((d, h)) / np.sqrt(d)
+    w2 = rng.standard_normal((h, c)) / np.sqrt(h)
+    b = GraphBuilder(f"fd{elements}")
+    hidden = b.node("tanh", b.node("matmul", b.input("x", x), b.input("W1", w1, True)))
+    logits = b.node("matmul", hidden, b.input("W2", w2, True))
+    b.output(b.node("cross_entropy", logits, b.input("labels", labels, dtype="int64"), name="loss"))
+    graph = load_graph(b.build())
+
+    tx, tl = torch.tensor(x), torch.tensor(labels)
+
+    def f(W1, W2):
+        return F.cross_entropy(torch.tanh(tx @ W1) @ W2, tl)
+
+    tw = (torch.tensor(w1, requires_grad=True), torch.tensor(w2, requires_grad=True))
+    return graph, f, tw
+
+
+def ours(graph):
+    fd = FiniteDifferences(graph, FDOptions(mode="full"))
+    refs = {p: fd.gradient(p).reference for p in graph.parameters}
+    program = Program(graph, np.float64)
+    grads = backward(forward(program, NUMPY, prepare_feeds(program, NUMPY)))
+    return refs, grads
+
+
+def theirs(f, tw):
+    return torch.autograd.gradcheck(f, tw, fast_mode=False, eps=TORCH_EPS)
+
+
+def run(elements, reps, budget_s, warmup):
+    graph, f, tw = problem(elements, np.random.default_rng(elements))
+    analytic = [g.numpy() for g in torch.autograd.grad(f(*tw), tw)]
+
+    refs, grads = ours(graph)
+    our_err = max(float(np.abs(refs[p] - a).max()) for p, a in zip(("W1", "W2"), analytic))
+    engine_err = max(float(np.abs(np.asarray(grads[p]) - a).max()) for p, a in zip(("W1", "W2"), analytic))
+    with torch.no_grad():
+        numerical = _gradcheck_module._get_numerical_jacobian(f, tw, eps=TORCH_EPS)
+    # numerical[i][0]: d(loss)/d(input i) as a column (n_i, 1)
+    torch_err = max(float(np.abs(numerical[i][0].numpy().reshape(a.shape) - a).max())
+                    for i, a in enumerate(analytic))
+
+    times = interleaved({"ours": lambda: ours(graph), "torch": lambda: theirs(f, tw)},
+                        reps=reps, warmup=warmup, budget_s=budget_s)
+    o, t = median(times["ours"]), median(times["torch"])
+    return [f"{elements:,}", torch.get_num_threads(), len(times["ours"]), fmt_s(o), fmt_s(t), f"{t / o:.1f}x",
+            f"{our_err:.1e}", f"{torch_err:.1e}", f"{engine_err:.1e}"]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
+    ap.add_argument("--threads", default="1,2",
+                    help="comma-separated thread counts, each given to numpy's BLAS and torch alike; "
+                         "2,000 elements run at each, 20,000 at the first only (default 1,2)")
+    args = ap.parse_args(argv)
+    counts = [int(t) for t in args.threads.split(",")]
+    rows = []
+    for i, n in enumerate(counts):
+        match_threads(n)
+        # gradcheck raises if it finds a mismatch, so every timed torch call also checks
+        rows.append(run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1))
+        if i == 0:  # torch: ~4 s a call with 1 thread, 30-100 s with 2 on a loaded machine
+            rows.append(run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0))
+    print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
+    print(f"machine: {machine()}\n")
+    print(table(["parameter elements", "threads (numpy BLAS = torch)", "reps", "ours median",
+                 "torch gradcheck median", "speed-up (torch/ours)", "our FD max error", "torch FD max error",
+                 "engine grad max error"], rows))
+    print("\nerrors: max |FD - analytic| over all elements, analytic = torch autograd float64")
+    print("goal: speed-up >= 10x at 2,000 elements with our FD error <= torch's")
+    print(f"after the runs: {load()}")
+
+
+if __name__ == "__main__":
+    main()
