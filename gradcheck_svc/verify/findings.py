@@ -59,3 +59,16 @@ class Finding:
     def to_text(self) -> str:
         tags = self.severity + (f"; affects {', '.join(self.parameters)}" if self.parameters else "")
         return f"node '{self.node}' ({self.op}): {self.cause} — {self.detail} [{tags}]"
+
+
+def parameters_through(program, node: str) -> list[str]:
+    """The parameters a finding at `node` affects: those whose gradient flows through it
+    (its ancestors among the parameters, `node` itself included), in the program's order."""
+    seen, stack = {node}, [node]
+    while stack:
+        step = program.by_name.get(stack.pop())
+        for name in step.inputs if step is not None else ():
+            if name not in seen:
+                seen.add(name)
+                stack.append(name)
+    return [p for p in program.params if p in seen and p in program.requires_grad]

@@ -28,7 +28,7 @@ from . import memory_profile, recompute_check
 from .compare import Tolerance, compare
 from .custom_ops import check_custom_ops
 from .diagnose import Context, diagnose, overall_verdict
-from .findings import Finding
+from .findings import Finding, parameters_through
 from .report import FaultRecord, ParameterResult, Report
 
 FD_VS_SYMBOLIC = Tolerance.for_dtype("float64")  # FD runs in float64 whatever the engine's dtype
@@ -232,5 +232,5 @@ def _wrong_user_derivatives(custom, findings, program) -> list:
         if c.user_grad_matches is False and c.node not in named:
             out.append(Finding(node=c.node, op="expr", cause="rule_error", severity="error",
                                detail=f"user derivative disagrees with SymPy's: {c.detail}",
-                               parameters=recompute_check.upstream_parameters(program, c.node)))
+                               parameters=parameters_through(program, c.node)))
     return out
