@@ -13,26 +13,50 @@ SUFFIXES = (".json", ".pb")
 
 
 class GraphFileError(ValueError):
-    """A graph file that cannot be read or decoded (one line, naming the file)."""
+    """A graph file that cannot be read or decoded (one line, naming the file).
+
+    path: the file (None for bytes); fmt: the encoding tried ("json" or "pb"), None when the
+    file could not be read; reason: the cause in a few words."""
+
+    def __init__(self, reason: str, *, path=None, fmt: str | None = None):
+        self.reason, self.path, self.fmt = reason, path, fmt
+        what = "cannot read" if fmt is None else f"not a valid gradcheck.v1.Graph ({fmt})"
+        super().__init__(f"{path}: {what}: {reason}" if path is not None else f"{what}: {reason}")
 
 
-def load_graph(path) -> graph_pb2.Graph:
+def sniff_format(data: bytes, path=None) -> str:
+    """"json" or "pb": the file's extension when it is one of SUFFIXES, else JSON if it starts with '{'."""
+    if path is not None and Path(path).suffix in SUFFIXES:
+        return Path(path).suffix[1:]
+    return "json" if bytes(data[:4096]).lstrip()[:1] == b"{" else "pb"
+
+
+def decode_graph(data: bytes, fmt: str, path=None) -> graph_pb2.Graph:
+    """Bytes in the protobuf JSON mapping (fmt "json") or binary protobuf ("pb") -> Graph."""
+    msg = graph_pb2.Graph()
+    try:
+        if fmt == "json":
+            json_format.Parse(bytes(data).decode("utf-8"), msg)
+        else:
+            msg.ParseFromString(bytes(data))
+    except UnicodeDecodeError:
+        raise GraphFileError("not valid UTF-8", path=path, fmt=fmt) from None
+    except RecursionError:
+        raise GraphFileError("nested too deeply", path=path, fmt=fmt) from None
+    except (json_format.ParseError, DecodeError) as exc:
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "malformed"
+        raise GraphFileError(first, path=path, fmt=fmt) from None
+    return msg
+
+
+def load_graph(path, fmt: str | None = None) -> graph_pb2.Graph:
+    """Read a graph file; fmt ("json" or "pb") by default from the extension, else sniffed."""
     path = Path(path)
     try:
         data = path.read_bytes()
     except OSError as exc:
-        raise GraphFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    fmt = path.suffix[1:] if path.suffix in SUFFIXES else ("json" if data.lstrip()[:1] == b"{" else "pb")
-    msg = graph_pb2.Graph()
-    try:
-        if fmt == "json":
-            json_format.Parse(data.decode("utf-8"), msg)
-        else:
-            msg.ParseFromString(data)
-    except (json_format.ParseError, UnicodeDecodeError, DecodeError, RecursionError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "malformed"
-        raise GraphFileError(f"{path}: not a valid gradcheck.v1.Graph ({fmt}): {first}") from None
-    return msg
+        raise GraphFileError(exc.strerror or str(exc), path=path) from None
+    return decode_graph(data, fmt or sniff_format(data, path), path)
 
 
 def save_graph(graph: graph_pb2.Graph, path) -> Path:
