@@ -104,7 +104,7 @@ def _verify(args) -> int:
     from .verify.memory_profile import write_timeline_plot
 
     for flag in ("symbolic_max_elements", "symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
-        if getattr(args, flag) <= 0:
+        if not getattr(args, flag) > 0:  # NaN too
             raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
     symbolic = SymbolicOptions(enabled=args.symbolic == "on", max_elements=args.symbolic_max_elements,
                                max_edges=args.symbolic_max_partials, timeout_s=args.symbolic_timeout,
@@ -121,7 +121,11 @@ def _verify(args) -> int:
     graph = load_graph(args.graph)
     report = verify(graph, options)
     if args.memory_plot is not None:
-        write_timeline_plot(args.memory_plot, report.timelines, graph.name)
+        try:
+            write_timeline_plot(args.memory_plot, report.timelines, graph.name)
+        except OSError as exc:
+            raise OptionError(f"'{args.memory_plot}': cannot write: {exc.strerror or exc}",
+                              field="memory-plot") from None
     print(report.to_json() if args.format == "json" else report.to_text())
     return EXIT_OK if report.passed else EXIT_MISMATCH
 

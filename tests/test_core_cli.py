@@ -81,6 +81,10 @@ def test_text_report_names_parameters_and_verdict():
     (["--fault", "nosuch:zero"], "unknown value 'nosuch'"),
     (["--fault", "z:overwrite"], "needs a value"),
     (["--dtype", "float16"], "invalid choice"),
+    (["--atol", "-1"], "atol: -1.0 is not a finite number >= 0"),
+    (["--rtol", "nan"], "rtol: nan is not a finite number >= 0"),
+    (["--directions", "0"], "directions: 0: needs at least 1 direction"),
+    (["--memory-plot", "/nonexistent/dir/plot.svg"], "memory-plot: '/nonexistent/dir/plot.svg': cannot write"),
 ])
 def test_bad_options_exit_2_one_line(args, needle):
     rc, out, err = run_cli("verify", SEED, *args)

@@ -11,6 +11,7 @@ The verdict of a parameter is engine vs symbolic when the symbolic oracle ran
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -152,11 +153,22 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
                      {k: f64(v) for k, v in reported.contributions.items()}, findings, timelines)
 
 
+def _check_numbers(options: VerifyOptions) -> None:
+    """Tolerances and direction counts that would make the verdict meaningless are user errors."""
+    for name in ("atol", "rtol"):
+        value = getattr(options, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise OptionError(f"{value} is not a finite number >= 0", field=name)
+    if options.fd.directions < 1:
+        raise OptionError(f"{options.fd.directions}: needs at least 1 direction", field="directions")
+
+
 def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
     options = options or VerifyOptions()
     dtype = options.dtype or graph.declared_float_dtype
     if dtype not in DTYPES:
         raise OptionError(f"unknown dtype '{dtype}' (expected float32 or float64)", field="dtype")
+    _check_numbers(options)
     t_start = time.perf_counter()
     engine = run_engine(graph, options, dtype)
 
