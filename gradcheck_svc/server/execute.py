@@ -25,15 +25,6 @@ from .config import ServerLimits
 FD_MODES = ("auto", "full", "projection")
 
 
-def _set_if_supported(options: VerifyOptions, name: str, value) -> None:
-    """Options reserved in the API for features wired by other components
-    (symbolic budget, localization, checkpointing): pass them on when this
-    build's VerifyOptions has them, else refuse rather than silently ignore."""
-    if name not in {f.name for f in dataclasses.fields(options)}:
-        raise OptionError(f"this server does not support option '{name}' yet", field=f"options.{name}")
-    setattr(options, name, value)
-
-
 def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> VerifyOptions:
     mode = pb.fd_mode or "auto"
     if mode not in FD_MODES:
@@ -56,16 +47,16 @@ def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> V
     if pb.HasField("symbolic"):
         options.symbolic = dataclasses.replace(options.symbolic, enabled=pb.symbolic)
     if pb.HasField("localize"):
-        _set_if_supported(options, "localize", pb.localize)
+        options.localize = pb.localize
     if pb.checkpoint:
-        _set_if_supported(options, "checkpoint", pb.checkpoint)
+        options.checkpoint = pb.checkpoint
     if pb.integrity:
         if pb.integrity not in ("check", "off"):
             raise OptionError(f"unknown integrity mode '{pb.integrity}' (expected check or off)",
                               field="options.integrity")
-        _set_if_supported(options, "integrity", pb.integrity)
+        options.integrity = pb.integrity
     if pb.allow_inplace_hazards:
-        _set_if_supported(options, "allow_inplace_hazards", True)
+        options.allow_inplace_hazards = True
     return options
 
 
