@@ -170,6 +170,18 @@ def _serve(args) -> int:
             raise OptionError(f"no such file: {path}", field="--tls-cert")
     if args.workers is not None and args.workers < 1:
         raise OptionError("needs at least 1 worker", field="--workers")
+    for flag in ("port", "metrics_port"):
+        port = getattr(args, flag)
+        if port is not None and not 0 <= port <= 65535:
+            raise OptionError(f"{port} is not a port number (0-65535)", field="--" + flag.replace("_", "-"))
+    if args.max_queue is not None and args.max_queue < 0:
+        raise OptionError("must be 0 or more", field="--max-queue")
+    for flag in ("max_nodes", "max_elements", "max_symbolic_budget"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
+    for flag in ("max_message_mb", "max_request_seconds"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:  # NaN too
+            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
     config = ServerConfig(
         host=args.host, port=args.port, limits=limits, token=read_token(args.token_file),
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,
