@@ -9,8 +9,6 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from google.protobuf import json_format
-
 from gradcheck.v1 import graph_pb2
 from gradcheck_client.graphio import GraphFileError, decode_graph, sniff_format
 from gradcheck_client.graphio import load_graph as read_graph_file
@@ -51,6 +49,3 @@ def load_graph(source, fmt: str | None = None, limits: Limits | None = None) -> 
     """Decode and validate: the single door from the outside world to a Graph."""
     return validate(parse_graph(source, fmt), limits or Limits())
 
-
-def graph_to_json(msg: graph_pb2.Graph) -> str:
-    return json_format.MessageToJson(msg, indent=2)
