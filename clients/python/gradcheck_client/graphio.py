@@ -4,6 +4,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import numpy as np
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
@@ -79,3 +80,21 @@ def to_graph(graph) -> graph_pb2.Graph:
     if isinstance(graph, (str, Path)):
         return load_graph(graph)
     raise TypeError(f"expected a gradcheck.v1.Graph, a path or a JSON dict, got {type(graph).__name__}")
+
+
+def set_attrs(node: graph_pb2.Node, attrs: dict) -> None:
+    """Fill a node's attrs Struct from Python values (NumPy scalars and arrays included)."""
+    if attrs:
+        json_format.ParseDict(_jsonable(attrs), node.attrs)
+
+
+def _jsonable(v):
+    if isinstance(v, dict):
+        return {k: _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, np.ndarray):
+        return _jsonable(v.tolist())
+    if isinstance(v, np.generic):
+        return v.item()
+    return v
