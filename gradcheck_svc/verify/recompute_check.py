@@ -1,9 +1,9 @@
 """Recompute mismatches (engine/checkpoint.py) as report findings.
 
-A mismatch under the checkpoint policy in
-force is an error (the reported gradients were computed from values that
-differ from the forward pass's); under the sqrt what-if profile it is a
-warning (the gradients are right, but checkpointing this graph would not be).
+A mismatch under the checkpoint policy in force is an error (the reported
+gradients were computed from values that differ from the forward pass's);
+under the sqrt what-if profile it is a warning (the gradients are right, but
+checkpointing this graph would not be).
 """
 from __future__ import annotations
 
