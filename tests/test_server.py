@@ -123,6 +123,8 @@ def test_invalid_graph_is_invalid_argument_with_bad_request_detail(stub):
     (service_pb2.VerifyOptions(fd_mode="sideways"), "options.fd_mode"),
     (service_pb2.VerifyOptions(faults=["z:melt"]), "fault"),
     (service_pb2.VerifyOptions(dtype="float16"), "dtype"),
+    (service_pb2.VerifyOptions(atol=-1.0), "atol"),
+    (service_pb2.VerifyOptions(rtol=float("nan")), "rtol"),
 ])
 def test_bad_options_are_invalid_argument(stub, options, field):
     with pytest.raises(grpc.RpcError) as info:
