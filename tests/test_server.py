@@ -125,6 +125,7 @@ def test_invalid_graph_is_invalid_argument_with_bad_request_detail(stub):
     (service_pb2.VerifyOptions(dtype="float16"), "dtype"),
     (service_pb2.VerifyOptions(atol=-1.0), "atol"),
     (service_pb2.VerifyOptions(rtol=float("nan")), "rtol"),
+    (service_pb2.VerifyOptions(integrity="sometimes"), "integrity"),
 ])
 def test_bad_options_are_invalid_argument(stub, options, field):
     with pytest.raises(grpc.RpcError) as info:
