@@ -17,12 +17,11 @@ from gradcheck.v1 import service_pb2
 from ..engine import parse_fault
 from ..errors import LimitError, OptionError
 from ..graph import validate
+from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FDOptions
 from ..verify import VerifyOptions, verify
 from ..verify.report import Report
 from .config import ServerLimits
-
-FD_MODES = ("auto", "full", "projection")
 
 
 def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> VerifyOptions:

@@ -23,6 +23,7 @@ from ..engine.faults import STALE_STEP, Fault
 from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
+from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FDOptions, FiniteDifferences
 from ..oracles.symbolic import SymbolicOptions, symbolic_gradients
 from . import memory_profile, recompute_check
@@ -153,12 +154,15 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
                      {k: f64(v) for k, v in reported.contributions.items()}, findings, timelines)
 
 
-def _check_numbers(options: VerifyOptions) -> None:
-    """Tolerances and direction counts that would make the verdict meaningless are user errors."""
+def _check_options(options: VerifyOptions) -> None:
+    """FD settings and tolerances that would make the verdict meaningless are user errors."""
     for name in ("atol", "rtol"):
         value = getattr(options, name)
         if value is not None and not (math.isfinite(value) and value >= 0):
             raise OptionError(f"{value} is not a finite number >= 0", field=name)
+    if options.fd.mode not in FD_MODES:
+        raise OptionError(f"unknown fd mode '{options.fd.mode}' (expected one of {', '.join(FD_MODES)})",
+                          field="fd")
     if options.fd.directions < 1:
         raise OptionError(f"{options.fd.directions}: needs at least 1 direction", field="directions")
 
@@ -168,7 +172,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
     dtype = options.dtype or graph.declared_float_dtype
     if dtype not in DTYPES:
         raise OptionError(f"unknown dtype '{dtype}' (expected float32 or float64)", field="dtype")
-    _check_numbers(options)
+    _check_options(options)
     t_start = time.perf_counter()
     engine = run_engine(graph, options, dtype)
 
