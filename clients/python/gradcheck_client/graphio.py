@@ -1,4 +1,7 @@
-"""Graph files: load and save gradcheck.v1.Graph as .json (protobuf JSON) or .pb (binary)."""
+"""Graph files: load and save gradcheck.v1.Graph as .json (protobuf JSON) or .pb (binary).
+
+The server decodes graphs with this module too (gradcheck_svc/graph/decode.py maps
+GraphFileError to its GraphError), so both sides read a file the same way."""
 from __future__ import annotations
 
 import json
