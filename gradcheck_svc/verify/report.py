@@ -86,7 +86,8 @@ class ParameterResult:
                              "symbolic_at_worst": json_float(c.reference_at_worst), "passed": c.passed}
         if self.fd_vs_symbolic is not None:
             c = self.fd_vs_symbolic
-            d["fd_vs_symbolic"] = {"max_abs_error": json_float(c.max_abs_error), "max_rel_error": json_float(c.max_rel_error),
+            d["fd_vs_symbolic"] = {"max_abs_error": json_float(c.max_abs_error),
+                                   "max_rel_error": json_float(c.max_rel_error),
                                    "worst_index": list(c.worst_index), "fd_at_worst": json_float(c.engine_at_worst),
                                    "symbolic_at_worst": json_float(c.reference_at_worst), "agree": c.passed}
         return d
