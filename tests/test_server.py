@@ -185,7 +185,7 @@ def test_list_ops_is_the_registry(client):
 def test_server_info(client):
     info = client.server_info()
     assert info["version"] == "0.1.0"
-    assert "cpu" in info["devices"] and "finite_diff" in info["oracles"]
+    assert "cpu" in info["devices"] and info["oracles"] == ["finite_diff", "symbolic"]
     assert info["workers"] == 2 and info["auth_required"] is False
     assert info["limits"]["max_nodes"] == 100_000
 
