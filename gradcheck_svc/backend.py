@@ -75,10 +75,6 @@ def get_backend(device: str = "cpu") -> Backend:
     raise BackendUnavailable(f"unknown device '{device}' (expected cpu or cuda)", field="device")
 
 
-def available_devices() -> list[str]:
-    return ["cpu", "cuda"] if cuda_available() else ["cpu"]
-
-
 # --- special functions NumPy lacks -------------------------------------------------
 
 _np_erf = np.frompyfunc(math.erf, 1, 1)

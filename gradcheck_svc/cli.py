@@ -104,7 +104,7 @@ def _verify(args) -> int:
     from .verify.memory_profile import write_timeline_plot
 
     for flag in ("symbolic_max_elements", "symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
-        if getattr(args, flag) <= 0:
+        if not getattr(args, flag) > 0:  # NaN too
             raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
     symbolic = SymbolicOptions(enabled=args.symbolic == "on", max_elements=args.symbolic_max_elements,
                                max_edges=args.symbolic_max_partials, timeout_s=args.symbolic_timeout,
@@ -121,7 +121,11 @@ def _verify(args) -> int:
     graph = load_graph(args.graph)
     report = verify(graph, options)
     if args.memory_plot is not None:
-        write_timeline_plot(args.memory_plot, report.timelines, graph.name)
+        try:
+            write_timeline_plot(args.memory_plot, report.timelines, graph.name)
+        except OSError as exc:
+            raise OptionError(f"'{args.memory_plot}': cannot write: {exc.strerror or exc}",
+                              field="memory-plot") from None
     print(report.to_json() if args.format == "json" else report.to_text())
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
@@ -166,6 +170,18 @@ def _serve(args) -> int:
             raise OptionError(f"no such file: {path}", field="--tls-cert")
     if args.workers is not None and args.workers < 1:
         raise OptionError("needs at least 1 worker", field="--workers")
+    for flag in ("port", "metrics_port"):
+        port = getattr(args, flag)
+        if port is not None and not 0 <= port <= 65535:
+            raise OptionError(f"{port} is not a port number (0-65535)", field="--" + flag.replace("_", "-"))
+    if args.max_queue is not None and args.max_queue < 0:
+        raise OptionError("must be 0 or more", field="--max-queue")
+    for flag in ("max_nodes", "max_elements", "max_symbolic_budget"):
+        if getattr(args, flag) is not None and getattr(args, flag) < 1:
+            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
+    for flag in ("max_message_mb", "max_request_seconds"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:  # NaN too
+            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
     config = ServerConfig(
         host=args.host, port=args.port, limits=limits, token=read_token(args.token_file),
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,

@@ -121,3 +121,15 @@ def test_without_server_or_service_says_how_to_point_at_one(graphs):
     r = gradcheck("verify", graphs / "seed.json", without_service=True)
     assert r.returncode == 2
     assert "--server HOST:PORT" in r.stderr and "gradcheck-svc is not installed" in r.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--junit", "/nonexistent/dir/junit.xml"], "cannot write --junit /nonexistent/dir/junit.xml"),
+    (["--summary-md", "/nonexistent/dir/summary.md"], "cannot write --summary-md /nonexistent/dir/summary.md"),
+    (["--tls", "--ca-file", "/nonexistent/ca.pem", "--server", "127.0.0.1:1"], "cannot read --ca-file"),
+    (["--timeout", "-1"], "--timeout: must be positive"),
+])
+def test_unusable_files_and_bad_numbers_exit_2_one_line(graphs, args, needle):
+    r = gradcheck("verify", graphs / "seed.json", *args)
+    assert r.returncode == 2 and needle in r.stderr
+    assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1

@@ -99,3 +99,20 @@ def test_bad_graph_file_is_one_line_naming_the_file(tmp_path):
     (tmp_path / "bad.pb").write_bytes(b"\xff\xff\xff")
     with pytest.raises(GraphFileError, match=r"bad\.pb: not a valid gradcheck.v1.Graph \(pb\)"):
         load_graph(tmp_path / "bad.pb")
+
+
+@pytest.mark.parametrize("name", sorted(_EAGER))
+def test_trace_time_values_match_the_engine_forward(name, rng):
+    """The tracer's NumPy twin of an op (used only for branching at trace time) computes what the
+    engine computes, on the op's own test points."""
+    from gradcheck_svc.backend import get_backend
+    from gradcheck_svc.engine import Program, forward, prepare_feeds
+
+    backend = get_backend("cpu")
+    for case in REGISTRY[name].cases(rng):
+        t = Tracer(name)
+        xs = [t.input(f"in{i}", np.asarray(x, dtype=np.float64)) for i, x in enumerate(case.inputs)]
+        y = ops.__getattr__(name)(*xs, name="y", **case.attrs)
+        program = Program(validate(t.graph(y.sum())), np.float64)
+        values = forward(program, backend, prepare_feeds(program, backend), grad=False, keep_values=True).values
+        np.testing.assert_allclose(y.value, values["y"], rtol=1e-12, atol=1e-12, err_msg=f"{name} {case.attrs}")

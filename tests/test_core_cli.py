@@ -81,6 +81,10 @@ def test_text_report_names_parameters_and_verdict():
     (["--fault", "nosuch:zero"], "unknown value 'nosuch'"),
     (["--fault", "z:overwrite"], "needs a value"),
     (["--dtype", "float16"], "invalid choice"),
+    (["--atol", "-1"], "atol: -1.0 is not a finite number >= 0"),
+    (["--rtol", "nan"], "rtol: nan is not a finite number >= 0"),
+    (["--directions", "0"], "directions: 0: needs at least 1 direction"),
+    (["--memory-plot", "/nonexistent/dir/plot.svg"], "memory-plot: '/nonexistent/dir/plot.svg': cannot write"),
 ])
 def test_bad_options_exit_2_one_line(args, needle):
     rc, out, err = run_cli("verify", SEED, *args)
@@ -109,3 +113,15 @@ def test_ops_listing_comes_from_registry():
     rc, out, _ = run_cli("ops", "--format", "json")
     assert rc == 0
     assert [r["name"] for r in json.loads(out)] == [op.name for op in all_ops()]
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--port", "99999"], "--port: 99999 is not a port number (0-65535)"),
+    (["--metrics-port", "-1"], "--metrics-port: -1 is not a port number (0-65535)"),
+    (["--max-nodes", "0"], "--max-nodes: must be positive"),
+    (["--max-queue", "-1"], "--max-queue: must be 0 or more"),
+])
+def test_bad_serve_options_exit_2_one_line(args, needle):
+    rc, _, err = run_cli("serve", *args)
+    assert rc == 2 and needle in err
+    assert "Traceback" not in err and len(err.strip().splitlines()) == 1

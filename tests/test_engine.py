@@ -152,3 +152,16 @@ def test_cuda_device_without_gpu_is_a_clear_error():
     with pytest.raises(BackendUnavailable) as exc:
         verify(load_graph(EXAMPLES / "seed.json"), VerifyOptions(device="cuda"))
     assert "device 'cuda' is not available" in exc.value.message
+
+
+@pytest.mark.parametrize("options, message", [
+    (VerifyOptions(fd=FDOptions(mode="sideways")), "fd: unknown fd mode 'sideways'"),
+    (VerifyOptions(fd=FDOptions(directions=0)), "directions: 0: needs at least 1 direction"),
+    (VerifyOptions(atol=float("inf")), "atol: inf is not a finite number >= 0"),
+])
+def test_meaningless_verify_options_are_option_errors(options, message):
+    from gradcheck_svc.errors import OptionError
+
+    with pytest.raises(OptionError) as info:
+        verify(load_graph(EXAMPLES / "seed.json"), options)
+    assert info.value.message.startswith(message)

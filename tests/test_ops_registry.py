@@ -5,27 +5,11 @@ registry, so a new op is covered without editing this file."""
 import numpy as np
 import pytest
 
-from gradcheck_svc.graph import load_graph
-from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.ops import all_ops
 from gradcheck_svc.verify import VerifyOptions, verify
+from gradcheck_svc.verify.audit import op_graph
 
 OPS = all_ops()
-
-
-def op_graph(op, case, weights=None):
-    """loss = sum(op(inputs) * weights), so every output element matters differently."""
-    b = GraphBuilder(op.name)
-    names = []
-    for i, x in enumerate(case.inputs):
-        x = np.asarray(x)
-        diff = x.dtype.kind == "f" and op.is_differentiable(i)
-        names.append(b.input(f"in{i}", x, requires_grad=diff))
-    y = b.node(op.name, *names, name="y", **case.attrs)
-    if weights is not None:
-        y = b.node("mul", y, b.input("r", weights), name="yr")
-    b.output(b.node("sum", y, name="loss"))
-    return load_graph(b.build())
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])

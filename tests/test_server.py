@@ -123,6 +123,9 @@ def test_invalid_graph_is_invalid_argument_with_bad_request_detail(stub):
     (service_pb2.VerifyOptions(fd_mode="sideways"), "options.fd_mode"),
     (service_pb2.VerifyOptions(faults=["z:melt"]), "fault"),
     (service_pb2.VerifyOptions(dtype="float16"), "dtype"),
+    (service_pb2.VerifyOptions(atol=-1.0), "atol"),
+    (service_pb2.VerifyOptions(rtol=float("nan")), "rtol"),
+    (service_pb2.VerifyOptions(integrity="sometimes"), "integrity"),
 ])
 def test_bad_options_are_invalid_argument(stub, options, field):
     with pytest.raises(grpc.RpcError) as info:
@@ -182,7 +185,7 @@ def test_list_ops_is_the_registry(client):
 def test_server_info(client):
     info = client.server_info()
     assert info["version"] == "0.1.0"
-    assert "cpu" in info["devices"] and "finite_diff" in info["oracles"]
+    assert "cpu" in info["devices"] and info["oracles"] == ["finite_diff", "symbolic"]
     assert info["workers"] == 2 and info["auth_required"] is False
     assert info["limits"]["max_nodes"] == 100_000
 

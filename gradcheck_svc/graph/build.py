@@ -13,6 +13,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from gradcheck.v1 import graph_pb2
+from gradcheck_client.graphio import set_attrs
 
 RAW_ABOVE = 4096  # tensors larger than this are stored as raw bytes
 
@@ -47,9 +48,7 @@ class GraphBuilder:
 
     def node(self, op: str, *inputs: str, name: str | None = None, inplace: bool = False, **attrs) -> str:
         name = name or self._fresh(op + "_")
-        n = self.msg.nodes.add(name=name, op=op, inputs=list(inputs), inplace=inplace)
-        if attrs:
-            json_format.ParseDict(_jsonable(attrs), n.attrs)
+        set_attrs(self.msg.nodes.add(name=name, op=op, inputs=list(inputs), inplace=inplace), attrs)
         return name
 
     def output(self, name: str) -> str:
@@ -80,14 +79,3 @@ def _dump(v, depth: int) -> str:
     items = [f"{inner}{json.dumps(k)}: {_dump(e, depth + 1)}" for k, e in v.items()]
     return "{\n" + ",\n".join(items) + "\n" + pad + "}"
 
-
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.ndarray):
-        return _jsonable(v.tolist())
-    if isinstance(v, np.generic):
-        return v.item()
-    return v

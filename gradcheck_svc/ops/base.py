@@ -155,10 +155,6 @@ def save_inputs(xs, y, **attrs):
     return tuple(xs)
 
 
-def save_output(xs, y, **attrs):
-    return (y,)
-
-
 def save_nothing(xs, y, **attrs):
     return ()
 

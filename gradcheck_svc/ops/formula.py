@@ -33,16 +33,20 @@ _TOKEN = re.compile(r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<na
                     r"|(?P<op>\*\*|[-+*/(),])|(?P<bad>\S))")
 
 
-def _sigmoid(x):
-    return 1 / (1 + sp.exp(-x))
+def _op_formula(name: str):
+    """The registry op's own SymPy formula, so a function shared with an op is defined once
+    (looked up at call time: the registry fills while the ops package imports)."""
+    from .registry import REGISTRY
+
+    return lambda x: REGISTRY[name].sympy(sp, x)
 
 
 FUNCTIONS = {
-    "exp": (1, sp.exp), "log": (1, sp.log), "log1p": (1, lambda x: sp.log(1 + x)), "sqrt": (1, sp.sqrt),
+    "exp": (1, sp.exp), "log": (1, sp.log), "log1p": (1, _op_formula("log1p")), "sqrt": (1, sp.sqrt),
     "sin": (1, sp.sin), "cos": (1, sp.cos), "tan": (1, sp.tan), "tanh": (1, sp.tanh),
     "sinh": (1, sp.sinh), "cosh": (1, sp.cosh), "atan": (1, sp.atan), "erf": (1, sp.erf),
-    "abs": (1, sp.Abs), "sigmoid": (1, _sigmoid), "softplus": (1, lambda x: sp.log(1 + sp.exp(x))),
-    "relu": (1, lambda x: sp.Piecewise((x, x > 0), (0, True))),
+    "abs": (1, sp.Abs), "sigmoid": (1, _op_formula("sigmoid")), "softplus": (1, _op_formula("softplus")),
+    "relu": (1, _op_formula("relu")),
     "max": (2, sp.Max), "min": (2, sp.Min),
 }
 CONSTANTS = {"pi": sp.pi, "e": sp.E}

@@ -29,6 +29,7 @@ from ..graph.ir import Graph
 
 EPS = np.finfo(np.float64).eps
 STEP_SCALE = EPS ** (1.0 / 3.0)
+MODES = ("auto", "full", "projection")
 
 
 @dataclass

@@ -95,21 +95,20 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
                               elements=elements, digits=options.digits)
     budget = Budget(t0 + options.timeout_s, options.max_edges)
     ctx = make_context(options.digits)
+
+    def skipped(reason: str) -> SymbolicResult:
+        return SymbolicResult("skipped", reason, elements=elements, edges=budget.edges,
+                              seconds=time.monotonic() - t0, digits=options.digits)
+
     try:
         result = _run(program, LocalJacobians(MpEvaluator(ctx), budget), ctx)
     except OverBudget as exc:
-        return SymbolicResult("skipped", f"over budget: {exc} (timeout {options.timeout_s:g} s, "
-                                         f"{budget.edges} edges so far)",
-                              elements=elements, edges=budget.edges, seconds=time.monotonic() - t0,
-                              digits=options.digits)
+        return skipped(f"over budget: {exc} (timeout {options.timeout_s:g} s, {budget.edges} edges so far)")
     except Unsupported as exc:
-        return SymbolicResult("skipped", f"no symbolic form: {exc}", elements=elements, edges=budget.edges,
-                              seconds=time.monotonic() - t0, digits=options.digits)
+        return skipped(f"no symbolic form: {exc}")
     except Exception as exc:  # noqa: BLE001 - SymPy failing on one node must not cost the whole report
-        return SymbolicResult("skipped", f"symbolic evaluation failed: {type(exc).__name__}: "
-                                         f"{str(exc).splitlines()[0] if str(exc) else ''}",
-                              elements=elements, edges=budget.edges, seconds=time.monotonic() - t0,
-                              digits=options.digits)
+        return skipped(f"symbolic evaluation failed: {type(exc).__name__}: "
+                       f"{str(exc).splitlines()[0] if str(exc) else ''}")
     result.elements, result.edges, result.digits = elements, budget.edges, options.digits
     result.seconds = time.monotonic() - t0
     return result

@@ -17,21 +17,11 @@ from gradcheck.v1 import service_pb2
 from ..engine import parse_fault
 from ..errors import LimitError, OptionError
 from ..graph import validate
+from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FDOptions
 from ..verify import VerifyOptions, verify
 from ..verify.report import Report
 from .config import ServerLimits
-
-FD_MODES = ("auto", "full", "projection")
-
-
-def _set_if_supported(options: VerifyOptions, name: str, value) -> None:
-    """Options reserved in the API for features wired by other components
-    (symbolic budget, localization, checkpointing): pass them on when this
-    build's VerifyOptions has them, else refuse rather than silently ignore."""
-    if name not in {f.name for f in dataclasses.fields(options)}:
-        raise OptionError(f"this server does not support option '{name}' yet", field=f"options.{name}")
-    setattr(options, name, value)
 
 
 def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> VerifyOptions:
@@ -56,16 +46,13 @@ def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> V
     if pb.HasField("symbolic"):
         options.symbolic = dataclasses.replace(options.symbolic, enabled=pb.symbolic)
     if pb.HasField("localize"):
-        _set_if_supported(options, "localize", pb.localize)
+        options.localize = pb.localize
     if pb.checkpoint:
-        _set_if_supported(options, "checkpoint", pb.checkpoint)
-    if pb.integrity:
-        if pb.integrity not in ("check", "off"):
-            raise OptionError(f"unknown integrity mode '{pb.integrity}' (expected check or off)",
-                              field="options.integrity")
-        _set_if_supported(options, "integrity", pb.integrity)
+        options.checkpoint = pb.checkpoint
+    if pb.integrity:  # checked with the other engine options, in verify.run_engine
+        options.integrity = pb.integrity
     if pb.allow_inplace_hazards:
-        _set_if_supported(options, "allow_inplace_hazards", True)
+        options.allow_inplace_hazards = True
     return options
 
 

@@ -9,8 +9,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent.parent
-
 
 class LocalServer:
     """`gradcheck-svc serve --port 0 ARGS` in a child process; the bound port comes from its first stdout line."""

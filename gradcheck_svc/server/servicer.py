@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import pkgutil
 import time
 
 import grpc
@@ -51,9 +50,9 @@ def list_ops_response() -> service_pb2.ListOpsResponse:
 
 
 def server_info(config: ServerConfig) -> service_pb2.ServerInfo:
-    from .. import oracles
     from ..backend import cuda_available
     from ..ops import OPSET_VERSION
+    from ..oracles import ORACLES
 
     cuda = cuda_available()
     lim = config.limits
@@ -62,7 +61,7 @@ def server_info(config: ServerConfig) -> service_pb2.ServerInfo:
         backends=[service_pb2.BackendInfo(name="numpy", device="cpu", available=True),
                   service_pb2.BackendInfo(name="cupy", device="cuda", available=cuda)],
         devices=["cpu", "cuda"] if cuda else ["cpu"],
-        oracles=sorted(m.name for m in pkgutil.iter_modules(oracles.__path__)),
+        oracles=list(ORACLES),
         limits=service_pb2.Limits(
             max_message_bytes=lim.max_message_bytes, max_nodes=lim.graph.max_nodes,
             max_elements=lim.graph.max_elements, max_symbolic_budget=lim.max_symbolic_budget,

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import OptionError
-from ..graph import load_graph
+from ..graph import Graph, load_graph
 from ..graph.build import GraphBuilder
 from ..ops import all_ops, get_op
 from ..ops.base import Case, OpDef
@@ -77,22 +77,26 @@ def near_kink_cases(op: OpDef, cases: list[Case], rng) -> list[Case]:
     return out
 
 
-def _graph(op: OpDef, case: Case, rng):
-    def build(weights):
-        b = GraphBuilder(op.name)
-        names = []
-        for i, x in enumerate(case.inputs):
-            x = _f32(x)
-            diff = x.dtype.kind == "f" and op.is_differentiable(i)
-            names.append(b.input(f"in{i}", x, requires_grad=diff))
-        y = b.node(op.name, *names, name="y", **case.attrs)
-        if weights is not None:
-            y = b.node("mul", y, b.input("r", weights), name="yr")
-        b.output(b.node("sum", y, name="loss"))
-        return load_graph(b.build())
+def op_graph(op: OpDef, case: Case, weights=None) -> Graph:
+    """The one-op graph  loss = sum(op(inputs) * weights)  (plain sum without weights), so every
+    output element matters differently; float inputs the op differentiates require gradients."""
+    b = GraphBuilder(op.name)
+    names = []
+    for i, x in enumerate(case.inputs):
+        x = np.asarray(x)
+        diff = x.dtype.kind == "f" and op.is_differentiable(i)
+        names.append(b.input(f"in{i}", x, requires_grad=diff))
+    y = b.node(op.name, *names, name="y", **case.attrs)
+    if weights is not None:
+        y = b.node("mul", y, b.input("r", weights), name="yr")
+    b.output(b.node("sum", y, name="loss"))
+    return load_graph(b.build())
 
-    shape = build(None).specs["y"].shape
-    return build(_f32(rng.uniform(0.5, 1.5, size=shape)))
+
+def _graph(op: OpDef, case: Case, rng) -> Graph:
+    case = Case([_f32(x) for x in case.inputs], dict(case.attrs))
+    shape = op_graph(op, case).specs["y"].shape
+    return op_graph(op, case, _f32(rng.uniform(0.5, 1.5, size=shape)))
 
 
 def _check(graph, dtype: str, sym) -> tuple[float, float, bool, str]:

@@ -31,7 +31,7 @@ from ..engine.program import Program, Step
 from ..graph.ir import Graph
 from ..oracles.finite_diff import EPS, STEP_SCALE, FiniteDifferences
 from .compare import Tolerance, compare
-from .findings import Finding, WorstElement
+from .findings import Finding, WorstElement, parameters_through
 from .localize import LocalCheck, Located, localize, rule_contribution
 
 EPS32 = float(np.finfo(np.float32).eps)
@@ -78,11 +78,10 @@ class Context:
         return self._traced
 
     def params_through(self, node: str) -> list[str]:
-        """Parameters whose gradient flows through `node`."""
-        if not self._params_of:
-            for p in self.program.params:
-                self._params_of[p] = self.program.downstream([p])
-        return [p for p in self.program.params if node in self._params_of[p]]
+        """Parameters whose gradient flows through `node` (cached per node)."""
+        if node not in self._params_of:
+            self._params_of[node] = parameters_through(self.program, node)
+        return self._params_of[node]
 
     def op_of(self, name: str) -> str:
         step = self.program.by_name.get(name)

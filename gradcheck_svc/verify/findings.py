@@ -18,23 +18,13 @@ info (a note).
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
+
+from .jsonnum import json_float
 
 CAUSES = ("rule_error", "cache_corruption", "inplace_overwrite", "nondifferentiable_point", "precision",
           "nonfinite", "recompute_mismatch")
 SEVERITIES = ("error", "warning", "info")
-
-
-def _num(x):
-    if x is None:
-        return None
-    x = float(x)
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
 
 
 @dataclass
@@ -63,9 +53,22 @@ class Finding:
             "node": self.node, "op": self.op, "cause": self.cause, "severity": self.severity,
             "parameters": list(self.parameters), "detail": self.detail,
             "worst_element": None if w is None else {
-                "index": list(w.index), "engine": _num(w.engine), "reference": _num(w.reference)},
+                "index": list(w.index), "engine": json_float(w.engine), "reference": json_float(w.reference)},
         }
 
     def to_text(self) -> str:
         tags = self.severity + (f"; affects {', '.join(self.parameters)}" if self.parameters else "")
         return f"node '{self.node}' ({self.op}): {self.cause} — {self.detail} [{tags}]"
+
+
+def parameters_through(program, node: str) -> list[str]:
+    """The parameters a finding at `node` affects: those whose gradient flows through it
+    (its ancestors among the parameters, `node` itself included), in the program's order."""
+    seen, stack = {node}, [node]
+    while stack:
+        step = program.by_name.get(stack.pop())
+        for name in step.inputs if step is not None else ():
+            if name not in seen:
+                seen.add(name)
+                stack.append(name)
+    return [p for p in program.params if p in seen and p in program.requires_grad]

@@ -1,28 +1,16 @@
 """Recompute mismatches (engine/checkpoint.py) as report findings.
 
-A mismatch under the checkpoint policy in
-force is an error (the reported gradients were computed from values that
-differ from the forward pass's); under the sqrt what-if profile it is a
-warning (the gradients are right, but checkpointing this graph would not be).
+A mismatch under the checkpoint policy in force is an error (the reported
+gradients were computed from values that differ from the forward pass's);
+under the sqrt what-if profile it is a warning (the gradients are right, but
+checkpointing this graph would not be).
 """
 from __future__ import annotations
 
 from ..engine.program import Program
-from .findings import Finding
+from .findings import Finding, parameters_through
 
 CAUSE = "recompute_mismatch"
-
-
-def upstream_parameters(program: Program, node: str) -> list[str]:
-    """Parameters whose gradient flows through `node` (its ancestors among the parameters)."""
-    seen, stack = {node}, [node]
-    while stack:
-        step = program.by_name.get(stack.pop())
-        for name in step.inputs if step is not None else ():
-            if name not in seen:
-                seen.add(name)
-                stack.append(name)
-    return [p for p in program.params if p in seen and p in program.requires_grad]
 
 
 def findings(program: Program, run, policy: str, in_force: bool) -> list[Finding]:
@@ -36,7 +24,7 @@ def findings(program: Program, run, policy: str, in_force: bool) -> list[Finding
         # worst element: none, only fingerprints of the first forward are kept, not its values
         out.append(Finding(
             node=m.node, op=m.op, cause=CAUSE, severity="error" if in_force else "warning",
-            parameters=upstream_parameters(program, m.node),
+            parameters=parameters_through(program, m.node),
             detail=(f"recomputing checkpoint segment {m.segment} under '{policy}' gave a value whose "
                     f"fingerprint differs from the first forward's, from identical inputs: a "
                     f"nondeterministic op or randomness that is not replayed{more}; {why}")))

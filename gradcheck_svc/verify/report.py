@@ -17,28 +17,18 @@ FD, and `verdict_reference` says which one decided. Top level: `symbolic`
 from __future__ import annotations
 
 import json
-import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
 
 MAX_LISTED = 1000  # gradient/reference values included per parameter
 
 
-def _num(x: float):
-    """A JSON-safe float (NaN/Inf spelled as in the protobuf JSON mapping)."""
-    x = float(x)
-    if math.isnan(x):
-        return "NaN"
-    if math.isinf(x):
-        return "Infinity" if x > 0 else "-Infinity"
-    return x
-
-
 def _listed(a: np.ndarray) -> list:
-    return [_num(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)[:MAX_LISTED]]
+    return [json_float(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)[:MAX_LISTED]]
 
 
 @dataclass
@@ -70,14 +60,14 @@ class ParameterResult:
             "fd_mode": self.mode,
             "gradient": _listed(self.gradient),
             "reference": _listed(self.reference),
-            "max_abs_error": _num(self.max_abs_error),
-            "max_rel_error": _num(self.max_rel_error),
+            "max_abs_error": json_float(self.max_abs_error),
+            "max_rel_error": json_float(self.max_rel_error),
             "worst_index": list(self.worst_index),
-            "engine_at_worst": _num(self.engine_at_worst),
-            "reference_at_worst": _num(self.reference_at_worst),
+            "engine_at_worst": json_float(self.engine_at_worst),
+            "reference_at_worst": json_float(self.reference_at_worst),
             "tolerance": {"atol": self.atol, "rtol": self.rtol},
             "passed": self.passed,
-            "gradient_norm": _num(np.linalg.norm(self.gradient)),
+            "gradient_norm": json_float(np.linalg.norm(self.gradient)),
             "fd_evaluations": self.evaluations,
         }
         if self.gradient.size > MAX_LISTED:
@@ -90,15 +80,16 @@ class ParameterResult:
         d["fd_vs_symbolic"] = None
         if self.symbolic_comparison is not None:
             c = self.symbolic_comparison
-            d["symbolic"] = {"gradient": _listed(self.symbolic), "max_abs_error": _num(c.max_abs_error),
-                             "max_rel_error": _num(c.max_rel_error), "worst_index": list(c.worst_index),
-                             "engine_at_worst": _num(c.engine_at_worst),
-                             "symbolic_at_worst": _num(c.reference_at_worst), "passed": c.passed}
+            d["symbolic"] = {"gradient": _listed(self.symbolic), "max_abs_error": json_float(c.max_abs_error),
+                             "max_rel_error": json_float(c.max_rel_error), "worst_index": list(c.worst_index),
+                             "engine_at_worst": json_float(c.engine_at_worst),
+                             "symbolic_at_worst": json_float(c.reference_at_worst), "passed": c.passed}
         if self.fd_vs_symbolic is not None:
             c = self.fd_vs_symbolic
-            d["fd_vs_symbolic"] = {"max_abs_error": _num(c.max_abs_error), "max_rel_error": _num(c.max_rel_error),
-                                   "worst_index": list(c.worst_index), "fd_at_worst": _num(c.engine_at_worst),
-                                   "symbolic_at_worst": _num(c.reference_at_worst), "agree": c.passed}
+            d["fd_vs_symbolic"] = {"max_abs_error": json_float(c.max_abs_error),
+                                   "max_rel_error": json_float(c.max_rel_error),
+                                   "worst_index": list(c.worst_index), "fd_at_worst": json_float(c.engine_at_worst),
+                                   "symbolic_at_worst": json_float(c.reference_at_worst), "agree": c.passed}
         return d
 
 
@@ -111,8 +102,7 @@ class FaultRecord:
 
     def to_dict(self) -> dict:
         return {"fault": self.fault, "read_by": self.readers,
-                "before": None if self.before is None else _num(self.before),
-                "after": None if self.after is None else _num(self.after)}
+                "before": json_float(self.before), "after": json_float(self.after)}
 
 
 @dataclass
@@ -140,7 +130,7 @@ class Report:
         return {
             "graph": self.graph,
             "verdict": self.verdict,
-            "loss": _num(self.loss),
+            "loss": json_float(self.loss),
             "dtype": self.dtype,
             "device": self.device,
             "parameters": [p.to_dict() for p in self.parameters],

@@ -11,6 +11,7 @@ The verdict of a parameter is engine vs symbolic when the symbolic oracle ran
 """
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -22,13 +23,14 @@ from ..engine.faults import STALE_STEP, Fault
 from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
+from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FDOptions, FiniteDifferences
 from ..oracles.symbolic import SymbolicOptions, symbolic_gradients
 from . import memory_profile, recompute_check
 from .compare import Tolerance, compare
 from .custom_ops import check_custom_ops
 from .diagnose import Context, diagnose, overall_verdict
-from .findings import Finding
+from .findings import Finding, parameters_through
 from .report import FaultRecord, ParameterResult, Report
 
 FD_VS_SYMBOLIC = Tolerance.for_dtype("float64")  # FD runs in float64 whatever the engine's dtype
@@ -152,11 +154,25 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
                      {k: f64(v) for k, v in reported.contributions.items()}, findings, timelines)
 
 
+def _check_options(options: VerifyOptions) -> None:
+    """FD settings and tolerances that would make the verdict meaningless are user errors."""
+    for name in ("atol", "rtol"):
+        value = getattr(options, name)
+        if value is not None and not (math.isfinite(value) and value >= 0):
+            raise OptionError(f"{value} is not a finite number >= 0", field=name)
+    if options.fd.mode not in FD_MODES:
+        raise OptionError(f"unknown fd mode '{options.fd.mode}' (expected one of {', '.join(FD_MODES)})",
+                          field="fd")
+    if options.fd.directions < 1:
+        raise OptionError(f"{options.fd.directions}: needs at least 1 direction", field="directions")
+
+
 def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
     options = options or VerifyOptions()
     dtype = options.dtype or graph.declared_float_dtype
     if dtype not in DTYPES:
         raise OptionError(f"unknown dtype '{dtype}' (expected float32 or float64)", field="dtype")
+    _check_options(options)
     t_start = time.perf_counter()
     engine = run_engine(graph, options, dtype)
 
@@ -232,5 +248,5 @@ def _wrong_user_derivatives(custom, findings, program) -> list:
         if c.user_grad_matches is False and c.node not in named:
             out.append(Finding(node=c.node, op="expr", cause="rule_error", severity="error",
                                detail=f"user derivative disagrees with SymPy's: {c.detail}",
-                               parameters=recompute_check.upstream_parameters(program, c.node)))
+                               parameters=parameters_through(program, c.node)))
     return out

@@ -116,11 +116,11 @@ def _options(args) -> dict:
     return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
 
 
-def _run_remote(args, graphs: dict, token: str | None, progress: Progress) -> dict[str, Outcome]:
+def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress) -> dict[str, Outcome]:
     from .client import Client, VerifyError
 
     out = {}
-    client = Client(args.server, token=token, tls=args.tls, root_certificates=args.ca_file, timeout=args.timeout)
+    client = Client(args.server, token=token, tls=args.tls, root_certificates=ca, timeout=args.timeout)
     try:
         results = client.verify_many(graphs, raise_errors=False, timeout=args.timeout * max(1, len(graphs)),
                                      **_options(args))
@@ -203,27 +203,39 @@ def summary_markdown(outcomes: list[Outcome]) -> str:
     return "\n".join(lines) + "\n"
 
 
+class UsageError(Exception):
+    """A bad argument or an unusable file: one line on stderr, exit 2."""
+
+
+def _read_file(path: str, what: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise UsageError(f"cannot read {what}: {exc.strerror or exc}") from None
+
+
+def _write_file(path: str, text: str, what: str) -> None:
+    try:
+        Path(path).write_text(text)
+    except OSError as exc:
+        raise UsageError(f"cannot write {what} {path}: {exc.strerror or exc}") from None
+
+
 def _verify(args) -> int:
     try:
         paths = find_graphs(args.paths)
     except FileNotFoundError as exc:
-        print(f"gradcheck: error: {exc}", file=sys.stderr)
-        return EXIT_INVALID
+        raise UsageError(str(exc)) from None
     if not paths:
-        print("gradcheck: error: no *.json or *.pb graphs found in " + " ".join(args.paths), file=sys.stderr)
-        return EXIT_INVALID
+        raise UsageError("no *.json or *.pb graphs found in " + " ".join(args.paths))
     if not args.server and not _in_process_available():
-        print("gradcheck: error: no server given and gradcheck-svc is not installed here; pass --server "
-              "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server", file=sys.stderr)
-        return EXIT_INVALID
-    token = None
-    if args.token_file:
-        try:
-            token = Path(args.token_file).read_text().strip()
-        except OSError as exc:
-            print(f"gradcheck: error: cannot read token file: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_INVALID
+        raise UsageError("no server given and gradcheck-svc is not installed here; pass --server "
+                         "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")
+    if not args.timeout > 0:  # NaN too
+        raise UsageError(f"--timeout: must be positive, got {args.timeout}")
+    token = _read_file(args.token_file, "token file").decode(errors="replace").strip() if args.token_file else None
     token = token or os.environ.get("GRADCHECK_TOKEN") or None
+    ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
 
     outcomes: dict[str, Outcome] = {}
     graphs = {}
@@ -235,7 +247,7 @@ def _verify(args) -> int:
     progress = Progress(len(paths))
     try:
         if graphs:
-            run = _run_remote(args, graphs, token, progress) if args.server else _run_local(args, graphs, progress)
+            run = _run_remote(args, graphs, token, ca, progress) if args.server else _run_local(args, graphs, progress)
             outcomes.update(run)
     finally:
         progress.close()
@@ -250,10 +262,10 @@ def _verify(args) -> int:
             print(str(o.report) if o.report else f"{o.status.upper()}: {o.error}")
             print()
     if args.junit:
-        Path(args.junit).write_text(junit_xml(ordered))
+        _write_file(args.junit, junit_xml(ordered), "--junit")
     md = summary_markdown(ordered)
     if args.summary_md:
-        Path(args.summary_md).write_text(md)
+        _write_file(args.summary_md, md, "--summary-md")
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
             fh.write(md)
@@ -267,6 +279,9 @@ def main(argv=None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return _verify(args)
+    except UsageError as exc:
+        print(f"gradcheck: error: {exc}", file=sys.stderr)
+        return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
 

@@ -103,6 +103,20 @@ class _Base:
     def _delay(self, attempt: int) -> float:
         return self.backoff * 2**attempt * (0.5 + random.random() / 2)  # jitter spreads reconnect storms
 
+    def _give_up(self, err: grpc.RpcError, attempt: int, started: bool = False) -> bool:
+        """Only a server that is not reachable yet is retried, and never a stream that already began."""
+        return started or err.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries
+
+
+def _stream_outcome(item, raise_errors: bool):
+    """One VerifyStream item: its Report, or its VerifyError (raised when raise_errors)."""
+    if item.WhichOneof("outcome") == "report":
+        return Report.from_proto(item.report, id=item.id)
+    err = VerifyError.from_stream_item(item)
+    if raise_errors:
+        raise err
+    return err
+
 
 class Client(_Base):
     """Blocking client. `timeout` is the per-call deadline in seconds (None: none)."""
@@ -119,7 +133,7 @@ class Client(_Base):
             try:
                 return method(request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries:
+                if self._give_up(err, attempt):
                     raise VerifyError.from_rpc(err, id) from None
                 time.sleep(self._delay(attempt))
 
@@ -138,15 +152,10 @@ class Client(_Base):
             try:
                 for item in self.stub.VerifyStream(iter(requests), timeout=timeout, metadata=self._metadata):
                     started = True
-                    if item.WhichOneof("outcome") == "report":
-                        yield Report.from_proto(item.report, id=item.id)
-                    elif raise_errors:
-                        raise VerifyError.from_stream_item(item)
-                    else:
-                        yield VerifyError.from_stream_item(item)
+                    yield _stream_outcome(item, raise_errors)
                 return
             except grpc.RpcError as err:
-                if started or err.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries:
+                if self._give_up(err, attempt, started):
                     raise VerifyError.from_rpc(err) from None
                 time.sleep(self._delay(attempt))
 
@@ -182,7 +191,7 @@ class AsyncClient(_Base):
             try:
                 return await method(request, timeout=timeout, metadata=self._metadata)
             except grpc.RpcError as err:
-                if err.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries:
+                if self._give_up(err, attempt):
                     raise VerifyError.from_rpc(err, id) from None
                 await asyncio.sleep(self._delay(attempt))
 
@@ -198,15 +207,10 @@ class AsyncClient(_Base):
             try:
                 async for item in self.stub.VerifyStream(iter(requests), timeout=timeout, metadata=self._metadata):
                     started = True
-                    if item.WhichOneof("outcome") == "report":
-                        yield Report.from_proto(item.report, id=item.id)
-                    elif raise_errors:
-                        raise VerifyError.from_stream_item(item)
-                    else:
-                        yield VerifyError.from_stream_item(item)
+                    yield _stream_outcome(item, raise_errors)
                 return
             except grpc.RpcError as err:
-                if started or err.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries:
+                if self._give_up(err, attempt, started):
                     raise VerifyError.from_rpc(err) from None
                 await asyncio.sleep(self._delay(attempt))
 

@@ -28,9 +28,10 @@ from __future__ import annotations
 from typing import Callable
 
 import numpy as np
-from google.protobuf import json_format
 
 from gradcheck.v1 import graph_pb2
+
+from .graphio import set_attrs
 
 
 class TracerError(ValueError):
@@ -198,20 +199,8 @@ class Tracer:
                 t.data[:] = v.value.reshape(-1).astype(np.float64).tolist()
         for v, op, xs, attrs in self._nodes:
             if id(v) in needed:
-                node = msg.nodes.add(name=v.name, op=op, inputs=[x.name for x in xs])
-                if attrs:
-                    json_format.ParseDict(_jsonable(attrs), node.attrs)
+                set_attrs(msg.nodes.add(name=v.name, op=op, inputs=[x.name for x in xs]), attrs)
         return msg
-
-
-def _jsonable(v):
-    if isinstance(v, dict):
-        return {k: _jsonable(x) for k, x in v.items()}
-    if isinstance(v, (list, tuple)):
-        return [_jsonable(x) for x in v]
-    if isinstance(v, np.generic):
-        return v.item()
-    return v
 
 
 class _Ops:
