@@ -47,6 +47,8 @@ def parse_fault(text: str) -> Fault:
             raise OptionError(f"fault value '{parts[2]}' is not a number", field="fault") from None
     if kind == "overwrite" and value is None:
         raise OptionError("fault kind 'overwrite' needs a value, e.g. z:overwrite:999", field="fault")
+    if kind == "bitflip" and value is not None and not value.is_integer():
+        raise OptionError(f"bitflip needs an integer bit index, got '{parts[2]}'", field="fault")
     return Fault(node, kind, value)
 
 
