@@ -28,13 +28,17 @@ from .versions import Versions, owner
 INTEGRITY_MODES = ("off", "check")
 
 
-@dataclass
 class Slot:
-    tensor: object
-    source: str | None  # name of the value this tensor is (an input or output of the node), or None if derived
-    fingerprint: tuple | None = None  # taken at save time (integrity "check")
-    buffer: object = None  # the array owning the memory, for its version counter
-    version: int = 0  # the buffer's version at save time
+    """One saved tensor. A plain class with __slots__: one is made per saved tensor per run."""
+
+    __slots__ = ("tensor", "source", "fingerprint", "buffer", "version")
+
+    def __init__(self, tensor, source: str | None):
+        self.tensor = tensor
+        self.source = source  # name of the value this tensor is (an input or output of the node), or None if derived
+        self.fingerprint: tuple | None = None  # taken at save time (integrity "check")
+        self.buffer = None  # the array owning the memory, for its version counter
+        self.version = 0  # the buffer's version at save time
 
 
 @dataclass
@@ -56,8 +60,8 @@ class SavedStore:
     def __init__(self, live: MemoryMeter, xp=None, integrity: str = "off", versions: Versions | None = None,
                  allow_inplace_hazards: bool = False):
         self._slots: dict[str, list[Slot]] = {}
-        self.saved = MemoryMeter()  # saved activations only
         self.live = live  # every array the engine holds
+        self.saved = live.saved  # saved activations only (kept by live.hold_saved/drop_saved)
         self.xp = xp
         self.check = integrity == "check"
         self.versions = versions
@@ -68,16 +72,15 @@ class SavedStore:
 
     def save(self, node: str, tensors, sources) -> None:
         slots = [Slot(t, s) for t, s in zip(tensors, sources)]
-        for s in slots:
-            if self.versions is not None:
-                s.buffer = owner(s.tensor)
-                s.version = self.versions.of(s.buffer)
-            if self.check:
-                s.fingerprint = self._fingerprint(s.tensor, s.version)
+        if self.check or self.versions is not None:
+            for s in slots:
+                if self.versions is not None:
+                    s.buffer = owner(s.tensor)
+                    s.version = self.versions.of(s.buffer)
+                if self.check:
+                    s.fingerprint = self._fingerprint(s.tensor, s.version)
         self._slots[node] = slots
-        for s in slots:
-            self.saved.hold(s.tensor)
-            self.live.hold(s.tensor)
+        self.live.hold_saved(tensors)
 
     def _fingerprint(self, t, version: int) -> tuple:
         """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
@@ -114,20 +117,18 @@ class SavedStore:
         saved references to the fresh output now refer to that buffer at its new version."""
         for s in self._slots.get(node, ()):
             if s.tensor is old:
-                self.saved.drop(old)
-                self.live.drop(old)
+                self.live.drop_saved((old,))
                 s.tensor = new
                 s.buffer = owner(new)
                 s.version = self.versions.of(new)
-                self.saved.hold(new)
-                self.live.hold(new)
+                self.live.hold_saved((new,))
 
     def load(self, node: str) -> tuple:
         slots = self._slots.get(node, ())
         if self.check or self.versions:
             for k, s in enumerate(slots):
                 self._verify(node, k, s)
-        return tuple(s.tensor for s in slots)
+        return tuple([s.tensor for s in slots])
 
     def _verify(self, node: str, k: int, s: Slot) -> None:
         changed = None
@@ -148,9 +149,9 @@ class SavedStore:
             self.events.append(Event("corruption", node, k, s.source, s.tensor, True, s.version, version))
 
     def release(self, node: str) -> None:
-        for s in self._slots.pop(node, ()):
-            self.saved.drop(s.tensor)
-            self.live.drop(s.tensor)
+        slots = self._slots.pop(node, None)
+        if slots:
+            self.live.drop_saved([s.tensor for s in slots])
 
     def slots(self):
         """(node, Slot) for every saved tensor."""
@@ -160,9 +161,8 @@ class SavedStore:
 
     def replace(self, slot: Slot, tensor) -> None:
         """Swap a slot's tensor (fault injection): its fingerprint and version stay those taken at save time."""
-        for meter in (self.saved, self.live):
-            meter.drop(slot.tensor)
-            meter.hold(tensor)
+        self.live.drop_saved((slot.tensor,))
+        self.live.hold_saved((tensor,))
         slot.tensor = tensor
 
     def __len__(self) -> int:
