@@ -138,7 +138,8 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
 def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
     """Hand what the step's vjp needs to the store (the first forward or a checkpoint recompute)."""
     saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
-    store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
+    if saved:  # (many ops, e.g. add and reshape, need nothing: no slots to keep then)
+        store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
 
 
 def _private(y, xs):
@@ -173,7 +174,7 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
     keep_adjoints: also keep every value's dL/dv (tape.adjoints) and each vjp's
     contribution to each input (tape.contributions), for fault localization."""
     program, xp, store, live, ckpt = tape.program, tape.backend.xp, tape.store, tape.live, tape.checkpoint
-    shapes, ndarray = program.shapes, xp.ndarray
+    ndarray = xp.ndarray
     hold, drop, marks = live.hold, live.drop, live.marks  # hot loop: locals
     adj = {program.output: xp.ones_like(tape.loss)}
     hold(adj[program.output])
@@ -189,13 +190,14 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
                 grads = step.op.vjp(xp, g, saved, **step.attrs)
-                for k, (name, gi, wanted) in enumerate(zip(step.inputs, grads, step.grad_inputs)):
-                    if not wanted or gi is None:
+                for k, name, shape in step.grad_targets:
+                    gi = grads[k]
+                    if gi is None:
                         continue
                     if type(gi) is not ndarray:  # (the tests are cheaper than the calls they skip)
                         gi = xp.asarray(gi)
-                    if gi.shape != shapes[name]:
-                        gi = fit(xp, gi, shapes[name])
+                    if gi.shape != shape:
+                        gi = fit(xp, gi, shape)
                     if keep_adjoints:
                         tape.contributions[(step.name, k)] = gi
                     prev = adj.get(name)

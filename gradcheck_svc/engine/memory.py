@@ -57,7 +57,7 @@ class MemoryMeter:
 
     # hold/drop run several times per step: the common case (an array owning its memory) is inlined
     def hold(self, a) -> None:
-        o = a if getattr(a, "base", None) is None else _owner(a)
+        o = a if a.base is None else _owner(a)
         ref = self._refs.get(id(o))
         if ref is not None:
             ref[1] += 1
@@ -68,7 +68,7 @@ class MemoryMeter:
                 self.peak = self.current
 
     def drop(self, a) -> None:
-        o = a if getattr(a, "base", None) is None else _owner(a)
+        o = a if a.base is None else _owner(a)
         ref = self._refs.get(id(o))
         if ref is None:
             return
@@ -82,7 +82,7 @@ class MemoryMeter:
         """hold() each array, and count it as kept for backward (in `saved`)."""
         refs, saved = self._refs, self.saved
         for a in arrays:
-            o = a if getattr(a, "base", None) is None else _owner(a)
+            o = a if a.base is None else _owner(a)
             key = id(o)
             ref = refs.get(key)
             if ref is not None:
@@ -102,7 +102,7 @@ class MemoryMeter:
         """Undo hold_saved for each array."""
         refs, saved = self._refs, self.saved
         for a in arrays:
-            o = a if getattr(a, "base", None) is None else _owner(a)
+            o = a if a.base is None else _owner(a)
             key = id(o)
             ref = refs.get(key)
             if ref is None:
