@@ -7,10 +7,12 @@ Two graphs, each run in float32 and float64:
         keeps the gradients well scaled: with sigmoid in the cycle dL/dx vanished to 1e-51, and
         float32 runs slowed 1.3-2x once values went subnormal.
 
-What is timed, per repetition: engine `backward(forward(program, NUMPY, feeds))` (the
-Program compiled and the feeds placed once, as torch's tensors are created once) against
-torch `autograd.grad(model(x), params)`. The two alternate within every repetition;
-medians are reported. torch gets as many threads as numpy's BLAS has (threadpoolctl), or
+What is timed, per repetition: engine `backward(forward(program, NUMPY, feeds, integrity=...))`
+(the Program compiled and the feeds placed once, as torch's tensors are created once) against
+torch `autograd.grad(model(x), params)`. The engine runs twice per repetition: integrity "off"
+(forward's default: the plain engine, memory metered as always) and integrity "check" (what a
+verification run uses by default: saved tensors fingerprinted at save and at load). The three
+alternate within every repetition; medians are reported. torch gets as many threads as numpy's BLAS has (threadpoolctl), or
 both get --threads N.
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_engine.py [--quick] [--threads N]
@@ -100,8 +102,8 @@ def run(name, case, dtype, reps, budget_s):
              else torch.tensor(v)) for k, v in values.items()}
     tparams = [t[p] for p in params]
 
-    def engine():
-        return backward(forward(program, NUMPY, feeds))
+    def engine(integrity="off"):
+        return backward(forward(program, NUMPY, feeds, integrity=integrity))
 
     def eager():
         return torch.autograd.grad(torch_model(t), tparams)
@@ -113,9 +115,11 @@ def run(name, case, dtype, reps, budget_s):
         np.testing.assert_allclose(np.asarray(ours[p]), g.numpy(), rtol=tol, atol=tol * float(g.abs().max()),
                                    err_msg=f"{name}: gradient of {p} differs from torch")
 
-    times = interleaved({"engine": engine, "torch": eager}, reps=reps, warmup=2, budget_s=budget_s)
-    e, tt = median(times["engine"]), median(times["torch"])
-    return [name, np.dtype(dtype).name, len(times["engine"]), fmt_s(e), fmt_s(tt), f"{e / tt:.2f}x"]
+    times = interleaved({"off": engine, "check": lambda: engine("check"), "torch": eager},
+                        reps=reps, warmup=2, budget_s=budget_s)
+    off, check, tt = median(times["off"]), median(times["check"]), median(times["torch"])
+    return [name, np.dtype(dtype).name, len(times["torch"]), fmt_s(off), fmt_s(check), fmt_s(tt),
+            f"{off / tt:.2f}x", f"{check / tt:.2f}x"]
 
 
 def main(argv=None):
@@ -130,12 +134,13 @@ def main(argv=None):
     reps = 5 if args.quick else 40
     rows = []
     for dtype in (np.float32, np.float64):
-        rows.append(run("mlp 3x1024, batch 256", mlp, dtype, reps, budget_s=30))
+        rows.append(run("mlp 3x1024, batch 256", mlp, dtype, reps, budget_s=40))
         rows.append(run(f"chain of {CHAIN_NODES} elementwise, width {CHAIN_WIDTH}", chain, dtype, reps * 5,
-                        budget_s=10))
+                        budget_s=15))
     print("## bench_engine: forward+backward, engine (NumPy) vs torch eager (CPU)\n")
     print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
-    print(table(["graph", "dtype", "reps", "engine median", "torch median", "engine/torch"], rows))
+    print(table(["graph", "dtype", "reps", "engine median (integrity off)", "engine median (integrity check)",
+                 "torch median", "engine/torch (off)", "engine/torch (check)"], rows))
     print("\ngoals: mlp engine/torch <= 1.3x; chain engine/torch < 1.0x")
     print(f"after the runs: {load()}")
 

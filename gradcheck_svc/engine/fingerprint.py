@@ -27,6 +27,11 @@ def is_small_host(xp, a) -> bool:
     return a.nbytes <= HOST_COPY_UP_TO and xp.__name__ == "numpy"
 
 
+def small_host_fingerprint(a) -> tuple:
+    """`fingerprint` of a small host array (is_small_host), without its tests: the bytes themselves."""
+    return a.tobytes(), 0, tuple(a.shape), _dtype_name(a.dtype)
+
+
 @functools.lru_cache(maxsize=None)
 def _dtype_name(dtype) -> str:
     return str(dtype)  # str(dtype) costs microseconds; fingerprints run once per value on hot paths
@@ -48,7 +53,7 @@ def fingerprint(xp, a) -> tuple:
     shape, dtype = tuple(a.shape), _dtype_name(a.dtype)
     if xp.__name__ == "numpy" and a.nbytes <= HOST_HASH_UP_TO:
         if a.nbytes <= HOST_COPY_UP_TO:
-            return a.tobytes(), 0, shape, dtype
+            return small_host_fingerprint(a)
         buf = a if a.flags.c_contiguous else xp.ascontiguousarray(a)
         return zlib.crc32(buf), zlib.adler32(buf), shape, dtype
     return word_sums(xp, a)

@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import InplaceHazardError
-from .fingerprint import fingerprint, is_small_host
+from .fingerprint import fingerprint, is_small_host, small_host_fingerprint
 from .memory import MemoryMeter
 from .versions import Versions, owner
 
@@ -60,6 +60,7 @@ class SavedStore:
     def __init__(self, live: MemoryMeter, xp=None, integrity: str = "off", versions: Versions | None = None,
                  allow_inplace_hazards: bool = False):
         self._slots: dict[str, list[Slot]] = {}
+        self._tensors: dict[str, tuple] = {}  # node -> its slots' tensors, as its vjp reads them (kept in step)
         self.live = live  # every array the engine holds
         self.saved = live.saved  # saved activations only (kept by live.hold_saved/drop_saved)
         self.xp = xp
@@ -80,13 +81,14 @@ class SavedStore:
                 if self.check:
                     s.fingerprint = self._fingerprint(s.tensor, s.version)
         self._slots[node] = slots
+        self._tensors[node] = tensors = tuple(tensors)
         self.live.hold_saved(tensors)
 
     def _fingerprint(self, t, version: int) -> tuple:
         """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
         per version: the first fingerprint is what later saves must match anyway."""
         if is_small_host(self.xp, t):
-            return fingerprint(self.xp, t)
+            return small_host_fingerprint(t)
         hit = self._taken.get(id(t))
         if hit is not None and hit[0]() is t and hit[1] == version:
             return hit[2]
@@ -101,7 +103,7 @@ class SavedStore:
         """Nothing writes a tensor during the backward pass, so a tensor read by several steps (a
         weight used in many places) is fingerprinted on its first read only."""
         if is_small_host(self.xp, t):
-            return fingerprint(self.xp, t)
+            return small_host_fingerprint(t)
         hit = self._read.get(id(t))
         if hit is not None and hit[0]() is t:
             return hit[1]
@@ -122,13 +124,17 @@ class SavedStore:
                 s.buffer = owner(new)
                 s.version = self.versions.of(new)
                 self.live.hold_saved((new,))
+        self._retensor(node)
+
+    def _retensor(self, node: str) -> None:
+        if node in self._slots:
+            self._tensors[node] = tuple([s.tensor for s in self._slots[node]])
 
     def load(self, node: str) -> tuple:
-        slots = self._slots.get(node, ())
         if self.check or self.versions:
-            for k, s in enumerate(slots):
+            for k, s in enumerate(self._slots.get(node, ())):
                 self._verify(node, k, s)
-        return tuple([s.tensor for s in slots])
+        return self._tensors.get(node, ())
 
     def _verify(self, node: str, k: int, s: Slot) -> None:
         changed = None
@@ -149,9 +155,10 @@ class SavedStore:
             self.events.append(Event("corruption", node, k, s.source, s.tensor, True, s.version, version))
 
     def release(self, node: str) -> None:
-        slots = self._slots.pop(node, None)
-        if slots:
-            self.live.drop_saved([s.tensor for s in slots])
+        tensors = self._tensors.pop(node, None)
+        if tensors is not None:
+            del self._slots[node]
+            self.live.drop_saved(tensors)
 
     def slots(self):
         """(node, Slot) for every saved tensor."""
@@ -159,11 +166,13 @@ class SavedStore:
             for s in slots:
                 yield node, s
 
-    def replace(self, slot: Slot, tensor) -> None:
-        """Swap a slot's tensor (fault injection): its fingerprint and version stay those taken at save time."""
+    def replace(self, node: str, slot: Slot, tensor) -> None:
+        """Swap one of a node's slots' tensor (fault injection): its fingerprint and version stay
+        those taken at save time."""
         self.live.drop_saved((slot.tensor,))
         self.live.hold_saved((tensor,))
         slot.tensor = tensor
+        self._retensor(node)
 
     def __len__(self) -> int:
         return len(self._slots)
