@@ -22,13 +22,10 @@ HOST_COPY_UP_TO = 1 << 10  # bytes: keep the bytes themselves
 HOST_HASH_UP_TO = 1 << 16  # bytes: below this, zlib on the host beats two NumPy reductions
 
 
-def is_small_host(xp, a) -> bool:
-    """Small enough that fingerprinting it costs about as much as caching its fingerprint."""
-    return a.nbytes <= HOST_COPY_UP_TO and xp.__name__ == "numpy"
-
-
 def small_host_fingerprint(a) -> tuple:
-    """`fingerprint` of a small host array (is_small_host), without its tests: the bytes themselves."""
+    """`fingerprint` of a NumPy array of at most HOST_COPY_UP_TO bytes, for callers that have
+    tested that already (the saved-tensor store, once per save and load): the bytes themselves.
+    Fingerprinting one costs about as much as caching its fingerprint would."""
     return a.tobytes(), 0, tuple(a.shape), _dtype_name(a.dtype)
 
 

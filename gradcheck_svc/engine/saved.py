@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import InplaceHazardError
-from .fingerprint import fingerprint, is_small_host, small_host_fingerprint
+from .fingerprint import HOST_COPY_UP_TO, fingerprint, small_host_fingerprint
 from .memory import MemoryMeter
 from .versions import Versions, owner
 
@@ -65,6 +65,7 @@ class SavedStore:
         self.saved = live.saved  # saved activations only (kept by live.hold_saved/drop_saved)
         self.xp = xp
         self.check = integrity == "check"
+        self._host = xp is not None and xp.__name__ == "numpy"  # small host arrays: small_host_fingerprint
         self.versions = versions
         self.allow_inplace_hazards = allow_inplace_hazards
         self.events: list[Event] = []
@@ -87,7 +88,7 @@ class SavedStore:
     def _fingerprint(self, t, version: int) -> tuple:
         """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
         per version: the first fingerprint is what later saves must match anyway."""
-        if is_small_host(self.xp, t):
+        if self._host and t.nbytes <= HOST_COPY_UP_TO:  # cheaper than the cache's lookup
             return small_host_fingerprint(t)
         hit = self._taken.get(id(t))
         if hit is not None and hit[0]() is t and hit[1] == version:
@@ -102,7 +103,7 @@ class SavedStore:
     def _fingerprint_read(self, t) -> tuple:
         """Nothing writes a tensor during the backward pass, so a tensor read by several steps (a
         weight used in many places) is fingerprinted on its first read only."""
-        if is_small_host(self.xp, t):
+        if self._host and t.nbytes <= HOST_COPY_UP_TO:
             return small_host_fingerprint(t)
         hit = self._read.get(id(t))
         if hit is not None and hit[0]() is t:
