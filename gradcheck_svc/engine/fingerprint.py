@@ -26,7 +26,7 @@ def small_host_fingerprint(a) -> tuple:
     """`fingerprint` of a NumPy array of at most HOST_COPY_UP_TO bytes, for callers that have
     tested that already (the saved-tensor store, once per save and load): the bytes themselves.
     Fingerprinting one costs about as much as caching its fingerprint would."""
-    return a.tobytes(), 0, tuple(a.shape), _dtype_name(a.dtype)
+    return a.tobytes(), 0, a.shape, _dtype_name(a.dtype)  # (a NumPy shape is a tuple already)
 
 
 @functools.lru_cache(maxsize=None)

@@ -59,8 +59,11 @@ class Event:
 class SavedStore:
     def __init__(self, live: MemoryMeter, xp=None, integrity: str = "off", versions: Versions | None = None,
                  allow_inplace_hazards: bool = False):
+        self._tensors: dict[str, tuple] = {}  # node -> its saved tensors, as its vjp reads them
+        self._sources: dict[str, list] = {}  # node -> the value each tensor is (Slot.source)
+        # node -> its Slots. Made at save time when a run verifies (fingerprints, versions);
+        # otherwise only if asked for (slots(): fault injection), as most runs never need them.
         self._slots: dict[str, list[Slot]] = {}
-        self._tensors: dict[str, tuple] = {}  # node -> its slots' tensors, as its vjp reads them (kept in step)
         self.live = live  # every array the engine holds
         self.saved = live.saved  # saved activations only (kept by live.hold_saved/drop_saved)
         self.xp = xp
@@ -73,17 +76,22 @@ class SavedStore:
         self._read: dict[int, tuple] = {}  # id(tensor) -> (weakref, fingerprint) as first read by the backward
 
     def save(self, node: str, tensors, sources) -> None:
-        slots = [Slot(t, s) for t, s in zip(tensors, sources)]
+        self._tensors[node] = tensors = tuple(tensors)
+        self._sources[node] = sources
         if self.check or self.versions is not None:
-            for s in slots:
+            for s in self._slots_of(node):
                 if self.versions is not None:
                     s.buffer = owner(s.tensor)
                     s.version = self.versions.of(s.buffer)
                 if self.check:
                     s.fingerprint = self._fingerprint(s.tensor, s.version)
-        self._slots[node] = slots
-        self._tensors[node] = tensors = tuple(tensors)
         self.live.hold_saved(tensors)
+
+    def _slots_of(self, node: str) -> list[Slot]:
+        slots = self._slots.get(node)
+        if slots is None:
+            slots = self._slots[node] = [Slot(t, s) for t, s in zip(self._tensors[node], self._sources[node])]
+        return slots
 
     def _fingerprint(self, t, version: int) -> tuple:
         """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
@@ -158,13 +166,14 @@ class SavedStore:
     def release(self, node: str) -> None:
         tensors = self._tensors.pop(node, None)
         if tensors is not None:
-            del self._slots[node]
+            del self._sources[node]
+            self._slots.pop(node, None)
             self.live.drop_saved(tensors)
 
     def slots(self):
         """(node, Slot) for every saved tensor."""
-        for node, slots in self._slots.items():
-            for s in slots:
+        for node in list(self._tensors):
+            for s in self._slots_of(node):
                 yield node, s
 
     def replace(self, node: str, slot: Slot, tensor) -> None:
@@ -176,4 +185,4 @@ class SavedStore:
         self._retensor(node)
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._tensors)
