@@ -58,22 +58,24 @@ class MemoryMeter:
     # hold/drop run several times per step: the common case (an array owning its memory) is inlined
     def hold(self, a) -> None:
         o = a if a.base is None else _owner(a)
-        ref = self._refs.get(id(o))
+        key = id(o)
+        ref = self._refs.get(key)
         if ref is not None:
             ref[1] += 1
         else:
-            self._refs[id(o)] = [o, 1, 0]
+            self._refs[key] = [o, 1, 0]
             self.current += o.nbytes
             if self.current > self.peak:
                 self.peak = self.current
 
     def drop(self, a) -> None:
         o = a if a.base is None else _owner(a)
-        ref = self._refs.get(id(o))
+        key = id(o)
+        ref = self._refs.get(key)
         if ref is None:
             return
         if ref[1] == 1:
-            del self._refs[id(o)]
+            del self._refs[key]
             self.current -= o.nbytes
         else:
             ref[1] -= 1
