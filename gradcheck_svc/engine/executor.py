@@ -138,7 +138,7 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
 def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
     """Hand what the step's vjp needs to the store (the first forward or a checkpoint recompute)."""
     saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
-    if saved:  # (many ops, e.g. add and reshape, need nothing: no slots to keep then)
+    if saved:  # many ops (add, reshape, ...) need nothing: then the store keeps nothing
         store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
 
 

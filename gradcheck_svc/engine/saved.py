@@ -29,7 +29,8 @@ INTEGRITY_MODES = ("off", "check")
 
 
 class Slot:
-    """One saved tensor. A plain class with __slots__: one is made per saved tensor per run."""
+    """One saved tensor with what verifying it needs. A plain class with __slots__: runs that
+    verify make one per saved tensor."""
 
     __slots__ = ("tensor", "source", "fingerprint", "buffer", "version")
 
@@ -136,6 +137,7 @@ class SavedStore:
         self._retensor(node)
 
     def _retensor(self, node: str) -> None:
+        """After a slot's tensor was swapped: the tuple the vjp reads follows its Slots."""
         if node in self._slots:
             self._tensors[node] = tuple([s.tensor for s in self._slots[node]])
 
