@@ -7,17 +7,25 @@ Two graphs, each run in float32 and float64:
         keeps the gradients well scaled: with sigmoid in the cycle dL/dx vanished to 1e-51, and
         float32 runs slowed 1.3-2x once values went subnormal.
 
-What is timed, per repetition: engine `backward(forward(program, NUMPY, feeds))` (the
-Program compiled and the feeds placed once, as torch's tensors are created once) against
-torch `autograd.grad(model(x), params)`. The two alternate within every repetition;
-medians are reported. torch gets as many threads as numpy's BLAS has (threadpoolctl), or
+What is timed, per repetition: engine `backward(forward(program, NUMPY, feeds, integrity=...))`
+(the Program compiled and the feeds placed once, as torch's tensors are created once) against
+torch `autograd.grad(model(x), params)`. The engine runs twice per repetition: integrity "off"
+(forward's default: the plain engine, memory metered as always) and integrity "check" (what a
+verification run uses by default: saved tensors fingerprinted at save and at load). The three
+alternate within every repetition; medians are reported. torch gets as many threads as numpy's BLAS has (threadpoolctl), or
 both get --threads N.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_engine.py [--quick] [--threads N]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_engine.py [--quick] [--threads N] [--baseline DIR]
+
+--baseline DIR: also time the engine of another checkout (DIR holds its gradcheck_svc/,
+e.g. `git archive COMMIT gradcheck_svc | tar -x -C DIR`), imported under another name and
+interleaved with the rest, for before/after ratios measured in the same process.
 """
 from __future__ import annotations
 
 import argparse
+import importlib
+import importlib.util
 import sys
 from pathlib import Path
 
@@ -91,7 +99,23 @@ def chain_case(rng):
     return b.build(), {"x": x0, "w": w}, ["x", "w"], torch_model
 
 
-def run(name, case, dtype, reps, budget_s):
+def load_baseline(root: str):
+    """The engine of the gradcheck_svc package under root, as an engine(msg, dtype) -> run factory."""
+    pkg = Path(root) / "gradcheck_svc"
+    spec = importlib.util.spec_from_file_location("gradcheck_baseline", pkg / "__init__.py",
+                                                  submodule_search_locations=[str(pkg)])
+    sys.modules["gradcheck_baseline"] = mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    eng, graph, backend = (importlib.import_module(f"gradcheck_baseline.{m}") for m in ("engine", "graph", "backend"))
+
+    def make(msg, dtype, integrity):
+        program = eng.Program(graph.load_graph(msg), dtype)
+        feeds = eng.prepare_feeds(program, backend.NUMPY)
+        return lambda: eng.backward(eng.forward(program, backend.NUMPY, feeds, integrity=integrity))
+    return make
+
+
+def run(name, case, dtype, reps, budget_s, baseline=None):
     msg, values, params, torch_model = case
     program = Program(load_graph(msg), dtype)
     feeds = prepare_feeds(program, NUMPY)
@@ -100,8 +124,8 @@ def run(name, case, dtype, reps, budget_s):
              else torch.tensor(v)) for k, v in values.items()}
     tparams = [t[p] for p in params]
 
-    def engine():
-        return backward(forward(program, NUMPY, feeds))
+    def engine(integrity="off"):
+        return backward(forward(program, NUMPY, feeds, integrity=integrity))
 
     def eager():
         return torch.autograd.grad(torch_model(t), tparams)
@@ -113,9 +137,18 @@ def run(name, case, dtype, reps, budget_s):
         np.testing.assert_allclose(np.asarray(ours[p]), g.numpy(), rtol=tol, atol=tol * float(g.abs().max()),
                                    err_msg=f"{name}: gradient of {p} differs from torch")
 
-    times = interleaved({"engine": engine, "torch": eager}, reps=reps, warmup=2, budget_s=budget_s)
-    e, tt = median(times["engine"]), median(times["torch"])
-    return [name, np.dtype(dtype).name, len(times["engine"]), fmt_s(e), fmt_s(tt), f"{e / tt:.2f}x"]
+    cases = {"off": engine, "check": lambda: engine("check"), "torch": eager}
+    if baseline is not None:
+        cases.update({"base off": baseline(msg, dtype, "off"), "base check": baseline(msg, dtype, "check")})
+    times = interleaved(cases, reps=reps, warmup=2, budget_s=budget_s)
+    med = {k: median(v) for k, v in times.items()}
+    off, check, tt = med["off"], med["check"], med["torch"]
+    row = [name, np.dtype(dtype).name, len(times["torch"]), fmt_s(off), fmt_s(check), fmt_s(tt),
+           f"{off / tt:.2f}x", f"{check / tt:.2f}x"]
+    if baseline is not None:
+        row += [f"{med['base off'] / tt:.2f}x", f"{med['base check'] / tt:.2f}x",
+                f"{off / med['base off']:.2f}", f"{check / med['base check']:.2f}"]
+    return row
 
 
 def main(argv=None):
@@ -123,19 +156,28 @@ def main(argv=None):
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
     ap.add_argument("--threads", type=int, default=None,
                     help="threads for numpy's BLAS and for torch alike (default: numpy's BLAS threads)")
+    ap.add_argument("--baseline", metavar="DIR", help="also time the engine of the gradcheck_svc/ under DIR")
+    ap.add_argument("--only", choices=("mlp", "chain"), help="run one graph only")
     args = ap.parse_args(argv)
+    baseline = load_baseline(args.baseline) if args.baseline else None
     threads = match_threads(args.threads)
     rng = np.random.default_rng(0)
     mlp, chain = mlp_case(rng), chain_case(rng)
     reps = 5 if args.quick else 40
     rows = []
     for dtype in (np.float32, np.float64):
-        rows.append(run("mlp 3x1024, batch 256", mlp, dtype, reps, budget_s=30))
-        rows.append(run(f"chain of {CHAIN_NODES} elementwise, width {CHAIN_WIDTH}", chain, dtype, reps * 5,
-                        budget_s=10))
+        if args.only in (None, "mlp"):
+            rows.append(run("mlp 3x1024, batch 256", mlp, dtype, reps, budget_s=40, baseline=baseline))
+        if args.only in (None, "chain"):
+            rows.append(run(f"chain of {CHAIN_NODES} elementwise, width {CHAIN_WIDTH}", chain, dtype, reps * 5,
+                            budget_s=15, baseline=baseline))
     print("## bench_engine: forward+backward, engine (NumPy) vs torch eager (CPU)\n")
     print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
-    print(table(["graph", "dtype", "reps", "engine median", "torch median", "engine/torch"], rows))
+    header = ["graph", "dtype", "reps", "engine median (integrity off)", "engine median (integrity check)",
+              "torch median", "engine/torch (off)", "engine/torch (check)"]
+    if baseline is not None:
+        header += ["baseline/torch (off)", "baseline/torch (check)", "engine/baseline (off)", "engine/baseline (check)"]
+    print(table(header, rows))
     print("\ngoals: mlp engine/torch <= 1.3x; chain engine/torch < 1.0x")
     print(f"after the runs: {load()}")
 

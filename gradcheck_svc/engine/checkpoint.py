@@ -231,8 +231,7 @@ class CheckpointRun:
             return
         if step.name in self.plan.kept:
             self.kept[step.name] = y
-            self.live.hold(y)
-            self.store.saved.hold(y)  # kept for backward: an activation like any saved tensor
+            self.live.hold_saved((y,))  # kept for backward: an activation like any saved tensor
         if self.plan.recomputed[s] and self.plan.check:
             if self._pending.add(step.name, y) or step.index == self.plan.segments[s][-1]:
                 self.prints.update(self._pending.take())
@@ -262,11 +261,10 @@ class CheckpointRun:
                     self._check(s)
                 for name in plan.recompute_release.get(i, ()):
                     live.drop(values.pop(name))
-                live.mark(f"recompute {step.name}")
+                if live.marks:
+                    live.mark(f"recompute {step.name}")
         for name in plan.drop_after.get(s, ()):
-            v = self.kept.pop(name)
-            live.drop(v)
-            self.store.saved.drop(v)
+            live.drop_saved((self.kept.pop(name),))
 
     def _check(self, s: int) -> None:
         """Compare a batch of recomputed values (in topological order) with the first forward."""

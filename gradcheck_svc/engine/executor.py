@@ -57,7 +57,7 @@ def run_step(xp, step: Step, xs: list):
         y = step.op.forward(xp, *xs, **step.attrs)
     except (IndexError, ValueError) as exc:  # data-dependent errors, e.g. an index out of range
         raise GraphError(f"op '{step.op.name}' failed: {str(exc).splitlines()[0]}", node=step.name) from None
-    return xp.asarray(y)
+    return y if type(y) is xp.ndarray else xp.asarray(y)  # the type test is cheaper than asarray's no-op
 
 
 @dataclass
@@ -107,8 +107,9 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
         live.hold(v)
     live.calibrate()
     if store is not None:
-        store.saved.exclude(feeds.values())  # graph inputs are parameters and data, not activations
+        live.exclude_saved(feeds.values())  # graph inputs are parameters and data, not activations
     ckpt = checkpoint.start(xp, live, store, feeds) if grad and checkpoint is not None else None
+    hold, drop, marks, release = live.hold, live.drop, live.marks, not keep_values  # hot loop: locals
     with _quiet(xp):
         for step in program.steps:
             xs = [values[n] for n in step.inputs]
@@ -120,13 +121,14 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
             if writes and step.inplace:
                 y = _write_in_place(xp, step, xs[0], y, store, versions)
             values[step.name] = y
-            live.hold(y)
+            hold(y)
             if ckpt is not None:
                 ckpt.forwarded(step, y)
-            if not keep_values:
+            if release:
                 for name in step.release:
-                    live.drop(values.pop(name))
-            live.mark(f"forward {step.name}")
+                    drop(values.pop(name))
+            if marks:
+                live.mark(f"forward {step.name}")
     tape = Tape(program, backend, values[program.output], store, live, len(program.steps), checkpoint=ckpt)
     if keep_values:
         tape.values = values
@@ -136,7 +138,8 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
 def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
     """Hand what the step's vjp needs to the store (the first forward or a checkpoint recompute)."""
     saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
-    store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
+    if saved:  # many ops (add, reshape, ...) need nothing: then the store keeps nothing
+        store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
 
 
 def _private(y, xs):
@@ -171,8 +174,10 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
     keep_adjoints: also keep every value's dL/dv (tape.adjoints) and each vjp's
     contribution to each input (tape.contributions), for fault localization."""
     program, xp, store, live, ckpt = tape.program, tape.backend.xp, tape.store, tape.live, tape.checkpoint
+    ndarray = xp.ndarray
+    hold, drop, marks = live.hold, live.drop, live.marks  # hot loop: locals
     adj = {program.output: xp.ones_like(tape.loss)}
-    live.hold(adj[program.output])
+    hold(adj[program.output])
     with _quiet(xp):
         for step in reversed(program.steps):
             if ckpt is not None:
@@ -185,20 +190,28 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
                 grads = step.op.vjp(xp, g, saved, **step.attrs)
-                for k, (name, gi, wanted) in enumerate(zip(step.inputs, grads, step.grad_inputs)):
-                    if not wanted or gi is None:
+                for k, name, shape in step.grad_targets:
+                    gi = grads[k]
+                    if gi is None:
                         continue
-                    gi = fit(xp, xp.asarray(gi), program.shapes[name])
+                    if type(gi) is not ndarray:  # (the tests are cheaper than the calls they skip)
+                        gi = xp.asarray(gi)
+                    if gi.shape != shape:
+                        gi = fit(xp, gi, shape)
                     if keep_adjoints:
                         tape.contributions[(step.name, k)] = gi
                     prev = adj.get(name)
-                    adj[name] = gi if prev is None else prev + gi
-                    live.hold(adj[name])
-                    if prev is not None:
-                        live.drop(prev)
-                live.drop(g)
+                    if prev is None:
+                        adj[name] = gi
+                        hold(gi)
+                    else:
+                        adj[name] = acc = prev + gi
+                        hold(acc)
+                        drop(prev)
+                drop(g)
             store.release(step.name)
-            live.mark(f"backward {step.name}")
+            if marks:
+                live.mark(f"backward {step.name}")
     if ckpt is not None:
         tape.op_evaluations += ckpt.evaluations
     grads = {}

@@ -104,6 +104,6 @@ def inject(xp, store: SavedStore, fault: Fault, to_host, earlier: dict | None = 
             if effect.before is None and slot.tensor.size:
                 effect.before = float(to_host(slot.tensor).reshape(-1)[0])
                 effect.after = float(to_host(replaced[key]).reshape(-1)[0])
-        store.replace(slot, replaced[key])
+        store.replace(node, slot, replaced[key])
         effect.readers.append(node)
     return effect

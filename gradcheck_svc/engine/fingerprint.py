@@ -22,9 +22,11 @@ HOST_COPY_UP_TO = 1 << 10  # bytes: keep the bytes themselves
 HOST_HASH_UP_TO = 1 << 16  # bytes: below this, zlib on the host beats two NumPy reductions
 
 
-def is_small_host(xp, a) -> bool:
-    """Small enough that fingerprinting it costs about as much as caching its fingerprint."""
-    return a.nbytes <= HOST_COPY_UP_TO and xp.__name__ == "numpy"
+def small_host_fingerprint(a) -> tuple:
+    """`fingerprint` of a NumPy array of at most HOST_COPY_UP_TO bytes, for callers that have
+    tested that already (the saved-tensor store, once per save and load): the bytes themselves.
+    Fingerprinting one costs about as much as caching its fingerprint would."""
+    return a.tobytes(), 0, a.shape, _dtype_name(a.dtype)  # (a NumPy shape is a tuple already)
 
 
 @functools.lru_cache(maxsize=None)
@@ -48,7 +50,7 @@ def fingerprint(xp, a) -> tuple:
     shape, dtype = tuple(a.shape), _dtype_name(a.dtype)
     if xp.__name__ == "numpy" and a.nbytes <= HOST_HASH_UP_TO:
         if a.nbytes <= HOST_COPY_UP_TO:
-            return a.tobytes(), 0, shape, dtype
+            return small_host_fingerprint(a)
         buf = a if a.flags.c_contiguous else xp.ascontiguousarray(a)
         return zlib.crc32(buf), zlib.adler32(buf), shape, dtype
     return word_sums(xp, a)

@@ -21,46 +21,102 @@ def _owner(a):
     return a
 
 
-class MemoryMeter:
-    def __init__(self, record_timeline: bool = False, sampler=None):
-        self._refs: dict[int, list] = {}  # id(owner) -> [owner, count]
-        self._excluded: dict[int, object] = {}  # id(owner) -> owner, never counted
+class Tally:
+    """Bytes of the tensors kept for backward (saved tensors, checkpoint values): the live
+    meter's `hold_saved`/`drop_saved` keep it, as the distinct buffers among those tensors."""
+
+    def __init__(self):
         self.current = 0
         self.peak = 0
+
+
+class MemoryMeter:
+    """Counts the distinct buffers held (`current`, `peak`) and, within them, those kept for
+    backward (`saved`, a Tally). One table serves both: a saved tensor is always also held,
+    and the engine's hot loops then pay one owner lookup per tensor, not two."""
+
+    def __init__(self, record_timeline: bool = False, sampler=None):
+        self._refs: dict[int, list] = {}  # id(owner) -> [owner, held count, saved count]
+        self._excluded: dict[int, object] = {}  # id(owner) -> owner, never counted as saved
+        self.current = 0
+        self.peak = 0
+        self.saved = Tally()
         self.timeline: list[tuple[str, int]] | None = [] if record_timeline else None
         self._sampler = sampler
         self._offset = 0
         self.sampled_peak = 0
+        # mark() only does something with a sampler or a timeline; the loops skip the call (and
+        # building its label) otherwise
+        self.marks = sampler is not None or record_timeline
 
-    def exclude(self, arrays) -> None:
-        """Never count these arrays' buffers (e.g. parameters, in a meter of activations)."""
+    def exclude_saved(self, arrays) -> None:
+        """Never count these arrays' buffers as saved (parameters and data are not activations)."""
         for a in arrays:
             o = _owner(a)
             self._excluded[id(o)] = o
 
     # hold/drop run several times per step: the common case (an array owning its memory) is inlined
     def hold(self, a) -> None:
-        o = a if getattr(a, "base", None) is None else _owner(a)
+        o = a if a.base is None else _owner(a)
         key = id(o)
         ref = self._refs.get(key)
         if ref is not None:
             ref[1] += 1
-        elif key not in self._excluded:
-            self._refs[key] = [o, 1]
+        else:
+            self._refs[key] = [o, 1, 0]
             self.current += o.nbytes
             if self.current > self.peak:
                 self.peak = self.current
 
     def drop(self, a) -> None:
-        o = a if getattr(a, "base", None) is None else _owner(a)
+        o = a if a.base is None else _owner(a)
         key = id(o)
         ref = self._refs.get(key)
         if ref is None:
             return
-        ref[1] -= 1
-        if ref[1] == 0:
+        if ref[1] == 1:
             del self._refs[key]
             self.current -= o.nbytes
+        else:
+            ref[1] -= 1
+
+    def hold_saved(self, arrays) -> None:
+        """hold() each array, and count it as kept for backward (in `saved`)."""
+        refs, saved = self._refs, self.saved
+        for a in arrays:
+            o = a if a.base is None else _owner(a)
+            key = id(o)
+            ref = refs.get(key)
+            if ref is not None:
+                ref[1] += 1
+            else:
+                refs[key] = ref = [o, 1, 0]
+                self.current += o.nbytes
+                if self.current > self.peak:
+                    self.peak = self.current
+            ref[2] += 1
+            if ref[2] == 1 and key not in self._excluded:
+                saved.current += o.nbytes
+                if saved.current > saved.peak:
+                    saved.peak = saved.current
+
+    def drop_saved(self, arrays) -> None:
+        """Undo hold_saved for each array."""
+        refs, saved = self._refs, self.saved
+        for a in arrays:
+            o = a if a.base is None else _owner(a)
+            key = id(o)
+            ref = refs.get(key)
+            if ref is None:
+                continue
+            ref[2] -= 1
+            if ref[2] == 0 and key not in self._excluded:
+                saved.current -= o.nbytes
+            if ref[1] == 1:
+                del refs[key]
+                self.current -= o.nbytes
+            else:
+                ref[1] -= 1
 
     def calibrate(self) -> None:
         """Align device samples with the counted bytes held now."""

@@ -21,6 +21,7 @@ class Step:
     out_rank: int
     release: tuple[str, ...]  # values read for the last time by this step (forward)
     inplace: bool = False  # writes its result into its first input's buffer
+    grad_targets: tuple[tuple[int, str, tuple], ...] = ()  # (k, name, shape) of each grad input: backward's loop
 
 
 class Program:
@@ -57,9 +58,10 @@ class Program:
                 name for name in dict.fromkeys(node.inputs)
                 if last_reader[name] == i and name != graph.output and name not in graph.inputs
             )
+            targets = tuple((k, name, self.shapes[name]) for k, name in enumerate(node.inputs) if gi[k])
             steps.append(Step(i, node.name, node.op, node.inputs, attrs, node.name in grad, gi,
                               tuple(graph.specs[n].rank for n in node.inputs), node.spec.rank, release,
-                              node.inplace))
+                              node.inplace, targets))
         self.steps: list[Step] = steps
         self.requires_grad = grad
         self.by_name = {s.name: s for s in steps}

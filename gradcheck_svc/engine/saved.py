@@ -21,20 +21,25 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import InplaceHazardError
-from .fingerprint import fingerprint, is_small_host
+from .fingerprint import HOST_COPY_UP_TO, fingerprint, small_host_fingerprint
 from .memory import MemoryMeter
 from .versions import Versions, owner
 
 INTEGRITY_MODES = ("off", "check")
 
 
-@dataclass
 class Slot:
-    tensor: object
-    source: str | None  # name of the value this tensor is (an input or output of the node), or None if derived
-    fingerprint: tuple | None = None  # taken at save time (integrity "check")
-    buffer: object = None  # the array owning the memory, for its version counter
-    version: int = 0  # the buffer's version at save time
+    """One saved tensor with what verifying it needs. A plain class with __slots__: runs that
+    verify make one per saved tensor."""
+
+    __slots__ = ("tensor", "source", "fingerprint", "buffer", "version")
+
+    def __init__(self, tensor, source: str | None):
+        self.tensor = tensor
+        self.source = source  # name of the value this tensor is (an input or output of the node), or None if derived
+        self.fingerprint: tuple | None = None  # taken at save time (integrity "check")
+        self.buffer = None  # the array owning the memory, for its version counter
+        self.version = 0  # the buffer's version at save time
 
 
 @dataclass
@@ -55,11 +60,16 @@ class Event:
 class SavedStore:
     def __init__(self, live: MemoryMeter, xp=None, integrity: str = "off", versions: Versions | None = None,
                  allow_inplace_hazards: bool = False):
+        self._tensors: dict[str, tuple] = {}  # node -> its saved tensors, as its vjp reads them
+        self._sources: dict[str, list] = {}  # node -> the value each tensor is (Slot.source)
+        # node -> its Slots. Made at save time when a run verifies (fingerprints, versions);
+        # otherwise only if asked for (slots(): fault injection), as most runs never need them.
         self._slots: dict[str, list[Slot]] = {}
-        self.saved = MemoryMeter()  # saved activations only
         self.live = live  # every array the engine holds
+        self.saved = live.saved  # saved activations only (kept by live.hold_saved/drop_saved)
         self.xp = xp
         self.check = integrity == "check"
+        self._host = xp is not None and xp.__name__ == "numpy"  # small host arrays: small_host_fingerprint
         self.versions = versions
         self.allow_inplace_hazards = allow_inplace_hazards
         self.events: list[Event] = []
@@ -67,23 +77,28 @@ class SavedStore:
         self._read: dict[int, tuple] = {}  # id(tensor) -> (weakref, fingerprint) as first read by the backward
 
     def save(self, node: str, tensors, sources) -> None:
-        slots = [Slot(t, s) for t, s in zip(tensors, sources)]
-        for s in slots:
-            if self.versions is not None:
-                s.buffer = owner(s.tensor)
-                s.version = self.versions.of(s.buffer)
-            if self.check:
-                s.fingerprint = self._fingerprint(s.tensor, s.version)
-        self._slots[node] = slots
-        for s in slots:
-            self.saved.hold(s.tensor)
-            self.live.hold(s.tensor)
+        self._tensors[node] = tensors = tuple(tensors)
+        self._sources[node] = sources
+        if self.check or self.versions is not None:
+            for s in self._slots_of(node):
+                if self.versions is not None:
+                    s.buffer = owner(s.tensor)
+                    s.version = self.versions.of(s.buffer)
+                if self.check:
+                    s.fingerprint = self._fingerprint(s.tensor, s.version)
+        self.live.hold_saved(tensors)
+
+    def _slots_of(self, node: str) -> list[Slot]:
+        slots = self._slots.get(node)
+        if slots is None:
+            slots = self._slots[node] = [Slot(t, s) for t, s in zip(self._tensors[node], self._sources[node])]
+        return slots
 
     def _fingerprint(self, t, version: int) -> tuple:
         """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
         per version: the first fingerprint is what later saves must match anyway."""
-        if is_small_host(self.xp, t):
-            return fingerprint(self.xp, t)
+        if self._host and t.nbytes <= HOST_COPY_UP_TO:  # cheaper than the cache's lookup
+            return small_host_fingerprint(t)
         hit = self._taken.get(id(t))
         if hit is not None and hit[0]() is t and hit[1] == version:
             return hit[2]
@@ -97,8 +112,8 @@ class SavedStore:
     def _fingerprint_read(self, t) -> tuple:
         """Nothing writes a tensor during the backward pass, so a tensor read by several steps (a
         weight used in many places) is fingerprinted on its first read only."""
-        if is_small_host(self.xp, t):
-            return fingerprint(self.xp, t)
+        if self._host and t.nbytes <= HOST_COPY_UP_TO:
+            return small_host_fingerprint(t)
         hit = self._read.get(id(t))
         if hit is not None and hit[0]() is t:
             return hit[1]
@@ -114,20 +129,23 @@ class SavedStore:
         saved references to the fresh output now refer to that buffer at its new version."""
         for s in self._slots.get(node, ()):
             if s.tensor is old:
-                self.saved.drop(old)
-                self.live.drop(old)
+                self.live.drop_saved((old,))
                 s.tensor = new
                 s.buffer = owner(new)
                 s.version = self.versions.of(new)
-                self.saved.hold(new)
-                self.live.hold(new)
+                self.live.hold_saved((new,))
+        self._retensor(node)
+
+    def _retensor(self, node: str) -> None:
+        """After a slot's tensor was swapped: the tuple the vjp reads follows its Slots."""
+        if node in self._slots:
+            self._tensors[node] = tuple([s.tensor for s in self._slots[node]])
 
     def load(self, node: str) -> tuple:
-        slots = self._slots.get(node, ())
         if self.check or self.versions:
-            for k, s in enumerate(slots):
+            for k, s in enumerate(self._slots.get(node, ())):
                 self._verify(node, k, s)
-        return tuple(s.tensor for s in slots)
+        return self._tensors.get(node, ())
 
     def _verify(self, node: str, k: int, s: Slot) -> None:
         changed = None
@@ -148,22 +166,25 @@ class SavedStore:
             self.events.append(Event("corruption", node, k, s.source, s.tensor, True, s.version, version))
 
     def release(self, node: str) -> None:
-        for s in self._slots.pop(node, ()):
-            self.saved.drop(s.tensor)
-            self.live.drop(s.tensor)
+        tensors = self._tensors.pop(node, None)
+        if tensors is not None:
+            del self._sources[node]
+            self._slots.pop(node, None)
+            self.live.drop_saved(tensors)
 
     def slots(self):
         """(node, Slot) for every saved tensor."""
-        for node, slots in self._slots.items():
-            for s in slots:
+        for node in list(self._tensors):
+            for s in self._slots_of(node):
                 yield node, s
 
-    def replace(self, slot: Slot, tensor) -> None:
-        """Swap a slot's tensor (fault injection): its fingerprint and version stay those taken at save time."""
-        for meter in (self.saved, self.live):
-            meter.drop(slot.tensor)
-            meter.hold(tensor)
+    def replace(self, node: str, slot: Slot, tensor) -> None:
+        """Swap one of a node's slots' tensor (fault injection): its fingerprint and version stay
+        those taken at save time."""
+        self.live.drop_saved((slot.tensor,))
+        self.live.hold_saved((tensor,))
         slot.tensor = tensor
+        self._retensor(node)
 
     def __len__(self) -> int:
-        return len(self._slots)
+        return len(self._tensors)
