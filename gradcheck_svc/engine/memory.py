@@ -14,7 +14,8 @@ before the run (other requests' arrays, the caller's) is not charged to it.
 from __future__ import annotations
 
 
-def _owner(a):
+def owner(a):
+    """The array that owns a's memory (a itself unless a is a view)."""
     base = getattr(a, "base", None)  # a view's base chain ends at the array owning the memory
     while base is not None and hasattr(base, "nbytes"):  # (not at a foreign buffer without a size)
         a, base = base, getattr(base, "base", None)
@@ -52,12 +53,12 @@ class MemoryMeter:
     def exclude_saved(self, arrays) -> None:
         """Never count these arrays' buffers as saved (parameters and data are not activations)."""
         for a in arrays:
-            o = _owner(a)
+            o = owner(a)
             self._excluded[id(o)] = o
 
     # hold/drop run several times per step: the common case (an array owning its memory) is inlined
     def hold(self, a) -> None:
-        o = a if a.base is None else _owner(a)
+        o = a if a.base is None else owner(a)
         key = id(o)
         ref = self._refs.get(key)
         if ref is not None:
@@ -69,7 +70,7 @@ class MemoryMeter:
                 self.peak = self.current
 
     def drop(self, a) -> None:
-        o = a if a.base is None else _owner(a)
+        o = a if a.base is None else owner(a)
         key = id(o)
         ref = self._refs.get(key)
         if ref is None:
@@ -84,7 +85,7 @@ class MemoryMeter:
         """hold() each array, and count it as kept for backward (in `saved`)."""
         refs, saved = self._refs, self.saved
         for a in arrays:
-            o = a if a.base is None else _owner(a)
+            o = a if a.base is None else owner(a)
             key = id(o)
             ref = refs.get(key)
             if ref is not None:
@@ -104,7 +105,7 @@ class MemoryMeter:
         """Undo hold_saved for each array."""
         refs, saved = self._refs, self.saved
         for a in arrays:
-            o = a if a.base is None else _owner(a)
+            o = a if a.base is None else owner(a)
             key = id(o)
             ref = refs.get(key)
             if ref is None:

@@ -22,8 +22,8 @@ from dataclasses import dataclass
 
 from ..errors import InplaceHazardError
 from .fingerprint import HOST_COPY_UP_TO, fingerprint, small_host_fingerprint
-from .memory import MemoryMeter
-from .versions import Versions, owner
+from .memory import MemoryMeter, owner
+from .versions import Versions
 
 INTEGRITY_MODES = ("off", "check")
 

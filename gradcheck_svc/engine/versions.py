@@ -8,12 +8,7 @@ buffer's counter: the key is the array that owns the memory.
 """
 from __future__ import annotations
 
-
-def owner(a):
-    """The array that owns a's memory (a itself unless a is a view)."""
-    while getattr(a, "base", None) is not None:
-        a = a.base
-    return a
+from .memory import owner
 
 
 class Versions:
