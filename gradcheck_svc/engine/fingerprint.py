@@ -56,13 +56,17 @@ def fingerprint(xp, a) -> tuple:
     return word_sums(xp, a)
 
 
-def word_sums(xp, a) -> tuple:
-    """(word sum, position-weighted word sum, shape, dtype): the device path of `fingerprint`."""
+def _byte_parts(xp, a) -> list:
+    """a's bytes, zero-padded to whole 64-bit words: [bytes] or [bytes, padding]."""
     raw = xp.ascontiguousarray(a).reshape(-1).view(xp.uint8)
     pad = (-raw.size) % 8
-    if pad:
-        raw = xp.concatenate([raw, xp.zeros(pad, dtype=xp.uint8)])
-    words = raw.view(xp.uint64)
+    return [raw, xp.zeros(pad, dtype=xp.uint8)] if pad else [raw]
+
+
+def word_sums(xp, a) -> tuple:
+    """(word sum, position-weighted word sum, shape, dtype): the device path of `fingerprint`."""
+    parts = _byte_parts(xp, a)
+    words = (parts[0] if len(parts) == 1 else xp.concatenate(parts)).view(xp.uint64)
     s1 = words.sum(dtype=xp.uint64)  # methods, not xp.sum: no Python wrapper layer per call
     s2 = _weighted(xp, words).sum(dtype=xp.uint64)
     return int(s1), int(s2), tuple(a.shape), _dtype_name(a.dtype)
@@ -84,13 +88,10 @@ def fingerprints(xp, arrays) -> list[tuple[int, int, tuple, str]]:
     for a in arrays:
         if a.size == 0:
             continue
-        raw = xp.ascontiguousarray(a).reshape(-1).view(xp.uint8)
-        parts.append(raw)
-        pad = (-raw.size) % 8
-        if pad:
-            parts.append(xp.zeros(pad, dtype=xp.uint8))
+        mine = _byte_parts(xp, a)
+        parts += mine
         lo.append(size)
-        size += (raw.size + pad) // 8
+        size += sum(p.size for p in mine) // 8
     sums = iter(())
     if parts:
         words = xp.concatenate(parts).view(xp.uint64)
