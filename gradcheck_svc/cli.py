@@ -12,6 +12,7 @@ import sys
 
 from . import __version__
 from .errors import GradcheckError
+from .limits import add_limit_flags
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -65,24 +66,24 @@ def build_parser() -> argparse.ArgumentParser:
                    help="symbolic oracle wall-clock budget")
     v.add_argument("--simplify-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="time to prove a user derivative (expr op) equal to SymPy's")
+    v.add_argument("--allow-nonfinite", action="store_true",
+                   help="accept NaN/Inf in input data (refused by default); the report names the input")
+    add_limit_flags(v, what="the same as the server's; raise them here")
 
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
     s.add_argument("--port", type=int, default=50051, help="gRPC port (0: pick a free one; default 50051)")
-    s.add_argument("--workers", type=int, default=None, help="worker processes (default: CPU count)")
-    s.add_argument("--max-queue", type=int, default=None, help="requests waiting beyond busy workers before "
-                   "RESOURCE_EXHAUSTED (default 64)")
-    s.add_argument("--max-message-mb", type=float, default=None, help="largest request/response (default 16)")
-    s.add_argument("--max-nodes", type=int, default=None, help="nodes per graph (default 100000)")
-    s.add_argument("--max-elements", type=int, default=None, help="tensor elements per graph (default 10^7)")
-    s.add_argument("--max-symbolic-budget", type=int, default=None, help="symbolic oracle budget cap (default 5000)")
-    s.add_argument("--max-request-seconds", type=float, default=None, help="per-verification time (default 120)")
+    s.add_argument("--workers", type=int, default=None,
+                   help="worker processes (default: the CPUs this process may use: affinity and cgroup quota)")
+    s.add_argument("--max-message-mb", type=float, default=None,
+                   help="the same as --max-message-bytes, in MiB")
     s.add_argument("--token-file", default=None, help="require this bearer token (default: $GRADCHECK_TOKEN "
                    "when set, else no auth)")
     s.add_argument("--tls-cert", default=None, help="PEM certificate chain (enables TLS, with --tls-key)")
     s.add_argument("--tls-key", default=None, help="PEM private key")
     s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this HTTP port")
     s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
+    add_limit_flags(s, what="server")
 
     a = sub.add_parser("audit-ops", help="check every op's VJP against SymPy's derivative")
     a.add_argument("--op", action="append", default=[], metavar="NAME", help="audit only this op (repeatable)")
@@ -101,8 +102,11 @@ def _verify(args) -> int:
     from .oracles.finite_diff import FDOptions
     from .oracles.symbolic import SymbolicOptions
     from .verify import VerifyOptions, verify
+    from .limits import ServerLimits, limit_flag_values
+    from .server.execute import check_option_limits
     from .verify.memory_profile import write_timeline_plot
 
+    limits = ServerLimits.from_flags(limit_flag_values(args))
     for flag in ("symbolic_max_elements", "symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
         if not getattr(args, flag) > 0:  # NaN too
             raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
@@ -118,7 +122,9 @@ def _verify(args) -> int:
         integrity=args.integrity, allow_inplace_hazards=args.allow_inplace_hazards, localize=not args.no_localize)
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
-    graph = load_graph(args.graph)
+    check_option_limits(options, limits, flag_names=True)
+    check_file_size(args.graph, limits.max_message_bytes)
+    graph = load_graph(args.graph, limits=limits.graph, allow_nonfinite=args.allow_nonfinite)
     report = verify(graph, options)
     if args.memory_plot is not None:
         try:
@@ -128,6 +134,20 @@ def _verify(args) -> int:
                               field="memory-plot") from None
     print(report.to_json() if args.format == "json" else report.to_text())
     return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def check_file_size(path: str, limit: int) -> None:
+    import os
+
+    from .errors import LimitError
+
+    try:
+        size = os.path.getsize(path)
+    except OSError:
+        return  # the loader says what is wrong with the path
+    if size > limit:
+        raise LimitError(f"graph file is {size} bytes, the limit is {limit} (raise it with --max-message-bytes)",
+                         field="graph")
 
 
 def _ops(args) -> int:
@@ -151,18 +171,15 @@ def _serve(args) -> int:
     from pathlib import Path
 
     from .errors import OptionError
-    from .server.config import ServerConfig, ServerLimits, read_token
+    from .limits import ServerLimits, limit_flag_values
+    from .server.config import ServerConfig, read_token
 
-    limits = ServerLimits()
-    graph_limits = limits.graph
-    if args.max_nodes is not None:
-        graph_limits = dataclasses.replace(graph_limits, max_nodes=args.max_nodes)
-    if args.max_elements is not None:
-        graph_limits = dataclasses.replace(graph_limits, max_elements=args.max_elements)
-    given = {"max_queue": args.max_queue, "max_symbolic_budget": args.max_symbolic_budget,
-             "max_request_seconds": args.max_request_seconds,
-             "max_message_bytes": None if args.max_message_mb is None else int(args.max_message_mb * 2**20)}
-    limits = dataclasses.replace(limits, graph=graph_limits, **{k: v for k, v in given.items() if v is not None})
+    flags = limit_flag_values(args)
+    if args.max_message_mb is not None:
+        if not args.max_message_mb > 0:  # NaN too
+            raise OptionError("must be positive", field="--max-message-mb")
+        flags["max_message_bytes"] = flags["max_message_bytes"] or int(args.max_message_mb * 2**20)
+    limits = ServerLimits.from_flags(flags)
     if (args.tls_cert is None) != (args.tls_key is None):
         raise OptionError("give both --tls-cert and --tls-key", field="--tls-cert")
     for path in (args.tls_cert, args.tls_key):
@@ -174,14 +191,6 @@ def _serve(args) -> int:
         port = getattr(args, flag)
         if port is not None and not 0 <= port <= 65535:
             raise OptionError(f"{port} is not a port number (0-65535)", field="--" + flag.replace("_", "-"))
-    if args.max_queue is not None and args.max_queue < 0:
-        raise OptionError("must be 0 or more", field="--max-queue")
-    for flag in ("max_nodes", "max_elements", "max_symbolic_budget"):
-        if getattr(args, flag) is not None and getattr(args, flag) < 1:
-            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
-    for flag in ("max_message_mb", "max_request_seconds"):
-        if getattr(args, flag) is not None and not getattr(args, flag) > 0:  # NaN too
-            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
     config = ServerConfig(
         host=args.host, port=args.port, limits=limits, token=read_token(args.token_file),
         tls_cert=Path(args.tls_cert) if args.tls_cert else None,

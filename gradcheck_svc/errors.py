@@ -8,6 +8,8 @@ escapes is an internal fault and is never shown as a traceback.
 """
 from __future__ import annotations
 
+from .text import clip, cut_bytes
+
 
 class GradcheckError(Exception):
     """A user error: `where` names the node or field, `reason` says what is wrong."""
@@ -15,9 +17,10 @@ class GradcheckError(Exception):
     kind = "invalid"
 
     def __init__(self, reason: str, *, node: str | None = None, field: str | None = None):
-        self.reason = reason
-        self.node = node
-        self.field = field
+        # names come from requests: bounded and escaped here, once, for every front end
+        self.reason = cut_bytes(reason)
+        self.node = None if node is None else clip(node)
+        self.field = None if field is None else clip(field)
         super().__init__(self.message)
 
     @property
@@ -30,7 +33,8 @@ class GradcheckError(Exception):
 
     @property
     def message(self) -> str:
-        return f"{self.where}: {self.reason}" if self.where else self.reason
+        """One line, at most MAX_MESSAGE_BYTES (reasons quote user strings; see text.py)."""
+        return cut_bytes(f"{self.where}: {self.reason}" if self.where else self.reason)
 
 
 class GraphError(GradcheckError):

@@ -33,13 +33,16 @@ class ServerProcess(LocalServer):
         url = f"http://127.0.0.1:{self.info['metrics_port']}/metrics"
         return urllib.request.urlopen(url, timeout=10).read().decode()
 
-    def metric(self, name: str) -> float:
-        """Sum of every series of a metric (0 when absent)."""
-        total = 0.0
-        for line in self.metrics().splitlines():
-            if line.startswith(name) and (line[len(name)] in " {"):
-                total += float(line.rsplit(" ", 1)[1])
-        return total
+    def samples(self, name: str) -> list:
+        """Every sample named `name` (e.g. gradcheck_requests_total), parsed by prometheus_client."""
+        from prometheus_client.parser import text_string_to_metric_families
+
+        return [s for family in text_string_to_metric_families(self.metrics()) for s in family.samples
+                if s.name == name]
+
+    def metric(self, name: str, **labels) -> float:
+        """Sum of the samples named `name` whose labels include `labels` (0 when absent)."""
+        return sum(s.value for s in self.samples(name) if labels.items() <= s.labels.items())
 
     def wait_in_flight(self, n: int, timeout: float = 30) -> None:
         end = time.monotonic() + timeout

@@ -45,7 +45,8 @@ def parse_graph(source, fmt: str | None = None) -> graph_pb2.Graph:
         raise _graph_error(exc) from None
 
 
-def load_graph(source, fmt: str | None = None, limits: Limits | None = None) -> Graph:
+def load_graph(source, fmt: str | None = None, limits: Limits | None = None, *,
+               allow_nonfinite: bool = False) -> Graph:
     """Decode and validate: the single door from the outside world to a Graph."""
-    return validate(parse_graph(source, fmt), limits or Limits())
+    return validate(parse_graph(source, fmt), limits or Limits(), allow_nonfinite=allow_nonfinite)
 

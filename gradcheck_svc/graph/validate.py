@@ -29,8 +29,52 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool
 
 @dataclass(frozen=True)
 class Limits:
+    """Size caps on a request's graph (the server's come from server/config.py's LIMITS)."""
     max_nodes: int = 1_000_000
     max_elements: int = 50_000_000  # total elements over all inputs and node outputs
+    max_name_length: int = 4096  # graph, input and node names (and the names nodes refer to)
+    max_attribute_values: int = 1_000_000  # JSON values in one node's attributes
+    max_formula_chars: int = 100_000  # one string attribute (formulas)
+    max_formula_depth: int = 64  # parenthesis nesting in one string attribute
+
+
+def _check_name(name: str, where: str, limits: Limits) -> None:
+    if len(name) > limits.max_name_length:
+        raise LimitError(f"name is {len(name)} characters long, the limit is {limits.max_name_length}",
+                         field=where)
+
+
+def _paren_depth(text: str) -> int:
+    depth = deepest = 0
+    for c in text:
+        if c == "(":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif c == ")":
+            depth -= 1
+    return deepest
+
+
+def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
+    """Bound a node's attributes before any op reads them: value count, string length, nesting."""
+    count = 0
+    stack = [attrs]
+    while stack:
+        v = stack.pop()
+        count += 1
+        if count > limits.max_attribute_values:
+            raise LimitError(f"attributes hold more than {limits.max_attribute_values} values", node=node)
+        if isinstance(v, dict):
+            stack.extend(v.values())
+        elif isinstance(v, list):
+            stack.extend(v)
+        elif isinstance(v, str):
+            if len(v) > limits.max_formula_chars:
+                raise LimitError(f"a string attribute is {len(v)} characters long, the limit is "
+                                 f"{limits.max_formula_chars}", node=node)
+            if "(" in v and _paren_depth(v) > limits.max_formula_depth:
+                raise LimitError(f"a formula is nested {_paren_depth(v)} levels deep, the limit is "
+                                 f"{limits.max_formula_depth}", node=node)
 
 
 # --- tensors ---------------------------------------------------------------------------
@@ -180,18 +224,32 @@ def _find_cycle(nodes, producers, indeg) -> list[str]:
 # --- the whole graph -------------------------------------------------------------------
 
 
-def validate(msg, limits: Limits = Limits()) -> Graph:
+def _check_finite(inp: GraphInput, allow: bool) -> None:
+    if allow or not inp.declared_dtype.startswith("float"):
+        return
+    bad = ~np.isfinite(inp.value)
+    if bad.any():
+        index = [int(i) for i in np.argwhere(bad)[0]]
+        raise GraphError(f"data holds {int(bad.sum())} NaN/Inf value(s), first {inp.value[tuple(index)]} at "
+                         f"index {index} (allow them with allow_nonfinite / --allow-nonfinite)",
+                         field=f"input '{inp.name}'")
+
+
+def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False) -> Graph:
     if msg.opset_version > OPSET_VERSION:
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
     if len(msg.nodes) > limits.max_nodes:
         raise LimitError(f"graph has {len(msg.nodes)} nodes, the limit is {limits.max_nodes}", field="nodes")
+    _check_name(msg.name, "name", limits)
+    _check_name(msg.output, "output", limits)
 
     inputs: dict[str, GraphInput] = {}
     elements = 0
     for k, inp in enumerate(msg.inputs):
         if not inp.name:
             raise GraphError("input has no name", field=f"inputs[{k}]")
+        _check_name(inp.name, f"inputs[{k}].name", limits)
         if inp.name in inputs:
             raise GraphError(f"duplicate input name '{inp.name}'", field=f"input '{inp.name}'")
         value, dtype = decode_tensor(inp.value, f"input '{inp.name}'")
@@ -199,11 +257,15 @@ def validate(msg, limits: Limits = Limits()) -> Graph:
             raise GraphError(f"requires_grad needs a float dtype, got {dtype}", field=f"input '{inp.name}'")
         elements += value.size
         inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype)
+        _check_finite(inputs[inp.name], allow_nonfinite)
 
     producers: dict[str, int] = {}
     for i, node in enumerate(msg.nodes):
         if not node.name:
             raise GraphError("node has no name", field=f"nodes[{i}]")
+        _check_name(node.name, f"nodes[{i}].name", limits)
+        for k, name in enumerate(node.inputs):
+            _check_name(name, f"nodes[{i}].inputs[{k}]", limits)
         if node.name in inputs or node.name in producers:
             raise GraphError(f"duplicate name '{node.name}'", node=node.name)
         producers[node.name] = i
@@ -237,6 +299,7 @@ def validate(msg, limits: Limits = Limits()) -> Graph:
                 raise GraphError(f"input {k} ('{name}') of op '{op.name}' must be {want}, got {s.dtype}",
                                  node=pb.name)
         user_attrs = _struct_to_dict(pb.attrs) if pb.HasField("attrs") else {}
+        _check_attr_sizes(pb.name, user_attrs, limits)
         attrs = convert_attrs(pb.name, op, user_attrs)
         if op.wants_input_names:
             attrs["input_names"] = tuple(pb.inputs)

@@ -20,10 +20,11 @@ from fractions import Fraction
 import sympy as sp
 
 from ..errors import GraphError
+from ..limits import FORMULA_MAX_DEPTH
 
 MAX_CHARS = 100_000
 MAX_TOKENS = 50_000
-MAX_DEPTH = 64
+MAX_DEPTH = FORMULA_MAX_DEPTH
 MAX_EXPONENT = 64  # |exponent| of a constant power
 MAX_CONSTANT_DIGITS = 300  # |log10| of a constant power's value
 MAX_LITERAL = 40  # characters in one numeric literal

@@ -6,14 +6,21 @@ without a secret. The token is compared in constant time.
 from __future__ import annotations
 
 import hmac
+import logging
 
 import grpc
+
+log = logging.getLogger("gradcheck.server")
 
 OPEN_PREFIXES = ("/grpc.health.v1.Health/", "/grpc.reflection.")
 
 
-def _deny_like(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
+def _deny_like(handler: grpc.RpcMethodHandler, method: str, counter) -> grpc.RpcMethodHandler:
     async def deny(request, context):
+        # counted and logged (method and peer, never the token that was sent)
+        counter.labels(method=method).inc()
+        log.warning("authentication failed", extra={"fields": {"method": method, "peer": context.peer(),
+                                                               "code": "UNAUTHENTICATED"}})
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or invalid bearer token")
 
     kinds = {(False, False): grpc.unary_unary_rpc_method_handler,
@@ -26,8 +33,9 @@ def _deny_like(handler: grpc.RpcMethodHandler) -> grpc.RpcMethodHandler:
 
 
 class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
-    def __init__(self, token: str):
+    def __init__(self, token: str, failures):
         self._expected = f"Bearer {token}".encode()
+        self._failures = failures  # a prometheus Counter labelled by method
 
     async def intercept_service(self, continuation, details):
         handler = await continuation(details)
@@ -37,4 +45,4 @@ class BearerTokenInterceptor(grpc.aio.ServerInterceptor):
         given = given.encode() if isinstance(given, str) else bytes(given)
         if hmac.compare_digest(given, self._expected):
             return handler
-        return _deny_like(handler)
+        return _deny_like(handler, details.method.rsplit("/", 1)[-1][:64], self._failures)

@@ -1,30 +1,50 @@
 """Server settings and limits, with safe defaults."""
 from __future__ import annotations
 
+import math
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from ..errors import OptionError
-from ..graph.validate import Limits
+from ..limits import ServerLimits
 
 DEFAULT_TOKEN_ENV = "GRADCHECK_TOKEN"
 
 
-@dataclass(frozen=True)
-class ServerLimits:
-    graph: Limits = field(default_factory=lambda: Limits(max_nodes=100_000, max_elements=10_000_000))
-    max_message_bytes: int = 16 * 2**20  # one request or response
-    max_symbolic_budget: int = 5_000  # scalar elements the symbolic oracle may expand
-    max_request_seconds: float = 120.0  # per verification, whatever the client's deadline
-    max_queue: int = 64  # requests waiting for a worker beyond the busy ones
+def default_workers() -> int:
+    """CPUs this process may use: its affinity mask and its cgroup's CPU quota (a container's
+    os.cpu_count() is the node's, not the pod's limit)."""
+    try:
+        cpus = len(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        cpus = os.cpu_count() or 1
+    quota = _cgroup_cpu_quota()
+    if quota is not None:
+        cpus = min(cpus, max(1, math.ceil(quota)))
+    return max(1, cpus)
+
+
+def _cgroup_cpu_quota(root: Path = Path("/sys/fs/cgroup")) -> float | None:
+    """CPUs allowed by the cgroup (v2 cpu.max, or v1 cfs quota/period); None if unlimited or unknown."""
+    try:
+        quota, period = (root / "cpu.max").read_text().split()[:2]
+        return None if quota == "max" else int(quota) / int(period)
+    except (OSError, ValueError):
+        pass
+    try:
+        quota = int((root / "cpu" / "cpu.cfs_quota_us").read_text())
+        period = int((root / "cpu" / "cpu.cfs_period_us").read_text())
+        return None if quota <= 0 or period <= 0 else quota / period
+    except (OSError, ValueError):
+        return None
 
 
 @dataclass(frozen=True)
 class ServerConfig:
     host: str = "127.0.0.1"
     port: int = 50051
-    workers: int = max(1, (os.cpu_count() or 1))
+    workers: int = field(default_factory=default_workers)
     limits: ServerLimits = field(default_factory=ServerLimits)
     token: str | None = None  # bearer token; None: no auth
     tls_cert: Path | None = None

@@ -31,18 +31,20 @@ def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> V
                           field="options.fd_mode")
     if pb.directions < 0:
         raise OptionError("directions must be positive", field="options.directions")
+    if pb.seed < 0:
+        raise OptionError(f"seed must be 0 or more, got {pb.seed}", field="options.seed")
+    if len(pb.faults) > limits.max_faults:  # before parsing them
+        raise LimitError(f"{len(pb.faults)} faults, the limit is {limits.max_faults}", field="options.faults")
     options = VerifyOptions(
         dtype=pb.dtype or None, device=pb.device or "cpu",
         fd=FDOptions(mode=mode, directions=pb.directions or FDOptions.directions, seed=pb.seed),
         faults=tuple(parse_fault(f) for f in pb.faults),
         atol=pb.atol if pb.HasField("atol") else None, rtol=pb.rtol if pb.HasField("rtol") else None)
-    if pb.symbolic_budget:
-        if pb.symbolic_budget > limits.max_symbolic_budget:
-            raise LimitError(f"symbolic_budget {pb.symbolic_budget} exceeds the server's limit "
-                             f"{limits.max_symbolic_budget}", field="options.symbolic_budget")
-        options.symbolic = dataclasses.replace(options.symbolic, max_elements=pb.symbolic_budget)
-    elif options.symbolic.max_elements > limits.max_symbolic_budget:
-        options.symbolic = dataclasses.replace(options.symbolic, max_elements=limits.max_symbolic_budget)
+    # the server's defaults never exceed its limits; what the client asks for is checked
+    options.symbolic = dataclasses.replace(
+        options.symbolic, max_elements=pb.symbolic_budget or min(options.symbolic.max_elements,
+                                                                  limits.max_symbolic_budget),
+        max_edges=min(options.symbolic.max_edges, limits.max_symbolic_partials))
     if pb.HasField("symbolic"):
         options.symbolic = dataclasses.replace(options.symbolic, enabled=pb.symbolic)
     if pb.HasField("localize"):
@@ -53,7 +55,24 @@ def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> V
         options.integrity = pb.integrity
     if pb.allow_inplace_hazards:
         options.allow_inplace_hazards = True
+    check_option_limits(options, limits)
     return options
+
+
+def check_option_limits(options: VerifyOptions, limits: ServerLimits, flag_names: bool = False) -> None:
+    """LimitError for an option over its cap, naming the request field (or, from the CLI, the flag)."""
+    checks = (("directions", options.fd.directions if options.fd.mode != "full" else 0, limits.max_directions,
+               "--directions", "max_directions"),
+              ("symbolic_budget", options.symbolic.max_elements, limits.max_symbolic_budget,
+               "--symbolic-max-elements", "max_symbolic_budget"),
+              ("symbolic_partials", options.symbolic.max_edges, limits.max_symbolic_partials,
+               "--symbolic-max-partials", "max_symbolic_partials"),
+              ("faults", len(options.faults), limits.max_faults, "--fault", "max_faults"))
+    for name, value, limit, flag, limit_name in checks:
+        if value > limit:
+            hint = f" (raise it with --{limit_name.replace('_', '-')})" if flag_names else ""
+            raise LimitError(f"{value} is over the limit of {limit}{hint}",
+                             field=flag if flag_names else f"options.{name}")
 
 
 def report_to_proto(report: Report) -> service_pb2.Report:
@@ -69,6 +88,6 @@ def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | No
     Raises GradcheckError for anything the user can fix."""
     limits = limits or ServerLimits()
     options = options_from_proto(request.options, limits)
-    graph = validate(request.graph, limits.graph)
+    graph = validate(request.graph, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
     report = verify(graph, options)
     return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(report))

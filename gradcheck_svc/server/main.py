@@ -11,6 +11,7 @@ import json
 import logging
 import signal
 import socket
+import ssl
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -26,29 +27,70 @@ from .servicer import SERVICE, GradCheckServicer
 log = logging.getLogger("gradcheck.server")
 
 
+def _read_pem(path, flag: str, marker: str, what: str) -> bytes:
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        raise OptionError(f"cannot read {path}: {exc.strerror or exc}", field=flag) from None
+    if b"-----BEGIN " not in data or marker.encode() not in data:
+        raise OptionError(f"{path} is not a PEM {what}", field=flag)
+    return data
+
+
 def _credentials(config: ServerConfig):
+    """TLS credentials, each file checked first: gRPC's core only says that listening failed."""
     if config.tls_cert is None:
         return None
-    return grpc.ssl_server_credentials([(config.tls_key.read_bytes(), config.tls_cert.read_bytes())])
+    cert = _read_pem(config.tls_cert, "--tls-cert", "CERTIFICATE-----", "certificate")
+    key = _read_pem(config.tls_key, "--tls-key", "PRIVATE KEY-----", "private key")
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    try:
+        ctx.load_cert_chain(config.tls_cert, config.tls_key)
+    except ssl.SSLError as exc:
+        if "KEY_VALUES_MISMATCH" in str(exc) or "key values mismatch" in str(exc).lower():
+            raise OptionError(f"{config.tls_key} is not the key of the certificate in {config.tls_cert}",
+                              field="--tls-key") from None
+        raise OptionError(f"cannot load {config.tls_cert} with {config.tls_key}: {exc.reason or exc}",
+                          field="--tls-cert") from None
+    return grpc.ssl_server_credentials([(key, cert)])
+
+
+def bare_host(host: str) -> str:
+    """'[::1]' -> '::1' (the form sockets and the metrics server take)."""
+    return host[1:-1] if host.startswith("[") and host.endswith("]") else host
+
+
+def grpc_address(host: str, port: int) -> str:
+    """host:port as gRPC takes it: IPv6 literals in brackets."""
+    host = bare_host(host)
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _check_port_free(host: str, port: int, address: str) -> None:
     """Say "port in use" in one line before gRPC core logs its own multi-line complaint."""
+    try:
+        infos = socket.getaddrinfo(bare_host(host), port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise OptionError(f"cannot resolve host '{host}': {exc.strerror}", field="--host") from None
     if port == 0:
         return
+    family, *_, sockaddr = infos[0]
     try:
-        socket.create_server((host, port)).close()
-    except OSError:
-        raise OptionError(f"cannot listen on {address} (address in use or not available)", field="--port") from None
+        socket.create_server(sockaddr[:2], family=family).close()
+    except OSError as exc:
+        raise OptionError(f"cannot listen on {address}: {exc.strerror or exc}", field="--port") from None
 
 
 async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
     metrics = Metrics()
-    pool = WorkerPool(config.workers, config.limits.max_queue, config.limits)
+    pool = WorkerPool(config.workers, config.limits.max_queue, config.limits,
+                      on_restart=metrics.worker_restarts.inc)
     size = config.limits.max_message_bytes
     server = grpc.aio.server(
-        interceptors=[BearerTokenInterceptor(config.token)] if config.token else None,
-        options=[("grpc.max_receive_message_length", size), ("grpc.max_send_message_length", size),
+        interceptors=[BearerTokenInterceptor(config.token, metrics.auth_failures)] if config.token else None,
+        # the transport admits twice the limit so that the servicer, not the transport, refuses an
+        # over-size request: its answer then carries the `limit` kind and names the field
+        options=[("grpc.max_receive_message_length", 2 * size + 2**20), ("grpc.max_send_message_length", size),
                  ("grpc.so_reuseport", 0)])  # a port in use is an error, not a silently shared port
     servicer = GradCheckServicer(config, pool, metrics)
     server.add_generic_rpc_handlers((servicer.handlers(),))
@@ -56,9 +98,11 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
     reflection.enable_server_reflection(names, server)
-    address = f"{config.host}:{config.port}"
-    _check_port_free(config.host, config.port, address)
+    address = grpc_address(config.host, config.port)
     creds = _credentials(config)
+    _check_port_free(config.host, config.port, address)
+    if config.metrics_port:
+        _check_port_free(config.host, config.metrics_port, grpc_address(config.host, config.metrics_port))
     try:
         port = server.add_secure_port(address, creds) if creds else server.add_insecure_port(address)
     except RuntimeError:
@@ -66,7 +110,8 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
     if port == 0:
         raise OptionError(f"cannot listen on {address} (address in use or not available)", field="--port")
     await pool.start()
-    httpd = metrics.serve_http(config.host, config.metrics_port) if config.metrics_port is not None else None
+    httpd = metrics.serve_http(bare_host(config.host), config.metrics_port) if config.metrics_port is not None \
+        else None
     await server.start()
     for name in ("", SERVICE):
         await health_servicer.set(name, health_pb2.HealthCheckResponse.SERVING)
@@ -88,6 +133,12 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
         log.info("shutting down", extra={"fields": {"in_flight": pool.pending, "grace_s": config.grace_seconds}})
         await health_servicer.enter_graceful_shutdown()
         await server.stop(config.grace_seconds)
+        # calls cancelled at the end of the grace log their line as they unwind: let them, so that
+        # "stopped" is the last line and every request is accounted for
+        for _ in range(200):
+            if servicer.active == 0:
+                break
+            await asyncio.sleep(0.01)
         await pool.close()
         if httpd:
             httpd.shutdown()

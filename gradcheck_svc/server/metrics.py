@@ -1,101 +1,56 @@
-"""Prometheus metrics (text exposition format) and the per-request log line.
+"""Prometheus metrics (prometheus_client) and the per-request log line.
 
-A tiny registry on purpose: counters, gauges and one histogram family are all
-the server needs, served by a stdlib HTTP thread at /metrics. Updates come
-from the event loop, reads from the HTTP thread, hence the lock.
+The server's own registry (not the process-global default, so tests can run
+several servers in one process) with process and platform metrics, and the
+counters, gauges and the latency histogram the server updates. Exposition and
+the HTTP thread are prometheus_client's.
 """
 from __future__ import annotations
 
-import bisect
 import json
 import logging
-import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.platform_collector import PlatformCollector
+from prometheus_client.process_collector import ProcessCollector
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
 
-def _labels(pairs) -> str:
-    if not pairs:
-        return ""
-    esc = (str(v).replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n") for _, v in pairs)
-    return "{" + ",".join(f'{k}="{v}"' for (k, _), v in zip(pairs, esc)) + "}"
-
-
 class Metrics:
     def __init__(self):
-        self._lock = threading.Lock()
-        self._counters: dict[str, dict[tuple, float]] = {}
-        self._gauges: dict[str, callable] = {}
-        self._hist: dict[tuple, list] = {}  # (method,) -> [bucket counts..., sum, count]
-        self._help: dict[str, tuple[str, str]] = {}
-
-    def _declare(self, name: str, kind: str, text: str) -> None:
-        self._help.setdefault(name, (kind, text))
-
-    def inc(self, name: str, text: str, value: float = 1.0, **labels) -> None:
-        self._declare(name, "counter", text)
-        key = tuple(sorted(labels.items()))
-        with self._lock:
-            series = self._counters.setdefault(name, {})
-            series[key] = series.get(key, 0.0) + value
+        self.registry = r = CollectorRegistry()
+        ProcessCollector(registry=r)
+        PlatformCollector(registry=r)
+        self.requests = Counter("gradcheck_requests", "Verifications by method and status code "
+                                "(DEADLINE_EXCEEDED: the client's deadline or the server's limit; "
+                                "CANCELLED: the client cancelled or went away)", ["method", "code"], registry=r)
+        self.latency = Histogram("gradcheck_request_duration_seconds", "Request latency by method", ["method"],
+                                 buckets=LATENCY_BUCKETS, registry=r)
+        self.verdicts = Counter("gradcheck_verdicts", "Reports by verdict", ["verdict"], registry=r)
+        self.findings = Counter("gradcheck_findings", "Findings by cause", ["cause"], registry=r)
+        self.auth_failures = Counter("gradcheck_auth_failures", "Calls refused for a missing or wrong bearer "
+                                     "token, by method", ["method"], registry=r)
+        self.worker_restarts = Counter("gradcheck_worker_restarts", "Worker processes replaced (died, "
+                                       "cancelled, timed out)", registry=r)
 
     def gauge(self, name: str, text: str, read) -> None:
         """A gauge read at scrape time from `read()`."""
-        self._declare(name, "gauge", text)
-        self._gauges[name] = read
+        Gauge(name, text, registry=self.registry).set_function(read)
 
-    def observe_latency(self, method: str, seconds: float) -> None:
-        self._declare("gradcheck_request_duration_seconds", "histogram", "Request latency by method")
-        with self._lock:
-            h = self._hist.setdefault((method,), [0] * (len(LATENCY_BUCKETS) + 2))
-            h[bisect.bisect_left(LATENCY_BUCKETS, seconds)] += 1  # per-bucket, cumulated at render
-            h[-2] += seconds
-            h[-1] += 1
+    def request(self, method: str, code: str, seconds: float) -> None:
+        self.requests.labels(method=method, code=code).inc()
+        self.latency.labels(method=method).observe(seconds)
 
-    def render(self) -> str:
-        out = []
-        with self._lock:
-            for name, series in sorted(self._counters.items()):
-                kind, text = self._help[name]
-                out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}"]
-                out += [f"{name}{_labels(k)} {v:g}" for k, v in sorted(series.items())]
-            for name, read in sorted(self._gauges.items()):
-                kind, text = self._help[name]
-                out += [f"# HELP {name} {text}", f"# TYPE {name} {kind}", f"{name} {read():g}"]
-            if self._hist:
-                name = "gradcheck_request_duration_seconds"
-                out += [f"# HELP {name} {self._help[name][1]}", f"# TYPE {name} histogram"]
-                for (method,), h in sorted(self._hist.items()):
-                    cum = 0
-                    for le, n in zip((*LATENCY_BUCKETS, "+Inf"), h[:-2]):
-                        cum += n
-                        out.append(f'{name}_bucket{{method="{method}",le="{le}"}} {cum}')
-                    out.append(f'{name}_sum{{method="{method}"}} {h[-2]:g}')
-                    out.append(f'{name}_count{{method="{method}"}} {h[-1]}')
-        return "\n".join(out) + "\n"
+    def verdict(self, verdict: str, causes) -> None:
+        self.verdicts.labels(verdict=verdict).inc()
+        for cause in causes:
+            self.findings.labels(cause=cause).inc()
 
-    def serve_http(self, host: str, port: int) -> ThreadingHTTPServer:
-        metrics = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_GET(self):  # noqa: N802 - http.server's naming
-                if self.path.split("?")[0] != "/metrics":
-                    self.send_error(404)
-                    return
-                body = metrics.render().encode()
-                self.send_response(200)
-                self.send_header("Content-Type", "text/plain; version=0.0.4; charset=utf-8")
-                self.send_header("Content-Length", str(len(body)))
-                self.end_headers()
-                self.wfile.write(body)
-
-            def log_message(self, *args):  # scrapes are not worth a log line each
-                pass
-
-        httpd = ThreadingHTTPServer((host, port), Handler)
-        threading.Thread(target=httpd.serve_forever, daemon=True, name="metrics-http").start()
+    def serve_http(self, host: str, port: int):
+        """Serve /metrics on a daemon thread; returns the HTTP server (its server_address has the port)."""
+        httpd, _thread = start_http_server(port, addr=host, registry=self.registry)
         return httpd
 
 

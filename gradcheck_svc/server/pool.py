@@ -104,13 +104,15 @@ class _Worker:
 
 
 class WorkerPool:
-    def __init__(self, size: int, max_queue: int, limits: ServerLimits, context: str = "forkserver"):
+    def __init__(self, size: int, max_queue: int, limits: ServerLimits, context: str = "forkserver",
+                 on_restart=lambda: None):
         if size < 1:
             raise ValueError("a pool needs at least one worker")
         self.size = size
         self.max_queue = max_queue
         self.limits = limits
         self.restarts = 0  # workers replaced after a death, cancellation or time-out
+        self._on_restart = on_restart
         self.pending = 0  # requests in flight: running or waiting for a worker
         # parallelism comes from the processes: one BLAS thread each avoids oversubscribing the cores
         # (read when the forkserver imports NumPy; a value the operator set is kept)
@@ -137,6 +139,7 @@ class WorkerPool:
         self._workers.discard(worker)
         if not self._closed:
             self.restarts += 1
+            self._on_restart()
             self._idle.put_nowait(self._spawn())
 
     def _idle_death(self, worker: _Worker) -> None:

@@ -17,6 +17,7 @@ from google.protobuf.message import DecodeError
 from gradcheck.v1 import service_pb2
 
 from .. import __version__, errors
+from ..text import clip
 from .config import ServerConfig
 from .metrics import Metrics
 from .pool import WorkerPool
@@ -24,6 +25,31 @@ from .status import failure_for
 
 SERVICE = "gradcheck.v1.GradCheckService"
 log = logging.getLogger("gradcheck.server")
+
+
+class CallInfo:
+    """What the log and the metrics need from a call, read when the call starts.
+
+    A call's context must not be touched once the call has ended (gRPC's core frees it: calling
+    peer() then crashed the server), and a stream's items outlive it when the client goes away."""
+
+    __slots__ = ("peer", "deadline")
+
+    def __init__(self, context):
+        self.peer = context.peer()
+        remaining = context.time_remaining()
+        self.deadline = None if remaining is None else time.monotonic() + remaining
+
+    def ended_code(self) -> str:
+        """Why a call ended early: the client's deadline passed, or it cancelled (or went away)."""
+        if self.deadline is not None and time.monotonic() >= self.deadline - 0.005:
+            return "DEADLINE_EXCEEDED"
+        return "CANCELLED"
+
+
+def _request_id(request) -> str:
+    """The client's tag, echoed unchanged in the response (it correlates stream items)."""
+    return request.id if request is not None else ""
 
 
 def _error_from_worker(result: tuple) -> Exception:
@@ -55,17 +81,15 @@ def server_info(config: ServerConfig) -> service_pb2.ServerInfo:
     from ..oracles import ORACLES
 
     cuda = cuda_available()
-    lim = config.limits
+    from ..limits import LIMITS
+
     return service_pb2.ServerInfo(
         version=__version__, opset_version=OPSET_VERSION,
         backends=[service_pb2.BackendInfo(name="numpy", device="cpu", available=True),
                   service_pb2.BackendInfo(name="cupy", device="cuda", available=cuda)],
         devices=["cpu", "cuda"] if cuda else ["cpu"],
         oracles=list(ORACLES),
-        limits=service_pb2.Limits(
-            max_message_bytes=lim.max_message_bytes, max_nodes=lim.graph.max_nodes,
-            max_elements=lim.graph.max_elements, max_symbolic_budget=lim.max_symbolic_budget,
-            max_request_seconds=lim.max_request_seconds, max_queue=lim.max_queue),
+        limits=service_pb2.Limits(**{spec.name: getattr(config.limits, spec.name) for spec in LIMITS}),
         workers=config.workers, auth_required=config.token is not None)
 
 
@@ -76,59 +100,64 @@ class GradCheckServicer:
         self.metrics = metrics
         self._ops = None
         self._info = server_info(config)
+        self.active = 0  # calls of Verify/VerifyStream items not yet logged (shutdown waits for 0)
         metrics.gauge("gradcheck_in_flight", "Verifications running or queued", lambda: pool.pending)
-        metrics.gauge("gradcheck_worker_restarts", "Worker processes replaced (died, cancelled, timed out)",
-                      lambda: pool.restarts)
         metrics.gauge("gradcheck_workers", "Worker processes", lambda: pool.size)
 
     # -- one verification, shared by Verify and VerifyStream --------------------------
 
-    async def _verify_one(self, payload: bytes, context, method: str):
-        """-> (response bytes or None, Failure or None, request id)."""
+    async def _verify_one(self, payload: bytes, call: "CallInfo", method: str):
+        """-> (response bytes or None, Failure or None, request id).
+
+        Never touches the call's context: a stream's context may be gone (client cancel, deadline,
+        disconnect) while its items are still in the pool, and gRPC's core frees it with the call.
+        Everything the log needs was read into `call` when the call started."""
         t0 = time.perf_counter()
         request = None
         outcome: dict = {}
+        self.active += 1
         try:
             try:
-                request = service_pb2.VerifyRequest.FromString(payload)
-            except DecodeError:
-                raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
-                                        field="request") from None
-            # the server's own time limit; the client's deadline or cancel arrives as CancelledError
-            # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
-            result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
-            if result[0] != "ok":
-                raise _error_from_worker(result)
+                if len(payload) > self.config.limits.max_message_bytes:
+                    raise errors.LimitError(f"request is {len(payload)} bytes, the limit is "
+                                            f"{self.config.limits.max_message_bytes}", field="request")
+                try:
+                    request = service_pb2.VerifyRequest.FromString(payload)
+                except DecodeError:
+                    raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
+                                            field="request") from None
+                # the server's own time limit; the client's deadline or cancel arrives as CancelledError
+                # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
+                result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
+                if result[0] != "ok":
+                    raise _error_from_worker(result)
+            except asyncio.CancelledError:
+                outcome = {"code": call.ended_code()}
+                raise
+            except Exception as exc:
+                failure = failure_for(exc, self.config.limits.max_request_seconds)
+                if failure.kind == "internal":
+                    log.error("internal error", exc_info=exc)
+                outcome = {"code": failure.code.name, "error": failure.message}
+                return None, failure, _request_id(request)
             _, response, verdict, causes = result
             outcome = {"code": "OK", "verdict": verdict, "findings": causes}
-            self.metrics.inc("gradcheck_verdicts_total", "Reports by verdict", verdict=verdict)
-            for cause in causes:
-                self.metrics.inc("gradcheck_findings_total", "Findings by cause", cause=cause)
+            self.metrics.verdict(verdict, causes)
             return response, None, request.id
-        except asyncio.CancelledError:
-            outcome = {"code": "CANCELLED"}
-            raise
-        except Exception as exc:
-            failure = failure_for(exc, self.config.limits.max_request_seconds)
-            if failure.kind == "internal":
-                log.error("internal error", exc_info=exc)
-            outcome = {"code": failure.code.name, "error": failure.message}
-            return None, failure, request.id if request is not None else ""
         finally:
+            self.active -= 1
             seconds = time.perf_counter() - t0
-            self.metrics.inc("gradcheck_requests_total", "Verifications by method and status code",
-                             method=method, code=outcome.get("code", "UNKNOWN"))
-            self.metrics.observe_latency(method, seconds)
+            self.metrics.request(method, outcome.get("code", "UNKNOWN"), seconds)
             log.info("request", extra={"fields": {
-                "method": method, "peer": context.peer(), "id": request.id if request else None,
-                "graph": request.graph.name if request else None,
+                "method": method, "peer": call.peer, "id": clip(request.id) if request else None,
+                "graph": clip(request.graph.name) if request else None,
                 "nodes": len(request.graph.nodes) if request else None,
                 "duration_ms": round(seconds * 1000, 3), **outcome}})
 
     # -- RPCs ---------------------------------------------------------------------------
 
     async def verify(self, payload: bytes, context) -> bytes:
-        response, failure, _ = await self._verify_one(payload, context, "Verify")
+        response, failure, _ = await self._verify_one(payload, CallInfo(context), "Verify")
         if failure is not None:
             await context.abort_with_status(failure.rich_status())
         return response
@@ -139,13 +168,14 @@ class GradCheckServicer:
         One stream keeps at most `workers` items in the pool; further requests are read only as
         earlier ones finish, so a client streaming thousands of graphs gets backpressure (gRPC flow
         control), not RESOURCE_EXHAUSTED for the items beyond the queue."""
+        call = CallInfo(context)
         done: asyncio.Queue = asyncio.Queue()
         tasks: set[asyncio.Task] = set()
         slots = asyncio.Semaphore(self.pool.size)
 
         async def one(payload: bytes):
             try:
-                response, failure, rid = await self._verify_one(payload, context, "VerifyStream")
+                response, failure, rid = await self._verify_one(payload, call, "VerifyStream")
             finally:
                 slots.release()
             if failure is not None:

@@ -251,7 +251,9 @@ def _verify(args) -> int:
             outcomes.update(run)
     finally:
         progress.close()
-    ordered = [outcomes[str(p)] for p in paths]
+    # every path gets an outcome, even one the server never answered for
+    ordered = [outcomes.get(str(p)) or Outcome(str(p), error="no result was received for this graph")
+               for p in paths]
 
     if args.json:
         print(json.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,

@@ -52,6 +52,8 @@ class VerifyError(Exception):
         code = err.code()
         if not kind and code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
             kind = "transport"
+        elif not kind and code == grpc.StatusCode.RESOURCE_EXHAUSTED:
+            kind = "limit"  # a message over a transport's size limit (the server's answers carry a kind)
         return cls(code, err.details() or code.name, kind, unquote(meta.get(FIELD_KEY, "")), id=id)
 
     @classmethod

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyOptions(_message.Message):
-    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic")
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite")
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +24,7 @@ class VerifyOptions(_message.Message):
     INTEGRITY_FIELD_NUMBER: _ClassVar[int]
     ALLOW_INPLACE_HAZARDS_FIELD_NUMBER: _ClassVar[int]
     SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_NONFINITE_FIELD_NUMBER: _ClassVar[int]
     fd_mode: str
     dtype: str
     device: str
@@ -38,7 +39,8 @@ class VerifyOptions(_message.Message):
     integrity: str
     allow_inplace_hazards: bool
     symbolic: bool
-    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ...) -> None: ...
+    allow_nonfinite: bool
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("id", "graph", "options")
@@ -395,20 +397,34 @@ class GetServerInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class Limits(_message.Message):
-    __slots__ = ("max_message_bytes", "max_nodes", "max_elements", "max_symbolic_budget", "max_request_seconds", "max_queue")
+    __slots__ = ("max_message_bytes", "max_nodes", "max_elements", "max_symbolic_budget", "max_request_seconds", "max_queue", "max_name_length", "max_attribute_values", "max_formula_chars", "max_formula_depth", "max_symbolic_partials", "max_directions", "max_faults")
     MAX_MESSAGE_BYTES_FIELD_NUMBER: _ClassVar[int]
     MAX_NODES_FIELD_NUMBER: _ClassVar[int]
     MAX_ELEMENTS_FIELD_NUMBER: _ClassVar[int]
     MAX_SYMBOLIC_BUDGET_FIELD_NUMBER: _ClassVar[int]
     MAX_REQUEST_SECONDS_FIELD_NUMBER: _ClassVar[int]
     MAX_QUEUE_FIELD_NUMBER: _ClassVar[int]
+    MAX_NAME_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_ATTRIBUTE_VALUES_FIELD_NUMBER: _ClassVar[int]
+    MAX_FORMULA_CHARS_FIELD_NUMBER: _ClassVar[int]
+    MAX_FORMULA_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_SYMBOLIC_PARTIALS_FIELD_NUMBER: _ClassVar[int]
+    MAX_DIRECTIONS_FIELD_NUMBER: _ClassVar[int]
+    MAX_FAULTS_FIELD_NUMBER: _ClassVar[int]
     max_message_bytes: int
     max_nodes: int
     max_elements: int
     max_symbolic_budget: int
     max_request_seconds: float
     max_queue: int
-    def __init__(self, max_message_bytes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_symbolic_budget: _Optional[int] = ..., max_request_seconds: _Optional[float] = ..., max_queue: _Optional[int] = ...) -> None: ...
+    max_name_length: int
+    max_attribute_values: int
+    max_formula_chars: int
+    max_formula_depth: int
+    max_symbolic_partials: int
+    max_directions: int
+    max_faults: int
+    def __init__(self, max_message_bytes: _Optional[int] = ..., max_nodes: _Optional[int] = ..., max_elements: _Optional[int] = ..., max_symbolic_budget: _Optional[int] = ..., max_request_seconds: _Optional[float] = ..., max_queue: _Optional[int] = ..., max_name_length: _Optional[int] = ..., max_attribute_values: _Optional[int] = ..., max_formula_chars: _Optional[int] = ..., max_formula_depth: _Optional[int] = ..., max_symbolic_partials: _Optional[int] = ..., max_directions: _Optional[int] = ..., max_faults: _Optional[int] = ...) -> None: ...
 
 class BackendInfo(_message.Message):
     __slots__ = ("name", "device", "available")
