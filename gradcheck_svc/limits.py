@@ -33,8 +33,8 @@ LIMITS = (
     LimitSpec("max_name_length", 256, "characters in a graph, input or node name"),
     LimitSpec("max_attribute_values", 100_000, "values in one node's attributes (list items, keys)"),
     LimitSpec("max_formula_chars", 10_000, "characters in one formula attribute"),
-    LimitSpec("max_formula_depth", 48, "nesting depth of a formula's parentheses",
-              maximum=FORMULA_MAX_DEPTH),
+    LimitSpec("max_formula_depth", FORMULA_MAX_DEPTH, "nesting depth of a formula's parentheses (the parser "
+              "refuses deeper than its own cap, the default, whatever the limit)", maximum=FORMULA_MAX_DEPTH),
     LimitSpec("max_symbolic_budget", 5_000, "scalar elements the symbolic oracle may expand"),
     LimitSpec("max_symbolic_partials", 250_000, "local partial derivatives the symbolic oracle may build"),
     LimitSpec("max_directions", 4_096, "random directions of projection finite differences"),

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..errors import GraphError, LimitError
+from ..limits import FORMULA_MAX_DEPTH
 from ..ops import OPSET_VERSION, REGISTRY
 from ..ops.base import FLOAT, REQUIRED, Attr, OpDef
 from .inplace import resolve_inplace
@@ -72,7 +73,8 @@ def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
             if len(v) > limits.max_formula_chars:
                 raise LimitError(f"a string attribute is {len(v)} characters long, the limit is "
                                  f"{limits.max_formula_chars}", node=node)
-            if "(" in v and _paren_depth(v) > limits.max_formula_depth:
+            # at the parser's own cap (the default) the parser says it, naming the column
+            if limits.max_formula_depth < FORMULA_MAX_DEPTH and _paren_depth(v) > limits.max_formula_depth:
                 raise LimitError(f"a formula is nested {_paren_depth(v)} levels deep, the limit is "
                                  f"{limits.max_formula_depth}", node=node)
 
