@@ -114,3 +114,60 @@ def example_paths() -> list[Path]:
 
 def expected_verdict(path: Path) -> str:
     return "fail" if path.stem.endswith("_wrong") else "pass"
+
+
+def descendants(pid: int) -> set[int]:
+    import psutil
+
+    try:
+        return {p.pid for p in psutil.Process(pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+def stray_processes(since: float, *owners: int) -> list[str]:
+    """Python processes started after `since` (time.time()), re-parented to init and not an
+    owner's descendants: what a request left behind (other people's processes have live parents)."""
+    import sys
+
+    import psutil
+
+    mine = {os.getpid(), *descendants(os.getpid())}
+    for pid in owners:
+        mine |= {pid, *descendants(pid)}
+    out = []
+    for p in psutil.process_iter(["pid", "ppid", "create_time", "cmdline", "status"]):
+        info = p.info
+        if (info["pid"] in mine or info["ppid"] != 1 or (info["create_time"] or 0) < since - 0.5
+                or info["status"] == "zombie"):
+            continue
+        cmd = info["cmdline"] or []
+        if cmd and (cmd[0] == sys.executable or "gradcheck" in " ".join(cmd)):
+            out.append(f"{info['pid']}: {' '.join(cmd)[:120]}")
+    return out
+
+
+def wait_for(predicate, timeout: float = 15, what: str = "condition"):
+    end = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > end:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+def hard_simplify_graph():
+    """An expr node whose user derivative is right but written so that sympy.simplify needs seconds
+    to prove it (tanh in exp form): the verification spends its time in the simplify check."""
+    from gradcheck_svc.graph.build import GraphBuilder
+
+    b = GraphBuilder("hard_simplify")
+    b.input("x", np.array([0.3, -0.7]), requires_grad=True)
+    e = "(exp(x) - exp(-x))"
+    s = "(exp(x) + exp(-x))"
+    grad = f"(6 - 6*{e}**2/{s}**2)*{e}**5/{s}**5"
+    y = b.node("expr", "x", name="act", formula="tanh(x)**6", grad={"x": grad})
+    b.output(b.node("sum", y, name="L"))
+    return b.build()

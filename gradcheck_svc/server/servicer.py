@@ -118,14 +118,16 @@ class GradCheckServicer:
         self.active += 1
         try:
             try:
+                try:  # parsed even when over the limit (the transport admits 2x): the answer carries its id
+                    request = service_pb2.VerifyRequest.FromString(payload)
+                except DecodeError:
+                    request = None
                 if len(payload) > self.config.limits.max_message_bytes:
                     raise errors.LimitError(f"request is {len(payload)} bytes, the limit is "
                                             f"{self.config.limits.max_message_bytes}", field="request")
-                try:
-                    request = service_pb2.VerifyRequest.FromString(payload)
-                except DecodeError:
+                if request is None:
                     raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
-                                            field="request") from None
+                                            field="request")
                 # the server's own time limit; the client's deadline or cancel arrives as CancelledError
                 # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
                 result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
