@@ -17,6 +17,16 @@ from .limits import add_limit_flags
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
 
 
+def _seed(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise ValueError(text)
+    return value
+
+
+_seed.__name__ = "non-negative integer"  # argparse: "invalid non-negative integer value: '-1'"
+
+
 class _Parser(argparse.ArgumentParser):
     def error(self, message):  # usage errors: one line, exit 2
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
@@ -48,7 +58,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--atol", type=float, default=None, help="absolute tolerance (default per dtype)")
     v.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per dtype)")
     v.add_argument("--directions", type=int, default=16, help="random directions in projection mode")
-    v.add_argument("--seed", type=int, default=0, help="seed for projection directions")
+    v.add_argument("--seed", type=_seed, default=0, help="seed for projection directions (0 or more)")
     v.add_argument("--checkpoint", default="none", metavar="POLICY",
                    help="gradient checkpointing for the verified gradients: none (default), sqrt, every:K, "
                         "or a comma-separated list of node names to keep")
@@ -58,9 +68,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     v.add_argument("--symbolic", choices=["on", "off"], default="on",
                    help="exact SymPy reference gradient for graphs within its budget (default on)")
-    v.add_argument("--symbolic-max-elements", type=int, default=5000, metavar="N",
+    v.add_argument("--symbolic-max-elements", type=int, default=None, metavar="N",
                    help="symbolic oracle budget: scalar elements (inputs plus node outputs)")
-    v.add_argument("--symbolic-max-partials", type=int, default=250_000, metavar="N",
+    v.add_argument("--symbolic-max-partials", type=int, default=None, metavar="N",
                    help="symbolic oracle budget: non-zero local partial derivatives")
     v.add_argument("--symbolic-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="symbolic oracle wall-clock budget")
@@ -107,6 +117,12 @@ def _verify(args) -> int:
     from .verify.memory_profile import write_timeline_plot
 
     limits = ServerLimits.from_flags(limit_flag_values(args))
+    # unset budgets: the oracle's defaults, within the limits in force (as the server does)
+    defaults = SymbolicOptions()
+    if args.symbolic_max_elements is None:
+        args.symbolic_max_elements = min(defaults.max_elements, limits.max_symbolic_budget)
+    if args.symbolic_max_partials is None:
+        args.symbolic_max_partials = min(defaults.max_edges, limits.max_symbolic_partials)
     for flag in ("symbolic_max_elements", "symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
         if not getattr(args, flag) > 0:  # NaN too
             raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
