@@ -7,13 +7,19 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
-from xml.sax.saxutils import escape
+from xml.sax.saxutils import escape as _xml_escape
 
 from ..errors import OptionError
+from ..text import clip
 
 COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b")
 W, H = 860, 480
 LEFT, RIGHT, TOP, BOTTOM = 90, 190, 40, 60
+
+
+def escape(text: str) -> str:
+    """Text for SVG: cut, control characters escaped (XML forbids most of them), markup escaped."""
+    return _xml_escape(clip(text, 200))
 
 
 @dataclass

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..text import escape_controls
 from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
 
@@ -187,5 +188,6 @@ class Report:
             lines.append("  no parameters (no input has requires_grad)")
         lines.extend("  " + line for line in memory_summary(self.memory))
         lines.append("  timings: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items()))
-        return "\n".join(lines)
+        # each line is one line: a control character in it came from a name in the request
+        return "\n".join(escape_controls(line) for line in lines)
 

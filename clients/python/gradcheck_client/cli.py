@@ -168,18 +168,28 @@ def _in_process_available() -> bool:
 # --- reports -------------------------------------------------------------------------
 
 
+def _xml_text(text: str, limit: int = 100_000) -> str:
+    """Characters XML 1.0 cannot hold (most controls, lone surrogates) as escapes; ElementTree
+    would write them raw and the file would not parse."""
+    text = text if len(text) <= limit else text[:limit] + "…"
+    return "".join(c if c in "\t\n\r" or (" " <= c <= "\ud7ff") or ("\ue000" <= c <= "\ufffd")
+                   or c >= "\U00010000" else c.encode("unicode_escape").decode("ascii") for c in text)
+
+
 def junit_xml(outcomes: list[Outcome]) -> str:
     suite = ET.Element("testsuite", name="gradcheck", tests=str(len(outcomes)),
                        failures=str(sum(o.status == "fail" for o in outcomes)),
                        errors=str(sum(o.report is None for o in outcomes)))
     for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=o.path)
+        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=_xml_text(o.path))
         if o.report is None:
-            ET.SubElement(case, "error", message=o.error, type="invalid" if o.invalid else "transport").text = o.error
+            error = _xml_text(o.error)
+            ET.SubElement(case, "error", message=error, type="invalid" if o.invalid else "transport").text = error
         elif not o.report.passed:
-            ET.SubElement(case, "failure", message=o.report.summary(), type="gradient_mismatch").text = str(o.report)
+            ET.SubElement(case, "failure", message=_xml_text(o.report.summary()),
+                          type="gradient_mismatch").text = _xml_text(str(o.report))
         if o.report is not None:
-            ET.SubElement(case, "system-out").text = str(o.report)
+            ET.SubElement(case, "system-out").text = _xml_text(str(o.report))
     return ET.tostring(suite, encoding="unicode", xml_declaration=True)
 
 
