@@ -77,8 +77,8 @@ def _check_port_free(host: str, port: int, address: str) -> None:
     family, *_, sockaddr = infos[0]
     try:
         socket.create_server(sockaddr[:2], family=family).close()
-    except OSError as exc:
-        raise OptionError(f"cannot listen on {address}: {exc.strerror or exc}", field="--port") from None
+    except OSError:
+        raise OptionError(f"cannot listen on {address} (address in use or not available)", field="--port") from None
 
 
 async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
