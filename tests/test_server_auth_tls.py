@@ -42,7 +42,7 @@ def server(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("tls")
     cert, key = self_signed(tmp)
     s = ServerProcess("--workers", "1", "--tls-cert", str(cert), "--tls-key", str(key),
-                      env={"GRADCHECK_TOKEN": TOKEN})
+                      env={"GRADCHECK_TOKEN": TOKEN}, log_path=tmp / "log")
     s.cert = cert
     assert s.info["tls"] and s.info["auth"]
     yield s
@@ -61,6 +61,7 @@ def test_right_token_over_tls(server):
 
 @pytest.mark.parametrize("token", [None, "wrong", TOKEN + "x", TOKEN[:-1]])
 def test_missing_or_wrong_token_is_unauthenticated(server, token):
+    before = server.metric("gradcheck_auth_failures_total", method="Verify")
     with _client(server, token) as c:
         with pytest.raises(VerifyError) as info:
             c.verify(seed_graph())
@@ -68,6 +69,13 @@ def test_missing_or_wrong_token_is_unauthenticated(server, token):
         with pytest.raises(VerifyError) as info:
             list(c.verify_many([seed_graph()]))
         assert info.value.code == grpc.StatusCode.UNAUTHENTICATED
+    # counted by method, logged with method and peer, never with the token that was sent
+    assert server.metric("gradcheck_auth_failures_total", method="Verify") == before + 1
+    assert server.metric("gradcheck_auth_failures_total", method="VerifyStream") >= 1
+    denied = [r for r in server.log_lines() if r["msg"] == "authentication failed"]
+    assert denied and all(r["code"] == "UNAUTHENTICATED" and r["peer"] for r in denied)
+    log_text = server.log_path.read_text()
+    assert "wrong" not in log_text and TOKEN not in log_text
 
 
 def test_health_needs_no_token(server):
@@ -90,3 +98,32 @@ def test_untrusted_certificate_is_refused(server, tmp_path):
         with pytest.raises(VerifyError) as info:
             c.verify(seed_graph())
     assert info.value.code == grpc.StatusCode.UNAVAILABLE
+
+
+def _serve_error(*args) -> str:
+    import subprocess
+    import sys
+
+    from grpc_helpers import _env
+
+    done = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "serve", "--port", "0", *map(str, args)],
+                          capture_output=True, text=True, env=_env(), timeout=60)
+    assert done.returncode == 2 and done.stdout == "", done.stderr
+    assert done.stderr.count("\n") == 1
+    return done.stderr
+
+
+def test_tls_misconfiguration_names_the_file_and_the_problem(tmp_path):
+    cert, key = self_signed(tmp_path)
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    _, other_key = self_signed(other_dir)
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate\n")
+    assert _serve_error("--tls-cert", cert, "--tls-key", other_key) == \
+        f"gradcheck-svc: error: --tls-key: {other_key} is not the key of the certificate in {cert}\n"
+    assert _serve_error("--tls-cert", junk, "--tls-key", key) == \
+        f"gradcheck-svc: error: --tls-cert: {junk} is not a PEM certificate\n"
+    assert _serve_error("--tls-cert", cert, "--tls-key", cert) == \
+        f"gradcheck-svc: error: --tls-key: {cert} is not a PEM private key\n"
+    assert "no such file" in _serve_error("--tls-cert", tmp_path / "missing.pem", "--tls-key", key)
