@@ -12,19 +12,11 @@ import sys
 
 from . import __version__
 from .errors import GradcheckError
+from gradcheck_client.options import add_option_flags
+
 from .limits import add_limit_flags
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-def _seed(text: str) -> int:
-    value = int(text)
-    if value < 0:
-        raise ValueError(text)
-    return value
-
-
-_seed.__name__ = "non-negative integer"  # argparse: "invalid non-negative integer value: '-1'"
 
 
 class _Parser(argparse.ArgumentParser):
@@ -40,44 +32,17 @@ def build_parser() -> argparse.ArgumentParser:
     v = sub.add_parser("verify", help="verify one graph (.json or .pb) and print a report")
     v.add_argument("graph", help="graph file: .json (protobuf JSON) or .pb (binary protobuf)")
     v.add_argument("--format", choices=["text", "json"], default="text")
-    v.add_argument("--fd", choices=["full", "projection", "auto"], default="auto",
-                   help="finite differences: every element, random projections, or by size (default)")
-    v.add_argument("--dtype", choices=["float32", "float64"], default=None,
-                   help="engine precision (default: the graph's float dtype)")
-    v.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    v.add_argument("--fault", action="append", default=[], metavar="NODE:KIND[:VALUE]",
-                   help="corrupt NODE's cached value between forward and backward "
-                        "(KIND: overwrite, scale, zero, nan, bitflip, stale); repeatable")
-    v.add_argument("--integrity", choices=["off", "check"], default="check",
-                   help="fingerprint tensors saved for backward and check them when read (default: check)")
-    v.add_argument("--allow-inplace-hazards", action="store_true",
-                   help="when an in-place node overwrote a value the backward needs, compute the (wrong) "
-                        "gradient and diagnose it instead of stopping with an error")
-    v.add_argument("--no-localize", action="store_true",
-                   help="skip finding the faulty node and its cause when a gradient fails (verdict only)")
-    v.add_argument("--atol", type=float, default=None, help="absolute tolerance (default per dtype)")
-    v.add_argument("--rtol", type=float, default=None, help="relative tolerance (default per dtype)")
-    v.add_argument("--directions", type=int, default=16, help="random directions in projection mode")
-    v.add_argument("--seed", type=_seed, default=0, help="seed for projection directions (0 or more)")
-    v.add_argument("--checkpoint", default="none", metavar="POLICY",
-                   help="gradient checkpointing for the verified gradients: none (default), sqrt, every:K, "
-                        "or a comma-separated list of node names to keep")
+    add_option_flags(v)
     v.add_argument("--memory-plot", default=None, metavar="FILE",
                    help="write live bytes per forward/backward step, with and without checkpointing "
                         "(.svg, or .png with matplotlib)")
 
-    v.add_argument("--symbolic", choices=["on", "off"], default="on",
-                   help="exact SymPy reference gradient for graphs within its budget (default on)")
-    v.add_argument("--symbolic-max-elements", type=int, default=None, metavar="N",
-                   help="symbolic oracle budget: scalar elements (inputs plus node outputs)")
     v.add_argument("--symbolic-max-partials", type=int, default=None, metavar="N",
                    help="symbolic oracle budget: non-zero local partial derivatives")
     v.add_argument("--symbolic-timeout", type=float, default=30.0, metavar="SECONDS",
                    help="symbolic oracle wall-clock budget")
     v.add_argument("--simplify-timeout", type=float, default=10.0, metavar="SECONDS",
                    help="time to prove a user derivative (expr op) equal to SymPy's")
-    v.add_argument("--allow-nonfinite", action="store_true",
-                   help="accept NaN/Inf in input data (refused by default); the report names the input")
     add_limit_flags(v, what="the same as the server's; raise them here")
 
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
@@ -106,41 +71,33 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def _verify(args) -> int:
-    from .engine import parse_fault, parse_policy
+    import dataclasses
+
+    from gradcheck_client.options import flag_of, values_from_args
+
     from .errors import OptionError
     from .graph import load_graph
-    from .oracles.finite_diff import FDOptions
-    from .oracles.symbolic import SymbolicOptions
-    from .verify import VerifyOptions, verify
     from .limits import ServerLimits, limit_flag_values
-    from .server.execute import check_option_limits
+    from .server.execute import check_option_limits, verify_options
+    from .verify import verify
     from .verify.memory_profile import write_timeline_plot
 
     limits = ServerLimits.from_flags(limit_flag_values(args))
-    # unset budgets: the oracle's defaults, within the limits in force (as the server does)
-    defaults = SymbolicOptions()
-    if args.symbolic_max_elements is None:
-        args.symbolic_max_elements = min(defaults.max_elements, limits.max_symbolic_budget)
-    if args.symbolic_max_partials is None:
-        args.symbolic_max_partials = min(defaults.max_edges, limits.max_symbolic_partials)
-    for flag in ("symbolic_max_elements", "symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
-        if not getattr(args, flag) > 0:  # NaN too
+    values = values_from_args(args)
+    options = verify_options(values, limits, field=flag_of, hint=True)  # the server's own mapping
+    # what only the in-process command has: the symbolic oracle's other budgets, the memory plot
+    for flag in ("symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
+        if getattr(args, flag) is not None and not getattr(args, flag) > 0:  # NaN too
             raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
-    symbolic = SymbolicOptions(enabled=args.symbolic == "on", max_elements=args.symbolic_max_elements,
-                               max_edges=args.symbolic_max_partials, timeout_s=args.symbolic_timeout,
-                               simplify_timeout_s=args.simplify_timeout)
-    options = VerifyOptions(
-        dtype=args.dtype, device=args.device,
-        fd=FDOptions(mode=args.fd, directions=args.directions, seed=args.seed),
-        faults=tuple(parse_fault(f) for f in args.fault), atol=args.atol, rtol=args.rtol,
-        symbolic=symbolic,
-        checkpoint=parse_policy(args.checkpoint), memory_timeline=args.memory_plot is not None,
-        integrity=args.integrity, allow_inplace_hazards=args.allow_inplace_hazards, localize=not args.no_localize)
+    options.symbolic = dataclasses.replace(
+        options.symbolic, timeout_s=args.symbolic_timeout, simplify_timeout_s=args.simplify_timeout,
+        **({"max_edges": args.symbolic_max_partials} if args.symbolic_max_partials is not None else {}))
+    options.memory_timeline = args.memory_plot is not None
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
-    check_option_limits(options, limits, flag_names=True)
+    check_option_limits(options, limits, field=flag_of, hint=True)
     check_file_size(args.graph, limits.max_message_bytes)
-    graph = load_graph(args.graph, limits=limits.graph, allow_nonfinite=args.allow_nonfinite)
+    graph = load_graph(args.graph, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
     report = verify(graph, options)
     if args.memory_plot is not None:
         try:

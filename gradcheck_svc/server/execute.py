@@ -13,66 +13,82 @@ import dataclasses
 from google.protobuf import json_format
 
 from gradcheck.v1 import service_pb2
+from gradcheck_client.options import BY_NAME, OPTIONS
 
 from ..engine import parse_fault
 from ..errors import LimitError, OptionError
 from ..graph import validate
 from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FDOptions
+from ..oracles.symbolic import SymbolicOptions
 from ..verify import VerifyOptions, verify
 from ..verify.report import Report
 from .config import ServerLimits
 
 
+def proto_values(pb: service_pb2.VerifyOptions) -> dict:
+    """The options a request sets, by name (proto3: a zero or empty field is unset, except the
+    fields with presence, which are set when present)."""
+    out = {}
+    for o in OPTIONS:
+        value = getattr(pb, o.name)
+        has_presence = pb.DESCRIPTOR.fields_by_name[o.name].has_presence and not o.repeated
+        if (pb.HasField(o.name) if has_presence else bool(value)):
+            out[o.name] = list(value) if o.repeated else value
+    return out
+
+
 def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> VerifyOptions:
-    mode = pb.fd_mode or "auto"
+    return verify_options(proto_values(pb), limits)
+
+
+def verify_options(values: dict, limits: ServerLimits, field=lambda name: f"options.{name}",
+                   hint: bool = False) -> VerifyOptions:
+    """The one mapping from option values (by OPTIONS name; unset ones absent) to VerifyOptions, for
+    the server (`field` names options.X) and the CLI (`field` names the flag, `hint` says which
+    --max-... flag raises a limit). Unset options take the defaults in OPTIONS, within the limits."""
+    get = lambda name: values.get(name, BY_NAME[name].default)  # noqa: E731
+    mode = get("fd_mode")
     if mode not in FD_MODES:
         raise OptionError(f"unknown fd_mode '{mode}' (expected one of {', '.join(FD_MODES)})",
-                          field="options.fd_mode")
-    if pb.directions < 0:
-        raise OptionError("directions must be positive", field="options.directions")
-    if pb.seed < 0:
-        raise OptionError(f"seed must be 0 or more, got {pb.seed}", field="options.seed")
-    if len(pb.faults) > limits.max_faults:  # before parsing them
-        raise LimitError(f"{len(pb.faults)} faults, the limit is {limits.max_faults}", field="options.faults")
+                          field=field("fd_mode"))
+    if get("directions") < 0:
+        raise OptionError("directions must be positive", field=field("directions"))
+    if get("seed") < 0:
+        raise OptionError(f"seed must be 0 or more, got {get('seed')}", field=field("seed"))
+    faults = values.get("faults") or ()
+    if len(faults) > limits.max_faults:  # before parsing them
+        raise LimitError(f"{len(faults)} faults, the limit is {limits.max_faults}"
+                         + (" (raise it with --max-faults)" if hint else ""), field=field("faults"))
+    symbolic = SymbolicOptions()
+    symbolic = dataclasses.replace(
+        symbolic, enabled=get("symbolic"),
+        max_elements=values.get("symbolic_budget", min(symbolic.max_elements, limits.max_symbolic_budget)),
+        max_edges=min(symbolic.max_edges, limits.max_symbolic_partials))
     options = VerifyOptions(
-        dtype=pb.dtype or None, device=pb.device or "cpu",
-        fd=FDOptions(mode=mode, directions=pb.directions or FDOptions.directions, seed=pb.seed),
-        faults=tuple(parse_fault(f) for f in pb.faults),
-        atol=pb.atol if pb.HasField("atol") else None, rtol=pb.rtol if pb.HasField("rtol") else None)
-    # the server's defaults never exceed its limits; what the client asks for is checked
-    options.symbolic = dataclasses.replace(
-        options.symbolic, max_elements=pb.symbolic_budget or min(options.symbolic.max_elements,
-                                                                  limits.max_symbolic_budget),
-        max_edges=min(options.symbolic.max_edges, limits.max_symbolic_partials))
-    if pb.HasField("symbolic"):
-        options.symbolic = dataclasses.replace(options.symbolic, enabled=pb.symbolic)
-    if pb.HasField("localize"):
-        options.localize = pb.localize
-    if pb.checkpoint:
-        options.checkpoint = pb.checkpoint
-    if pb.integrity:  # checked with the other engine options, in verify.run_engine
-        options.integrity = pb.integrity
-    if pb.allow_inplace_hazards:
-        options.allow_inplace_hazards = True
-    check_option_limits(options, limits)
+        dtype=get("dtype"), device=get("device"),
+        fd=FDOptions(mode=mode, directions=get("directions"), seed=get("seed")),
+        faults=tuple(parse_fault(f) for f in faults), atol=get("atol"), rtol=get("rtol"), symbolic=symbolic,
+        localize=get("localize"), checkpoint=get("checkpoint"),
+        integrity=get("integrity"),  # checked with the other engine options, in verify.run_engine
+        allow_inplace_hazards=get("allow_inplace_hazards"))
+    check_option_limits(options, limits, field, hint)
     return options
 
 
-def check_option_limits(options: VerifyOptions, limits: ServerLimits, flag_names: bool = False) -> None:
-    """LimitError for an option over its cap, naming the request field (or, from the CLI, the flag)."""
-    checks = (("directions", options.fd.directions if options.fd.mode != "full" else 0, limits.max_directions,
-               "--directions", "max_directions"),
-              ("symbolic_budget", options.symbolic.max_elements, limits.max_symbolic_budget,
-               "--symbolic-max-elements", "max_symbolic_budget"),
-              ("symbolic_partials", options.symbolic.max_edges, limits.max_symbolic_partials,
-               "--symbolic-max-partials", "max_symbolic_partials"),
-              ("faults", len(options.faults), limits.max_faults, "--fault", "max_faults"))
-    for name, value, limit, flag, limit_name in checks:
+def check_option_limits(options: VerifyOptions, limits: ServerLimits, field=lambda name: f"options.{name}",
+                        hint: bool = False) -> None:
+    """LimitError for an option over its cap, naming the field (or flag) and, from the CLI, the limit's flag."""
+    checks = (("directions", options.fd.directions if options.fd.mode != "full" else 0, "max_directions"),
+              ("symbolic_budget", options.symbolic.max_elements, "max_symbolic_budget"),
+              ("symbolic_partials", options.symbolic.max_edges, "max_symbolic_partials"),
+              ("faults", len(options.faults), "max_faults"))
+    for name, value, limit_name in checks:
+        limit = getattr(limits, limit_name)
         if value > limit:
-            hint = f" (raise it with --{limit_name.replace('_', '-')})" if flag_names else ""
-            raise LimitError(f"{value} is over the limit of {limit}{hint}",
-                             field=flag if flag_names else f"options.{name}")
+            more = f" (raise it with --{limit_name.replace('_', '-')})" if hint else ""
+            where = field(name) if name in BY_NAME else ("--symbolic-max-partials" if hint else f"options.{name}")
+            raise LimitError(f"{value} is over the limit of {limit}{more}", field=where)
 
 
 def report_to_proto(report: Report) -> service_pb2.Report:

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import __version__
 from .graphio import SUFFIXES, GraphFileError, load_graph
+from .options import add_option_flags, values_from_args
 from .report import Report
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_TRANSPORT = 0, 1, 2, 3
@@ -68,14 +69,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--summary-md", metavar="FILE", help="write a Markdown summary table "
                    "(also appended to $GITHUB_STEP_SUMMARY when set)")
     v.add_argument("--json", action="store_true", help="print one JSON document with every report")
-    v.add_argument("--fd", dest="fd_mode", choices=["auto", "full", "projection"], default=None)
-    v.add_argument("--dtype", choices=["float32", "float64"], default=None)
-    v.add_argument("--device", choices=["cpu", "cuda"], default=None)
-    v.add_argument("--atol", type=float, default=None)
-    v.add_argument("--rtol", type=float, default=None)
-    v.add_argument("--directions", type=int, default=None)
-    v.add_argument("--seed", type=int, default=None)
-    v.add_argument("--fault", dest="faults", action="append", default=None, metavar="NODE:KIND[:VALUE]")
+    add_option_flags(v)
     return p
 
 
@@ -112,8 +106,7 @@ class Progress:
 
 
 def _options(args) -> dict:
-    keys = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults")
-    return {k: getattr(args, k) for k in keys if getattr(args, k) is not None}
+    return values_from_args(args)
 
 
 def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress) -> dict[str, Outcome]:

@@ -1,0 +1,68 @@
+"""The options table (gradcheck_client/options.py) is the one definition of every verification option:
+the proto, both commands' parsers, the client's keywords, the server's defaults and the docs agree with it."""
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from gradcheck.v1 import service_pb2
+from gradcheck_client.client import OPTION_FIELDS
+from gradcheck_client.options import OPTIONS
+from grpc_helpers import ROOT
+
+
+def test_every_proto_field_is_one_option():
+    assert [f.name for f in service_pb2.VerifyOptions.DESCRIPTOR.fields] == [o.name for o in OPTIONS]
+    assert set(OPTION_FIELDS) == {o.name for o in OPTIONS}  # the client's verify() keywords
+
+
+def _verify_parser(module):
+    parser = module.build_parser()
+    sub = next(a for a in parser._actions if a.dest == "command")
+    return sub.choices["verify"]
+
+
+@pytest.mark.parametrize("module", ["gradcheck_svc.cli", "gradcheck_client.cli"])
+def test_both_commands_take_every_option_by_the_same_flags(module):
+    import importlib
+
+    verify = _verify_parser(importlib.import_module(module))
+    by_flag = {flag: a for a in verify._actions for flag in a.option_strings}
+    for o in OPTIONS:
+        for flag in (*o.flags, *((o.negation,) if o.negation else ())):
+            assert flag in by_flag and by_flag[flag].dest == o.name, (module, flag)
+
+
+@pytest.mark.parametrize("module", ["gradcheck_svc.cli", "gradcheck_client.cli"])
+def test_unset_flags_leave_the_option_unset(module):
+    import importlib
+
+    from gradcheck_client.options import values_from_args
+
+    args = importlib.import_module(module).build_parser().parse_args(["verify", "g.json"])
+    assert values_from_args(args) == {}
+    args = importlib.import_module(module).build_parser().parse_args(
+        ["verify", "g.json", "--fd", "full", "--symbolic-max-elements", "7", "--no-localize", "--fault", "z:nan",
+         "--allow-nonfinite", "--symbolic", "off"])
+    assert values_from_args(args) == {"fd_mode": "full", "symbolic_budget": 7, "localize": False,
+                                      "faults": ["z:nan"], "allow_nonfinite": True, "symbolic": False}
+
+
+def test_the_servers_defaults_are_the_tables():
+    from gradcheck_svc.limits import ServerLimits
+    from gradcheck_svc.server.execute import options_from_proto
+
+    v = options_from_proto(service_pb2.VerifyOptions(), ServerLimits())
+    effective = {"fd_mode": v.fd.mode, "device": v.device, "directions": v.fd.directions, "seed": v.fd.seed,
+                 "symbolic_budget": v.symbolic.max_elements, "localize": v.localize, "checkpoint": v.checkpoint,
+                 "integrity": v.integrity, "allow_inplace_hazards": v.allow_inplace_hazards,
+                 "symbolic": v.symbolic.enabled, "dtype": v.dtype, "atol": v.atol, "rtol": v.rtol,
+                 "faults": list(v.faults) or None, "allow_nonfinite": False}
+    assert effective == {o.name: o.default for o in OPTIONS}
+
+
+def test_the_readme_option_table_names_every_flag():
+    table = ROOT.joinpath("README.md").read_text().split("`gradcheck-svc verify` options", 1)[1].split("\n\n")[1]
+    flags = set(re.findall(r"`(--[a-z-]+)", table))
+    assert {o.cli_flag for o in OPTIONS} <= flags, {o.cli_flag for o in OPTIONS} - flags
