@@ -15,6 +15,17 @@ projection: k random unit directions v_j, 2k forwards; compares the
     directional derivatives (g . v_j) instead of elements. Used automatically
     for parameters above `projection_threshold` elements, and for the costliest
     parameters while a full check of the graph would exceed `full_cost_budget`.
+
+The public API is every difference the verifier takes -- the one place central,
+one-sided and projected differences are computed:
+    FiniteDifferences.gradient(value)     dL/d(value), of a parameter or of an
+                                          intermediate value (the sub-graph downstream)
+    FiniteDifferences.one_sided(value, directions, steps)
+                                          left/right second-order one-sided differences
+    FiniteDifferences.losses(value, stack)  the loss at each perturbed copy of a value
+    local_vjp(step, xs, k, adjoint, directions)
+                                          J_k^T a of one op by differences of its forward
+    random_directions(n, k, seed)         the projection directions (FDResult.directions)
 """
 from __future__ import annotations
 
@@ -25,6 +36,7 @@ import numpy as np
 
 from ..backend import NUMPY
 from ..engine import Program, forward, forward_batched, prepare_feeds
+from ..engine.executor import run_step_batched
 from ..graph.ir import Graph
 
 EPS = np.finfo(np.float64).eps
@@ -54,6 +66,45 @@ class FDResult:
     noise: np.ndarray  # estimated rounding error of each reference value
     directions: np.ndarray | None = None  # projection: (k, n) unit vectors
     evaluations: int = 0
+
+
+def random_directions(n: int, k: int, seed: int = 0) -> np.ndarray:
+    """k random unit vectors in R^n, (k, n): the same seed gives the same directions."""
+    v = np.random.default_rng(seed).standard_normal((k, n))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def element_steps(flat: np.ndarray) -> np.ndarray:
+    """Per-element step cbrt(eps) * max(1, |x|), rounded so that x + h - x == h exactly."""
+    h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
+    return (flat + h) - flat
+
+
+def projection_step(flat: np.ndarray) -> float:
+    """One step for a whole direction: scaled by the largest element."""
+    return STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if flat.size else 1.0)
+
+
+def local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray | None):
+    """J_k^T a of one step at inputs xs (float64, host), by central differences of its forward alone:
+    every element of input k (directions None) or projected on directions (m, n). Returns
+    (values, noise)."""
+    x = np.asarray(xs[k], dtype=np.float64)
+    flat = x.reshape(-1)
+    n = flat.size
+    d = np.eye(n) if directions is None else directions
+    m = d.shape[0]
+    h = projection_step(flat)
+    stack = np.concatenate([flat + h * d, flat - h * d]).reshape((2 * m,) + x.shape)
+    args = list(xs)
+    args[k] = stack
+    with np.errstate(all="ignore"):
+        out = run_step_batched(np, step, args, [i == k for i in range(len(xs))])
+        weighted = (np.asarray(out, dtype=np.float64) * a).reshape(2 * m, -1)
+        proj = weighted.sum(axis=1)
+        ref = (proj[:m] - proj[m:]) / (2 * h)
+        noise = 8 * EPS * (np.abs(weighted).sum(axis=1)[:m] + 1.0) / h
+    return ref, noise
 
 
 class FiniteDifferences:
@@ -95,7 +146,7 @@ class FiniteDifferences:
                                                    for v in self.program.downstream([name])))
         return self._row_bytes[name]
 
-    def _losses(self, param: str, stack: np.ndarray) -> np.ndarray:
+    def losses(self, param: str, stack: np.ndarray) -> np.ndarray:
         """Loss for each row of stack (B, *shape), in memory-bounded chunks."""
         rows = max(1, self.options.chunk_bytes // self.row_bytes(param))
         out = np.empty(stack.shape[0])
@@ -120,8 +171,7 @@ class FiniteDifferences:
         x = np.asarray(self.base[param], dtype=np.float64)
         flat = x.reshape(-1)
         n = flat.size
-        h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
-        h = (flat + h) - flat  # exactly representable step
+        h = element_steps(flat)
         ref = np.empty(n)
         rows = max(1, min(n, self.options.chunk_bytes // (2 * self.row_bytes(param))))
         # One buffer of 2*rows copies of x serves every chunk: perturb m elements (rows
@@ -134,7 +184,7 @@ class FiniteDifferences:
             plus, minus = np.arange(m), m + np.arange(m)
             buf[plus, idx] = flat[idx] + h[idx]
             buf[minus, idx] = flat[idx] - h[idx]
-            losses = self._losses(param, buf[:2 * m].reshape((2 * m,) + x.shape))
+            losses = self.losses(param, buf[:2 * m].reshape((2 * m,) + x.shape))
             buf[plus, idx] = buf[minus, idx] = flat[idx]
             with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
                 ref[idx] = (losses[:m] - losses[m:]) / (2 * h[idx])
@@ -143,12 +193,26 @@ class FiniteDifferences:
     def _projection(self, param: str, k: int) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64)
         flat = x.reshape(-1)
-        rng = np.random.default_rng(self.options.seed)
-        v = rng.standard_normal((k, flat.size))
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        h = STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if flat.size else 1.0)
+        v = random_directions(flat.size, k, self.options.seed)
+        h = projection_step(flat)
         stack = np.concatenate([flat + h * v, flat - h * v]).reshape((2 * k,) + x.shape)
-        losses = self._losses(param, stack)
+        losses = self.losses(param, stack)
         with np.errstate(all="ignore"):
             ref = (losses[:k] - losses[k:]) / (2 * h)
         return FDResult("projection", ref, np.full(k, self._noise(h)), directions=v, evaluations=2 * k)
+
+    def one_sided(self, param: str, directions: np.ndarray, steps: np.ndarray):
+        """(left, right): second-order one-sided differences of L along each direction (m, n) of
+        param, with step steps[j] for direction j. O(h^2) on each smooth piece -- a first-order
+        one-sided difference would be off by O(h f'') -- so at a kink they bracket a right
+        (sub)gradient closely."""
+        x = np.asarray(self.base[param], dtype=np.float64)
+        flat = x.reshape(-1)
+        m = len(directions)
+        multiples = (1, 2, -1, -2)
+        stack = np.concatenate([flat + k * steps[:, None] * directions for k in multiples])
+        losses = self.losses(param, stack.reshape((4 * m,) + x.shape)).reshape(4, m)
+        with np.errstate(all="ignore"):
+            right = (-3 * self.loss + 4 * losses[0] - losses[1]) / (2 * steps)
+            left = (3 * self.loss - 4 * losses[2] + losses[3]) / (2 * steps)
+        return left, right

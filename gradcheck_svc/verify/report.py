@@ -52,6 +52,7 @@ class ParameterResult:
     symbolic: np.ndarray | None = None  # exact gradient (float64), when the symbolic oracle ran
     symbolic_comparison: object = None  # compare.Comparison, engine vs symbolic
     fd_vs_symbolic: object = None  # compare.Comparison, FD vs symbolic
+    directions: np.ndarray | None = None  # projection mode: the FD oracle's unit directions (k, n)
 
     def to_dict(self) -> dict:
         d = {
