@@ -26,6 +26,18 @@ one-sided and projected differences are computed:
     local_vjp(step, xs, k, adjoint, directions)
                                           J_k^T a of one op by differences of its forward
     random_directions(n, k, seed)         the projection directions (FDResult.directions)
+
+Every value comes with an estimate of its own error (FDResult.noise). The first pass
+is the cheap one above, whose estimate is the rounding term alone (~eps |L| / h): where
+it already agrees with the engine, the step was small enough. The values that do not
+agree are refined (FiniteDifferences.refine, refine_local_vjp), as numdifftools does:
+central differences on a ladder of steps halving from ~2h down to well below |x| (a step
+not small next to x -- a denominator b -> 0 -- is what made the first pass wrong),
+their Richardson extrapolation, and second-order one-sided differences on each side (the
+only finite ones next to a domain edge, log or sqrt near 0+). Each estimate's error is
+bounded by its distance to its neighbours on the ladder (truncation: the estimates
+converge as h shrinks) plus the rounding term eps |L| / h; the refined value is the
+estimate with the smallest bound. An infinite bound means no step gave a finite estimate.
 """
 from __future__ import annotations
 
@@ -59,11 +71,30 @@ class FDOptions:
     chunk_bytes: int = 8 * 2**20
 
 
+# the refinement ladder: steps H 2^-j, j = 0..J, with H the power of two just above 2h (so every
+# step is exact in binary and each halves the last); J reaches 1e-3 |x| below the smallest |x|
+# the direction touches, within these bounds
+LADDER_MIN = 10
+LADDER_MAX = 30
+LADDER_REACH = 1e-3
+
+
+@dataclass
+class Refined:
+    """Refined differences for some values of an FDResult (indices `which` into its reference)."""
+
+    which: np.ndarray
+    values: np.ndarray  # best estimate per value
+    error: np.ndarray  # its estimated error: truncation + rounding; inf when no step gave one
+    step: np.ndarray  # the step of the chosen estimate
+    method: list[str]  # "central" | "richardson" | "forward" | "backward" (one-sided)
+
+
 @dataclass
 class FDResult:
     mode: str  # "full" | "projection"
     reference: np.ndarray  # full: dL/dp (shape of p); projection: directional derivatives (k,)
-    noise: np.ndarray  # estimated rounding error of each reference value
+    noise: np.ndarray  # estimated error of each reference value (first pass: rounding; refined: both)
     directions: np.ndarray | None = None  # projection: (k, n) unit vectors
     evaluations: int = 0
 
@@ -85,26 +116,116 @@ def projection_step(flat: np.ndarray) -> float:
     return STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if flat.size else 1.0)
 
 
+def _weighted_output(step, xs: list, k: int, a: np.ndarray):
+    """stack (B, n) of input k -> (sum(a * step(..., x_k, ...)), sum |a * step(...)|) per row:
+    the scalar whose gradient in x_k is J_k^T a."""
+    x = np.asarray(xs[k], dtype=np.float64)
+
+    def evaluate(stack):
+        args = list(xs)
+        args[k] = stack.reshape((len(stack),) + x.shape)
+        with np.errstate(all="ignore"):
+            out = run_step_batched(np, step, args, [i == k for i in range(len(xs))])
+            weighted = (np.asarray(out, dtype=np.float64) * a).reshape(len(stack), -1)
+            return weighted.sum(axis=1), np.abs(weighted).sum(axis=1)
+    return evaluate
+
+
 def local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray | None):
     """J_k^T a of one step at inputs xs (float64, host), by central differences of its forward alone:
     every element of input k (directions None) or projected on directions (m, n). Returns
     (values, noise)."""
-    x = np.asarray(xs[k], dtype=np.float64)
-    flat = x.reshape(-1)
-    n = flat.size
-    d = np.eye(n) if directions is None else directions
+    flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
+    d = np.eye(flat.size) if directions is None else directions
     m = d.shape[0]
     h = projection_step(flat)
-    stack = np.concatenate([flat + h * d, flat - h * d]).reshape((2 * m,) + x.shape)
-    args = list(xs)
-    args[k] = stack
+    proj, size = _weighted_output(step, xs, k, a)(np.concatenate([flat + h * d, flat - h * d]))
     with np.errstate(all="ignore"):
-        out = run_step_batched(np, step, args, [i == k for i in range(len(xs))])
-        weighted = (np.asarray(out, dtype=np.float64) * a).reshape(2 * m, -1)
-        proj = weighted.sum(axis=1)
         ref = (proj[:m] - proj[m:]) / (2 * h)
-        noise = 8 * EPS * (np.abs(weighted).sum(axis=1)[:m] + 1.0) / h
+        noise = 8 * EPS * (size[:m] + 1.0) / h
     return ref, noise
+
+
+def refine_local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray | None,
+                     which: np.ndarray) -> Refined:
+    """local_vjp's values at indices `which` (elements, or rows of directions), refined on the ladder."""
+    flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
+    evaluate = _weighted_output(step, xs, k, a)
+    base = float(evaluate(flat[None, :])[0][0])
+    which = np.asarray(which, dtype=np.intp)
+    h0 = np.full(which.size, projection_step(flat))
+    if directions is None:
+        return _ladder(evaluate, base, flat, h0, np.abs(flat[which]), which=which)
+    d = directions[which]
+    out = _ladder(evaluate, base, flat, h0, _support_scale(flat, d), directions=d)
+    out.which = which
+    return out
+
+
+def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.ndarray,
+            which: np.ndarray | None = None, directions: np.ndarray | None = None) -> Refined:
+    """Refined derivatives of a scalar function F of flat (n,) along m directions: unit vectors at
+    the elements `which`, or the rows of `directions` (m, n). evaluate(stack (B, n)) -> (F, |F|
+    magnitude for the rounding term), base = F(flat), h0 (m,) the first pass's steps, scale (m,)
+    the smallest |x| each direction touches."""
+    m = len(h0)
+    if m == 0:
+        return Refined(np.zeros(0, np.intp), np.zeros(0), np.zeros(0), np.zeros(0), [])
+    top = 2.0 ** np.ceil(np.log2(2 * h0))
+    with np.errstate(divide="ignore"):
+        need = np.where(scale > 0, np.ceil(np.log2(top / (LADDER_REACH * np.maximum(scale, 1e-300)))), 0)
+    depth = int(np.clip(np.max(need, initial=0), LADDER_MIN, LADDER_MAX))
+    steps = top[None, :] * 2.0 ** -np.arange(depth + 1)[:, None]  # (J+1, m)
+    plus, minus, mag = (np.empty((depth + 1, m)) for _ in range(3))
+    rows = np.arange(m)
+    for j in range(depth + 1):
+        if which is not None:
+            stack = np.broadcast_to(flat, (2 * m, flat.size)).copy()
+            stack[rows, which] += steps[j]
+            stack[m + rows, which] -= steps[j]
+        else:
+            stack = np.concatenate([flat + steps[j][:, None] * directions, flat - steps[j][:, None] * directions])
+        f, size = evaluate(stack)
+        plus[j], minus[j] = f[:m], f[m:]
+        mag[j] = np.fmax(np.fmax(size[:m], size[m:]), abs(base))  # a NaN side leaves the other
+    with np.errstate(all="ignore"):
+        rounding = 4 * EPS * mag / steps
+        central = (plus - minus) / (2 * steps)
+        richardson = np.full_like(central, np.nan)
+        richardson[1:] = (4 * central[1:] - central[:-1]) / 3
+        forward, backward = (np.full_like(central, np.nan) for _ in range(2))
+        forward[1:] = (-3 * base + 4 * plus[1:] - plus[:-1]) / (2 * steps[1:])
+        backward[1:] = (3 * base - 4 * minus[1:] + minus[:-1]) / (2 * steps[1:])
+        candidates, bounds = [], []
+        for values, round_factor in ((central, 1), (richardson, 2), (forward, 4), (backward, 4)):
+            gap = np.abs(np.diff(values, axis=0))  # gap[j-1] = |E_j - E_(j-1)|
+            # an estimate is as far from the truth as from its coarser neighbour (truncation shrinks
+            # at least 4x per halving), and from its finer one: two neighbours, so one chance
+            # agreement far from the truth is not taken for convergence
+            err = np.full_like(values, np.nan)
+            err[1:] = gap
+            err[1:-1] = np.maximum(err[1:-1], gap[1:])
+            err += round_factor * rounding
+            candidates.append(values)
+            bounds.append(err)
+        est = np.stack(candidates)  # (4, J+1, m)
+        err = np.stack(bounds)
+        err = np.where(np.isfinite(err) & np.isfinite(est), err, np.inf)
+    flat_err = err.reshape(-1, m)
+    pick = np.argmin(flat_err, axis=0)
+    values = est.reshape(-1, m)[pick, rows]
+    error = flat_err[pick, rows]
+    values = np.where(np.isfinite(error), values, np.nan)
+    names = ("central", "richardson", "forward", "backward")
+    return Refined(np.asarray(which if which is not None else rows), values, error,
+                   steps[pick % (depth + 1), rows],
+                   [names[p // (depth + 1)] for p in pick])
+
+
+def _support_scale(flat: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """Per direction, the smallest |x| among the elements it moves noticeably."""
+    big = np.abs(directions) > 1e-2 * np.max(np.abs(directions), axis=1, keepdims=True)
+    return np.min(np.where(big, np.abs(flat)[None, :], np.inf), axis=1)
 
 
 class FiniteDifferences:
@@ -200,6 +321,23 @@ class FiniteDifferences:
         with np.errstate(all="ignore"):
             ref = (losses[:k] - losses[k:]) / (2 * h)
         return FDResult("projection", ref, np.full(k, self._noise(h)), directions=v, evaluations=2 * k)
+
+    def refine(self, param: str, result: FDResult, which: np.ndarray) -> Refined:
+        """The values of `result` (a gradient of param) at flat indices `which`, refined on the ladder
+        of steps: for full results the elements, for projections the directions."""
+        flat = np.asarray(self.base[param], dtype=np.float64).reshape(-1)
+        which = np.asarray(which, dtype=np.intp)
+
+        def evaluate(stack):
+            losses = self.losses(param, stack.reshape((len(stack),) + np.shape(self.base[param])))
+            return losses, np.abs(losses)
+        if result.mode == "full":
+            return _ladder(evaluate, self.loss, flat, element_steps(flat[which]), np.abs(flat[which]), which=which)
+        d = result.directions[which]
+        out = _ladder(evaluate, self.loss, flat, np.full(which.size, projection_step(flat)),
+                      _support_scale(flat, d), directions=d)
+        out.which = which
+        return out
 
     def one_sided(self, param: str, directions: np.ndarray, steps: np.ndarray):
         """(left, right): second-order one-sided differences of L along each direction (m, n) of

@@ -15,6 +15,8 @@ from __future__ import annotations
 import math
 import time
 
+import numpy as np
+
 from ..errors import OptionError
 from ..graph.ir import Graph
 from ..oracles.finite_diff import MODES as FD_MODES
@@ -25,7 +27,8 @@ from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
 from .diagnosis.diagnose import diagnose, overall_verdict
 from .engine_run import EngineRun, run_engine
-from .findings import Finding, parameters_through
+from .fd_check import fd_check
+from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions
 from .report import ParameterResult, Report
 
@@ -67,26 +70,27 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
     for name in graph.parameters:
         ref = fd.gradient(name)
         g = engine.gradients[name]
-        if ref.mode == "projection":
-            engine_proj = ref.directions @ g.reshape(-1)
-            cmp = compare(engine_proj, ref.reference, tol, ref.noise)
-        else:
-            engine_proj = None
-            cmp = compare(g, ref.reference, tol, ref.noise)
+        engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
+        check = fd_check(g if engine_proj is None else engine_proj, ref.reference, ref.noise, tol,
+                         lambda which, name=name, ref=ref: fd.refine(name, ref, which))
+        cmp = check.comparison
+        reference = check.reference.reshape(np.shape(ref.reference))
         sym = sym_cmp = fd_sym = None
         if symbolic.ran:
             sym = symbolic.gradients[name]
             sym_cmp = compare(g, sym, tol)
             sym_of_fd = ref.directions @ sym.reshape(-1) if ref.mode == "projection" else sym
-            fd_sym = compare(ref.reference, sym_of_fd, FD_VS_SYMBOLIC, ref.noise)
+            fd_sym = compare(reference, sym_of_fd, FD_VS_SYMBOLIC, check.error.reshape(reference.shape))
         results.append(ParameterResult(
-            name=name, shape=tuple(g.shape), mode=ref.mode, gradient=g, reference=ref.reference,
-            engine_projection=engine_proj, directions=ref.directions, max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error,
+            name=name, shape=tuple(g.shape), mode=ref.mode, gradient=g, reference=reference,
+            engine_projection=engine_proj, directions=ref.directions, max_abs_error=cmp.max_abs_error,
+            max_rel_error=cmp.max_rel_error,
             worst_index=cmp.worst_index, engine_at_worst=cmp.engine_at_worst,
             reference_at_worst=cmp.reference_at_worst, atol=tol.atol, rtol=tol.rtol,
             passed=sym_cmp.passed if sym_cmp is not None else cmp.passed,
             evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
-            fd_vs_symbolic=fd_sym))
+            fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
+            fd_undecidable=check.undecidable))
     t_fd = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -104,6 +108,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
         warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
     t0 = time.perf_counter()
     findings = engine.findings + diagnose(Context(graph, options, dtype, engine, results, fd, tol))
+    findings += undecidable_findings(results, engine.program)
     findings += _wrong_user_derivatives(custom, findings, engine.program)
     t_diag = time.perf_counter() - t0
     verdict = overall_verdict(results, findings)
@@ -129,4 +134,26 @@ def _wrong_user_derivatives(custom, findings, program) -> list:
             out.append(Finding(node=c.node, op="expr", cause="rule_error", severity="error",
                                detail=f"user derivative disagrees with SymPy's: {c.detail}",
                                parameters=parameters_through(program, c.node)))
+    return out
+
+
+def undecidable_findings(results, program) -> list:
+    """One warning per parameter with values finite differences could not decide: no step gave an
+    estimate whose error is within the tolerance (or a small fraction of the value)."""
+    out = []
+    for r in results:
+        if not len(r.fd_undecidable):
+            continue
+        flat = r.reference.reshape(-1)
+        first = int(r.fd_undecidable[0])
+        label = ["direction", first] if r.mode == "projection" else \
+            [int(i) for i in np.unravel_index(first, r.shape)] if r.shape else []
+        engine = (r.engine_projection if r.mode == "projection" else r.gradient).reshape(-1)[first]
+        what = "directional derivatives" if r.mode == "projection" else "elements"
+        out.append(Finding(
+            node=r.name, op="input", cause="fd_undecidable", severity="warning",
+            detail=f"finite differences cannot decide {len(r.fd_undecidable)} of its {what}, first {label}: the "
+                   f"best estimate {flat[first]:.8g} has error bound {float(r.fd_error.reshape(-1)[first]):.3g} at "
+                   f"every step tried (engine {engine:.8g}); not counted as a mismatch",
+            parameters=[r.name], worst=WorstElement(tuple(label), float(engine), float(flat[first]))))
     return out

@@ -13,6 +13,7 @@ import numpy as np
 from ...engine.program import Step
 from ...oracles.finite_diff import EPS, STEP_SCALE, element_steps, projection_step
 from ..compare import Tolerance, compare
+from ..fd_check import fd_check
 from ..findings import Finding, WorstElement
 from .context import Context, inputs_at
 from .localize import LocalCheck, Located
@@ -58,8 +59,9 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
         return _nondifferentiable(ctx, step, near, params)
     shape = ctx.program.shapes[name]
     rule64 = rule_contribution(step, xs64, ctx.fd.base[step.name], c.adjoint, k, shape)
-    noise = 8 * EPS * (np.abs(c.reference) + 1.0) / STEP_SCALE
-    rule_cmp = compare(_projected(c, rule64), c.reference, Tolerance.for_dtype("float64"), noise)
+    # the same FD error bound as the check that found it: refined where the rule disagrees
+    rule_cmp = fd_check(_projected(c, rule64), c.reference, c.error, Tolerance.for_dtype("float64"),
+                        c.refine).comparison
     if not rule_cmp.passed:
         w = _worst_of(c, rule64)
         return Finding(step.name, step.op.name, "rule_error", "error",

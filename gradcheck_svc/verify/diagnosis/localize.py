@@ -16,13 +16,15 @@ accumulation itself (float32 cancellation).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from ...engine.program import Program, Step
-from ...oracles.finite_diff import FiniteDifferences, local_vjp, random_directions
-from ..compare import Comparison, Tolerance, compare
+from ...oracles.finite_diff import FiniteDifferences, local_vjp, random_directions, refine_local_vjp
+from ..compare import Comparison, Tolerance
+from ..fd_check import fd_check
 from ..findings import WorstElement
 
 FULL_UP_TO = 32  # elements: check every element of an adjoint; above, random projections
@@ -40,6 +42,8 @@ class LocalCheck:
     directions: np.ndarray | None
     comparison: Comparison
     adjoint: np.ndarray  # the incoming adjoint dL/dC used (the engine's, verified right)
+    error: np.ndarray  # each reference value's estimated FD error (refined where it failed)
+    refine: Callable = field(repr=False, default=None)  # flat indices -> finite_diff.Refined, for more checks
 
 
 @dataclass
@@ -65,7 +69,11 @@ def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: d
     dirs = _directions(engine.size)
     ref, noise = local_vjp(step, xs, k, a, dirs)
     eng = engine.reshape(-1) if dirs is None else dirs @ engine.reshape(-1)
-    return LocalCheck(step, k, engine, ref, dirs, compare(eng, ref, tol, noise), a)
+
+    def refine(which):
+        return refine_local_vjp(step, xs, k, a, dirs, which)
+    check = fd_check(eng, ref, noise, tol, refine)
+    return LocalCheck(step, k, engine, check.reference, dirs, check.comparison, a, check.error, refine)
 
 
 def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributions: dict, tol: Tolerance,
@@ -95,7 +103,8 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
             engine = np.broadcast_to(engine, program.shapes[v])
             ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection", directions=DIRECTIONS)
             eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
-            checks[v] = compare(eng, ref.reference, tol, ref.noise)
+            checks[v] = fd_check(eng, ref.reference, ref.noise, tol,
+                                 lambda which: fd.refine(v, ref, which)).comparison
         return checks[v]
 
     # bisect: lo is right (or the loss side), hi is wrong
