@@ -107,8 +107,9 @@ def random_directions(n: int, k: int, seed: int = 0) -> np.ndarray:
 
 def element_steps(flat: np.ndarray) -> np.ndarray:
     """Per-element step cbrt(eps) * max(1, |x|), rounded so that x + h - x == h exactly."""
-    h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
-    return (flat + h) - flat
+    with np.errstate(invalid="ignore"):  # inf - inf: a non-finite input has no step (NaN)
+        h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
+        return (flat + h) - flat
 
 
 def projection_step(flat: np.ndarray) -> float:
@@ -171,15 +172,16 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
     m = len(h0)
     if m == 0:
         return Refined(np.zeros(0, np.intp), np.zeros(0), np.zeros(0), np.zeros(0), [])
-    top = 2.0 ** np.ceil(np.log2(2 * h0))
-    with np.errstate(divide="ignore"):
+    with np.errstate(all="ignore"):  # a non-finite x: NaN steps, NaN estimates, an infinite bound
+        top = 2.0 ** np.ceil(np.log2(2 * h0))
         need = np.where(scale > 0, np.ceil(np.log2(top / (LADDER_REACH * np.maximum(scale, 1e-300)))), 0)
+    need = need[np.isfinite(need)]
     depth = int(np.clip(np.max(need, initial=0), LADDER_MIN, LADDER_MAX))
     steps = top[None, :] * 2.0 ** -np.arange(depth + 1)[:, None]  # (J+1, m)
     plus, minus, mag = (np.empty((depth + 1, m)) for _ in range(3))
     rows = np.arange(m)
     for j in range(depth + 1):
-        if which is not None:
+        if which is not None:  # NaN steps (non-finite x) make NaN rows, as they should
             stack = np.broadcast_to(flat, (2 * m, flat.size)).copy()
             stack[rows, which] += steps[j]
             stack[m + rows, which] -= steps[j]

@@ -45,14 +45,14 @@ def _over(engine, reference, allowed) -> np.ndarray:
 
 def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine) -> FDCheck:
     """engine and reference in the reference's shape; noise its first-pass error estimate;
-    refine(flat indices) -> finite_diff.Refined for those values."""
+    refine(flat indices) -> finite_diff.Refined for those values; None: the first pass stands."""
     shape = np.shape(reference)
     eng = np.asarray(engine, dtype=np.float64).reshape(-1)
     ref = np.array(reference, dtype=np.float64).reshape(-1)
     error = np.array(np.broadcast_to(noise, shape), dtype=np.float64).reshape(-1)
     refined = np.zeros(ref.size, bool)
     undecidable = np.zeros(ref.size, bool)
-    while refined.sum() < REFINE_MAX:
+    while refine is not None and refined.sum() < REFINE_MAX:
         over = _over(eng, ref, bounds(ref, tol, error)) & ~refined
         if not over.any():
             break

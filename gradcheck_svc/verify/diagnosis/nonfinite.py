@@ -1,5 +1,7 @@
 """NaN / Inf: the first node whose forward output or vjp contribution is non-finite while its
-own inputs (forward) or incoming adjoint (backward) are finite."""
+own inputs (forward) or incoming adjoint (backward) are finite -- or, when a graph input is
+itself NaN/Inf, the first op that reads it and passes it on (maximum, minimum and clip
+included: NumPy and PyTorch propagate NaN through them)."""
 from __future__ import annotations
 
 import numpy as np
@@ -30,11 +32,23 @@ def nonfinite_findings(ctx: Context) -> list[Finding]:
     params = list(ctx.program.params) if not np.isfinite(eng.loss) else bad_params
     out: dict[str, Finding] = {}
     clean = ctx.clean()
+    produced = set(ctx.program.by_name)
     for step in ctx.program.steps:  # forward: the first node making NaN/Inf from finite inputs
         y = clean[step.name]
-        if _finite(y) or not all(_finite(clean[n]) for n in step.inputs):
+        if _finite(y):
             continue
+        bad_inputs = [n for n in dict.fromkeys(step.inputs) if not _finite(clean[n])]
+        if bad_inputs and all(n in produced for n in bad_inputs):
+            continue  # it passes on what an earlier node made
         idx, val = _first_nonfinite(np.asarray(y, dtype=np.float64))
+        if bad_inputs:  # a graph input is NaN/Inf: named at the first op it reaches the output of
+            fed = [n for n in bad_inputs if n not in produced]
+            j, v = _first_nonfinite(np.asarray(clean[fed[0]], dtype=np.float64))
+            out[step.name] = Finding(step.name, step.op.name, "nonfinite", "error",
+                                     f"forward produced {val:g} at {list(idx)} from the non-finite graph input "
+                                     f"'{fed[0]}' ({v:g} at {list(j)}; {inputs_at(step, clean, idx)})",
+                                     params, WorstElement(idx, val, float("nan")))
+            break
         ref = float(np.asarray(ctx.fd.base[step.name], dtype=np.float64).reshape(-1)[
             np.ravel_multi_index(idx, np.shape(y)) if idx else 0])
         out[step.name] = Finding(step.name, step.op.name, "nonfinite", "error",
