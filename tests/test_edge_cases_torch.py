@@ -136,7 +136,8 @@ def test_symbolic_oracle_on_nonfinite_pow_inputs_matches_torch(x, e):
     b.output(b.node("sum", p, name="L"))
     result = symbolic_gradients(load_graph(b.build()), SymbolicOptions())
     assert result.status == "ok", result.reason
-    tx, te = torch.tensor(x, requires_grad=True), torch.tensor(e, requires_grad=True)
+    tx = torch.tensor(x, dtype=torch.float64, requires_grad=True)
+    te = torch.tensor(e, dtype=torch.float64, requires_grad=True)
     torch.pow(tx, te).sum().backward()
     np.testing.assert_allclose(result.gradients["x"], tx.grad.numpy(), rtol=1e-12)  # inf and NaN where torch's are
     np.testing.assert_allclose(result.gradients["e"], te.grad.numpy(), rtol=1e-12)
