@@ -17,7 +17,7 @@ from gradcheck_svc.errors import GraphError
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.oracles.symbolic import SymbolicOptions, symbolic_gradients
-from gradcheck_svc.verify import VerifyOptions, verify
+from gradcheck_svc.verify import verify
 
 
 def engine(graph, node: str):
@@ -78,7 +78,6 @@ def test_an_extremum_over_nothing_is_a_user_error_as_in_torch(op):
 def test_take_along_axis_broadcasts_like_torch(x_shape, idx, axis):
     rng = np.random.default_rng(0)
     x, idx = rng.standard_normal(x_shape), np.array(idx)
-    w = None
     b = GraphBuilder("tala")
     y = b.node("take_along_axis", b.input("x", x, True), b.input("i", idx, dtype="int64"), axis=axis, name="y")
     t = torch.tensor(x, requires_grad=True)

@@ -173,3 +173,22 @@ def test_a_one_percent_rule_error_is_named_at_its_node_by_fd_alone(one_percent_r
     report = verify(op_graph(one_percent_rule.name, case, rng), FD_ONLY)
     assert report.verdict == "fail"
     assert errors(report) == [("y", "rule_error")], report.to_text()
+
+
+def test_projected_differences_are_refined_too():
+    """Random directions all touch the element next to the pole: those that fail are refined along
+    the same directions (FDResult.directions), and the verdict is right."""
+    rng = np.random.default_rng(0)
+    b_values = rng.uniform(0.5, 2, 200)
+    b_values[7] = 1e-3
+    g = GraphBuilder("projected_pole")
+    a_values = rng.standard_normal(200)
+    q = g.node("div", g.input("a", a_values, True), g.input("b", b_values, True), name="q")
+    g.output(g.node("sum", q, name="L"))
+    report = verify(load_graph(g.build()), VerifyOptions(fd=FDOptions(mode="projection"),
+                                                         symbolic=SymbolicOptions(enabled=False)))
+    assert report.verdict == "pass" and not errors(report), report.to_text()
+    grad_b = next(p for p in report.parameters if p.name == "b")
+    assert grad_b.mode == "projection" and len(grad_b.fd_refined) >= 1
+    exact = grad_b.directions @ (-a_values / b_values ** 2)
+    assert np.all(np.abs(grad_b.reference - exact)[grad_b.fd_refined] <= grad_b.fd_error[grad_b.fd_refined])
