@@ -152,7 +152,7 @@ def test_undecidable_is_a_warning_naming_the_element_never_a_rule_error():
     assert report.verdict == "pass" and not errors(report), report.to_text()
     (f,) = [f for f in report.findings if f.cause == "fd_undecidable"]
     assert (f.node, f.severity, f.worst.index) == ("x", "warning", (0,))
-    assert report.parameters[0].to_dict()["fd_undecidable"] == [[0]]
+    assert report.parameters[0].to_dict()["fd_undecidable"] == [0]
 
 
 @pytest.fixture

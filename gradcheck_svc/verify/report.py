@@ -11,7 +11,7 @@ gradient and engine vs symbolic errors, or null when it did not run) and
 `fd_vs_symbolic` (how far FD is from the exact gradient: how much to trust FD
 on this graph); `fd_error` the estimated error of each FD reference value
 (`fd_error_at_worst` beside `reference_at_worst`), `fd_refined` how many were
-refined on the ladder of steps, `fd_undecidable` the indices FD could not decide; `passed` is then engine vs symbolic, `fd_passed` engine vs
+refined on the ladder of steps, `fd_undecidable` the flat indices FD could not decide; `passed` is then engine vs symbolic, `fd_passed` engine vs
 FD, and `verdict_reference` says which one decided. Top level: `symbolic`
 (status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
 `expr` node, with `user_grad_matches` true/false/null).
@@ -81,7 +81,7 @@ class ParameterResult:
             worst = np.ravel_multi_index(self.worst_index, np.shape(self.reference)) if self.worst_index else 0
             d["fd_error_at_worst"] = json_float(self.fd_error.reshape(-1)[worst]) if self.fd_error.size else 0.0
             d["fd_refined"] = int(len(self.fd_refined))
-            d["fd_undecidable"] = [self._label(i) for i in self.fd_undecidable]
+            d["fd_undecidable"] = [int(i) for i in self.fd_undecidable]  # flat, like reference
         if self.gradient.size > MAX_LISTED:
             d["truncated"] = True
         if self.engine_projection is not None:
@@ -103,12 +103,6 @@ class ParameterResult:
                                    "worst_index": list(c.worst_index), "fd_at_worst": json_float(c.engine_at_worst),
                                    "symbolic_at_worst": json_float(c.reference_at_worst), "agree": c.passed}
         return d
-
-    def _label(self, flat: int) -> list:
-        """An index of the reference: an element's index, or ["direction", j] in projection mode."""
-        if self.mode == "projection":
-            return ["direction", int(flat)]
-        return [int(i) for i in np.unravel_index(int(flat), self.shape)] if self.shape else []
 
 
 @dataclass
