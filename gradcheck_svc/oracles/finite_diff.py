@@ -87,7 +87,7 @@ class Refined:
     values: np.ndarray  # best estimate per value
     error: np.ndarray  # its estimated error: truncation + rounding; inf when no step gave one
     step: np.ndarray  # the step of the chosen estimate
-    method: list[str]  # "central" | "richardson" | "forward" | "backward" (one-sided)
+    method: list[str]  # "central" | "richardson" | "right" | "left" (one-sided)
 
 
 @dataclass
@@ -195,11 +195,11 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
         central = (plus - minus) / (2 * steps)
         richardson = np.full_like(central, np.nan)
         richardson[1:] = (4 * central[1:] - central[:-1]) / 3
-        forward, backward = (np.full_like(central, np.nan) for _ in range(2))
-        forward[1:] = (-3 * base + 4 * plus[1:] - plus[:-1]) / (2 * steps[1:])
-        backward[1:] = (3 * base - 4 * minus[1:] + minus[:-1]) / (2 * steps[1:])
+        right, left = (np.full_like(central, np.nan) for _ in range(2))  # one-sided, second order
+        right[1:] = (-3 * base + 4 * plus[1:] - plus[:-1]) / (2 * steps[1:])
+        left[1:] = (3 * base - 4 * minus[1:] + minus[:-1]) / (2 * steps[1:])
         candidates, bounds = [], []
-        for values, round_factor in ((central, 1), (richardson, 2), (forward, 4), (backward, 4)):
+        for values, round_factor in ((central, 1), (richardson, 2), (right, 4), (left, 4)):
             gap = np.abs(np.diff(values, axis=0))  # gap[j-1] = |E_j - E_(j-1)|
             # an estimate is as far from the truth as from its coarser neighbour (truncation shrinks
             # at least 4x per halving), and from its finer one: two neighbours, so one chance
@@ -218,7 +218,7 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
     values = est.reshape(-1, m)[pick, rows]
     error = flat_err[pick, rows]
     values = np.where(np.isfinite(error), values, np.nan)
-    names = ("central", "richardson", "forward", "backward")
+    names = ("central", "richardson", "right", "left")
     return Refined(np.asarray(which if which is not None else rows), values, error,
                    steps[pick % (depth + 1), rows],
                    [names[p // (depth + 1)] for p in pick])
