@@ -192,3 +192,29 @@ def test_projected_differences_are_refined_too():
     assert grad_b.mode == "projection" and len(grad_b.fd_refined) >= 1
     exact = grad_b.directions @ (-a_values / b_values ** 2)
     assert np.all(np.abs(grad_b.reference - exact)[grad_b.fd_refined] <= grad_b.fd_error[grad_b.fd_refined])
+
+
+def test_localization_does_not_blame_a_node_for_the_oracles_truncation(tanh_one_percent_off):
+    """y = tanh_1pct(x) ~ 1e-4, L = sum(c / y): the adjoint of y is checked by differences whose
+    first pass is off by ~(h/y)^2 = 4e-3. Without the bound, div would be blamed; with it, the
+    wrong rule is named where it is."""
+    g = GraphBuilder("pole_downstream")
+    y = g.node(tanh_one_percent_off, g.input("x", np.array([1e-4, 2e-4, -3e-4]), True), name="y")
+    q = g.node("div", g.input("c", np.array([1.0, 2.0, 0.5])), y, name="q")
+    g.output(g.node("sum", q, name="L"))
+    report = verify(load_graph(g.build()), FD_ONLY)
+    assert report.verdict == "fail"
+    assert errors(report) == [("y", "rule_error")], report.to_text()
+
+
+def test_a_one_percent_wrong_div_rule_next_to_the_pole_is_still_caught():
+    div = REGISTRY["div"]
+    bad = dataclasses.replace(div, name="div_1pct",
+                              vjp=lambda xp, g, saved, **a: tuple(1.01 * v for v in div.vjp(xp, g, saved, **a)))
+    register(bad)
+    try:
+        report = verify(div_graph(1e-5, op="div_1pct"), FD_ONLY)
+    finally:
+        del REGISTRY[bad.name]
+    assert report.verdict == "fail"
+    assert errors(report) == [("q", "rule_error")], report.to_text()
