@@ -53,8 +53,8 @@ def _infer_extremum(node, specs, attrs):
 
 def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True):
     register(OpDef(
-        name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1, input_kinds=(FLOAT,),
-        attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc))
+        name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
+        input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc))
 
 
 def _sum(xp, x, axes, keepdims, **_):
