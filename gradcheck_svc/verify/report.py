@@ -191,6 +191,9 @@ class Report:
                              "(symbolic)")
                 else:
                     worst = f"{list(p.worst_index)}: {p.engine_at_worst:.8g} vs {p.reference_at_worst:.8g}"
+                    if p.fd_error is not None and p.fd_error.size:  # the FD reference's own error bound
+                        flat = np.ravel_multi_index(p.worst_index, p.fd_error.shape) if p.worst_index else 0
+                        worst += f" ± {float(p.fd_error.reshape(-1)[flat]):.2g}"
                 lines.append(
                     f"  {p.name:<{width}}  {str(list(p.shape)):<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
                     f"{p.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {status} {what} {worst}"
