@@ -70,7 +70,7 @@ def after(graph, grads):
     for p in graph.parameters:
         ref = fd.gradient(p)
         out[p] = fd_check(grads[p], ref.reference, ref.noise, TOL,
-                          lambda which, p=p, ref=ref: fd.refine(p, ref, which))
+                          lambda which, settled, p=p, ref=ref: fd.refine(p, ref, which, settled))
     return out
 
 

@@ -51,7 +51,8 @@ def test_small_denominators_pass_and_the_bound_holds_the_exact_value(b):
     exact = -C * A / b ** 2
     assert grad_b.fd_refined.tolist() == [0]  # only the element next to the pole needed more steps
     # the refined difference is within its own error bound of the closed form, and the bound is tight
-    assert abs(grad_b.reference[0] - exact) <= grad_b.fd_error[0] <= 1e-6 * abs(exact)
+    # enough to decide (refinement stops once the comparison is decided: about the tolerance's size)
+    assert abs(grad_b.reference[0] - exact) <= grad_b.fd_error[0] <= 1e-5 * abs(exact)
     d = grad_b.to_dict()
     assert d["fd_error"][0] == grad_b.fd_error[0] and d["fd_refined"] == 1 and d["fd_undecidable"] == []
 

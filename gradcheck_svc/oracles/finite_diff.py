@@ -148,7 +148,7 @@ def local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray | No
 
 
 def refine_local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray | None,
-                     which: np.ndarray) -> Refined:
+                     which: np.ndarray, settled=None) -> Refined:
     """local_vjp's values at indices `which` (elements, or rows of directions), refined on the ladder."""
     flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
     evaluate = _weighted_output(step, xs, k, a)
@@ -156,19 +156,21 @@ def refine_local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarr
     which = np.asarray(which, dtype=np.intp)
     h0 = np.full(which.size, projection_step(flat))
     if directions is None:
-        return _ladder(evaluate, base, flat, h0, np.abs(flat[which]), which=which)
+        return _ladder(evaluate, base, flat, h0, np.abs(flat[which]), which=which, settled=settled)
     d = directions[which]
-    out = _ladder(evaluate, base, flat, h0, _support_scale(flat, d), directions=d)
+    out = _ladder(evaluate, base, flat, h0, _support_scale(flat, d), directions=d, settled=settled)
     out.which = which
     return out
 
 
 def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.ndarray,
-            which: np.ndarray | None = None, directions: np.ndarray | None = None) -> Refined:
+            which: np.ndarray | None = None, directions: np.ndarray | None = None, settled=None) -> Refined:
     """Refined derivatives of a scalar function F of flat (n,) along m directions: unit vectors at
     the elements `which`, or the rows of `directions` (m, n). evaluate(stack (B, n)) -> (F, |F|
     magnitude for the rounding term), base = F(flat), h0 (m,) the first pass's steps, scale (m,)
-    the smallest |x| each direction touches."""
+    the smallest |x| each direction touches. settled(values, error) -> mask: directions whose
+    estimate is good enough for the caller; they stop descending the ladder (a mismatch far
+    beyond the truncation error is confirmed in three levels, not thirty)."""
     m = len(h0)
     if m == 0:
         return Refined(np.zeros(0, np.intp), np.zeros(0), np.zeros(0), np.zeros(0), [])
@@ -178,18 +180,38 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
     need = need[np.isfinite(need)]
     depth = int(np.clip(np.max(need, initial=0), LADDER_MIN, LADDER_MAX))
     steps = top[None, :] * 2.0 ** -np.arange(depth + 1)[:, None]  # (J+1, m)
-    plus, minus, mag = (np.empty((depth + 1, m)) for _ in range(3))
-    rows = np.arange(m)
+    plus, minus, mag = (np.full((depth + 1, m), np.nan) for _ in range(3))  # NaN: level not evaluated
+    which = None if which is None else np.asarray(which)
+    active = np.ones(m, bool)
     for j in range(depth + 1):
+        rows = np.flatnonzero(active)
+        k = rows.size
         if which is not None:  # NaN steps (non-finite x) make NaN rows, as they should
-            stack = np.broadcast_to(flat, (2 * m, flat.size)).copy()
-            stack[rows, which] += steps[j]
-            stack[m + rows, which] -= steps[j]
+            stack = np.broadcast_to(flat, (2 * k, flat.size)).copy()
+            stack[np.arange(k), which[rows]] += steps[j, rows]
+            stack[k + np.arange(k), which[rows]] -= steps[j, rows]
         else:
-            stack = np.concatenate([flat + steps[j][:, None] * directions, flat - steps[j][:, None] * directions])
+            d = directions[rows]
+            stack = np.concatenate([flat + steps[j, rows][:, None] * d, flat - steps[j, rows][:, None] * d])
         f, size = evaluate(stack)
-        plus[j], minus[j] = f[:m], f[m:]
-        mag[j] = np.fmax(np.fmax(size[:m], size[m:]), abs(base))  # a NaN side leaves the other
+        plus[j, rows], minus[j, rows] = f[:k], f[k:]
+        mag[j, rows] = np.fmax(np.fmax(size[:k], size[k:]), abs(base))  # a NaN side leaves the other
+        if settled is not None and 2 <= j < depth:
+            values, error, _ = _best(plus, minus, mag, steps, base)
+            active &= ~np.asarray(settled(values, error), dtype=bool)
+            if not active.any():
+                break
+    values, error, pick = _best(plus, minus, mag, steps, base)
+    names = ("central", "richardson", "right", "left")
+    cols = np.arange(m)
+    return Refined(np.asarray(which if which is not None else cols), values, error,
+                   steps[pick % (depth + 1), cols], [names[p // (depth + 1)] for p in pick])
+
+
+def _best(plus, minus, mag, steps, base):
+    """(value, error bound, index of the candidate) per direction: the estimate with the smallest
+    bound among central differences, their Richardson extrapolation and the one-sided ones, on
+    the levels evaluated so far (NaN rows are levels not evaluated)."""
     with np.errstate(all="ignore"):
         rounding = 4 * EPS * mag / steps
         central = (plus - minus) / (2 * steps)
@@ -203,7 +225,7 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
             gap = np.abs(np.diff(values, axis=0))  # gap[j-1] = |E_j - E_(j-1)|
             # an estimate is as far from the truth as from its coarser neighbour (truncation shrinks
             # at least 4x per halving), and from its finer one: two neighbours, so one chance
-            # agreement far from the truth is not taken for convergence
+            # agreement far from the truth is not taken for convergence (NaN until both exist)
             err = np.full_like(values, np.nan)
             err[1:] = gap
             err[1:-1] = np.maximum(err[1:-1], gap[1:])
@@ -213,15 +235,13 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
         est = np.stack(candidates)  # (4, J+1, m)
         err = np.stack(bounds)
         err = np.where(np.isfinite(err) & np.isfinite(est), err, np.inf)
+    m = est.shape[-1]
     flat_err = err.reshape(-1, m)
     pick = np.argmin(flat_err, axis=0)
-    values = est.reshape(-1, m)[pick, rows]
-    error = flat_err[pick, rows]
-    values = np.where(np.isfinite(error), values, np.nan)
-    names = ("central", "richardson", "right", "left")
-    return Refined(np.asarray(which if which is not None else rows), values, error,
-                   steps[pick % (depth + 1), rows],
-                   [names[p // (depth + 1)] for p in pick])
+    cols = np.arange(m)
+    error = flat_err[pick, cols]
+    values = np.where(np.isfinite(error), est.reshape(-1, m)[pick, cols], np.nan)
+    return values, error, pick
 
 
 def _support_scale(flat: np.ndarray, directions: np.ndarray) -> np.ndarray:
@@ -324,9 +344,10 @@ class FiniteDifferences:
             ref = (losses[:k] - losses[k:]) / (2 * h)
         return FDResult("projection", ref, np.full(k, self._noise(h)), directions=v, evaluations=2 * k)
 
-    def refine(self, param: str, result: FDResult, which: np.ndarray) -> Refined:
+    def refine(self, param: str, result: FDResult, which: np.ndarray, settled=None) -> Refined:
         """The values of `result` (a gradient of param) at flat indices `which`, refined on the ladder
-        of steps: for full results the elements, for projections the directions."""
+        of steps: for full results the elements, for projections the directions. settled: see
+        _ladder (the caller's test of "good enough", which stops a value's descent)."""
         flat = np.asarray(self.base[param], dtype=np.float64).reshape(-1)
         which = np.asarray(which, dtype=np.intp)
 
@@ -334,10 +355,11 @@ class FiniteDifferences:
             losses = self.losses(param, stack.reshape((len(stack),) + np.shape(self.base[param])))
             return losses, np.abs(losses)
         if result.mode == "full":
-            return _ladder(evaluate, self.loss, flat, element_steps(flat[which]), np.abs(flat[which]), which=which)
+            return _ladder(evaluate, self.loss, flat, element_steps(flat[which]), np.abs(flat[which]), which=which,
+                           settled=settled)
         d = result.directions[which]
         out = _ladder(evaluate, self.loss, flat, np.full(which.size, projection_step(flat)),
-                      _support_scale(flat, d), directions=d)
+                      _support_scale(flat, d), directions=d, settled=settled)
         out.which = which
         return out
 

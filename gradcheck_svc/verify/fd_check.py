@@ -45,7 +45,8 @@ def _over(engine, reference, allowed) -> np.ndarray:
 
 def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine) -> FDCheck:
     """engine and reference in the reference's shape; noise its first-pass error estimate;
-    refine(flat indices) -> finite_diff.Refined for those values; None: the first pass stands."""
+    refine(flat indices, settled) -> finite_diff.Refined for those values, where settled(values,
+    error) says which estimates already decide the comparison; None: the first pass stands."""
     shape = np.shape(reference)
     eng = np.asarray(engine, dtype=np.float64).reshape(-1)
     ref = np.array(reference, dtype=np.float64).reshape(-1)
@@ -59,11 +60,21 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
         with np.errstate(all="ignore"):
             ratio = np.where(over, np.nan_to_num(np.abs(eng - ref) / bounds(ref, tol, error), nan=np.inf), -1.0)
         batch = np.argsort(-ratio, kind="stable")[:min(REFINE_BATCH, int(over.sum()), REFINE_MAX - int(refined.sum()))]
-        r = refine(batch)
+        floor, g = bounds(ref, tol)[batch], eng[batch]
+
+        def trusted_at(values, err, floor=floor):
+            with np.errstate(invalid="ignore"):
+                return np.isfinite(err) & (err <= np.maximum(floor, TRUST * np.abs(values)))
+
+        def settled(values, err, floor=floor, g=g):
+            """Decided: agreeing with a bound within the tolerance, or disagreeing with a trusted one."""
+            with np.errstate(invalid="ignore"):
+                off = np.abs(g - values)
+                return ((err <= floor) & (off <= floor + err)) | (trusted_at(values, err) & (off > floor + err))
+        r = refine(batch, settled)  # a value stops descending the ladder once it is decided
         ref[batch], error[batch] = r.values, r.error
         refined[batch] = True
-        with np.errstate(invalid="ignore"):
-            trusted = np.isfinite(r.error) & (r.error <= np.maximum(bounds(ref, tol)[batch], TRUST * np.abs(r.values)))
+        trusted = trusted_at(r.values, r.error)
         undecidable[batch] = ~trusted
         if _over(eng[batch], ref[batch], bounds(ref, tol, error)[batch])[trusted].any():
             break  # a confirmed mismatch: the verdict is settled, localization takes it from here

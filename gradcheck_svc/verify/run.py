@@ -72,7 +72,10 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
         g = engine.gradients[name]
         engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
         # a NaN/Inf loss leaves differences nothing to refine: the non-finite diagnosis takes it
-        refine = (lambda which, name=name, ref=ref: fd.refine(name, ref, which)) if math.isfinite(fd.loss) else None
+        refine = None
+        if math.isfinite(fd.loss):
+            def refine(which, settled, name=name, ref=ref):
+                return fd.refine(name, ref, which, settled)
         check = fd_check(g if engine_proj is None else engine_proj, ref.reference, ref.noise, tol, refine)
         cmp = check.comparison
         reference = check.reference.reshape(np.shape(ref.reference))

@@ -70,8 +70,8 @@ def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: d
     ref, noise = local_vjp(step, xs, k, a, dirs)
     eng = engine.reshape(-1) if dirs is None else dirs @ engine.reshape(-1)
 
-    def refine(which):
-        return refine_local_vjp(step, xs, k, a, dirs, which)
+    def refine(which, settled=None):
+        return refine_local_vjp(step, xs, k, a, dirs, which, settled)
     check = fd_check(eng, ref, noise, tol, refine)
     return LocalCheck(step, k, engine, check.reference, dirs, check.comparison, a, check.error, refine)
 
@@ -104,7 +104,7 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
             ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection", directions=DIRECTIONS)
             eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
             checks[v] = fd_check(eng, ref.reference, ref.noise, tol,
-                                 lambda which: fd.refine(v, ref, which)).comparison
+                                 lambda which, settled: fd.refine(v, ref, which, settled)).comparison
         return checks[v]
 
     # bisect: lo is right (or the loss side), hi is wrong
