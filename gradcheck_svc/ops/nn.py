@@ -19,6 +19,11 @@ def _infer_axis(node, specs, attrs):
 
 
 def _logsumexp(xp, x, axis, keepdims=True):
+    if x.shape[axis] == 0:
+        # NumPy and PyTorch: the log of an empty sum is log 0 = -inf (and softmax of nothing is empty);
+        # the max shift below has no identity over an empty axis
+        out = xp.sum(x, axis=axis, keepdims=True) - np.inf
+        return out if keepdims else xp.squeeze(out, axis=axis)
     m = xp.max(x, axis=axis, keepdims=True)
     m = xp.where(xp.isfinite(m), m, 0.0)
     out = xp.log(xp.sum(xp.exp(x - m), axis=axis, keepdims=True)) + m

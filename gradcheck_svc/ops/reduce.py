@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from ..errors import GraphError
 from .base import FLOAT, REALS, Attr, Case, Kink, OpDef, Spec, norm_axes, save_nothing
 from .registry import register
 
@@ -41,10 +42,19 @@ def _cases(rng):
     return [Case([REALS.sample(rng, s)], {"axis": a, "keepdims": k}) for s, a, k in specs]
 
 
-def reduction(name, forward, vjp, save, sympy_doc, kinks=()):
+def _infer_extremum(node, specs, attrs):
+    spec, out = _infer_reduce(node, specs, attrs)
+    if out["count"] == 0 and math.prod(spec.shape) > 0:
+        # NumPy raises here and so does PyTorch: a max over nothing has no identity
+        raise GraphError(f"reduction over an axis of size 0 (input {list(specs[0].shape)}) has no identity",
+                         node=node)
+    return spec, out
+
+
+def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True):
     register(OpDef(
-        name=name, forward=forward, vjp=vjp, infer=_infer_reduce, arity=1, input_kinds=(FLOAT,),
-        attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc))
+        name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
+        input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc))
 
 
 def _sum(xp, x, axes, keepdims, **_):
@@ -94,4 +104,5 @@ for _name, _fn in (("max", "max"), ("min", "min")):
         lambda xs, y, **_: (xs[0], y),
         f"{_name} over axes",
         kinks=[Kink("ties for the extremum", "gradient split evenly among the tied elements", _tie_gap)],
+        identity=False,
     )

@@ -281,10 +281,12 @@ def _infer_take_along(node, specs, attrs):
                          node=node)
     axis = norm_axis(node, attrs["axis"], len(src))
     for i, (a, b) in enumerate(zip(src, idx)):
-        if i - len(src) != axis and b not in (1, a):
+        if i - len(src) != axis and 1 not in (a, b) and a != b:
             raise GraphError(f"take_along_axis: index shape {list(idx)} does not fit input {list(src)}",
                              node=node)
-    out = tuple(b if i - len(src) == axis else a for i, (a, b) in enumerate(zip(src, idx)))
+    # off the axis, input and indices broadcast against each other (numpy.take_along_axis,
+    # torch.take_along_dim)
+    out = tuple(b if i - len(src) == axis or a == 1 else a for i, (a, b) in enumerate(zip(src, idx)))
     return Spec(out, specs[0].dtype), {"axis": axis, "in_shape": src}
 
 
@@ -299,12 +301,13 @@ def _take_along_vjp(xp, g, s, axis, in_shape):
     (idx,) = s
     r = len(in_shape)
     n = in_shape[axis]
-    idx = xp.where(idx < 0, idx + n, idx)
-    idx = xp.broadcast_to(idx, tuple(d if i - r != axis else idx.shape[i] for i, d in enumerate(in_shape)))
-    z = xp.zeros(in_shape, dtype=g.dtype)
+    idx = xp.broadcast_to(xp.where(idx < 0, idx + n, idx), g.shape)
+    # scatter into the input as broadcast to the output's other dims; the engine sums a size-1
+    # input dim back (fit)
+    z = xp.zeros(tuple(n if i - r == axis else d for i, d in enumerate(g.shape)), dtype=g.dtype)
     grid = list(xp.indices(idx.shape, sparse=True))
     grid[axis] = idx
-    scatter_add(xp, z, tuple(grid), xp.broadcast_to(g, idx.shape))
+    scatter_add(xp, z, tuple(grid), g)
     return z, None
 
 
@@ -312,7 +315,8 @@ register(OpDef(
     name="take_along_axis", forward=_take_along, vjp=_take_along_vjp, infer=_infer_take_along, arity=2,
     input_kinds=(FLOAT, INT), attrs={"axis": Attr("int")}, save=lambda xs, y, **_: (xs[1],),
     cases=lambda rng: [Case([REALS.sample(rng, (3, 4)), np.array([[0], [3], [3]])], {"axis": 1}),
-                       Case([REALS.sample(rng, (3, 2)), np.array([[2, 0], [2, 2]])], {"axis": 0})],
+                       Case([REALS.sample(rng, (3, 2)), np.array([[2, 0], [2, 2]])], {"axis": 0}),
+                       Case([REALS.sample(rng, (1, 5)), np.array([[0, 4], [1, 1], [3, 2]])], {"axis": 1})],
     doc="numpy.take_along_axis with int64 indices (repeats accumulate)"))
 
 # --- constant ----------------------------------------------------------------------

@@ -15,6 +15,29 @@ projection: k random unit directions v_j, 2k forwards; compares the
     directional derivatives (g . v_j) instead of elements. Used automatically
     for parameters above `projection_threshold` elements, and for the costliest
     parameters while a full check of the graph would exceed `full_cost_budget`.
+
+The public API is every difference the verifier takes -- the one place central,
+one-sided and projected differences are computed:
+    FiniteDifferences.gradient(value)     dL/d(value), of a parameter or of an
+                                          intermediate value (the sub-graph downstream)
+    FiniteDifferences.one_sided(value, directions, steps)
+                                          left/right second-order one-sided differences
+    FiniteDifferences.losses(value, stack)  the loss at each perturbed copy of a value
+    local_vjp(step, xs, k, adjoint, directions)
+                                          J_k^T a of one op by differences of its forward
+    random_directions(n, k, seed)         the projection directions (FDResult.directions)
+
+Every value comes with an estimate of its own error (FDResult.noise). The first pass
+is the cheap one above, whose estimate is the rounding term alone (~eps |L| / h): where
+it already agrees with the engine, the step was small enough. The values that do not
+agree are refined (FiniteDifferences.refine, refine_local_vjp), as numdifftools does:
+central differences on a ladder of steps halving from ~2h down to well below |x| (a step
+not small next to x -- a denominator b -> 0 -- is what made the first pass wrong),
+their Richardson extrapolation, and second-order one-sided differences on each side (the
+only finite ones next to a domain edge, log or sqrt near 0+). Each estimate's error is
+bounded by its distance to its neighbours on the ladder (truncation: the estimates
+converge as h shrinks) plus the rounding term eps |L| / h; the refined value is the
+estimate with the smallest bound. An infinite bound means no step gave a finite estimate.
 """
 from __future__ import annotations
 
@@ -25,6 +48,7 @@ import numpy as np
 
 from ..backend import NUMPY
 from ..engine import Program, forward, forward_batched, prepare_feeds
+from ..engine.executor import run_step_batched
 from ..graph.ir import Graph
 
 EPS = np.finfo(np.float64).eps
@@ -47,13 +71,183 @@ class FDOptions:
     chunk_bytes: int = 8 * 2**20
 
 
+# the refinement ladder: steps H 2^-j, j = 0..J, with H the power of two just above 2h (so every
+# step is exact in binary and each halves the last); J reaches 1e-3 |x| below the smallest |x|
+# the direction touches, within these bounds
+LADDER_MIN = 10
+LADDER_MAX = 30
+LADDER_REACH = 1e-3
+
+
+@dataclass
+class Refined:
+    """Refined differences for some values of an FDResult (indices `which` into its reference)."""
+
+    which: np.ndarray
+    values: np.ndarray  # best estimate per value
+    error: np.ndarray  # its estimated error: truncation + rounding; inf when no step gave one
+    step: np.ndarray  # the step of the chosen estimate
+    method: list[str]  # "central" | "richardson" | "right" | "left" (one-sided)
+
+
 @dataclass
 class FDResult:
     mode: str  # "full" | "projection"
     reference: np.ndarray  # full: dL/dp (shape of p); projection: directional derivatives (k,)
-    noise: np.ndarray  # estimated rounding error of each reference value
+    noise: np.ndarray  # estimated error of each reference value (first pass: rounding; refined: both)
     directions: np.ndarray | None = None  # projection: (k, n) unit vectors
     evaluations: int = 0
+
+
+def random_directions(n: int, k: int, seed: int = 0) -> np.ndarray:
+    """k random unit vectors in R^n, (k, n): the same seed gives the same directions."""
+    v = np.random.default_rng(seed).standard_normal((k, n))
+    return v / np.linalg.norm(v, axis=1, keepdims=True)
+
+
+def element_steps(flat: np.ndarray) -> np.ndarray:
+    """Per-element step cbrt(eps) * max(1, |x|), rounded so that x + h - x == h exactly."""
+    with np.errstate(invalid="ignore"):  # inf - inf: a non-finite input has no step (NaN)
+        h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
+        return (flat + h) - flat
+
+
+def projection_step(flat: np.ndarray) -> float:
+    """One step for a whole direction: scaled by the largest element."""
+    return STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if flat.size else 1.0)
+
+
+def _weighted_output(step, xs: list, k: int, a: np.ndarray):
+    """stack (B, n) of input k -> (sum(a * step(..., x_k, ...)), sum |a * step(...)|) per row:
+    the scalar whose gradient in x_k is J_k^T a."""
+    x = np.asarray(xs[k], dtype=np.float64)
+
+    def evaluate(stack):
+        args = list(xs)
+        args[k] = stack.reshape((len(stack),) + x.shape)
+        with np.errstate(all="ignore"):
+            out = run_step_batched(np, step, args, [i == k for i in range(len(xs))])
+            weighted = (np.asarray(out, dtype=np.float64) * a).reshape(len(stack), -1)
+            return weighted.sum(axis=1), np.abs(weighted).sum(axis=1)
+    return evaluate
+
+
+def local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray | None):
+    """J_k^T a of one step at inputs xs (float64, host), by central differences of its forward alone:
+    every element of input k (directions None) or projected on directions (m, n). Returns
+    (values, noise)."""
+    flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
+    d = np.eye(flat.size) if directions is None else directions
+    m = d.shape[0]
+    h = projection_step(flat)
+    proj, size = _weighted_output(step, xs, k, a)(np.concatenate([flat + h * d, flat - h * d]))
+    with np.errstate(all="ignore"):
+        ref = (proj[:m] - proj[m:]) / (2 * h)
+        noise = 8 * EPS * (size[:m] + 1.0) / h
+    return ref, noise
+
+
+def refine_local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray | None,
+                     which: np.ndarray, settled=None) -> Refined:
+    """local_vjp's values at indices `which` (elements, or rows of directions), refined on the ladder."""
+    flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
+    evaluate = _weighted_output(step, xs, k, a)
+    base = float(evaluate(flat[None, :])[0][0])
+    which = np.asarray(which, dtype=np.intp)
+    h0 = np.full(which.size, projection_step(flat))
+    if directions is None:
+        return _ladder(evaluate, base, flat, h0, np.abs(flat[which]), which=which, settled=settled)
+    d = directions[which]
+    out = _ladder(evaluate, base, flat, h0, _support_scale(flat, d), directions=d, settled=settled)
+    out.which = which
+    return out
+
+
+def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.ndarray,
+            which: np.ndarray | None = None, directions: np.ndarray | None = None, settled=None) -> Refined:
+    """Refined derivatives of a scalar function F of flat (n,) along m directions: unit vectors at
+    the elements `which`, or the rows of `directions` (m, n). evaluate(stack (B, n)) -> (F, |F|
+    magnitude for the rounding term), base = F(flat), h0 (m,) the first pass's steps, scale (m,)
+    the smallest |x| each direction touches. settled(values, error) -> mask: directions whose
+    estimate is good enough for the caller; they stop descending the ladder (a mismatch far
+    beyond the truncation error is confirmed in three levels, not thirty)."""
+    m = len(h0)
+    if m == 0:
+        return Refined(np.zeros(0, np.intp), np.zeros(0), np.zeros(0), np.zeros(0), [])
+    with np.errstate(all="ignore"):  # a non-finite x: NaN steps, NaN estimates, an infinite bound
+        top = 2.0 ** np.ceil(np.log2(2 * h0))
+        need = np.where(scale > 0, np.ceil(np.log2(top / (LADDER_REACH * np.maximum(scale, 1e-300)))), 0)
+    need = need[np.isfinite(need)]
+    depth = int(np.clip(np.max(need, initial=0), LADDER_MIN, LADDER_MAX))
+    steps = top[None, :] * 2.0 ** -np.arange(depth + 1)[:, None]  # (J+1, m)
+    plus, minus, mag = (np.full((depth + 1, m), np.nan) for _ in range(3))  # NaN: level not evaluated
+    which = None if which is None else np.asarray(which)
+    active = np.ones(m, bool)
+    for j in range(depth + 1):
+        rows = np.flatnonzero(active)
+        k = rows.size
+        if which is not None:  # NaN steps (non-finite x) make NaN rows, as they should
+            stack = np.broadcast_to(flat, (2 * k, flat.size)).copy()
+            stack[np.arange(k), which[rows]] += steps[j, rows]
+            stack[k + np.arange(k), which[rows]] -= steps[j, rows]
+        else:
+            d = directions[rows]
+            stack = np.concatenate([flat + steps[j, rows][:, None] * d, flat - steps[j, rows][:, None] * d])
+        f, size = evaluate(stack)
+        plus[j, rows], minus[j, rows] = f[:k], f[k:]
+        mag[j, rows] = np.fmax(np.fmax(size[:k], size[k:]), abs(base))  # a NaN side leaves the other
+        if settled is not None and 2 <= j < depth:
+            values, error, _ = _best(plus, minus, mag, steps, base)
+            active &= ~np.asarray(settled(values, error), dtype=bool)
+            if not active.any():
+                break
+    values, error, pick = _best(plus, minus, mag, steps, base)
+    names = ("central", "richardson", "right", "left")
+    cols = np.arange(m)
+    return Refined(np.asarray(which if which is not None else cols), values, error,
+                   steps[pick % (depth + 1), cols], [names[p // (depth + 1)] for p in pick])
+
+
+def _best(plus, minus, mag, steps, base):
+    """(value, error bound, index of the candidate) per direction: the estimate with the smallest
+    bound among central differences, their Richardson extrapolation and the one-sided ones, on
+    the levels evaluated so far (NaN rows are levels not evaluated)."""
+    with np.errstate(all="ignore"):
+        rounding = 4 * EPS * mag / steps
+        central = (plus - minus) / (2 * steps)
+        richardson = np.full_like(central, np.nan)
+        richardson[1:] = (4 * central[1:] - central[:-1]) / 3
+        right, left = (np.full_like(central, np.nan) for _ in range(2))  # one-sided, second order
+        right[1:] = (-3 * base + 4 * plus[1:] - plus[:-1]) / (2 * steps[1:])
+        left[1:] = (3 * base - 4 * minus[1:] + minus[:-1]) / (2 * steps[1:])
+        candidates, bounds = [], []
+        for values, round_factor in ((central, 1), (richardson, 2), (right, 4), (left, 4)):
+            gap = np.abs(np.diff(values, axis=0))  # gap[j-1] = |E_j - E_(j-1)|
+            # an estimate is as far from the truth as from its coarser neighbour (truncation shrinks
+            # at least 4x per halving), and from its finer one: two neighbours, so one chance
+            # agreement far from the truth is not taken for convergence (NaN until both exist)
+            err = np.full_like(values, np.nan)
+            err[1:] = gap
+            err[1:-1] = np.maximum(err[1:-1], gap[1:])
+            err += round_factor * rounding
+            candidates.append(values)
+            bounds.append(err)
+        est = np.stack(candidates)  # (4, J+1, m)
+        err = np.stack(bounds)
+        err = np.where(np.isfinite(err) & np.isfinite(est), err, np.inf)
+    m = est.shape[-1]
+    flat_err = err.reshape(-1, m)
+    pick = np.argmin(flat_err, axis=0)
+    cols = np.arange(m)
+    error = flat_err[pick, cols]
+    values = np.where(np.isfinite(error), est.reshape(-1, m)[pick, cols], np.nan)
+    return values, error, pick
+
+
+def _support_scale(flat: np.ndarray, directions: np.ndarray) -> np.ndarray:
+    """Per direction, the smallest |x| among the elements it moves noticeably."""
+    big = np.abs(directions) > 1e-2 * np.max(np.abs(directions), axis=1, keepdims=True)
+    return np.min(np.where(big, np.abs(flat)[None, :], np.inf), axis=1)
 
 
 class FiniteDifferences:
@@ -95,7 +289,7 @@ class FiniteDifferences:
                                                    for v in self.program.downstream([name])))
         return self._row_bytes[name]
 
-    def _losses(self, param: str, stack: np.ndarray) -> np.ndarray:
+    def losses(self, param: str, stack: np.ndarray) -> np.ndarray:
         """Loss for each row of stack (B, *shape), in memory-bounded chunks."""
         rows = max(1, self.options.chunk_bytes // self.row_bytes(param))
         out = np.empty(stack.shape[0])
@@ -120,8 +314,7 @@ class FiniteDifferences:
         x = np.asarray(self.base[param], dtype=np.float64)
         flat = x.reshape(-1)
         n = flat.size
-        h = STEP_SCALE * np.maximum(1.0, np.abs(flat))
-        h = (flat + h) - flat  # exactly representable step
+        h = element_steps(flat)
         ref = np.empty(n)
         rows = max(1, min(n, self.options.chunk_bytes // (2 * self.row_bytes(param))))
         # One buffer of 2*rows copies of x serves every chunk: perturb m elements (rows
@@ -134,7 +327,7 @@ class FiniteDifferences:
             plus, minus = np.arange(m), m + np.arange(m)
             buf[plus, idx] = flat[idx] + h[idx]
             buf[minus, idx] = flat[idx] - h[idx]
-            losses = self._losses(param, buf[:2 * m].reshape((2 * m,) + x.shape))
+            losses = self.losses(param, buf[:2 * m].reshape((2 * m,) + x.shape))
             buf[plus, idx] = buf[minus, idx] = flat[idx]
             with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
                 ref[idx] = (losses[:m] - losses[m:]) / (2 * h[idx])
@@ -143,12 +336,45 @@ class FiniteDifferences:
     def _projection(self, param: str, k: int) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64)
         flat = x.reshape(-1)
-        rng = np.random.default_rng(self.options.seed)
-        v = rng.standard_normal((k, flat.size))
-        v /= np.linalg.norm(v, axis=1, keepdims=True)
-        h = STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if flat.size else 1.0)
+        v = random_directions(flat.size, k, self.options.seed)
+        h = projection_step(flat)
         stack = np.concatenate([flat + h * v, flat - h * v]).reshape((2 * k,) + x.shape)
-        losses = self._losses(param, stack)
+        losses = self.losses(param, stack)
         with np.errstate(all="ignore"):
             ref = (losses[:k] - losses[k:]) / (2 * h)
         return FDResult("projection", ref, np.full(k, self._noise(h)), directions=v, evaluations=2 * k)
+
+    def refine(self, param: str, result: FDResult, which: np.ndarray, settled=None) -> Refined:
+        """The values of `result` (a gradient of param) at flat indices `which`, refined on the ladder
+        of steps: for full results the elements, for projections the directions. settled: see
+        _ladder (the caller's test of "good enough", which stops a value's descent)."""
+        flat = np.asarray(self.base[param], dtype=np.float64).reshape(-1)
+        which = np.asarray(which, dtype=np.intp)
+
+        def evaluate(stack):
+            losses = self.losses(param, stack.reshape((len(stack),) + np.shape(self.base[param])))
+            return losses, np.abs(losses)
+        if result.mode == "full":
+            return _ladder(evaluate, self.loss, flat, element_steps(flat[which]), np.abs(flat[which]), which=which,
+                           settled=settled)
+        d = result.directions[which]
+        out = _ladder(evaluate, self.loss, flat, np.full(which.size, projection_step(flat)),
+                      _support_scale(flat, d), directions=d, settled=settled)
+        out.which = which
+        return out
+
+    def one_sided(self, param: str, directions: np.ndarray, steps: np.ndarray):
+        """(left, right): second-order one-sided differences of L along each direction (m, n) of
+        param, with step steps[j] for direction j. O(h^2) on each smooth piece -- a first-order
+        one-sided difference would be off by O(h f'') -- so at a kink they bracket a right
+        (sub)gradient closely."""
+        x = np.asarray(self.base[param], dtype=np.float64)
+        flat = x.reshape(-1)
+        m = len(directions)
+        multiples = (1, 2, -1, -2)
+        stack = np.concatenate([flat + k * steps[:, None] * directions for k in multiples])
+        losses = self.losses(param, stack.reshape((4 * m,) + x.shape)).reshape(4, m)
+        with np.errstate(all="ignore"):
+            right = (-3 * self.loss + 4 * losses[0] - losses[1]) / (2 * steps)
+            left = (3 * self.loss - 4 * losses[2] + losses[3]) / (2 * steps)
+        return left, right

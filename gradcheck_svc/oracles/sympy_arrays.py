@@ -39,7 +39,8 @@ def reduce_rows(x, axis, keepdims, combine):
     x = np.asarray(x, dtype=object)
     axes = _axes(axis, x.ndim)
     keep = [i for i in range(x.ndim) if i not in axes]
-    rows = np.transpose(x, keep + list(axes)).reshape(tuple(x.shape[i] for i in keep) + (-1,))
+    reduced = int(np.prod([x.shape[i] for i in axes], dtype=np.int64))  # not -1: ambiguous when x is empty
+    rows = np.transpose(x, keep + list(axes)).reshape(tuple(x.shape[i] for i in keep) + (reduced,))
     out = np.empty(rows.shape[:-1], dtype=object)
     for idx in np.ndindex(out.shape):
         out[idx] = combine(list(rows[idx]))

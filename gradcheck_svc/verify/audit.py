@@ -23,7 +23,8 @@ from ..ops import all_ops, get_op
 from ..ops.base import Case, OpDef
 from ..oracles.symbolic import SymbolicOptions, symbolic_gradients
 from .compare import Tolerance, compare
-from .run import VerifyOptions, run_engine
+from .engine_run import run_engine
+from .options import VerifyOptions
 
 KINK_OFFSET = 1e-3
 DTYPES = ("float64", "float32")

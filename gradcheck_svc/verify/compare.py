@@ -43,6 +43,15 @@ class Comparison:
     passed: bool
 
 
+def bounds(ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> np.ndarray:
+    """Each element's allowed |g - ref|: the tolerance model above (NaN where ref is not finite)."""
+    ref = np.asarray(ref, dtype=np.float64)
+    with np.errstate(all="ignore"):
+        finite_ref = np.abs(ref[np.isfinite(ref)])
+        scale = max(1.0, float(finite_ref.max()) if finite_ref.size else 1.0)
+        return tol.atol * scale + tol.rtol * np.abs(ref) + noise
+
+
 def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> Comparison:
     g = np.asarray(g, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
@@ -51,9 +60,7 @@ def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | 
     with np.errstate(all="ignore"):
         err = np.abs(g - ref)
         err = np.where(np.isnan(err) & ~(np.isnan(g) & np.isnan(ref)), np.inf, np.nan_to_num(err, nan=0.0))
-        finite_ref = np.abs(ref[np.isfinite(ref)])
-        scale = max(1.0, float(finite_ref.max()) if finite_ref.size else 1.0)
-        bound = tol.atol * scale + tol.rtol * np.abs(ref) + noise
+        bound = bounds(ref, tol, noise)
         rel = err / np.maximum(np.abs(ref), np.finfo(np.float64).tiny)
         ratio = np.where(np.isfinite(err), err / bound, np.inf)
     flat = int(np.argmax(ratio))

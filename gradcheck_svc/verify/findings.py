@@ -12,6 +12,8 @@ Causes (the contract):
     precision               float32 rounding against the float64 reference
     nonfinite               the first node producing NaN/Inf, forward or backward
     recompute_mismatch      a recomputed (checkpointed) tensor differs from the first forward
+    fd_undecidable          (a warning, at a parameter) finite differences could not decide some of
+                            its values: no step gave a trustworthy error estimate
 
 Severity: error (the verdict fails), warning (explained, not a failure),
 info (a note).
@@ -23,7 +25,7 @@ from dataclasses import dataclass, field
 from .jsonnum import json_float
 
 CAUSES = ("rule_error", "cache_corruption", "inplace_overwrite", "nondifferentiable_point", "precision",
-          "nonfinite", "recompute_mismatch")
+          "nonfinite", "recompute_mismatch", "fd_undecidable")
 SEVERITIES = ("error", "warning", "info")
 
 

@@ -24,6 +24,7 @@ The first six describe the run without checkpointing.
 from __future__ import annotations
 
 from ..engine.memory import MemoryMeter
+from .plot import Series, line_plot
 
 
 def distinct_bytes(arrays) -> int:
@@ -104,8 +105,6 @@ def summary(m: dict) -> list[str]:
 def write_timeline_plot(path, timelines: dict, graph_name: str = "") -> None:
     """Live bytes after each step of forward, recompute and backward, one line per run;
     a dotted vertical marks where each run's backward pass begins."""
-    from .plot import Series, line_plot
-
     series = []
     for label, events in timelines.items():
         ys = [b for _, b in events]

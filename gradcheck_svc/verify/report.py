@@ -9,7 +9,9 @@ around them; none may be renamed.
 With the symbolic oracle, each parameter also has `symbolic` (the symbolic
 gradient and engine vs symbolic errors, or null when it did not run) and
 `fd_vs_symbolic` (how far FD is from the exact gradient: how much to trust FD
-on this graph); `passed` is then engine vs symbolic, `fd_passed` engine vs
+on this graph); `fd_error` the estimated error of each FD reference value
+(`fd_error_at_worst` beside `reference_at_worst`), `fd_refined` how many were
+refined on the ladder of steps, `fd_undecidable` the flat indices FD could not decide; `passed` is then engine vs symbolic, `fd_passed` engine vs
 FD, and `verdict_reference` says which one decided. Top level: `symbolic`
 (status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
 `expr` node, with `user_grad_matches` true/false/null).
@@ -53,6 +55,10 @@ class ParameterResult:
     symbolic: np.ndarray | None = None  # exact gradient (float64), when the symbolic oracle ran
     symbolic_comparison: object = None  # compare.Comparison, engine vs symbolic
     fd_vs_symbolic: object = None  # compare.Comparison, FD vs symbolic
+    directions: np.ndarray | None = None  # projection mode: the FD oracle's unit directions (k, n)
+    fd_error: np.ndarray | None = None  # estimated error of each reference value (shape of reference)
+    fd_refined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices refined
+    fd_undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
 
     def to_dict(self) -> dict:
         d = {
@@ -71,6 +77,12 @@ class ParameterResult:
             "gradient_norm": json_float(np.linalg.norm(self.gradient)),
             "fd_evaluations": self.evaluations,
         }
+        if self.fd_error is not None:
+            d["fd_error"] = _listed(self.fd_error)
+            worst = np.ravel_multi_index(self.worst_index, np.shape(self.reference)) if self.worst_index else 0
+            d["fd_error_at_worst"] = json_float(self.fd_error.reshape(-1)[worst]) if self.fd_error.size else 0.0
+            d["fd_refined"] = int(len(self.fd_refined))
+            d["fd_undecidable"] = [int(i) for i in self.fd_undecidable]  # flat, like reference
         if self.gradient.size > MAX_LISTED:
             d["truncated"] = True
         if self.engine_projection is not None:
@@ -180,6 +192,9 @@ class Report:
                              "(symbolic)")
                 else:
                     worst = f"{list(p.worst_index)}: {p.engine_at_worst:.8g} vs {p.reference_at_worst:.8g}"
+                    if p.fd_error is not None and p.fd_error.size:  # the FD reference's own error bound
+                        flat = np.ravel_multi_index(p.worst_index, p.fd_error.shape) if p.worst_index else 0
+                        worst += f" ± {float(p.fd_error.reshape(-1)[flat]):.2g}"
                 lines.append(
                     f"  {p.name:<{width}}  {str(list(p.shape)):<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
                     f"{p.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {status} {what} {worst}"

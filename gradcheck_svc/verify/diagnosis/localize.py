@@ -16,15 +16,16 @@ accumulation itself (float32 cancellation).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
-from ..engine.executor import fit, run_step_batched
-from ..engine.program import Program, Step
-from ..oracles.finite_diff import EPS, STEP_SCALE, FiniteDifferences
-from .compare import Comparison, Tolerance, compare
-from .findings import WorstElement
+from ...engine.program import Program, Step
+from ...oracles.finite_diff import FiniteDifferences, local_vjp, random_directions, refine_local_vjp
+from ..compare import Comparison, Tolerance
+from ..fd_check import fd_check
+from ..findings import WorstElement
 
 FULL_UP_TO = 32  # elements: check every element of an adjoint; above, random projections
 DIRECTIONS = 8
@@ -41,6 +42,8 @@ class LocalCheck:
     directions: np.ndarray | None
     comparison: Comparison
     adjoint: np.ndarray  # the incoming adjoint dL/dC used (the engine's, verified right)
+    error: np.ndarray  # each reference value's estimated FD error (refined where it failed)
+    refine: Callable = field(repr=False, default=None)  # flat indices -> finite_diff.Refined, for more checks
 
 
 @dataclass
@@ -53,31 +56,7 @@ class Located:
 
 
 def _directions(n: int, seed: int = 0):
-    if n <= FULL_UP_TO:
-        return None
-    v = np.random.default_rng(seed).standard_normal((DIRECTIONS, n))
-    return v / np.linalg.norm(v, axis=1, keepdims=True)
-
-
-def local_vjp_reference(step: Step, xs: list, k: int, a: np.ndarray, dirs: np.ndarray | None):
-    """J_k^T a of one step at inputs xs (float64, host), by central differences of its forward:
-    full (every element of input k) or projected on dirs (m, n). Returns (values, noise)."""
-    x = np.asarray(xs[k], dtype=np.float64)
-    flat = x.reshape(-1)
-    n = flat.size
-    d = np.eye(n) if dirs is None else dirs
-    m = d.shape[0]
-    h = STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if n else 1.0)
-    stack = np.concatenate([flat + h * d, flat - h * d]).reshape((2 * m,) + x.shape)
-    args = list(xs)
-    args[k] = stack
-    with np.errstate(all="ignore"):
-        out = run_step_batched(np, step, args, [i == k for i in range(len(xs))])
-        weighted = (np.asarray(out, dtype=np.float64) * a).reshape(2 * m, -1)
-        proj = weighted.sum(axis=1)
-        ref = (proj[:m] - proj[m:]) / (2 * h)
-        noise = 8 * EPS * (np.abs(weighted).sum(axis=1)[:m] + 1.0) / h
-    return ref, noise
+    return None if n <= FULL_UP_TO else random_directions(n, DIRECTIONS, seed)
 
 
 def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: dict, contributions: dict,
@@ -88,9 +67,13 @@ def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: d
     engine = np.asarray(contributions.get((step.name, k), np.zeros(program.shapes[name])), dtype=np.float64)
     xs = [base[n] for n in step.inputs]
     dirs = _directions(engine.size)
-    ref, noise = local_vjp_reference(step, xs, k, a, dirs)
+    ref, noise = local_vjp(step, xs, k, a, dirs)
     eng = engine.reshape(-1) if dirs is None else dirs @ engine.reshape(-1)
-    return LocalCheck(step, k, engine, ref, dirs, compare(eng, ref, tol, noise), a)
+
+    def refine(which, settled=None):
+        return refine_local_vjp(step, xs, k, a, dirs, which, settled)
+    check = fd_check(eng, ref, noise, tol, refine)
+    return LocalCheck(step, k, engine, check.reference, dirs, check.comparison, a, check.error, refine)
 
 
 def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributions: dict, tol: Tolerance,
@@ -120,7 +103,8 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
             engine = np.broadcast_to(engine, program.shapes[v])
             ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection", directions=DIRECTIONS)
             eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
-            checks[v] = compare(eng, ref.reference, tol, ref.noise)
+            checks[v] = fd_check(eng, ref.reference, ref.noise, tol,
+                                 lambda which, settled: fd.refine(v, ref, which, settled)).comparison
         return checks[v]
 
     # bisect: lo is right (or the loss side), hi is wrong
@@ -148,10 +132,3 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
     culprit = next((c for c in local if not c.comparison.passed), None)
     return Located(u, worst, culprit, local, len(checks))
 
-
-def rule_contribution(step: Step, xs: list, y, a: np.ndarray, k: int, shape: tuple, xp=np):
-    """The step's vjp contribution to input k, evaluated in isolation at inputs xs and output y."""
-    saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
-    with np.errstate(all="ignore"):
-        g = step.op.vjp(xp, a, saved, **step.attrs)[k]
-        return np.asarray(fit(xp, xp.asarray(g), shape), dtype=np.float64)

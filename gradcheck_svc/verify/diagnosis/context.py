@@ -1,0 +1,83 @@
+"""What every analysis of the diagnosis reads: the graph, the options, the engine's run, the
+per-parameter results and the finite-difference oracle (Context); and small helpers that
+describe values at an index.
+
+The "expected" value of a saved tensor comes from a clean, out-of-place forward in the
+engine's dtype, computed only when something was found.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ...backend import get_backend
+from ...engine import forward, prepare_feeds
+from ...engine.program import Program, Step
+from ...graph.ir import Graph
+from ...oracles.finite_diff import FiniteDifferences
+from ..compare import Tolerance
+from ..engine_run import EngineRun, run_engine
+from ..findings import parameters_through
+from ..options import VerifyOptions
+from ..report import ParameterResult
+
+
+@dataclass
+class Context:
+    graph: Graph
+    options: VerifyOptions
+    dtype: str
+    engine: EngineRun
+    results: list[ParameterResult]
+    fd: FiniteDifferences
+    tol: Tolerance
+    _clean: dict | None = None
+    _traced: EngineRun | None = None
+    _params_of: dict = field(default_factory=dict)
+
+    @property
+    def program(self) -> Program:
+        return self.engine.program
+
+    def clean(self) -> dict:
+        """Every value from an out-of-place forward in the engine's dtype, host arrays."""
+        if self._clean is None:
+            backend = get_backend(self.options.device)
+            tape = forward(self.program, backend, prepare_feeds(self.program, backend), grad=False,
+                           keep_values=True)
+            self._clean = {k: np.asarray(backend.to_host(v)) for k, v in tape.values.items()}
+        return self._clean
+
+    def traced(self) -> EngineRun:
+        """The engine run again (same faults and options) keeping every adjoint and vjp contribution."""
+        if self._traced is None:
+            self._traced = run_engine(self.graph, self.options, self.dtype, keep_adjoints=True, profile=False)
+        return self._traced
+
+    def params_through(self, node: str) -> list[str]:
+        """Parameters whose gradient flows through `node` (cached per node)."""
+        if node not in self._params_of:
+            self._params_of[node] = parameters_through(self.program, node)
+        return self._params_of[node]
+
+    def op_of(self, name: str) -> str:
+        step = self.program.by_name.get(name)
+        return step.op.name if step is not None else "input"
+
+
+def inputs_at(step: Step, values: dict, idx: tuple) -> str:
+    """'x[1] = 0, y = 2': each input's value at an output index (inputs broadcast to the output)."""
+    shape = np.shape(values[step.name])
+    parts = []
+    for n in dict.fromkeys(step.inputs):
+        v = np.asarray(values[n])
+        try:
+            e = np.broadcast_to(v, shape)[idx] if v.ndim <= len(shape) else None
+        except ValueError:
+            e = None
+        if e is None or v.dtype.kind not in "fiub":
+            parts.append(f"'{n}'")
+        else:
+            parts.append(f"{n}{list(idx) if v.size > 1 else ''} = {float(e):g}")
+    return ", ".join(parts)

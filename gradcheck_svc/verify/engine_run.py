@@ -1,0 +1,120 @@
+"""The engine's runs of one verification: forward (with faults injected), backward, and the
+memory profile's extra runs. Below both verify() (run.py) and the diagnosis, which re-runs the
+engine keeping every adjoint to localize a fault.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backend import get_backend
+from ..engine import Program, backward, checkpoint_plan, forward, inject, parse_policy, prepare_feeds
+from ..engine.faults import STALE_STEP
+from ..engine.saved import INTEGRITY_MODES
+from ..errors import OptionError
+from ..graph.ir import Graph
+from . import memory_profile, recompute_check
+from .options import DTYPES, VerifyOptions
+from .report import FaultRecord
+
+
+@dataclass
+class EngineRun:
+    """The engine's side of a verification."""
+
+    loss: float
+    gradients: dict  # name -> float64 host array
+    memory: dict
+    faults: list[FaultRecord]
+    seconds: float
+    events: list = field(default_factory=list)  # SavedStore events: corruption / in-place writes
+    program: Program | None = None
+    adjoints: dict = field(default_factory=dict)  # keep_adjoints: name -> float64 host dL/dv
+    contributions: dict = field(default_factory=dict)  # keep_adjoints: (step, input index) -> host array
+    findings: list = field(default_factory=list)  # recompute mismatches under checkpointing
+    timelines: dict = field(default_factory=dict)  # run label -> [(step label, live bytes)]
+
+
+def _earlier_values(program: Program, backend, faults) -> dict | None:
+    """Values of an earlier forward (every parameter STEP smaller), for stale-cache faults."""
+    stale = [f for f in faults if f.kind == "stale"]
+    if not stale:
+        return None
+    step = stale[0].value if stale[0].value is not None else STALE_STEP
+    shifted = {p: program.graph.inputs[p].value - step for p in program.params}
+    return forward(program, backend, prepare_feeds(program, backend, shifted), grad=False, keep_values=True).values
+
+
+def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False):
+    """forward (+ faults) + backward; returns (tape, device gradients, fault records, seconds).
+    Each run gets fresh feeds: in-place nodes write into them."""
+    t0 = time.perf_counter()
+    feeds = prepare_feeds(program, backend)
+    tape = forward(program, backend, feeds, grad=True, checkpoint=plan, record_timeline=options.memory_timeline,
+                   integrity=options.integrity, allow_inplace_hazards=options.allow_inplace_hazards)
+    records = []
+    for f in faults:
+        eff = inject(backend.xp, tape.store, f, backend.to_host, earlier)
+        records.append(FaultRecord(str(f), eff.readers, eff.before, eff.after))
+    grads = backward(tape, keep_adjoints=keep_adjoints)
+    backend.synchronize()
+    return tape, grads, records, time.perf_counter() - t0
+
+
+def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False,
+               profile: bool = True) -> EngineRun:
+    """Up to three runs: gradients without checkpointing, a no-grad forward, and gradients under
+    the checkpoint policy -- the requested one, whose gradients are reported, or else sqrt as a
+    what-if for the memory profile (not for graphs with in-place nodes). Faults are injected
+    into the run whose gradients are reported. profile=False: only the gradient runs (no
+    memory profile), e.g. to re-trace adjoints for localization."""
+    backend = get_backend(options.device)
+    program = Program(graph, DTYPES[dtype])
+    if options.integrity not in INTEGRITY_MODES:
+        raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)", field="integrity")
+    for f in options.faults:
+        if f.node not in program.shapes:
+            raise OptionError(f"fault names unknown value '{f.node}'", field="fault")
+    policy = parse_policy(options.checkpoint)
+    requested = checkpoint_plan(program, policy)
+    ckpt_plan = requested
+    if ckpt_plan is None and profile and not program.inplace_root:
+        ckpt_plan = checkpoint_plan(program, "sqrt")
+    earlier = _earlier_values(program, backend, options.faults)
+    in_plain = requested is None
+    plain, grads, records, seconds = _gradient_run(program, backend, options, None,
+                                                   options.faults if in_plain else (), earlier,
+                                                   keep_adjoints and in_plain)
+    inference = forward(program, backend, prepare_feeds(program, backend), grad=False,
+                        record_timeline=options.memory_timeline) if profile else None
+    ckpt = ckpt_grads = None
+    if ckpt_plan is not None:
+        ckpt, ckpt_grads, ckpt_records, ckpt_seconds = _gradient_run(
+            program, backend, options, ckpt_plan, () if in_plain else options.faults, earlier,
+            keep_adjoints and not in_plain)
+        if not in_plain:
+            records, seconds = ckpt_records, ckpt_seconds
+
+    reported, reported_grads = (plain, grads) if in_plain else (ckpt, ckpt_grads)
+    host = {p: np.asarray(backend.to_host(g), dtype=np.float64) for p, g in reported_grads.items()}
+    equal = None
+    if ckpt is not None:
+        equal = all(np.array_equal(backend.to_host(grads[p]), backend.to_host(ckpt_grads[p])) for p in grads)
+    memory = memory_profile.profile(
+        [prepare_feeds(program, backend)[p] for p in program.params], plain, grads, inference,
+        policy=str(policy), sampled=backend.memory_sampler() is not None, checkpointed=ckpt,
+        profile_plan=ckpt_plan, gradients_equal=equal) if profile else {}
+    findings = recompute_check.findings(program, ckpt.checkpoint if ckpt is not None else None,
+                                        str(ckpt_plan.policy) if ckpt_plan else "", not in_plain)
+    timelines = {}
+    if options.memory_timeline and profile:
+        timelines = {"none": plain.live.timeline, "inference": inference.live.timeline}
+        if ckpt is not None:
+            timelines[str(ckpt_plan.policy)] = ckpt.live.timeline
+    loss = float(np.asarray(backend.to_host(reported.loss), dtype=np.float64).reshape(-1)[0])
+    f64 = lambda a: np.asarray(backend.to_host(a), dtype=np.float64)  # noqa: E731
+    return EngineRun(loss, host, memory, records, seconds, reported.store.events, program,
+                     {k: f64(v) for k, v in reported.adjoints.items()},
+                     {k: f64(v) for k, v in reported.contributions.items()}, findings, timelines)

@@ -1,0 +1,83 @@
+"""Engine values against finite differences that know their own error.
+
+The first pass's differences carry only a rounding estimate. Values that fail against it are
+refined by the oracle (finite_diff: a ladder of steps, Richardson, one-sided near a domain
+edge), worst first, in batches, until one is confirmed wrong or none is left; each is then
+held to the tolerance plus its estimated FD error. A refined value whose error estimate is
+neither within the tolerance nor a small fraction of the value (TRUST) decides nothing: it
+is *undecidable by FD*, reported as such and never counted as a mismatch.
+
+Used for the parameters' gradients (run.py) and by localization for every adjoint and local
+derivative it checks, so no node is blamed for the oracle's own truncation error.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from .compare import Comparison, Tolerance, bounds, compare
+
+TRUST = 1e-3  # an FD error estimate above this fraction of the value (and the tolerance) is no verdict
+REFINE_BATCH = 32  # values refined per ladder (its forwards run as stacked batches)
+REFINE_MAX = 512  # values refined per check at most: past it the first pass's verdict stands
+
+
+@dataclass
+class FDCheck:
+    comparison: Comparison  # engine vs reference, each value allowed tolerance + its FD error
+    reference: np.ndarray  # flat: first-pass differences, refined where they failed
+    error: np.ndarray  # flat: each value's estimated FD error
+    refined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
+    undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
+
+    @property
+    def passed(self) -> bool:
+        return self.comparison.passed
+
+
+def _over(engine, reference, allowed) -> np.ndarray:
+    with np.errstate(invalid="ignore"):
+        err = np.abs(engine - reference)
+        both_nan = np.isnan(engine) & np.isnan(reference)
+        return ~((err <= allowed) | both_nan)
+
+
+def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine) -> FDCheck:
+    """engine and reference in the reference's shape; noise its first-pass error estimate;
+    refine(flat indices, settled) -> finite_diff.Refined for those values, where settled(values,
+    error) says which estimates already decide the comparison; None: the first pass stands."""
+    shape = np.shape(reference)
+    eng = np.asarray(engine, dtype=np.float64).reshape(-1)
+    ref = np.array(reference, dtype=np.float64).reshape(-1)
+    error = np.array(np.broadcast_to(noise, shape), dtype=np.float64).reshape(-1)
+    refined = np.zeros(ref.size, bool)
+    undecidable = np.zeros(ref.size, bool)
+    while refine is not None and refined.sum() < REFINE_MAX:
+        over = _over(eng, ref, bounds(ref, tol, error)) & ~refined
+        if not over.any():
+            break
+        with np.errstate(all="ignore"):
+            ratio = np.where(over, np.nan_to_num(np.abs(eng - ref) / bounds(ref, tol, error), nan=np.inf), -1.0)
+        batch = np.argsort(-ratio, kind="stable")[:min(REFINE_BATCH, int(over.sum()), REFINE_MAX - int(refined.sum()))]
+        floor, g = bounds(ref, tol)[batch], eng[batch]
+
+        def trusted_at(values, err, floor=floor):
+            with np.errstate(invalid="ignore"):
+                return np.isfinite(err) & (err <= np.maximum(floor, TRUST * np.abs(values)))
+
+        def settled(values, err, floor=floor, g=g):
+            """Decided: agreeing with a bound within the tolerance, or disagreeing with a trusted one."""
+            with np.errstate(invalid="ignore"):
+                off = np.abs(g - values)
+                return ((err <= floor) & (off <= floor + err)) | (trusted_at(values, err) & (off > floor + err))
+        r = refine(batch, settled)  # a value stops descending the ladder once it is decided
+        ref[batch], error[batch] = r.values, r.error
+        refined[batch] = True
+        trusted = trusted_at(r.values, r.error)
+        undecidable[batch] = ~trusted
+        if _over(eng[batch], ref[batch], bounds(ref, tol, error)[batch])[trusted].any():
+            break  # a confirmed mismatch: the verdict is settled, localization takes it from here
+    # undecidable values are no verdict either way: left out of the comparison (compared with themselves)
+    cmp = compare(eng.reshape(shape), np.where(undecidable, eng, ref).reshape(shape), tol, error.reshape(shape))
+    return FDCheck(cmp, ref, error, np.flatnonzero(refined), np.flatnonzero(undecidable))

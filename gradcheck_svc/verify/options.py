@@ -1,0 +1,28 @@
+"""VerifyOptions: what one verification is asked to do (engine, oracles, diagnosis)."""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..engine.faults import Fault
+from ..oracles.finite_diff import FDOptions
+from ..oracles.symbolic import SymbolicOptions
+
+DTYPES = {"float32": np.float32, "float64": np.float64}
+
+
+@dataclass
+class VerifyOptions:
+    dtype: str | None = None  # None: the graph's declared float dtype
+    device: str = "cpu"
+    fd: FDOptions = field(default_factory=FDOptions)
+    faults: tuple[Fault, ...] = ()
+    atol: float | None = None
+    rtol: float | None = None
+    checkpoint: object = "none"  # none | sqrt | every:K | node names (list or "a,b"), see engine/checkpoint.py
+    memory_timeline: bool = False  # record live bytes after every step (for --memory-plot)
+    integrity: str = "check"  # saved-tensor fingerprints: "off" | "check"
+    allow_inplace_hazards: bool = False  # compute the (wrong) gradient instead of stopping
+    localize: bool = True  # find the faulty node when a parameter fails
+    symbolic: SymbolicOptions = field(default_factory=SymbolicOptions)

@@ -1,0 +1,88 @@
+"""verify/ is a one-way pipeline: no module imports one that imports it back, no import is
+deferred into a function body to dodge a cycle, and only finite_diff.py takes differences."""
+from __future__ import annotations
+
+import ast
+import re
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1] / "gradcheck_svc"
+VERIFY = ROOT / "verify"
+# imports a function may defer because they are heavy or optional, never to dodge a cycle
+DEFERRED_OK = {"matplotlib", "matplotlib.pyplot", "sympy", "pickle", "resource", "sys"}
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _imports(path: Path):
+    """(module imported, inside a function?) for each import in the file, resolved to module names."""
+    me = _module(path)
+    package = me if path.name == "__init__.py" else me.rsplit(".", 1)[0]
+    tree = ast.parse(path.read_text())
+    in_function = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
+                   for n in ast.walk(f)}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            for a in node.names:
+                yield a.name, id(node) in in_function
+        elif isinstance(node, ast.ImportFrom):
+            base = package
+            for _ in range(node.level - 1):
+                base = base.rsplit(".", 1)[0]
+            base = f"{base}.{node.module}" if node.level and node.module else (base if node.level else node.module)
+            for a in node.names:
+                candidate = f"{base}.{a.name}"
+                exists = (ROOT.parent / (candidate.replace(".", "/") + ".py")).exists() or \
+                    (ROOT.parent / candidate.replace(".", "/") / "__init__.py").exists()
+                yield (candidate if exists else base), id(node) in in_function
+
+
+def _graph() -> dict[str, set[str]]:
+    files = sorted(VERIFY.rglob("*.py"))
+    names = {_module(f) for f in files}
+    return {_module(f): {m for m, _ in _imports(f) if m in names} for f in files}
+
+
+def test_verify_has_no_import_cycle():
+    graph = _graph()
+    assert "gradcheck_svc.verify.engine_run" in graph and "gradcheck_svc.verify.diagnosis.context" in graph
+    state: dict[str, int] = {}
+
+    def visit(m, path):
+        state[m] = 1
+        for n in graph[m]:
+            assert state.get(n) != 1, f"import cycle: {' -> '.join(path + [m, n])}"
+            if n not in state:
+                visit(n, path + [m])
+        state[m] = 2
+
+    for m in graph:
+        if m not in state:
+            visit(m, [])
+
+
+def test_the_diagnosis_sits_below_run_and_above_engine_run():
+    graph = _graph()
+    run, engine_run = "gradcheck_svc.verify.run", "gradcheck_svc.verify.engine_run"
+    assert engine_run in graph[run] and "gradcheck_svc.verify.diagnosis.diagnose" in graph[run]
+    assert engine_run in graph["gradcheck_svc.verify.diagnosis.context"]
+    assert not any(m.startswith("gradcheck_svc.verify.diagnosis") or m == run for m in graph[engine_run])
+
+
+def test_no_import_is_deferred_into_a_function_within_verify():
+    for f in sorted(VERIFY.rglob("*.py")):
+        deferred = [m for m, inside in _imports(f) if inside and m not in DEFERRED_OK]
+        assert not deferred, f"{f.relative_to(ROOT)} imports {deferred} inside a function"
+
+
+def test_only_the_oracle_takes_finite_differences():
+    """Central differences divide a difference of losses by 2h; one-sided ones use the 3/4/1
+    stencil. Neither appears in verify/: localization and classification call finite_diff."""
+    stencil = re.compile(r"/\s*\(2 \*|\b2 \* h\b|-3 \* .*4 \*")
+    for f in sorted(VERIFY.rglob("*.py")):
+        src = f.read_text()
+        assert not stencil.search(src), f"{f.relative_to(ROOT)} takes its own finite differences"
+        assert "._losses(" not in src and "standard_normal" not in src, f.relative_to(ROOT)
