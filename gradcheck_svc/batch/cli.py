@@ -130,13 +130,13 @@ def batch(args) -> int:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
-    manifest = load_manifest(args.manifest)
     options = _options(args)
     verifier = _verifier(args, options)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
-    plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options)
 
-    def run():
+    def run():  # inside _run: an unreadable manifest volume is an infrastructure failure (exit 75)
+        manifest = load_manifest(args.manifest)
+        plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options)
         verifier.check()
         run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(Path(args.out), unit), plan,
                  verifier, options, args.time_limit)

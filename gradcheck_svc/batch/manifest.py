@@ -79,11 +79,10 @@ def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
         root, files = Path(os.path.abspath(p.parent)), [p]
     elif p.is_file():
         root = Path(os.path.abspath(p.parent))
-        try:
+        try:  # an OSError here (EIO, EACCES) is the volume's: it propagates, and the shard is retried
             lines = p.read_text(encoding="utf-8").splitlines()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise OptionError(f"cannot read list file {spec}: {getattr(exc, 'strerror', None) or exc}",
-                              field=field) from None
+        except UnicodeDecodeError:
+            raise OptionError(f"list file {spec} is not UTF-8 text", field=field) from None
         files = [root / s for s in (ln.split("#", 1)[0].strip() for ln in lines) if s]
     else:
         raise OptionError(f"no such file, directory or matching glob: {spec}", field=field)
