@@ -42,9 +42,10 @@ def collect(out: Path) -> dict:
                     if plan["graphs"] != expected or plan["shard_count"] != first["shard_count"]]
     expected_set = set(expected)
     records = [r for _, _, rs in units for r in rs]
-    where = defaultdict(list)
-    for r in records:
-        where[(r["graph"], r["node"]) if mode == "screen" else r["graph"]].append(r["unit"])
+    where = defaultdict(list)  # graph -> the unit directories holding a record of it
+    for name, _, rs in units:
+        for r in rs:
+            where[(r["graph"], r["node"]) if mode == "screen" else r["graph"]].append(name)
     if mode == "screen":
         nodes = sorted({plan["node"] for _, plan, _ in units})
         missing = [{"graph": g, "node": n} for n in nodes for g in expected if (g, n) not in where]

@@ -14,11 +14,12 @@ STATUSES = ("pass", "fail", "invalid", "timeout", "error")
 
 
 def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, verifier, options: dict,
-             limit: float, *, faults_where_present: bool = False, stream=sys.stderr) -> dict:
+             limit: float, *, faults_where_present: bool = False, stream=None) -> dict:
     """Returns counts per status for this run (graphs skipped as already done are counted as "skipped").
     Raises InfraError (from the verifier or a read) for the caller to turn into a retryable exit."""
     from gradcheck_client.graphio import GraphFileError
 
+    stream = stream or sys.stderr
     store.open(plan)
     label = plan["label"]
     todo = [g for g in mine if not store.done(g)]
