@@ -94,7 +94,7 @@ def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corp
     assert f"1 graph(s) present twice: {doubled} (shard-0000, shard-0002)" in err
     merged = json.loads((tmp_path / "m.json").read_text())
     assert merged["missing"] == [{"graph": lost, "shard": 1}] and merged["exit_code"] == 4
-    assert f"missing: no result from shard 1" in (out / "junit.xml").read_text()
+    assert "missing: no result from shard 1" in (out / "junit.xml").read_text()
 
 
 def test_all_passing_merge_exits_0(capsys, tmp_path):

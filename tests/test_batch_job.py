@@ -12,14 +12,11 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
-import pytest
-
 from grpc_helpers import ROOT, ServerProcess, _env
 from gradcheck_svc.batch.generate import graph_dict
 from gradcheck_svc.batch.manifest import shard_of
 
 N_GRAPHS, SHARDS, VICTIM = 200, 4, 2
-
 
 def make_corpus(root: Path) -> dict[str, str]:
     """200 graphs in three team folders; every 10th+3 a wrong user derivative (fail), every 10th+7 an unknown
@@ -38,21 +35,17 @@ def make_corpus(root: Path) -> dict[str, str]:
         expected[rel] = {"ok": "pass", "mismatch": "fail", "invalid": "invalid"}[kind]
     return expected
 
-
 def batch_cmd(corpus: Path, out: Path, *extra: str) -> list[str]:
     return [sys.executable, "-m", "gradcheck_svc.cli", "batch", "--manifest", str(corpus),
             "--shard-count", str(SHARDS), "--out", str(out), *extra]
-
 
 def start_shard(index: int, corpus: Path, out: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(index)}),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
 
-
 def verified(stderr: str) -> list[str]:
     """The graphs a shard's progress lines say it verified (each line is printed after the record's rename)."""
     return re.findall(r"\] \w+\s+(\S+) \(", stderr)
-
 
 def run_job(tmp_path: Path, *extra: str) -> None:
     corpus, out = tmp_path / "graphs", tmp_path / "results"
@@ -114,10 +107,8 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     assert f"{counts['pass']} pass, {counts['fail']} fail, {counts['invalid']} invalid" in md
     assert "gradcheck-svc batch-merge: 200 graphs:" in merge.stderr
 
-
 def test_indexed_job_in_process(tmp_path):
     run_job(tmp_path)
-
 
 def test_indexed_job_against_a_server(tmp_path):
     with ServerProcess("--workers", "2") as server:

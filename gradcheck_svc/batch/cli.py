@@ -21,7 +21,8 @@ VERIFY_OPTION_HELP = "as for `verify`"
 
 
 def _verify_options(p: argparse.ArgumentParser, device_default=None) -> None:
-    p.add_argument("--fd", dest="fd_mode", choices=["auto", "full", "projection"], default=None, help=VERIFY_OPTION_HELP)
+    p.add_argument("--fd", dest="fd_mode", choices=["auto", "full", "projection"], default=None,
+                   help=VERIFY_OPTION_HELP)
     p.add_argument("--dtype", choices=["float32", "float64"], default=None, help=VERIFY_OPTION_HELP)
     p.add_argument("--atol", type=float, default=None, help=VERIFY_OPTION_HELP)
     p.add_argument("--rtol", type=float, default=None, help=VERIFY_OPTION_HELP)

@@ -56,7 +56,8 @@ def collect(out: Path) -> dict:
         duplicates = [{"graph": g, "units": sorted(u)} for g, u in sorted(where.items()) if len(u) > 1]
     unexpected = sorted({r["graph"] for r in records if r["graph"] not in expected_set})
     return {"mode": mode, "directory": str(out), "graphs": len(expected), "units": [u[0] for u in units],
-            "shard_count": first["shard_count"], "records": sorted(records, key=lambda r: (r["graph"], r["node"] or "")),
+            "shard_count": first["shard_count"],
+            "records": sorted(records, key=lambda r: (r["graph"], r["node"] or "")),
             "missing": missing, "duplicates": duplicates, "unexpected": unexpected,
             "inconsistent_units": inconsistent}
 
@@ -92,7 +93,7 @@ def problems(m: dict, limit: int = 10) -> list[str]:
     lines = []
     if m["missing"]:
         lines.append(f"{len(m['missing'])} graph result(s) missing: " + names(
-            m["missing"], lambda i: f"{i['graph']} (" + (f"node {i['node']})" if "node" in i else f"shard {i['shard']})")))
+            m["missing"], lambda i: f"{i['graph']} ({_where(i)})"))
     if m["duplicates"]:
         lines.append(f"{len(m['duplicates'])} graph(s) present twice: " + names(
             m["duplicates"], lambda i: f"{i['graph']} ({', '.join(i['units'])})"))
@@ -102,6 +103,10 @@ def problems(m: dict, limit: int = 10) -> list[str]:
     if m["inconsistent_units"]:
         lines.append("units recorded a different manifest or shard count: " + names(m["inconsistent_units"], str))
     return lines
+
+
+def _where(missing: dict) -> str:
+    return f"node {missing['node']}" if "node" in missing else f"shard {missing['shard']}"
 
 
 def outcomes(m: dict):
@@ -115,12 +120,12 @@ def outcomes(m: dict):
         if r["status"] in ("pass", "fail") and r.get("report"):
             out.append(Outcome(label, report=Report(r["report"]), seconds=r.get("seconds", 0.0)))
         else:
-            out.append(Outcome(label, error=r.get("error") or "" if r["status"] == "invalid" else f"{r['status']}: {r.get('error') or ''}", invalid=r["status"] == "invalid",
-                               seconds=r.get("seconds", 0.0)))
+            invalid = r["status"] == "invalid"  # its own column says "invalid"; timeout/error say which
+            error = (r.get("error") or "") if invalid else f"{r['status']}: {r.get('error') or ''}"
+            out.append(Outcome(label, error=error, invalid=invalid, seconds=r.get("seconds", 0.0)))
     for i in m["missing"]:
         label = f"{i['node']}: {i['graph']}" if "node" in i else i["graph"]
-        where = f"node {i['node']}" if "node" in i else f"shard {i['shard']}"
-        out.append(Outcome(label, error=f"missing: no result from {where}"))
+        out.append(Outcome(label, error=f"missing: no result from {_where(i)}"))
     return out
 
 

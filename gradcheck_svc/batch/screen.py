@@ -55,7 +55,8 @@ def compare(records: list[dict]) -> dict:
         for r in sorted(rs, key=lambda r: r["node"]):
             if majority and _signature(r) == top:
                 continue
-            reason = _why(r, ref, n) if majority else f"no majority among {len(rs)} nodes ({len(counts)} different answers)"
+            reason = (_why(r, ref, n) if majority
+                      else f"no majority among {len(rs)} nodes ({len(counts)} different answers)")
             disagreements.append({"node": r["node"], "graph": graph, "device": device, "dtype": dtype,
                                   "status": r["status"], "reason": reason})
     per_node = defaultdict(lambda: {"graphs": 0, "disagreements": 0, "devices": set()})
