@@ -155,3 +155,13 @@ def test_infrastructure_failures_exit_75(capsys, tmp_path, corpus):
     code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", tmp_path / "o",
                        "--server", "127.0.0.1:1")
     assert code == 75 and "server 127.0.0.1:1: UNAVAILABLE" in err
+
+
+def test_client_balances_dns_targets_round_robin():
+    """dns:///gradcheck-headless:50051 must spread calls over the replicas, not pin one connection."""
+    from gradcheck_client import Client
+
+    with Client("dns:///127.0.0.1:1") as c:
+        assert ("grpc.lb_policy_name", "round_robin") in c._options
+    with Client("127.0.0.1:1") as c:
+        assert all(k != "grpc.lb_policy_name" for k, _ in c._options)
