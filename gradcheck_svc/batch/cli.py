@@ -247,7 +247,8 @@ def batch_merge(args) -> int:
 def _json(m: dict) -> str:
     import json
 
-    return json.dumps(m, indent=1, allow_nan=False) + "\n"
+    # compact: json's C encoder; with indent= it falls back to pure Python, 10x slower on 10,000 reports
+    return json.dumps(m, allow_nan=False, separators=(",", ":")) + "\n"
 
 
 def _write(path: Path, text: str, field: str) -> None:

@@ -14,10 +14,10 @@ from pathlib import Path
 from ..errors import OptionError
 from . import screen
 from .manifest import shard_of
+from .runner import STATUSES
 from .store import read_units
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
-STATUSES = ("pass", "fail", "invalid", "timeout", "error")
 
 
 def collect(out: Path) -> dict:
