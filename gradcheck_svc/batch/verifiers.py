@@ -114,7 +114,8 @@ class LocalVerifier:
         except MemoryError:
             raise InfraError("out of memory") from None
         except Exception as exc:  # a fault of the verifier on this graph: a result, retrying cannot help
-            return {"status": "error", "error": f"internal error: {type(exc).__name__}: {exc}"}
+            first = (str(exc).splitlines() or [""])[0][:300]
+            return {"status": "error", "error": f"internal error: {type(exc).__name__}: {first}"}
         return {"status": report.verdict, "report": report.to_dict(), "device": report.device,
                 "dtype": report.dtype, "digests": {p.name: gradient_digest(p.gradient) for p in report.parameters},
                 "digest_scope": "full"}
