@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import subprocess
 import sys
@@ -36,6 +37,7 @@ def run_shards(corpus: Path, out: Path, shards: int, threads: int) -> float:
     # each shard's BLAS gets `threads` threads, as a pod with that CPU limit should be told to (a
     # container's BLAS sees the node's cores, not its quota)
     env = dict(ENV, OPENBLAS_NUM_THREADS=str(threads), OMP_NUM_THREADS=str(threads))
+    cpu0 = _children_cpu()
     t0 = time.perf_counter()
     procs = [subprocess.Popen([*CLI, "batch", "--manifest", str(corpus), "--shard-count", str(shards),
                                "--out", str(out)], env=dict(env, JOB_COMPLETION_INDEX=str(i)),
@@ -43,7 +45,16 @@ def run_shards(corpus: Path, out: Path, shards: int, threads: int) -> float:
     codes = [p.wait() for p in procs]
     elapsed = time.perf_counter() - t0
     assert codes == [0] * shards, codes
+    CPU.setdefault(shards, []).append(_children_cpu() - cpu0)
     return elapsed
+
+
+CPU: dict[int, list[float]] = {}  # CPU seconds (user + system) of each run's shard processes
+
+
+def _children_cpu() -> float:
+    r = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return r.ru_utime + r.ru_stime
 
 
 def fake_10k(real: Path, dest: Path, n: int) -> None:
@@ -87,12 +98,14 @@ def main() -> int:
                 times[shards].append(run_shards(corpus, out, shards, a.threads))
             startup.append(run_shards(corpus, tmp / f"out-1-{rep}", 1, a.threads))  # all done: start-up + skip
         for shards, ts in times.items():
+            cpu = CPU[shards][0::2] if shards == 1 else CPU[shards]  # 1 shard: leave out the start-up runs
             rows.append([shards, a.graphs, len(ts), fmt_s(min(ts)), fmt_s(median(ts)),
-                         f"{a.graphs / median(ts):.1f}", f"{a.graphs / min(ts):.1f}"])
+                         f"{a.graphs / median(ts):.1f}", f"{a.graphs / min(ts):.1f}",
+                         f"{median(cpu) / a.graphs * 1e3:.2f} ms"])
         print(f"\nBatch: {a.graphs} generated graphs (width {a.size}, 10% planted mismatches), in-process, "
               f"{a.threads} BLAS thread(s) per shard; load before: {load_before}")
         print(table(["shards", "graphs", "reps", "wall min", "wall median", "graphs/s (median)",
-                     "graphs/s (best)"], rows))
+                     "graphs/s (best)", "CPU per graph (median)"], rows))
         print(f"\nA shard with nothing left to do (start-up, manifest scan, {a.graphs} skips): min "
               f"{fmt_s(min(startup))}, median {fmt_s(median(startup))}")
         one = a.graphs / (median(times[1]) - median(startup))
