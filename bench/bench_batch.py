@@ -108,10 +108,10 @@ def main() -> int:
                      "graphs/s (best)", "CPU per graph (median)"], rows))
         print(f"\nA shard with nothing left to do (start-up, manifest scan, {a.graphs} skips): min "
               f"{fmt_s(min(startup))}, median {fmt_s(median(startup))}")
-        one = a.graphs / (median(times[1]) - median(startup))
+        per_core = a.graphs / median(CPU[1][0::2])
         print(f"\nProjection (an estimate, not a measurement): shards share nothing but the results volume, so "
-              f"N nodes with one shard each ~ N x {one:.0f} graphs/s once started (median rate net of start-up), plus "
-              f"each pod's start-up (image pull, the start-up above) and a network volume's rename/fsync latency.")
+              f"N pods with one CPU each ~ N x {per_core:.0f} graphs/s (1 / the CPU per graph of one shard, start-up "
+              f"included), less waiting on a network volume's rename/fsync and each pod's start (image pull).")
 
         merge_in = tmp / "merge"
         fake_10k(tmp / "out-1-0", merge_in, a.merge_results)
