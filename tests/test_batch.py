@@ -165,3 +165,20 @@ def test_client_balances_dns_targets_round_robin():
         assert ("grpc.lb_policy_name", "round_robin") in c._options
     with Client("127.0.0.1:1") as c:
         assert all(k != "grpc.lb_policy_name" for k, _ in c._options)
+
+
+def test_server_token_refused_is_a_configuration_error(capsys, monkeypatch, tmp_path, corpus):
+    """A wrong token is exit 2 (FailIndex: no retry helps), said once, before any graph is recorded."""
+    from grpc_helpers import ServerProcess
+
+    monkeypatch.delenv("GRADCHECK_TOKEN", raising=False)
+    with ServerProcess("--workers", "1", env={"GRADCHECK_TOKEN": "s3cret"}) as server:
+        out = tmp_path / "out"
+        code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
+                           "--server", server.target)
+        assert code == 2 and err.startswith("gradcheck-svc: error: --token-file: the server refused the token")
+        assert not (out / "shard-0000" / "results").exists() or not any((out / "shard-0000" / "results").iterdir())
+        monkeypatch.setenv("GRADCHECK_TOKEN", "s3cret")
+        code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
+                           "--server", server.target)
+        assert code == 0 and "finished: 9 pass, 1 fail, 1 invalid" in err
