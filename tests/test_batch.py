@@ -143,6 +143,10 @@ def test_missing_manifest_and_merge_dir_exit_2(capsys, tmp_path):
     (tmp_path / "empty").mkdir()
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and "--manifest: no graphs (*.json, *.pb) in" in err
+    (tmp_path / "list.txt").write_text("# graphs\nempty/missing.json\n")
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "list.txt", "--shard-index", 0, "--out", tmp_path)
+    assert code == 2 and f"--manifest: list file {tmp_path / 'list.txt'}, line 2: no such graph file: " \
+        "empty/missing.json" in err
     code, _, err = run(capsys, "batch-merge", tmp_path / "empty")
     assert code == 2 and "DIR: no batch results in" in err and len(err.splitlines()) == 1
 
@@ -182,3 +186,18 @@ def test_server_token_refused_is_a_configuration_error(capsys, monkeypatch, tmp_
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)
         assert code == 0 and "finished: 9 pass, 1 fail, 1 invalid" in err
+
+
+def test_unreadable_graph_volume_exits_75_and_the_retry_keeps_what_was_done(capsys, tmp_path, corpus):
+    """A real EIO (a link to /proc/self/mem reads as an I/O error): the volume's fault, not the graph's.
+    The shard stops with 75 for the Job to retry; what it finished before stays, and the retry skips it."""
+    (corpus / "bad.json").symlink_to("/proc/self/mem")  # sorts after a/ and b/: 11 graphs come first
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 75
+    assert err.splitlines()[-1].startswith("gradcheck-svc batch: infrastructure failure, retry (exit 75): ")
+    assert err.splitlines()[-1].endswith("bad.json: cannot read: Input/output error")
+    assert len(list((out / "shard-0000" / "results").glob("*.json"))) == 11
+    (corpus / "bad.json").unlink()  # the volume is back
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 0 and "11 already done, 0 to verify" in err

@@ -83,7 +83,12 @@ def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
             lines = p.read_text(encoding="utf-8").splitlines()
         except UnicodeDecodeError:
             raise OptionError(f"list file {spec} is not UTF-8 text", field=field) from None
-        files = [root / s for s in (ln.split("#", 1)[0].strip() for ln in lines) if s]
+        files = []
+        for n, entry in enumerate((ln.split("#", 1)[0].strip() for ln in lines), 1):
+            if entry and not (root / entry).is_file():  # a typo is configuration (exit 2), not a bad volume
+                raise OptionError(f"list file {spec}, line {n}: no such graph file: {entry[:200]}", field=field)
+            if entry:
+                files.append(root / entry)
     else:
         raise OptionError(f"no such file, directory or matching glob: {spec}", field=field)
     graphs = _relative(files, root, field)
