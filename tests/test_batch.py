@@ -201,3 +201,42 @@ def test_unreadable_graph_volume_exits_75_and_the_retry_keeps_what_was_done(caps
     (corpus / "bad.json").unlink()  # the volume is back
     code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
     assert code == 0 and "11 already done, 0 to verify" in err
+
+
+def _batch_under_memory_limit(tmp_path, manifest, out, limit_bytes):
+    import resource
+    import subprocess
+    import sys
+
+    from grpc_helpers import ROOT, _env
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    code = ("import sys; from gradcheck_svc.cli import main; rc = main(sys.argv[1:]); "
+            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')][0]); sys.exit(rc)")
+    return subprocess.run([sys.executable, "-c", code, "batch", "--manifest", str(manifest), "--shard-index", "0",
+                           "--out", str(out)], preexec_fn=cap if limit_bytes else None, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=_env({"OPENBLAS_NUM_THREADS": "1"}))
+
+
+def test_out_of_memory_exits_75_after_keeping_what_was_done(tmp_path):
+    """A process memory cap (RLIMIT_AS, as a container's limit) hit inside a verification: exit 75 for the
+    Job to retry (on a bigger node, or after raising the limit), with the graphs before it recorded."""
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "a-small.json").write_text(json.dumps(graph_dict(0, size=2)))
+    baseline = _batch_under_memory_limit(tmp_path, g, tmp_path / "probe", 0)  # the run's own peak, no cap
+    assert baseline.returncode == 0, baseline.stderr
+    peak = int(baseline.stdout.split()[-1]) * 1024
+    big = {"name": "big", "opsetVersion": 1, "inputs": [{"name": "w", "value": {"data": [0.5]}, "requiresGrad": True}],
+           "nodes": [{"name": "b", "op": "broadcast_to", "inputs": ["w"], "attrs": {"shape": [2200, 2200]}},
+                     {"name": "t", "op": "tanh", "inputs": ["b"]}, {"name": "L", "op": "sum", "inputs": ["t"]}],
+           "output": "L"}  # 4.8 million elements: each of its tensors is 39 MB
+    (g / "b-big.json").write_text(json.dumps(big))
+    out = tmp_path / "out"
+    run_ = _batch_under_memory_limit(tmp_path, g, out, peak + 100 * 2**20)
+    assert run_.returncode == 75, run_.stderr
+    assert run_.stderr.splitlines()[-1] == "gradcheck-svc batch: infrastructure failure, retry (exit 75): out of memory"
+    records = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+    assert [(r["graph"], r["status"]) for r in records] == [("a-small.json", "pass")]
