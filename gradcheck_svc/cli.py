@@ -67,6 +67,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     o = sub.add_parser("ops", help="list the registered ops")
     o.add_argument("--format", choices=["text", "json"], default="text")
+
+    from .batch.cli import add_parsers  # batch, batch-merge, screen (their exit codes: batch/cli.py)
+
+    add_parsers(sub)
     return p
 
 
@@ -193,7 +197,10 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     args = build_parser().parse_args(argv)
     try:
-        return {"verify": _verify, "ops": _ops, "serve": _serve, "audit-ops": _audit_ops}[args.command](args)
+        from .batch.cli import COMMANDS as BATCH_COMMANDS
+
+        commands = {"verify": _verify, "ops": _ops, "serve": _serve, "audit-ops": _audit_ops, **BATCH_COMMANDS}
+        return commands[args.command](args)
     except GradcheckError as exc:
         print(f"gradcheck-svc: error: {exc.message}", file=sys.stderr)
         return EXIT_INVALID

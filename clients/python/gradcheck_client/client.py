@@ -101,6 +101,10 @@ class _Base:
         self._creds = grpc.ssl_channel_credentials(_read(root_certificates)) if tls or root_certificates else None
         self._options = [("grpc.max_receive_message_length", max_message_bytes),
                          ("grpc.max_send_message_length", max_message_bytes)]
+        if target.startswith("dns:"):
+            # dns:///gradcheck-headless:50051 resolves to every server pod (a headless Service);
+            # round_robin spreads calls over all of them instead of pinning one connection to one pod
+            self._options.append(("grpc.lb_policy_name", "round_robin"))
 
     def _delay(self, attempt: int) -> float:
         return self.backoff * 2**attempt * (0.5 + random.random() / 2)  # jitter spreads reconnect storms

@@ -1,0 +1,97 @@
+"""Which graphs a batch covers, and which of them belong to shard I of N.
+
+A graph is named by its path relative to the manifest root (POSIX form), and
+its shard is a hash of that name modulo N: each graph belongs to exactly one
+shard, independent of listing order, of the other graphs, and of the machine
+(sha256, not Python's salted hash()).
+"""
+from __future__ import annotations
+
+import glob
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradcheck_client.graphio import SUFFIXES
+
+from ..errors import OptionError
+
+GLOB_CHARS = "*?["
+
+
+@dataclass(frozen=True)
+class Manifest:
+    root: Path
+    graphs: tuple[str, ...]  # relative POSIX paths, sorted, unique
+
+    def path(self, rel: str) -> Path:
+        return self.root / rel
+
+    def shard(self, index: int, count: int) -> list[str]:
+        return [g for g in self.graphs if shard_of(g, count) == index]
+
+
+def graph_key(rel: str) -> str:
+    """A stable, file-name-safe key for a graph's relative path."""
+    return hashlib.sha256(rel.encode("utf-8")).hexdigest()
+
+
+def shard_of(rel: str, count: int) -> int:
+    return int(graph_key(rel)[:16], 16) % count
+
+
+def _relative(paths, root: Path, field: str) -> tuple[str, ...]:
+    rels = set()
+    for p in paths:
+        try:
+            rels.add(Path(os.path.abspath(p)).relative_to(root).as_posix())
+        except ValueError:
+            raise OptionError(f"'{p}' is outside the manifest root {root}", field=field) from None
+    return tuple(sorted(rels))
+
+
+def _glob_root(pattern: str) -> Path:
+    """The directory part of a glob before its first wildcard: graph names are relative to it."""
+    parts = Path(pattern).parts
+    fixed = []
+    for part in parts:
+        if any(c in part for c in GLOB_CHARS):
+            break
+        fixed.append(part)
+    return Path(os.path.abspath(Path(*fixed) if fixed else "."))
+
+
+def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
+    """spec: a directory (every *.json/*.pb below it), a glob (recursive `**` allowed), a single graph
+    file, or a list file (any other suffix: one graph path per line, relative to the list's directory,
+    `#` comments)."""
+    if not spec:
+        raise OptionError("is empty", field=field)
+    p = Path(spec)
+    if any(c in spec for c in GLOB_CHARS) and not p.exists():
+        root = _glob_root(spec)
+        files = [f for f in glob.glob(spec, recursive=True) if Path(f).is_file()]
+    elif p.is_dir():
+        root = Path(os.path.abspath(p))
+        files = [f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file()]
+    elif p.is_file() and p.suffix in SUFFIXES:
+        root, files = Path(os.path.abspath(p.parent)), [p]
+    elif p.is_file():
+        root = Path(os.path.abspath(p.parent))
+        try:  # an OSError here (EIO, EACCES) is the volume's: it propagates, and the shard is retried
+            lines = p.read_text(encoding="utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise OptionError(f"list file {spec} is not UTF-8 text", field=field) from None
+        files = []
+        for n, entry in enumerate((ln.split("#", 1)[0].strip() for ln in lines), 1):
+            if entry and not (root / entry).is_file():  # a typo is configuration (exit 2), not a bad volume
+                raise OptionError(f"list file {spec}, line {n}: no such graph file: {entry[:200]}", field=field)
+            if entry:
+                files.append(root / entry)
+    else:
+        raise OptionError(f"no such file, directory or matching glob: {spec}", field=field)
+    graphs = _relative(files, root, field)
+    if not graphs:
+        raise OptionError(f"no graphs (*.json, *.pb) in {spec}", field=field)
+    return Manifest(root, graphs)

@@ -1,0 +1,181 @@
+"""Verify one graph in-process or on a server, and say what happened as a record's fields.
+
+Both verifiers turn every outcome a graph can cause into a status -- pass,
+fail, invalid (the graph or its options are at fault), timeout (over the
+per-graph limit), error (the verifier failed on this graph) -- and raise
+InfraError only for what retrying elsewhere can fix: an unreadable volume,
+out of memory, an unreachable or saturated server, a missing GPU.
+"""
+from __future__ import annotations
+
+import hashlib
+import signal
+import time
+from contextlib import contextmanager
+
+import numpy as np
+
+from gradcheck_client.client import make_request
+from gradcheck_client.graphio import GraphFileError, load_graph
+
+from ..errors import BackendUnavailable, GradcheckError, OptionError
+
+OPTION_KEYS = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults")
+
+
+class InfraError(Exception):
+    """The machine, volume or server failed, not the graph: the shard exits for the Job to retry it."""
+
+
+class GraphTimeout(BaseException):
+    """Raised by SIGALRM inside a verification. A BaseException, so no `except Exception` in the
+    verifier (SymPy, the oracles) can swallow it."""
+
+
+@contextmanager
+def time_limit(seconds: float):
+    """Interrupt the main thread after `seconds`. Python code stops at the next bytecode; a single long
+    NumPy call finishes first -- graphs are many small calls, so the limit holds to within one call."""
+    def expired(signum, frame):
+        raise GraphTimeout
+
+    old = signal.signal(signal.SIGALRM, expired)
+    signal.setitimer(signal.ITIMER_REAL, seconds)
+    try:
+        yield
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+        signal.signal(signal.SIGALRM, old)
+
+
+def gradient_digest(values) -> str:
+    """sha256 of the gradient as float64 bytes: equal digests mean bit-for-bit equal gradients (a float32
+    engine's gradient widens to float64 exactly)."""
+    return hashlib.sha256(np.ascontiguousarray(np.asarray(values, dtype=np.float64)).tobytes()).hexdigest()
+
+
+def _listed_digests(data: dict) -> tuple[dict, str]:
+    params = data.get("parameters", [])
+    digests = {p.get("name", ""): gradient_digest([float(v) for v in p.get("gradient", [])]) for p in params}
+    return digests, "listed" if any(p.get("truncated") for p in params) else "full"
+
+
+def load(path):
+    """The graph message; GraphFileError when it does not decode (a result), InfraError when the file
+    cannot be read at all (the volume's fault)."""
+    try:
+        return load_graph(path)
+    except GraphFileError as exc:
+        if exc.fmt is None:
+            raise InfraError(str(exc)) from None
+        raise
+
+
+def present_faults(graph, faults: tuple) -> tuple:
+    """Only the faults whose node exists in this graph (screening plants one fault across a whole suite)."""
+    names = {n.name for n in graph.nodes} | {i.name for i in graph.inputs}
+    return tuple(f for f in faults if f.split(":", 1)[0] in names)
+
+
+class LocalVerifier:
+    """In this process, as `gradcheck-svc verify` and the client's in-process mode do (the server's
+    own request path: validate against the server's default limits, then verify)."""
+
+    where = "in-process"
+
+    def __init__(self, options: dict):
+        from ..server.config import ServerLimits
+
+        self.options, self.limits = options, ServerLimits()
+
+    def check(self) -> None:
+        if self.options.get("device") == "cuda":
+            from ..backend import cuda_available
+
+            if not cuda_available():
+                raise InfraError("no usable CUDA device on this node")
+
+    def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
+        from ..graph import validate
+        from ..server.execute import options_from_proto
+        from ..verify import verify
+
+        try:
+            with time_limit(limit):
+                request = make_request(graph, rel, **options)
+                report = verify(validate(request.graph, self.limits.graph),
+                                options_from_proto(request.options, self.limits))
+        except GraphTimeout:
+            return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s"}
+        except BackendUnavailable as exc:
+            raise InfraError(exc.message) from None
+        except GradcheckError as exc:
+            return {"status": "invalid", "error": exc.message}
+        except MemoryError:
+            raise InfraError("out of memory") from None
+        except Exception as exc:  # a fault of the verifier on this graph: a result, retrying cannot help
+            first = (str(exc).splitlines() or [""])[0][:300]
+            return {"status": "error", "error": f"internal error: {type(exc).__name__}: {first}"}
+        return {"status": report.verdict, "report": report.to_dict(), "device": report.device,
+                "dtype": report.dtype, "digests": {p.name: gradient_digest(p.gradient) for p in report.parameters},
+                "digest_scope": "full"}
+
+
+class RemoteVerifier:
+    """On a gradcheck server (e.g. the headless Service: dns:///gradcheck-headless:50051 spreads shards
+    over the replicas), through the client library."""
+
+    BUSY_RETRIES = 30  # RESOURCE_EXHAUSTED: the server is saturated; wait, then let the Job retry
+
+    def __init__(self, target: str, options: dict, token: str | None = None):
+        from gradcheck_client.client import Client
+
+        self.where = target
+        self.options = options
+        self.client = Client(target, token=token, retries=4, backoff=0.2)  # ~2 s; then the Job retries
+
+    def check(self) -> None:
+        from gradcheck_client.client import VerifyError
+
+        try:
+            self.client.server_info()
+        except VerifyError as exc:
+            self._raise_for_connection(exc)
+
+    def _raise_for_connection(self, exc) -> None:
+        import grpc
+
+        if exc.code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            raise OptionError(f"the server refused the token: {exc.message}", field="--token-file")
+        raise InfraError(f"server {self.where}: {exc.code.name}: {exc.message}")
+
+    def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
+        import grpc
+
+        from gradcheck_client.client import VerifyError
+
+        for attempt in range(self.BUSY_RETRIES + 1):
+            try:
+                report = self.client.verify(graph, id=rel, timeout=limit, **options)
+                break
+            except VerifyError as exc:
+                if exc.kind == "busy" and attempt < self.BUSY_RETRIES:
+                    time.sleep(min(5.0, 0.1 * 2 ** attempt))
+                    continue
+                if exc.code == grpc.StatusCode.DEADLINE_EXCEEDED or exc.kind == "timeout":
+                    return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s "
+                            f"({exc.code.name}: {exc.message})"}
+                if exc.kind == "unavailable":  # e.g. the server has no GPU: another replica may
+                    raise InfraError(f"server {self.where}: {exc.message}") from None
+                if exc.kind in ("worker_died", "internal"):
+                    return {"status": "error", "error": f"{exc.kind}: {exc.message}"}
+                if exc.invalid_input and exc.code not in (grpc.StatusCode.UNAUTHENTICATED,
+                                                          grpc.StatusCode.PERMISSION_DENIED):
+                    return {"status": "invalid", "error": exc.message}
+                self._raise_for_connection(exc)
+        digests, scope = _listed_digests(report.data)
+        return {"status": report.verdict, "report": report.data, "device": report.device, "dtype": report.dtype,
+                "digests": digests, "digest_scope": scope}
+
+    def close(self) -> None:
+        self.client.close()

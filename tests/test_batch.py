@@ -1,0 +1,242 @@
+"""gradcheck-svc batch / batch-merge: sharding, atomic records, the time limit, exit codes, and the
+merge's missing/duplicate detection (in-process calls of the real CLI)."""
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from grpc_helpers import slow_graph
+from gradcheck_client import save_graph
+from gradcheck_svc.batch.generate import graph_dict, write_graphs
+from gradcheck_svc.batch.manifest import load_manifest, shard_of
+from gradcheck_svc.batch.store import atomic_write
+from gradcheck_svc.cli import main
+
+
+def run(capsys, *argv):
+    code = main([str(a) for a in argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.fixture
+def corpus(tmp_path) -> Path:
+    root = tmp_path / "graphs"
+    write_graphs(root / "a", 6, size=3, kinds=lambda i: "mismatch" if i == 4 else "ok")
+    write_graphs(root / "b", 5, size=3, kinds=lambda i: "invalid" if i == 1 else "ok")
+    return root
+
+
+def test_shards_partition_the_manifest_stably(tmp_path, corpus):
+    m = load_manifest(str(corpus))
+    assert len(m.graphs) == 11 and m.graphs[0] == "a/gen-00000.json"
+    for n in (1, 2, 3, 7):
+        shards = [m.shard(i, n) for i in range(n)]
+        assert sorted(g for s in shards for g in s) == list(m.graphs)  # each graph in exactly one shard
+    # a list file in another order, a glob, and the directory name the same graphs, the same way
+    listing = tmp_path / "graphs" / "list.txt"
+    listing.write_text("# reversed\n" + "\n".join(reversed(m.graphs)) + "\n")
+    for spec in (str(listing), str(corpus / "**" / "*.json")):
+        other = load_manifest(spec)
+        assert other.graphs == m.graphs and other.root == m.root
+        assert [other.shard(i, 3) for i in range(3)] == [m.shard(i, 3) for i in range(3)]
+    # the hash is part of the contract: a rerun with a changed hash would redo or lose work
+    # (documented: the first 64 bits of sha256 of the relative path, modulo the shard count)
+    assert [shard_of("team-0/model-000.json", 4), shard_of("a/gen-00000.json", 7)] == [1, 5]
+    assert shard_of("x/y.pb", 5) == int(hashlib.sha256(b"x/y.pb").hexdigest()[:16], 16) % 5
+
+
+def test_atomic_write_replaces_whole_files(tmp_path):
+    target = tmp_path / "r.json"
+    atomic_write(target, b'{"v": 1}')
+    atomic_write(target, b'{"v": 2}')
+    assert json.loads(target.read_text()) == {"v": 2}
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temporary file left behind
+
+
+def test_batch_records_results_and_restart_skips_done(capsys, tmp_path, corpus):
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 0, err
+    assert "shard 0/1: 11 graphs, 0 already done, 11 to verify (in-process)" in err
+    assert "shard 0/1: finished: 9 pass, 1 fail, 1 invalid" in err
+    records = {json.loads(p.read_text())["graph"]: json.loads(p.read_text())
+               for p in (out / "shard-0000" / "results").glob("*.json")}
+    assert records["a/gen-00004.json"]["status"] == "fail"
+    assert records["b/gen-00001.json"]["error"] == "node 'bogus': unknown op 'no_such_op'"
+    ok = records["a/gen-00000.json"]
+    assert ok["status"] == "pass" and ok["device"] == "cpu" and ok["dtype"] == "float64"
+    assert set(ok["digests"]) == {"W", "b"} and ok["digest_scope"] == "full"
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 0 and "11 already done, 0 to verify" in err and "finished: 11 skipped" in err
+
+
+def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corpus):
+    out = tmp_path / "out"
+    for i in range(3):
+        assert run(capsys, "batch", "--manifest", corpus, "--shard-index", i, "--shard-count", 3, "--out", out)[0] == 0
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid" in err  # complete; one graph failed
+
+    victim = next((out / "shard-0001" / "results").glob("*.json"))
+    lost = json.loads(victim.read_text())["graph"]
+    twice = next((out / "shard-0002" / "results").glob("*.json"))
+    doubled = json.loads(twice.read_text())["graph"]
+    shutil.copy(twice, out / "shard-0000" / "results" / twice.name)
+    victim.unlink()
+    code, _, err = run(capsys, "batch-merge", out, "--json", tmp_path / "m.json")
+    assert code == 4
+    assert f"1 graph result(s) missing: {lost} (shard 1)" in err
+    assert f"1 graph(s) present twice: {doubled} (shard-0000, shard-0002)" in err
+    merged = json.loads((tmp_path / "m.json").read_text())
+    assert merged["missing"] == [{"graph": lost, "shard": 1}] and merged["exit_code"] == 4
+    assert "missing: no result from shard 1" in (out / "junit.xml").read_text()
+
+
+def test_all_passing_merge_exits_0(capsys, tmp_path):
+    write_graphs(tmp_path / "g", 3, size=2)
+    out = tmp_path / "out"
+    assert run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out)[0] == 0
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 0 and "3 graphs: 3 pass (exit 0)" in err
+
+
+def test_per_graph_time_limit(capsys, tmp_path):
+    g = tmp_path / "g"
+    g.mkdir()
+    save_graph(slow_graph(width=96), g / "slow.json")  # tens of seconds of finite differences
+    (g / "quick.json").write_text(json.dumps(graph_dict(0, size=2)))
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", tmp_path / "out",
+                       "--fd", "full", "--time-limit", "1")
+    assert code == 0, err
+    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / "shard-0000" / "results").glob("*.json")]
+    status = {r["graph"]: r for r in records}
+    assert status["slow.json"]["status"] == "timeout" and status["slow.json"]["seconds"] < 5
+    assert status["slow.json"]["error"] == "over the per-graph time limit of 1 s"
+    assert status["quick.json"]["status"] == "pass"  # the shard carried on after the timeout
+
+
+@pytest.mark.parametrize("argv, env, needle", [
+    (["--shard-index", "4", "--shard-count", "4"], {}, "--shard-index: 4 is not in 0..3"),
+    ([], {}, "--shard-index: not given and $JOB_COMPLETION_INDEX is not set"),
+    ([], {"JOB_COMPLETION_INDEX": "x"}, "--shard-index: $JOB_COMPLETION_INDEX 'x' is not an integer"),
+    (["--shard-index", "0", "--shard-count", "0"], {}, "--shard-count: must be at least 1"),
+    (["--shard-index", "0", "--time-limit", "nan"], {}, "--time-limit: must be positive"),
+    (["--shard-index", "0", "--fault", "z:melt"], {}, "fault: unknown fault kind 'melt'"),
+])
+def test_bad_usage_exits_2_one_line(capsys, monkeypatch, tmp_path, corpus, argv, env, needle):
+    monkeypatch.delenv("JOB_COMPLETION_INDEX", raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--out", tmp_path / "out", *argv)
+    assert code == 2 and err == f"gradcheck-svc: error: {needle}" + err.split(needle, 1)[1]
+    assert needle in err and len(err.strip().splitlines()) == 1
+
+
+def test_missing_manifest_and_merge_dir_exit_2(capsys, tmp_path):
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "nope", "--shard-index", 0, "--out", tmp_path)
+    assert code == 2 and err.startswith("gradcheck-svc: error: --manifest: no such file, directory or matching glob")
+    (tmp_path / "empty").mkdir()
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty", "--shard-index", 0, "--out", tmp_path)
+    assert code == 2 and "--manifest: no graphs (*.json, *.pb) in" in err
+    (tmp_path / "list.txt").write_text("# graphs\nempty/missing.json\n")
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "list.txt", "--shard-index", 0, "--out", tmp_path)
+    assert code == 2 and f"--manifest: list file {tmp_path / 'list.txt'}, line 2: no such graph file: " \
+        "empty/missing.json" in err
+    code, _, err = run(capsys, "batch-merge", tmp_path / "empty")
+    assert code == 2 and "DIR: no batch results in" in err and len(err.splitlines()) == 1
+
+
+def test_infrastructure_failures_exit_75(capsys, tmp_path, corpus):
+    blocked = tmp_path / "file"
+    blocked.write_text("not a directory")  # the results volume is unusable (root ignores permissions)
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", blocked)
+    assert code == 75 and "infrastructure failure, retry (exit 75)" in err and len(err.strip().splitlines()) == 1
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", tmp_path / "o",
+                       "--server", "127.0.0.1:1")
+    assert code == 75 and "server 127.0.0.1:1: UNAVAILABLE" in err
+
+
+def test_client_balances_dns_targets_round_robin():
+    """dns:///gradcheck-headless:50051 must spread calls over the replicas, not pin one connection."""
+    from gradcheck_client import Client
+
+    with Client("dns:///127.0.0.1:1") as c:
+        assert ("grpc.lb_policy_name", "round_robin") in c._options
+    with Client("127.0.0.1:1") as c:
+        assert all(k != "grpc.lb_policy_name" for k, _ in c._options)
+
+
+def test_server_token_refused_is_a_configuration_error(capsys, monkeypatch, tmp_path, corpus):
+    """A wrong token is exit 2 (FailIndex: no retry helps), said once, before any graph is recorded."""
+    from grpc_helpers import ServerProcess
+
+    monkeypatch.delenv("GRADCHECK_TOKEN", raising=False)
+    with ServerProcess("--workers", "1", env={"GRADCHECK_TOKEN": "s3cret"}) as server:
+        out = tmp_path / "out"
+        code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
+                           "--server", server.target)
+        assert code == 2 and err.startswith("gradcheck-svc: error: --token-file: the server refused the token")
+        assert not (out / "shard-0000" / "results").exists() or not any((out / "shard-0000" / "results").iterdir())
+        monkeypatch.setenv("GRADCHECK_TOKEN", "s3cret")
+        code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
+                           "--server", server.target)
+        assert code == 0 and "finished: 9 pass, 1 fail, 1 invalid" in err
+
+
+def test_unreadable_graph_volume_exits_75_and_the_retry_keeps_what_was_done(capsys, tmp_path, corpus):
+    """A real EIO (a link to /proc/self/mem reads as an I/O error): the volume's fault, not the graph's.
+    The shard stops with 75 for the Job to retry; what it finished before stays, and the retry skips it."""
+    (corpus / "bad.json").symlink_to("/proc/self/mem")  # sorts after a/ and b/: 11 graphs come first
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 75
+    assert err.splitlines()[-1].startswith("gradcheck-svc batch: infrastructure failure, retry (exit 75): ")
+    assert err.splitlines()[-1].endswith("bad.json: cannot read: Input/output error")
+    assert len(list((out / "shard-0000" / "results").glob("*.json"))) == 11
+    (corpus / "bad.json").unlink()  # the volume is back
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 0 and "11 already done, 0 to verify" in err
+
+
+def _batch_under_memory_limit(tmp_path, manifest, out, limit_bytes):
+    import resource
+    import subprocess
+    import sys
+
+    from grpc_helpers import ROOT, _env
+
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (limit_bytes, limit_bytes))
+
+    code = ("import sys; from gradcheck_svc.cli import main; rc = main(sys.argv[1:]); "
+            "print([l.split()[1] for l in open('/proc/self/status') if l.startswith('VmPeak')][0]); sys.exit(rc)")
+    return subprocess.run([sys.executable, "-c", code, "batch", "--manifest", str(manifest), "--shard-index", "0",
+                           "--out", str(out)], preexec_fn=cap if limit_bytes else None, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT, env=_env({"OPENBLAS_NUM_THREADS": "1"}))
+
+
+def test_out_of_memory_exits_75_after_keeping_what_was_done(tmp_path):
+    """A process memory cap (RLIMIT_AS, as a container's limit) hit inside a verification: exit 75 for the
+    Job to retry (on a bigger node, or after raising the limit), with the graphs before it recorded."""
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "a-small.json").write_text(json.dumps(graph_dict(0, size=2)))
+    baseline = _batch_under_memory_limit(tmp_path, g, tmp_path / "probe", 0)  # the run's own peak, no cap
+    assert baseline.returncode == 0, baseline.stderr
+    peak = int(baseline.stdout.split()[-1]) * 1024
+    big = {"name": "big", "opsetVersion": 1, "inputs": [{"name": "w", "value": {"data": [0.5]}, "requiresGrad": True}],
+           "nodes": [{"name": "b", "op": "broadcast_to", "inputs": ["w"], "attrs": {"shape": [2200, 2200]}},
+                     {"name": "t", "op": "tanh", "inputs": ["b"]}, {"name": "L", "op": "sum", "inputs": ["t"]}],
+           "output": "L"}  # 4.8 million elements: each of its tensors is 39 MB
+    (g / "b-big.json").write_text(json.dumps(big))
+    out = tmp_path / "out"
+    run_ = _batch_under_memory_limit(tmp_path, g, out, peak + 100 * 2**20)
+    assert run_.returncode == 75, run_.stderr
+    assert run_.stderr.splitlines()[-1] == "gradcheck-svc batch: infrastructure failure, retry (exit 75): out of memory"
+    records = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+    assert [(r["graph"], r["status"]) for r in records] == [("a-small.json", "pass")]

@@ -1,0 +1,116 @@
+"""A local Indexed Job: shard processes of `gradcheck-svc batch` with JOB_COMPLETION_INDEX set, as
+Kubernetes runs them, over 200 generated graphs with planted mismatches and invalid graphs; one shard is
+SIGKILLed mid-run and rerun; the merge must account for every graph exactly once. Then the same against a
+running server (--server)."""
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import sys
+import xml.etree.ElementTree as ET
+from pathlib import Path
+
+from grpc_helpers import ROOT, ServerProcess, _env
+from gradcheck_svc.batch.generate import graph_dict
+from gradcheck_svc.batch.manifest import shard_of
+
+N_GRAPHS, SHARDS, VICTIM = 200, 4, 2
+
+def make_corpus(root: Path) -> dict[str, str]:
+    """200 graphs in three team folders; every 10th+3 a wrong user derivative (fail), every 10th+7 an unknown
+    op (invalid), every 40th+11 truncated JSON (invalid). Returns relative path -> expected status."""
+    expected = {}
+    for i in range(N_GRAPHS):
+        rel = f"team-{i % 3}/model-{i:03d}.json"
+        path = root / rel
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if i % 40 == 11:
+            path.write_text('{"name": "truncated", "nodes": [')
+            expected[rel] = "invalid"
+            continue
+        kind = "mismatch" if i % 10 == 3 else "invalid" if i % 10 == 7 else "ok"
+        path.write_text(json.dumps(graph_dict(i, size=3, kind=kind)))
+        expected[rel] = {"ok": "pass", "mismatch": "fail", "invalid": "invalid"}[kind]
+    return expected
+
+def batch_cmd(corpus: Path, out: Path, *extra: str) -> list[str]:
+    return [sys.executable, "-m", "gradcheck_svc.cli", "batch", "--manifest", str(corpus),
+            "--shard-count", str(SHARDS), "--out", str(out), *extra]
+
+def start_shard(index: int, corpus: Path, out: Path, *extra: str) -> subprocess.Popen:
+    return subprocess.Popen(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(index)}),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+def verified(stderr: str) -> list[str]:
+    """The graphs a shard's progress lines say it verified (each line is printed after the record's rename)."""
+    return re.findall(r"\] \w+\s+(\S+) \(", stderr)
+
+def run_job(tmp_path: Path, *extra: str) -> None:
+    corpus, out = tmp_path / "graphs", tmp_path / "results"
+    expected = make_corpus(corpus)
+    mine = {i: sorted(g for g in expected if shard_of(g, SHARDS) == i) for i in range(SHARDS)}
+    assert all(len(v) > 20 for v in mine.values())
+
+    others = [start_shard(i, corpus, out, *extra) for i in range(SHARDS) if i != VICTIM]
+    victim = start_shard(VICTIM, corpus, out, *extra)
+    lines = []
+    for line in victim.stderr:  # kill it once it has finished 5 graphs: mid-run, as the OOM killer would
+        lines.append(line)
+        if len(verified("".join(lines))) == 5:
+            victim.send_signal(signal.SIGKILL)
+            break
+    lines.append(victim.stderr.read())
+    assert victim.wait(timeout=60) == -signal.SIGKILL
+    first = verified("".join(lines))
+    on_disk = list((out / f"shard-{VICTIM:04d}" / "results").glob("*.json"))
+    assert 5 <= len(on_disk) < len(mine[VICTIM]), "the kill must land mid-run"
+    # a write cut short by the kill leaves at most a temporary file, which nothing may read as a result
+    (out / f"shard-{VICTIM:04d}" / "results" / ".deadbeef.json.999.tmp").write_text('{"graph": "team-0/')
+
+    for p in others:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err  # mismatches and invalid graphs are results: exit 0
+    rerun = subprocess.run(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(VICTIM)}),
+                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+    assert rerun.returncode == 0, rerun.stderr
+    assert f"{len(on_disk)} already done" in rerun.stderr
+    second = verified(rerun.stderr)
+    # restarted, the shard verifies exactly what the killed run had not finished
+    assert len(on_disk) == len(first) or len(on_disk) == len(first) + 1  # +1: killed between rename and print
+    assert set(first).isdisjoint(second) and sorted(set(first) | set(second)) == mine[VICTIM]
+    assert not list((out / f"shard-{VICTIM:04d}" / "results").glob(".*.tmp"))
+
+    merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)],
+                           capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+    assert merge.returncode == 1, merge.stderr  # planted mismatches: exit 1
+    merged = json.loads((out / "merged.json").read_text())
+    assert merged["missing"] == [] and merged["duplicates"] == [] and merged["unexpected"] == []
+    got = [r["graph"] for r in merged["records"]]
+    assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == N_GRAPHS
+    assert {r["graph"]: r["status"] for r in merged["records"]} == expected
+    for r in merged["records"]:
+        assert r["shard_index"] == shard_of(r["graph"], SHARDS) and r["unit"] == f"shard-{r['shard_index']:04d}"
+    counts = {s: list(expected.values()).count(s) for s in ("pass", "fail", "invalid")}
+    assert {k: merged["counts"][k] for k in counts} == counts and counts["fail"] == 20
+    assert sorted(merged["failed"]) == sorted(g for g, s in expected.items() if s != "pass")
+    fails = [r for r in merged["records"] if r["status"] == "fail"]
+    assert all(any(f["cause"] == "rule_error" and f["node"] == "act" for f in r["report"]["findings"]) for r in fails)
+    assert all("unknown op 'no_such_op'" in r["error"] or "not a valid" in r["error"]
+               for r in merged["records"] if r["status"] == "invalid")
+
+    suite = ET.parse(out / "junit.xml").getroot()
+    assert int(suite.get("tests")) == N_GRAPHS and int(suite.get("failures")) == counts["fail"]
+    assert int(suite.get("errors")) == counts["invalid"]
+    md = (out / "summary.md").read_text()
+    assert f"{counts['pass']} pass, {counts['fail']} fail, {counts['invalid']} invalid" in md
+    assert "gradcheck-svc batch-merge: 200 graphs:" in merge.stderr
+
+def test_indexed_job_in_process(tmp_path):
+    run_job(tmp_path)
+
+def test_indexed_job_against_a_server(tmp_path):
+    with ServerProcess("--workers", "2") as server:
+        # dns:/// as with the headless Service: the client balances round-robin over what it resolves
+        run_job(tmp_path, "--server", f"dns:///127.0.0.1:{server.port}")
