@@ -66,3 +66,14 @@ def test_the_readme_option_table_names_every_flag():
     table = ROOT.joinpath("README.md").read_text().split("`gradcheck-svc verify` options", 1)[1].split("\n\n")[1]
     flags = set(re.findall(r"`(--[a-z-]+)", table))
     assert {o.cli_flag for o in OPTIONS} <= flags, {o.cli_flag for o in OPTIONS} - flags
+
+
+@pytest.mark.parametrize("command", ["batch", "screen"])
+def test_batch_commands_take_the_same_option_flags(command):
+    from gradcheck_svc import cli
+
+    sub = next(a for a in cli.build_parser()._actions if a.dest == "command").choices[command]
+    by_flag = {flag: a for a in sub._actions for flag in a.option_strings}
+    for o in OPTIONS:
+        for flag in o.flags:
+            assert flag in by_flag and by_flag[flag].dest == o.name, (command, flag)

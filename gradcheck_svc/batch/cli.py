@@ -16,20 +16,15 @@ import os
 import sys
 from pathlib import Path
 
+from gradcheck_client.options import add_option_flags, values_from_args
+
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 VERIFY_OPTION_HELP = "as for `verify`"
 
 
-def _verify_options(p: argparse.ArgumentParser, device_default=None) -> None:
-    p.add_argument("--fd", dest="fd_mode", choices=["auto", "full", "projection"], default=None,
-                   help=VERIFY_OPTION_HELP)
-    p.add_argument("--dtype", choices=["float32", "float64"], default=None, help=VERIFY_OPTION_HELP)
-    p.add_argument("--atol", type=float, default=None, help=VERIFY_OPTION_HELP)
-    p.add_argument("--rtol", type=float, default=None, help=VERIFY_OPTION_HELP)
-    p.add_argument("--directions", type=int, default=None, help=VERIFY_OPTION_HELP)
-    p.add_argument("--seed", type=int, default=None, help=VERIFY_OPTION_HELP)
-    p.add_argument("--fault", dest="faults", action="append", default=None, metavar="NODE:KIND[:VALUE]",
-                   help="plant a cache fault, as for `verify` (repeatable)")
+def _verify_options(p: argparse.ArgumentParser) -> None:
+    """The verification options of `verify` (one table, gradcheck_client/options.py), and the time limit."""
+    add_option_flags(p, exclude=("device",))  # each command says what its --device may be
     p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
                    help="per-graph time limit; a graph over it is recorded as timeout (default 300)")
 
@@ -72,8 +67,7 @@ def add_parsers(sub) -> None:
 
 
 def _options(args) -> dict:
-    keys = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults")
-    return {k: getattr(args, k) for k in keys if getattr(args, k, None) is not None}
+    return values_from_args(args)
 
 
 def _check_common(args) -> None:

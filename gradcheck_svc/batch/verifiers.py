@@ -20,7 +20,6 @@ from gradcheck_client.graphio import GraphFileError, load_graph
 
 from ..errors import BackendUnavailable, GradcheckError, OptionError
 
-OPTION_KEYS = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults")
 
 
 class InfraError(Exception):

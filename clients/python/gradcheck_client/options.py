@@ -97,10 +97,13 @@ def _help(o: Option) -> str:
     return f"{o.help} (default {shown})"
 
 
-def add_option_flags(parser: argparse.ArgumentParser) -> None:
-    """Every option as a flag; an unset flag is None (the server's default applies)."""
+def add_option_flags(parser: argparse.ArgumentParser, exclude: tuple = ()) -> None:
+    """Every option (but those in `exclude`, which the command defines its own way) as a flag;
+    an unset flag is None (the server's default applies)."""
     group = parser.add_argument_group("verification options (the same for gradcheck and gradcheck-svc)")
     for o in OPTIONS:
+        if o.name in exclude:
+            continue
         if o.switch:
             group.add_argument(*o.flags, dest=o.name, action="store_const", const=True, default=None, help=_help(o))
             continue
