@@ -56,11 +56,14 @@ def nonfinite_findings(ctx: Context) -> list[Finding]:
                                  f"({inputs_at(step, clean, idx)})",
                                  params, WorstElement(idx, val, ref))
         break
+    forward_origin = bool(out)
     traced = ctx.traced()
     for step in reversed(ctx.program.steps):  # backward: the first vjp making NaN/Inf from a finite adjoint
         a = traced.adjoints.get(step.name)
         if a is None or not _finite(a):
             continue
+        if forward_origin and not all(_finite(clean[n]) for n in step.inputs):
+            continue  # it reads the non-finite forward values already named: a consequence, not an origin
         for k, name in enumerate(step.inputs):
             c = traced.contributions.get((step.name, k))
             if c is None or _finite(c):
