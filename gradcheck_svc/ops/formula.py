@@ -29,7 +29,8 @@ MAX_CONSTANT_DIGITS = 300  # |log10| of a constant power's value
 MAX_LITERAL = 40  # characters in one numeric literal
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-_TOKEN = re.compile(r"\s*(?:(?P<num>(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
+# digits are ASCII only: `\d` would also take "٣" (Arabic-Indic three), and Fraction() reads it as 3
+_TOKEN = re.compile(r"\s*(?:(?P<num>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
                     r"|(?P<op>\*\*|[-+*/(),])|(?P<bad>\S))")
 
 
