@@ -15,6 +15,9 @@ a float32 kernel computes in float32 as the NumPy path does.
 from __future__ import annotations
 
 import builtins
+import dis
+
+from functools import lru_cache
 
 import sympy as sp
 from sympy.printing.c import C99CodePrinter
@@ -26,13 +29,15 @@ class CompileError(Exception):
     pass
 
 
-def array_function(tree, symbols, xp):
+@lru_cache(maxsize=1024)  # compiling costs 1-8 ms a tree (BENCHMARKS.md); a formula recurs across requests
+def array_function(tree, symbols: tuple, xp):
     """A function of arrays (one per symbol, in order, all of one shape) computing `tree` with xp.
 
     One shape: NumPy's printing of And/Or (`logical_and.reduce((a, b))`) does not broadcast."""
     f = sp.lambdify(symbols, tree, modules=[{"erf": lambda x: erf(xp, xp.asarray(x))}, xp], cse=True, dummify=True)
     # a function NumPy's printer has no form for is printed by its SymPy name: refuse it now, not mid-run
-    unknown = sorted(n for n in f.__code__.co_names if n not in f.__globals__ and n not in vars(builtins))
+    names = {i.argval for i in dis.get_instructions(f) if i.opname in ("LOAD_GLOBAL", "LOAD_NAME")}
+    unknown = sorted(n for n in names if n not in f.__globals__ and n not in vars(builtins))
     if unknown:
         raise CompileError(f"no array form for {', '.join(unknown)}")
     return f
