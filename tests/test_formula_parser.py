@@ -10,7 +10,8 @@ def test_ascii_digits_are_numbers():
     assert parse_formula("x*3 + 0.5e1", table, "n") == 3 * table["x"] + 5
 
 
-@pytest.mark.parametrize("digit", ["\u0663", "\uff13", "\u09e9", "\U0001d7db"])  # Arabic-Indic, full-width, Bengali, math bold 3
+# three as Arabic-Indic, full-width, Bengali and mathematical bold digits
+@pytest.mark.parametrize("digit", ["\u0663", "\uff13", "\u09e9", "\U0001d7db"])
 def test_non_ascii_digits_are_refused_naming_the_character(digit):
     with pytest.raises(GraphError) as exc:
         parse_formula(f"x*{digit}", symbols_for(["x"]), "n")

@@ -10,6 +10,9 @@ NumPy's and mpmath's evaluations of one tree must agree.
 """
 from __future__ import annotations
 
+import shutil
+import subprocess
+
 import mpmath
 import numpy as np
 import pytest
@@ -88,6 +91,29 @@ def test_cuda_source_prints_every_function_and_derivative(label, syms, trees, po
         src = cuda_source(tree, syms)
         assert all(str(s) not in src for s in syms), src  # inputs by position only
         assert all(f"in{k}" in src for k, s in enumerate(syms) if s in tree.free_symbols), src
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="needs a host C++ compiler")
+def test_cuda_source_computes_what_numpy_computes(tmp_path):
+    """The kernel bodies, compiled as host C++ in double (CUDA's math functions have the same
+    names and meaning), give NumPy's values at every case's point."""
+    bodies, calls, want = [], [], []
+    for label, syms, trees, point in CASES:
+        for tree in trees:
+            k = len(bodies)
+            params = ", ".join(f"T in{i}" for i in range(3))
+            bodies.append(f"template <typename T> T f{k}({params}) {{ return {cuda_source(tree, syms)}; }}")
+            args = ", ".join(repr(float(v)) for v in (list(point) + [0.0, 0.0, 0.0])[:3])
+            calls.append(f'    std::printf("%.17g\\n", (double)f{k}<double>({args}));')
+            value = array_function(tree, syms, np)(*[np.array([v]) for v in point])
+            want.append(float(np.broadcast_to(value, (1,))[0]))
+    src = tmp_path / "kernels.cpp"
+    src.write_text("#include <cmath>\n#include <cstdio>\nusing namespace std;\n" + "\n".join(bodies)
+                   + "\nint main() {\n" + "\n".join(calls) + "\n    return 0;\n}\n")
+    exe = tmp_path / "kernels"
+    subprocess.run(["g++", "-O0", "-o", str(exe), str(src)], check=True, capture_output=True, timeout=120)
+    got = [float(v) for v in subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout.split()]
+    np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-15)
 
 
 @pytest.mark.parametrize("name", sorted(array_functions()))

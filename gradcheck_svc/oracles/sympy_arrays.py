@@ -147,5 +147,6 @@ def _outer_unevaluated(function):
 for _name, _function in array_functions().items():
     if _name not in vars(SympyArrays):  # NumPy's own array functions (where, ...) come first
         setattr(SympyArrays, _name, staticmethod(_outer_unevaluated(_function)))
+del _name, _function
 
 SYMPY_XP = SympyArrays()
