@@ -21,7 +21,7 @@ def _generator():
 def test_generated_op_values_match_the_registry():
     gen = _generator()
     committed = gen.DEFAULT_OUT
-    assert committed.read_text() == gen.source(), f"{committed.name} is stale: run `python scripts/gen_client_ops.py`"
+    assert committed.read_text() == gen.source(), f"{committed.name} is stale: run `make client-ops`"
 
 
 def test_every_registry_op_has_a_value_or_is_listed_without_one():

@@ -10,6 +10,7 @@ NumPy's and mpmath's evaluations of one tree must agree.
 """
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 
@@ -63,6 +64,14 @@ def test_the_tables_hold_what_they_should():
     assert sorted(n for n, f in formula_functions().items() if f.op is None) == sorted(f.name for f in FORMULA_ONLY)
     assert {"exp", "log", "sigmoid", "relu", "max", "erf", "tan"} <= set(formula_functions())
     assert {"exp", "log1p", "maximum", "sqrt"} <= set(array_functions())
+
+
+def test_the_docs_list_the_formula_functions():
+    from conftest import ROOT
+
+    text = (ROOT / "docs" / "symbolic.md").read_text()
+    listed = re.search(r"and the\s+functions `([a-z0-9 ]+)`", text).group(1).split()
+    assert listed == sorted(formula_functions()), "docs/symbolic.md lists other formula functions than the parser's"
 
 
 @pytest.mark.parametrize("name", sorted(formula_functions()))
