@@ -10,7 +10,7 @@ Functions resolve to mpmath's by the names lambdify would use (no table of
 ours); tests/test_function_tables.py checks every function our ops, the
 formula parser and SymPy's derivatives of them produce. Anything else raises
 Unsupported, which the callers turn into a `skipped` oracle or a failed audit
-row, never a guess. (bench/bench_mp_eval.py measures this walker against
+row, never a guess. (bench/bench_tree_eval.py measures this walker against
 lambdify(modules="mpmath"); BENCHMARKS.md has the numbers.)
 """
 from __future__ import annotations
