@@ -5,7 +5,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 
-.PHONY: install run serve test proto bench clean
+.PHONY: install run serve test proto client-ops bench clean
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -25,6 +25,9 @@ test: $(STAMP)
 
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
+
+client-ops: $(STAMP)
+	$(PY) scripts/gen_client_ops.py
 
 bench: $(STAMP)
 	$(PY) bench/run_all.py

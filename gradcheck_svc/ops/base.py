@@ -134,6 +134,10 @@ class OpDef:
     wants_dtype: bool = False  # forward receives dtype= (the run's float dtype)
     wants_input_names: bool = False  # infer receives attrs["input_names"] (the node's input value names)
     doc: str = ""
+    # How other tables name this op (ops/functions.py derives them; each is optional):
+    formula_name: str | None = None  # a user formula (the expr op) may call it by this name, with `sympy`
+    numpy: str | None = None  # NumPy's function with the same inputs and keyword attributes (np.NAME)
+    torch: str | None = None  # torch's function with the same inputs and keyword attributes, dotted
 
     def kind_of(self, i: int) -> str:
         return self.input_kinds[min(i, len(self.input_kinds) - 1)]

@@ -68,10 +68,12 @@ def _rules_xy(d):
 _UNARY_RULES = {"": _rules_none, "x": _rules_x, "y": _rules_y, "xy": _rules_xy}
 
 
-def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""):
+def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc="", formula_name=None, numpy=None,
+          torch=None):
     """Register an elementwise unary op y = f(x) with dy/dx = d(xp, x, y, **attrs).
 
-    uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved."""
+    uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved.
+    formula_name, numpy, torch: see OpDef."""
 
     # one save/vjp pair per `uses`, chosen here rather than on every call: these run
     # once per node per pass, and small-array graphs are dominated by such overhead
@@ -92,25 +94,34 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
             kinks=tuple(kinks),
             cases=lambda rng, dom=domain: unary_case(rng, dom),
             doc=doc,
+            formula_name=formula_name,
+            numpy=numpy,
+            torch=torch,
         )
     )
 
 
 # --- smooth unary ------------------------------------------------------------------
 
-unary("neg", lambda xp, x: -x, lambda xp, x, y: -1.0, uses="", sympy=lambda sp, x: -x)
-unary("square", lambda xp, x: x * x, lambda xp, x, y: 2.0 * x, uses="x", sympy=lambda sp, x: x**2)
+unary("neg", lambda xp, x: -x, lambda xp, x, y: -1.0, uses="", sympy=lambda sp, x: -x,
+      numpy="negative", torch="torch.neg")
+unary("square", lambda xp, x: x * x, lambda xp, x, y: 2.0 * x, uses="x", sympy=lambda sp, x: x**2,
+      numpy="square", torch="torch.square")
 unary("sqrt", lambda xp, x: xp.sqrt(x), lambda xp, x, y: 0.5 / y, uses="y",
-      sympy=lambda sp, x: sp.sqrt(x), domain=POSITIVE)
-unary("exp", lambda xp, x: xp.exp(x), lambda xp, x, y: y, uses="y", sympy=lambda sp, x: sp.exp(x))
+      sympy=lambda sp, x: sp.sqrt(x), domain=POSITIVE, formula_name="sqrt", numpy="sqrt", torch="torch.sqrt")
+unary("exp", lambda xp, x: xp.exp(x), lambda xp, x, y: y, uses="y", sympy=lambda sp, x: sp.exp(x),
+      formula_name="exp", numpy="exp", torch="torch.exp")
 unary("log", lambda xp, x: xp.log(x), lambda xp, x, y: 1.0 / x, uses="x",
-      sympy=lambda sp, x: sp.log(x), domain=POSITIVE)
+      sympy=lambda sp, x: sp.log(x), domain=POSITIVE, formula_name="log", numpy="log", torch="torch.log")
 unary("log1p", lambda xp, x: xp.log1p(x), lambda xp, x, y: 1.0 / (1.0 + x), uses="x",
-      sympy=lambda sp, x: sp.log(1 + x), domain=Domain(-0.8, 3.0))
-unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, y: xp.cos(x), uses="x", sympy=lambda sp, x: sp.sin(x))
-unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, y: -xp.sin(x), uses="x", sympy=lambda sp, x: sp.cos(x))
+      sympy=lambda sp, x: sp.log(1 + x), domain=Domain(-0.8, 3.0),
+      formula_name="log1p", numpy="log1p", torch="torch.log1p")
+unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, y: xp.cos(x), uses="x", sympy=lambda sp, x: sp.sin(x),
+      formula_name="sin", numpy="sin", torch="torch.sin")
+unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, y: -xp.sin(x), uses="x", sympy=lambda sp, x: sp.cos(x),
+      formula_name="cos", numpy="cos", torch="torch.cos")
 unary("tanh", lambda xp, x: xp.tanh(x), lambda xp, x, y: 1.0 - y * y, uses="y",
-      sympy=lambda sp, x: sp.tanh(x))
+      sympy=lambda sp, x: sp.tanh(x), formula_name="tanh", numpy="tanh", torch="torch.tanh")
 
 
 def _sigmoid(xp, x):
@@ -120,7 +131,7 @@ def _sigmoid(xp, x):
 
 
 unary("sigmoid", _sigmoid, lambda xp, x, y: y * (1.0 - y), uses="y",
-      sympy=lambda sp, x: 1 / (1 + sp.exp(-x)))
+      sympy=lambda sp, x: 1 / (1 + sp.exp(-x)), formula_name="sigmoid", torch="torch.sigmoid")
 
 
 def _softplus(xp, x):
@@ -128,7 +139,8 @@ def _softplus(xp, x):
 
 
 unary("softplus", _softplus, lambda xp, x, y: _sigmoid(xp, x), uses="x",
-      sympy=lambda sp, x: sp.log(1 + sp.exp(x)), doc="log(1 + exp(x)), computed stably")
+      sympy=lambda sp, x: sp.log(1 + sp.exp(x)), doc="log(1 + exp(x)), computed stably",
+      formula_name="softplus", torch="torch.nn.functional.softplus")
 
 
 def _gelu(xp, x, approximate="none"):
@@ -152,14 +164,16 @@ def _gelu_sympy(sp, x, approximate="none"):
 
 
 unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
-      attrs={"approximate": Attr("str", "none", ("none", "tanh"), "erf form or tanh approximation")})
+      attrs={"approximate": Attr("str", "none", ("none", "tanh"), "erf form or tanh approximation")},
+      torch="torch.nn.functional.gelu")
 
 # --- unary with kinks (each NOTE says the convention at the kink) -------------------
 
 # NOTE relu: derivative 0 at x == 0 (as PyTorch); saves the output, whose sign is enough.
 unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: (y > 0).astype(y.dtype), uses="y",
       sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
-      domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())])
+      domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())],
+      formula_name="relu", torch="torch.relu")
 
 # NOTE leaky_relu: derivative negative_slope at x == 0 (as PyTorch).
 unary("leaky_relu",
@@ -168,12 +182,13 @@ unary("leaky_relu",
       uses="x",
       sympy=lambda sp, x, negative_slope=0.01: sp.Piecewise((x, x > 0), (sp.Float(negative_slope) * x, True)),
       attrs={"negative_slope": Attr("float", 0.01)},
-      domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative negative_slope", _abs_distance())])
+      domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative negative_slope", _abs_distance())],
+      torch="torch.nn.functional.leaky_relu")
 
 # NOTE abs: derivative sign(x), 0 at x == 0 (as PyTorch).
 unary("abs", lambda xp, x: xp.abs(x), lambda xp, x, y: xp.sign(x), uses="x",
       sympy=lambda sp, x: sp.Abs(x), domain=Domain(avoid=(0.0,)),
-      kinks=[Kink("x == 0", "derivative 0", _abs_distance())])
+      kinks=[Kink("x == 0", "derivative 0", _abs_distance())], formula_name="abs", numpy="abs", torch="torch.abs")
 
 
 # NOTE clip: derivative 1 on the closed interval [min, max], 0 outside (as torch.clamp).
@@ -226,25 +241,30 @@ register(OpDef(
     attrs={"min": Attr("float", None), "max": Attr("float", None)},
     save=save_inputs, sympy=_clip_sympy, domain=(Domain(avoid=(-0.5, 0.7)),),
     kinks=(Kink("x == min or x == max", "derivative 1 at the bounds", _clip_distance),),
-    cases=_clip_cases, doc="clip(x, min, max); either bound may be omitted"))
+    cases=_clip_cases, doc="clip(x, min, max); either bound may be omitted", torch="torch.clamp"))
 
 # --- binary ------------------------------------------------------------------------
 
 
-def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc=""):
+def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc="", formula_name=None,
+           numpy=None, torch=None):
     """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape."""
     register(OpDef(
         name=name, forward=f, vjp=lambda xp, g, saved, **a: grads(xp, g, saved),
         infer=_infer_broadcast, arity=2, input_kinds=(FLOAT, FLOAT), save=save,
         broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
-        cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc))
+        cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc,
+        formula_name=formula_name, numpy=numpy, torch=torch))
 
 
-binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing)
-binary("sub", lambda xp, a, b: a - b, lambda xp, g, s: (g, -g), sympy=lambda sp, a, b: a - b, save=save_nothing)
-binary("mul", lambda xp, a, b: a * b, lambda xp, g, s: (g * s[1], g * s[0]), sympy=lambda sp, a, b: a * b)
+binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing,
+       numpy="add", torch="torch.add")
+binary("sub", lambda xp, a, b: a - b, lambda xp, g, s: (g, -g), sympy=lambda sp, a, b: a - b, save=save_nothing,
+       numpy="subtract", torch="torch.sub")
+binary("mul", lambda xp, a, b: a * b, lambda xp, g, s: (g * s[1], g * s[0]), sympy=lambda sp, a, b: a * b,
+       numpy="multiply", torch="torch.mul")
 binary("div", lambda xp, a, b: a / b, lambda xp, g, s: (g / s[1], -g * s[0] / (s[1] * s[1])),
-       sympy=lambda sp, a, b: a / b, domain=(REALS, NONZERO))
+       sympy=lambda sp, a, b: a / b, domain=(REALS, NONZERO), numpy="divide", torch="torch.div")
 
 
 def _pow_grads(xp, g, s):
@@ -255,7 +275,7 @@ def _pow_grads(xp, g, s):
 # pow saves its output too: d/db = y * log(a) reuses it.
 binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=lambda sp, a, b: a**b,
        save=lambda xs, y, **_: (xs[0], xs[1], y), domain=(POSITIVE, Domain(-2.0, 2.0)),
-       doc="a ** b for a > 0 (both differentiable)")
+       doc="a ** b for a > 0 (both differentiable)", numpy="power", torch="torch.pow")
 
 
 def _tie_distance(xs, attrs):
@@ -274,10 +294,12 @@ def _extremum_grads(pick):
 
 binary("maximum", lambda xp, a, b: xp.maximum(a, b), _extremum_grads(lambda a, b: a > b),
        sympy=lambda sp, a, b: sp.Max(a, b),
-       kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)])
+       kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)],
+      formula_name="max", numpy="maximum", torch="torch.maximum")
 binary("minimum", lambda xp, a, b: xp.minimum(a, b), _extremum_grads(lambda a, b: a < b),
        sympy=lambda sp, a, b: sp.Min(a, b),
-       kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)])
+       kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)],
+      formula_name="min", numpy="minimum", torch="torch.minimum")
 
 
 # --- where -------------------------------------------------------------------------
@@ -297,4 +319,5 @@ register(OpDef(
     infer=_infer_broadcast, arity=3, input_kinds=(BOOL, FLOAT, FLOAT),
     save=lambda xs, y, **_: (xs[0],), broadcast=True,
     sympy=lambda sp, c, a, b: sp.Piecewise((a, sp.Ne(c, 0)), (b, True)),
-    cases=_where_cases, doc="where(cond, a, b): a where cond is true, else b"))
+    cases=_where_cases, doc="where(cond, a, b): a where cond is true, else b",
+    numpy="where", torch="torch.where"))

@@ -12,7 +12,7 @@ with `args`, e.g. "args": ["a", "b"]. Inputs broadcast like NumPy's.
 Everything happens at graph load (`infer`): the formulas are parsed by our
 whitelist parser (formula.py) into SymPy trees, so a bad formula is a
 GraphError naming the node and the offending token before anything runs.
-The engine evaluates the trees (formula_compile.py: a tree walker over xp on
+The engine evaluates the trees (formula_compile.py: SymPy's lambdify on
 NumPy, a generated ElementwiseKernel on CuPy) and uses the user's derivative
 in the vjp when one is given, SymPy's derivative of the formula otherwise.
 The symbolic oracle uses `sympy` below: the formula only, never the user's
@@ -79,8 +79,6 @@ class ExprProgram:
         return self.user_grads[name] if name in self.user_grads else self.sympy_grad(k)
 
     def evaluate(self, xp, tree, xs):
-        from .formula_compile import evaluate
-
         shape = np.broadcast_shapes(*(x.shape for x in xs))
         dtype = xp.result_type(*xs)
         if xp is not np and hasattr(xp, "ElementwiseKernel"):  # CuPy: one fused kernel per tree
@@ -93,9 +91,11 @@ class ExprProgram:
                                               "gradcheck_expr")
                 self._cache[("cuda", tree)] = kernel
             return kernel(*[x.astype(dtype, copy=False) for x in xs])
-        y = evaluate(tree, dict(zip(self.symbols, xs)), xp)
-        y = xp.asarray(y).astype(dtype, copy=False)
-        return y if y.shape == shape else xp.broadcast_to(y, shape).copy()
+        from .formula_compile import array_function
+
+        f = array_function(tree, self.symbols, xp)
+        y = xp.asarray(f(*[xp.broadcast_to(x, shape) for x in xs])).astype(dtype, copy=False)
+        return y if y.shape == shape and y.base is None else xp.broadcast_to(y, shape).copy()
 
 
 def _infer(node, specs, attrs):

@@ -2,7 +2,7 @@
 
 Our own tokenizer and recursive-descent parser over a whitelist: numbers,
 the node's local input names, + - * / ** and parentheses, and the functions
-in FUNCTIONS. Nothing from the request is ever given to sympify, parse_expr,
+of ops/functions.py (read from the op registry). Nothing from the request is ever given to sympify, parse_expr,
 eval or exec; SymPy objects are built directly from the tokens. Every
 resource is bounded before SymPy sees it: text length, token count, nesting
 depth, literal size, constant exponents (so `9**9**9**9` is refused instead
@@ -21,6 +21,7 @@ import sympy as sp
 
 from ..errors import GraphError
 from ..limits import FORMULA_MAX_DEPTH
+from .functions import formula_functions
 
 MAX_CHARS = 100_000
 MAX_TOKENS = 50_000
@@ -30,27 +31,11 @@ MAX_CONSTANT_DIGITS = 300  # |log10| of a constant power's value
 MAX_LITERAL = 40  # characters in one numeric literal
 
 IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*\Z")
-# digits are ASCII only ([0-9], not \d: '٣' or '３' must not read as 3)
+# digits are ASCII only: `\d` would also take "٣" (Arabic-Indic three), and Fraction() reads it as 3
 _TOKEN = re.compile(r"\s*(?:(?P<num>(?:[0-9]+\.?[0-9]*|\.[0-9]+)(?:[eE][+-]?[0-9]+)?)|(?P<name>[A-Za-z_][A-Za-z0-9_]*)"
                     r"|(?P<op>\*\*|[-+*/(),])|(?P<bad>\S))")
 
 
-def _op_formula(name: str):
-    """The registry op's own SymPy formula, so a function shared with an op is defined once
-    (looked up at call time: the registry fills while the ops package imports)."""
-    from .registry import REGISTRY
-
-    return lambda x: REGISTRY[name].sympy(sp, x)
-
-
-FUNCTIONS = {
-    "exp": (1, sp.exp), "log": (1, sp.log), "log1p": (1, _op_formula("log1p")), "sqrt": (1, sp.sqrt),
-    "sin": (1, sp.sin), "cos": (1, sp.cos), "tan": (1, sp.tan), "tanh": (1, sp.tanh),
-    "sinh": (1, sp.sinh), "cosh": (1, sp.cosh), "atan": (1, sp.atan), "erf": (1, sp.erf),
-    "abs": (1, sp.Abs), "sigmoid": (1, _op_formula("sigmoid")), "softplus": (1, _op_formula("softplus")),
-    "relu": (1, _op_formula("relu")),
-    "max": (2, sp.Max), "min": (2, sp.Min),
-}
 CONSTANTS = {"pi": sp.pi, "e": sp.E}
 
 
@@ -200,11 +185,12 @@ class FormulaParser:
         self.fail("has an unexpected token" if t.kind != "end" else "ends too early", t)
 
     def call(self, name_tok):
-        spec = FUNCTIONS.get(name_tok.text)
-        if spec is None:
-            self.fail(f"calls unknown function '{name_tok.text}' (allowed: {', '.join(sorted(FUNCTIONS))})",
+        functions = formula_functions()
+        function = functions.get(name_tok.text)
+        if function is None:
+            self.fail(f"calls unknown function '{name_tok.text}' (allowed: {', '.join(sorted(functions))})",
                       name_tok)
-        arity, build = spec
+        arity, build = function.arity, function.sympy
         open_tok = self.take()
         self.nested(open_tok)
         args = [self.sum()]

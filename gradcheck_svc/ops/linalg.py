@@ -78,5 +78,5 @@ def _cases(rng):
 
 register(OpDef(
     name="matmul", forward=_matmul, vjp=_vjp, infer=_infer, arity=2, input_kinds=(FLOAT, FLOAT),
-    save=save_inputs, cases=_cases,
+    save=save_inputs, cases=_cases, numpy="matmul", torch="torch.matmul",
     doc="a @ b with NumPy semantics (vectors promoted, batch dimensions broadcast)"))

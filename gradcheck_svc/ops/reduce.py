@@ -54,7 +54,8 @@ def _infer_extremum(node, specs, attrs):
 def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True):
     register(OpDef(
         name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
-        input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc))
+        input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc,
+        numpy=name))  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
 
 
 def _sum(xp, x, axes, keepdims, **_):

@@ -6,14 +6,18 @@ expression; a walker over the tree with a memo shared by every expression of
 one graph node evaluates each shared subexpression once, at the precision of
 a private mpmath context (thread-safe: the global `mpmath.mp` is not touched).
 
-Only the functions our ops, the formula parser and SymPy's derivatives of
-them produce are supported; anything else raises Unsupported, which the
-callers turn into a `skipped` oracle or a failed audit row, never a guess.
+Functions resolve to mpmath's by the names lambdify would use (no table of
+ours); tests/test_function_tables.py checks every function our ops, the
+formula parser and SymPy's derivatives of them produce. Anything else raises
+Unsupported, which the callers turn into a `skipped` oracle or a failed audit
+row, never a guess. (bench/bench_tree_eval.py measures this walker against
+lambdify(modules="mpmath"); BENCHMARKS.md has the numbers.)
 """
 from __future__ import annotations
 
 import mpmath
 import sympy as sp
+from sympy.utilities.lambdify import MPMATH_TRANSLATIONS
 
 
 class Unsupported(Exception):
@@ -31,14 +35,25 @@ class MpEvaluator:
         self.ctx = ctx
         c = ctx
         half = c.mpf(1) / 2
+        # Rules of our own only where mpmath has no function of the name, or where a derivative
+        # meets a kink; every other SymPy function resolves to mpmath's (see `function`).
         self.functions = {
-            sp.exp: c.exp, sp.log: c.log, sp.sin: c.sin, sp.cos: c.cos, sp.tan: c.tan,
-            sp.tanh: c.tanh, sp.sinh: c.sinh, sp.cosh: c.cosh, sp.erf: c.erf, sp.atan: c.atan,
-            sp.Abs: c.fabs, sp.sign: c.sign,
             sp.Max: lambda *a: max(a), sp.Min: lambda *a: min(a),
             sp.Heaviside: lambda x, h0=half: c.one if x > 0 else (c.zero if x < 0 else h0),
             sp.DiracDelta: lambda x, *k: c.zero if x != 0 else c.nan,
         }
+
+    def function(self, func):
+        """The context's function for a SymPy function class: mpmath's function of the name
+        lambdify would print for it (SymPy's MPMATH_TRANSLATIONS: Abs -> fabs, ...), so no
+        table of ours lists exp, log, erf, ... again."""
+        f = self.functions.get(func)
+        if f is None:
+            f = getattr(self.ctx, MPMATH_TRANSLATIONS.get(func.__name__, func.__name__), None)
+            if not callable(f):
+                raise Unsupported(f"function {func.__name__}")
+            self.functions[func] = f
+        return f
 
     def value(self, expr, env: dict, memo: dict):
         """expr at env (Symbol -> mpf); memo caches subexpressions between calls with the same env."""
@@ -104,9 +119,9 @@ class MpEvaluator:
             return any(self.value(a, env, memo) for a in e.args)
         if isinstance(e, sp.Not):
             return not self.value(e.args[0], env, memo)
-        f = self.functions.get(e.func)
-        if f is None:
-            raise Unsupported(f"function {e.func.__name__}")
+        if e.func not in self.functions and not isinstance(e, sp.Function):  # not a function: Tuple, Integral...
+            raise Unsupported(f"{type(e).__name__} {e}")
+        f = self.function(e.func)
         args = [self.value(a, env, memo) for a in e.args]
         try:
             r = f(*args)

@@ -5,7 +5,8 @@ indexing, constants) get their scalarized symbolic form by running their own
 `forward(xp, ...)` with this module as `xp`: one op stays defined in one place
 and the oracle never needs a second, hand-written copy of its semantics.
 Shape functions are NumPy's own (they work on object arrays); arithmetic goes
-through SymPy's operators; the functions below map to SymPy functions.
+through SymPy's operators; the elementwise functions are the registry's own
+SymPy forms under their NumPy names (ops/functions.py).
 
 Sums are built flat (`Add(*row)`), and max/min as a balanced tree of binary
 Max/Min, so that SymPy's derivative of one element costs O(terms) rather
@@ -18,6 +19,7 @@ from __future__ import annotations
 import numpy as np
 import sympy as sp
 
+from ..ops.functions import array_functions
 from .mp_eval import Unsupported
 
 
@@ -82,18 +84,8 @@ class SympyArrays:
     arange = staticmethod(np.arange)
     float32, float64, int64, bool_ = np.float32, np.float64, np.int64, np.bool_
 
-    # evaluate=False: SymPy's automatic simplification of exp/log (logcombine,
-    # assumption queries) cost more than everything else on a softmax row
-    exp = staticmethod(_vectorize(lambda x: sp.exp(x, evaluate=False)))
-    log = staticmethod(_vectorize(lambda x: sp.log(x, evaluate=False)))
-    sqrt = staticmethod(_vectorize(lambda x: sp.Pow(x, sp.S.Half, evaluate=False)))
-    sin = staticmethod(_vectorize(lambda x: sp.sin(x, evaluate=False)))
-    cos = staticmethod(_vectorize(lambda x: sp.cos(x, evaluate=False)))
-    tanh = staticmethod(_vectorize(lambda x: sp.tanh(x, evaluate=False)))
-    abs = staticmethod(_vectorize(lambda x: sp.Abs(x, evaluate=False)))
-    log1p = staticmethod(_vectorize(lambda x: sp.log(1 + x, evaluate=False)))
-    maximum = staticmethod(_vectorize(lambda a, b: sp.Max(a, b, evaluate=False), 2))
-    minimum = staticmethod(_vectorize(lambda a, b: sp.Min(a, b, evaluate=False), 2))
+    # NumPy's names for the registry's elementwise functions (exp, log, sqrt, tanh, maximum, ...)
+    # are added below from ops/functions.py; logaddexp is NumPy's, no op of ours
     logaddexp = staticmethod(_vectorize(
         lambda a, b: sp.log(sp.exp(a, evaluate=False) + sp.exp(b, evaluate=False), evaluate=False), 2))
 
@@ -136,5 +128,26 @@ class SympyArrays:
     def __getattr__(self, name):
         raise Unsupported(f"the symbolic array module has no '{name}'")
 
+
+def _outer_unevaluated(function):
+    """function's SymPy form with its outermost call left unevaluated.
+
+    evaluate=False there: SymPy's automatic simplification of exp/log (logcombine,
+    assumption queries) cost more than everything else on a softmax row. The form is
+    built once on placeholders; each call substitutes the arguments below the top."""
+    holes = [sp.Dummy() for _ in range(function.arity)]
+    template = function.sympy(*holes)
+
+    def build(*args):
+        sub = dict(zip(holes, args))
+        return template.func(*[a.xreplace(sub) for a in template.args], evaluate=False)
+
+    return _vectorize(build, function.arity)
+
+
+for _name, _function in array_functions().items():
+    if _name not in vars(SympyArrays):  # NumPy's own array functions (where, ...) come first
+        setattr(SympyArrays, _name, staticmethod(_outer_unevaluated(_function)))
+del _name, _function
 
 SYMPY_XP = SympyArrays()

@@ -4,15 +4,16 @@
     with Client("localhost:50051") as c:
         c.verify("model.json", fd_mode="full").raise_for_mismatch()
 
-Retries: only UNAVAILABLE (server not up yet, connection reset) is retried,
-with exponential backoff; everything else is an answer and is raised at once
-as VerifyError. A gradient mismatch is not an error: it is a Report.
+Retries are gRPC's own (a retryPolicy in the channel's service config):
+only UNAVAILABLE (server not up yet, connection reset) is retried, with
+exponential backoff, never once a response has begun; everything else is an
+answer and is raised at once as VerifyError. A gradient mismatch is not an
+error: it is a Report. `timeout` bounds a call with all its attempts.
 """
 from __future__ import annotations
 
-import asyncio
-import random
-import time
+import json
+from contextlib import contextmanager
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -23,6 +24,7 @@ from gradcheck.v1 import service_pb2, service_pb2_grpc
 from .graphio import to_graph
 from .report import Report, message_to_dict
 
+SERVICE = service_pb2.DESCRIPTOR.services_by_name["GradCheckService"].full_name  # gradcheck.v1.GradCheckService
 KIND_KEY, FIELD_KEY = "gradcheck-error-kind", "gradcheck-error-field"  # the server's error trailers
 OPTION_FIELDS = tuple(f.name for f in service_pb2.VerifyOptions.DESCRIPTOR.fields)
 INVALID_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
@@ -89,31 +91,6 @@ def _read(value) -> bytes | None:
     return Path(value).read_bytes()
 
 
-class _Base:
-    def __init__(self, target: str, token: str | None = None, tls: bool = False, root_certificates=None,
-                 timeout: float | None = 60.0, retries: int = 4, backoff: float = 0.1,
-                 max_message_bytes: int = 16 * 2**20):
-        self.target = target
-        self.timeout = timeout
-        self.retries = retries
-        self.backoff = backoff
-        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
-        self._creds = grpc.ssl_channel_credentials(_read(root_certificates)) if tls or root_certificates else None
-        self._options = [("grpc.max_receive_message_length", max_message_bytes),
-                         ("grpc.max_send_message_length", max_message_bytes)]
-        if target.startswith("dns:"):
-            # dns:///gradcheck-headless:50051 resolves to every server pod (a headless Service);
-            # round_robin spreads calls over all of them instead of pinning one connection to one pod
-            self._options.append(("grpc.lb_policy_name", "round_robin"))
-
-    def _delay(self, attempt: int) -> float:
-        return self.backoff * 2**attempt * (0.5 + random.random() / 2)  # jitter spreads reconnect storms
-
-    def _give_up(self, err: grpc.RpcError, attempt: int, started: bool = False) -> bool:
-        """Only a server that is not reachable yet is retried, and never a stream that already began."""
-        return started or err.code() != grpc.StatusCode.UNAVAILABLE or attempt == self.retries
-
-
 def _stream_outcome(item, raise_errors: bool):
     """One VerifyStream item: its Report, or its VerifyError (raised when raise_errors)."""
     if item.WhichOneof("outcome") == "report":
@@ -124,53 +101,104 @@ def _stream_outcome(item, raise_errors: bool):
     return err
 
 
-class Client(_Base):
+MAX_ATTEMPTS = 5  # gRPC caps a retry policy's maxAttempts at 5
+
+
+def service_config(retries: int, backoff: float) -> str:
+    """gRPC's own retry policy for every method of the service: only UNAVAILABLE (server not up
+    yet, connection reset, draining) is retried, with exponential backoff and gRPC's jitter;
+    everything else is an answer. gRPC never retries a call once the server's response has
+    begun (a stream that already yielded a report), and replays a stream's requests itself."""
+    if retries <= 0:
+        return json.dumps({})
+    policy = {"maxAttempts": min(retries + 1, MAX_ATTEMPTS),
+              "initialBackoff": f"{max(backoff, 0.001):.6f}s",
+              "maxBackoff": f"{max(backoff, 0.001) * 2 ** retries:.6f}s",
+              "backoffMultiplier": 2,
+              "retryableStatusCodes": ["UNAVAILABLE"]}
+    return json.dumps({"methodConfig": [{"name": [{"service": SERVICE}], "retryPolicy": policy}]})
+
+
+@contextmanager
+def _answers(id: str = ""):
+    """A failed call (after gRPC's retries) as VerifyError, for both clients."""
+    try:
+        yield
+    except grpc.RpcError as err:
+        raise VerifyError.from_rpc(err, id) from None
+
+
+class _Core:
+    """Everything the two clients share: the channel's arguments (credentials, message limits,
+    gRPC's retry policy), the call metadata, building requests and converting answers.
+    Client and AsyncClient add only the channel type and how they wait."""
+
+    def __init__(self, target: str, token: str | None = None, tls: bool = False, root_certificates=None,
+                 timeout: float | None = 60.0, retries: int = 4, backoff: float = 0.1,
+                 max_message_bytes: int = 16 * 2**20):
+        self.target = target
+        self.timeout = timeout
+        self.retries = retries
+        self.backoff = backoff
+        self._metadata = (("authorization", f"Bearer {token}"),) if token else None
+        self._creds = grpc.ssl_channel_credentials(_read(root_certificates)) if tls or root_certificates else None
+        self._options = [("grpc.max_receive_message_length", max_message_bytes),
+                         ("grpc.max_send_message_length", max_message_bytes),
+                         ("grpc.enable_retries", 1),
+                         ("grpc.service_config", service_config(retries, backoff))]
+        if target.startswith("dns:"):
+            # dns:///gradcheck-headless:50051 resolves to every server pod (a headless Service);
+            # round_robin spreads calls over all of them instead of pinning one connection to one pod
+            self._options.append(("grpc.lb_policy_name", "round_robin"))
+
+    def _channel(self, channels):
+        """A channel from grpc (blocking) or grpc.aio (asyncio), which spell the same factories alike."""
+        if self._creds:
+            return channels.secure_channel(self.target, self._creds, options=self._options)
+        return channels.insecure_channel(self.target, options=self._options)
+
+    def _call_args(self, timeout) -> dict:
+        return {"timeout": self.timeout if timeout is ... else timeout, "metadata": self._metadata}
+
+    @staticmethod
+    def _report(response: service_pb2.VerifyResponse) -> Report:
+        return Report.from_proto(response.report, id=response.id)
+
+    @staticmethod
+    def _ops(response: service_pb2.ListOpsResponse) -> list[dict]:
+        return [message_to_dict(op) for op in response.ops]
+
+
+class Client(_Core):
     """Blocking client. `timeout` is the per-call deadline in seconds (None: none)."""
 
     def __init__(self, target: str, **kwargs):
         super().__init__(target, **kwargs)
-        make = grpc.secure_channel if self._creds else grpc.insecure_channel
-        args = (self._creds,) if self._creds else ()
-        self.channel = make(target, *args, options=self._options)
+        self.channel = self._channel(grpc)
         self.stub = service_pb2_grpc.GradCheckServiceStub(self.channel)
-
-    def _call(self, method, request, timeout, id=""):
-        for attempt in range(self.retries + 1):
-            try:
-                return method(request, timeout=timeout, metadata=self._metadata)
-            except grpc.RpcError as err:
-                if self._give_up(err, attempt):
-                    raise VerifyError.from_rpc(err, id) from None
-                time.sleep(self._delay(attempt))
 
     def verify(self, graph, *, id: str = "", timeout: float | None = ..., **options) -> Report:
         """Verify one graph (a Graph message, a .json/.pb path, or a JSON dict)."""
         request = make_request(graph, id, **options)
-        response = self._call(self.stub.Verify, request, self.timeout if timeout is ... else timeout, id)
-        return Report.from_proto(response.report, id=response.id)
+        with _answers(id):
+            return self._report(self.stub.Verify(request, **self._call_args(timeout)))
 
     def verify_many(self, graphs, *, timeout: float | None = None, raise_errors: bool = True, **options):
         """Stream graphs to the server; yield Reports as each finishes (completion order, `report.id`
         tells which). With raise_errors=False a failed item yields its VerifyError instead of raising."""
         requests = _requests(graphs, options)
-        for attempt in range(self.retries + 1):
-            started = False
-            try:
-                for item in self.stub.VerifyStream(iter(requests), timeout=timeout, metadata=self._metadata):
-                    started = True
-                    yield _stream_outcome(item, raise_errors)
-                return
-            except grpc.RpcError as err:
-                if self._give_up(err, attempt, started):
-                    raise VerifyError.from_rpc(err) from None
-                time.sleep(self._delay(attempt))
+        with _answers():
+            for item in self.stub.VerifyStream(iter(requests), **self._call_args(timeout)):
+                yield _stream_outcome(item, raise_errors)
 
     def list_ops(self) -> list[dict]:
-        resp = self._call(self.stub.ListOps, service_pb2.ListOpsRequest(), self.timeout)
-        return [message_to_dict(op) for op in resp.ops]
+        with _answers():
+            return self._ops(self.stub.ListOps(service_pb2.ListOpsRequest(), **self._call_args(...)))
 
     def server_info(self) -> dict:
-        return message_to_dict(self._call(self.stub.GetServerInfo, service_pb2.GetServerInfoRequest(), self.timeout))
+        with _answers():
+            return message_to_dict(self.stub.GetServerInfo(service_pb2.GetServerInfoRequest(),
+                                                           **self._call_args(...)))
 
     def close(self) -> None:
         self.channel.close()
@@ -182,51 +210,33 @@ class Client(_Base):
         self.close()
 
 
-class AsyncClient(_Base):
+class AsyncClient(_Core):
     """asyncio client (grpc.aio), same methods as Client, awaitable."""
 
     def __init__(self, target: str, **kwargs):
         super().__init__(target, **kwargs)
-        make = grpc.aio.secure_channel if self._creds else grpc.aio.insecure_channel
-        args = (self._creds,) if self._creds else ()
-        self.channel = make(target, *args, options=self._options)
+        self.channel = self._channel(grpc.aio)
         self.stub = service_pb2_grpc.GradCheckServiceStub(self.channel)
-
-    async def _call(self, method, request, timeout, id=""):
-        for attempt in range(self.retries + 1):
-            try:
-                return await method(request, timeout=timeout, metadata=self._metadata)
-            except grpc.RpcError as err:
-                if self._give_up(err, attempt):
-                    raise VerifyError.from_rpc(err, id) from None
-                await asyncio.sleep(self._delay(attempt))
 
     async def verify(self, graph, *, id: str = "", timeout: float | None = ..., **options) -> Report:
         request = make_request(graph, id, **options)
-        response = await self._call(self.stub.Verify, request, self.timeout if timeout is ... else timeout, id)
-        return Report.from_proto(response.report, id=response.id)
+        with _answers(id):
+            return self._report(await self.stub.Verify(request, **self._call_args(timeout)))
 
     async def verify_many(self, graphs, *, timeout: float | None = None, raise_errors: bool = True, **options):
         requests = _requests(graphs, options)
-        for attempt in range(self.retries + 1):
-            started = False
-            try:
-                async for item in self.stub.VerifyStream(iter(requests), timeout=timeout, metadata=self._metadata):
-                    started = True
-                    yield _stream_outcome(item, raise_errors)
-                return
-            except grpc.RpcError as err:
-                if self._give_up(err, attempt, started):
-                    raise VerifyError.from_rpc(err) from None
-                await asyncio.sleep(self._delay(attempt))
+        with _answers():
+            async for item in self.stub.VerifyStream(iter(requests), **self._call_args(timeout)):
+                yield _stream_outcome(item, raise_errors)
 
     async def list_ops(self) -> list[dict]:
-        resp = await self._call(self.stub.ListOps, service_pb2.ListOpsRequest(), self.timeout)
-        return [message_to_dict(op) for op in resp.ops]
+        with _answers():
+            return self._ops(await self.stub.ListOps(service_pb2.ListOpsRequest(), **self._call_args(...)))
 
     async def server_info(self) -> dict:
-        return message_to_dict(await self._call(self.stub.GetServerInfo, service_pb2.GetServerInfoRequest(),
-                                                self.timeout))
+        with _answers():
+            return message_to_dict(await self.stub.GetServerInfo(service_pb2.GetServerInfoRequest(),
+                                                                 **self._call_args(...)))
 
     async def close(self) -> None:
         await self.channel.close()

@@ -11,17 +11,16 @@
     loss = ops.tanh(h @ W).sum()     # any registry op: ops.NAME(*inputs, **attrs)
 
 Like PyTorch's eager mode, every value also carries its concrete NumPy value
-(for the common ops below), so Python control flow may look at data:
-`if loss > 1: ...`. Such control flow is BAKED IN at trace time: the graph
+(for the ops in op_values.py, generated from the server's registry), so
+Python control flow may look at data: `if loss > 1: ...`. Such control flow is BAKED IN at trace time: the graph
 records only the branch that was taken (and the loop iterations that ran)
 with these input values. The server verifies that graph; it does not
 re-decide the branch. Re-trace when the inputs change which way it goes.
 
 The NumPy values exist only to let Python decide branches at trace time;
 the server recomputes everything with its own engine. Ops without a local
-value (anything reached through `ops.NAME` other than the common ones) still
-trace fine; only looking at their value (`bool()`, `float()`, comparisons)
-raises TracerError.
+value (op_values.WITHOUT_VALUE: softmax, gelu, ...) still trace fine; only
+looking at their value (`bool()`, `float()`, comparisons) raises TracerError.
 """
 from __future__ import annotations
 
@@ -32,29 +31,16 @@ import numpy as np
 from gradcheck.v1 import graph_pb2
 
 from .graphio import set_attrs
+from .op_values import VALUES
 
 
 class TracerError(ValueError):
     pass
 
 
-def _reduce(fn):
-    def run(x, axis=None, keepdims=False):
-        return fn(x, axis=tuple(axis) if isinstance(axis, list) else axis, keepdims=keepdims)
-    return run
-
-
-# Trace-time values for the common ops (NumPy's own functions), so Python can
-# branch on data. Op names are the server registry's; ops missing here trace
-# without a local value.
-_EAGER: dict[str, Callable] = {
-    "add": np.add, "sub": np.subtract, "mul": np.multiply, "div": np.divide, "pow": np.power,
-    "neg": np.negative, "matmul": np.matmul, "maximum": np.maximum, "minimum": np.minimum,
-    "tanh": np.tanh, "exp": np.exp, "log": np.log, "sin": np.sin, "cos": np.cos, "sqrt": np.sqrt,
-    "abs": np.abs, "square": np.square, "relu": lambda x: np.maximum(x, 0.0),
-    "sigmoid": lambda x: 1.0 / (1.0 + np.exp(-x)),
-    "sum": _reduce(np.sum), "mean": _reduce(np.mean), "max": _reduce(np.max), "min": _reduce(np.min),
-}
+# Trace-time values (NumPy), so Python can branch on data: generated from the server's
+# registry into op_values.py (scripts/gen_client_ops.py); ops without one trace without a value.
+_EAGER: dict[str, Callable] = VALUES
 
 
 class Value:
