@@ -97,13 +97,14 @@ def report_to_proto(report: Report) -> service_pb2.Report:
     return msg
 
 
-def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None
-                   ) -> service_pb2.VerifyResponse:
+def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,
+                   on_phase=None) -> service_pb2.VerifyResponse:
     """Validate the graph against the limits, verify it, return the tagged report.
+    on_phase(name) is told as each phase of the verification starts (in-process progress).
 
     Raises GradcheckError for anything the user can fix."""
     limits = limits or ServerLimits()
     options = options_from_proto(request.options, limits)
     graph = validate(request.graph, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
-    report = verify(graph, options)
+    report = verify(graph, options, on_phase=on_phase)
     return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(report))

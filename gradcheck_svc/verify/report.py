@@ -15,6 +15,12 @@ refined on the ladder of steps, `fd_undecidable` the flat indices FD could not d
 FD, and `verdict_reference` says which one decided. Top level: `symbolic`
 (status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
 `expr` node, with `user_grad_matches` true/false/null).
+
+`status` is the row as the verdict sees it (verdict.py): "ok", "ok (precision)" or
+"ok (kink)" (a mismatch a finding explains: `explained_by` names its cause) or "FAIL" (the
+comparison failed unexplained, or an error finding names the parameter: `failed_by`). The
+verdict is "pass" exactly when no row is FAIL and no finding is an error. Every `*_s` timing
+is in seconds, in the text as well.
 """
 from __future__ import annotations
 
@@ -26,8 +32,10 @@ import numpy as np
 from ..text import escape_controls
 from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
+from .report_text import parameter_table, timings_line
 
 MAX_LISTED = 1000  # gradient/reference values included per parameter
+TEXT_ROWS = 20  # parameter rows in the text report: the worst ones, then a count (JSON has all)
 
 
 def _listed(a: np.ndarray) -> list:
@@ -59,6 +67,24 @@ class ParameterResult:
     fd_error: np.ndarray | None = None  # estimated error of each reference value (shape of reference)
     fd_refined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices refined
     fd_undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
+    status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "FAIL"
+    explained_by: str | None = None  # the finding cause that excuses a failed comparison
+    failed_by: str | None = None  # the error finding's cause that fails this parameter
+
+    @property
+    def verdict_reference(self) -> str:
+        return "symbolic" if self.symbolic_comparison is not None else "finite_differences"
+
+    @property
+    def verdict_comparison(self):
+        """The comparison `passed` and `status` were judged on (engine vs the verdict reference)."""
+        if self.symbolic_comparison is not None:
+            return self.symbolic_comparison
+        from .compare import Comparison
+
+        return Comparison(self.max_abs_error, self.max_rel_error, self.worst_index, self.engine_at_worst,
+                          self.reference_at_worst, bool(self.fd_passed if self.fd_passed is not None
+                                                        else self.passed))
 
     def to_dict(self) -> dict:
         d = {
@@ -88,7 +114,10 @@ class ParameterResult:
         if self.engine_projection is not None:
             d["engine_projection"] = _listed(self.engine_projection)
         d["fd_passed"] = self.passed if self.fd_passed is None else self.fd_passed
-        d["verdict_reference"] = "symbolic" if self.symbolic_comparison is not None else "finite_differences"
+        d["verdict_reference"] = self.verdict_reference
+        d["status"] = self.status or ("ok" if self.passed else "FAIL")
+        d["explained_by"] = self.explained_by
+        d["failed_by"] = self.failed_by
         d["symbolic"] = None
         d["fd_vs_symbolic"] = None
         if self.symbolic_comparison is not None:
@@ -177,32 +206,11 @@ class Report:
             mark = {True: "ok  ", False: "FAIL", None: "??  "}[c.user_grad_matches]
             lines.append(f"  {mark} custom op node '{c.node}' ({c.formula}): {c.detail}")
         if self.parameters:
-            width = max(9, *(len(p.name) for p in self.parameters))
-            lines.append(f"  {'parameter':<{width}}  {'shape':<12} {'fd':<10} {'max abs err':>11} "
-                         f"{'max rel err':>11} {'vs symbolic':>11} {'fd vs sym':>10}  "
-                         f"worst element (engine vs reference)")
-            for p in self.parameters:
-                status = "ok  " if p.passed else "FAIL"
-                what = "direction" if p.mode == "projection" else "index"
-                sc, fs = p.symbolic_comparison, p.fd_vs_symbolic
-                vs_sym = f"{sc.max_abs_error:>11.3g}" if sc is not None else f"{'-':>11}"
-                fd_sym = f"{fs.max_abs_error:>10.3g}" if fs is not None else f"{'-':>10}"
-                if sc is not None and not sc.passed:
-                    worst = (f"{list(sc.worst_index)}: {sc.engine_at_worst:.8g} vs {sc.reference_at_worst:.8g} "
-                             "(symbolic)")
-                else:
-                    worst = f"{list(p.worst_index)}: {p.engine_at_worst:.8g} vs {p.reference_at_worst:.8g}"
-                    if p.fd_error is not None and p.fd_error.size:  # the FD reference's own error bound
-                        flat = np.ravel_multi_index(p.worst_index, p.fd_error.shape) if p.worst_index else 0
-                        worst += f" ± {float(p.fd_error.reshape(-1)[flat]):.2g}"
-                lines.append(
-                    f"  {p.name:<{width}}  {str(list(p.shape)):<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
-                    f"{p.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {status} {what} {worst}"
-                )
+            lines += ["  " + line for line in parameter_table(self.parameters, TEXT_ROWS)]
         else:
             lines.append("  no parameters (no input has requires_grad)")
         lines.extend("  " + line for line in memory_summary(self.memory))
-        lines.append("  timings: " + ", ".join(f"{k} {v * 1000:.1f} ms" for k, v in self.timings.items()))
+        lines.append("  " + timings_line(self.timings))
         # each line is one line: a control character in it came from a name in the request
         return "\n".join(escape_controls(line) for line in lines)
 

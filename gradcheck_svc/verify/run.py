@@ -25,12 +25,13 @@ from ..oracles.symbolic import symbolic_gradients
 from .compare import Tolerance, compare
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
-from .diagnosis.diagnose import diagnose, overall_verdict
+from .diagnosis.diagnose import diagnose
 from .engine_run import EngineRun, run_engine
 from .fd_check import fd_check
 from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions
 from .report import ParameterResult, Report
+from .verdict import settle
 
 __all__ = ["DTYPES", "EngineRun", "VerifyOptions", "run_engine", "verify"]
 
@@ -50,20 +51,25 @@ def _check_options(options: VerifyOptions) -> None:
         raise OptionError(f"{options.fd.directions}: needs at least 1 direction", field="directions")
 
 
-def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
+def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) -> Report:
+    """on_phase(name), when given, is called as each phase starts (a progress display's hook)."""
+    phase = on_phase or (lambda name: None)
     options = options or VerifyOptions()
     dtype = options.dtype or graph.declared_float_dtype
     if dtype not in DTYPES:
         raise OptionError(f"unknown dtype '{dtype}' (expected float32 or float64)", field="dtype")
     _check_options(options)
     t_start = time.perf_counter()
+    phase("engine")
     engine = run_engine(graph, options, dtype)
 
     t0 = time.perf_counter()
+    phase("symbolic oracle")
     symbolic = symbolic_gradients(graph, options.symbolic)
     t_sym = time.perf_counter() - t0
 
     t0 = time.perf_counter()
+    phase("finite differences")
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
     results = []
@@ -111,11 +117,12 @@ def verify(graph: Graph, options: VerifyOptions | None = None) -> Report:
     if symbolic.status == "skipped":
         warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
     t0 = time.perf_counter()
+    phase("diagnosis")
     findings = engine.findings + diagnose(Context(graph, options, dtype, engine, results, fd, tol))
     findings += undecidable_findings(results, engine.program)
     findings += _wrong_user_derivatives(custom, findings, engine.program)
     t_diag = time.perf_counter() - t0
-    verdict = overall_verdict(results, findings)
+    verdict = settle(results, findings)  # each row's status and the verdict, from the same facts
     timings = {"engine_s": engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
                "diagnosis_s": t_diag}
     if custom:

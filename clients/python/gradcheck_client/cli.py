@@ -15,14 +15,16 @@ import argparse
 import json
 import os
 import sys
+import time
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
-from .graphio import SUFFIXES, GraphFileError, load_graph
+from .graphio import GraphFileError, load_graph
 from .options import add_option_flags, values_from_args
 from .report import Report
+from .scan import DEFAULT_INCLUDE, find_graphs
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_TRANSPORT = 0, 1, 2, 3
 
@@ -58,50 +60,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gradcheck {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     v = sub.add_parser("verify", help="verify graph files (.json/.pb) or directories of them")
-    v.add_argument("paths", nargs="+", metavar="PATH", help="graph files, or directories searched for *.json/*.pb")
+    v.add_argument("paths", nargs="+", metavar="PATH", help="graph files, or directories searched for graphs")
+    v.add_argument("--include", action="append", default=[], metavar="GLOB",
+                   help="in directories, take files matching GLOB (path below the directory or file name; "
+                        f"repeatable; default {' '.join(DEFAULT_INCLUDE)})")
+    v.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                   help="in directories, leave out files matching GLOB (repeatable; default none)")
     v.add_argument("--server", default=os.environ.get("GRADCHECK_SERVER"), metavar="HOST:PORT",
                    help="gradcheck server (default $GRADCHECK_SERVER; none: verify in-process)")
-    v.add_argument("--token-file", default=None, help="bearer token file (default: $GRADCHECK_TOKEN when set)")
-    v.add_argument("--tls", action="store_true", help="connect with TLS (system roots, or --ca-file)")
-    v.add_argument("--ca-file", default=None, help="PEM root certificate(s) for TLS")
+    v.add_argument("--token-file", default=None, help="bearer token file (default: $GRADCHECK_TOKEN when set, "
+                   "else no token)")
+    v.add_argument("--tls", action="store_true", help="connect with TLS (system roots, or --ca-file; default off)")
+    v.add_argument("--ca-file", default=None, help="PEM root certificate(s) for TLS (default: the system's)")
     v.add_argument("--timeout", type=float, default=300.0, help="seconds per graph (default 300)")
-    v.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per graph)")
+    v.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per graph; default none)")
     v.add_argument("--summary-md", metavar="FILE", help="write a Markdown summary table "
-                   "(also appended to $GITHUB_STEP_SUMMARY when set)")
-    v.add_argument("--json", action="store_true", help="print one JSON document with every report")
+                   "(also appended to $GITHUB_STEP_SUMMARY when set; default none)")
+    v.add_argument("--json", action="store_true", help="print one JSON document with every report "
+                   "(default: the text reports)")
     add_option_flags(v)
     return p
 
 
-def find_graphs(paths: list[str]) -> list[Path]:
-    found = []
-    for p in map(Path, paths):
-        if p.is_dir():
-            found += sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file())
-        elif p.is_file():
-            found.append(p)
-        else:
-            raise FileNotFoundError(f"no such file or directory: {p}")
-    return found
-
-
 class Progress:
-    """A one-line progress bar on stderr, only when stderr is a terminal."""
+    """A one-line progress display on stderr, only when stderr is a terminal (quiet in CI logs):
+    per graph, and within a graph verified in-process, per phase (engine, finite differences, ...)."""
 
     def __init__(self, total: int, stream=sys.stderr):
         self.total, self.done, self.stream = total, 0, stream
         self.enabled = stream.isatty()
 
-    def step(self, label: str) -> None:
-        self.done += 1
+    def _show(self, text: str) -> None:
         if self.enabled:
             n = 30 * self.done // max(1, self.total)
-            self.stream.write(f"\r[{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total} {label[-40:]:<40}")
+            self.stream.write(f"\r[{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total} {text[-60:]:<60}")
             self.stream.flush()
+
+    def phase(self, label: str, phase: str) -> None:
+        """A graph in progress: its name and the phase it is in."""
+        self._show(f"{label[-40:]}: {phase}")
+
+    def step(self, label: str) -> None:
+        self.done += 1
+        self._show(label)
 
     def close(self) -> None:
         if self.enabled:
-            self.stream.write("\r" + " " * 80 + "\r")
+            self.stream.write("\r" + " " * 100 + "\r")
             self.stream.flush()
 
 
@@ -118,8 +123,8 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
         results = client.verify_many(graphs, raise_errors=False, timeout=args.timeout * max(1, len(graphs)),
                                      **_options(args))
         for item in results:
-            if isinstance(item, Report):
-                out[item.id] = Outcome(item.id, report=item)
+            if isinstance(item, Report):  # the server's own time for this graph
+                out[item.id] = Outcome(item.id, report=item, seconds=float(item.timings.get("total_s", 0.0)))
             else:
                 out[item.id] = Outcome(item.id, error=item.message, invalid=item.invalid_input)
             progress.step(item.id)
@@ -139,13 +144,16 @@ def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
 
     out = {}
     for path, graph in graphs.items():
+        start = time.perf_counter()
         try:
-            response = verify_request(make_request(graph, path, **_options(args)))
+            response = verify_request(make_request(graph, path, **_options(args)),
+                                      on_phase=lambda phase, path=path: progress.phase(path, phase))
             out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
         except GradcheckError as exc:
             out[path] = Outcome(path, error=exc.message, invalid=True)
         except Exception as exc:  # an internal fault of the verifier: one line, no traceback
             out[path] = Outcome(path, error=f"internal error: {type(exc).__name__}: {exc}")
+        out[path].seconds = time.perf_counter() - start
         progress.step(path)
     return out
 
@@ -169,12 +177,31 @@ def _xml_text(text: str, limit: int = 100_000) -> str:
                    or c >= "\U00010000" else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
+def _properties(case: ET.Element, o: Outcome) -> None:
+    """The verdict and each finding (its cause, node and line) as the test case's properties."""
+    props = ET.SubElement(case, "properties")
+
+    def prop(name, value):
+        ET.SubElement(props, "property", name=name, value=_xml_text(str(value)))
+    prop("verdict", o.report.verdict)
+    for f in o.report.findings:
+        prop("cause", f.cause)
+        prop("node", f.node)
+        prop("finding", f"{f.severity}: {f}")
+
+
 def junit_xml(outcomes: list[Outcome]) -> str:
-    suite = ET.Element("testsuite", name="gradcheck", tests=str(len(outcomes)),
-                       failures=str(sum(o.status == "fail" for o in outcomes)),
-                       errors=str(sum(o.report is None for o in outcomes)))
+    """<testsuites> around one <testsuite>, one <testcase> per graph with its time in seconds."""
+    failures, errors = sum(o.status == "fail" for o in outcomes), sum(o.report is None for o in outcomes)
+    total = f"{sum(o.seconds for o in outcomes):.6f}"
+    counts = {"tests": str(len(outcomes)), "failures": str(failures), "errors": str(errors), "time": total}
+    root = ET.Element("testsuites", name="gradcheck", **counts)
+    suite = ET.SubElement(root, "testsuite", name="gradcheck", **counts)
     for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=_xml_text(o.path))
+        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=_xml_text(o.path),
+                             time=f"{o.seconds:.6f}")
+        if o.report is not None:
+            _properties(case, o)
         if o.report is None:
             error = _xml_text(o.error)
             ET.SubElement(case, "error", message=error, type="invalid" if o.invalid else "transport").text = error
@@ -183,7 +210,7 @@ def junit_xml(outcomes: list[Outcome]) -> str:
                           type="gradient_mismatch").text = _xml_text(str(o.report))
         if o.report is not None:
             ET.SubElement(case, "system-out").text = _xml_text(str(o.report))
-    return ET.tostring(suite, encoding="unicode", xml_declaration=True)
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
 
 
 def _cell(text: str) -> str:
@@ -197,8 +224,7 @@ def summary_markdown(outcomes: list[Outcome]) -> str:
         if o.report is None:
             what = o.error
         else:
-            bad = [f"`{p.name}` wrong (max abs err {p.max_abs_error:.3g})" for p in o.report.failed_parameters
-                   if isinstance(p.max_abs_error, (int, float))]
+            bad = [f"`{p.name}` wrong ({p.why_failed()})" for p in o.report.failed_parameters]
             what = "; ".join(bad + [str(f) for f in o.report.findings]) or "-"
         lines.append(f"| `{_cell(o.path)}` | {icon[o.status]} | {_cell(what)} |")
     counts = {s: sum(o.status == s for o in outcomes) for s in icon}
@@ -226,9 +252,12 @@ def _write_file(path: str, text: str, what: str) -> None:
 
 def _verify(args) -> int:
     try:
-        paths = find_graphs(args.paths)
+        scan = find_graphs(args.paths, args.include, args.exclude)
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
+    for note in scan.skipped:  # a note, not a failure
+        print(f"gradcheck: {note}", file=sys.stderr)
+    paths = scan.graphs
     if not paths:
         raise UsageError("no *.json or *.pb graphs found in " + " ".join(args.paths))
     if not args.server and not _in_process_available():

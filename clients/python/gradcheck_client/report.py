@@ -35,7 +35,32 @@ class Parameter:
     engine_at_worst: float
     reference_at_worst: float
     fd_mode: str
+    status: str = ""  # "ok", "ok (precision)", "ok (kink)" or "FAIL": the row as the verdict sees it
     data: dict = field(repr=False, default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure)."""
+        return self.status == "FAIL" if self.status else not self.passed
+
+    @property
+    def reference_name(self) -> str:
+        return {"symbolic": "symbolic", "finite_differences": "finite differences"}.get(
+            self.data.get("verdict_reference", ""), "reference")
+
+    def why_failed(self) -> str:
+        """Why it fails: the error finding that names it, else its error against the verdict's reference."""
+        if self.data.get("failed_by"):
+            return str(self.data["failed_by"])
+        if isinstance(self.verdict_error, (int, float)):
+            return f"max abs err {self.verdict_error:.3g} vs {self.reference_name}"
+        return "mismatch"
+
+    @property
+    def verdict_error(self) -> float:
+        """Max abs error against the reference the verdict used."""
+        sym = self.data.get("symbolic")
+        return sym.get("max_abs_error", 0.0) if isinstance(sym, dict) else self.max_abs_error
 
 
 @dataclass
@@ -66,7 +91,8 @@ class Report:
             name=p.get("name", ""), shape=p.get("shape", []), passed=bool(p.get("passed")),
             max_abs_error=p.get("max_abs_error", 0.0), max_rel_error=p.get("max_rel_error", 0.0),
             worst_index=p.get("worst_index", []), engine_at_worst=p.get("engine_at_worst", 0.0),
-            reference_at_worst=p.get("reference_at_worst", 0.0), fd_mode=p.get("fd_mode", ""), data=p)
+            reference_at_worst=p.get("reference_at_worst", 0.0), fd_mode=p.get("fd_mode", ""),
+            status=p.get("status", ""), data=p)
             for p in data.get("parameters", [])]
         self.findings = [Finding(
             node=f.get("node", ""), op=f.get("op", ""), cause=f.get("cause", ""), severity=f.get("severity", ""),
@@ -88,7 +114,7 @@ class Report:
 
     @property
     def failed_parameters(self) -> list[Parameter]:
-        return [p for p in self.parameters if not p.passed]
+        return [p for p in self.parameters if p.failed]
 
     def raise_for_mismatch(self) -> "Report":
         """Raise GradientMismatch unless every gradient verified; returns self for chaining."""
@@ -101,9 +127,7 @@ class Report:
         line = f"{self.graph or 'graph'}: {self.verdict.upper()}"
         bad = self.failed_parameters
         if bad:
-            line += "; wrong gradient for " + ", ".join(
-                f"{p.name} (max abs err {p.max_abs_error:.3g} at {p.worst_index})" if isinstance(
-                    p.max_abs_error, (int, float)) else p.name for p in bad)
+            line += "; wrong gradient for " + ", ".join(f"{p.name} ({p.why_failed()})" for p in bad)
         errors = [f for f in self.findings if f.severity == "error"]
         if errors:
             line += "; " + "; ".join(str(f) for f in errors)

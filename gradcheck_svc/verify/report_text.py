@@ -1,0 +1,70 @@
+"""The text report's parameter table and timings line.
+
+Each error column names the reference it compares against, the status column is the row as
+the verdict sees it (verdict.py), and the worst element is shown against the verdict's own
+reference, so the table and the verdict line above it never disagree. Long parameter lists
+show the worst TEXT_ROWS rows and a count of the rest (the JSON report lists every one).
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+REFERENCE_NAMES = {"symbolic": "the symbolic gradient (exact)", "finite_differences": "finite differences"}
+
+
+def _badness(p) -> tuple:
+    """Sort key, worst first: failing rows, then explained ones, then by error over tolerance."""
+    c = p.verdict_comparison
+    scale = p.atol + p.rtol * abs(c.reference_at_worst) if math.isfinite(c.reference_at_worst) else 1.0
+    ratio = c.max_abs_error / scale if scale > 0 else c.max_abs_error
+    rank = 0 if p.status == "FAIL" else 1 if p.status.startswith("ok (") else 2
+    return rank, -(ratio if not math.isnan(ratio) else math.inf)
+
+
+def _worst(p) -> str:
+    what = "direction" if p.mode == "projection" else "index"
+    c = p.verdict_comparison
+    text = f"{what} {list(c.worst_index)}: {c.engine_at_worst:.8g} vs {c.reference_at_worst:.8g}"
+    if p.symbolic_comparison is None and p.fd_error is not None and p.fd_error.size:
+        flat = np.ravel_multi_index(p.worst_index, p.fd_error.shape) if p.worst_index else 0
+        text += f" ± {float(p.fd_error.reshape(-1)[flat]):.2g}"  # the FD reference's own error bound
+    return text
+
+
+def _status(p) -> str:
+    if p.failed_by:
+        return f"FAIL ({p.failed_by})"
+    return p.status or ("ok" if p.passed else "FAIL")
+
+
+def parameter_table(params: list, max_rows: int) -> list[str]:
+    reference = params[0].verdict_reference
+    lines = [f"parameters, judged against {REFERENCE_NAMES[reference]}; abs/rel err: engine vs finite "
+             "differences, vs sym: engine vs symbolic, fd vs sym: finite differences vs symbolic"]
+    width = max(9, *(len(p.name) for p in params))
+    lines.append(f"{'parameter':<{width}}  {'shape':<12} {'fd':<10} {'abs err(fd)':>11} {'rel err(fd)':>11} "
+                 f"{'abs err(sym)':>12} {'fd vs sym':>10}  {'status':<16} worst element (engine vs "
+                 f"{'symbolic' if reference == 'symbolic' else 'FD'})")
+    shown = sorted(params, key=_badness)[:max_rows] if len(params) > max_rows else params
+    for p in shown:
+        sc, fs = p.symbolic_comparison, p.fd_vs_symbolic
+        vs_sym = f"{sc.max_abs_error:>12.3g}" if sc is not None else f"{'-':>12}"
+        fd_sym = (f"{fs.max_abs_error:>10.3g}" if fs.passed else f"{'FAIL ' + format(fs.max_abs_error, '.3g'):>10}") \
+            if fs is not None else f"{'-':>10}"
+        lines.append(f"{p.name:<{width}}  {str(list(p.shape)):<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
+                     f"{p.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {_status(p):<16} {_worst(p)}")
+    rest = [p for p in params if p not in shown]
+    if rest:
+        counts = {}
+        for p in rest:
+            counts[p.status] = counts.get(p.status, 0) + 1
+        lines.append(f"... {len(rest)} more parameters ({', '.join(f'{n} {s}' for s, n in counts.items())}); "
+                     "the JSON report (--format json) lists every one")
+    return lines
+
+
+def timings_line(timings: dict) -> str:
+    """`*_s` keys are seconds: printed as seconds, so the text and the JSON say the same."""
+    return "timings: " + ", ".join(f"{k} {v:.3g}" for k, v in timings.items()) + " (seconds)"

@@ -1,0 +1,50 @@
+"""One verdict, stated once: every parameter row's status and the report's verdict from the
+same comparison and the same findings, so that no row can contradict the verdict.
+
+A row is
+    FAIL            an error finding names the parameter, or its comparison failed and no
+                    finding explains it;
+    ok (precision)  the comparison failed but a precision finding explains it (float32
+                    rounding tolerated);
+    ok (kink)       the comparison failed at a declared kink whose convention was checked;
+    ok              the comparison passed.
+The verdict fails when a row is FAIL or any finding is an error (one in a parameter-free part
+of the graph too).
+"""
+from __future__ import annotations
+
+from .diagnosis.diagnose import EXPLAINING, overall_verdict
+
+OK, FAIL = "ok", "FAIL"
+EXPLAINED_AS = {"precision": "ok (precision)", "nondifferentiable_point": "ok (kink)"}
+assert set(EXPLAINED_AS) == set(EXPLAINING), "a cause that excuses a mismatch needs its row label"
+
+
+def settle(results, findings) -> str:
+    """Set each ParameterResult's `status` (and `explained_by`); return the verdict."""
+    blamed = {}
+    for f in findings:
+        if f.severity == "error":
+            for p in f.parameters:
+                blamed.setdefault(p, f.cause)
+    explained = {}
+    for f in findings:
+        if f.cause in EXPLAINING:
+            for p in f.parameters:
+                explained.setdefault(p, f.cause)
+    for r in results:
+        r.explained_by = r.failed_by = None
+        if r.name in blamed:
+            r.status, r.failed_by = FAIL, blamed[r.name]
+        elif r.passed:
+            r.status = OK
+        elif r.name in explained:
+            r.status, r.explained_by = EXPLAINED_AS[explained[r.name]], explained[r.name]
+        else:
+            r.status = FAIL
+    verdict = overall_verdict(results, findings)
+    # the rows and the verdict come from the same facts; a disagreement is a bug here
+    assert verdict == "pass" or any(f.severity == "error" for f in findings) or \
+        any(r.status == FAIL for r in results), "a failing verdict without a failing row or error"
+    assert not (verdict == "pass" and any(r.status == FAIL for r in results)), "FAIL row under PASS"
+    return verdict
