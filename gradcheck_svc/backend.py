@@ -67,7 +67,7 @@ def get_backend(device: str = "cpu") -> Backend:
         cupy, why = _cupy()
         if cupy is None:
             raise BackendUnavailable(
-                f"device 'cuda' is not available ({why}); install gradcheck[gpu] on a machine "
+                f"device 'cuda' is not available ({why}); install gradcheck-svc[gpu] on a machine "
                 "with an NVIDIA GPU, or use --device cpu",
                 field="device",
             )

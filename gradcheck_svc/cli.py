@@ -24,6 +24,13 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
 
 
+def _symbolic():
+    """The symbolic oracle's default budgets (shown in the flags' help)."""
+    from .verify.options import VerifyOptions
+
+    return VerifyOptions().symbolic
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gradcheck-svc", description="Verify the gradients of a computation graph.")
     p.add_argument("--version", action="version", version=f"gradcheck-svc {__version__}")
@@ -31,18 +38,18 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="verify one graph (.json or .pb) and print a report")
     v.add_argument("graph", help="graph file: .json (protobuf JSON) or .pb (binary protobuf)")
-    v.add_argument("--format", choices=["text", "json"], default="text")
+    v.add_argument("--format", choices=["text", "json"], default="text", help="report format (default text)")
     add_option_flags(v)
     v.add_argument("--memory-plot", default=None, metavar="FILE",
                    help="write live bytes per forward/backward step, with and without checkpointing "
-                        "(.svg, or .png with matplotlib)")
+                        "(.svg, or .png with matplotlib; default none)")
 
     v.add_argument("--symbolic-max-partials", type=int, default=None, metavar="N",
-                   help="symbolic oracle budget: non-zero local partial derivatives")
-    v.add_argument("--symbolic-timeout", type=float, default=30.0, metavar="SECONDS",
-                   help="symbolic oracle wall-clock budget")
-    v.add_argument("--simplify-timeout", type=float, default=10.0, metavar="SECONDS",
-                   help="time to prove a user derivative (expr op) equal to SymPy's")
+                   help=f"symbolic oracle budget: non-zero local partial derivatives (default {_symbolic().max_edges})")
+    v.add_argument("--symbolic-timeout", type=float, default=_symbolic().timeout_s, metavar="SECONDS",
+                   help="symbolic oracle wall-clock budget (default %(default)s)")
+    v.add_argument("--simplify-timeout", type=float, default=_symbolic().simplify_timeout_s, metavar="SECONDS",
+                   help="time to prove a user derivative (expr op) equal to SymPy's (default %(default)s)")
     add_limit_flags(v, what="the same as the server's; raise them here")
 
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
@@ -51,22 +58,26 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--workers", type=int, default=None,
                    help="worker processes (default: the CPUs this process may use: affinity and cgroup quota)")
     s.add_argument("--max-message-mb", type=float, default=None,
-                   help="the same as --max-message-bytes, in MiB")
+                   help="the same as --max-message-bytes, in MiB (default: that flag's default)")
     s.add_argument("--token-file", default=None, help="require this bearer token (default: $GRADCHECK_TOKEN "
                    "when set, else no auth)")
-    s.add_argument("--tls-cert", default=None, help="PEM certificate chain (enables TLS, with --tls-key)")
-    s.add_argument("--tls-key", default=None, help="PEM private key")
-    s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this HTTP port")
-    s.add_argument("--grace", type=float, default=30.0, help="seconds in-flight requests get on SIGTERM")
+    s.add_argument("--tls-cert", default=None, help="PEM certificate chain (enables TLS, with --tls-key; "
+                   "default: no TLS)")
+    s.add_argument("--tls-key", default=None, help="PEM private key (default: no TLS)")
+    s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this HTTP port "
+                   "(default: no metrics endpoint)")
+    s.add_argument("--grace", type=float, default=30.0,
+                   help="seconds in-flight requests get on SIGTERM (default %(default)s)")
     add_limit_flags(s, what="server")
 
     a = sub.add_parser("audit-ops", help="check every op's VJP against SymPy's derivative")
-    a.add_argument("--op", action="append", default=[], metavar="NAME", help="audit only this op (repeatable)")
-    a.add_argument("--seed", type=int, default=0, help="seed for the random test points")
-    a.add_argument("--format", choices=["text", "json"], default="text")
+    a.add_argument("--op", action="append", default=[], metavar="NAME",
+                   help="audit only this op (repeatable; default every op)")
+    a.add_argument("--seed", type=int, default=0, help="seed for the random test points (default %(default)s)")
+    a.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
 
-    o = sub.add_parser("ops", help="list the registered ops")
-    o.add_argument("--format", choices=["text", "json"], default="text")
+    o = sub.add_parser("ops", help="list the registered ops: attributes with defaults, formula, kinks, doc")
+    o.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
 
     from .batch.cli import add_parsers  # batch, batch-merge, screen (their exit codes: batch/cli.py)
 
@@ -131,15 +142,13 @@ def _ops(args) -> int:
     import json
 
     from .ops import all_ops
-    from .ops.describe import describe
+    from .ops.describe import describe, describe_text
 
     rows = [describe(op) for op in all_ops()]
     if args.format == "json":
         print(json.dumps(rows, indent=2))
     else:
-        for r in rows:
-            attrs = ", ".join(r["attributes"]) or "-"
-            print(f"{r['name']:<16} arity {r['arity']:<3} attrs: {attrs}")
+        print("\n".join(line for r in rows for line in describe_text(r)))
     return EXIT_OK
 
 

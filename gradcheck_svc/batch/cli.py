@@ -19,7 +19,6 @@ from pathlib import Path
 from gradcheck_client.options import add_option_flags, values_from_args
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
-VERIFY_OPTION_HELP = "as for `verify`"
 
 
 def _verify_options(p: argparse.ArgumentParser) -> None:
@@ -40,7 +39,7 @@ def add_parsers(sub) -> None:
     b.add_argument("--server", default=None, metavar="TARGET",
                    help="verify on this server (e.g. dns:///gradcheck-headless:50051); default in-process")
     b.add_argument("--token-file", default=None, help="bearer token for --server (default $GRADCHECK_TOKEN)")
-    b.add_argument("--device", choices=["cpu", "cuda"], default=None, help=VERIFY_OPTION_HELP)
+    b.add_argument("--device", choices=["cpu", "cuda"], default=None, help="engine device (default cpu)")
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
@@ -60,9 +59,9 @@ def add_parsers(sub) -> None:
                         "tree's examples/graphs when present; 'none' for none)")
     s.add_argument("--generated", type=int, default=16, metavar="N", help="generated graphs (default 16)")
     s.add_argument("--size", type=int, default=8, metavar="S", help="generated graphs' width (default 8)")
-    s.add_argument("--suite-seed", type=int, default=0, help="seed of the generated graphs (same on every node)")
+    s.add_argument("--suite-seed", type=int, default=0, help="seed of the generated graphs (same on every node; default %(default)s)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
-                   help="auto: the node's GPU when one is usable, else the CPU")
+                   help="auto: the node's GPU when one is usable, else the CPU (default auto)")
     _verify_options(s)
 
 

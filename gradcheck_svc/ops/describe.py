@@ -1,6 +1,8 @@
 """A plain description of an op, generated from its OpDef (for `ops` and ListOps)."""
 from __future__ import annotations
 
+import json
+
 from .base import REQUIRED, OpDef
 
 
@@ -23,3 +25,33 @@ def describe(op: OpDef) -> dict:
         "kinks": [{"where": k.where, "convention": k.convention} for k in op.kinks],
         "doc": op.doc,
     }
+
+
+def _attr_text(name: str, a: dict) -> str:
+    if a["required"]:
+        value = "required"
+    else:
+        value = "default " + ("none" if a["default"] is None else json.dumps(a["default"]))
+    choices = f", one of {'|'.join(map(str, a['choices']))}" if a["choices"] else ""
+    return f"{name} ({a['kind']}, {value}{choices})"
+
+
+def describe_text(d: dict) -> list[str]:
+    """One op for `gradcheck-svc ops`: its line of doc, then inputs, attributes, formula, kinks."""
+    inputs = (", ".join(d["inputs"]) or "none") if d["arity"] != "n" else f"{d['inputs'][0]}, ... (any number)"
+    lines = [f"{d['name']}: {d['doc']}",
+             f"    inputs: {inputs}"]
+    attrs = [_attr_text(k, a) for k, a in d["attributes"].items()]
+    lines.append("    attributes: " + ("; ".join(attrs) if attrs else "none"))
+    if d["formula"] is not None:
+        with_attrs = " (with the default attributes)" if d["attributes"] else ""
+        lines.append(f"    formula: {d['formula']}{with_attrs}")
+    elif d["name"] == "expr":
+        lines.append("    formula: the node's own (its `formula` attribute)")
+    else:
+        lines.append("    formula: structural (moves, gathers or reduces elements; no scalar formula)")
+    for k in d["kinks"]:
+        lines.append(f"    kink: {k['where']}; convention: {k['convention']}")
+    if not d["kinks"]:
+        lines.append("    kinks: none")
+    return lines

@@ -104,24 +104,26 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
 # --- smooth unary ------------------------------------------------------------------
 
 unary("neg", lambda xp, x: -x, lambda xp, x, y: -1.0, uses="", sympy=lambda sp, x: -x,
-      numpy="negative", torch="torch.neg")
+      numpy="negative", torch="torch.neg", doc='-x')
 unary("square", lambda xp, x: x * x, lambda xp, x, y: 2.0 * x, uses="x", sympy=lambda sp, x: x**2,
-      numpy="square", torch="torch.square")
+      numpy="square", torch="torch.square", doc='x * x')
 unary("sqrt", lambda xp, x: xp.sqrt(x), lambda xp, x, y: 0.5 / y, uses="y",
-      sympy=lambda sp, x: sp.sqrt(x), domain=POSITIVE, formula_name="sqrt", numpy="sqrt", torch="torch.sqrt")
+      sympy=lambda sp, x: sp.sqrt(x), domain=POSITIVE, formula_name="sqrt", numpy="sqrt", torch="torch.sqrt",
+      doc='square root, for x > 0')
 unary("exp", lambda xp, x: xp.exp(x), lambda xp, x, y: y, uses="y", sympy=lambda sp, x: sp.exp(x),
-      formula_name="exp", numpy="exp", torch="torch.exp")
+      formula_name="exp", numpy="exp", torch="torch.exp", doc='e ** x')
 unary("log", lambda xp, x: xp.log(x), lambda xp, x, y: 1.0 / x, uses="x",
-      sympy=lambda sp, x: sp.log(x), domain=POSITIVE, formula_name="log", numpy="log", torch="torch.log")
+      sympy=lambda sp, x: sp.log(x), domain=POSITIVE, formula_name="log", numpy="log", torch="torch.log",
+      doc='natural logarithm, for x > 0')
 unary("log1p", lambda xp, x: xp.log1p(x), lambda xp, x, y: 1.0 / (1.0 + x), uses="x",
       sympy=lambda sp, x: sp.log(1 + x), domain=Domain(-0.8, 3.0),
-      formula_name="log1p", numpy="log1p", torch="torch.log1p")
+      formula_name="log1p", numpy="log1p", torch="torch.log1p", doc='log(1 + x), accurate near 0, for x > -1')
 unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, y: xp.cos(x), uses="x", sympy=lambda sp, x: sp.sin(x),
-      formula_name="sin", numpy="sin", torch="torch.sin")
+      formula_name="sin", numpy="sin", torch="torch.sin", doc='sine (radians)')
 unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, y: -xp.sin(x), uses="x", sympy=lambda sp, x: sp.cos(x),
-      formula_name="cos", numpy="cos", torch="torch.cos")
+      formula_name="cos", numpy="cos", torch="torch.cos", doc='cosine (radians)')
 unary("tanh", lambda xp, x: xp.tanh(x), lambda xp, x, y: 1.0 - y * y, uses="y",
-      sympy=lambda sp, x: sp.tanh(x), formula_name="tanh", numpy="tanh", torch="torch.tanh")
+      sympy=lambda sp, x: sp.tanh(x), formula_name="tanh", numpy="tanh", torch="torch.tanh", doc='hyperbolic tangent')
 
 
 def _sigmoid(xp, x):
@@ -131,7 +133,8 @@ def _sigmoid(xp, x):
 
 
 unary("sigmoid", _sigmoid, lambda xp, x, y: y * (1.0 - y), uses="y",
-      sympy=lambda sp, x: 1 / (1 + sp.exp(-x)), formula_name="sigmoid", torch="torch.sigmoid")
+      sympy=lambda sp, x: 1 / (1 + sp.exp(-x)), formula_name="sigmoid", torch="torch.sigmoid",
+      doc='logistic function 1 / (1 + exp(-x))')
 
 
 def _softplus(xp, x):
@@ -165,7 +168,7 @@ def _gelu_sympy(sp, x, approximate="none"):
 
 unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
       attrs={"approximate": Attr("str", "none", ("none", "tanh"), "erf form or tanh approximation")},
-      torch="torch.nn.functional.gelu")
+      torch="torch.nn.functional.gelu", doc='Gaussian error linear unit x * Phi(x) (exact erf form)')
 
 # --- unary with kinks (each NOTE says the convention at the kink) -------------------
 
@@ -173,7 +176,7 @@ unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
 unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: (y > 0).astype(y.dtype), uses="y",
       sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())],
-      formula_name="relu", torch="torch.relu")
+      formula_name="relu", torch="torch.relu", doc='max(x, 0)')
 
 # NOTE leaky_relu: derivative negative_slope at x == 0 (as PyTorch).
 unary("leaky_relu",
@@ -183,12 +186,13 @@ unary("leaky_relu",
       sympy=lambda sp, x, negative_slope=0.01: sp.Piecewise((x, x > 0), (sp.Float(negative_slope) * x, True)),
       attrs={"negative_slope": Attr("float", 0.01)},
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative negative_slope", _abs_distance())],
-      torch="torch.nn.functional.leaky_relu")
+      torch="torch.nn.functional.leaky_relu", doc='x for x > 0, negative_slope * x otherwise')
 
 # NOTE abs: derivative sign(x), 0 at x == 0 (as PyTorch).
 unary("abs", lambda xp, x: xp.abs(x), lambda xp, x, y: xp.sign(x), uses="x",
       sympy=lambda sp, x: sp.Abs(x), domain=Domain(avoid=(0.0,)),
-      kinks=[Kink("x == 0", "derivative 0", _abs_distance())], formula_name="abs", numpy="abs", torch="torch.abs")
+      kinks=[Kink("x == 0", "derivative 0", _abs_distance())], formula_name="abs", numpy="abs", torch="torch.abs",
+      doc='absolute value |x|')
 
 
 # NOTE clip: derivative 1 on the closed interval [min, max], 0 outside (as torch.clamp).
@@ -258,13 +262,13 @@ def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_
 
 
 binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing,
-       numpy="add", torch="torch.add")
+       numpy="add", torch="torch.add", doc='a + b, broadcast')
 binary("sub", lambda xp, a, b: a - b, lambda xp, g, s: (g, -g), sympy=lambda sp, a, b: a - b, save=save_nothing,
-       numpy="subtract", torch="torch.sub")
+       numpy="subtract", torch="torch.sub", doc='a - b, broadcast')
 binary("mul", lambda xp, a, b: a * b, lambda xp, g, s: (g * s[1], g * s[0]), sympy=lambda sp, a, b: a * b,
-       numpy="multiply", torch="torch.mul")
+       numpy="multiply", torch="torch.mul", doc='a * b, broadcast')
 binary("div", lambda xp, a, b: a / b, lambda xp, g, s: (g / s[1], -g * s[0] / (s[1] * s[1])),
-       sympy=lambda sp, a, b: a / b, domain=(REALS, NONZERO), numpy="divide", torch="torch.div")
+       sympy=lambda sp, a, b: a / b, domain=(REALS, NONZERO), numpy="divide", torch="torch.div", doc='a / b, broadcast')
 
 
 def _pow_grads(xp, g, s):
@@ -295,11 +299,11 @@ def _extremum_grads(pick):
 binary("maximum", lambda xp, a, b: xp.maximum(a, b), _extremum_grads(lambda a, b: a > b),
        sympy=lambda sp, a, b: sp.Max(a, b),
        kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)],
-      formula_name="max", numpy="maximum", torch="torch.maximum")
+      formula_name="max", numpy="maximum", torch="torch.maximum", doc='elementwise larger of a and b, broadcast')
 binary("minimum", lambda xp, a, b: xp.minimum(a, b), _extremum_grads(lambda a, b: a < b),
        sympy=lambda sp, a, b: sp.Min(a, b),
        kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)],
-      formula_name="min", numpy="minimum", torch="torch.minimum")
+      formula_name="min", numpy="minimum", torch="torch.minimum", doc='elementwise smaller of a and b, broadcast')
 
 
 # --- where -------------------------------------------------------------------------

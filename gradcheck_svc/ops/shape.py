@@ -61,7 +61,8 @@ register(OpDef(
     attrs={"shape": Attr("ints", doc="new shape; one entry may be -1")}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {"shape": [3, 2]}),
                        Case([REALS.sample(rng, (2, 3, 1))], {"shape": [-1]}),
-                       Case([REALS.sample(rng, ())], {"shape": [1, 1]})]))
+                       Case([REALS.sample(rng, ())], {"shape": [1, 1]})],
+    doc='the same elements in a new shape (numpy.reshape; one dimension may be -1)'))
 
 # --- transpose ---------------------------------------------------------------------
 
@@ -90,7 +91,8 @@ register(OpDef(
     attrs={"axes": Attr("ints", None, doc="permutation; default reverses the axes")}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {}),
                        Case([REALS.sample(rng, (2, 3, 4))], {"axes": [1, 2, 0]}),
-                       Case([REALS.sample(rng, (2, 1, 4))], {"axes": [0, -1, 1]})]))
+                       Case([REALS.sample(rng, (2, 1, 4))], {"axes": [0, -1, 1]})],
+    doc='permute the axes (numpy.transpose; default: reverse them)'))
 
 # --- broadcast_to ------------------------------------------------------------------
 
@@ -115,7 +117,8 @@ register(OpDef(
     attrs={"shape": Attr("ints")}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (3,))], {"shape": [2, 3]}),
                        Case([REALS.sample(rng, (2, 1))], {"shape": [4, 2, 3]}),
-                       Case([REALS.sample(rng, ())], {"shape": [2]})]))
+                       Case([REALS.sample(rng, ())], {"shape": [2]})],
+    doc="repeat x to a larger shape by NumPy's broadcasting rules"))
 
 # --- expand_dims / squeeze ----------------------------------------------------------
 
@@ -135,7 +138,7 @@ register(OpDef(
     attrs={"axis": Attr("int")}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {"axis": 1}),
                        Case([REALS.sample(rng, (3,))], {"axis": -1}),
-                       Case([REALS.sample(rng, ())], {"axis": 0})]))
+                       Case([REALS.sample(rng, ())], {"axis": 0})], doc='insert a size-1 axis at the given position'))
 
 
 def _infer_squeeze(node, specs, attrs):
@@ -157,7 +160,8 @@ register(OpDef(
     vjp=_grad_reshape, infer=_infer_squeeze, arity=1, input_kinds=(FLOAT,),
     attrs={"axis": Attr("axes", None, doc="axes of size 1 to drop; default all")}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 1, 3))], {}),
-                       Case([REALS.sample(rng, (1, 3, 1))], {"axis": 0})]))
+                       Case([REALS.sample(rng, (1, 3, 1))], {"axis": 0})],
+    doc='remove size-1 axes (all of them, or those given)'))
 
 # --- concat ------------------------------------------------------------------------
 

@@ -91,8 +91,13 @@ BY_NAME = {o.name: o for o in OPTIONS}
 
 
 def _help(o: Option) -> str:
-    if o.default is None or o.switch:
+    """The help text with the default stated (unless the text already says it)."""
+    if "default" in o.help:
         return o.help
+    if o.switch:
+        return f"{o.help} (default off)"
+    if o.default is None:
+        return f"{o.help} (default none)"
     shown = {True: "on", False: "off"}.get(o.default, o.default) if o.type is on_off else o.default
     return f"{o.help} (default {shown})"
 
