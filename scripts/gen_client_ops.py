@@ -11,6 +11,12 @@ function of the same inputs and attributes (`numpy`), or it is an elementwise
 op without attributes whose SymPy form SymPy's NumPy printer writes out
 (relu, sigmoid, softplus). Every other op is listed as traced without a value.
 
+It also writes OPS, what the tracer needs to record an op without the server: its arity,
+input kinds, attributes with their defaults (REQUIRED when there is none), NumPy's function
+of the same name (for Value.__array_ufunc__/__array_function__) and its shape rule: the first
+rule of gradcheck_client.shapes that reproduces the server's own shape inference on every
+test case of the op (each attribute choice tried); none reproducing it is an error, by name.
+
     python scripts/gen_client_ops.py [OUT_FILE]
 """
 from __future__ import annotations
@@ -21,6 +27,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 DEFAULT_OUT = ROOT / "clients" / "python" / "gradcheck_client" / "op_values.py"
 sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "clients" / "python"))
 
 HEADER = '''\
 """Trace-time NumPy values of the server's ops, for the tracer's data-dependent control flow.
@@ -36,6 +43,21 @@ def _numpy(fn):
     def run(*xs, **attrs):
         return fn(*xs, **{k: tuple(v) if isinstance(v, list) else v for k, v in attrs.items()})
     return run
+
+
+def _numpy_seq(fn):
+    """The same for a variadic op: NumPy takes its inputs as one sequence (numpy.concatenate)."""
+    def run(*xs, **attrs):
+        return _numpy(fn)(xs, **attrs)
+    return run
+
+
+class _Required:
+    def __repr__(self):
+        return "REQUIRED"
+
+
+REQUIRED = _Required()  # an attribute without a default: the node must give it
 
 
 '''
@@ -55,20 +77,98 @@ def _printed(op) -> str | None:
     return f"lambda {', '.join(map(str, syms))}: {body}"
 
 
+def _probes(op):
+    """(input shapes, user attributes, the server's output shape) for each test case of the op,
+    and each choice of each attribute that has choices (bool attributes: both)."""
+    import numpy as np
+
+    from gradcheck_svc.errors import GradcheckError
+    from gradcheck_svc.graph.validate import convert_attrs
+    from gradcheck_svc.ops.base import Spec
+
+    out = []
+    for case in op.cases(np.random.default_rng(0)) if op.cases else ():
+        variants = [dict(case.attrs)]
+        for name, a in op.attrs.items():
+            choices = a.choices or ((False, True) if a.kind == "bool" else ())
+            variants += [{**case.attrs, name: c} for c in choices]
+        shapes = [tuple(np.shape(x)) for x in case.inputs]
+        specs = [Spec(sh, op.kind_of(i)) for i, sh in enumerate(shapes)]
+        for attrs in variants:
+            try:
+                spec, _ = op.infer("probe", specs, convert_attrs("probe", op, attrs))
+            except (GradcheckError, ValueError, TypeError, IndexError):
+                continue  # a combination the op refuses: nothing to reproduce
+            out.append((shapes, attrs, tuple(spec.shape)))
+    return out
+
+
+def _shape_rule(op, entry: dict, has_value: bool) -> str:
+    from gradcheck_client.shapes import RULES
+
+    probes = _probes(op)
+    if not probes:
+        raise SystemExit(f"op '{op.name}' has no test cases: its shape rule cannot be chosen")
+    for rule, fn in RULES.items():
+        if rule == "numpy" and not has_value:
+            continue
+        try:
+            if all(fn(list(shapes), {**_defaults(op), **attrs}, entry) == want for shapes, attrs, want in probes):
+                return rule
+        except Exception:  # a rule that cannot even compute this op's shapes is not its rule
+            continue
+    raise SystemExit(f"op '{op.name}': no rule in gradcheck_client/shapes.py reproduces its shape inference")
+
+
+def _defaults(op) -> dict:
+    from gradcheck_svc.ops.base import REQUIRED
+
+    return {k: a.default for k, a in op.attrs.items() if a.default is not REQUIRED}
+
+
+def _entry(op) -> dict:
+    from gradcheck_svc.ops.base import REQUIRED
+
+    return {"name": op.name, "arity": op.arity, "inputs": tuple(op.input_kinds),
+            "attrs": {k: "REQUIRED" if a.default is REQUIRED else a.default for k, a in op.attrs.items()},
+            "numpy": op.numpy}
+
+
 def source() -> str:
     from gradcheck_svc.ops import all_ops
 
-    values, without = [], []
+    values, without, table = [], [], []
     for op in all_ops():
-        value = f"_numpy(numpy.{op.numpy})" if op.numpy else _printed(op)
+        wrap = "_numpy_seq" if op.arity is None else "_numpy"
+        value = f"{wrap}(numpy.{op.numpy})" if op.numpy else _printed(op)
         if value is None:
             without.append(op.name)
         else:
             values.append(f"    {op.name!r}: {value},")
+    exec_values = {}
+    exec(HEADER + "VALUES = {\n" + "\n".join(values) + "\n}\n", exec_values)  # the rules' "numpy" needs them
+    import gradcheck_client.op_values as current
+
+    saved = current.VALUES
+    current.VALUES = exec_values["VALUES"]
+    try:
+        for op in all_ops():
+            entry = _entry(op)
+            entry["shape"] = _shape_rule(op, entry, op.name in exec_values["VALUES"])
+            attrs = "{" + ", ".join(f"{k!r}: {'REQUIRED' if v == 'REQUIRED' else repr(v)}"
+                                    for k, v in entry["attrs"].items()) + "}"
+            table.append(f"    {op.name!r}: {{'name': {op.name!r}, 'arity': {op.arity!r}, "
+                         f"'inputs': {entry['inputs']!r}, 'attrs': {attrs}, 'numpy': {op.numpy!r}, "
+                         f"'shape': {entry['shape']!r}}},")
+    finally:
+        current.VALUES = saved
     return (HEADER + "# op name -> its value from the inputs' values and the node's attributes\n"
             + "VALUES = {\n" + "\n".join(values) + "\n}\n\n"
             + "# ops traced without a value: looking at their data at trace time raises TracerError\n"
-            + "WITHOUT_VALUE = (\n" + "".join(f"    {n!r},\n" for n in without) + ")\n")
+            + "WITHOUT_VALUE = (\n" + "".join(f"    {n!r},\n" for n in without) + ")\n\n"
+            + "# every op: arity (None: any number), input kinds, attributes and defaults, NumPy's function of\n"
+            + "# the same name, and the rule of gradcheck_client/shapes.py its output shape follows\n"
+            + "OPS = {\n" + "\n".join(table) + "\n}\n")
 
 
 def generate(out: Path) -> Path:

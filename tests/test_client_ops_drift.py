@@ -29,6 +29,13 @@ def test_every_registry_op_has_a_value_or_is_listed_without_one():
     assert not set(op_values.VALUES) & set(op_values.WITHOUT_VALUE)
 
 
+def test_every_registry_op_is_in_the_tracers_table_with_its_numpy_name_and_attributes():
+    assert set(op_values.OPS) == set(REGISTRY)
+    for name, op in REGISTRY.items():
+        entry = op_values.OPS[name]
+        assert entry["numpy"] == op.numpy and entry["arity"] == op.arity and set(entry["attrs"]) == set(op.attrs)
+
+
 def test_the_tracer_works_without_the_server_package():
     # as if gradcheck-svc were not installed: None in sys.modules blocks the import
     code = ("import sys; sys.modules['gradcheck_svc'] = None; "

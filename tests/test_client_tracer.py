@@ -7,7 +7,7 @@ import torch
 
 from gradcheck_client import Tracer, load_graph, ops, save_graph
 from gradcheck_client.graphio import GraphFileError
-from gradcheck_client.tracer import _EAGER, TracerError, tanh
+from gradcheck_client.tracer import _EAGER, TracerError, TracerWarning, tanh
 from gradcheck_svc.graph import validate
 from gradcheck_svc.ops import REGISTRY
 from gradcheck_svc.verify import verify
@@ -51,7 +51,8 @@ def test_data_dependent_control_flow_is_baked_in():
         return (y * y).named("branch")
 
     pos, neg = Tracer(), Tracer()
-    g_pos, g_neg = pos.graph(model(pos, 1.0)), neg.graph(model(neg, -1.0))
+    with pytest.warns(TracerWarning, match="baked into the graph"):
+        g_pos, g_neg = pos.graph(model(pos, 1.0)), neg.graph(model(neg, -1.0))
     assert g_pos.nodes[-1].op == "relu" and g_neg.nodes[-1].op == "mul"
     assert verify(validate(g_neg)).parameters[0].gradient == pytest.approx(-18.0)  # d(9x²)/dx at -1
 

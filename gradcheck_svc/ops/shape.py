@@ -55,7 +55,7 @@ def _infer_reshape(node, specs, attrs):
 
 
 register(OpDef(
-    name="reshape",
+    name="reshape", numpy="reshape",
     forward=lambda xp, x, shape, in_shape: x.reshape(x.shape[: lead_of(x, len(in_shape))] + shape),
     vjp=_grad_reshape, infer=_infer_reshape, arity=1, input_kinds=(FLOAT,),
     attrs={"shape": Attr("ints", doc="new shape; one entry may be -1")}, save=save_nothing,
@@ -85,7 +85,7 @@ def _transpose(xp, x, perm):
 
 
 register(OpDef(
-    name="transpose", forward=_transpose,
+    name="transpose", numpy="transpose", forward=_transpose,
     vjp=lambda xp, g, s, perm: (xp.transpose(g, tuple(np.argsort(perm))),),
     infer=_infer_transpose, arity=1, input_kinds=(FLOAT,),
     attrs={"axes": Attr("ints", None, doc="permutation; default reverses the axes")}, save=save_nothing,
@@ -111,7 +111,7 @@ def _broadcast_to(xp, x, shape, in_shape):
 
 
 register(OpDef(
-    name="broadcast_to", forward=_broadcast_to,
+    name="broadcast_to", numpy="broadcast_to", forward=_broadcast_to,
     vjp=lambda xp, g, s, **_: (g,),  # the engine sums g back to the input's shape
     infer=_infer_broadcast_to, arity=1, input_kinds=(FLOAT,),
     attrs={"shape": Attr("ints")}, save=save_nothing,
@@ -133,7 +133,7 @@ def _infer_expand_dims(node, specs, attrs):
 
 
 register(OpDef(
-    name="expand_dims", forward=lambda xp, x, axis, in_shape: xp.expand_dims(x, axis),
+    name="expand_dims", numpy="expand_dims", forward=lambda xp, x, axis, in_shape: xp.expand_dims(x, axis),
     vjp=_grad_reshape, infer=_infer_expand_dims, arity=1, input_kinds=(FLOAT,),
     attrs={"axis": Attr("int")}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {"axis": 1}),
@@ -156,7 +156,7 @@ def _infer_squeeze(node, specs, attrs):
 
 
 register(OpDef(
-    name="squeeze", forward=lambda xp, x, axes, in_shape: xp.squeeze(x, axis=axes) if axes else x,
+    name="squeeze", numpy="squeeze", forward=lambda xp, x, axes, in_shape: xp.squeeze(x, axis=axes) if axes else x,
     vjp=_grad_reshape, infer=_infer_squeeze, arity=1, input_kinds=(FLOAT,),
     attrs={"axis": Attr("axes", None, doc="axes of size 1 to drop; default all")}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 1, 3))], {}),
@@ -196,7 +196,7 @@ def _concat_vjp(xp, g, s, axis, sizes, rank):
 
 
 register(OpDef(
-    name="concat", forward=_concat, vjp=_concat_vjp, infer=_infer_concat, arity=None,
+    name="concat", numpy="concatenate", forward=_concat, vjp=_concat_vjp, infer=_infer_concat, arity=None,
     input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3)), REALS.sample(rng, (1, 3))], {"axis": 0}),
                        Case([REALS.sample(rng, (2, 1)), REALS.sample(rng, (2, 2)), REALS.sample(rng, (2, 3))],
@@ -270,7 +270,7 @@ def _take_vjp(xp, g, s, axis, in_shape, idx_rank):
 
 
 register(OpDef(
-    name="take", forward=lambda xp, x, idx, axis, in_shape, idx_rank: xp.take(x, idx, axis=axis),
+    name="take", numpy="take", forward=lambda xp, x, idx, axis, in_shape, idx_rank: xp.take(x, idx, axis=axis),
     vjp=_take_vjp, infer=_infer_take, arity=2, input_kinds=(FLOAT, INT),
     attrs={"axis": Attr("int", 0)}, save=lambda xs, y, **_: (xs[1],),
     cases=lambda rng: [Case([REALS.sample(rng, (5, 3)), np.array([0, 4, 4, 1])], {"axis": 0}),
@@ -316,7 +316,8 @@ def _take_along_vjp(xp, g, s, axis, in_shape):
 
 
 register(OpDef(
-    name="take_along_axis", forward=_take_along, vjp=_take_along_vjp, infer=_infer_take_along, arity=2,
+    name="take_along_axis", numpy="take_along_axis", forward=_take_along, vjp=_take_along_vjp,
+    infer=_infer_take_along, arity=2,
     input_kinds=(FLOAT, INT), attrs={"axis": Attr("int")}, save=lambda xs, y, **_: (xs[1],),
     cases=lambda rng: [Case([REALS.sample(rng, (3, 4)), np.array([[0], [3], [3]])], {"axis": 1}),
                        Case([REALS.sample(rng, (3, 2)), np.array([[2, 0], [2, 2]])], {"axis": 0}),

@@ -13,13 +13,31 @@ def _numpy(fn):
     return run
 
 
+def _numpy_seq(fn):
+    """The same for a variadic op: NumPy takes its inputs as one sequence (numpy.concatenate)."""
+    def run(*xs, **attrs):
+        return _numpy(fn)(xs, **attrs)
+    return run
+
+
+class _Required:
+    def __repr__(self):
+        return "REQUIRED"
+
+
+REQUIRED = _Required()  # an attribute without a default: the node must give it
+
+
 # op name -> its value from the inputs' values and the node's attributes
 VALUES = {
     'abs': _numpy(numpy.abs),
     'add': _numpy(numpy.add),
+    'broadcast_to': _numpy(numpy.broadcast_to),
+    'concat': _numpy_seq(numpy.concatenate),
     'cos': _numpy(numpy.cos),
     'div': _numpy(numpy.divide),
     'exp': _numpy(numpy.exp),
+    'expand_dims': _numpy(numpy.expand_dims),
     'log': _numpy(numpy.log),
     'log1p': _numpy(numpy.log1p),
     'matmul': _numpy(numpy.matmul),
@@ -32,37 +50,85 @@ VALUES = {
     'neg': _numpy(numpy.negative),
     'pow': _numpy(numpy.power),
     'relu': lambda x0: numpy.select([numpy.greater(x0, 0),True], [x0,0], default=numpy.nan),
+    'reshape': _numpy(numpy.reshape),
     'sigmoid': lambda x0: (1 + numpy.exp(-x0))**(-1.0),
     'sin': _numpy(numpy.sin),
     'softplus': lambda x0: numpy.log(numpy.exp(x0) + 1),
     'sqrt': _numpy(numpy.sqrt),
     'square': _numpy(numpy.square),
+    'squeeze': _numpy(numpy.squeeze),
     'sub': _numpy(numpy.subtract),
     'sum': _numpy(numpy.sum),
+    'take': _numpy(numpy.take),
+    'take_along_axis': _numpy(numpy.take_along_axis),
     'tanh': _numpy(numpy.tanh),
+    'transpose': _numpy(numpy.transpose),
     'where': _numpy(numpy.where),
 }
 
 # ops traced without a value: looking at their data at trace time raises TracerError
 WITHOUT_VALUE = (
-    'broadcast_to',
     'clip',
-    'concat',
     'constant',
     'cross_entropy',
     'dropout',
-    'expand_dims',
     'expr',
     'gelu',
     'leaky_relu',
     'log_softmax',
     'logsumexp',
     'mse_loss',
-    'reshape',
     'slice',
     'softmax',
-    'squeeze',
-    'take',
-    'take_along_axis',
-    'transpose',
 )
+
+# every op: arity (None: any number), input kinds, attributes and defaults, NumPy's function of
+# the same name, and the rule of gradcheck_client/shapes.py its output shape follows
+OPS = {
+    'abs': {'name': 'abs', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'abs', 'shape': 'numpy'},
+    'add': {'name': 'add', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'add', 'shape': 'numpy'},
+    'broadcast_to': {'name': 'broadcast_to', 'arity': 1, 'inputs': ('float',), 'attrs': {'shape': REQUIRED}, 'numpy': 'broadcast_to', 'shape': 'numpy'},
+    'clip': {'name': 'clip', 'arity': 1, 'inputs': ('float',), 'attrs': {'min': None, 'max': None}, 'numpy': None, 'shape': 'broadcast'},
+    'concat': {'name': 'concat', 'arity': None, 'inputs': ('float',), 'attrs': {'axis': 0}, 'numpy': 'concatenate', 'shape': 'numpy'},
+    'constant': {'name': 'constant', 'arity': 0, 'inputs': (), 'attrs': {'value': REQUIRED, 'dtype': 'float64'}, 'numpy': None, 'shape': 'constant'},
+    'cos': {'name': 'cos', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'cos', 'shape': 'numpy'},
+    'cross_entropy': {'name': 'cross_entropy', 'arity': 2, 'inputs': ('float', 'int64'), 'attrs': {'reduction': 'mean'}, 'numpy': None, 'shape': 'scalar'},
+    'div': {'name': 'div', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'divide', 'shape': 'numpy'},
+    'dropout': {'name': 'dropout', 'arity': 1, 'inputs': ('float',), 'attrs': {'p': 0.5, 'seed': 0}, 'numpy': None, 'shape': 'broadcast'},
+    'exp': {'name': 'exp', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'exp', 'shape': 'numpy'},
+    'expand_dims': {'name': 'expand_dims', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': REQUIRED}, 'numpy': 'expand_dims', 'shape': 'numpy'},
+    'expr': {'name': 'expr', 'arity': None, 'inputs': ('float',), 'attrs': {'formula': REQUIRED, 'grad': None, 'args': None}, 'numpy': None, 'shape': 'broadcast'},
+    'gelu': {'name': 'gelu', 'arity': 1, 'inputs': ('float',), 'attrs': {'approximate': 'none'}, 'numpy': None, 'shape': 'broadcast'},
+    'leaky_relu': {'name': 'leaky_relu', 'arity': 1, 'inputs': ('float',), 'attrs': {'negative_slope': 0.01}, 'numpy': None, 'shape': 'broadcast'},
+    'log': {'name': 'log', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'log', 'shape': 'numpy'},
+    'log1p': {'name': 'log1p', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'log1p', 'shape': 'numpy'},
+    'log_softmax': {'name': 'log_softmax', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': -1}, 'numpy': None, 'shape': 'broadcast'},
+    'logsumexp': {'name': 'logsumexp', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': -1, 'keepdims': False}, 'numpy': None, 'shape': 'reduce'},
+    'matmul': {'name': 'matmul', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'matmul', 'shape': 'numpy'},
+    'max': {'name': 'max', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': None, 'keepdims': False}, 'numpy': 'max', 'shape': 'numpy'},
+    'maximum': {'name': 'maximum', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'maximum', 'shape': 'numpy'},
+    'mean': {'name': 'mean', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': None, 'keepdims': False}, 'numpy': 'mean', 'shape': 'numpy'},
+    'min': {'name': 'min', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': None, 'keepdims': False}, 'numpy': 'min', 'shape': 'numpy'},
+    'minimum': {'name': 'minimum', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'minimum', 'shape': 'numpy'},
+    'mse_loss': {'name': 'mse_loss', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {'reduction': 'mean'}, 'numpy': None, 'shape': 'scalar'},
+    'mul': {'name': 'mul', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'multiply', 'shape': 'numpy'},
+    'neg': {'name': 'neg', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'negative', 'shape': 'numpy'},
+    'pow': {'name': 'pow', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'power', 'shape': 'numpy'},
+    'relu': {'name': 'relu', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': None, 'shape': 'numpy'},
+    'reshape': {'name': 'reshape', 'arity': 1, 'inputs': ('float',), 'attrs': {'shape': REQUIRED}, 'numpy': 'reshape', 'shape': 'numpy'},
+    'sigmoid': {'name': 'sigmoid', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': None, 'shape': 'numpy'},
+    'sin': {'name': 'sin', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'sin', 'shape': 'numpy'},
+    'slice': {'name': 'slice', 'arity': 1, 'inputs': ('float',), 'attrs': {'starts': REQUIRED, 'ends': REQUIRED, 'axes': None, 'steps': None}, 'numpy': None, 'shape': 'slice'},
+    'softmax': {'name': 'softmax', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': -1}, 'numpy': None, 'shape': 'broadcast'},
+    'softplus': {'name': 'softplus', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': None, 'shape': 'numpy'},
+    'sqrt': {'name': 'sqrt', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'sqrt', 'shape': 'numpy'},
+    'square': {'name': 'square', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'square', 'shape': 'numpy'},
+    'squeeze': {'name': 'squeeze', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': None}, 'numpy': 'squeeze', 'shape': 'numpy'},
+    'sub': {'name': 'sub', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': 'subtract', 'shape': 'numpy'},
+    'sum': {'name': 'sum', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': None, 'keepdims': False}, 'numpy': 'sum', 'shape': 'numpy'},
+    'take': {'name': 'take', 'arity': 2, 'inputs': ('float', 'int64'), 'attrs': {'axis': 0}, 'numpy': 'take', 'shape': 'numpy'},
+    'take_along_axis': {'name': 'take_along_axis', 'arity': 2, 'inputs': ('float', 'int64'), 'attrs': {'axis': REQUIRED}, 'numpy': 'take_along_axis', 'shape': 'numpy'},
+    'tanh': {'name': 'tanh', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'tanh', 'shape': 'numpy'},
+    'transpose': {'name': 'transpose', 'arity': 1, 'inputs': ('float',), 'attrs': {'axes': None}, 'numpy': 'transpose', 'shape': 'numpy'},
+    'where': {'name': 'where', 'arity': 3, 'inputs': ('bool', 'float', 'float'), 'attrs': {}, 'numpy': 'where', 'shape': 'numpy'},
+}

@@ -21,21 +21,58 @@ The NumPy values exist only to let Python decide branches at trace time;
 the server recomputes everything with its own engine. Ops without a local
 value (op_values.WITHOUT_VALUE: softmax, gelu, ...) still trace fine; only
 looking at their value (`bool()`, `float()`, comparisons) raises TracerError.
+
+Plain NumPy code traces too: `np.tanh(x @ w)`, `np.sum(x, axis=1, keepdims=True)`,
+`np.maximum(x, 0)`, `np.where(x > 0, x, 0)`, `np.concatenate([a, b])`, `x.T`, `x.reshape(...)`,
+`x[0]`, `x[:, 1:3]`, `x[idx]` record the registry's ops (numpy_protocol.py, indexing.py: the
+NumPy name of each op comes from the registry, through the generated op_values.OPS). `.shape`,
+`.ndim` and `len()` are right for every op, from the shape rules the generator checked against
+the server's shape inference (shapes.py). An op the registry lacks fails when it is traced.
+
+The comparison rule: `<`, `<=`, `>`, `>=`, `==` and `!=` between traced values (or a traced
+value and a number) compare the trace-time values and give a NumPy boolean array, never a
+node. It may select (`np.where(x > 0, x, 0)`: the mask is a constant of the graph) or decide
+a branch; branching (`bool()` of a traced value or of such a comparison) warns once per trace
+(TracerWarning), as torch.jit.trace does, because the branch is baked into the graph. Values
+are still hashable by identity (they are graph nodes).
 """
 from __future__ import annotations
 
+import warnings
 from typing import Callable
 
 import numpy as np
 
 from gradcheck.v1 import graph_pb2
 
+from . import indexing, numpy_protocol
 from .graphio import set_attrs
-from .op_values import VALUES
+from .op_values import OPS, REQUIRED, VALUES
+from .shapes import output_shape
 
 
 class TracerError(ValueError):
     pass
+
+
+class UnknownOpError(TracerError, AttributeError):
+    """An op the server's registry lacks (an AttributeError too: `hasattr(ops, name)` works)."""
+
+
+class TracerWarning(UserWarning):
+    """A trace-time decision (a branch on data) is baked into the graph."""
+
+
+class TracedBool(np.ndarray):
+    """A comparison of trace-time values: a NumPy boolean array that warns when it decides a branch."""
+
+    def __array_finalize__(self, obj):
+        self.tracer = getattr(obj, "tracer", None)
+
+    def __bool__(self):
+        if self.tracer is not None:
+            self.tracer._warn_branch()
+        return bool(np.asarray(self))
 
 
 # Trace-time values (NumPy), so Python can branch on data: generated from the server's
@@ -47,6 +84,16 @@ class Value:
     """A traced value: a graph input or the output of a recorded node."""
 
     __array_priority__ = 1000  # numpy scalars/arrays on the left defer to our reflected operators
+
+    def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        return numpy_protocol.ufunc_call(self, ufunc, method, inputs, kwargs)
+
+    def __array_function__(self, func, types, args, kwargs):
+        return numpy_protocol.function_call(self, func, args, kwargs)
+
+    def __array__(self, dtype=None, copy=None):
+        raise TracerError(f"'{self.name}' is a traced value: NumPy cannot turn it into an array (a NumPy "
+                          "function without an op in the registry?); float() or .value reads the trace-time value")
 
     def __init__(self, tracer: "Tracer", name: str, value):
         self.tracer = tracer
@@ -75,6 +122,40 @@ class Value:
 
     def sum(self, axis=None, keepdims=False): return self.tracer.apply("sum", self, axis=axis, keepdims=keepdims)
     def mean(self, axis=None, keepdims=False): return self.tracer.apply("mean", self, axis=axis, keepdims=keepdims)
+    def max(self, axis=None, keepdims=False): return self.tracer.apply("max", self, axis=axis, keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return self.tracer.apply("min", self, axis=axis, keepdims=keepdims)
+
+    # NumPy's array methods and attributes
+    @property
+    def T(self) -> "Value":
+        return self.tracer.apply("transpose", self)
+
+    def transpose(self, *axes):
+        axes = axes[0] if len(axes) == 1 and isinstance(axes[0], (tuple, list)) else axes
+        return self.tracer.apply("transpose", self, axes=list(axes) if axes else None)
+
+    def reshape(self, *shape):
+        shape = shape[0] if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else shape
+        return self.tracer.apply("reshape", self, shape=[int(d) for d in shape])
+
+    def __getitem__(self, key):
+        return indexing.getitem(self, key)
+
+    def __len__(self) -> int:
+        if not self.shape:
+            raise TypeError("len() of a 0-d traced value")
+        return self.shape[0]
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    @property
+    def ndim(self) -> int:
+        return len(self.shape)
+
+    @property
+    def size(self) -> int:
+        return int(np.prod(self.shape, dtype=np.int64))
 
     # looking at data: answered from the trace-time value (the branch gets baked in)
     def _known(self) -> np.ndarray:
@@ -83,17 +164,24 @@ class Value:
                               "local evaluation); data-dependent control flow cannot use it")
         return self.value
 
-    def __bool__(self): return bool(self._known())
+    def __bool__(self):
+        known = self._known()
+        self.tracer._warn_branch()
+        return bool(known)
+
     def __float__(self): return float(self._known())
-    def __gt__(self, o): return self._known() > _plain(o)
-    def __ge__(self, o): return self._known() >= _plain(o)
-    def __lt__(self, o): return self._known() < _plain(o)
-    def __le__(self, o): return self._known() <= _plain(o)
-    __hash__ = object.__hash__  # == is identity: values are graph nodes, not numbers
+    # the comparison rule (module docstring): trace-time values, never nodes
+    def __gt__(self, o): return self.tracer.compare(np.greater, self, o)
+    def __ge__(self, o): return self.tracer.compare(np.greater_equal, self, o)
+    def __lt__(self, o): return self.tracer.compare(np.less, self, o)
+    def __le__(self, o): return self.tracer.compare(np.less_equal, self, o)
+    def __eq__(self, o): return self.tracer.compare(np.equal, self, o)
+    def __ne__(self, o): return self.tracer.compare(np.not_equal, self, o)
+    __hash__ = object.__hash__  # hashable by identity: values are graph nodes
 
     @property
     def shape(self) -> tuple:
-        return self.tracer._shapes.get(self.name, ())
+        return self.tracer._shapes[self.name]
 
     def __repr__(self) -> str:
         return f"<Value {self.name} shape={list(self.shape)}>"
@@ -112,6 +200,19 @@ class Tracer:
         self._names: set[str] = set()
         self._shapes: dict[str, tuple] = {}
         self._count = 0
+        self._warned = False
+
+    def _warn_branch(self) -> None:
+        if not self._warned:
+            self._warned = True
+            warnings.warn("a traced value decided a Python branch: the branch taken with these inputs is baked "
+                          "into the graph (re-trace when the inputs would change it)", TracerWarning, stacklevel=3)
+
+    def compare(self, ufunc, a, b) -> TracedBool:
+        """The comparison rule: the trace-time values compared, as a boolean array (no node)."""
+        out = np.asarray(ufunc(_plain(a), _plain(b))).view(TracedBool)
+        out.tracer = self
+        return out
 
     def _fresh(self, prefix: str) -> str:
         while True:
@@ -145,24 +246,48 @@ class Tracer:
         """An input whose gradient is checked (requires_grad)."""
         return self.input(name, value, requires_grad=True, dtype=dtype)
 
-    def _lift(self, x) -> Value:
+    def _lift(self, x, kind: str = "float") -> Value:
         if isinstance(x, Value):
             if x.tracer is not self:
                 raise TracerError(f"'{x.name}' belongs to another trace")
             return x
-        return self.input(self._fresh("const"), np.asarray(x, dtype=np.float64), dtype=self.dtype)  # a plain input
+        arr = np.asarray(x)
+        if arr.dtype.kind not in "biuf":
+            raise TracerError(f"cannot use {type(x).__name__} {x!r} as a value in a trace")
+        # a constant takes the kind the op wants at this input: a where mask bool, indices int64,
+        # numbers the trace's float dtype
+        return self.input(self._fresh("const"), arr, dtype=self.dtype if kind == "float" else kind)
 
     def apply(self, op: str, *inputs, name: str | None = None, **attrs) -> Value:
         """Record node `op` (any op in the server's registry) on `inputs` with `attrs`."""
-        xs = [self._lift(x) for x in inputs]
+        entry = OPS.get(op)
+        if entry is None:
+            raise UnknownOpError(f"op '{op}' is not in the server's registry (see `gradcheck-svc ops`); "
+                                 "it cannot be traced")
+        if entry["arity"] is not None and len(inputs) != entry["arity"] or entry["arity"] is None and not inputs:
+            want = "at least 1" if entry["arity"] is None else entry["arity"]
+            raise TracerError(f"op '{op}' takes {want} input(s), got {len(inputs)}")
         attrs = {k: v for k, v in attrs.items() if v is not None}
+        unknown = sorted(set(attrs) - set(entry["attrs"]))
+        missing = [k for k, d in entry["attrs"].items() if d is REQUIRED and k not in attrs]
+        if unknown or missing:
+            raise TracerError(f"op '{op}': " + "; ".join(
+                ([f"unknown attribute(s) {', '.join(unknown)} (it takes: {', '.join(entry['attrs']) or 'none'})"]
+                 if unknown else []) + ([f"missing attribute(s) {', '.join(missing)}"] if missing else [])))
+        kinds = entry["inputs"]
+        xs = [self._lift(x, kinds[min(i, len(kinds) - 1)] if kinds else "float") for i, x in enumerate(inputs)]
+        full = {k: d for k, d in entry["attrs"].items() if d is not REQUIRED} | attrs
+        try:
+            shape = output_shape(entry, [self._shapes[x.name] for x in xs], full)
+        except (ValueError, TypeError, IndexError, KeyError) as exc:
+            shapes = ", ".join(str(list(self._shapes[x.name])) for x in xs)
+            raise TracerError(f"op '{op}' on shapes {shapes}: {exc}") from None
         value = None
         if op in _EAGER and all(x.value is not None for x in xs):
             with np.errstate(all="ignore"):
                 value = np.asarray(_EAGER[op](*(x.value for x in xs), **attrs), dtype=np.float64)
         out = Value(self, self._claim(name) if name else self._fresh(op), value)
-        if value is not None:
-            self._shapes[out.name] = value.shape
+        self._shapes[out.name] = tuple(shape)
         self._nodes.append((out, op, xs, attrs))
         return out
 
@@ -195,6 +320,8 @@ class _Ops:
     def __getattr__(self, op: str):
         if op.startswith("_"):
             raise AttributeError(op)
+        if op not in OPS:  # at trace time, naming it (not later, at the server)
+            raise UnknownOpError(f"op '{op}' is not in the server's registry (see `gradcheck-svc ops`)")
 
         def record(*inputs, name: str | None = None, **attrs):
             tracers = {x.tracer for x in inputs if isinstance(x, Value)}

@@ -1,0 +1,212 @@
+"""The tracer on plain NumPy code (issue 13 item 3): functions written for NumPy arrays, with no
+knowledge of the tracer, traced and verified; shapes right for every op; the comparison rule;
+the branch warning; ops the registry lacks refused at trace time, by name."""
+from __future__ import annotations
+
+import warnings
+
+import numpy as np
+import pytest
+
+from gradcheck_client import Client, Tracer, ops
+from gradcheck_client.tracer import TracerError, TracerWarning, UnknownOpError
+from gradcheck_svc.graph import validate
+from gradcheck_svc.ops import REGISTRY
+from gradcheck_svc.verify import verify
+from grpc_helpers import ServerProcess
+
+
+# --- models written for NumPy arrays (nothing here knows about tracing) -------------------
+
+def mlp(x, W1, b1, W2, b2, y):
+    h = np.tanh(x @ W1 + b1)
+    out = np.maximum(h @ W2 + b2, 0.0)
+    return np.mean(np.square(out - y))
+
+
+def softmax(z, axis=-1):
+    z = z - np.max(z, axis=axis, keepdims=True)
+    e = np.exp(z)
+    return e / np.sum(e, axis=axis, keepdims=True)
+
+
+def attention(x, Wq, Wk, Wv):
+    q, k, v = x @ Wq, x @ Wk, x @ Wv
+    scores = q @ k.T / np.sqrt(q.shape[-1])
+    out = softmax(scores) @ v
+    return np.sum(np.concatenate([out, x], axis=1) ** 2) / len(x)
+
+
+def layer_norm(x, gamma, beta, eps=1e-5):
+    mu = np.mean(x, axis=-1, keepdims=True)
+    var = np.mean(np.square(x - mu), axis=-1, keepdims=True)
+    y = gamma * (x - mu) / np.sqrt(var + eps) + beta
+    return np.sum(np.where(y > 0, y, 0.1 * y)[:, 1:].reshape(-1) * np.arange(1.0, 1 + y[:, 1:].size))
+
+
+def _trace(fn, params: dict, inputs: dict, name: str):
+    t = Tracer(name)
+    args = {k: t.param(k, v) for k, v in params.items()} | {k: t.input(k, v) for k, v in inputs.items()}
+    loss = fn(**args)
+    return t.graph(loss), loss
+
+
+def _models(rng):
+    return {
+        "mlp": (mlp, {"W1": rng.standard_normal((3, 5)), "b1": rng.standard_normal(5),
+                      "W2": rng.standard_normal((5, 2)), "b2": rng.standard_normal(2)},
+                {"x": rng.standard_normal((4, 3)), "y": rng.standard_normal((4, 2))}),
+        "attention": (attention, {"Wq": rng.standard_normal((4, 3)), "Wk": rng.standard_normal((4, 3)),
+                                  "Wv": rng.standard_normal((4, 4))}, {"x": rng.standard_normal((5, 4))}),
+        "layer_norm": (layer_norm, {"gamma": rng.uniform(0.5, 1.5, 4), "beta": rng.standard_normal(4)},
+                       {"x": rng.standard_normal((3, 4))}),
+    }
+
+
+@pytest.mark.parametrize("model", ["mlp", "attention", "layer_norm"])
+def test_plain_numpy_models_trace_and_verify(model):
+    fn, params, inputs = _models(np.random.default_rng(7))[model]
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TracerWarning)  # selecting with np.where is no branch
+        graph, loss = _trace(fn, params, inputs, model)
+    plain = fn(**params, **inputs)  # the same function on plain arrays
+    assert float(loss) == pytest.approx(plain, rel=1e-12)  # the trace-time value
+    report = verify(validate(graph))
+    assert report.verdict == "pass", report.to_text()
+    assert report.loss == pytest.approx(plain, rel=1e-12)  # the server's engine agrees with NumPy
+    assert {p.name for p in report.parameters} == set(params)
+    # the gradient against central differences of the plain NumPy function
+    name = next(iter(params))
+    g = next(p.gradient for p in report.parameters if p.name == name)
+    h, flat = 1e-6, params[name].reshape(-1)
+    for i in range(min(3, flat.size)):
+        up, down = flat.copy(), flat.copy()
+        up[i] += h
+        down[i] -= h
+        fd = (fn(**(params | {name: up.reshape(params[name].shape)}), **inputs)
+              - fn(**(params | {name: down.reshape(params[name].shape)}), **inputs)) / (2 * h)
+        assert g.reshape(-1)[i] == pytest.approx(fd, rel=1e-5, abs=1e-7)
+
+
+def test_plain_numpy_models_verify_over_a_real_server():
+    graphs = {m: _trace(fn, p, i, m)[0] for m, (fn, p, i) in _models(np.random.default_rng(3)).items()}
+    with ServerProcess("--workers", "1") as server, Client(server.target) as client:
+        for name, graph in graphs.items():
+            report = client.verify(graph, timeout=60)
+            assert report.verdict == "pass", report.text
+            assert report.graph == name
+
+
+def _traced_inputs(t, case):
+    return [t.input(f"in{i}", x) for i, x in enumerate(case.inputs)]
+
+
+def test_shape_ndim_len_right_for_every_op():
+    """Each op on each of its registry test cases: the traced shape is the server's inferred one."""
+    checked = set()
+    for op in REGISTRY.values():
+        for k, case in enumerate(op.cases(np.random.default_rng(0)) if op.cases else ()):
+            t = Tracer(f"{op.name}_{k}")
+            y = ops.__getattr__(op.name)(*_traced_inputs(t, case), **case.attrs) if case.inputs else \
+                t.apply(op.name, **case.attrs)
+            server = validate(t.graph(y.sum() if y.shape else y)).specs[y.name].shape
+            assert y.shape == tuple(server), (op.name, case.attrs)
+            assert y.ndim == len(server)
+            if server:
+                assert len(y) == server[0]
+            else:
+                with pytest.raises(TypeError):
+                    len(y)
+            checked.add(op.name)
+    assert checked == set(REGISTRY)
+
+
+def test_numpy_functions_record_the_registry_ops():
+    t = Tracer()
+    x = t.param("x", np.arange(6.0).reshape(2, 3) - 2.5)
+    cases = {
+        "tanh": np.tanh(x), "exp": np.exp(x), "matmul": x @ x.T, "maximum": np.maximum(x, 0),
+        "sum": np.sum(x, axis=1, keepdims=True), "mean": np.mean(x, axis=0), "where": np.where(x > 0, x, -x),
+        "concat": np.concatenate([x, x], axis=0), "transpose": x.T, "reshape": x.reshape(3, 2),
+        "abs": np.abs(x), "neg": -x, "take": np.take(x, [1, 0], axis=1), "squeeze": np.squeeze(x[:1]),
+        "expand_dims": np.expand_dims(x, 0), "max": x.max(axis=1),
+    }
+    producers = {n.name: n.op for n in t.graph(x).nodes}  # noqa: F841 (graph builds)
+    plain = np.arange(6.0).reshape(2, 3) - 2.5
+    expected = {
+        "tanh": np.tanh(plain), "exp": np.exp(plain), "matmul": plain @ plain.T, "maximum": np.maximum(plain, 0),
+        "sum": np.sum(plain, axis=1, keepdims=True), "mean": np.mean(plain, axis=0),
+        "where": np.where(plain > 0, plain, -plain), "concat": np.concatenate([plain, plain]),
+        "transpose": plain.T, "reshape": plain.reshape(3, 2), "abs": np.abs(plain), "neg": -plain,
+        "take": np.take(plain, [1, 0], axis=1), "squeeze": np.squeeze(plain[:1]),
+        "expand_dims": np.expand_dims(plain, 0), "max": plain.max(axis=1),
+    }
+    for op, v in cases.items():
+        ops_in_graph = [n.op for n in t.graph(v).nodes]
+        assert op in ops_in_graph, (op, ops_in_graph)
+        assert v.shape == expected[op].shape, op
+        g = validate(t.graph(v.sum() if v.shape else v))
+        report = verify(g)
+        assert report.verdict == "pass", (op, report.to_text())
+        assert report.loss == pytest.approx(float(np.sum(expected[op])), rel=1e-12), op
+
+
+@pytest.mark.parametrize("key", [
+    0, -1, (1, 2), slice(1, 3), (slice(None), slice(None, None, -1)), (Ellipsis, None), (None, 1),
+    (slice(None), 0), (-2, slice(0, 4, 2)), [2, 0, 2], (slice(None), [3, 1]),
+])
+def test_indexing_matches_numpy(key):
+    plain = np.arange(12.0).reshape(3, 4) * 0.5 - 1.0
+    t = Tracer("index")
+    x = t.param("x", plain)
+    y = x[key]
+    want = plain[key]
+    assert y.shape == want.shape
+    loss = np.sum(y * np.arange(1.0, want.size + 1).reshape(want.shape))
+    report = verify(validate(t.graph(loss)))
+    assert report.verdict == "pass", report.to_text()
+    assert report.loss == pytest.approx(float(np.sum(want * np.arange(1.0, want.size + 1).reshape(want.shape))))
+    # d loss / d x: the weights scattered back to the indexed positions (repeats accumulate)
+    expected = np.zeros_like(plain)
+    np.add.at(expected, key, np.arange(1.0, want.size + 1).reshape(want.shape))
+    np.testing.assert_allclose(report.parameters[0].gradient, expected, atol=1e-12)
+
+
+def test_comparisons_follow_the_rule_and_branching_warns_once():
+    t = Tracer()
+    x = t.param("x", [0.5, 2.0])
+    assert list(x == 0.5) == [True, False]  # trace-time values, not identity
+    assert list(x != 0.5) == [False, True]
+    assert list(0.5 == x) == [True, False]
+    assert list(x > 1) == [False, True] and list(np.greater(x, 1)) == [False, True]
+    assert {x: 1}[x] == 1  # still hashable by identity
+    with pytest.warns(TracerWarning, match="baked into the graph"):
+        if (x * 2).sum() > 1:
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", TracerWarning)  # once per trace: no second warning
+        assert bool(x.sum() > 1)
+
+
+def test_ops_the_registry_lacks_fail_at_trace_time_by_name():
+    t = Tracer()
+    x = t.param("x", [0.5, 2.0])
+    with pytest.raises(UnknownOpError, match="op 'sinh_of_x' is not in the server's registry"):
+        ops.sinh_of_x(x)
+    assert not hasattr(ops, "sinh_of_x")
+    with pytest.raises(UnknownOpError, match="'frobnicate'"):
+        t.apply("frobnicate", x)
+    with pytest.raises(TracerError, match="numpy.sinh has no op"):
+        np.sinh(x)
+    with pytest.raises(TracerError, match="numpy.cumsum has no op"):
+        np.cumsum(x)
+    with pytest.raises(TracerError, match="argument 'dtype'"):
+        np.sum(x, dtype=np.float32)
+    with pytest.raises(TracerError, match="numpy.take with axis=None"):
+        np.take(x, [0])
+    with pytest.raises(TracerError, match="boolean mask"):
+        x[np.array([True, False])]
+    with pytest.raises(TracerError, match="unknown attribute"):
+        ops.softmax(x, axes=0)
+    with pytest.raises(TracerError, match=r"op 'matmul' on shapes \[2\], \[3\]"):
+        x @ np.ones(3)
