@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--memory-plot", default=None, metavar="FILE",
                    help="write live bytes per forward/backward step, with and without checkpointing "
                         "(.svg, or .png with matplotlib; default none)")
+    v.add_argument("--html", default=None, metavar="FILE",
+                   help="write a self-contained HTML report: the graph with its findings, error heatmaps, "
+                        "the memory timeline (default none)")
 
     v.add_argument("--symbolic-max-partials", type=int, default=None, metavar="N",
                    help=f"symbolic oracle budget: non-zero local partial derivatives (default {_symbolic().max_edges})")
@@ -107,7 +110,7 @@ def _verify(args) -> int:
     options.symbolic = dataclasses.replace(
         options.symbolic, timeout_s=args.symbolic_timeout, simplify_timeout_s=args.simplify_timeout,
         **({"max_edges": args.symbolic_max_partials} if args.symbolic_max_partials is not None else {}))
-    options.memory_timeline = args.memory_plot is not None
+    options.memory_timeline = args.memory_plot is not None or args.html is not None
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
     check_option_limits(options, limits, field=flag_of, hint=True)
@@ -120,8 +123,26 @@ def _verify(args) -> int:
         except OSError as exc:
             raise OptionError(f"'{args.memory_plot}': cannot write: {exc.strerror or exc}",
                               field="memory-plot") from None
+    if args.html is not None:
+        write_html_report(args.html, args.graph, report, options.integrity)
     print(report.to_json() if args.format == "json" else report.to_text())
     return EXIT_OK if report.passed else EXIT_MISMATCH
+
+
+def write_html_report(path: str, graph_path: str, report, integrity: str) -> None:
+    """The HTML page of one verification (gradcheck_client/html_report.py draws it, as for the CI command)."""
+    from gradcheck_client.graphio import load_graph as load_graph_message
+    from gradcheck_client.html_report import RunItem, build_html
+
+    from .errors import OptionError
+
+    item = RunItem(graph_path, load_graph_message(graph_path), report.to_dict(),
+                   timelines={run: list(steps) for run, steps in report.timelines.items()})
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(build_html([item], title=f"gradcheck: {report.graph or graph_path}", integrity=integrity))
+    except OSError as exc:
+        raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
 
 
 def check_file_size(path: str, limit: int) -> None:

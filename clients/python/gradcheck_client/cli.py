@@ -24,6 +24,7 @@ from . import __version__
 from .graphio import GraphFileError, load_graph
 from .options import add_option_flags, values_from_args
 from .report import Report
+from .mermaid import neighbourhood_mermaid
 from .scan import DEFAULT_INCLUDE, find_graphs
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_TRANSPORT = 0, 1, 2, 3
@@ -36,6 +37,7 @@ class Outcome:
     error: str = ""
     invalid: bool = False  # the input is at fault (else: transport/server fault)
     seconds: float = 0.0
+    graph: object = None  # the gradcheck.v1.Graph, when the file could be read (for the drawings)
 
     @property
     def status(self) -> str:
@@ -78,6 +80,8 @@ def build_parser() -> argparse.ArgumentParser:
                    "(also appended to $GITHUB_STEP_SUMMARY when set; default none)")
     v.add_argument("--json", action="store_true", help="print one JSON document with every report "
                    "(default: the text reports)")
+    v.add_argument("--html", metavar="FILE", help="write one self-contained HTML page for the run: each graph "
+                   "drawn with its findings, error heatmaps, memory (default none)")
     add_option_flags(v)
     return p
 
@@ -229,6 +233,11 @@ def summary_markdown(outcomes: list[Outcome]) -> str:
         lines.append(f"| `{_cell(o.path)}` | {icon[o.status]} | {_cell(what)} |")
     counts = {s: sum(o.status == s for o in outcomes) for s in icon}
     lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+    for o in outcomes:  # where it broke: the faulty node's neighbourhood (GitHub renders Mermaid)
+        diagram = neighbourhood_mermaid(o.graph, o.report.data) if o.report is not None and o.graph is not None \
+            else None
+        if diagram:
+            lines += ["", f"#### `{_cell(o.path)}`", "", diagram]
     return "\n".join(lines) + "\n"
 
 
@@ -286,6 +295,8 @@ def _verify(args) -> int:
     # every path gets an outcome, even one the server never answered for
     ordered = [outcomes.get(str(p)) or Outcome(str(p), error="no result was received for this graph")
                for p in paths]
+    for o in ordered:
+        o.graph = graphs.get(o.path)
 
     if args.json:
         print(json.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
@@ -297,6 +308,11 @@ def _verify(args) -> int:
             print()
     if args.junit:
         _write_file(args.junit, junit_xml(ordered), "--junit")
+    if args.html:
+        from .html_report import RunItem, build_html
+
+        items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error) for o in ordered]
+        _write_file(args.html, build_html(items, integrity=args.integrity or "check"), "--html")
     md = summary_markdown(ordered)
     if args.summary_md:
         _write_file(args.summary_md, md, "--summary-md")

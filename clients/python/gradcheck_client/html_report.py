@@ -1,0 +1,217 @@
+"""`--html FILE`: one self-contained HTML page for a run (one graph or many).
+
+Per graph: the verdict, the graph drawn (graph_view.py: nodes colored by finding, the faulty
+node and its path to the loss highlighted, hover for op, shape, fingerprint status and local
+error), the findings table, the parameter rows, a heatmap of each parameter's error against
+the verdict's reference, and the memory figures (with the per-step timeline where the run
+recorded one). No external resource: style, script and the layout library are inlined.
+
+Every user string is hostile (names, formulas, details): HTML text goes through `_h`
+(non-printables escaped, then HTML-escaped); the drawing's data is JSON with <, > and &
+as \\u escapes inside a non-executable script element, and the page script sets it as
+textContent only.
+"""
+from __future__ import annotations
+
+import html
+import json
+import math
+from dataclasses import dataclass, field
+from importlib import resources
+
+import numpy as np
+
+from .graph_view import build_view, display
+
+HEATMAP_COLUMNS = 32  # a 1-D parameter wraps after this many cells
+CELL = 12  # heatmap cell size, px
+
+
+@dataclass
+class RunItem:
+    label: str  # the graph file, or the graph's name
+    graph: object = None  # gradcheck.v1.Graph, when it could be read
+    report: dict | None = None  # the JSON report, when there is one
+    error: str = ""  # why there is no report
+    timelines: dict = field(default_factory=dict)  # run -> [(step label, live bytes)], when recorded
+
+
+def _h(text, limit: int = 500) -> str:
+    return html.escape(display(text, limit), quote=True)
+
+
+def _asset(name: str) -> str:
+    return resources.files("gradcheck_client").joinpath(name).read_text(encoding="utf-8")
+
+
+def _json_for_script(data) -> str:
+    """JSON that cannot end its <script> element or open a comment, whatever the strings hold."""
+    text = json.dumps(data, ensure_ascii=True, allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def _finite(x) -> float:
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return math.nan
+    return v
+
+
+def _findings_table(report: dict) -> str:
+    rows = report.get("findings") or []
+    if not rows:
+        return "<p>No findings.</p>"
+    out = ["<table class='findings'><tr><th>severity</th><th>node</th><th>op</th><th>cause</th>"
+           "<th>parameters</th><th>detail</th></tr>"]
+    for f in rows:
+        out.append(f"<tr class='{_h(f.get('severity'), 20)}'><td>{_h(f.get('severity'), 20)}</td>"
+                   f"<td class='mono'>{_h(f.get('node'), 80)}</td><td>{_h(f.get('op'), 40)}</td>"
+                   f"<td>{_h(f.get('cause'), 40)}</td><td class='mono'>"
+                   f"{_h(', '.join(map(str, f.get('parameters') or [])), 200)}</td><td>{_h(f.get('detail'), 600)}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _parameter_table(report: dict) -> str:
+    rows = report.get("parameters") or []
+    if not rows:
+        return "<p>No parameters (no input has requires_grad).</p>"
+    out = ["<table class='parameters'><tr><th>parameter</th><th>shape</th><th>status</th>"
+           "<th>judged against</th><th>max abs err (verdict reference)</th><th>max abs err vs FD</th></tr>"]
+    for p in rows:
+        sym = p.get("symbolic")
+        err = sym.get("max_abs_error") if isinstance(sym, dict) else p.get("max_abs_error")
+        out.append(f"<tr><td class='mono'>{_h(p.get('name'), 80)}</td><td>{_h(p.get('shape'), 60)}</td>"
+                   f"<td>{_h(p.get('status') or ('ok' if p.get('passed') else 'FAIL'), 40)}</td>"
+                   f"<td>{_h(p.get('verdict_reference', ''), 40)}</td><td>{_h(err, 40)}</td>"
+                   f"<td>{_h(p.get('max_abs_error'), 40)}</td></tr>")
+    out.append("</table>")
+    return "".join(out)
+
+
+def _heatmap(p: dict) -> str:
+    """|engine - reference| per element, as a fraction of the element's tolerance."""
+    sym = p.get("symbolic")
+    if p.get("fd_mode") == "projection":
+        engine, ref, what = p.get("engine_projection") or [], p.get("reference") or [], "directional derivatives"
+        shape = [len(ref)]
+    else:
+        engine = p.get("gradient") or []
+        ref = (sym.get("gradient") if isinstance(sym, dict) else None) or p.get("reference") or []
+        what, shape = "elements", list(p.get("shape") or [])
+    n = min(len(engine), len(ref))
+    if not n:
+        return ""
+    e, r = np.array([_finite(v) for v in engine[:n]]), np.array([_finite(v) for v in ref[:n]])
+    tol = p.get("tolerance") or {}
+    atol, rtol = _finite(tol.get("atol", 0.0)), _finite(tol.get("rtol", 0.0))
+    with np.errstate(all="ignore"):
+        finite_ref = np.abs(r[np.isfinite(r)])
+        scale = max(1.0, float(finite_ref.max()) if finite_ref.size else 1.0)
+        bound = atol * scale + rtol * np.abs(r)
+        err = np.abs(e - r)
+        ratio = np.where(np.isfinite(err) & np.isfinite(bound) & (bound > 0), err / bound, np.inf)
+        ratio = np.where(e == r, 0.0, ratio)
+    cols = shape[-1] if len(shape) >= 2 else min(HEATMAP_COLUMNS, n)
+    cols = max(1, min(cols, n))
+    rows = -(-n // cols)
+    cells = []
+    for k in range(n):
+        i, j = divmod(k, cols)
+        x = ratio[k]
+        color = "#5b2a86" if not math.isfinite(x) else "#b00020" if x > 1 else \
+            f"hsl({int(120 - 70 * min(1.0, x))}, 60%, {int(85 - 25 * min(1.0, x))}%)"
+        idx = [int(i) for i in np.unravel_index(k, shape)] if shape and len(engine) == math.prod(shape) else [k]
+        cells.append(f"<rect class='cell' x='{j * CELL}' y='{i * CELL}' width='{CELL}' height='{CELL}' "
+                     f"fill='{color}'><title>{_h(idx, 80)}: engine {_h(e[k], 30)} vs {_h(r[k], 30)}, "
+                     f"|error| {_h(err[k], 30)} = {_h(f'{x:.3g}', 20)} of the tolerance</title></rect>")
+    more = "" if len(p.get("gradient") or []) >= math.prod(shape or [1]) or p.get("fd_mode") == "projection" \
+        else " (the first values listed in the report)"
+    return (f"<figure><figcaption class='mono'>{_h(p.get('name'), 80)}: {n} {what}{more}; "
+            "green within tolerance, red beyond it, purple non-finite</figcaption>"
+            f"<svg class='heatmap' width='{cols * CELL}' height='{rows * CELL}'>{''.join(cells)}</svg></figure>")
+
+
+MEMORY_FIGURES = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes",
+                  "inference_peak_bytes", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes")
+
+
+def _memory(report: dict, timelines: dict) -> str:
+    mem = report.get("memory") or {}
+    figures = [(k, _finite(mem.get(k))) for k in MEMORY_FIGURES if k in mem]
+    out = []
+    if figures:
+        top = max([v for _, v in figures if math.isfinite(v)] + [1.0])
+        bars = [f"<g transform='translate(0,{i * 20})'><text x='0' y='13'>{_h(k, 60)}</text>"
+                f"<rect x='250' y='3' height='13' width='{300 * v / top if math.isfinite(v) else 0:.1f}' "
+                f"fill='#6b8cc7'></rect><text x='{256 + 300 * v / top if math.isfinite(v) else 256:.1f}' y='13'>"
+                f"{_h(int(v) if math.isfinite(v) else v, 30)} B</text></g>" for i, (k, v) in enumerate(figures)]
+        out.append(f"<svg class='memory' width='700' height='{20 * len(figures) + 4}'>{''.join(bars)}</svg>")
+    if timelines:
+        out.append(_timeline(timelines))
+    else:
+        out.append("<p>The per-step memory timeline is recorded by <code>gradcheck-svc verify --html</code>.</p>")
+    return "".join(out)
+
+
+def _timeline(timelines: dict) -> str:
+    """Live bytes per forward/backward step, one line per run (plain, checkpointed, inference)."""
+    width, height, colors = 640, 200, ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+    steps = max((len(v) for v in timelines.values()), default=0)
+    top = max((b for v in timelines.values() for _, b in v), default=1) or 1
+    lines, legend = [], []
+    for c, (run, points) in zip(colors * 4, timelines.items()):
+        if not points:
+            continue
+        xy = " ".join(f"{40 + (width - 50) * i / max(1, steps - 1):.1f},{height - 20 - (height - 30) * b / top:.1f}"
+                      for i, (_, b) in enumerate(points))
+        lines.append(f"<polyline fill='none' stroke='{c}' stroke-width='1.5' points='{xy}'><title>{_h(run, 60)}"
+                     f"</title></polyline>")
+        legend.append(f"<span style='border-color:{c}'>{_h(run, 60)}: peak {max(b for _, b in points)} B</span>")
+    axis = (f"<line x1='40' y1='{height - 20}' x2='{width - 10}' y2='{height - 20}' stroke='#888'/>"
+            f"<text x='40' y='{height - 5}'>step</text><text x='0' y='12'>{top} B</text>")
+    return (f"<div class='legend'>{''.join(legend)}</div>"
+            f"<svg class='timeline' width='{width}' height='{height}'>{axis}{''.join(lines)}</svg>")
+
+
+def build_html(items: list[RunItem], *, title: str = "gradcheck report", integrity: str = "check",
+               layout: str = "auto") -> str:
+    sections, graphs = [], []
+    for k, item in enumerate(items):
+        report = item.report
+        head = f"<h2 class='mono'>{_h(item.label, 200)}</h2>"
+        if report is None:
+            sections.append(f"<section>{head}<p class='verdict-fail'>{_h(item.error, 600)}</p></section>")
+            continue
+        verdict = str(report.get("verdict", ""))
+        body = [head, f"<p class='verdict-{_h(verdict, 10)}'><strong>{_h(verdict.upper(), 10)}</strong> "
+                f"(loss {_h(report.get('loss'), 40)}, {_h(report.get('dtype'), 20)}, {_h(report.get('device'), 20)})"
+                "</p>"]
+        if item.graph is not None:
+            view = build_view(item.graph, report, integrity=integrity, layout=layout)
+            host = f"graph-{k}"
+            graphs.append({"host": host, "view": view.to_dict()})
+            faulty = f"; faulty node <span class='mono'>{_h(view.faulty, 80)}</span> and its path to the loss " \
+                     "drawn in red" if view.faulty else ""
+            body.append(f"<h3>Graph</h3><p class='legend'>laid out by {_h(view.layout, 10)}{faulty}. "
+                        "<span class='ok'>ok</span><span class='info'>info</span><span class='warning'>warning"
+                        "</span><span class='error'>error</span> "
+                        "(hover a node for its op, shape, fingerprint and local error)</p>"
+                        f"<div class='graph-host' id='{host}'></div>")
+        body.append("<h3>Findings</h3>" + _findings_table(report))
+        body.append("<h3>Parameters</h3>" + _parameter_table(report))
+        heat = "".join(_heatmap(p) for p in report.get("parameters") or [])
+        if heat:
+            body.append("<h3>Error per element</h3>" + heat)
+        body.append("<h3>Memory</h3>" + _memory(report, item.timelines))
+        sections.append("<section>" + "".join(body) + "</section>")
+    needs_dagre = any(g["view"]["layout"] == "dagre" for g in graphs)
+    scripts = (f"<script>{_asset('vendor/dagre.min.js')}</script>" if needs_dagre else "") + \
+        f"<script>{_asset('report_page/page.js')}</script>"
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
+            "<link rel='icon' href='data:,'>"
+            f"<title>{_h(title, 200)}</title><style>{_asset('report_page/page.css')}</style></head><body>"
+            f"<h1>{_h(title, 200)}</h1>{''.join(sections)}<div id='gradcheck-tip' hidden></div>"
+            f"<script type='application/json' id='gradcheck-data'>{_json_for_script({'graphs': graphs})}</script>"
+            f"{scripts}</body></html>")
