@@ -110,7 +110,7 @@ def _verify(args) -> int:
     options.symbolic = dataclasses.replace(
         options.symbolic, timeout_s=args.symbolic_timeout, simplify_timeout_s=args.simplify_timeout,
         **({"max_edges": args.symbolic_max_partials} if args.symbolic_max_partials is not None else {}))
-    options.memory_timeline = args.memory_plot is not None or args.html is not None
+    options.memory_timeline = options.memory_timeline or args.memory_plot is not None or args.html is not None
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
     check_option_limits(options, limits, field=flag_of, hint=True)

@@ -125,6 +125,9 @@ def test_ci_command_writes_the_html_page(browser, tmp_path):
     try:
         assert page.evaluate("document.querySelectorAll('svg.graph').length") == 2
         assert page.evaluate("document.querySelectorAll('g.node.faulty').length") == 1
+        # --html asks the verifier for the memory timeline: one line per run, both graphs
+        assert page.evaluate("[...document.querySelectorAll('svg.timeline')].map(s => "
+                             "s.querySelectorAll('polyline').length)") == [3, 3]
         assert page.errors == []
     finally:
         page.close()

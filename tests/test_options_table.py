@@ -58,7 +58,8 @@ def test_the_servers_defaults_are_the_tables():
                  "symbolic_budget": v.symbolic.max_elements, "localize": v.localize, "checkpoint": v.checkpoint,
                  "integrity": v.integrity, "allow_inplace_hazards": v.allow_inplace_hazards,
                  "symbolic": v.symbolic.enabled, "dtype": v.dtype, "atol": v.atol, "rtol": v.rtol,
-                 "faults": list(v.faults) or None, "allow_nonfinite": False}
+                 "faults": list(v.faults) or None, "allow_nonfinite": False,
+                 "memory_timeline": v.memory_timeline}
     assert effective == {o.name: o.default for o in OPTIONS}
 
 

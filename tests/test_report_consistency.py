@@ -100,3 +100,14 @@ def test_long_parameter_lists_are_summarized_in_text_not_in_json():
     assert len(shown) == 20
     assert "... 10 more parameters (10 ok)" in text
     assert len(report.to_dict()["parameters"]) == 30
+
+
+def test_memory_timelines_only_when_asked_and_in_the_json():
+    from gradcheck_svc.verify.options import VerifyOptions
+
+    graph = load_graph(EXAMPLES / "seed.json")
+    assert verify(graph).to_dict()["memory_timelines"] == []
+    timelines = verify(graph, VerifyOptions(memory_timeline=True)).to_dict()["memory_timelines"]
+    assert [t["run"] for t in timelines][:2] == ["none", "inference"]
+    for t in timelines:
+        assert len(t["steps"]) == len(t["live_bytes"]) > 0 and all(b >= 0 for b in t["live_bytes"])

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..text import escape_controls
+from .compare import Comparison
 from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
 from .report_text import parameter_table, timings_line
@@ -80,8 +81,6 @@ class ParameterResult:
         """The comparison `passed` and `status` were judged on (engine vs the verdict reference)."""
         if self.symbolic_comparison is not None:
             return self.symbolic_comparison
-        from .compare import Comparison
-
         return Comparison(self.max_abs_error, self.max_rel_error, self.worst_index, self.engine_at_worst,
                           self.reference_at_worst, bool(self.fd_passed if self.fd_passed is not None
                                                         else self.passed))
@@ -182,6 +181,8 @@ class Report:
             "symbolic": self.symbolic.to_dict() if self.symbolic is not None else {"status": "off"},
             "custom_ops": [c.to_dict() for c in self.custom_ops],
             "memory": dict(self.memory),
+            "memory_timelines": [{"run": run, "steps": [str(label) for label, _ in steps],
+                                  "live_bytes": [int(b) for _, b in steps]} for run, steps in self.timelines.items()],
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
         }
 

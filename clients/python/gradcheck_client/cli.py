@@ -115,7 +115,10 @@ class Progress:
 
 
 def _options(args) -> dict:
-    return values_from_args(args)
+    values = values_from_args(args)
+    if getattr(args, "html", None):  # the page draws the memory timeline: have the verifier record it
+        values.setdefault("memory_timeline", True)
+    return values
 
 
 def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress) -> dict[str, Outcome]:

@@ -151,7 +151,7 @@ def _memory(report: dict, timelines: dict) -> str:
     if timelines:
         out.append(_timeline(timelines))
     else:
-        out.append("<p>The per-step memory timeline is recorded by <code>gradcheck-svc verify --html</code>.</p>")
+        out.append("<p>No per-step memory timeline in this report (verify with --memory-timeline).</p>")
     return "".join(out)
 
 
@@ -204,7 +204,9 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
         heat = "".join(_heatmap(p) for p in report.get("parameters") or [])
         if heat:
             body.append("<h3>Error per element</h3>" + heat)
-        body.append("<h3>Memory</h3>" + _memory(report, item.timelines))
+        timelines = item.timelines or {t.get("run", ""): list(zip(t.get("steps") or [], t.get("live_bytes") or []))
+                                       for t in report.get("memory_timelines") or []}
+        body.append("<h3>Memory</h3>" + _memory(report, timelines))
         sections.append("<section>" + "".join(body) + "</section>")
     needs_dagre = any(g["view"]["layout"] == "dagre" for g in graphs)
     scripts = (f"<script>{_asset('vendor/dagre.min.js')}</script>" if needs_dagre else "") + \

@@ -86,6 +86,8 @@ OPTIONS: tuple[Option, ...] = (
            metavar="on|off"),
     Option("allow_nonfinite", "accept NaN/Inf in input data (refused by default, naming the input); the "
            "report names the input as their origin", type=bool, default=False, switch=True),
+    Option("memory_timeline", "record live bytes after every forward/backward step into the report "
+           "(memory_timelines; drawn by --html)", type=bool, default=False, switch=True),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 

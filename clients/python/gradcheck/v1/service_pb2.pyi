@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyOptions(_message.Message):
-    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite")
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite", "memory_timeline")
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -25,6 +25,7 @@ class VerifyOptions(_message.Message):
     ALLOW_INPLACE_HAZARDS_FIELD_NUMBER: _ClassVar[int]
     SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
     ALLOW_NONFINITE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TIMELINE_FIELD_NUMBER: _ClassVar[int]
     fd_mode: str
     dtype: str
     device: str
@@ -40,7 +41,8 @@ class VerifyOptions(_message.Message):
     allow_inplace_hazards: bool
     symbolic: bool
     allow_nonfinite: bool
-    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ...) -> None: ...
+    memory_timeline: bool
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("id", "graph", "options")
@@ -308,8 +310,18 @@ class Memory(_message.Message):
     checkpoint_gradients_equal: bool
     def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., memory_source: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_profile: _Optional[str] = ..., checkpoint_segments: _Optional[int] = ..., checkpoint_kept_values: _Optional[int] = ..., checkpoint_activations_peak_bytes: _Optional[int] = ..., checkpoint_live_peak_bytes: _Optional[int] = ..., checkpoint_op_evaluations: _Optional[int] = ..., checkpoint_gradients_equal: _Optional[bool] = ...) -> None: ...
 
+class MemoryTimeline(_message.Message):
+    __slots__ = ("run", "steps", "live_bytes")
+    RUN_FIELD_NUMBER: _ClassVar[int]
+    STEPS_FIELD_NUMBER: _ClassVar[int]
+    LIVE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    run: str
+    steps: _containers.RepeatedScalarFieldContainer[str]
+    live_bytes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, run: _Optional[str] = ..., steps: _Optional[_Iterable[str]] = ..., live_bytes: _Optional[_Iterable[int]] = ...) -> None: ...
+
 class Report(_message.Message):
-    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "text")
+    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "text")
     class TimingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -330,6 +342,7 @@ class Report(_message.Message):
     FINDINGS_FIELD_NUMBER: _ClassVar[int]
     SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_OPS_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_TIMELINES_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     graph: str
     verdict: str
@@ -344,8 +357,9 @@ class Report(_message.Message):
     findings: _containers.RepeatedCompositeFieldContainer[Finding]
     symbolic: SymbolicSummary
     custom_ops: _containers.RepeatedCompositeFieldContainer[CustomOp]
+    memory_timelines: _containers.RepeatedCompositeFieldContainer[MemoryTimeline]
     text: str
-    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., memory_timelines: _Optional[_Iterable[_Union[MemoryTimeline, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ()
