@@ -10,9 +10,8 @@ import shutil
 import subprocess
 import sys
 
-from junitparser import Error, Failure, JUnitXml, Properties
-
 from grpc_helpers import ROOT, _env
+from junitparser import Error, Failure, JUnitXml, Properties
 
 FAULTS = ROOT / "examples" / "graphs" / "faults"
 CODE = "import sys; from gradcheck_client.cli import main; sys.exit(main(sys.argv[1:]))"

@@ -6,8 +6,8 @@ import argparse
 import json
 
 import pytest
-
 from gradcheck_client.cli import build_parser as client_parser
+
 from gradcheck_svc.cli import build_parser as service_parser
 from gradcheck_svc.cli import main
 from gradcheck_svc.ops import all_ops

@@ -10,7 +10,6 @@ import subprocess
 import sys
 
 import pytest
-
 from browser import chromium, ensure_apt, open_page
 from gradcheck_client import Tracer
 from gradcheck_client.graphio import load_graph, save_graph

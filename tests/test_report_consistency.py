@@ -6,14 +6,12 @@ zero), milliseconds printed under `_s` keys, and long parameter lists flooding t
 """
 from __future__ import annotations
 
-import json
-
 import numpy as np
 import pytest
-
 from conftest import EXAMPLES
-from gradcheck_client.cli import summary_markdown, Outcome
+from gradcheck_client.cli import Outcome, summary_markdown
 from gradcheck_client.report import Report as ClientReport
+
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.verify import verify

@@ -7,14 +7,13 @@ import warnings
 
 import numpy as np
 import pytest
-
 from gradcheck_client import Client, Tracer, ops
 from gradcheck_client.tracer import TracerError, TracerWarning, UnknownOpError
+from grpc_helpers import ServerProcess
+
 from gradcheck_svc.graph import validate
 from gradcheck_svc.ops import REGISTRY
 from gradcheck_svc.verify import verify
-from grpc_helpers import ServerProcess
-
 
 # --- models written for NumPy arrays (nothing here knows about tracing) -------------------
 

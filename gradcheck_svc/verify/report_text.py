@@ -53,7 +53,7 @@ def parameter_table(params: list, max_rows: int) -> list[str]:
         vs_sym = f"{sc.max_abs_error:>12.3g}" if sc is not None else f"{'-':>12}"
         fd_sym = (f"{fs.max_abs_error:>10.3g}" if fs.passed else f"{'FAIL ' + format(fs.max_abs_error, '.3g'):>10}") \
             if fs is not None else f"{'-':>10}"
-        lines.append(f"{p.name:<{width}}  {str(list(p.shape)):<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
+        lines.append(f"{p.name:<{width}}  {list(p.shape)!s:<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
                      f"{p.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {_status(p):<16} {_worst(p)}")
     rest = [p for p in params if p not in shown]
     if rest:

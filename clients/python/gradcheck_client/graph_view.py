@@ -12,8 +12,8 @@ import subprocess
 from collections import deque
 from dataclasses import dataclass, field
 
-from .shapes import output_shape
 from .op_values import OPS, REQUIRED
+from .shapes import output_shape
 
 SEVERITY_ORDER = ("error", "warning", "info")
 INTEGRITY_CAUSES = ("cache_corruption", "inplace_overwrite", "recompute_mismatch")

@@ -39,10 +39,9 @@ are still hashable by identity (they are graph nodes).
 from __future__ import annotations
 
 import warnings
-from typing import Callable
+from collections.abc import Callable
 
 import numpy as np
-
 from gradcheck.v1 import graph_pb2
 
 from . import indexing, numpy_protocol
@@ -95,12 +94,12 @@ class Value:
         raise TracerError(f"'{self.name}' is a traced value: NumPy cannot turn it into an array (a NumPy "
                           "function without an op in the registry?); float() or .value reads the trace-time value")
 
-    def __init__(self, tracer: "Tracer", name: str, value):
+    def __init__(self, tracer: Tracer, name: str, value):
         self.tracer = tracer
         self.name = name
         self.value = value  # np.ndarray, or None when not known at trace time
 
-    def named(self, name: str) -> "Value":
+    def named(self, name: str) -> Value:
         """Give this value's node a readable name (shown in reports); returns self."""
         self.tracer._rename(self, name)
         return self
@@ -127,7 +126,7 @@ class Value:
 
     # NumPy's array methods and attributes
     @property
-    def T(self) -> "Value":
+    def T(self) -> Value:
         return self.tracer.apply("transpose", self)
 
     def transpose(self, *axes):
