@@ -6,10 +6,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from .trace_errors import TracerError
+
 
 def _error(message: str) -> Exception:
-    from .tracer import TracerError
-
     return TracerError(message)
 
 

@@ -13,6 +13,7 @@ import inspect
 import numpy
 
 from .op_values import OPS
+from .trace_errors import TracerError
 
 # NumPy function (ufunc or array function) -> op name; aliases resolve to the same object
 BY_FUNCTION = {getattr(numpy, e["numpy"]): name for name, e in OPS.items() if e["numpy"]}
@@ -21,8 +22,6 @@ COMPARISONS = (numpy.greater, numpy.greater_equal, numpy.less, numpy.less_equal,
 
 
 def _error(message: str) -> Exception:
-    from .tracer import TracerError
-
     return TracerError(message)
 
 

@@ -48,18 +48,9 @@ from . import indexing, numpy_protocol
 from .graphio import set_attrs
 from .op_values import OPS, REQUIRED, VALUES
 from .shapes import output_shape
+from .trace_errors import TracerError, TracerWarning, UnknownOpError
 
-
-class TracerError(ValueError):
-    pass
-
-
-class UnknownOpError(TracerError, AttributeError):
-    """An op the server's registry lacks (an AttributeError too: `hasattr(ops, name)` works)."""
-
-
-class TracerWarning(UserWarning):
-    """A trace-time decision (a branch on data) is baked into the graph."""
+__all__ = ["Tracer", "TracerError", "TracerWarning", "UnknownOpError", "Value", "ops"]
 
 
 class TracedBool(np.ndarray):
