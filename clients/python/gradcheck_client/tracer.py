@@ -50,7 +50,8 @@ from .op_values import OPS, REQUIRED, VALUES
 from .shapes import output_shape
 from .trace_errors import TracerError, TracerWarning, UnknownOpError
 
-__all__ = ["Tracer", "TracerError", "TracerWarning", "UnknownOpError", "Value", "ops"]
+__all__ = ["Tracer", "TracerError", "TracerWarning", "UnknownOpError", "Value", "exp", "log", "ops", "relu", "sigmoid",
+           "tanh"]
 
 
 class TracedBool(np.ndarray):
