@@ -61,7 +61,11 @@ def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | 
         err = np.abs(g - ref)
         err = np.where(np.isnan(err) & ~(np.isnan(g) & np.isnan(ref)), np.inf, np.nan_to_num(err, nan=0.0))
         bound = bounds(ref, tol, noise)
-        rel = err / np.maximum(np.abs(ref), np.finfo(np.float64).tiny)
+        # relative to the larger of the two magnitudes (a reference of 0 against 0.5 is 100% off, not
+        # 1e+307), with a floor at float64 rounding of the tensor's scale so that noise near 0 stays small
+        floor = np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(ref[np.isfinite(ref)]), initial=0.0)))
+        rel = err / np.maximum(np.maximum(np.abs(ref), np.abs(np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0))),
+                               floor)
         ratio = np.where(np.isfinite(err), err / bound, np.inf)
     flat = int(np.argmax(ratio))
     worst = np.unravel_index(flat, ref.shape) if ref.shape else ()

@@ -109,7 +109,12 @@ def _nondifferentiable(ctx: Context, step: Step, near, params: list[str]) -> Fin
             j = int(np.argmax(bad)) if bad.any() else 0
             worst = WorstElement(labels[j], float(eng[j]), float(0.5 * (lo[j] + hi[j])))
     x = inputs_at(step, ctx.fd.base, at)
-    head = f"an input is at its kink {kink.where} ({x}; convention: {kink.convention})"
+    d = np.asarray(kink.distance([ctx.fd.base[n] for n in step.inputs], step.attrs), dtype=np.float64)
+    gap = float(d[at]) if d.shape else float(d)
+    # exactly on it, the value is a convention; near it, the differences straddle it
+    head = (f"an input is exactly at its kink {kink.where} ({x}; convention: {kink.convention})" if gap == 0 else
+            f"an input is near its kink {kink.where}, {gap:.3g} from it -- within a finite-difference step "
+            f"({x}; convention at the kink: {kink.convention})")
     if outside:
         return Finding(step.name, step.op.name, "nondifferentiable_point", "error",
                        f"{head}, and the engine's gradient of {', '.join(outside)} lies outside the one-sided "
