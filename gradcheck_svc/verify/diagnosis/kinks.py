@@ -62,7 +62,7 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray) -> Finding
         direction[0, j] = 1.0
         h = element_steps(np.asarray(xs[k], dtype=np.float64).reshape(-1)[j:j + 1])
         left, right = local_one_sided(step, xs, k, a, direction, h)
-        label = f"{name}{list(np.unravel_index(j, shape)) if len(shape) else ''}"
+        label = f"{name}{[int(i) for i in np.unravel_index(j, shape)] if len(shape) else ''}"
         sides.append(f"d/d{label}: engine {rule[j]:.6g}, one-sided {float(left[0]):.6g} (left) and "
                      f"{float(right[0]):.6g} (right)")
         params += [p for p in ctx.params_through(name) if p not in params]
