@@ -213,6 +213,18 @@ def test_an_input_exactly_on_a_kink_gets_an_info_note_and_passes(graph, sides):
     assert sorted(note.parameters) == sorted(p.name for p in report.parameters)
 
 
+def test_a_tied_max_reduction_gets_a_note_for_one_tied_element():
+    b = GraphBuilder("max_tie")
+    x = b.input("x", np.array([[1.0, 2.0, 2.0], [0.5, 0.1, 0.3]]), requires_grad=True)
+    m = b.node("max", x, name="k", axis=[1])
+    b.output(b.node("sum", b.node("mul", m, b.input("c", np.array([1.0, 2.0])), name="wc"), name="L"))
+    report = verify(load_graph(b.build()))
+    assert report.verdict == "pass"
+    [note] = report.findings
+    assert (note.node, note.severity, note.parameters) == ("k", "info", ["x"])
+    assert "d/dx[0, 1]: engine 0.5, one-sided 0 (left) and 1 (right)" in note.detail
+
+
 def test_a_kink_note_excuses_no_mismatch(scaled):
     """A wrong rule elsewhere on a graph with a tie still fails: the note is information only."""
     b = GraphBuilder("tie_and_bug")

@@ -45,7 +45,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
         # every local derivative agrees (a tie split evenly matches a central difference), yet the
         # total does not: first suspect a kink under the parameter-level differences
         for c in loc.consumers:
-            near = _near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs])
+            near = near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs])
             if near is not None:
                 return _nondifferentiable(ctx, c.step, near, params)
         return _accumulation(ctx, loc, params)
@@ -54,7 +54,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
     name = step.inputs[k]
     where = f"input {k} ('{name}')"
     xs64 = [ctx.fd.base[n] for n in step.inputs]
-    near = _near_kink(step, xs64)
+    near = near_kink(step, xs64)
     if near is not None:
         return _nondifferentiable(ctx, step, near, params)
     shape = ctx.program.shapes[name]
@@ -78,7 +78,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
                    f"(integrity checking {ctx.options.integrity})", params, w)
 
 
-def _near_kink(step: Step, xs: list):
+def near_kink(step: Step, xs: list):
     """The kink an input of this step sits at (or within a finite-difference step of), or None."""
     for kink in step.op.kinks:
         if kink.distance is None:

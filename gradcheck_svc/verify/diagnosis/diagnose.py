@@ -9,7 +9,7 @@
 from __future__ import annotations
 
 from ..findings import Finding, WorstElement
-from .classify import _near_kink, classify
+from .classify import classify
 from .context import Context
 from .integrity import integrity_findings
 from .kinks import exact_kink_notes
@@ -57,7 +57,7 @@ def localization_findings(ctx: Context, known: list[Finding]) -> list[Finding]:
     named = {f.node for f in known}
     out: list[Finding] = []
     # 1. every node on a failing path, checked on its own: every culprit, each with its parameters
-    verdicts = sweep(ctx, failing, _near_kink)
+    verdicts = sweep(ctx, failing)
     for v in verdicts:
         if v.cause is None or v.deferred or v.step.name in named:
             continue

@@ -35,7 +35,8 @@ from ..compare import Tolerance
 from ..fd_check import fd_check
 from ..findings import WorstElement
 from .context import Context
-from .localize import _directions
+from .classify import near_kink
+from .localize import local_directions
 from .rules import rule_contribution
 
 RULE_TOL = Tolerance.for_dtype("float64")  # the rule is checked in float64, whatever the engine's dtype
@@ -62,17 +63,13 @@ def _on_path(ctx: Context, params: list[str]) -> list[tuple[Step, int]]:
             for k, (name, want) in enumerate(zip(s.inputs, s.grad_inputs)) if want and name in down]
 
 
-def sweep(ctx: Context, params: list[str], near_kink) -> list[NodeVerdict]:
-    """Every (node, input) on the failing parameters' paths, checked locally (module docstring).
-    near_kink(step, xs) -> kink or None (classify._near_kink)."""
+def sweep(ctx: Context, params: list[str]) -> list[NodeVerdict]:
+    """Every (node, input) on the failing parameters' paths, checked locally (module docstring)."""
     traced = ctx.traced()
-    out = []
-    for step, k in _on_path(ctx, params):
-        out.append(check_locally(ctx, traced, step, k, near_kink))
-    return out
+    return [check_locally(ctx, traced, step, k) for step, k in _on_path(ctx, params)]
 
 
-def check_locally(ctx: Context, traced, step: Step, k: int, near_kink) -> NodeVerdict:
+def check_locally(ctx: Context, traced, step: Step, k: int) -> NodeVerdict:
     fd = ctx.fd
     step64 = fd.program.by_name[step.name]
     name = step.inputs[k]
@@ -85,7 +82,7 @@ def check_locally(ctx: Context, traced, step: Step, k: int, near_kink) -> NodeVe
 
     # 1. the rule, in float64, against finite differences of this op alone
     rule64 = rule_contribution(step64, xs64, fd.base[step.name], a, k, shape)
-    dirs = _directions(int(np.prod(shape, dtype=np.int64)))
+    dirs = local_directions(int(np.prod(shape, dtype=np.int64)))
     ref, noise = local_vjp(step64, xs64, k, a, dirs)
     projected = rule64.reshape(-1) if dirs is None else dirs @ rule64.reshape(-1)
     check = fd_check(projected, ref, noise, RULE_TOL,
