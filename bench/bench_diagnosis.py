@@ -4,13 +4,15 @@
    "off" vs "check" (fingerprint every saved tensor at save, again at load),
    on the core benchmark's graphs: an MLP (3 x 1024, batch 256, cross-entropy)
    and a 200-node chain of small elementwise ops. Goal: under 10%.
-2. Localization cost: verify() of a 50-node graph with a planted wrong
-   derivative rule, with and without localization; reported as the
-   diagnosis time over the rest of the verification. Goal: under 3x.
+2. Diagnosis cost: verify() of 50- and 200-node chains with 1 and 3 planted
+   wrong derivative rules: the diagnosis time (timings.diagnosis_s, every
+   culprit named) as a multiple of one verification without localization.
+   Goal: within 3x.
 
 Runs are interleaved (off, check, off, check, ...) and medians reported.
 
     PYTHONPATH=.:clients/python python bench/bench_diagnosis.py [--device cpu|cuda] [--repeats N] [--quick]
+                                                                [--localization-only]
 """
 from __future__ import annotations
 
@@ -81,41 +83,76 @@ def integrity_overhead(graph, backend, repeats, dtype):
             "overhead": check / off - 1.0}
 
 
-def planted_50():
-    """A 50-node graph (matmul, then sin / mul / tanh) with a wrong derivative rule at node 31."""
+def planted(nodes=50, bugs=(31,)):
+    """A chain of `nodes` nodes (matmul, then sin / mul / tanh) with a wrong derivative rule
+    (buggy_square: 3x instead of 2x) at each position in `bugs`."""
     rng = np.random.default_rng(7)
-    b = GraphBuilder("planted50")
+    b = GraphBuilder(f"planted{nodes}x{len(bugs)}")
     h = b.node("matmul", b.input("x", rng.uniform(-1, 1, (8, 16))),
                b.input("W", rng.uniform(-1, 1, (16, 16)), requires_grad=True), name="n0")
     a = b.input("a", rng.uniform(0.5, 1.5, 16), requires_grad=True)
-    for i in range(1, 49):
-        op = "buggy_square" if i == 31 else ["sin", "mul", "tanh"][i % 3]
+    for i in range(1, nodes - 1):
+        op = "buggy_square" if i in bugs else ["sin", "mul", "tanh"][i % 3]
         h = b.node(op, h, a, name=f"n{i}") if op == "mul" else b.node(op, h, name=f"n{i}")
     b.output(b.node("sum", h, name="loss"))
     return load_graph(b.build())
 
 
+# (nodes, bug positions): one bug, and three spread along the chain (all on every parameter's path)
+LOCALIZATION_CASES = [(50, (31,)), (50, (10, 25, 40)), (200, (131,)), (200, (40, 100, 160))]
+
+
 def localization_cost(repeats):
+    """Per case: one verification without localization (the unit), and the diagnosis time of a
+    verification with it (timings.diagnosis_s), interleaved; min and median of each."""
     register(dataclasses.replace(get_op("square"), name="buggy_square",
                                  vjp=lambda xp, g, saved, **_: (g * 3.0 * saved[0],)))
+    rows = []
     try:
-        graph = planted_50()
-        verify(graph)
-        plain, with_loc, diag = [], [], []
-        for _ in range(repeats):
-            t0 = time.perf_counter()
-            verify(graph, VerifyOptions(localize=False))
-            plain.append(time.perf_counter() - t0)
-            r = verify(graph)
-            with_loc.append(r.timings["total_s"])
-            diag.append(r.timings["diagnosis_s"])
-        [f] = r.findings
-        p, w, d = statistics.median(plain), statistics.median(with_loc), statistics.median(diag)
-        return {"graph": graph.name, "nodes": len(graph.nodes), "finding": f"{f.node} ({f.op}): {f.cause}",
-                "verify_ms": p * 1e3, "verify_with_localization_ms": w * 1e3, "localization_ms": d * 1e3,
-                "localization_over_verification": d / p, "total_ratio": w / p}
+        for nodes, bugs in LOCALIZATION_CASES:
+            graph = planted(nodes, bugs)
+            verify(graph)  # warm-up
+            plain, diag = [], []
+            for _ in range(repeats):
+                t0 = time.perf_counter()
+                verify(graph, VerifyOptions(localize=False))
+                plain.append(time.perf_counter() - t0)
+                r = verify(graph)
+                diag.append(r.timings["diagnosis_s"])
+            named = sorted(f.node for f in r.findings if f.cause == "rule_error")
+            assert named == sorted(f"n{i}" for i in bugs), named  # every culprit, nothing else
+            rows.append({"graph": graph.name, "nodes": len(graph.nodes), "bugs": len(bugs), "named": named,
+                         "verify_min_ms": min(plain) * 1e3, "verify_median_ms": statistics.median(plain) * 1e3,
+                         "diagnosis_min_ms": min(diag) * 1e3, "diagnosis_median_ms": statistics.median(diag) * 1e3,
+                         "ratio_min": min(diag) / min(plain),
+                         "ratio_median": statistics.median(diag) / statistics.median(plain)})
+        return rows
     finally:
         del REGISTRY["buggy_square"]
+
+
+def machine():
+    """What the numbers ran on: CPU model, BLAS kernel and threads (threadpoolctl), load."""
+    import os
+    import platform
+
+    cpu = platform.processor() or "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    blas = []
+    try:
+        from threadpoolctl import threadpool_info
+        blas = [f"{i.get('internal_api')} {i.get('version')} ({i.get('architecture')}, {i.get('num_threads')} threads)"
+                for i in threadpool_info()]
+    except ImportError:
+        pass
+    return {"cpu": cpu, "cores": os.cpu_count(), "blas": blas, "load": os.getloadavg(),
+            "python": platform.python_version(), "numpy": np.__version__}
 
 
 def main():
@@ -123,23 +160,25 @@ def main():
     ap.add_argument("--device", default="cpu")
     ap.add_argument("--repeats", type=int, default=15)
     ap.add_argument("--quick", action="store_true", help="a smaller MLP (width 256) for a fast look")
+    ap.add_argument("--localization-only", action="store_true", help="skip the integrity overhead runs")
     args = ap.parse_args()
     backend = get_backend(args.device)
-    out = {"device": args.device, "integrity": [], "localization": None}
-    graphs = [mlp(256 if args.quick else 1024), chain()]
-    for g in graphs:
-        for dtype in (np.float32, np.float64):
-            out["integrity"].append(integrity_overhead(g, backend, args.repeats, dtype))
+    out = {"device": args.device, "machine": machine(), "integrity": [], "localization": None}
+    if not args.localization_only:
+        graphs = [mlp(256 if args.quick else 1024), chain()]
+        for g in graphs:
+            for dtype in (np.float32, np.float64):
+                out["integrity"].append(integrity_overhead(g, backend, args.repeats, dtype))
     if args.device == "cpu":
         out["localization"] = localization_cost(args.repeats)
     for row in out["integrity"]:
         print(f"integrity  {row['graph']:<6} {row['dtype']:<8} off {row['off_ms']:8.2f} ms  check "
               f"{row['check_ms']:8.2f} ms  overhead {100 * row['overhead']:+.1f}%")
-    loc = out["localization"]
-    if loc:
-        print(f"localize   {loc['graph']} ({loc['nodes']} nodes, found {loc['finding']}): verify "
-              f"{loc['verify_ms']:.1f} ms, localization {loc['localization_ms']:.1f} ms = "
-              f"{loc['localization_over_verification']:.2f}x one verification")
+    for row in out["localization"] or ():
+        print(f"diagnose   {row['nodes']:>3} nodes, {row['bugs']} bug(s) (named {', '.join(row['named'])}): "
+              f"verify min {row['verify_min_ms']:.1f} / median {row['verify_median_ms']:.1f} ms; diagnosis min "
+              f"{row['diagnosis_min_ms']:.1f} / median {row['diagnosis_median_ms']:.1f} ms = "
+              f"{row['ratio_min']:.2f}x / {row['ratio_median']:.2f}x one verification")
     print(json.dumps(out))
 
 

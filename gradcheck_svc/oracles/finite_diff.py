@@ -25,6 +25,8 @@ one-sided and projected differences are computed:
     FiniteDifferences.losses(value, stack)  the loss at each perturbed copy of a value
     local_vjp(step, xs, k, adjoint, directions)
                                           J_k^T a of one op by differences of its forward
+    local_one_sided(step, xs, k, adjoint, directions, steps)
+                                          the same, one-sided on each side (at a kink)
     random_directions(n, k, seed)         the projection directions (FDResult.directions)
 
 Every value comes with an estimate of its own error (FDResult.noise). The first pass
@@ -161,6 +163,21 @@ def refine_local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarr
     out = _ladder(evaluate, base, flat, h0, _support_scale(flat, d), directions=d, settled=settled)
     out.which = which
     return out
+
+
+def local_one_sided(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray, steps: np.ndarray):
+    """(left, right): second-order one-sided differences of J_k^T a of one step along each direction
+    (m, n) of input k, step steps[j] for direction j -- the derivatives on each side of a kink."""
+    flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
+    evaluate = _weighted_output(step, xs, k, a)
+    base = float(evaluate(flat[None, :])[0][0])
+    m = len(directions)
+    stack = np.concatenate([flat + c * steps[:, None] * directions for c in (1, 2, -1, -2)])
+    f = evaluate(stack)[0].reshape(4, m)
+    with np.errstate(all="ignore"):
+        right = (-3 * base + 4 * f[0] - f[1]) / (2 * steps)
+        left = (3 * base - 4 * f[2] + f[3]) / (2 * steps)
+    return left, right
 
 
 def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.ndarray,

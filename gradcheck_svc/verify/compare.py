@@ -63,7 +63,11 @@ def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | 
         err = np.where(np.isnan(err) & ~(np.isnan(g) & np.isnan(ref)), np.inf, np.nan_to_num(err, nan=0.0))
         err = np.where(g == ref, 0.0, err)  # the same infinity on both sides: no error
         bound = bounds(ref, tol, noise)
-        rel = err / np.maximum(np.abs(ref), np.finfo(np.float64).tiny)
+        # relative to the larger of the two magnitudes (a reference of 0 against 0.5 is 100% off, not
+        # 1e+307), with a floor at float64 rounding of the tensor's scale so that noise near 0 stays small
+        floor = np.finfo(np.float64).eps * max(1.0, float(np.max(np.abs(ref[np.isfinite(ref)]), initial=0.0)))
+        rel = err / np.maximum(np.maximum(np.abs(ref), np.abs(np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0))),
+                               floor)
         ratio = np.where(np.isfinite(err), err / bound, np.inf)
         # A finite error within a finite bound, or the very same value (both NaN, the same
         # infinity). An infinite bound (an FD noise estimate of a -inf loss) excuses nothing.

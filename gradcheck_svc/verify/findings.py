@@ -8,7 +8,8 @@ Causes (the contract):
     cache_corruption        a saved tensor changed between forward and backward (fingerprint)
     inplace_overwrite       an in-place write changed a saved tensor (version counter)
     nondifferentiable_point an input lies at a declared kink; the engine's (sub)gradient is
-                            checked against the one-sided differences
+                            checked against the one-sided differences (an info note when an
+                            input is exactly on it and nothing disagrees)
     precision               float32 rounding against the float64 reference
     nonfinite               the first node producing NaN/Inf, forward or backward
     recompute_mismatch      a recomputed (checkpointed) tensor differs from the first forward

@@ -45,7 +45,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
         # every local derivative agrees (a tie split evenly matches a central difference), yet the
         # total does not: first suspect a kink under the parameter-level differences
         for c in loc.consumers:
-            near = _near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs])
+            near = near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs])
             if near is not None:
                 return _nondifferentiable(ctx, c.step, near, params)
         return _accumulation(ctx, loc, params)
@@ -54,7 +54,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
     name = step.inputs[k]
     where = f"input {k} ('{name}')"
     xs64 = [ctx.fd.base[n] for n in step.inputs]
-    near = _near_kink(step, xs64)
+    near = near_kink(step, xs64)
     if near is not None:
         return _nondifferentiable(ctx, step, near, params)
     shape = ctx.program.shapes[name]
@@ -78,7 +78,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
                    f"(integrity checking {ctx.options.integrity})", params, w)
 
 
-def _near_kink(step: Step, xs: list):
+def near_kink(step: Step, xs: list):
     """The kink an input of this step sits at (or within a finite-difference step of), or None."""
     for kink in step.op.kinks:
         if kink.distance is None:
@@ -109,7 +109,12 @@ def _nondifferentiable(ctx: Context, step: Step, near, params: list[str]) -> Fin
             j = int(np.argmax(bad)) if bad.any() else 0
             worst = WorstElement(labels[j], float(eng[j]), float(0.5 * (lo[j] + hi[j])))
     x = inputs_at(step, ctx.fd.base, at)
-    head = f"an input is at its kink {kink.where} ({x}; convention: {kink.convention})"
+    d = np.asarray(kink.distance([ctx.fd.base[n] for n in step.inputs], step.attrs), dtype=np.float64)
+    gap = float(d[at]) if d.shape else float(d)
+    # exactly on it, the value is a convention; near it, the differences straddle it
+    head = (f"an input is exactly at its kink {kink.where} ({x}; convention: {kink.convention})" if gap == 0 else
+            f"an input is near its kink {kink.where}, {gap:.3g} from it -- within a finite-difference step "
+            f"({x}; convention at the kink: {kink.convention})")
     if outside:
         return Finding(step.name, step.op.name, "nondifferentiable_point", "error",
                        f"{head}, and the engine's gradient of {', '.join(outside)} lies outside the one-sided "

@@ -55,7 +55,7 @@ class Located:
     checked: int  # adjoints checked
 
 
-def _directions(n: int, seed: int = 0):
+def local_directions(n: int, seed: int = 0):
     return None if n <= FULL_UP_TO else random_directions(n, DIRECTIONS, seed)
 
 
@@ -66,7 +66,7 @@ def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: d
     a = np.broadcast_to(a, program.shapes[step.name])
     engine = np.asarray(contributions.get((step.name, k), np.zeros(program.shapes[name])), dtype=np.float64)
     xs = [base[n] for n in step.inputs]
-    dirs = _directions(engine.size)
+    dirs = local_directions(engine.size)
     ref, noise = local_vjp(step, xs, k, a, dirs)
     eng = engine.reshape(-1) if dirs is None else dirs @ engine.reshape(-1)
 

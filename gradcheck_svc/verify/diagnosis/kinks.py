@@ -1,0 +1,85 @@
+"""Notes at exact kinks: an input exactly on a kink its op declares (relu/abs at 0, a maximum tie, a
+clip bound) gets an `info` finding even when every reference agrees -- at a tie the engine's 0.5
+matches central differences and SymPy alike, yet the value is a convention, not a derivative, and a
+user whose parameters sit there wants to know. The note says which convention the engine used and
+the one-sided derivatives of the op on each side (finite_diff.local_one_sided, float64). It excuses
+no mismatch (diagnose.EXPLAINING): a kink that breaks a comparison is the warning or error that
+classify.py gives, and a node with such a finding gets no note besides.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ...oracles.finite_diff import element_steps, local_one_sided
+from ..findings import Finding
+from .context import Context, inputs_at
+from .rules import rule_contribution
+
+
+def exact_kink_notes(ctx: Context, findings: list[Finding]) -> list[Finding]:
+    named = {f.node for f in findings if f.cause == "nondifferentiable_point"}
+    fd = ctx.fd
+    out = []
+    for step in fd.program.steps:
+        if not step.op.kinks or not step.needs_grad or step.name in named:
+            continue
+        xs = [fd.base[n] for n in step.inputs]
+        for kink in step.op.kinks:
+            if kink.distance is None:
+                continue
+            with np.errstate(all="ignore"):
+                d = np.asarray(kink.distance(xs, step.attrs), dtype=np.float64)
+            exact = np.flatnonzero(d.reshape(-1) == 0)
+            if not exact.size:
+                continue
+            note = _note(ctx, step, kink, d, exact)
+            if note is not None:
+                out.append(note)
+                break  # one note per node
+    return out
+
+
+def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray) -> Finding | None:
+    fd = ctx.fd
+    at = tuple(int(i) for i in np.unravel_index(int(exact[0]), d.shape)) if d.shape else ()
+    out_shape = fd.program.shapes[step.name]
+    xs = [fd.base[n] for n in step.inputs]
+    # the cotangent picks the output element at the kink (all of them if the shapes do not line up)
+    a = np.zeros(out_shape)
+    if tuple(d.shape) == tuple(out_shape):
+        a[at] = 1.0
+    else:
+        a[...] = 1.0
+    sides, params, seen = [], [], set()
+    for k, (name, want) in enumerate(zip(step.inputs, step.grad_inputs)):
+        if not want or name in seen:
+            continue
+        seen.add(name)
+        shape = fd.program.shapes[name]
+        rule = rule_contribution(step, xs, fd.base[step.name], a, k, shape).reshape(-1)
+        j = _input_element(shape, d.shape, at, rule)
+        direction = np.zeros((1, rule.size))
+        direction[0, j] = 1.0
+        h = element_steps(np.asarray(xs[k], dtype=np.float64).reshape(-1)[j:j + 1])
+        left, right = local_one_sided(step, xs, k, a, direction, h)
+        label = f"{name}{[int(i) for i in np.unravel_index(j, shape)] if len(shape) else ''}"
+        sides.append(f"d/d{label}: engine {rule[j]:.6g}, one-sided {float(left[0]):.6g} (left) and "
+                     f"{float(right[0]):.6g} (right)")
+        params += [p for p in ctx.params_through(name) if p not in params]
+    if not params:
+        return None
+    more = f" and {exact.size - 1} more element{'s' if exact.size > 2 else ''}" if exact.size > 1 else ""
+    return Finding(step.name, step.op.name, "nondifferentiable_point", "info",
+                   f"an input is exactly at its kink {kink.where} ({inputs_at(step, fd.base, at)}{more}): the "
+                   f"gradient there is a convention, not a derivative; the engine uses '{kink.convention}' "
+                   f"({'; '.join(sides)}); not a failure", params, None)
+
+
+def _input_element(shape: tuple, out_shape: tuple, at: tuple, rule: np.ndarray) -> int:
+    """The element of an input that feeds the output element `at`: through broadcasting for an
+    elementwise op; for a reduction, the element the rule credits most (a tied extremum)."""
+    try:
+        index = np.broadcast_to(np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape), out_shape)
+        return int(index[at])
+    except ValueError:
+        return int(np.argmax(np.abs(rule)))
