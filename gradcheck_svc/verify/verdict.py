@@ -17,7 +17,8 @@ from .diagnosis.diagnose import EXPLAINING, overall_verdict
 
 OK, FAIL = "ok", "FAIL"
 EXPLAINED_AS = {"precision": "ok (precision)", "nondifferentiable_point": "ok (kink)"}
-assert set(EXPLAINED_AS) == set(EXPLAINING), "a cause that excuses a mismatch needs its row label"
+# EXPLAINING: the (cause, severity) pairs of findings that excuse a parameter's mismatch
+assert {cause for cause, _ in EXPLAINING} == set(EXPLAINED_AS), "a cause that excuses a mismatch needs its row label"
 
 
 def settle(results, findings) -> str:
@@ -29,7 +30,7 @@ def settle(results, findings) -> str:
                 blamed.setdefault(p, f.cause)
     explained = {}
     for f in findings:
-        if f.cause in EXPLAINING:
+        if (f.cause, f.severity) in EXPLAINING:
             for p in f.parameters:
                 explained.setdefault(p, f.cause)
     for r in results:
