@@ -9,15 +9,14 @@ out of memory, an unreachable or saturated server, a missing GPU.
 from __future__ import annotations
 
 import hashlib
-import signal
 import time
-from contextlib import contextmanager
 
 import numpy as np
 
 from gradcheck_client.client import make_request
 from gradcheck_client.graphio import GraphFileError, load_graph
 
+from ..alarm import alarm
 from ..errors import BackendUnavailable, GradcheckError, OptionError
 
 
@@ -31,20 +30,11 @@ class GraphTimeout(BaseException):
     verifier (SymPy, the oracles) can swallow it."""
 
 
-@contextmanager
 def time_limit(seconds: float):
-    """Interrupt the main thread after `seconds`. Python code stops at the next bytecode; a single long
-    NumPy call finishes first -- graphs are many small calls, so the limit holds to within one call."""
-    def expired(signum, frame):
-        raise GraphTimeout
-
-    old = signal.signal(signal.SIGALRM, expired)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    """Interrupt the verification after `seconds` (GraphTimeout). Python code stops at the next bytecode;
+    a single long NumPy call finishes first -- graphs are many small calls, so the limit holds to within
+    one call."""
+    return alarm(seconds, GraphTimeout)
 
 
 def gradient_digest(values) -> str:

@@ -25,11 +25,11 @@ import pickle
 import signal
 import subprocess
 import sys
-import threading
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..alarm import alarm, timer_free
 from ..graph.ir import Graph
 from ..ops.expr import ExprProgram
 from ..oracles.mp_eval import MpEvaluator, make_context
@@ -72,32 +72,18 @@ class _OutOfTime(Exception):
     pass
 
 
-def _on_alarm(signum, frame):
-    raise _OutOfTime
-
-
-def _timer_free() -> bool:
-    """The interval timer can be ours: main thread, POSIX, and nobody else has one running."""
-    return (threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer")
-            and signal.getitimer(signal.ITIMER_REAL) == (0.0, 0.0))
-
-
 def _simplify_here(diffs: list, timeout_s: float) -> list[str]:
     import sympy
 
-    previous = signal.signal(signal.SIGALRM, _on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, timeout_s)
     out = []
     try:
-        for d in diffs:
-            out.append("zero" if sympy.simplify(d) == 0 else "nonzero")
+        with alarm(timeout_s, _OutOfTime):
+            for d in diffs:
+                out.append("zero" if sympy.simplify(d) == 0 else "nonzero")
     except _OutOfTime:
         out += ["timeout"] * (len(diffs) - len(out))
     except (RecursionError, MemoryError, ValueError, TypeError, ArithmeticError):
         out += ["error"] * (len(diffs) - len(out))
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, previous)
     return out
 
 
@@ -112,7 +98,7 @@ def simplifies_to_zero(diffs: list, timeout_s: float) -> list[str]:
     """'zero' | 'nonzero' | 'timeout' | 'error' per expression."""
     if all(d == 0 for d in diffs):
         return ["zero"] * len(diffs)
-    if _timer_free():
+    if timer_free():
         return _simplify_here(diffs, timeout_s)
     try:
         done = subprocess.run([sys.executable, "-I", "-c", _SIMPLIFY], input=pickle.dumps(diffs),
