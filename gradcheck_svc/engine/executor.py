@@ -189,7 +189,7 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 saved = store.load(step.name)
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
-                grads = step.op.vjp(xp, g, saved, **step.attrs)
+                grads = step.op.vjp(xp, g, saved, **step.vjp_attrs)
                 for k, name, shape in step.grad_targets:
                     gi = grads[k]
                     if gi is None:

@@ -22,6 +22,7 @@ class Step:
     release: tuple[str, ...]  # values read for the last time by this step (forward)
     inplace: bool = False  # writes its result into its first input's buffer
     grad_targets: tuple[tuple[int, str, tuple], ...] = ()  # (k, name, shape) of each grad input: backward's loop
+    vjp_attrs: dict | None = None  # what backward passes the vjp: attrs, plus needs_input_grad if it takes it
 
 
 class Program:
@@ -59,9 +60,10 @@ class Program:
                 if last_reader[name] == i and name != graph.output and name not in graph.inputs
             )
             targets = tuple((k, name, self.shapes[name]) for k, name in enumerate(node.inputs) if gi[k])
+            vjp_attrs = {**attrs, "needs_input_grad": gi} if node.op.takes_needs_input_grad else attrs
             steps.append(Step(i, node.name, node.op, node.inputs, attrs, node.name in grad, gi,
                               tuple(graph.specs[n].rank for n in node.inputs), node.spec.rank, release,
-                              node.inplace, targets))
+                              node.inplace, targets, vjp_attrs))
         self.steps: list[Step] = steps
         self.requires_grad = grad
         self.by_name = {s.name: s for s in steps}

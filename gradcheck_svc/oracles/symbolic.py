@@ -39,8 +39,6 @@ import numpy as np
 from ..engine.program import Program
 from ..graph.ir import Graph
 from ..ops.base import FLOAT
-from .local_jacobian import Budget, LocalJacobians, OverBudget
-from .mp_eval import MpEvaluator, Unsupported, make_context
 
 
 @dataclass
@@ -93,6 +91,10 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
     if elements > options.max_elements:
         return SymbolicResult("skipped", f"graph has {elements} scalar elements, budget is {options.max_elements}",
                               elements=elements, digits=options.digits)
+    # SymPy and mpmath load here, on the first graph the oracle runs on: never with the oracle off
+    from .local_jacobian import Budget, LocalJacobians, OverBudget
+    from .mp_eval import MpEvaluator, Unsupported, make_context
+
     budget = Budget(t0 + options.timeout_s, options.max_edges)
     ctx = make_context(options.digits)
 
