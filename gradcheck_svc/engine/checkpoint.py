@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from ..errors import OptionError
 from .executor import run_step, save_for_backward
-from .fingerprint import fingerprints
+from .fingerprint import CHUNK_WORDS, fingerprints
 from .program import Program
 
 
@@ -171,6 +171,7 @@ def plan(program: Program, policy, check: bool = True) -> Plan | None:
 
 
 BATCH = 32  # values fingerprinted together (held at most this long past their release)
+BATCH_BYTES = CHUNK_WORDS * 8  # ... and at most this many bytes of them
 
 
 class _Pending:
@@ -179,14 +180,16 @@ class _Pending:
     def __init__(self, xp, live):
         self.xp, self.live = xp, live
         self.items: list[tuple[str, object]] = []
+        self.bytes = 0
 
     def add(self, name: str, y) -> bool:
         self.items.append((name, y))
         self.live.hold(y)
-        return len(self.items) >= BATCH
+        self.bytes += y.nbytes
+        return len(self.items) >= BATCH or self.bytes >= BATCH_BYTES  # held past release: bounded
 
     def take(self) -> list[tuple[str, tuple]]:
-        items, self.items = self.items, []
+        items, self.items, self.bytes = self.items, [], 0
         prints = fingerprints(self.xp, [y for _, y in items])
         for _, y in items:
             self.live.drop(y)

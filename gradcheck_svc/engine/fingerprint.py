@@ -106,6 +106,28 @@ def fingerprints(xp, arrays) -> list[tuple[int, int, tuple, str]]:
     arrays = [xp.asarray(a) for a in arrays]
     if not hasattr(xp.add, "reduceat"):  # an array module without segmented reductions: one by one
         return [word_sums(xp, a) for a in arrays]
+    if xp.__name__ == "numpy":
+        # On the host, bound the temporaries (the concatenation and its weighted copy) to a few
+        # chunks: group arrays up to CHUNK_WORDS; a larger array goes alone through the chunked
+        # word_sums, which needs none. Otherwise the recompute check's temporaries could outweigh
+        # the activations that checkpointing saves.
+        out, group, words = [], [], 0
+        for a in arrays:
+            n = (a.nbytes + 7) // 8
+            if group and words + n > CHUNK_WORDS:
+                out += _segmented(xp, group)
+                group, words = [], 0
+            if n > CHUNK_WORDS:
+                out.append(word_sums(xp, a))
+            else:
+                group.append(a)
+                words += n
+        return out + (_segmented(xp, group) if group else [])
+    return _segmented(xp, arrays)
+
+
+def _segmented(xp, arrays) -> list:
+    """Both sums of every array from one segmented reduction each, over their concatenation."""
     parts, lo, size = [], [], 0
     for a in arrays:
         if a.size == 0:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..graph.ir import Graph
 from ..ops.base import FLOAT, OpDef
 
@@ -91,3 +93,16 @@ class Program:
             if any(n in out for n in s.inputs):
                 out.add(s.name)
         return out
+
+
+def program_of(graph: Graph, float_dtype) -> Program:
+    """The graph's Program at a dtype, compiled once: a verification's engine, finite differences
+    and symbolic oracle all run the same graph (at float64, one Program for the three), and
+    compiling costs about as much as running a small graph. Kept on the graph, which nothing
+    changes after validation; a Program is read-only once built."""
+    cache = graph.__dict__.setdefault("_programs", {})
+    key = np.dtype(float_dtype).name
+    program = cache.get(key)
+    if program is None:
+        program = cache[key] = Program(graph, float_dtype)
+    return program

@@ -36,7 +36,7 @@ from math import prod
 
 import numpy as np
 
-from ..engine.program import Program
+from ..engine.program import Program, program_of
 from ..graph.ir import Graph
 from ..ops.base import FLOAT
 
@@ -86,7 +86,7 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
     if not options.enabled:
         return SymbolicResult("off", "disabled by option")
     t0 = time.monotonic()
-    program = Program(graph, np.float64)
+    program = program_of(graph, np.float64)
     elements = graph_elements(program)
     if elements > options.max_elements:
         return SymbolicResult("skipped", f"graph has {elements} scalar elements, budget is {options.max_elements}",
