@@ -48,13 +48,13 @@ def _earlier_values(program: Program, backend, faults) -> dict | None:
     return forward(program, backend, prepare_feeds(program, backend, shifted), grad=False, keep_values=True).values
 
 
-def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False):
+def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False, integrity=None):
     """forward (+ faults) + backward; returns (tape, device gradients, fault records, seconds).
     Each run gets fresh feeds: in-place nodes write into them."""
     t0 = time.perf_counter()
     feeds = prepare_feeds(program, backend)
     tape = forward(program, backend, feeds, grad=True, checkpoint=plan, record_timeline=options.memory_timeline,
-                   integrity=options.integrity, allow_inplace_hazards=options.allow_inplace_hazards)
+                   integrity=integrity or options.integrity, allow_inplace_hazards=options.allow_inplace_hazards)
     records = []
     for f in faults:
         eff = inject(backend.xp, tape.store, f, backend.to_host, earlier)
@@ -94,9 +94,10 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
                         record_timeline=options.memory_timeline) if profile else None
     ckpt = ckpt_grads = None
     if ckpt_plan is not None:
+        # the sqrt what-if reports memory, not gradients: its saved tensors need no fingerprints
         ckpt, ckpt_grads, ckpt_records, ckpt_seconds = _gradient_run(
             program, backend, options, ckpt_plan, () if in_plain else options.faults, earlier,
-            keep_adjoints and not in_plain)
+            keep_adjoints and not in_plain, integrity="off" if in_plain else None)
     if not in_plain:
         # Under a policy the un-checkpointed run is never made: its activations are what the
         # policy exists to avoid holding. Its figures come from a metering forward (counted, not
