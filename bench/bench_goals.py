@@ -16,7 +16,11 @@ over the rounds; latency goals use every sample of every round (p50, p99).
   fd       full-Jacobian FD at 20,000 elements vs torch.autograd.gradcheck, and vs the FLOP floor
            (GEMM FLOPs of 2N forwards at the best 1024^3 GEMM rate of the same run)
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_goals.py [--rounds N]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_goals.py [--rounds N] [--baseline DIR]
+
+--baseline DIR: also run the engine, in-process, memory and FD cases with the gradcheck_svc/ under
+DIR (e.g. `git archive COMMIT gradcheck_svc | tar -x -C DIR`), interleaved in the same rounds,
+and print a before/after table.
 
 (On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set for old OpenBLAS builds, unset
 both for this command only: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ...`; the machine line
@@ -118,6 +122,61 @@ def memory_cases(cases, samples, peaks):
         tracemalloc.stop()
 
 
+def baseline_cases(cases, samples, root):
+    """The same cases with another checkout's engine (bench_engine.load_baseline's import)."""
+    import importlib
+
+    make = bench_engine.load_baseline(root)
+    base = {m: importlib.import_module(f"gradcheck_baseline.{m}")
+            for m in ("graph", "verify", "verify.engine_run", "oracles.finite_diff")}
+    rng = np.random.default_rng(0)
+    for name, case in (("mlp", bench_engine.mlp_case(rng)), ("chain", bench_engine.chain_case(rng))):
+        for dtype in (np.float32, np.float64):
+            for integrity in ("off", "check"):
+                key = f"{name} {np.dtype(dtype).name} {integrity}"
+                cases[f"base {key}"] = _repeat(make(case[0], dtype, integrity), 1 if name == "mlp" else 20,
+                                               samples.setdefault(f"base {key}", []))
+    msg = parse_graph(SEED)
+    cases["base seed in-process"] = _repeat(lambda: base["verify"].verify(base["graph"].validate(msg)), 50,
+                                            samples.setdefault("base seed in-process", []))
+    run = base["verify.engine_run"].run_engine
+    deep = base["graph"].load_graph(chain(1024, width=8, batch=4).build())
+    cases["base chain_1024 profile"] = _repeat(lambda: run(deep, base["verify"].VerifyOptions(), "float64"), 1,
+                                               samples.setdefault("base chain_1024 profile", []))
+    cases["base chain_1024 no profile"] = _repeat(
+        lambda: run(deep, base["verify"].VerifyOptions(), "float64", profile=False), 1,
+        samples.setdefault("base chain_1024 no profile", []))
+    wide = base["graph"].load_graph(chain(256, width=32, batch=256).build())
+    for policy in ("none", "sqrt"):
+        cases[f"base ckpt {policy}"] = _repeat(
+            lambda p=policy: run(wide, base["verify"].VerifyOptions(checkpoint=p), "float64"), 1,
+            samples.setdefault(f"base ckpt {policy}", []))
+    fd_graph = base["graph"].load_graph(_fd_message())  # the FD problem's graph, decoded by the baseline
+    fdm = base["oracles.finite_diff"]
+
+    def base_fd():
+        fd = fdm.FiniteDifferences(fd_graph, fdm.FDOptions(mode="full"))
+        return {p: fd.gradient(p).reference for p in fd_graph.parameters}
+    cases["base fd ours"] = _repeat(base_fd, 1, samples.setdefault("base fd ours", []))
+
+
+def _fd_message():
+    """bench_fd.problem(20,000)'s graph as a message (same seed, same values)."""
+    from gradcheck_svc.graph.build import GraphBuilder
+
+    rng = np.random.default_rng(20_000)
+    d, h, c = bench_fd.SIZES[20_000]
+    x = rng.standard_normal((bench_fd.BATCH, d))
+    labels = rng.integers(0, c, size=bench_fd.BATCH)
+    w1 = rng.standard_normal((d, h)) / np.sqrt(d)
+    w2 = rng.standard_normal((h, c)) / np.sqrt(h)
+    b = GraphBuilder("fd20000")
+    hidden = b.node("tanh", b.node("matmul", b.input("x", x), b.input("W1", w1, True)))
+    logits = b.node("matmul", hidden, b.input("W2", w2, True))
+    b.output(b.node("cross_entropy", logits, b.input("labels", labels, dtype="int64"), name="loss"))
+    return b.build()
+
+
 def fd_cases(cases, samples):
     graph, f, tw = bench_fd.problem(20_000, np.random.default_rng(20_000))
     square = np.random.default_rng(1).standard_normal((bench_fd.GEMM_N, bench_fd.GEMM_N))
@@ -129,12 +188,15 @@ def fd_cases(cases, samples):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline", metavar="DIR", help="also time the gradcheck_svc/ under DIR (before/after)")
     args = ap.parse_args(argv)
     match_threads(1)
     samples, peaks, cases = {}, {}, {}
     engine_cases(cases, samples)
     memory_cases(cases, samples, peaks)
     fd_cases(cases, samples)
+    if args.baseline:
+        baseline_cases(cases, samples, args.baseline)
     env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]),
                OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
     with LocalServer("--workers", "1", env=env) as server:
@@ -144,6 +206,17 @@ def main(argv=None):
     for v in samples.values():  # the warm-up round's samples are not measurements
         del v[:len(v) // (args.rounds + 1)]
     print(report(samples, peaks, args.rounds))
+    if args.baseline:
+        print("\n" + before_after(samples))
+
+
+def before_after(s) -> str:
+    rows = []
+    for key in sorted(k[5:] for k in s if k.startswith("base ")):
+        before, after = _med(s, "base " + key), _med(s, key)
+        rows.append([key, fmt_s(before), fmt_s(after), f"{after / before:.2f}"])
+    return "### Before/after, same interleaved run (medians)\n\n" + \
+        table(["case", "before (baseline)", "after (this tree)", "after/before"], rows)
 
 
 def _med(samples, key):
