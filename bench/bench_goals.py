@@ -73,7 +73,7 @@ def engine_cases(cases, samples):
                      else torch.tensor(v)) for k, v in values.items()}
             tp = [t[p] for p in params]
             key = f"{name} {np.dtype(dtype).name}"
-            inner = 1 if name == "mlp" else 20  # the chain takes ~1 ms: several calls per round
+            inner = 3 if name == "mlp" else 30  # several calls per round: one slow call must not decide a median
             for integrity in ("off", "check"):
                 cases[f"{key} {integrity}"] = _repeat(
                     lambda p=program, f=feeds, i=integrity: backward(forward(p, NUMPY, f, integrity=i)),
@@ -134,7 +134,7 @@ def baseline_cases(cases, samples, root):
         for dtype in (np.float32, np.float64):
             for integrity in ("off", "check"):
                 key = f"{name} {np.dtype(dtype).name} {integrity}"
-                cases[f"base {key}"] = _repeat(make(case[0], dtype, integrity), 1 if name == "mlp" else 20,
+                cases[f"base {key}"] = _repeat(make(case[0], dtype, integrity), 3 if name == "mlp" else 30,
                                                samples.setdefault(f"base {key}", []))
     msg = parse_graph(SEED)
     cases["base seed in-process"] = _repeat(lambda: base["verify"].verify(base["graph"].validate(msg)), 50,
