@@ -91,8 +91,9 @@ class SavedStore:
             # graphs of many small ops save a few tiny tensors per step, and per-tensor Python
             # objects cost more than their fingerprints
             fp, small = self._fingerprint, HOST_COPY_UP_TO if self._host else -1
-            self._prints[node] = tuple([(t.tobytes(), t.shape, t.dtype) if t.nbytes <= small else fp(t, 0)
-                                        for t in tensors])
+            # (a small host tensor's print is its bytes: load compares the very array saved here --
+            # only Slots can swap it -- so its shape and dtype cannot differ, only its value)
+            self._prints[node] = tuple([t.tobytes() if t.nbytes <= small else fp(t, 0) for t in tensors])
         self.live.hold_saved(tensors)
 
     def _slots_of(self, node: str) -> list[Slot]:
@@ -102,7 +103,7 @@ class SavedStore:
             prints = self._prints.pop(node, None)  # taken at save time: the Slots carry them from now on
             if prints is not None:
                 for s, p in zip(slots, prints):  # in the form _verify compares (small_host_fingerprint's)
-                    s.fingerprint = (p[0], 0, p[1], str(p[2])) if len(p) == 3 else p
+                    s.fingerprint = (p, 0, s.tensor.shape, str(s.tensor.dtype)) if type(p) is bytes else p
         return slots
 
     def _fingerprint(self, t, version: int) -> tuple:
@@ -158,10 +159,7 @@ class SavedStore:
             tensors = self._tensors[node]
             for k, t in enumerate(tensors):
                 p = prints[k]
-                if len(p) == 3:  # a small host tensor, kept as its bytes
-                    same = p[0] == t.tobytes() and p[1] == t.shape and p[2] == t.dtype
-                else:
-                    same = self._fingerprint_read(t) == p
+                same = p == t.tobytes() if type(p) is bytes else self._fingerprint_read(t) == p
                 if not same:
                     self.events.append(Event("corruption", node, k, self._sources[node][k], t, True))
             return tensors
