@@ -26,6 +26,10 @@ class Step:
     grad_targets: tuple[tuple[int, str, tuple], ...] = ()  # (k, name, shape) of each grad input: backward's loop
     vjp_attrs: dict | None = None  # what backward passes the vjp: attrs, plus needs_input_grad if it takes it
 
+    def __post_init__(self):
+        if self.vjp_attrs is None:  # a Step built without it: the vjp gets the attributes alone
+            object.__setattr__(self, "vjp_attrs", self.attrs)
+
 
 class Program:
     def __init__(self, graph: Graph, float_dtype):
