@@ -81,8 +81,19 @@ def theirs(f, tw):
     return torch.autograd.gradcheck(f, tw, fast_mode=False, eps=TORCH_EPS)
 
 
+GEMM_N = 1024  # the rate reference: one square float64 GEMM, timed in the same interleaved run
+
+
+def forward_flops(elements: int) -> int:
+    """GEMM FLOPs of one forward of the problem (tanh and the loss not counted: the floor is
+    the arithmetic a perfect BLAS cannot avoid)."""
+    d, h, c = SIZES[elements]
+    return 2 * BATCH * d * h + 2 * BATCH * h * c
+
+
 def run(elements, reps, budget_s, warmup):
     graph, f, tw = problem(elements, np.random.default_rng(elements))
+    square = np.random.default_rng(1).standard_normal((GEMM_N, GEMM_N))
     analytic = [g.numpy() for g in torch.autograd.grad(f(*tw), tw)]
 
     refs, grads = ours(graph)
@@ -94,11 +105,14 @@ def run(elements, reps, budget_s, warmup):
     torch_err = max(float(np.abs(numerical[i][0].numpy().reshape(a.shape) - a).max())
                     for i, a in enumerate(analytic))
 
-    times = interleaved({"ours": lambda: ours(graph), "torch": lambda: theirs(f, tw)},
-                        reps=reps, warmup=warmup, budget_s=budget_s)
+    times = interleaved({"ours": lambda: ours(graph), "torch": lambda: theirs(f, tw),
+                         "gemm": lambda: square @ square}, reps=reps, warmup=max(warmup, 1), budget_s=budget_s)
     o, t = median(times["ours"]), median(times["torch"])
-    return [f"{elements:,}", torch.get_num_threads(), len(times["ours"]), fmt_s(o), fmt_s(t), f"{t / o:.1f}x",
-            f"{our_err:.1e}", f"{torch_err:.1e}", f"{engine_err:.1e}"]
+    rate = 2 * GEMM_N ** 3 / min(times["gemm"])  # the machine's best GEMM rate in this run
+    floor = 2 * elements * forward_flops(elements) / rate  # 2N forwards at that rate
+    return [f"{elements:,}", torch.get_num_threads(), len(times["ours"]), fmt_s(min(times["ours"])), fmt_s(o),
+            fmt_s(min(times["torch"])), fmt_s(t), f"{t / o:.1f}x", f"{rate / 1e9:.0f}", fmt_s(floor),
+            f"{o / floor:.2f}x", f"{our_err:.1e}", f"{torch_err:.1e}", f"{engine_err:.1e}"]
 
 
 def main(argv=None):
@@ -118,11 +132,13 @@ def main(argv=None):
             rows.append(run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0))
     print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
     print(f"machine: {machine()}\n")
-    print(table(["parameter elements", "threads (numpy BLAS = torch)", "reps", "ours median",
-                 "torch gradcheck median", "speed-up (torch/ours)", "our FD max error", "torch FD max error",
-                 "engine grad max error"], rows))
+    print(table(["parameter elements", "threads (numpy BLAS = torch)", "reps", "ours min", "ours median",
+                 "torch gradcheck min", "torch gradcheck median", "speed-up (torch/ours, medians)",
+                 "GEMM GFLOP/s (best)", "FLOP floor (2N forwards)", "ours/floor (median)", "our FD max error",
+                 "torch FD max error", "engine grad max error"], rows))
     print("\nerrors: max |FD - analytic| over all elements, analytic = torch autograd float64")
-    print("goal: speed-up >= 10x at 2,000 elements with our FD error <= torch's")
+    print("goals: speed-up >= 10x at 2,000 elements with our FD error <= torch's; at 20,000 >= 5x torch and "
+          "<= 2x the FLOP floor (the GEMM FLOPs of 2N forwards at the best 1024^3 GEMM rate of the same run)")
     print(f"after the runs: {load()}")
 
 

@@ -9,7 +9,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1] / "gradcheck_svc"
 VERIFY = ROOT / "verify"
 # imports a function may defer because they are heavy or optional, never to dodge a cycle
-DEFERRED_OK = {"matplotlib", "matplotlib.pyplot", "sympy", "pickle", "resource", "sys"}
+# heavy libraries, imported where used (ARCHITECTURE: pay only for what is asked); mp_eval is
+# SymPy and mpmath behind a thin evaluator, needed only by graphs with an expr node
+DEFERRED_OK = {"matplotlib", "matplotlib.pyplot", "sympy", "pickle", "resource", "sys",
+               "gradcheck_svc.oracles.mp_eval"}
 
 
 def _module(path: Path) -> str:

@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 
 from ..errors import OptionError
 from .executor import run_step, save_for_backward
-from .fingerprint import fingerprints
+from .fingerprint import CHUNK_WORDS, HOST_COPY_UP_TO, fingerprints
 from .program import Program
 
 
@@ -171,6 +171,7 @@ def plan(program: Program, policy, check: bool = True) -> Plan | None:
 
 
 BATCH = 32  # values fingerprinted together (held at most this long past their release)
+BATCH_BYTES = CHUNK_WORDS * 8  # ... and at most this many bytes of them
 
 
 class _Pending:
@@ -179,15 +180,23 @@ class _Pending:
     def __init__(self, xp, live):
         self.xp, self.live = xp, live
         self.items: list[tuple[str, object]] = []
+        self.bytes = 0
 
     def add(self, name: str, y) -> bool:
         self.items.append((name, y))
         self.live.hold(y)
-        return len(self.items) >= BATCH
+        self.bytes += y.nbytes
+        return len(self.items) >= BATCH or self.bytes >= BATCH_BYTES  # held past release: bounded
 
     def take(self) -> list[tuple[str, tuple]]:
-        items, self.items = self.items, []
-        prints = fingerprints(self.xp, [y for _, y in items])
+        items, self.items, self.bytes = self.items, [], 0
+        if self.xp.__name__ == "numpy":
+            # on the host a small value is its own fingerprint (exact, and cheaper than the
+            # reductions); both passes take prints here, so they always compare alike
+            big = iter(fingerprints(self.xp, [y for _, y in items if y.nbytes > HOST_COPY_UP_TO]))
+            prints = [(y.tobytes(), y.shape, y.dtype) if y.nbytes <= HOST_COPY_UP_TO else next(big) for _, y in items]
+        else:
+            prints = fingerprints(self.xp, [y for _, y in items])
         for _, y in items:
             self.live.drop(y)
         return [(name, p) for (name, _), p in zip(items, prints)]

@@ -26,9 +26,9 @@ import numpy as np
 
 from ..backend import Backend
 from ..errors import GraphError, OptionError
-from .memory import MemoryMeter
+from .memory import MemoryMeter, MeteringMeter
 from .program import Program, Step
-from .saved import SavedStore
+from .saved import CountingStore, SavedStore
 from .versions import Versions
 
 
@@ -91,17 +91,25 @@ def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = N
 
 def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = True,
             keep_values: bool = False, record_timeline: bool = False, checkpoint=None,
-            integrity: str = "off", allow_inplace_hazards: bool = False) -> Tape:
+            integrity: str = "off", allow_inplace_hazards: bool = False, metering: bool = False) -> Tape:
     """checkpoint: a checkpoint.Plan; its non-final segments save nothing and are recomputed
     during backward (ignored when grad is False: inference saves nothing anyway).
-    integrity: "off" | "check" (fingerprint saved tensors, verify them when backward reads them)."""
+    integrity: "off" | "check" (fingerprint saved tensors, verify them when backward reads them).
+    metering: count the memory a gradient run's forward would hold (saved tensors included)
+    without keeping what it saves; no backward can follow (not for graphs with in-place nodes)."""
     xp = backend.xp
-    live = MemoryMeter(record_timeline, backend.memory_sampler())
     writes = bool(program.inplace_root) and not keep_values
+    if metering:
+        if writes or checkpoint is not None or not grad:
+            raise ValueError("a metering forward is a plain gradient forward of a graph without in-place nodes")
+        live = MeteringMeter(record_timeline)
+    else:
+        live = MemoryMeter(record_timeline, backend.memory_sampler())
     if writes and grad and checkpoint is not None:
         raise OptionError("checkpointing a graph with in-place nodes is not supported", field="checkpoint")
     versions = Versions() if writes else None
-    store = SavedStore(live, xp, integrity, versions, allow_inplace_hazards) if grad else None
+    store = (CountingStore(live) if metering else SavedStore(live, xp, integrity, versions, allow_inplace_hazards)) \
+        if grad else None
     values = dict(feeds)
     for v in feeds.values():
         live.hold(v)
@@ -189,7 +197,7 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 saved = store.load(step.name)
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
-                grads = step.op.vjp(xp, g, saved, **step.attrs)
+                grads = step.op.vjp(xp, g, saved, **step.vjp_attrs)
                 for k, name, shape in step.grad_targets:
                     gi = grads[k]
                     if gi is None:

@@ -63,10 +63,32 @@ def _byte_parts(xp, a) -> list:
     return [raw, xp.zeros(pad, dtype=xp.uint8)] if pad else [raw]
 
 
+CHUNK_WORDS = 1 << 15  # 256 KiB of words: the chunk is still in L2 when the second reduction reads it
+_host_weights = []  # [arange(1, CHUNK_WORDS + 1)], made on first use
+
+
+def _host_word_sums(np, words) -> tuple[int, int]:
+    """The two sums on the host in one pass over memory and no temporaries: per L2-sized chunk,
+    its sum and its dot with fixed weights 1..CHUNK (an integer dot wraps mod 2**64 as the sums
+    do); a chunk starting at word lo adds lo * its sum to make the weights global positions."""
+    if not _host_weights:
+        _host_weights.append(np.arange(1, CHUNK_WORDS + 1, dtype=np.uint64))
+    weights = _host_weights[0]
+    s1 = s2 = 0
+    for lo in range(0, words.size, CHUNK_WORDS):
+        c = words[lo:lo + CHUNK_WORDS]
+        c1 = int(c.sum(dtype=np.uint64))
+        s2 += int(np.dot(c, weights[:c.size])) + lo * c1
+        s1 += c1
+    return s1 & 0xFFFFFFFFFFFFFFFF, s2 & 0xFFFFFFFFFFFFFFFF
+
+
 def word_sums(xp, a) -> tuple:
     """(word sum, position-weighted word sum, shape, dtype): the device path of `fingerprint`."""
     parts = _byte_parts(xp, a)
     words = (parts[0] if len(parts) == 1 else xp.concatenate(parts)).view(xp.uint64)
+    if xp.__name__ == "numpy":
+        return (*_host_word_sums(xp, words), tuple(a.shape), _dtype_name(a.dtype))
     s1 = words.sum(dtype=xp.uint64)  # methods, not xp.sum: no Python wrapper layer per call
     s2 = _weighted(xp, words).sum(dtype=xp.uint64)
     return int(s1), int(s2), tuple(a.shape), _dtype_name(a.dtype)
@@ -84,6 +106,28 @@ def fingerprints(xp, arrays) -> list[tuple[int, int, tuple, str]]:
     arrays = [xp.asarray(a) for a in arrays]
     if not hasattr(xp.add, "reduceat"):  # an array module without segmented reductions: one by one
         return [word_sums(xp, a) for a in arrays]
+    if xp.__name__ == "numpy":
+        # On the host, bound the temporaries (the concatenation and its weighted copy) to a few
+        # chunks: group arrays up to CHUNK_WORDS; a larger array goes alone through the chunked
+        # word_sums, which needs none. Otherwise the recompute check's temporaries could outweigh
+        # the activations that checkpointing saves.
+        out, group, words = [], [], 0
+        for a in arrays:
+            n = (a.nbytes + 7) // 8
+            if group and words + n > CHUNK_WORDS:
+                out += _segmented(xp, group)
+                group, words = [], 0
+            if n > CHUNK_WORDS:
+                out.append(word_sums(xp, a))
+            else:
+                group.append(a)
+                words += n
+        return out + (_segmented(xp, group) if group else [])
+    return _segmented(xp, arrays)
+
+
+def _segmented(xp, arrays) -> list:
+    """Both sums of every array from one segmented reduction each, over their concatenation."""
     parts, lo, size = [], [], 0
     for a in arrays:
         if a.size == 0:

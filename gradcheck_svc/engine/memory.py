@@ -13,6 +13,8 @@ before the run (other requests' arrays, the caller's) is not charged to it.
 """
 from __future__ import annotations
 
+import weakref
+
 
 def owner(a):
     """The array that owns a's memory (a itself unless a is a view)."""
@@ -145,3 +147,65 @@ class MemoryMeter:
             self.sampled_peak = now
         if self.timeline is not None:
             self.timeline.append((label, now))
+
+
+class MeteringMeter(MemoryMeter):
+    """A meter for a forward pass that counts what a gradient run would hold without holding it:
+    tensors saved for backward are *pinned* (their bytes stay counted, as a real run would keep
+    them until backward) but only weakly referenced, so the process never holds them all at
+    once. Under a checkpoint policy this measures the un-checkpointed run's activation peak
+    without paying its memory. A pinned buffer that was freed may see its id reused: a live
+    weak reference to the same object is what identifies it."""
+
+    def __init__(self, record_timeline: bool = False, sampler=None):
+        super().__init__(record_timeline, None)  # counted bytes: device samples would see the freed buffers
+        self._pinned: dict[int, object] = {}  # id(owner) -> weakref (or the owner, if not weak-referenceable)
+
+    def _is_pinned(self, key: int, o) -> bool:
+        p = self._pinned.get(key)
+        return p is not None and (p is o or (callable(p) and p() is o))
+
+    def hold(self, a) -> None:
+        o = owner(a)
+        key = id(o)
+        ref = self._refs.get(key)
+        if ref is not None:
+            ref[1] += 1
+            return
+        self._refs[key] = [o, 1, 0]
+        if not self._is_pinned(key, o):  # a pinned buffer's bytes are counted already
+            self.current += o.nbytes
+            self.peak = max(self.peak, self.current)
+
+    def drop(self, a) -> None:
+        o = owner(a)
+        key = id(o)
+        ref = self._refs.get(key)
+        if ref is None:
+            return
+        if ref[1] == 1:
+            del self._refs[key]
+            if not self._is_pinned(key, o):  # a real run would keep a saved buffer until backward
+                self.current -= o.nbytes
+        else:
+            ref[1] -= 1
+
+    def hold_saved(self, arrays) -> None:
+        for a in arrays:
+            o = owner(a)
+            key = id(o)
+            if self._is_pinned(key, o):
+                continue
+            if key not in self._refs:  # a tensor derived by the op's save: counted from now on
+                self.current += o.nbytes
+                self.peak = max(self.peak, self.current)
+            try:
+                self._pinned[key] = weakref.ref(o)
+            except TypeError:
+                self._pinned[key] = o  # cannot refer weakly: keep it (the figures stay right)
+            if key not in self._excluded:
+                self.saved.current += o.nbytes
+                self.saved.peak = max(self.saved.peak, self.saved.current)
+
+    def drop_saved(self, arrays) -> None:
+        raise NotImplementedError("a metering forward releases nothing it saved")

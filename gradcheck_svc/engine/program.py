@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from ..graph.ir import Graph
 from ..ops.base import FLOAT, OpDef
 
@@ -22,6 +24,11 @@ class Step:
     release: tuple[str, ...]  # values read for the last time by this step (forward)
     inplace: bool = False  # writes its result into its first input's buffer
     grad_targets: tuple[tuple[int, str, tuple], ...] = ()  # (k, name, shape) of each grad input: backward's loop
+    vjp_attrs: dict | None = None  # what backward passes the vjp: attrs, plus needs_input_grad if it takes it
+
+    def __post_init__(self):
+        if self.vjp_attrs is None:  # a Step built without it: the vjp gets the attributes alone
+            object.__setattr__(self, "vjp_attrs", self.attrs)
 
 
 class Program:
@@ -59,9 +66,10 @@ class Program:
                 if last_reader[name] == i and name != graph.output and name not in graph.inputs
             )
             targets = tuple((k, name, self.shapes[name]) for k, name in enumerate(node.inputs) if gi[k])
+            vjp_attrs = {**attrs, "needs_input_grad": gi} if node.op.takes_needs_input_grad else attrs
             steps.append(Step(i, node.name, node.op, node.inputs, attrs, node.name in grad, gi,
                               tuple(graph.specs[n].rank for n in node.inputs), node.spec.rank, release,
-                              node.inplace, targets))
+                              node.inplace, targets, vjp_attrs))
         self.steps: list[Step] = steps
         self.requires_grad = grad
         self.by_name = {s.name: s for s in steps}
@@ -89,3 +97,16 @@ class Program:
             if any(n in out for n in s.inputs):
                 out.add(s.name)
         return out
+
+
+def program_of(graph: Graph, float_dtype) -> Program:
+    """The graph's Program at a dtype, compiled once: a verification's engine, finite differences
+    and symbolic oracle all run the same graph (at float64, one Program for the three), and
+    compiling costs about as much as running a small graph. Kept on the graph, which nothing
+    changes after validation; a Program is read-only once built."""
+    cache = graph.__dict__.setdefault("_programs", {})
+    key = np.dtype(float_dtype).name
+    program = cache.get(key)
+    if program is None:
+        program = cache[key] = Program(graph, float_dtype)
+    return program

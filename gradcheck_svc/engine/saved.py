@@ -65,6 +65,7 @@ class SavedStore:
         # node -> its Slots. Made at save time when a run verifies (fingerprints, versions);
         # otherwise only if asked for (slots(): fault injection), as most runs never need them.
         self._slots: dict[str, list[Slot]] = {}
+        self._prints: dict[str, tuple] = {}  # node -> save-time fingerprints, integrity without versions
         self.live = live  # every array the engine holds
         self.saved = live.saved  # saved activations only (kept by live.hold_saved/drop_saved)
         self.xp = xp
@@ -79,19 +80,30 @@ class SavedStore:
     def save(self, node: str, tensors, sources) -> None:
         self._tensors[node] = tensors = tuple(tensors)
         self._sources[node] = sources
-        if self.check or self.versions is not None:
+        if self.versions is not None:
             for s in self._slots_of(node):
-                if self.versions is not None:
-                    s.buffer = owner(s.tensor)
-                    s.version = self.versions.of(s.buffer)
+                s.buffer = owner(s.tensor)
+                s.version = self.versions.of(s.buffer)
                 if self.check:
                     s.fingerprint = self._fingerprint(s.tensor, s.version)
+        elif self.check:
+            # no versions to follow (no in-place node): the fingerprints alone, no Slot objects --
+            # graphs of many small ops save a few tiny tensors per step, and per-tensor Python
+            # objects cost more than their fingerprints
+            fp, small = self._fingerprint, HOST_COPY_UP_TO if self._host else -1
+            # (a small host tensor's print is its bytes: load compares the very array saved here --
+            # only Slots can swap it -- so its shape and dtype cannot differ, only its value)
+            self._prints[node] = tuple([t.tobytes() if t.nbytes <= small else fp(t, 0) for t in tensors])
         self.live.hold_saved(tensors)
 
     def _slots_of(self, node: str) -> list[Slot]:
         slots = self._slots.get(node)
         if slots is None:
             slots = self._slots[node] = [Slot(t, s) for t, s in zip(self._tensors[node], self._sources[node])]
+            prints = self._prints.pop(node, None)  # taken at save time: the Slots carry them from now on
+            if prints is not None:
+                for s, p in zip(slots, prints):  # in the form _verify compares (small_host_fingerprint's)
+                    s.fingerprint = (p, 0, s.tensor.shape, str(s.tensor.dtype)) if type(p) is bytes else p
         return slots
 
     def _fingerprint(self, t, version: int) -> tuple:
@@ -142,6 +154,15 @@ class SavedStore:
             self._tensors[node] = tuple([s.tensor for s in self._slots[node]])
 
     def load(self, node: str) -> tuple:
+        prints = self._prints.get(node)
+        if prints is not None:  # the fast path of save: compare fingerprints, record a corruption
+            tensors = self._tensors[node]
+            for k, t in enumerate(tensors):
+                p = prints[k]
+                same = p == t.tobytes() if type(p) is bytes else self._fingerprint_read(t) == p
+                if not same:
+                    self.events.append(Event("corruption", node, k, self._sources[node][k], t, True))
+            return tensors
         if self.check or self.versions:
             for k, s in enumerate(self._slots.get(node, ())):
                 self._verify(node, k, s)
@@ -170,6 +191,7 @@ class SavedStore:
         if tensors is not None:
             del self._sources[node]
             self._slots.pop(node, None)
+            self._prints.pop(node, None)
             self.live.drop_saved(tensors)
 
     def slots(self):
@@ -188,3 +210,23 @@ class SavedStore:
 
     def __len__(self) -> int:
         return len(self._tensors)
+
+
+class CountingStore:
+    """The store of a metering forward (executor.forward(metering=True)): it counts what a
+    gradient run would save (MeteringMeter pins the bytes) and keeps nothing, so no backward
+    can follow it."""
+
+    check = False
+    versions = None
+    events: list = []
+
+    def __init__(self, live):
+        self.live = live
+        self.saved = live.saved
+
+    def save(self, node: str, tensors, sources) -> None:
+        self.live.hold_saved(tensors)
+
+    def __len__(self) -> int:
+        return 0

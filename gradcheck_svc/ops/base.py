@@ -16,12 +16,19 @@ Conventions every op follows:
 - `vjp(xp, g, saved, **attrs)` runs unbatched and returns one gradient per
   input (None for a non-differentiable input). A gradient may come back in the
   broadcast shape: the engine sums it back to the input's shape in one place.
+  A vjp that declares a keyword `needs_input_grad=None` is told which inputs
+  need a gradient (a tuple of bools, as PyTorch's ctx.needs_input_grad) and
+  may return None for the others (matmul skips the GEMM of a data input); None
+  means all. A vjp without that keyword gets no mask and the engine ignores
+  the gradients nobody needs, so ops written either way mix.
 - `save(xs, y, **attrs)` returns the tensors the vjp needs. The engine owns
   them (fingerprints, version checks and memory accounting live there); an op
   never keeps a tensor itself.
 """
 from __future__ import annotations
 
+import functools
+import inspect
 import math
 from dataclasses import dataclass, field
 from typing import Any, Callable, Sequence
@@ -139,6 +146,12 @@ class OpDef:
     numpy: str | None = None  # NumPy's function with the same inputs and keyword attributes (np.NAME)
     torch: str | None = None  # torch's function with the same inputs and keyword attributes, dotted
 
+    @property
+    def takes_needs_input_grad(self) -> bool:
+        """The vjp declares a `needs_input_grad` parameter by name (a catch-all **kwargs does not count:
+        a wrapper forwarding **kwargs to another op's vjp must not hand it a keyword it may not take)."""
+        return _takes_needs_input_grad(self.vjp)
+
     def kind_of(self, i: int) -> str:
         return self.input_kinds[min(i, len(self.input_kinds) - 1)]
 
@@ -153,6 +166,17 @@ class OpDef:
         if not self.domain:
             return REALS
         return self.domain[min(i, len(self.domain) - 1)]
+
+
+@functools.lru_cache(maxsize=None)
+def _takes_needs_input_grad(fn) -> bool:
+    if fn is None:
+        return False
+    try:
+        p = inspect.signature(fn).parameters.get("needs_input_grad")
+    except (TypeError, ValueError):
+        return False
+    return p is not None and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)
 
 
 def save_inputs(xs, y, **attrs):

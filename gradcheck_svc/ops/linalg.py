@@ -51,8 +51,9 @@ def _matmul(xp, a, b, ranks):
     return y
 
 
-def _vjp(xp, g, saved, ranks):
+def _vjp(xp, g, saved, ranks, needs_input_grad=None):
     a, b = saved
+    need_a, need_b = needs_input_grad or (True, True)  # a data operand's GEMM is skipped
     ra, rb = ranks
     a2 = a[None, :] if ra == 1 else a
     b2 = b[:, None] if rb == 1 else b
@@ -61,11 +62,11 @@ def _vjp(xp, g, saved, ranks):
         g2 = xp.expand_dims(g2, -1)
     if ra == 1:
         g2 = xp.expand_dims(g2, -2)
-    ga = xp.matmul(g2, xp.swapaxes(b2, -1, -2))
-    gb = xp.matmul(xp.swapaxes(a2, -1, -2), g2)
-    if ra == 1:
+    ga = xp.matmul(g2, xp.swapaxes(b2, -1, -2)) if need_a else None
+    gb = xp.matmul(xp.swapaxes(a2, -1, -2), g2) if need_b else None
+    if ra == 1 and need_a:
         ga = ga[..., 0, :]
-    if rb == 1:
+    if rb == 1 and need_b:
         gb = gb[..., 0]
     return ga, gb  # batch dimensions are summed back to each input's shape by the engine
 

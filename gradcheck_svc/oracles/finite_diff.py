@@ -50,6 +50,7 @@ import numpy as np
 
 from ..backend import NUMPY
 from ..engine import Program, forward, forward_batched, prepare_feeds
+from ..engine.program import program_of
 from ..engine.executor import run_step_batched
 from ..graph.ir import Graph
 
@@ -271,7 +272,7 @@ class FiniteDifferences:
     def __init__(self, graph: Graph, options: FDOptions | None = None):
         self.graph = graph
         self.options = options or FDOptions()
-        self.program = Program(graph, np.float64)
+        self.program = program_of(graph, np.float64)
         base = forward(self.program, NUMPY, prepare_feeds(self.program, NUMPY), grad=False, keep_values=True)
         self.base = base.values
         self.loss = float(np.asarray(base.loss).reshape(-1)[0])

@@ -15,6 +15,8 @@ lambdify(modules="mpmath"); BENCHMARKS.md has the numbers.)
 """
 from __future__ import annotations
 
+import threading
+
 import mpmath
 import sympy as sp
 from sympy.utilities.lambdify import MPMATH_TRANSLATIONS
@@ -24,9 +26,21 @@ class Unsupported(Exception):
     """The tree holds a SymPy object this evaluator has no rule for."""
 
 
+_contexts = threading.local()  # per thread: digits -> its private MPContext
+
+
 def make_context(digits: int) -> mpmath.MPContext:
-    ctx = mpmath.MPContext()
-    ctx.dps = digits
+    """A private context at `digits`, one per thread and precision: building one costs about a
+    millisecond (mpmath wraps all its functions), more than a small graph's whole oracle. Private
+    to the thread, it is never shared between concurrent verifications; no caller changes its
+    precision."""
+    cache = getattr(_contexts, "by_digits", None)
+    if cache is None:
+        cache = _contexts.by_digits = {}
+    ctx = cache.get(digits)
+    if ctx is None:
+        ctx = cache[digits] = mpmath.MPContext()
+        ctx.dps = digits
     return ctx
 
 

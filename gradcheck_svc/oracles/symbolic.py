@@ -36,11 +36,9 @@ from math import prod
 
 import numpy as np
 
-from ..engine.program import Program
+from ..engine.program import Program, program_of
 from ..graph.ir import Graph
 from ..ops.base import FLOAT
-from .local_jacobian import Budget, LocalJacobians, OverBudget
-from .mp_eval import MpEvaluator, Unsupported, make_context
 
 
 @dataclass
@@ -88,11 +86,15 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
     if not options.enabled:
         return SymbolicResult("off", "disabled by option")
     t0 = time.monotonic()
-    program = Program(graph, np.float64)
+    program = program_of(graph, np.float64)
     elements = graph_elements(program)
     if elements > options.max_elements:
         return SymbolicResult("skipped", f"graph has {elements} scalar elements, budget is {options.max_elements}",
                               elements=elements, digits=options.digits)
+    # SymPy and mpmath load here, on the first graph the oracle runs on: never with the oracle off
+    from .local_jacobian import Budget, LocalJacobians, OverBudget
+    from .mp_eval import MpEvaluator, Unsupported, make_context
+
     budget = Budget(t0 + options.timeout_s, options.max_edges)
     ctx = make_context(options.digits)
 

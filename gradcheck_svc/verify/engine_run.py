@@ -12,6 +12,7 @@ import numpy as np
 from ..backend import get_backend
 from ..engine import Program, backward, checkpoint_plan, forward, inject, parse_policy, prepare_feeds
 from ..engine.faults import STALE_STEP
+from ..engine.program import program_of
 from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
@@ -47,13 +48,13 @@ def _earlier_values(program: Program, backend, faults) -> dict | None:
     return forward(program, backend, prepare_feeds(program, backend, shifted), grad=False, keep_values=True).values
 
 
-def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False):
+def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False, integrity=None):
     """forward (+ faults) + backward; returns (tape, device gradients, fault records, seconds).
     Each run gets fresh feeds: in-place nodes write into them."""
     t0 = time.perf_counter()
     feeds = prepare_feeds(program, backend)
     tape = forward(program, backend, feeds, grad=True, checkpoint=plan, record_timeline=options.memory_timeline,
-                   integrity=options.integrity, allow_inplace_hazards=options.allow_inplace_hazards)
+                   integrity=integrity or options.integrity, allow_inplace_hazards=options.allow_inplace_hazards)
     records = []
     for f in faults:
         eff = inject(backend.xp, tape.store, f, backend.to_host, earlier)
@@ -65,13 +66,14 @@ def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoint
 
 def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False,
                profile: bool = True) -> EngineRun:
-    """Up to three runs: gradients without checkpointing, a no-grad forward, and gradients under
-    the checkpoint policy -- the requested one, whose gradients are reported, or else sqrt as a
-    what-if for the memory profile (not for graphs with in-place nodes). Faults are injected
-    into the run whose gradients are reported. profile=False: only the gradient runs (no
-    memory profile), e.g. to re-trace adjoints for localization."""
+    """Without a checkpoint policy: gradients (reported), a no-grad forward, and gradients under
+    sqrt as a what-if for the memory profile (not for graphs with in-place nodes). Under a
+    policy: gradients under it (reported), a no-grad forward, and a metering forward for the
+    un-checkpointed figures, so the process never holds every activation at once. Faults are
+    injected into the run whose gradients are reported. profile=False: only the reported
+    gradient run (no memory profile), e.g. to re-trace adjoints for localization."""
     backend = get_backend(options.device)
-    program = Program(graph, DTYPES[dtype])
+    program = program_of(graph, DTYPES[dtype])
     if options.integrity not in INTEGRITY_MODES:
         raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)", field="integrity")
     for f in options.faults:
@@ -84,26 +86,40 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
         ckpt_plan = checkpoint_plan(program, "sqrt")
     earlier = _earlier_values(program, backend, options.faults)
     in_plain = requested is None
-    plain, grads, records, seconds = _gradient_run(program, backend, options, None,
-                                                   options.faults if in_plain else (), earlier,
-                                                   keep_adjoints and in_plain)
+    if in_plain:
+        plain, grads, records, seconds = _gradient_run(program, backend, options, None, options.faults, earlier,
+                                                       keep_adjoints)
+        reported, reported_grads = plain, grads
     inference = forward(program, backend, prepare_feeds(program, backend), grad=False,
                         record_timeline=options.memory_timeline) if profile else None
     ckpt = ckpt_grads = None
     if ckpt_plan is not None:
+        # the sqrt what-if reports memory, not gradients: its saved tensors need no fingerprints
         ckpt, ckpt_grads, ckpt_records, ckpt_seconds = _gradient_run(
             program, backend, options, ckpt_plan, () if in_plain else options.faults, earlier,
-            keep_adjoints and not in_plain)
-        if not in_plain:
-            records, seconds = ckpt_records, ckpt_seconds
+            keep_adjoints and not in_plain, integrity="off" if in_plain else None)
+    if not in_plain:
+        # Under a policy the un-checkpointed run is never made: its activations are what the
+        # policy exists to avoid holding. Its figures come from a metering forward (counted, not
+        # kept), and the gradients are bit for bit those without checkpointing exactly when every
+        # recomputed value matched the first forward's (the backward is the same code over the
+        # same values) and no fault changed what the backward read.
+        reported, reported_grads, records, seconds = ckpt, ckpt_grads, ckpt_records, ckpt_seconds
+        plain = forward(program, backend, prepare_feeds(program, backend), grad=True, metering=True,
+                        record_timeline=options.memory_timeline) if profile else None
+        grads = ckpt_grads
 
-    reported, reported_grads = (plain, grads) if in_plain else (ckpt, ckpt_grads)
     host = {p: np.asarray(backend.to_host(g), dtype=np.float64) for p, g in reported_grads.items()}
     equal = None
     if ckpt is not None:
-        equal = all(np.array_equal(backend.to_host(grads[p]), backend.to_host(ckpt_grads[p])) for p in grads)
+        if in_plain:  # the what-if: compared with the reported run's gradients
+            equal = all(np.array_equal(backend.to_host(grads[p]), backend.to_host(ckpt_grads[p])) for p in grads)
+        else:
+            equal = not ckpt.checkpoint.mismatches and not any(r.readers for r in records)
+    feeds = prepare_feeds(program, backend) if profile else {}  # once, not once per parameter: O(graph)
+    params = [feeds[p] for p in program.params] if profile else []
     memory = memory_profile.profile(
-        [prepare_feeds(program, backend)[p] for p in program.params], plain, grads, inference,
+        params, plain, grads, inference,
         policy=str(policy), sampled=backend.memory_sampler() is not None, checkpointed=ckpt,
         profile_plan=ckpt_plan, gradients_equal=equal) if profile else {}
     findings = recompute_check.findings(program, ckpt.checkpoint if ckpt is not None else None,

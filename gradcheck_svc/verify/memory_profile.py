@@ -19,7 +19,14 @@ the live figures come from the memory pool's used bytes. The JSON keys:
   checkpoint_live_peak_bytes, checkpoint_op_evaluations,
   checkpoint_gradients_equal  gradients bit for bit those without checkpointing
 
-The first six describe the run without checkpointing.
+The first six describe the run without checkpointing. Without a policy that run is the
+reported one. Under a policy it is never made (holding every activation is what the
+policy avoids): a metering forward counts what it would hold without keeping it, so
+activations_peak_bytes is exact (a plain run's saved tensors all live until its
+backward begins) and live_peak_bytes is its forward's peak (counted bytes, also on
+CuPy); checkpoint_gradients_equal is then "every recomputed value matched the first
+forward's fingerprint and no fault was read", which makes the backward, the same code
+over the same values, give the un-checkpointed gradients bit for bit.
 """
 from __future__ import annotations
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from html import escape as _html_escape  # not xml.sax.saxutils: it imports urllib and http (~30 ms)
 from pathlib import Path
-from xml.sax.saxutils import escape as _xml_escape
 
 from ..errors import OptionError
 from ..text import clip
@@ -19,7 +19,7 @@ LEFT, RIGHT, TOP, BOTTOM = 90, 190, 40, 60
 
 def escape(text: str) -> str:
     """Text for SVG: cut, control characters escaped (XML forbids most of them), markup escaped."""
-    return _xml_escape(clip(text, 200))
+    return _html_escape(clip(text, 200), quote=False)  # &, <, > as xml.sax.saxutils.escape
 
 
 @dataclass

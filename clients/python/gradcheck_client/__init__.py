@@ -6,10 +6,29 @@ Depends only on grpcio, protobuf and numpy.
 """
 __version__ = "0.1.0"
 
-from .client import AsyncClient, Client, VerifyError  # noqa: E402
-from .graphio import GraphFileError, load_graph, save_graph  # noqa: E402
-from .report import Finding, GradientMismatch, Parameter, Report  # noqa: E402
-from .tracer import Tracer, ops  # noqa: E402
+import importlib
+
+# Names resolve on first use (PEP 562): `gradcheck_client.graphio` or `.options` alone (the
+# server's graph decoder, its CLI) must not pay for importing grpc through `.client`.
+_LAZY = {
+    "AsyncClient": "client", "Client": "client", "VerifyError": "client",
+    "GraphFileError": "graphio", "load_graph": "graphio", "save_graph": "graphio",
+    "Finding": "report", "GradientMismatch": "report", "Parameter": "report", "Report": "report",
+    "Tracer": "tracer", "ops": "tracer",
+}
+
+
+def __getattr__(name):
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__():
+    return sorted(set(globals()) | set(_LAZY))
 
 __all__ = ["AsyncClient", "Client", "Finding", "GradientMismatch", "GraphFileError", "Parameter", "Report",
            "Tracer", "VerifyError", "load_graph", "ops", "save_graph"]

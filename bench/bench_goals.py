@@ -1,0 +1,282 @@
+"""Issue 15's goals, each a row (project, torch or floor, ratio, goal, met), in one interleaved run.
+
+Every case below runs once per round and the rounds rotate their order (harness.interleaved),
+so background load on a shared machine hits all of them alike. 1 thread for numpy's BLAS and
+torch (2-thread torch timings swing with load on shared machines). Reported: median (and min)
+over the rounds; latency goals use every sample of every round (p50, p99).
+
+  engine   mlp 3x1024 batch 256 and the 200-op chain (bench_engine's graphs), f32 and f64,
+           integrity off and check, against torch eager forward+backward
+  seed     in-process verify(validate(msg)) of examples/graphs/seed.json, default options
+  cli      `python -m gradcheck_svc.cli verify seed.json --symbolic off` (a fresh process)
+  grpc     the same verification through a real server on loopback (1 worker), minus in-process
+  profile  chain_1024: run_engine with the memory profile minus without, against the gradient run
+  ckpt     chain_256 (width 32, batch 256): run_engine under sqrt (recompute check on) vs none;
+           the process peak of each (tracemalloc) is reported beside it
+  fd       full-Jacobian FD at 20,000 elements vs torch.autograd.gradcheck, and vs the FLOP floor
+           (GEMM FLOPs of 2N forwards at the best 1024^3 GEMM rate of the same run)
+
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_goals.py [--rounds N] [--baseline DIR]
+
+--baseline DIR: also run the engine, in-process, memory and FD cases with the gradcheck_svc/ under
+DIR (e.g. `git archive COMMIT gradcheck_svc | tar -x -C DIR`), interleaved in the same rounds,
+and print a before/after table.
+
+(On machines where OPENBLAS_CORETYPE / OPENBLAS_L2_SIZE are set for old OpenBLAS builds, unset
+both for this command only: `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE ...`; the machine line
+prints the kernel threadpoolctl sees.)
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+import time
+import tracemalloc
+from pathlib import Path
+
+import numpy as np
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent
+sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "clients" / "python")]
+
+import bench_engine  # noqa: E402
+import bench_fd  # noqa: E402
+from harness import fmt_s, interleaved, load, machine, match_threads, median, table  # noqa: E402
+
+from gradcheck_client import Client  # noqa: E402
+from gradcheck_svc.backend import NUMPY  # noqa: E402
+from gradcheck_svc.engine import Program, backward, forward, prepare_feeds  # noqa: E402
+from gradcheck_svc.graph import load_graph, parse_graph, validate  # noqa: E402
+from gradcheck_svc.server.launcher import LocalServer  # noqa: E402
+from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
+from gradcheck_svc.verify.engine_run import run_engine  # noqa: E402
+
+sys.path.insert(0, str(ROOT / "scripts"))
+from gen_chain import chain  # noqa: E402
+
+SEED = ROOT / "examples" / "graphs" / "seed.json"
+
+
+def engine_cases(cases, samples):
+    rng = np.random.default_rng(0)
+    for name, case in (("mlp", bench_engine.mlp_case(rng)), ("chain", bench_engine.chain_case(rng))):
+        msg, values, params, torch_model = case
+        for dtype in (np.float32, np.float64):
+            import torch
+            program = Program(load_graph(msg), dtype)
+            feeds = prepare_feeds(program, NUMPY)
+            tdt = torch.float32 if dtype == np.float32 else torch.float64
+            t = {k: (torch.tensor(v, dtype=tdt, requires_grad=k in params) if np.asarray(v).dtype.kind == "f"
+                     else torch.tensor(v)) for k, v in values.items()}
+            tp = [t[p] for p in params]
+            key = f"{name} {np.dtype(dtype).name}"
+            inner = 3 if name == "mlp" else 30  # several calls per round: one slow call must not decide a median
+            for integrity in ("off", "check"):
+                cases[f"{key} {integrity}"] = _repeat(
+                    lambda p=program, f=feeds, i=integrity: backward(forward(p, NUMPY, f, integrity=i)),
+                    inner, samples.setdefault(f"{key} {integrity}", []))
+            cases[f"{key} torch"] = _repeat(lambda m=torch_model, t=t, tp=tp: torch.autograd.grad(m(t), tp),
+                                            inner, samples.setdefault(f"{key} torch", []))
+
+
+def _repeat(fn, n, out):
+    """A case that runs fn n times and records each call's seconds in out."""
+    def case():
+        for _ in range(n):
+            t0 = time.perf_counter()
+            fn()
+            out.append(time.perf_counter() - t0)
+    return case
+
+
+def service_cases(cases, samples, server):
+    msg = parse_graph(SEED)
+    cases["seed in-process"] = _repeat(lambda: verify(validate(msg)), 50, samples.setdefault("seed in-process", []))
+    client = Client(server.target, timeout=60)
+    client.verify(msg)  # connect and warm the worker
+    cases["seed grpc"] = _repeat(lambda: client.verify(msg), 50, samples.setdefault("seed grpc", []))
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]))
+    cli = [sys.executable, "-m", "gradcheck_svc.cli", "verify", str(SEED), "--symbolic", "off"]
+    cases["cli"] = _repeat(lambda: subprocess.run(cli, env=env, check=True, capture_output=True), 1,
+                           samples.setdefault("cli", []))
+    return client
+
+
+def memory_cases(cases, samples, peaks):
+    deep = load_graph(chain(1024, width=8, batch=4).build())
+    opts = VerifyOptions(checkpoint="none")
+    cases["chain_1024 profile"] = _repeat(lambda: run_engine(deep, opts, "float64"), 1,
+                                          samples.setdefault("chain_1024 profile", []))
+    cases["chain_1024 no profile"] = _repeat(lambda: run_engine(deep, opts, "float64", profile=False), 1,
+                                             samples.setdefault("chain_1024 no profile", []))
+    wide = load_graph(chain(256, width=32, batch=256).build())
+    for policy in ("none", "sqrt"):
+        cases[f"ckpt {policy}"] = _repeat(lambda p=policy: run_engine(wide, VerifyOptions(checkpoint=p), "float64"),
+                                          1, samples.setdefault(f"ckpt {policy}", []))
+        tracemalloc.start()
+        run_engine(wide, VerifyOptions(checkpoint=policy), "float64")
+        peaks[policy] = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+
+
+def baseline_cases(cases, samples, root):
+    """The same cases with another checkout's engine (bench_engine.load_baseline's import)."""
+    import importlib
+
+    make = bench_engine.load_baseline(root)
+    base = {m: importlib.import_module(f"gradcheck_baseline.{m}")
+            for m in ("graph", "verify", "verify.engine_run", "oracles.finite_diff")}
+    rng = np.random.default_rng(0)
+    for name, case in (("mlp", bench_engine.mlp_case(rng)), ("chain", bench_engine.chain_case(rng))):
+        for dtype in (np.float32, np.float64):
+            for integrity in ("off", "check"):
+                key = f"{name} {np.dtype(dtype).name} {integrity}"
+                cases[f"base {key}"] = _repeat(make(case[0], dtype, integrity), 3 if name == "mlp" else 30,
+                                               samples.setdefault(f"base {key}", []))
+    msg = parse_graph(SEED)
+    cases["base seed in-process"] = _repeat(lambda: base["verify"].verify(base["graph"].validate(msg)), 50,
+                                            samples.setdefault("base seed in-process", []))
+    run = base["verify.engine_run"].run_engine
+    deep = base["graph"].load_graph(chain(1024, width=8, batch=4).build())
+    cases["base chain_1024 profile"] = _repeat(lambda: run(deep, base["verify"].VerifyOptions(), "float64"), 1,
+                                               samples.setdefault("base chain_1024 profile", []))
+    cases["base chain_1024 no profile"] = _repeat(
+        lambda: run(deep, base["verify"].VerifyOptions(), "float64", profile=False), 1,
+        samples.setdefault("base chain_1024 no profile", []))
+    wide = base["graph"].load_graph(chain(256, width=32, batch=256).build())
+    for policy in ("none", "sqrt"):
+        cases[f"base ckpt {policy}"] = _repeat(
+            lambda p=policy: run(wide, base["verify"].VerifyOptions(checkpoint=p), "float64"), 1,
+            samples.setdefault(f"base ckpt {policy}", []))
+    fd_graph = base["graph"].load_graph(_fd_message())  # the FD problem's graph, decoded by the baseline
+    fdm = base["oracles.finite_diff"]
+
+    def base_fd():
+        fd = fdm.FiniteDifferences(fd_graph, fdm.FDOptions(mode="full"))
+        return {p: fd.gradient(p).reference for p in fd_graph.parameters}
+    cases["base fd ours"] = _repeat(base_fd, 1, samples.setdefault("base fd ours", []))
+
+
+def _fd_message():
+    """bench_fd.problem(20,000)'s graph as a message (same seed, same values)."""
+    from gradcheck_svc.graph.build import GraphBuilder
+
+    rng = np.random.default_rng(20_000)
+    d, h, c = bench_fd.SIZES[20_000]
+    x = rng.standard_normal((bench_fd.BATCH, d))
+    labels = rng.integers(0, c, size=bench_fd.BATCH)
+    w1 = rng.standard_normal((d, h)) / np.sqrt(d)
+    w2 = rng.standard_normal((h, c)) / np.sqrt(h)
+    b = GraphBuilder("fd20000")
+    hidden = b.node("tanh", b.node("matmul", b.input("x", x), b.input("W1", w1, True)))
+    logits = b.node("matmul", hidden, b.input("W2", w2, True))
+    b.output(b.node("cross_entropy", logits, b.input("labels", labels, dtype="int64"), name="loss"))
+    return b.build()
+
+
+def fd_cases(cases, samples):
+    graph, f, tw = bench_fd.problem(20_000, np.random.default_rng(20_000))
+    square = np.random.default_rng(1).standard_normal((bench_fd.GEMM_N, bench_fd.GEMM_N))
+    cases["fd ours"] = _repeat(lambda: bench_fd.ours(graph), 1, samples.setdefault("fd ours", []))
+    cases["fd torch"] = _repeat(lambda: bench_fd.theirs(f, tw), 1, samples.setdefault("fd torch", []))
+    cases["gemm"] = _repeat(lambda: square @ square, 3, samples.setdefault("gemm", []))
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--baseline", metavar="DIR", help="also time the gradcheck_svc/ under DIR (before/after)")
+    args = ap.parse_args(argv)
+    match_threads(1)
+    samples, peaks, cases = {}, {}, {}
+    engine_cases(cases, samples)
+    memory_cases(cases, samples, peaks)
+    fd_cases(cases, samples)
+    if args.baseline:
+        baseline_cases(cases, samples, args.baseline)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]),
+               OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    with LocalServer("--workers", "1", env=env) as server:
+        client = service_cases(cases, samples, server)
+        interleaved(cases, reps=args.rounds, warmup=1)
+        client.close()
+    for v in samples.values():  # the warm-up round's samples are not measurements
+        del v[:len(v) // (args.rounds + 1)]
+    print(report(samples, peaks, args.rounds))
+    if args.baseline:
+        print("\n" + before_after(samples))
+
+
+def before_after(s) -> str:
+    rows = []
+    for key in sorted(k[5:] for k in s if k.startswith("base ")):
+        before, after = _med(s, "base " + key), _med(s, key)
+        rows.append([key, fmt_s(before), fmt_s(after), f"{after / before:.2f}"])
+    return "### Before/after, same interleaved run (medians)\n\n" + \
+        table(["case", "before (baseline)", "after (this tree)", "after/before"], rows)
+
+
+def _med(samples, key):
+    return median(samples[key])
+
+
+def report(s, peaks, rounds) -> str:
+    rows = []
+
+    def row(goal_name, ours, ref, ratio_text, goal, met):
+        rows.append([goal_name, ours, ref, ratio_text, goal, "met" if met else "**missed**"])
+
+    for name in ("mlp", "chain"):
+        for dt in ("float32", "float64"):
+            key = f"{name} {dt}"
+            torch_t = _med(s, f"{key} torch")
+            for integ, goal in (("off", 1.1 if name == "mlp" else 1.0), ("check", 1.2 if name == "mlp" else None)):
+                ours = _med(s, f"{key} {integ}")
+                r = ours / torch_t
+                if goal is None:
+                    row(f"{key} engine/torch, integrity {integ}", fmt_s(ours), fmt_s(torch_t), f"{r:.2f}x",
+                        "(no goal)", True)
+                    continue
+                row(f"{key} engine/torch, integrity {integ}", fmt_s(ours), fmt_s(torch_t), f"{r:.2f}x",
+                    f"<= {goal}x", r <= goal)
+            over = _med(s, f"{key} check") / _med(s, f"{key} off") - 1
+            row(f"{key} integrity overhead", fmt_s(_med(s, f"{key} check")), fmt_s(_med(s, f"{key} off")) + " (off)",
+                f"+{over * 100:.1f}%", "< +10%", over < 0.10)
+    seed = np.asarray(s["seed in-process"])
+    row("seed verify in-process p50", fmt_s(float(np.median(seed))), "-", "-", "<= 1 ms", np.median(seed) <= 1e-3)
+    g = np.asarray(s["seed grpc"])
+    over50 = float(np.median(g) - np.median(seed))
+    over99 = float(np.percentile(g, 99) - np.median(seed))  # conservative: samples cannot be paired
+    row("gRPC overhead p50 (seed, 1 client)", fmt_s(over50), fmt_s(float(np.median(seed))) + " in-process", "-",
+        "< 2 ms", over50 < 2e-3)
+    row("gRPC overhead p99 (seed, 1 client; grpc p99 - in-process p50)", fmt_s(over99),
+        fmt_s(float(np.median(seed))) + " in-process p50",
+        "-", "< 5 ms", over99 < 5e-3)
+    cli = _med(s, "cli")
+    row("CLI seed verify --symbolic off (process)", fmt_s(cli), "-", "-", "<= 250 ms", cli <= 0.25)
+    prof, plain = _med(s, "chain_1024 profile"), _med(s, "chain_1024 no profile")
+    row("chain_1024 memory profile cost / gradient run", fmt_s(prof - plain), fmt_s(plain), f"{(prof - plain) / plain:.2f}x",
+        "<= 2x", (prof - plain) / plain <= 2)
+    sq, no = _med(s, "ckpt sqrt"), _med(s, "ckpt none")
+    row("run_engine sqrt (recompute check) / none, chain_256 w32 b256", fmt_s(sq), fmt_s(no), f"{sq / no:.2f}x",
+        "< 1.5x", sq / no < 1.5)
+    row("process peak (tracemalloc) sqrt / none, same graph", f"{peaks['sqrt'] / 1e6:.1f} MB",
+        f"{peaks['none'] / 1e6:.1f} MB", f"{peaks['sqrt'] / peaks['none']:.2f}x", "drops", peaks["sqrt"] < peaks["none"])
+    fd, tfd = _med(s, "fd ours"), _med(s, "fd torch")
+    row("FD full Jacobian N=20,000: torch gradcheck / ours", fmt_s(fd), fmt_s(tfd), f"{tfd / fd:.1f}x", ">= 5x",
+        tfd / fd >= 5)
+    rate = 2 * bench_fd.GEMM_N ** 3 / min(s["gemm"])
+    floor = 2 * 20_000 * bench_fd.forward_flops(20_000) / rate
+    row(f"FD N=20,000 / FLOP floor ({rate / 1e9:.0f} GFLOP/s GEMM)", fmt_s(fd), fmt_s(floor), f"{fd / floor:.2f}x",
+        "<= 2x", fd / floor <= 2)
+    head = (f"## Issue 15 goals, one interleaved run ({rounds} rounds, 1 thread)\n\n"
+            f"machine: {machine()}\n\n")
+    return head + table(["goal", "project (median)", "torch / floor / reference", "ratio", "goal", "met"], rows) + \
+        f"\n\nafter the run: {load()}"
+
+
+if __name__ == "__main__":
+    main()
