@@ -54,7 +54,7 @@ def _only_first_output(node, what: str):
 
 UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
          "Neg": "neg", "Abs": "abs", "Sin": "sin", "Cos": "cos", "Softplus": "softplus"}
-BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow", "PRelu": "prelu"}
+BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
 
 
 @converter(*UNARY)
@@ -71,6 +71,16 @@ def _binary(ctx, node, a, opset):
         if trailing > 0:
             y = ctx.emit("reshape", [y], {"shape": list(ctx.shape(y)) + [1] * trailing})
     return ctx.emit(BINARY[node.op_type], [x, y], name=node.output[0])
+
+
+@converter("PRelu")
+def _prelu(ctx, node, a, opset):
+    x, slope = _ins(ctx, node)
+    xs, ss = ctx.shape(x), ctx.shape(slope)
+    if len(ss) == 1 and len(xs) > 2 and ss[0] == xs[1] and ss[0] != xs[-1]:
+        # opset < 7 and PyTorch's exports: a 1-D slope is per channel (axis 1)
+        slope = ctx.emit("reshape", [slope], {"shape": [ss[0]] + [1] * (len(xs) - 2)})
+    return ctx.emit("prelu", [x, slope], name=node.output[0])
 
 
 @converter("LeakyRelu")

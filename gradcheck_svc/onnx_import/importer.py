@@ -121,6 +121,9 @@ class Importer:
             shape = _static_shape(vi)
             if vi.name in self.options.inputs:
                 value = np.asarray(self.options.inputs[vi.name])
+                if value.dtype.kind in "OSU":
+                    raise GraphError(f"input '{vi.name}' holds strings; only numeric tensors are supported",
+                                     field="inputs")
                 declared = [d.dim_value if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
                 if len(declared) != value.ndim or any(d and d != s for d, s in zip(declared, value.shape)):
                     raise GraphError(f"input '{vi.name}' has shape {list(value.shape)}, the model declares "
@@ -129,10 +132,16 @@ class Importer:
                 value = np.random.default_rng([self.options.input_seed, i]).random(shape).astype(dtype)
             else:
                 value = np.zeros(shape, dtype=dtype)
-            requires_grad = value.dtype.kind == "f" and self._wants(vi.name, "inputs")
-            kind = self.ctx.float_dtype if value.dtype.kind == "f" else (
-                "bool" if value.dtype.kind == "b" else "int64")
-            self.ctx.add_input(vi.name, value, requires_grad, kind)
+            if value.dtype.kind not in "fiub":
+                raise GraphError(f"input '{vi.name}' holds {value.dtype} values; only numeric tensors are "
+                                 "supported", field="inputs")
+            if value.dtype.kind != "f":
+                # integer and bool inputs are data of this one evaluation (indices, shapes): constants,
+                # so shape arithmetic on them folds; emitted as int64 inputs where an op reads them
+                self.ctx.consts[vi.name] = value.astype(np.int64) if value.dtype.kind in "iu" else value
+                continue
+            requires_grad = self._wants(vi.name, "inputs")
+            self.ctx.add_input(vi.name, value, requires_grad, self.ctx.float_dtype)
             self.ctx.emitted[vi.name] = vi.name
             if requires_grad:
                 self.made_params.add(vi.name)
@@ -238,6 +247,11 @@ class Importer:
         if out not in outputs and out not in ctx.emitted and out not in ctx.consts:
             raise GraphError(f"the model has no output or value '{out}' (outputs: {', '.join(outputs)})",
                              field="output")
+        if out in ctx.poisoned:
+            raise GraphError(f"output '{out}' is not computed", field="output")
+        if out in ctx.consts and not isinstance(ctx.consts[out], Filled) and ctx.consts[out].dtype.kind != "f":
+            raise GraphError(f"output '{out}' holds {ctx.consts[out].dtype} values computed from integer inputs "
+                             "alone; the loss needs a float output", field="output")
         y = ctx.value(out)
         if opts.loss not in LOSSES:
             raise GraphError(f"unknown loss '{opts.loss}' (expected one of {', '.join(LOSSES)})", field="loss")
