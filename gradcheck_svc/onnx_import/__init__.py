@@ -52,3 +52,35 @@ def read_tensor(path, field: str = "inputs"):
 
 def is_onnx_path(path) -> bool:
     return str(path).lower().endswith(".onnx")
+
+
+def options_from_proto(msg):
+    """gradcheck.v1.OnnxImport -> ImportOptions (tensors arrive as serialized TensorProtos)."""
+    _require_onnx()
+    import onnx
+    from onnx import numpy_helper
+
+    from .importer import ImportOptions
+
+    def tensor(data: bytes, field: str):
+        t = onnx.TensorProto()
+        try:
+            t.ParseFromString(data)
+            return numpy_helper.to_array(t)
+        except Exception as exc:
+            raise GraphError(f"not a serialized TensorProto ({str(exc).splitlines()[0] if str(exc) else exc})",
+                             field=field) from None
+
+    return ImportOptions(
+        params=msg.params or "initializers",
+        inputs={name: tensor(data, f"onnx.inputs[{name}]") for name, data in msg.inputs.items()},
+        input_seed=msg.input_seed, output=msg.loss_output or None, loss=msg.loss or "sum",
+        cotangent=tensor(msg.cotangent, "onnx.cotangent") if msg.cotangent else None,
+        cotangent_seed=msg.cotangent_seed)
+
+
+def graph_from_request(request):
+    """The Graph message a VerifyRequest describes: its graph, or its ONNX model imported."""
+    if not request.onnx_model:
+        return request.graph
+    return import_onnx(request.onnx_model, options_from_proto(request.onnx))

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from . import __version__
 from .graphio import SUFFIXES, GraphFileError, load_graph
+from .onnx_options import ONNX_SUFFIX, OnnxFlagError, OnnxModel, add_onnx_flags, is_onnx, onnx_import_message
 from .options import add_option_flags, values_from_args
 from .report import Report
 
@@ -57,8 +58,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gradcheck", description="Verify the gradients of computation graphs (CI command).")
     p.add_argument("--version", action="version", version=f"gradcheck {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    v = sub.add_parser("verify", help="verify graph files (.json/.pb) or directories of them")
-    v.add_argument("paths", nargs="+", metavar="PATH", help="graph files, or directories searched for *.json/*.pb")
+    v = sub.add_parser("verify", help="verify graph files (.json/.pb), ONNX models (.onnx) or directories of them")
+    v.add_argument("paths", nargs="+", metavar="PATH",
+                   help="graph files or ONNX models, or directories searched for *.json/*.pb/*.onnx")
     v.add_argument("--server", default=os.environ.get("GRADCHECK_SERVER"), metavar="HOST:PORT",
                    help="gradcheck server (default $GRADCHECK_SERVER; none: verify in-process)")
     v.add_argument("--token-file", default=None, help="bearer token file (default: $GRADCHECK_TOKEN when set)")
@@ -70,6 +72,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(also appended to $GITHUB_STEP_SUMMARY when set)")
     v.add_argument("--json", action="store_true", help="print one JSON document with every report")
     add_option_flags(v)
+    add_onnx_flags(v)
     return p
 
 
@@ -77,7 +80,7 @@ def find_graphs(paths: list[str]) -> list[Path]:
     found = []
     for p in map(Path, paths):
         if p.is_dir():
-            found += sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES and f.is_file())
+            found += sorted(f for f in p.rglob("*") if f.suffix in SUFFIXES + (ONNX_SUFFIX,) and f.is_file())
         elif p.is_file():
             found.append(p)
         else:
@@ -230,7 +233,7 @@ def _verify(args) -> int:
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     if not paths:
-        raise UsageError("no *.json or *.pb graphs found in " + " ".join(args.paths))
+        raise UsageError("no *.json, *.pb or *.onnx graphs found in " + " ".join(args.paths))
     if not args.server and not _in_process_available():
         raise UsageError("no server given and gradcheck-svc is not installed here; pass --server "
                          "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")
@@ -240,11 +243,18 @@ def _verify(args) -> int:
     token = token or os.environ.get("GRADCHECK_TOKEN") or None
     ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
 
+    try:
+        onnx_options = onnx_import_message(args)
+    except OnnxFlagError as exc:
+        raise UsageError(str(exc)) from None
     outcomes: dict[str, Outcome] = {}
     graphs = {}
     for p in paths:
         try:
-            graphs[str(p)] = load_graph(p)
+            # an ONNX model goes as it is: the server (or the in-process service) imports it
+            graphs[str(p)] = OnnxModel(p.read_bytes(), onnx_options) if is_onnx(p) else load_graph(p)
+        except OSError as exc:
+            outcomes[str(p)] = Outcome(str(p), error=f"{p}: cannot read: {exc.strerror or exc}", invalid=True)
         except GraphFileError as exc:
             outcomes[str(p)] = Outcome(str(p), error=str(exc), invalid=True)
     progress = Progress(len(paths))
