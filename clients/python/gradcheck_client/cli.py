@@ -233,7 +233,7 @@ def _verify(args) -> int:
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     if not paths:
-        raise UsageError("no *.json, *.pb or *.onnx graphs found in " + " ".join(args.paths))
+        raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
     if not args.server and not _in_process_available():
         raise UsageError("no server given and gradcheck-svc is not installed here; pass --server "
                          "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")

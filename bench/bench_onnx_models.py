@@ -1,0 +1,131 @@
+"""Real architectures end to end: SqueezeNet and ResNet-50 (ONNX's light models).
+
+Per model:
+  import     gradcheck-svc's ONNX import + graph validation
+  forward    the engine's forward (float32, the model's dtype) vs onnxruntime's on the same
+             model and input (onnxruntime is the forward-speed reference; a benchmark-only
+             dependency: pip install '.[bench]'); same thread count on both sides
+  verify     `gradcheck-svc verify MODEL.onnx --fd projection --params constants --loss cotangent
+             --loss-output LOGITS`: every weight (ConstantOfShape) and bias a parameter (1.2 M
+             elements for SqueezeNet, 25.6 M for ResNet-50), projection FD with K directions,
+             streamed in memory-bounded batches; wall time and the process's peak RSS
+  fault      the same with `--fault X:scale:1.5 --integrity off`, X the cached input of the
+             middle Conv, parameters its weight and the first bias: must fail and name that Conv
+
+Each verify runs in its own process (peak RSS is the process's own).
+
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_onnx_models.py [--quick] [--directions K]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import blas_info, fmt_s, interleaved, machine, median, table  # noqa: E402
+
+try:
+    import onnx
+    import onnxruntime as ort
+except ImportError:
+    raise SystemExit("bench_onnx_models needs onnx and onnxruntime: pip install '.[bench]'") from None
+
+from gradcheck_svc.backend import NUMPY  # noqa: E402
+from gradcheck_svc.engine import Program, forward, prepare_feeds  # noqa: E402
+from gradcheck_svc.graph import load_graph  # noqa: E402
+from gradcheck_svc.graph.validate import Limits  # noqa: E402
+from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
+from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
+
+LIGHT = Path(onnx.__file__).parent / "backend" / "test" / "data" / "light"
+MODELS = ("squeezenet", "resnet50")
+BIG = ["--max-elements", "1000000000"]
+
+# runs the CLI in this child process, then reports its own peak RSS on the last stderr line
+CHILD = ("import resource, sys; from gradcheck_svc.cli import main; rc = main(sys.argv[1:]); "
+         "print('maxrss_kb', resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, file=sys.stderr); sys.exit(rc)")
+
+
+def landmarks(path: Path) -> tuple[str, str, str]:
+    """(logits: the Softmax's input, the middle Conv's input, the middle Conv's weight)."""
+    g = onnx.load(path).graph
+    logits = next(n.input[0] for n in g.node if n.op_type == "Softmax")
+    convs = [n for n in g.node if n.op_type == "Conv"]
+    mid = convs[len(convs) // 2]
+    return logits, mid.input[0], mid.input[1]
+
+
+def run_verify(path: Path, args: list[str]) -> dict:
+    t0 = time.perf_counter()
+    p = subprocess.run([sys.executable, "-c", CHILD, "verify", str(path), "--format", "json", *BIG, *args],
+                       capture_output=True, text=True)
+    seconds = time.perf_counter() - t0
+    rss = int(p.stderr.strip().splitlines()[-1].split()[1]) * 1024
+    report = json.loads(p.stdout) if p.stdout.strip() else {}
+    return {"rc": p.returncode, "seconds": seconds, "rss": rss, "report": report, "stderr": p.stderr[-2000:]}
+
+
+def forward_times(path: Path, reps: int) -> tuple[list, list]:
+    threads = int(blas_info().get("num_threads") or 1)
+    graph = load_graph(import_onnx(path, ImportOptions(params="none")), limits=Limits(max_elements=10**9))
+    program = Program(graph, np.float32)
+    feeds = prepare_feeds(program, NUMPY)
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = threads
+    opts.log_severity_level = 3
+    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+    x = {i.name: np.asarray(graph.inputs[i.name].value, dtype=np.float32) for i in session.get_inputs()}
+    times = interleaved({"engine": lambda: forward(program, NUMPY, feeds, grad=False),
+                         "onnxruntime": lambda: session.run(None, x)}, reps=reps)
+    return times["engine"], times["onnxruntime"]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--quick", action="store_true", help="SqueezeNet only, 2 directions")
+    ap.add_argument("--directions", type=int, default=None, help="projection directions (default 4)")
+    args = ap.parse_args()
+    k = args.directions or (2 if args.quick else 4)
+    print(machine())
+    rows, fault_rows = [], []
+    for name in MODELS[:1] if args.quick else MODELS:
+        path = LIGHT / f"light_{name}.onnx"
+        logits, conv_in, conv_w = landmarks(path)
+        t0 = time.perf_counter()
+        graph = load_graph(import_onnx(path, ImportOptions(params="constants")), limits=Limits(max_elements=10**9))
+        t_import = time.perf_counter() - t0
+        n_params = sum(graph.inputs[p].value.size for p in graph.parameters)
+        eng, ref = forward_times(path, reps=5 if args.quick else 10)
+        common = ["--fd", "projection", "--directions", str(k), "--loss", "cotangent", "--loss-output", logits]
+        ok = run_verify(path, common + ["--params", "constants"])
+        rep = ok["report"]
+        rows.append([name, f"{len(graph.parameters)} ({n_params / 1e6:.1f} M)", fmt_s(t_import),
+                     f"{fmt_s(min(eng))} / {fmt_s(median(eng))}", f"{fmt_s(min(ref))} / {fmt_s(median(ref))}",
+                     f"{median(eng) / median(ref):.1f}x", k, rep.get("verdict", f"rc {ok['rc']}"),
+                     f"{ok['seconds']:.0f} s", f"{ok['rss'] / 2**30:.2f} GiB"])
+        first_bias = next(p for p in graph.parameters if p.endswith("_b_0"))
+        bad = run_verify(path, common + ["--params", f"{first_bias},{conv_w}", "--fault", f"{conv_in}:scale:1.5",
+                                         "--integrity", "off"])
+        errors = [f for f in bad["report"].get("findings", []) if f["severity"] == "error"]
+        named = f"{errors[0]['node']} ({errors[0]['op']}, {errors[0]['cause']})" if errors else "-"
+        fault_rows.append([name, f"{conv_in}:scale:1.5", bad["report"].get("verdict", f"rc {bad['rc']}"), named,
+                           f"{bad['seconds']:.0f} s", f"{bad['rss'] / 2**30:.2f} GiB"])
+        print(f"{name}: verify {ok['rc']} in {ok['seconds']:.0f} s; fault run {bad['rc']} -> {named}", flush=True)
+        if ok["rc"] != 0 or bad["rc"] != 1 or not errors:
+            print(ok["stderr"], bad["stderr"], file=sys.stderr)
+    print()
+    print(table(["model", "parameters", "import", "engine forward min / median", "onnxruntime min / median",
+                 "engine / ort", "directions", "verdict", "verify wall", "peak RSS"], rows))
+    print()
+    print(table(["model", "fault", "verdict", "named at", "wall", "peak RSS"], fault_rows))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
