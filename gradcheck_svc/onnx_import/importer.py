@@ -20,7 +20,6 @@ each unsupported op type with its count and its first node.
 """
 from __future__ import annotations
 
-from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
