@@ -27,6 +27,7 @@ proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
 
 bench: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'  # onnxruntime: a benchmark-only reference
 	$(PY) bench/run_all.py
 
 clean:
