@@ -30,6 +30,7 @@ client-ops: $(STAMP)
 	$(PY) scripts/gen_client_ops.py
 
 bench: $(STAMP)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'  # onnxruntime: a benchmark-only reference
 	$(PY) bench/run_all.py
 
 clean:

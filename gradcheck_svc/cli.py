@@ -12,6 +12,7 @@ import sys
 
 from . import __version__
 from .errors import GradcheckError
+from gradcheck_client.onnx_options import add_onnx_flags
 from gradcheck_client.options import add_option_flags
 
 from .limits import add_limit_flags
@@ -36,8 +37,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"gradcheck-svc {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    v = sub.add_parser("verify", help="verify one graph (.json or .pb) and print a report")
-    v.add_argument("graph", help="graph file: .json (protobuf JSON) or .pb (binary protobuf)")
+    v = sub.add_parser("verify", help="verify one graph (.json, .pb, or an ONNX model .onnx) and print a report")
+    v.add_argument("graph", help="graph file: .json (protobuf JSON) or .pb (binary protobuf), or an ONNX "
+                                 "model (.onnx, imported as import-onnx does)")
     v.add_argument("--format", choices=["text", "json"], default="text", help="report format (default text)")
     add_option_flags(v)
     v.add_argument("--memory-plot", default=None, metavar="FILE",
@@ -54,6 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--simplify-timeout", type=float, default=_symbolic().simplify_timeout_s, metavar="SECONDS",
                    help="time to prove a user derivative (expr op) equal to SymPy's (default %(default)s)")
     add_limit_flags(v, what="the same as the server's; raise them here")
+    add_onnx_flags(v)
+
+    i = sub.add_parser("import-onnx", help="convert an ONNX model to a gradcheck graph (.pb or .json)")
+    i.add_argument("model", help="ONNX model file (.onnx)")
+    i.add_argument("-o", "--out", required=True, metavar="GRAPH", help="graph file to write: .pb or .json")
+    add_onnx_flags(i)
 
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
@@ -115,7 +123,8 @@ def _verify(args) -> int:
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
     check_option_limits(options, limits, field=flag_of, hint=True)
     check_file_size(args.graph, limits.max_message_bytes)
-    graph = load_graph(args.graph, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
+    source = _onnx_graph(args.graph, args) if args.graph.lower().endswith(".onnx") else args.graph
+    graph = load_graph(source, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
     report = verify(graph, options)
     if args.memory_plot is not None:
         try:
@@ -143,6 +152,44 @@ def write_html_report(path: str, graph_path: str, report, integrity: str) -> Non
             fh.write(build_html([item], title=f"gradcheck: {report.graph or graph_path}", integrity=integrity))
     except OSError as exc:
         raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
+
+
+def _onnx_graph(path: str, args):
+    """An ONNX model imported with the flags' options, through the same mapping the server uses."""
+    from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
+
+    from .errors import OptionError
+    from .onnx_import import import_onnx, options_from_proto
+
+    try:
+        message = onnx_import_message(args)
+    except OnnxFlagError as exc:
+        raise OptionError(str(exc)) from None
+    return import_onnx(path, options_from_proto(message))
+
+
+def _import_onnx(args) -> int:
+    from pathlib import Path
+
+    from gradcheck_client.graphio import save_graph
+
+    from .errors import OptionError
+    from .graph import load_graph
+    from .graph.validate import Limits
+
+    out = Path(args.out)
+    if out.suffix not in (".pb", ".json"):
+        raise OptionError(f"'{args.out}': the graph file must end in .pb or .json", field="-o")
+    message = _onnx_graph(args.model, args)
+    graph = load_graph(message, limits=Limits())  # the importer's output must validate
+    try:
+        save_graph(message, out)
+    except OSError as exc:
+        raise OptionError(f"'{args.out}': cannot write: {exc.strerror or exc}", field="-o") from None
+    params = sum(graph.inputs[p].value.size for p in graph.parameters)
+    print(f"gradcheck-svc: {args.model}: {len(graph.nodes)} nodes, {len(graph.parameters)} parameters "
+          f"({params} elements) -> {out}", file=sys.stderr)
+    return EXIT_OK
 
 
 def check_file_size(path: str, limit: int) -> None:
@@ -229,7 +276,8 @@ def main(argv=None) -> int:
     try:
         from .batch.cli import COMMANDS as BATCH_COMMANDS
 
-        commands = {"verify": _verify, "ops": _ops, "serve": _serve, "audit-ops": _audit_ops, **BATCH_COMMANDS}
+        commands = {"verify": _verify, "ops": _ops, "serve": _serve, "audit-ops": _audit_ops,
+                    "import-onnx": _import_onnx, **BATCH_COMMANDS}
         return commands[args.command](args)
     except GradcheckError as exc:
         print(f"gradcheck-svc: error: {exc.message}", file=sys.stderr)

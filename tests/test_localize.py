@@ -113,7 +113,7 @@ def at_kink(op, rng):
     """The op's first test case moved onto its kink: a domain's avoided point, a tie, a clip bound."""
     case = op.cases(rng)[0]
     xs = [np.array(x, dtype=np.float64) for x in case.inputs]
-    if op.arity == 1 and op.domain_of(0).avoid:
+    if op.domain_of(0).avoid:  # a point kink of the first input (relu, abs, clip, prelu's x == 0)
         point = op.domain_of(0).avoid[0]
         xs[0].reshape(-1)[0] = point
     elif op.arity == 1:  # a reduction: every element tied for the extremum

@@ -107,6 +107,12 @@ WAIVED: dict[str, str] = {
     "dropout": "random mask with no torch counterpart",
     # a user formula: checked against SymPy's derivative (test_expr_op, audit-ops)
     "expr": "user-defined formula, no fixed torch counterpart",
+    # (N, C, *spatial) ops: the random DAGs here use small generic shapes; each is checked against torch
+    # autograd on all its own test cases in test_cnn_ops_torch.py, and in real models in
+    # test_onnx_torch_roundtrip.py
+    **{op: "N-C-spatial op, against torch in test_cnn_ops_torch.py"
+       for op in ("conv", "max_pool", "avg_pool", "batch_norm", "lrn", "pad", "prelu")},
+    "constant_of_shape": "no inputs, no gradient: a filled tensor (its forward is checked by the ONNX forward tests)",
 }
 
 

@@ -282,6 +282,13 @@ binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=lambda sp, a, b: a**b,
        doc="a ** b for a > 0 (both differentiable)", numpy="power", torch="torch.pow")
 
 
+# NOTE prelu: derivative slope at x == 0 (as PyTorch); slope broadcasts to x (ONNX PRelu).
+binary("prelu", lambda xp, x, slope: xp.where(x > 0, x, x * slope),
+       lambda xp, g, s: (g * xp.where(s[0] > 0, 1.0, s[1]), g * xp.where(s[0] > 0, 0.0, s[0])),
+       sympy=lambda sp, x, slope: sp.Piecewise((x, x > 0), (slope * x, True)),
+       domain=(Domain(avoid=(0.0,)), REALS), kinks=[Kink("x == 0", "derivative slope", _abs_distance())],
+       doc="x where x > 0, else slope * x (slope broadcast)")
+
 def _tie_distance(xs, attrs):
     return abs(xs[0] - xs[1])
 

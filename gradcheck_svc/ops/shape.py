@@ -351,3 +351,19 @@ register(OpDef(
     attrs={"value": Attr("value", doc="number or nested list"), "dtype": Attr("str", "float64")},
     save=save_nothing, wants_dtype=True, cases=lambda rng: [Case([], {"value": [[1.5, -2.0]]})],
     doc="a constant tensor; float constants take the engine's float dtype"))
+
+
+def _infer_constant_of_shape(node, specs, attrs):
+    shape = tuple(attrs["shape"])
+    if min(shape, default=0) < 0:
+        raise GraphError(f"constant_of_shape: negative dimension in {list(shape)}", node=node)
+    return Spec(shape, FLOAT), {"shape": shape, "value": attrs["value"]}
+
+
+register(OpDef(
+    name="constant_of_shape",
+    forward=lambda xp, shape, value, dtype: xp.full(shape, value, dtype=dtype),
+    vjp=None, infer=_infer_constant_of_shape, arity=0, input_kinds=(),
+    attrs={"shape": Attr("ints"), "value": Attr("float", 0.0)}, save=save_nothing, wants_dtype=True,
+    cases=lambda rng: [Case([], {"shape": [2, 3], "value": 0.02})],
+    doc="ONNX ConstantOfShape (float): a tensor of one repeated value, stored as its shape, not its data"))

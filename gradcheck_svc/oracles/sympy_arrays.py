@@ -16,6 +16,8 @@ the engine's convention too.
 """
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import numpy as np
 import sympy as sp
 
@@ -82,6 +84,9 @@ class SympyArrays:
     swapaxes = staticmethod(np.swapaxes)
     where = staticmethod(np.where)
     arange = staticmethod(np.arange)
+    pad = staticmethod(np.pad)
+    # convolution and pooling windows are strided views; NumPy's work on object arrays too
+    lib = SimpleNamespace(stride_tricks=SimpleNamespace(as_strided=np.lib.stride_tricks.as_strided))
     float32, float64, int64, bool_ = np.float32, np.float64, np.int64, np.bool_
 
     # NumPy's names for the registry's elementwise functions (exp, log, sqrt, tanh, maximum, ...)
@@ -93,6 +98,10 @@ class SympyArrays:
     def asarray(a, dtype=None):
         a = np.asarray(a)
         return a.astype(dtype) if dtype is not None and a.dtype != object else a
+
+    @staticmethod
+    def full(shape, value, dtype=None):
+        return np.full(shape, sp.Float(value), dtype=object)
 
     @staticmethod
     def isfinite(x):

@@ -148,6 +148,11 @@ def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | No
     Raises GradcheckError for anything the user can fix."""
     limits = limits or ServerLimits()
     options = options_from_proto(request.options, limits)
-    graph = validate(request.graph, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
+    message = request.graph
+    if request.onnx_model:  # an ONNX model: imported here, in the worker, like any other decoding
+        from ..onnx_import import graph_from_request
+
+        message = graph_from_request(request)
+    graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
     report = verify(graph, options, on_phase=on_phase)
     return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(report))

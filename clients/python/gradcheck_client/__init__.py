@@ -14,7 +14,7 @@ _LAZY = {
     "AsyncClient": "client", "Client": "client", "VerifyError": "client",
     "GraphFileError": "graphio", "load_graph": "graphio", "save_graph": "graphio",
     "Finding": "report", "GradientMismatch": "report", "Parameter": "report", "Report": "report",
-    "Tracer": "tracer", "ops": "tracer",
+    "Tracer": "tracer", "ops": "tracer", "OnnxModel": "onnx_options",
 }
 
 
@@ -30,5 +30,5 @@ def __getattr__(name):
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
-__all__ = ["AsyncClient", "Client", "Finding", "GradientMismatch", "GraphFileError", "Parameter", "Report",
+__all__ = ["AsyncClient", "Client", "Finding", "GradientMismatch", "GraphFileError", "OnnxModel", "Parameter", "Report",
            "Tracer", "VerifyError", "load_graph", "ops", "save_graph"]

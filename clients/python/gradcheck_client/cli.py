@@ -22,6 +22,7 @@ from pathlib import Path
 
 from . import __version__
 from .graphio import GraphFileError, load_graph
+from .onnx_options import OnnxFlagError, OnnxModel, add_onnx_flags, is_onnx, onnx_import_message
 from .options import add_option_flags, values_from_args
 from .report import Report
 from .mermaid import neighbourhood_mermaid
@@ -61,8 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gradcheck", description="Verify the gradients of computation graphs (CI command).")
     p.add_argument("--version", action="version", version=f"gradcheck {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    v = sub.add_parser("verify", help="verify graph files (.json/.pb) or directories of them")
-    v.add_argument("paths", nargs="+", metavar="PATH", help="graph files, or directories searched for graphs")
+    v = sub.add_parser("verify", help="verify graph files (.json/.pb), ONNX models (.onnx) or directories of them")
+    v.add_argument("paths", nargs="+", metavar="PATH", help="graph files or ONNX models, or directories searched for them")
     v.add_argument("--include", action="append", default=[], metavar="GLOB",
                    help="in directories, take files matching GLOB (path below the directory or file name; "
                         f"repeatable; default {' '.join(DEFAULT_INCLUDE)})")
@@ -83,6 +84,7 @@ def build_parser() -> argparse.ArgumentParser:
     v.add_argument("--html", metavar="FILE", help="write one self-contained HTML page for the run: each graph "
                    "drawn with its findings, error heatmaps, memory (default none)")
     add_option_flags(v)
+    add_onnx_flags(v)
     return p
 
 
@@ -271,7 +273,7 @@ def _verify(args) -> int:
         print(f"gradcheck: {note}", file=sys.stderr)
     paths = scan.graphs
     if not paths:
-        raise UsageError("no *.json or *.pb graphs found in " + " ".join(args.paths))
+        raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
     if not args.server and not _in_process_available():
         raise UsageError("no server given and gradcheck-svc is not installed here; pass --server "
                          "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")
@@ -281,11 +283,18 @@ def _verify(args) -> int:
     token = token or os.environ.get("GRADCHECK_TOKEN") or None
     ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
 
+    try:
+        onnx_options = onnx_import_message(args)
+    except OnnxFlagError as exc:
+        raise UsageError(str(exc)) from None
     outcomes: dict[str, Outcome] = {}
     graphs = {}
     for p in paths:
         try:
-            graphs[str(p)] = load_graph(p)
+            # an ONNX model goes as it is: the server (or the in-process service) imports it
+            graphs[str(p)] = OnnxModel(p.read_bytes(), onnx_options) if is_onnx(p) else load_graph(p)
+        except OSError as exc:
+            outcomes[str(p)] = Outcome(str(p), error=f"{p}: cannot read: {exc.strerror or exc}", invalid=True)
         except GraphFileError as exc:
             outcomes[str(p)] = Outcome(str(p), error=str(exc), invalid=True)
     progress = Progress(len(paths))

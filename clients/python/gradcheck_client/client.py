@@ -22,6 +22,7 @@ import grpc
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 
 from .graphio import to_graph
+from .onnx_options import OnnxModel
 from .report import Report, message_to_dict
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GradCheckService"].full_name  # gradcheck.v1.GradCheckService
@@ -72,6 +73,9 @@ def make_request(graph, id: str = "", **options) -> service_pb2.VerifyRequest:
     opts = {k: v for k, v in options.items() if v is not None}
     if "faults" in opts:
         opts["faults"] = list(opts["faults"])
+    if isinstance(graph, OnnxModel):  # the server imports it
+        return service_pb2.VerifyRequest(id=id, onnx_model=graph.data, onnx=graph.options,
+                                         options=service_pb2.VerifyOptions(**opts))
     return service_pb2.VerifyRequest(id=id, graph=to_graph(graph), options=service_pb2.VerifyOptions(**opts))
 
 

@@ -1,7 +1,7 @@
 """Which files a `gradcheck verify` run takes: paths named, directories searched.
 
 A file named on the command line is always verified (a broken one is reported). A directory
-scan takes the files matching the --include globs (default *.json, *.pb) and none of the
+scan takes the files matching the --include globs (default *.json, *.pb, *.onnx) and none of the
 --exclude globs, each glob matched against the path below the scanned directory and against
 the bare file name; and it skips, with a note, a JSON file that is clearly not a graph: valid
 JSON whose top level is not an object with any of the Graph message's fields (a manifest, a
@@ -17,8 +17,9 @@ from pathlib import Path, PurePosixPath
 from gradcheck.v1 import graph_pb2
 
 from .graphio import SUFFIXES
+from .onnx_options import ONNX_SUFFIX
 
-DEFAULT_INCLUDE = tuple(f"*{s}" for s in SUFFIXES)
+DEFAULT_INCLUDE = tuple(f"*{s}" for s in (*SUFFIXES, ONNX_SUFFIX))
 # every spelling of a Graph field a JSON graph may use (protobuf JSON accepts both)
 GRAPH_KEYS = frozenset(n for f in graph_pb2.Graph.DESCRIPTOR.fields for n in (f.name, f.json_name))
 

@@ -45,14 +45,43 @@ class VerifyOptions(_message.Message):
     def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
-    __slots__ = ("id", "graph", "options")
+    __slots__ = ("id", "graph", "options", "onnx_model", "onnx")
     ID_FIELD_NUMBER: _ClassVar[int]
     GRAPH_FIELD_NUMBER: _ClassVar[int]
     OPTIONS_FIELD_NUMBER: _ClassVar[int]
+    ONNX_MODEL_FIELD_NUMBER: _ClassVar[int]
+    ONNX_FIELD_NUMBER: _ClassVar[int]
     id: str
     graph: _graph_pb2.Graph
     options: VerifyOptions
-    def __init__(self, id: _Optional[str] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., options: _Optional[_Union[VerifyOptions, _Mapping]] = ...) -> None: ...
+    onnx_model: bytes
+    onnx: OnnxImport
+    def __init__(self, id: _Optional[str] = ..., graph: _Optional[_Union[_graph_pb2.Graph, _Mapping]] = ..., options: _Optional[_Union[VerifyOptions, _Mapping]] = ..., onnx_model: _Optional[bytes] = ..., onnx: _Optional[_Union[OnnxImport, _Mapping]] = ...) -> None: ...
+
+class OnnxImport(_message.Message):
+    __slots__ = ("params", "inputs", "input_seed", "loss_output", "loss", "cotangent", "cotangent_seed")
+    class InputsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: bytes
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[bytes] = ...) -> None: ...
+    PARAMS_FIELD_NUMBER: _ClassVar[int]
+    INPUTS_FIELD_NUMBER: _ClassVar[int]
+    INPUT_SEED_FIELD_NUMBER: _ClassVar[int]
+    LOSS_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    LOSS_FIELD_NUMBER: _ClassVar[int]
+    COTANGENT_FIELD_NUMBER: _ClassVar[int]
+    COTANGENT_SEED_FIELD_NUMBER: _ClassVar[int]
+    params: str
+    inputs: _containers.ScalarMap[str, bytes]
+    input_seed: int
+    loss_output: str
+    loss: str
+    cotangent: bytes
+    cotangent_seed: int
+    def __init__(self, params: _Optional[str] = ..., inputs: _Optional[_Mapping[str, bytes]] = ..., input_seed: _Optional[int] = ..., loss_output: _Optional[str] = ..., loss: _Optional[str] = ..., cotangent: _Optional[bytes] = ..., cotangent_seed: _Optional[int] = ...) -> None: ...
 
 class VerifyError(_message.Message):
     __slots__ = ("code", "message", "field", "kind")

@@ -1,0 +1,98 @@
+"""How an ONNX model becomes a graph: the import options, defined once.
+
+Each row is one field of the OnnxImport message (service.proto) and one flag
+of `gradcheck-svc import-onnx`, `gradcheck-svc verify MODEL.onnx` and
+`gradcheck verify MODEL.onnx`. Tensor files (--input, --cotangent) travel as
+the bytes of a serialized onnx.TensorProto; the server parses them, so the
+client never imports onnx.
+"""
+from __future__ import annotations
+
+import argparse
+from dataclasses import dataclass
+from pathlib import Path
+
+from gradcheck.v1 import service_pb2
+
+ONNX_SUFFIX = ".onnx"
+
+
+@dataclass(frozen=True)
+class OnnxFlag:
+    name: str  # OnnxImport field
+    flag: str
+    help: str
+    default: object = None
+    type: object = str
+    choices: tuple | None = None
+    metavar: str | None = None
+    repeated: bool = False
+
+
+ONNX_FLAGS: tuple[OnnxFlag, ...] = (
+    OnnxFlag("params", "--params", "which values become parameters: comma-separated initializers, inputs, "
+             "constants (values nodes make at import time, e.g. ConstantOfShape weights), none, or value names",
+             default="initializers", metavar="SPEC"),
+    OnnxFlag("inputs", "--input", "a graph input's value from a TensorProto file (repeatable)",
+             metavar="NAME=FILE.pb", repeated=True),
+    OnnxFlag("input_seed", "--input-seed", "seed for graph inputs not given (uniform in [0, 1))", default=0,
+             type=int, metavar="N"),
+    OnnxFlag("loss_output", "--loss-output", "the model output the loss reduces (default: the first)",
+             metavar="NAME"),
+    OnnxFlag("loss", "--loss", "reduce the output to the scalar loss by sum, mean, or cotangent "
+             "(sum of output * cotangent)", default="sum", choices=("sum", "mean", "cotangent")),
+    OnnxFlag("cotangent", "--cotangent", "the cotangent as a TensorProto file (default: standard normal "
+             "from --cotangent-seed)", metavar="FILE.pb"),
+    OnnxFlag("cotangent_seed", "--cotangent-seed", "seed for the cotangent", default=0, type=int, metavar="N"),
+)
+
+
+def add_onnx_flags(parser: argparse.ArgumentParser) -> None:
+    group = parser.add_argument_group("ONNX import (models given as .onnx)")
+    for f in ONNX_FLAGS:
+        shown = f" (default {f.default})" if f.default not in (None, 0) else ""
+        group.add_argument(f.flag, dest="onnx_" + f.name, type=f.type, choices=f.choices, metavar=f.metavar,
+                           action="append" if f.repeated else "store", default=None, help=f.help + shown)
+
+
+def is_onnx(path) -> bool:
+    return str(path).lower().endswith(ONNX_SUFFIX)
+
+
+class OnnxFlagError(ValueError):
+    """A bad --input / --cotangent argument (one line)."""
+
+
+def _read(path: str, flag: str) -> bytes:
+    try:
+        return Path(path).read_bytes()
+    except OSError as exc:
+        raise OnnxFlagError(f"{flag}: cannot read '{path}': {exc.strerror or exc}") from None
+
+
+def onnx_import_message(args) -> service_pb2.OnnxImport:
+    """The OnnxImport message from parsed flags (tensor files read as bytes, unparsed)."""
+    msg = service_pb2.OnnxImport()
+    for f in ONNX_FLAGS:
+        value = getattr(args, "onnx_" + f.name, None)
+        if value is None:
+            continue
+        if f.name == "inputs":
+            for item in value:
+                name, sep, path = item.partition("=")
+                if not sep or not name or not path:
+                    raise OnnxFlagError(f"--input: '{item}' is not NAME=FILE.pb")
+                msg.inputs[name] = _read(path, "--input")
+        elif f.name == "cotangent":
+            msg.cotangent = _read(value, "--cotangent")
+        else:
+            setattr(msg, f.name, value)
+    return msg
+
+
+@dataclass
+class OnnxModel:
+    """An ONNX model to verify: its file's bytes and how to import it."""
+
+    data: bytes
+    options: service_pb2.OnnxImport

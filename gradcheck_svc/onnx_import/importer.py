@@ -1,0 +1,292 @@
+"""ModelProto -> gradcheck.v1.Graph: parameters, inputs, nodes in order, the loss.
+
+Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
+  initializers  every float initializer (the default: a model's weights)
+  inputs        every float graph input that is not an initializer
+  constants     every float value known at import time that a node makes
+                (Constant, ConstantOfShape -- the light models' weights -- and
+                values folded from them)
+  none          nothing but what is named
+  NAME          one value of the model, by its ONNX name
+Graph inputs take the given values (TensorProto files) or are drawn from a
+seed, uniform in [0, 1) like ONNX's backend test runner. The loss is the
+chosen output (default: the first) reduced to a scalar: "sum" (default),
+"mean", or "cotangent": sum(output * c) with c given, or drawn from a seed
+(standard normal) -- the form a softmax output needs, whose plain sum is 1
+whatever the weights.
+
+Every unsupported node is collected, not just the first: the error lists
+each unsupported op type with its count and its first node.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..errors import GraphError
+from .context import Context, Filled, Unsupported
+from .converters import CONVERTERS, constant_of_shape, constant_value
+from .model import default_opset
+
+LOSSES = ("sum", "mean", "cotangent")
+PARAM_GROUPS = ("initializers", "inputs", "constants", "none")
+LOSS_NAME = "loss"
+
+
+@dataclass
+class ImportOptions:
+    params: str = "initializers"
+    inputs: dict = field(default_factory=dict)  # ONNX input name -> np.ndarray
+    input_seed: int = 0
+    output: str | None = None
+    loss: str = "sum"
+    cotangent: np.ndarray | None = None
+    cotangent_seed: int = 0
+
+
+def _attrs(node) -> dict:
+    from onnx import helper
+
+    out = {}
+    for at in node.attribute:
+        v = helper.get_attribute_value(at)
+        if isinstance(v, bytes):
+            v = v.decode("utf-8", "replace")
+        elif isinstance(v, list) and v and isinstance(v[0], bytes):
+            v = [e.decode("utf-8", "replace") for e in v]
+        out[at.name] = v
+    return out
+
+
+def _label(node) -> str:
+    return f"'{node.name}'" if node.name else f"producing '{node.output[0]}'"
+
+
+def _static_shape(vi) -> tuple:
+    dims = vi.type.tensor_type.shape.dim
+    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims)
+
+
+def _np_dtype(vi):
+    from onnx import helper
+
+    return np.dtype(helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type))
+
+
+class Importer:
+    def __init__(self, model, options: ImportOptions, name: str):
+        from onnx import numpy_helper
+
+        self.model, self.options = model, options
+        self.opset = default_opset(model)
+        g = model.graph
+        self.inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
+        floats = [a.dtype for a in self.inits.values() if a.dtype.kind == "f"]
+        floats += [_np_dtype(vi) for vi in g.input if vi.name not in self.inits and _np_dtype(vi).kind == "f"]
+        float_dtype = "float64" if any(d == np.float64 for d in floats) else "float32"
+        names = {n for node in g.node for n in list(node.input) + list(node.output)}
+        names |= {vi.name for vi in g.input} | set(self.inits)
+        self.ctx = Context(name or g.name or "onnx", float_dtype, names)
+        tokens = [t.strip() for t in options.params.split(",") if t.strip()]
+        self.groups = {t for t in tokens if t in PARAM_GROUPS}
+        self.named = [t for t in tokens if t not in PARAM_GROUPS]
+        self.made_params: set[str] = set()
+        self.unsupported: dict[str, list] = {}  # reason -> [count, first node]
+
+    # --- parameters and inputs --------------------------------------------------------
+
+    def _wants(self, onnx_name: str, group: str) -> bool:
+        return group in self.groups or onnx_name in self.named
+
+    def _param(self, onnx_name: str, value: np.ndarray) -> None:
+        self.ctx.add_input(onnx_name, value, requires_grad=True, dtype=self.ctx.float_dtype)
+        self.ctx.emitted[onnx_name] = onnx_name
+        self.made_params.add(onnx_name)
+
+    def _store(self, onnx_name: str, value) -> None:
+        """A value known at import time: a parameter if chosen (floats only), else a constant."""
+        is_float = isinstance(value, Filled) or np.asarray(value).dtype.kind == "f"
+        if is_float and self._wants(onnx_name, "constants"):
+            self._param(onnx_name, value.materialize(np.float64) if isinstance(value, Filled) else value)
+        else:
+            self.ctx.consts[onnx_name] = value
+
+    def _graph_inputs(self) -> None:
+        for i, vi in enumerate(self.model.graph.input):
+            if vi.name in self.inits:
+                continue
+            dtype = _np_dtype(vi)
+            shape = _static_shape(vi)
+            if vi.name in self.options.inputs:
+                value = np.asarray(self.options.inputs[vi.name])
+                if value.dtype.kind in "OSU":
+                    raise GraphError(f"input '{vi.name}' holds strings; only numeric tensors are supported",
+                                     field="inputs")
+                declared = [d.dim_value if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
+                if len(declared) != value.ndim or any(d and d != s for d, s in zip(declared, value.shape)):
+                    raise GraphError(f"input '{vi.name}' has shape {list(value.shape)}, the model declares "
+                                     f"{declared} (0: any)", field="inputs")
+            elif dtype.kind == "f":
+                value = np.random.default_rng([self.options.input_seed, i]).random(shape).astype(dtype)
+            else:
+                value = np.zeros(shape, dtype=dtype)
+            if value.dtype.kind not in "fiub":
+                raise GraphError(f"input '{vi.name}' holds {value.dtype} values; only numeric tensors are "
+                                 "supported", field="inputs")
+            if value.dtype.kind != "f":
+                # integer and bool inputs are data of this one evaluation (indices, shapes): constants,
+                # so shape arithmetic on them folds; emitted as int64 inputs where an op reads them
+                self.ctx.consts[vi.name] = value.astype(np.int64) if value.dtype.kind in "iu" else value
+                continue
+            requires_grad = self._wants(vi.name, "inputs")
+            self.ctx.add_input(vi.name, value, requires_grad, self.ctx.float_dtype)
+            self.ctx.emitted[vi.name] = vi.name
+            if requires_grad:
+                self.made_params.add(vi.name)
+        unknown = set(self.options.inputs) - {vi.name for vi in self.model.graph.input}
+        if unknown:
+            raise GraphError(f"the model has no input '{sorted(unknown)[0]}'", field="inputs")
+
+    def _initializers(self) -> None:
+        for name, value in self.inits.items():
+            if name in self.ctx.emitted:
+                continue
+            if value.dtype.kind == "f" and self._wants(name, "initializers"):
+                self._param(name, value)
+            else:
+                self.ctx.consts[name] = value
+
+    # --- nodes ---------------------------------------------------------------------------
+
+    def _unsupported(self, reason: str, node) -> None:
+        entry = self.unsupported.setdefault(reason, [0, _label(node)])
+        entry[0] += 1
+        self.ctx.poisoned.update(o for o in node.output if o)
+
+    def _fold(self, node, a):
+        """Outputs of a node whose inputs are all constants, by ONNX's reference evaluator."""
+        ctx = self.ctx
+        if node.op_type == "Constant":
+            return [constant_value(node, a)]
+        if node.op_type == "ConstantOfShape":
+            return [constant_of_shape(ctx, node, a)]
+        from onnx import helper
+        from onnx.reference import ReferenceEvaluator
+
+        feeds = {n: ctx.const(n) for n in node.input if n}
+        graph = helper.make_graph(
+            [node], "fold",
+            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
+             for n, v in feeds.items()],
+            [helper.make_empty_tensor_value_info(o) for o in node.output if o])
+        one = helper.make_model(graph, opset_imports=list(self.model.opset_import),
+                                ir_version=self.model.ir_version)
+        return ReferenceEvaluator(one).run(None, feeds)
+
+    def _shape_of(self, node, a):
+        """Shape and Size of a computed value: known statically."""
+        shape = self.ctx.shape(self.ctx.value(node.input[0]))
+        if node.op_type == "Size":
+            return np.asarray(int(np.prod(shape)), dtype=np.int64)
+        start, end = a.get("start", 0), a.get("end", len(shape))
+        return np.asarray(shape[start:end], dtype=np.int64)
+
+    def _foldable(self, node) -> bool:
+        """All inputs are constants, and either no registry op does this or it computes on
+        non-float values (shape arithmetic). Float work on constants is emitted as nodes, so it
+        runs through the registry's ops like everything else."""
+        ins = [n for n in node.input if n]
+        if not all(self.ctx.is_const(n) for n in ins):
+            return False
+        if node.op_type in ("Constant", "ConstantOfShape") or node.op_type not in CONVERTERS:
+            return True
+        return any(np.asarray(self.ctx.consts[n]).dtype.kind != "f" for n in ins
+                   if not isinstance(self.ctx.consts[n], Filled))
+
+    def _node(self, node) -> None:
+        ctx = self.ctx
+        ctx.onnx_name = node.name or node.output[0]
+        if node.domain not in ("", "ai.onnx"):
+            self._unsupported(f"{node.domain}::{node.op_type}", node)
+            return
+        if any(n in ctx.poisoned for n in node.input if n):
+            ctx.poisoned.update(o for o in node.output if o)
+            if node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size"):
+                self._unsupported(node.op_type, node)
+            return
+        a = _attrs(node)
+        try:
+            if node.op_type in ("Shape", "Size") and not ctx.is_const(node.input[0]):
+                self._store(node.output[0], self._shape_of(node, a))
+                return
+            if self._foldable(node):
+                for out, value in zip(node.output, self._fold(node, a)):
+                    if out:
+                        self._store(out, value if isinstance(value, Filled) else np.asarray(value))
+                return
+            conv = CONVERTERS.get(node.op_type)
+            if conv is None:
+                raise Unsupported(node.op_type)
+            outs = conv(ctx, node, a, self.opset)
+            for out, gc in zip(node.output, [outs] if isinstance(outs, str) else outs):
+                if out:
+                    ctx.set_output(out, gc)
+        except Unsupported as exc:
+            self._unsupported(exc.reason, node)
+        except GraphError as exc:  # a registry op refused the node: say which ONNX node
+            raise GraphError(f"{node.op_type} node {_label(node)}: {exc.reason}", field="model") from None
+
+    # --- the loss ------------------------------------------------------------------------
+
+    def _loss(self) -> None:
+        ctx, opts = self.ctx, self.options
+        outputs = [vi.name for vi in self.model.graph.output]
+        out = opts.output or outputs[0]
+        if out not in outputs and out not in ctx.emitted and out not in ctx.consts:
+            raise GraphError(f"the model has no output or value '{out}' (outputs: {', '.join(outputs)})",
+                             field="output")
+        if out in ctx.poisoned:
+            raise GraphError(f"output '{out}' is not computed", field="output")
+        if out in ctx.consts and not isinstance(ctx.consts[out], Filled) and ctx.consts[out].dtype.kind != "f":
+            raise GraphError(f"output '{out}' holds {ctx.consts[out].dtype} values computed from integer inputs "
+                             "alone; the loss needs a float output", field="output")
+        y = ctx.value(out)
+        if opts.loss not in LOSSES:
+            raise GraphError(f"unknown loss '{opts.loss}' (expected one of {', '.join(LOSSES)})", field="loss")
+        name = ctx.fresh(LOSS_NAME)
+        ctx.onnx_name = name
+        if opts.loss == "cotangent":
+            shape = ctx.shape(y)
+            if opts.cotangent is not None:
+                c = np.asarray(opts.cotangent, dtype=np.float64)
+                if c.shape != shape:
+                    raise GraphError(f"the cotangent has shape {list(c.shape)}, output '{out}' has {list(shape)}",
+                                     field="cotangent")
+            else:
+                c = np.random.default_rng(opts.cotangent_seed).standard_normal(shape)
+            seed = ctx.add_input(ctx.fresh(f"{name}/cotangent"), c, False, ctx.float_dtype)
+            y = ctx.emit("mul", [y, seed])
+        ctx.emit("sum" if opts.loss != "mean" else "mean", [y], name=name)
+        ctx.builder.output(name)
+
+    def run(self):
+        self._graph_inputs()
+        self._initializers()
+        for node in self.model.graph.node:
+            self._node(node)
+        if self.unsupported:
+            items = sorted(self.unsupported.items(), key=lambda kv: (-kv[1][0], kv[0]))
+            listing = "; ".join(f"{reason} x{count} (first: node {first})" for reason, (count, first) in items)
+            raise GraphError(f"unsupported ONNX ops: {listing}", field="model")
+        missing = [n for n in self.named if n not in self.made_params]
+        if missing:
+            raise GraphError(f"'{missing[0]}' is not a float initializer, input or constant of the model, so it "
+                             "cannot be a parameter", field="params")
+        self._loss()
+        return self.ctx.builder.build()
+
+
+def import_model(model, options: ImportOptions | None = None, name: str = ""):
+    """A checked ModelProto -> gradcheck.v1.Graph message."""
+    return Importer(model, options or ImportOptions(), name).run()

@@ -1,0 +1,125 @@
+"""conv: N-d convolution (1-D and 2-D in practice) with ONNX's attributes.
+
+X (N, C, *S), W (M, C/group, *K), optional bias B (M). Grouped and
+depthwise (group == C) convolution, strides, explicit pads or auto_pad,
+dilations. The forward is im2col feeding one batched GEMM: the windows are a
+strided view (ops/windows.py), copied once into a (N, G, P, C/G * prod(K))
+matrix and multiplied with the weight as (G, C/G * prod(K), M/G). No Python
+loop over pixels; the same code runs on CuPy.
+
+Batch-aware (the finite-difference oracle adds one leading axis to X, W or B,
+or several of them): leading axes of X and W are aligned before the GEMM, so
+a stack of perturbed weights convolves one input in a single matmul.
+"""
+from __future__ import annotations
+
+import math
+
+from ..errors import GraphError
+from .base import FLOAT, REALS, Attr, Case, OpDef, Spec
+from .registry import register
+from .windows import WINDOW_ATTRS, channel_view, crop_spatial, geometry, pad_spatial, windows, windows_adjoint
+
+
+def _infer(node, specs, attrs):
+    if len(specs) not in (2, 3):
+        raise GraphError(f"conv takes X, W and an optional bias B, got {len(specs)} inputs", node=node)
+    x, w = specs[0].shape, specs[1].shape
+    if len(x) < 3 or len(w) != len(x):
+        raise GraphError(f"conv expects X (N, C, *spatial) and W (M, C/group, *kernel) of the same rank, "
+                         f"got {list(x)} and {list(w)}", node=node)
+    group = attrs["group"]
+    m, c = w[0], x[1]
+    if group < 1 or c % group or m % group or w[1] * group != c:
+        raise GraphError(f"conv: X has {c} channels, W {list(w)}, group {group}: need C = group * W.shape[1] "
+                         "and M divisible by group", node=node)
+    if attrs["kernel_shape"] is not None and tuple(attrs["kernel_shape"]) != w[2:]:
+        raise GraphError(f"kernel_shape {attrs['kernel_shape']} differs from the weight's {list(w[2:])}", node=node)
+    if len(specs) == 3 and specs[2].shape != (m,):
+        raise GraphError(f"conv bias must have shape [{m}], got {list(specs[2].shape)}", node=node)
+    geo = geometry(node, x[2:], w[2:], attrs)
+    return Spec((x[0], m) + geo.out, FLOAT), {"geo": geo, "group": group, "bias": len(specs) == 3}
+
+
+def _im2col(xp, x, geo, group):
+    """(..., N, C, *S) -> (..., N, G, P, C/G * prod(K)): every window as a row, per group."""
+    k = geo.k
+    win = windows(xp, pad_spatial(xp, x, geo), geo)  # (..., N, C, *out, *K), a view
+    lead = win.shape[:-(2 * k + 1)]
+    c = win.shape[-(2 * k + 1)]
+    win = win.reshape(lead + (group, c // group) + win.shape[-2 * k:])
+    g_axis = len(lead)  # lead ends with N; then G, Cg, *out, *K
+    order = (tuple(range(g_axis + 1)) + tuple(range(g_axis + 2, g_axis + 2 + k)) + (g_axis + 1,)
+             + tuple(range(g_axis + 2 + k, g_axis + 2 + 2 * k)))
+    win = xp.transpose(win, order)  # (..., N, G, *out, Cg, *K)
+    return win.reshape(lead + (group, math.prod(geo.out), (c // group) * math.prod(geo.kernel)))
+
+
+def _weight_matrix(xp, w, group, k):
+    """(..., M, Cg, *K) -> (..., G, Cg * prod(K), M/G)."""
+    lead = w.shape[:-(k + 2)]
+    m = w.shape[-(k + 2)]
+    wm = w.reshape(lead + (group, m // group, -1))
+    return xp.swapaxes(wm, -1, -2)
+
+
+def _conv(xp, x, w, b=None, *, geo, group, bias):
+    k = geo.k
+    cols = _im2col(xp, x, geo, group)  # (*Lx, N, G, P, CgK)
+    wm = _weight_matrix(xp, w, group, k)  # (*Lw, G, CgK, Mg)
+    lx, lw = x.ndim - (k + 2), w.ndim - (k + 2)
+    if lw:  # perturbed weights: give W an N axis and X the same number of leading axes
+        wm = wm.reshape(wm.shape[:lw] + (1,) + wm.shape[lw:])
+        cols = cols.reshape((1,) * max(0, lw - lx) + cols.shape)
+    y = xp.matmul(cols, wm)  # (*L, N, G, P, Mg): the one GEMM
+    y = xp.swapaxes(y, -1, -2)
+    y = y.reshape(y.shape[:-3] + (y.shape[-3] * y.shape[-2],) + geo.out)
+    if b is not None:
+        y = y + channel_view(b, k)
+    return y
+
+
+def _conv_vjp(xp, g, saved, geo, group, bias):
+    x, w = saved
+    k = geo.k
+    n, m = g.shape[0], g.shape[1]
+    cols = _im2col(xp, x, geo, group)  # (N, G, P, CgK)
+    wm = _weight_matrix(xp, w, group, k)  # (G, CgK, Mg)
+    gm = g.reshape(n, group, m // group, -1)  # (N, G, Mg, P)
+    # dW[g] = sum over N and P of g (x) cols: one GEMM per group with N*P as the inner dimension
+    gw = xp.matmul(xp.transpose(gm, (1, 2, 0, 3)).reshape(group, m // group, -1),
+                   xp.transpose(cols, (1, 0, 2, 3)).reshape(group, -1, cols.shape[-1]))
+    dw = gw.reshape(w.shape)
+    dcols = xp.matmul(xp.swapaxes(gm, -1, -2), xp.swapaxes(wm, -1, -2))  # (N, G, P, CgK)
+    c = x.shape[1]
+    dwin = dcols.reshape((n, group) + geo.out + (c // group,) + geo.kernel)
+    order = (0, 1, 2 + k) + tuple(range(2, 2 + k)) + tuple(range(3 + k, 3 + 2 * k))
+    dwin = xp.transpose(dwin, order).reshape((n, c) + geo.out + geo.kernel)
+    dx = crop_spatial(windows_adjoint(xp, dwin, geo), geo)
+    if not bias:
+        return dx, dw
+    return dx, dw, xp.sum(g, axis=(0,) + tuple(range(2, 2 + k)))
+
+
+def _save(xs, y, **_):
+    return xs[0], xs[1]  # the bias gradient needs only g
+
+
+def _cases(rng):
+    s = REALS.sample
+    return [
+        Case([s(rng, (2, 2, 7)), s(rng, (3, 2, 3)), s(rng, (3,))], {}),  # 1-D
+        Case([s(rng, (1, 2, 8)), s(rng, (2, 2, 2))], {"strides": [2], "pads": [1, 2], "dilations": [2]}),
+        Case([s(rng, (1, 4, 5, 5)), s(rng, (4, 2, 3, 2)), s(rng, (4,))], {"group": 2, "pads": [1, 0, 1, 1]}),
+        Case([s(rng, (2, 3, 5, 4)), s(rng, (6, 1, 3, 3))], {"group": 3, "strides": [2, 1],
+                                                            "auto_pad": "SAME_UPPER"}),  # depthwise, x2
+        Case([s(rng, (1, 2, 6, 6)), s(rng, (2, 2, 2, 2)), s(rng, (2,))], {"dilations": [2, 2],
+                                                                          "auto_pad": "SAME_LOWER"}),
+    ]
+
+
+register(OpDef(
+    name="conv", forward=_conv, vjp=_conv_vjp, infer=_infer, arity=None, input_kinds=(FLOAT,),
+    attrs={**WINDOW_ATTRS, "group": Attr("int", 1, doc="channel groups; group == C is depthwise")},
+    save=_save, cases=_cases,
+    doc="ONNX Conv: X (N, C, *S) * W (M, C/group, *K) + B (M); im2col + one batched GEMM"))
