@@ -37,6 +37,8 @@ def _log_softmax(xp, x, axis):
 def _softmax(xp, x, axis):
     # exp(x - max) / sum, not exp(log_softmax): for logits ~1e19 (deep nets with constant
     # weights) logsumexp - x rounds log(n) away and every probability would come out 1
+    if x.shape[axis] == 0:  # softmax of nothing is empty (NumPy, PyTorch); max has no identity there
+        return xp.exp(x)
     m = xp.max(x, axis=axis, keepdims=True)
     e = xp.exp(x - xp.where(xp.isfinite(m), m, 0.0))
     return e / xp.sum(e, axis=axis, keepdims=True)

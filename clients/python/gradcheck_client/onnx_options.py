@@ -33,9 +33,9 @@ ONNX_FLAGS: tuple[OnnxFlag, ...] = (
     OnnxFlag("params", "--params", "which values become parameters: comma-separated initializers, inputs, "
              "constants (values nodes make at import time, e.g. ConstantOfShape weights), none, or value names",
              default="initializers", metavar="SPEC"),
-    OnnxFlag("inputs", "--input", "a graph input's value from a TensorProto file (repeatable)",
+    OnnxFlag("inputs", "--input", "a graph input's value from a TensorProto file (repeatable; default: generated from --input-seed)",
              metavar="NAME=FILE.pb", repeated=True),
-    OnnxFlag("input_seed", "--input-seed", "seed for graph inputs not given (uniform in [0, 1))", default=0,
+    OnnxFlag("input_seed", "--input-seed", "seed for graph inputs not given (uniform in [0, 1); default 0)", default=0,
              type=int, metavar="N"),
     OnnxFlag("loss_output", "--loss-output", "the model output the loss reduces (default: the first)",
              metavar="NAME"),
@@ -43,7 +43,7 @@ ONNX_FLAGS: tuple[OnnxFlag, ...] = (
              "(sum of output * cotangent)", default="sum", choices=("sum", "mean", "cotangent")),
     OnnxFlag("cotangent", "--cotangent", "the cotangent as a TensorProto file (default: standard normal "
              "from --cotangent-seed)", metavar="FILE.pb"),
-    OnnxFlag("cotangent_seed", "--cotangent-seed", "seed for the cotangent", default=0, type=int, metavar="N"),
+    OnnxFlag("cotangent_seed", "--cotangent-seed", "seed for the cotangent (default 0)", default=0, type=int, metavar="N"),
 )
 
 

@@ -68,8 +68,49 @@ def onnx_slice(shapes, attrs, entry):
     return tuple(len(range(*s.indices(d))) for s, d in zip(index, shape))
 
 
+def attr_shape(shapes, attrs, entry):
+    """The `shape` attribute (constant_of_shape)."""
+    return tuple(attrs["shape"])
+
+
+def padded(shapes, attrs, entry):
+    """Input 0 grown by `pads` (begins then ends per axis, ONNX order)."""
+    shape, pads = tuple(shapes[0]), list(attrs["pads"])
+    r = len(shape)
+    return tuple(d + pads[i] + pads[r + i] for i, d in enumerate(shape))
+
+
+def window(shapes, attrs, entry):
+    """Sliding windows over the spatial axes of X (N, C, *S): conv (channels from W's first axis,
+    kernel from W) and pooling (channels kept, kernel from kernel_shape); ONNX's pads, strides,
+    dilations, auto_pad and ceil_mode."""
+    x = tuple(shapes[0])
+    conv = len(shapes) > 1
+    spatial = x[2:]
+    k = len(spatial)
+    kernel = tuple(attrs.get("kernel_shape") or shapes[1][2:])
+    strides = tuple(attrs.get("strides") or (1,) * k)
+    dilations = tuple(attrs.get("dilations") or (1,) * k)
+    span = [d * (n - 1) + 1 for d, n in zip(dilations, kernel)]
+    auto = attrs.get("auto_pad") or "NOTSET"
+    if auto in ("SAME_UPPER", "SAME_LOWER"):
+        out = tuple(-(-s // st) for s, st in zip(spatial, strides))
+    else:
+        pads = (0,) * (2 * k) if auto == "VALID" or attrs.get("pads") is None else tuple(attrs["pads"])
+        ceil = bool(attrs.get("ceil_mode"))
+        out = []
+        for i, (s, sp, st) in enumerate(zip(spatial, span, strides)):
+            room = s + pads[i] + pads[k + i] - sp
+            o = (-(-room // st) if ceil else room // st) + 1
+            if ceil and (o - 1) * st >= s + pads[i]:
+                o -= 1  # a last window starting in the end padding is dropped
+            out.append(o)
+        out = tuple(out)
+    return (x[0], shapes[1][0] if conv else x[1]) + out
+
+
 RULES = {"numpy": numpy_rule, "broadcast": broadcast, "same": same, "scalar": scalar, "reduce": reduce,
-         "constant": constant, "slice": onnx_slice}
+         "constant": constant, "slice": onnx_slice, "attr_shape": attr_shape, "padded": padded, "window": window}
 
 
 def output_shape(entry: dict, shapes: list, attrs: dict) -> tuple:
