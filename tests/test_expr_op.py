@@ -5,16 +5,15 @@ the node and the offending token, nothing evaluated, under a timeout."""
 import json
 import os
 import pickle
-import signal
 import subprocess
 import sys
-from contextlib import contextmanager
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
 
+from gradcheck_svc.alarm import alarm
 from gradcheck_svc.backend import cuda_available, get_backend
 from gradcheck_svc.cli import main
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds
@@ -28,19 +27,10 @@ ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES = ROOT / "examples" / "graphs"
 
 
-@contextmanager
 def time_limit(seconds):
-    """Fail instead of hanging (SIGALRM interrupts even a long SymPy call)."""
-    def on_alarm(*_):
-        raise TimeoutError(f"took longer than {seconds} s")
-
-    old = signal.signal(signal.SIGALRM, on_alarm)
-    signal.setitimer(signal.ITIMER_REAL, seconds)
-    try:
-        yield
-    finally:
-        signal.setitimer(signal.ITIMER_REAL, 0)
-        signal.signal(signal.SIGALRM, old)
+    """Fail instead of hanging (SIGALRM interrupts even a long SymPy call). Holding the process's
+    interval timer also sends the expr simplify check down its child-process path."""
+    return alarm(seconds, TimeoutError)
 
 
 def expr_graph(x, formula, grad=None, name="act", inputs=None, args=None, extra=()):
