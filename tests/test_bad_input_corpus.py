@@ -131,3 +131,24 @@ def test_server_alive_and_serving_after_the_corpus(server):
         assert c.verify(seed_graph()).passed
     assert server.proc.poll() is None
     assert server.metric("gradcheck_requests_total", code="INTERNAL") == 0
+
+
+def test_server_info_lists_every_limit_in_force(server):
+    """GetServerInfo shows each limit of gradcheck_svc/limits.py, with the value the server runs with."""
+    from gradcheck_svc.limits import LIMITS
+
+    with Client(server.target, timeout=30, retries=0) as c:
+        limits = c.server_info()["limits"]
+    for spec in LIMITS:
+        want = LIMIT_FLAGS.get(spec.name, spec.default)
+        assert float(limits[spec.name]) == float(want), spec.name
+
+
+def test_serve_help_shows_every_limit():
+    from gradcheck_svc import cli
+    from gradcheck_svc.limits import LIMITS
+
+    serve = next(a for a in cli.build_parser()._actions if a.dest == "command").choices["serve"]
+    text = serve.format_help()
+    for spec in LIMITS:
+        assert "--" + spec.name.replace("_", "-") in text and f"(default {spec.default:g})" in " ".join(text.split())
