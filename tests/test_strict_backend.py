@@ -1,12 +1,13 @@
 """The CPU stand-in for CuPy (backend "strict", strict_backend.py): it refuses what CuPy refuses,
 and every op, bundled example and bug-zoo case runs on it with NumPy's results. A failure here
-is an implicit host transfer or a host/device mix that would break on a real GPU."""
+is an implicit host transfer or a host/device mix that would break on a real GPU. The same
+bodies run on CuPy ("cuda") where a GPU is present (bench/gpu_check.sh)."""
 import json
 
 import numpy as np
 import pytest
 
-from gradcheck_svc.backend import NUMPY, get_backend
+from gradcheck_svc.backend import NUMPY, cuda_available, get_backend
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.ops import all_ops
@@ -19,6 +20,7 @@ from test_bug_zoo import CASES, _case_param, run_case
 
 STRICT = get_backend("strict")
 xp = STRICT.xp
+DEVICES = ["strict", pytest.param("cuda", marks=pytest.mark.skipif(not cuda_available(), reason="no CUDA device"))]
 
 
 # --- the wrapper refuses what CuPy refuses -------------------------------------------
@@ -62,24 +64,27 @@ def _run(graph, backend):
     program = Program(graph, np.float64)
     tape = forward(program, backend, prepare_feeds(program, backend))
     grads = backward(tape)
-    if backend is STRICT:  # the run really stayed on the stand-in device
-        assert all(isinstance(v, StrictArray) for v in [*tape.values.values(), *grads.values()])
+    if backend is not NUMPY:  # the run really stayed on the device
+        assert all(isinstance(v, backend.xp.ndarray) for v in [*tape.values.values(), *grads.values()])
     return ({k: backend.to_host(v) for k, v in tape.values.items()},
             {k: backend.to_host(v) for k, v in grads.items()})
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("op", all_ops(), ids=lambda o: o.name)
-def test_every_op_forward_and_vjp_on_strict_match_numpy(op, rng):
+def test_every_op_forward_and_vjp_match_numpy(op, device, rng):
     for case in op.cases(rng):
         shape = op_graph(op, case).specs["y"].shape
         graph = op_graph(op, case, rng.uniform(0.5, 1.5, size=shape))
-        values, grads = _run(graph, STRICT)
+        values, grads = _run(graph, get_backend(device))
         ref_values, ref_grads = _run(graph, NUMPY)
         assert values.keys() == ref_values.keys() and grads.keys() == ref_grads.keys()
+        # the stand-in runs NumPy's own kernels: equal to rounding; CuPy's differ in the last bits
+        rtol, atol = (1e-12, 0) if device == "strict" else (1e-9, 1e-12)
         for k in ref_values:
-            np.testing.assert_allclose(values[k], ref_values[k], rtol=1e-12, atol=0, err_msg=f"{op.name} {k}")
+            np.testing.assert_allclose(values[k], ref_values[k], rtol=rtol, atol=atol, err_msg=f"{op.name} {k}")
         for k in ref_grads:
-            np.testing.assert_allclose(grads[k], ref_grads[k], rtol=1e-12, atol=0, err_msg=f"{op.name} d{k}")
+            np.testing.assert_allclose(grads[k], ref_grads[k], rtol=rtol, atol=atol, err_msg=f"{op.name} d{k}")
 
 
 # --- the bundled examples and the bug zoo -----------------------------------------------
@@ -87,20 +92,22 @@ def test_every_op_forward_and_vjp_on_strict_match_numpy(op, rng):
 EXAMPLE_GRAPHS = sorted((EXAMPLES).glob("*.json"))
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("path", EXAMPLE_GRAPHS, ids=lambda p: p.stem)
-def test_examples_on_strict_report_what_numpy_reports(path):
-    strict = verify(load_graph(path), VerifyOptions(device="strict"))
+def test_examples_report_what_numpy_reports(path, device):
+    dev = verify(load_graph(path), VerifyOptions(device=device))
     ref = verify(load_graph(path), VerifyOptions())
-    assert strict.verdict == ref.verdict == ("fail" if path.stem.endswith("_wrong") else "pass")
-    assert [(p.name, p.passed) for p in strict.parameters] == [(p.name, p.passed) for p in ref.parameters]
-    for p, q in zip(strict.parameters, ref.parameters):
-        np.testing.assert_allclose(p.gradient, q.gradient, rtol=1e-12, atol=0)
-    assert {(f.node, f.cause) for f in strict.findings} == {(f.node, f.cause) for f in ref.findings}
+    assert dev.verdict == ref.verdict == ("fail" if path.stem.endswith("_wrong") else "pass")
+    assert [(p.name, p.passed) for p in dev.parameters] == [(p.name, p.passed) for p in ref.parameters]
+    for p, q in zip(dev.parameters, ref.parameters):
+        np.testing.assert_allclose(p.gradient, q.gradient, rtol=1e-12 if device == "strict" else 1e-9, atol=0)
+    assert {(f.node, f.cause) for f in dev.findings} == {(f.node, f.cause) for f in ref.findings}
 
 
+@pytest.mark.parametrize("device", DEVICES)
 @pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
-def test_bug_zoo_on_strict(case):
+def test_bug_zoo(case, device):
     case = json.loads(json.dumps(case))
-    case["options"] = {**case.get("options", {}), "device": "strict"}
+    case["options"] = {**case.get("options", {}), "device": device}
     ok, text = run_case(case)
     assert ok, f"expected {case['expect']}\n{text}"
