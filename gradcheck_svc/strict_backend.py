@@ -82,6 +82,11 @@ class StrictArray:
         _refuse("np.asarray / __array__ of a device array")
 
     def __array_ufunc__(self, ufunc, method, *inputs, **kwargs):
+        # `np.float64(2) * a` reaches here (the scalar's operator runs first); CuPy computes it on
+        # the device, and so do we. Any other NumPy ufunc on a device array is foreign code.
+        if method == "__call__" and ufunc.nin == 2 and not kwargs \
+                and any(isinstance(x, (np.generic, int, float, complex)) for x in inputs):
+            return _call(ufunc, inputs, {})
         _refuse(f"the NumPy ufunc {ufunc.__name__}.{method} on a device array")
 
     def __array_function__(self, func, types, args, kwargs):

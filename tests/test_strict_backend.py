@@ -39,7 +39,7 @@ def test_implicit_host_transfers_and_mixing_are_refused(how):
 
 def test_device_arithmetic_stays_on_the_device_and_to_host_is_the_door():
     a = xp.asarray(np.array([[1.0, 2.0], [3.0, 4.0]]))
-    b = (xp.exp(a) * 2 + 1.0) @ a.T
+    b = (xp.exp(a) * np.float64(2) + 1.0) @ a.T  # a NumPy scalar is a scalar, as on CuPy
     s = b.sum()  # a reduction is a 0-d device array, as on CuPy, not a host scalar
     assert isinstance(b, StrictArray) and isinstance(s, StrictArray) and s.shape == ()
     host = np.exp([[1.0, 2.0], [3.0, 4.0]]) * 2 + 1.0
