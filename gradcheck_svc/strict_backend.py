@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import operator
 import types
+import weakref
 
 import numpy as np
 
@@ -48,11 +49,28 @@ def _unwrap(x, host_ok: bool = False):
     return x
 
 
+_wrappers: weakref.WeakValueDictionary = weakref.WeakValueDictionary()  # id(ndarray) -> its live wrapper
+
+
+def _wrap_array(x: np.ndarray) -> StrictArray:
+    """One wrapper per live ndarray, and a view's wrapper holds its base's: `a.base` is then the
+    same object on every call, as on CuPy, so the engine's per-buffer byte counting (which
+    follows `.base` by identity) sees one buffer, not one per wrapper."""
+    w = _wrappers.get(id(x))
+    if w is not None and w._a is x:
+        return w
+    w = StrictArray(x)
+    if isinstance(x.base, np.ndarray):
+        w._base = _wrap_array(x.base)
+    _wrappers[id(x)] = w
+    return w
+
+
 def _wrap(x):
     """ndarray -> StrictArray; a NumPy scalar from a reduction -> 0-d StrictArray (CuPy's
     reductions return 0-d device arrays, not host scalars)."""
     if isinstance(x, np.ndarray):
-        return StrictArray(x)
+        return _wrap_array(x)
     if isinstance(x, np.generic):
         return StrictArray(np.asarray(x))
     if type(x) is tuple or type(x) is list:
@@ -71,11 +89,11 @@ _HOST_METHODS = {"item", "tolist", "tobytes", "tofile", "dump", "dumps", "__arra
 
 
 class StrictArray:
-    __slots__ = ("_a",)
+    __slots__ = ("_a", "_base", "__weakref__")
     __array_priority__ = 1000  # NumPy binary operators defer to ours
 
     def __init__(self, a: np.ndarray):
-        self._a = a
+        self._a, self._base = a, None
 
     # --- what CuPy refuses (or silently syncs on) --------------------------------
     def __array__(self, *args, **kwargs):
@@ -125,8 +143,8 @@ class StrictArray:
     itemsize = property(lambda self: self._a.itemsize)
     strides = property(lambda self: self._a.strides)
     flags = property(lambda self: self._a.flags)
-    T = property(lambda self: StrictArray(self._a.T))
-    base = property(lambda self: _wrap(self._a.base))
+    T = property(lambda self: _wrap(self._a.T))
+    base = property(lambda self: self._base)
 
     def __len__(self):
         return len(self._a)
@@ -236,7 +254,7 @@ XP = StrictModule()
 def _strict_erf(x):
     from .backend import erf  # noqa: PLC0415 - numpy's erf, on the unwrapped array
 
-    return StrictArray(erf(np, _unwrap(x)))
+    return _wrap(erf(np, _unwrap(x)))
 
 
 StrictModule.strict_erf = staticmethod(_strict_erf)

@@ -16,6 +16,7 @@ from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.audit import op_graph
 
 from conftest import EXAMPLES
+from graphs_memory import chain, mlp, residual
 from test_bug_zoo import CASES, _case_param, run_case
 
 STRICT = get_backend("strict")
@@ -111,3 +112,18 @@ def test_bug_zoo(case, device):
     case["options"] = {**case.get("options", {}), "device": device}
     ok, text = run_case(case)
     assert ok, f"expected {case['expect']}\n{text}"
+
+
+# --- memory: checkpointing and the byte counts ------------------------------------------
+
+@pytest.mark.parametrize("make", [lambda: chain(40), residual, mlp], ids=["chain40", "residual", "mlp"])
+def test_checkpointing_and_memory_figures_on_strict_match_numpy(make):
+    """Views must resolve to their base buffer by identity on the device as on NumPy, else every
+    view is counted as a buffer of its own (the stand-in's first version overcounted 3x)."""
+    graph = make()
+    for policy in ("none", "sqrt", "every:3"):
+        dev = verify(graph, VerifyOptions(device="strict", checkpoint=policy))
+        ref = verify(graph, VerifyOptions(checkpoint=policy))
+        assert dev.verdict == ref.verdict == "pass"
+        assert dev.memory == ref.memory and dev.memory["live_peak_bytes"] > 0
+        assert all(np.array_equal(p.gradient, q.gradient) for p, q in zip(dev.parameters, ref.parameters))
