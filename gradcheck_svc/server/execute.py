@@ -15,6 +15,7 @@ from google.protobuf.descriptor import FieldDescriptor
 from gradcheck.v1 import service_pb2
 from gradcheck_client.options import BY_NAME, OPTIONS
 
+from ..backend import USER_DEVICES
 from ..engine import parse_fault
 from ..errors import LimitError, OptionError
 from ..graph import validate
@@ -52,6 +53,9 @@ def verify_options(values: dict, limits: ServerLimits, field=lambda name: f"opti
     if mode not in FD_MODES:
         raise OptionError(f"unknown fd_mode '{mode}' (expected one of {', '.join(FD_MODES)})",
                           field=field("fd_mode"))
+    if get("device") not in USER_DEVICES:  # "strict" is a test-only backend, never served
+        raise OptionError(f"unknown device '{get('device')}' (expected {' or '.join(USER_DEVICES)})",
+                          field=field("device"))
     if get("directions") < 0:
         raise OptionError("directions must be positive", field=field("directions"))
     if get("seed") < 0:

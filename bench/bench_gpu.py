@@ -1,0 +1,98 @@
+"""GPU benchmark (issue 11): engine forward+backward on CuPy vs PyTorch CUDA eager, and the
+cost of fingerprinting saved tensors on the device. Short by design: it runs inside
+bench/gpu_check.sh's 6-minute budget on the one GPU session we get.
+
+    PYTHONPATH=.:clients/python python bench/bench_gpu.py [--quick]
+
+Cases: the MLP of bench_engine.py at batch 4,096, width 4,096 (float32 and float64) and a
+1,000-node elementwise chain. Gradients are compared with torch's before anything is timed.
+Without a CUDA device it says so and exits 0. --rehearse runs the same code on the strict CPU
+stand-in against torch on the CPU, at --quick sizes, so gpu_check.sh is rehearsed on CPU
+machines and the one GPU run is not spent on a typo.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from gradcheck_svc.backend import cuda_available, get_backend  # noqa: E402
+
+
+def timed(fn, sync, reps):
+    fn()
+    sync()  # warm-up: kernel compilation and the memory pool's first allocations
+    out = []
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        fn()
+        sync()
+        out.append(time.perf_counter() - t0)
+    return float(np.median(out))
+
+
+def run(name, case, dtype, reps, device="cuda"):
+    import torch
+
+    from gradcheck_svc.engine import Program, backward, forward, prepare_feeds
+    from gradcheck_svc.graph import load_graph
+
+    backend = get_backend(device)
+    tdev = "cuda" if device == "cuda" else "cpu"
+    msg, values, params, torch_model = case
+    from gradcheck_svc.graph.validate import Limits
+
+    # the batch-4096 MLP holds ~130M elements, past the service's default request limit
+    program = Program(load_graph(msg, limits=Limits(max_elements=1 << 31)), dtype)
+    feeds = prepare_feeds(program, backend)
+    tdtype = torch.float32 if dtype == np.float32 else torch.float64
+    t = {k: (torch.tensor(v, dtype=tdtype, device=tdev, requires_grad=k in params)
+             if np.asarray(v).dtype.kind == "f" else torch.tensor(v, device=tdev)) for k, v in values.items()}
+    tparams = [t[p] for p in params]
+
+    def engine(integrity="off"):
+        return backward(forward(program, backend, feeds, integrity=integrity))
+
+    def eager():
+        return torch.autograd.grad(torch_model(t), tparams)
+
+    ours, theirs = engine(), eager()
+    tol = 1e-3 if dtype == np.float32 else 1e-9
+    for p, g in zip(params, theirs):
+        np.testing.assert_allclose(backend.to_host(ours[p]), g.cpu().numpy(), rtol=tol, atol=tol, err_msg=p)
+    sync = lambda: (backend.synchronize(), tdev == "cuda" and torch.cuda.synchronize())  # noqa: E731
+    e, c, te = timed(engine, sync, reps), timed(lambda: engine("check"), sync, reps), timed(eager, sync, reps)
+    print(f"{device:6s} {name:6s} {np.dtype(dtype).name:8s} engine {e * 1e3:9.2f} ms  torch {te * 1e3:9.2f} ms  "
+          f"ratio {e / te:5.2f}x (goal <= 1.5x)  fingerprints +{(c / e - 1) * 100:5.1f}% (goal < 5%)", flush=True)
+
+
+def main(argv=None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="batch 512, width 512, 200-node chain, 3 repetitions")
+    ap.add_argument("--rehearse", action="store_true", help="on the strict CPU stand-in vs torch CPU, quick sizes")
+    args = ap.parse_args(argv)
+    device = "strict" if args.rehearse else "cuda"
+    args.quick = args.quick or args.rehearse
+    if device == "cuda" and not cuda_available():
+        print("bench_gpu: no CUDA device on this machine; GPU benchmark skipped")
+        return 0
+    import bench_engine as be
+
+    be.BATCH, be.WIDTH = (512, 512) if args.quick else (4096, 4096)
+    be.CHAIN_NODES, be.CHAIN_WIDTH = (200, 1 << 16) if args.quick else (1000, 1 << 20)
+    reps = 3 if args.quick else 10
+    rng = np.random.default_rng(0)
+    mlp, chain = be.mlp_case(rng), be.chain_case(rng)
+    for dtype in (np.float32, np.float64):
+        run("mlp", mlp, dtype, reps, device)
+        run("chain", chain, dtype, reps, device)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
