@@ -115,14 +115,20 @@ def load_baseline(root: str):
     return make
 
 
+def torch_inputs(values, params, dtype, device="cpu"):
+    """The case's values as torch tensors (floats in `dtype`, parameters requiring grad), and the
+    parameters' tensors in order: torch's side of every engine-vs-torch benchmark."""
+    tdtype = torch.float32 if dtype == np.float32 else torch.float64
+    t = {k: (torch.tensor(v, dtype=tdtype, device=device, requires_grad=k in params)
+             if np.asarray(v).dtype.kind == "f" else torch.tensor(v, device=device)) for k, v in values.items()}
+    return t, [t[p] for p in params]
+
+
 def run(name, case, dtype, reps, budget_s, baseline=None):
     msg, values, params, torch_model = case
     program = Program(load_graph(msg), dtype)
     feeds = prepare_feeds(program, NUMPY)
-    tdtype = torch.float32 if dtype == np.float32 else torch.float64
-    t = {k: (torch.tensor(v, dtype=tdtype, requires_grad=k in params) if np.asarray(v).dtype.kind == "f"
-             else torch.tensor(v)) for k, v in values.items()}
-    tparams = [t[p] for p in params]
+    t, tparams = torch_inputs(values, params, dtype)
 
     def engine(integrity="off"):
         return backward(forward(program, NUMPY, feeds, integrity=integrity))

@@ -68,10 +68,7 @@ def engine_cases(cases, samples):
             import torch
             program = Program(load_graph(msg), dtype)
             feeds = prepare_feeds(program, NUMPY)
-            tdt = torch.float32 if dtype == np.float32 else torch.float64
-            t = {k: (torch.tensor(v, dtype=tdt, requires_grad=k in params) if np.asarray(v).dtype.kind == "f"
-                     else torch.tensor(v)) for k, v in values.items()}
-            tp = [t[p] for p in params]
+            t, tp = bench_engine.torch_inputs(values, params, dtype)
             key = f"{name} {np.dtype(dtype).name}"
             inner = 3 if name == "mlp" else 30  # several calls per round: one slow call must not decide a median
             for integrity in ("off", "check"):

@@ -50,10 +50,9 @@ def run(name, case, dtype, reps, device="cuda"):
     # the batch-4096 MLP holds ~130M elements, past the service's default request limit
     program = Program(load_graph(msg, limits=Limits(max_elements=1 << 31)), dtype)
     feeds = prepare_feeds(program, backend)
-    tdtype = torch.float32 if dtype == np.float32 else torch.float64
-    t = {k: (torch.tensor(v, dtype=tdtype, device=tdev, requires_grad=k in params)
-             if np.asarray(v).dtype.kind == "f" else torch.tensor(v, device=tdev)) for k, v in values.items()}
-    tparams = [t[p] for p in params]
+    import bench_engine as be
+
+    t, tparams = be.torch_inputs(values, params, dtype, device=tdev)
 
     def engine(integrity="off"):
         return backward(forward(program, backend, feeds, integrity=integrity))
