@@ -2,6 +2,7 @@
 scaled by 1.5) is named rule_error at the op's node, and a corrupted saved input is named
 cache_corruption there -- caught by the fingerprints, or, with integrity off, inferred by localization.
 Parametrized over the registry, so a new op is covered without editing this file."""
+import contextlib
 import dataclasses
 
 import numpy as np
@@ -40,15 +41,24 @@ def _probe(b):
     return p.build()
 
 
-@pytest.fixture
-def scaled_rule(request):
-    op = request.param
-    bad = dataclasses.replace(op, name=f"{op.name}_bad",
-                              vjp=lambda xp, g, saved, **a: tuple(None if v is None else 1.5 * v
+@contextlib.contextmanager
+def registered_scaled_rule(op, factor: float, suffix: str):
+    """A copy of `op` named op.name + suffix whose vjp is `factor` times the right one (a planted
+    wrong rule), registered for the block."""
+    bad = dataclasses.replace(op, name=f"{op.name}{suffix}",
+                              vjp=lambda xp, g, saved, **a: tuple(None if v is None else factor * v
                                                                   for v in op.vjp(xp, g, saved, **a)))
     register(bad)
-    yield bad
-    del REGISTRY[bad.name]
+    try:
+        yield bad
+    finally:
+        del REGISTRY[bad.name]
+
+
+@pytest.fixture
+def scaled_rule(request):
+    with registered_scaled_rule(request.param, 1.5, "_bad") as bad:
+        yield bad
 
 
 @pytest.mark.parametrize("scaled_rule", DIFFERENTIABLE, ids=lambda o: o.name, indirect=True)

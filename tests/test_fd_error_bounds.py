@@ -2,7 +2,6 @@
 correct gradient is never reported wrong because the step was not small next to x, and a
 wrong one is still caught and named. The exact values come from closed forms here, not from
 the engine."""
-import dataclasses
 
 import numpy as np
 import pytest
@@ -12,12 +11,12 @@ from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.oracles.symbolic import SymbolicOptions
-from gradcheck_svc.ops.registry import REGISTRY, register
+from gradcheck_svc.ops.registry import REGISTRY
 from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.compare import Tolerance, bounds
 
 from test_bug_zoo import SMOOTH_BINARY, SMOOTH_UNARY
-from test_diagnosis_registry import DIFFERENTIABLE, op_graph
+from test_diagnosis_registry import DIFFERENTIABLE, op_graph, registered_scaled_rule
 
 FD_ONLY = VerifyOptions(symbolic=SymbolicOptions(enabled=False))
 A, C = -2.5627, 1.4993
@@ -109,12 +108,8 @@ def wide_random_graph(seed: int, rows: int = 1500, width: int = 8, tanh: str = "
 
 @pytest.fixture
 def tanh_one_percent_off():
-    tanh = REGISTRY["tanh"]
-    bad = dataclasses.replace(tanh, name="tanh_1pct",
-                              vjp=lambda xp, g, saved, **a: tuple(1.01 * v for v in tanh.vjp(xp, g, saved, **a)))
-    register(bad)
-    yield bad.name
-    del REGISTRY[bad.name]
+    with registered_scaled_rule(REGISTRY["tanh"], 1.01, "_1pct") as bad:
+        yield bad.name
 
 
 @pytest.mark.parametrize("seed", range(3))
@@ -159,13 +154,8 @@ def test_undecidable_is_a_warning_naming_the_element_never_a_rule_error():
 
 @pytest.fixture
 def one_percent_rule(request):
-    op = request.param
-    bad = dataclasses.replace(op, name=f"{op.name}_1pct",
-                              vjp=lambda xp, g, saved, **a: tuple(None if v is None else 1.01 * v
-                                                                  for v in op.vjp(xp, g, saved, **a)))
-    register(bad)
-    yield bad
-    del REGISTRY[bad.name]
+    with registered_scaled_rule(request.param, 1.01, "_1pct") as bad:
+        yield bad
 
 
 @pytest.mark.parametrize("one_percent_rule", DIFFERENTIABLE, ids=lambda o: o.name, indirect=True)
@@ -210,13 +200,7 @@ def test_localization_does_not_blame_a_node_for_the_oracles_truncation(tanh_one_
 
 
 def test_a_one_percent_wrong_div_rule_next_to_the_pole_is_still_caught():
-    div = REGISTRY["div"]
-    bad = dataclasses.replace(div, name="div_1pct",
-                              vjp=lambda xp, g, saved, **a: tuple(1.01 * v for v in div.vjp(xp, g, saved, **a)))
-    register(bad)
-    try:
-        report = verify(div_graph(1e-5, op="div_1pct"), FD_ONLY)
-    finally:
-        del REGISTRY[bad.name]
+    with registered_scaled_rule(REGISTRY["div"], 1.01, "_1pct") as bad:
+        report = verify(div_graph(1e-5, op=bad.name), FD_ONLY)
     assert report.verdict == "fail"
     assert errors(report) == [("q", "rule_error")], report.to_text()
