@@ -26,6 +26,7 @@ from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.ops import all_ops
 from gradcheck_svc.ops.base import REALS
+from test_cnn_ops_torch import TORCH as CNN_TORCH  # the ops checked there
 
 N_GRAPHS = 30
 RANDOM_NODES = 12  # per graph, after the forced ones
@@ -110,8 +111,7 @@ WAIVED: dict[str, str] = {
     # (N, C, *spatial) ops: the random DAGs here use small generic shapes; each is checked against torch
     # autograd on all its own test cases in test_cnn_ops_torch.py, and in real models in
     # test_onnx_torch_roundtrip.py
-    **{op: "N-C-spatial op, against torch in test_cnn_ops_torch.py"
-       for op in ("conv", "max_pool", "avg_pool", "batch_norm", "lrn", "pad", "prelu")},
+    **{op: "N-C-spatial op, against torch in test_cnn_ops_torch.py" for op in CNN_TORCH},
     "constant_of_shape": "no inputs, no gradient: a filled tensor (its forward is checked by the ONNX forward tests)",
 }
 

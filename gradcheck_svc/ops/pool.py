@@ -98,10 +98,9 @@ def _infer_avg(node, specs, attrs):
         # explicit pads count, the extra end padding of ceil_mode does not
         explicit = geometry(node, geo.spatial, geo.kernel, attrs)
         inside = np.pad(np.ones(explicit.padded), [(0, e - p) for e, p in zip(geo.padded, explicit.padded)])
-        count = windows(np, inside, geo).sum(axis=tuple(range(-geo.k, 0)))
     else:
         inside = np.pad(np.ones(geo.spatial), [(geo.pads[i], geo.pads[geo.k + i]) for i in range(geo.k)])
-        count = windows(np, inside, geo).sum(axis=tuple(range(-geo.k, 0)))
+    count = windows(np, inside, geo).sum(axis=tuple(range(-geo.k, 0)))
     return spec, {"geo": geo, "count": count}
 
 

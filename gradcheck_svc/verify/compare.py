@@ -53,6 +53,14 @@ def bounds(ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> 
         return tol.atol * scale + tol.rtol * np.abs(ref) + noise
 
 
+def within(g, ref, err, bound) -> np.ndarray:
+    """The one pass/fail rule, per element: a finite error within a finite bound, or the very same
+    value (both NaN, the same infinity). An infinite bound (an FD noise estimate of a -inf loss)
+    excuses nothing."""
+    with np.errstate(invalid="ignore"):
+        return (np.isfinite(err) & np.isfinite(bound) & (err <= bound)) | (g == ref) | (np.isnan(g) & np.isnan(ref))
+
+
 def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> Comparison:
     g = np.asarray(g, dtype=np.float64)
     ref = np.asarray(ref, dtype=np.float64)
@@ -73,9 +81,7 @@ def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | 
         rel = err / np.maximum(np.maximum(np.abs(ref), np.abs(np.nan_to_num(g, nan=0.0, posinf=0.0, neginf=0.0))),
                                floor)
         ratio = np.where(np.isfinite(err), err / bound, np.inf)
-        # A finite error within a finite bound, or the very same value (both NaN, the same
-        # infinity). An infinite bound (an FD noise estimate of a -inf loss) excuses nothing.
-        ok = (np.isfinite(err) & np.isfinite(bound) & (err <= bound)) | (g == ref) | (np.isnan(g) & np.isnan(ref))
+        ok = within(g, ref, err, bound)
     flat = int(np.argmax(ratio))
     worst = np.unravel_index(flat, ref.shape) if ref.shape else ()
     return Comparison(

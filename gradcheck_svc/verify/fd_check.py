@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import Comparison, Tolerance, bounds, compare
+from .compare import Comparison, Tolerance, bounds, compare, within
 
 TRUST = 1e-3  # an FD error estimate above this fraction of the value (and the tolerance) is no verdict
 REFINE_BATCH = 32  # values refined per ladder (its forwards run as stacked batches)
@@ -37,10 +37,9 @@ class FDCheck:
 
 
 def _over(engine, reference, allowed) -> np.ndarray:
+    """Elements compare() would fail (its rule, `within`, not a second one)."""
     with np.errstate(invalid="ignore"):
-        err = np.abs(engine - reference)
-        both_nan = np.isnan(engine) & np.isnan(reference)
-        return ~((err <= allowed) | both_nan)
+        return ~within(engine, reference, np.abs(engine - reference), allowed)
 
 
 def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine) -> FDCheck:
@@ -54,11 +53,12 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
     refined = np.zeros(ref.size, bool)
     undecidable = np.zeros(ref.size, bool)
     while refine is not None and refined.sum() < REFINE_MAX:
-        over = _over(eng, ref, bounds(ref, tol, error)) & ~refined
+        allowed = bounds(ref, tol, error)
+        over = _over(eng, ref, allowed) & ~refined
         if not over.any():
             break
         with np.errstate(all="ignore"):
-            ratio = np.where(over, np.nan_to_num(np.abs(eng - ref) / bounds(ref, tol, error), nan=np.inf), -1.0)
+            ratio = np.where(over, np.nan_to_num(np.abs(eng - ref) / allowed, nan=np.inf), -1.0)
         batch = np.argsort(-ratio, kind="stable")[:min(REFINE_BATCH, int(over.sum()), REFINE_MAX - int(refined.sum()))]
         floor, g = bounds(ref, tol)[batch], eng[batch]
 
