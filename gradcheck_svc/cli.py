@@ -99,12 +99,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _verify(args) -> int:
     import dataclasses
 
+    from gradcheck_client.onnx_options import is_onnx
     from gradcheck_client.options import flag_of, values_from_args
 
-    from .errors import OptionError
+    from .errors import LimitError, OptionError
     from .graph import load_graph
+    from .graph.decode import parse_graph
     from .limits import ServerLimits, limit_flag_values
-    from .server.execute import check_option_limits, verify_options
+    from .server.execute import verify_options
     from .verify import verify
     from .verify.memory_profile import write_timeline_plot
 
@@ -121,10 +123,13 @@ def _verify(args) -> int:
     options.memory_timeline = options.memory_timeline or args.memory_plot is not None or args.html is not None
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
-    check_option_limits(options, limits, field=flag_of, hint=True)
+    if options.symbolic.max_edges > limits.max_symbolic_partials:
+        raise LimitError(f"{options.symbolic.max_edges} is over the limit of {limits.max_symbolic_partials} "
+                         "(raise it with --max-symbolic-partials)", field="--symbolic-max-partials")
     check_file_size(args.graph, limits.max_message_bytes)
-    source = _onnx_graph(args.graph, args) if args.graph.lower().endswith(".onnx") else args.graph
-    graph = load_graph(source, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
+    # decoded once: the HTML report draws the same message that was verified
+    message = _onnx_graph(args.graph, args) if is_onnx(args.graph) else parse_graph(args.graph)
+    graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
     report = verify(graph, options)
     if args.memory_plot is not None:
         try:
@@ -133,19 +138,19 @@ def _verify(args) -> int:
             raise OptionError(f"'{args.memory_plot}': cannot write: {exc.strerror or exc}",
                               field="memory-plot") from None
     if args.html is not None:
-        write_html_report(args.html, args.graph, report, options.integrity)
+        write_html_report(args.html, args.graph, message, report, options.integrity)
     print(report.to_json() if args.format == "json" else report.to_text())
     return EXIT_OK if report.passed else EXIT_MISMATCH
 
 
-def write_html_report(path: str, graph_path: str, report, integrity: str) -> None:
-    """The HTML page of one verification (gradcheck_client/html_report.py draws it, as for the CI command)."""
-    from gradcheck_client.graphio import load_graph as load_graph_message
+def write_html_report(path: str, graph_path: str, message, report, integrity: str) -> None:
+    """The HTML page of one verification of the Graph `message` (gradcheck_client/html_report.py
+    draws it, as for the CI command)."""
     from gradcheck_client.html_report import RunItem, build_html
 
     from .errors import OptionError
 
-    item = RunItem(graph_path, load_graph_message(graph_path), report.to_dict(),
+    item = RunItem(graph_path, message, report.to_dict(),
                    timelines={run: list(steps) for run, steps in report.timelines.items()})
     try:
         with open(path, "w", encoding="utf-8") as fh:

@@ -240,3 +240,21 @@ def test_out_of_memory_exits_75_after_keeping_what_was_done(tmp_path):
     assert run_.stderr.splitlines()[-1] == "gradcheck-svc batch: infrastructure failure, retry (exit 75): out of memory"
     records = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
     assert [(r["graph"], r["status"]) for r in records] == [("a-small.json", "pass")]
+
+
+def test_in_process_batch_honours_allow_nonfinite(capsys, tmp_path):
+    """The shard verifies through the server's own request path: NaN input data is refused as
+    invalid unless --allow-nonfinite, which then names the input as the origin (a fail)."""
+    g = tmp_path / "g"
+    g.mkdir()
+    data = graph_dict(0, size=2)
+    first = data["inputs"][0]
+    first["value"]["data"] = [float("nan")] * len(first["value"]["data"])
+    (g / "nan.json").write_text(json.dumps(data).replace("NaN", '"NaN"'))
+    status = {}
+    for flag in ((), ("--allow-nonfinite",)):
+        out = tmp_path / f"out{len(flag)}"
+        assert run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, *flag)[0] == 0
+        [record] = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+        status[bool(flag)] = record["status"]
+    assert status == {False: "invalid", True: "fail"}

@@ -216,3 +216,12 @@ def test_bad_import_flags(tmp_path, capsys):
                           (["--input", f"q={path}"], "not a serialized TensorProto")):
         assert main(["verify", str(path), *flags]) == 2, flags
         _one_line_error(capsys, needle)
+
+
+def test_verify_onnx_writes_its_html_page(tmp_path, capsys):
+    """The page draws the graph that was verified (the imported model), not the .onnx bytes."""
+    path, page = tmp_path / "tiny.onnx", tmp_path / "tiny.html"
+    onnx.save(tiny_mlp(), path)
+    assert main(["verify", str(path), "--loss", "cotangent", "--html", str(page)]) == 0
+    html = page.read_text()
+    assert "<html" in html.lower() and "W1" in html and "MatMul" not in capsys.readouterr().err

@@ -85,15 +85,11 @@ class LocalVerifier:
                 raise InfraError("no usable CUDA device on this node")
 
     def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
-        from ..graph import validate
-        from ..server.execute import options_from_proto
-        from ..verify import verify
+        from ..server.execute import verify_report
 
         try:
-            with time_limit(limit):
-                request = make_request(graph, rel, **options)
-                report = verify(validate(request.graph, self.limits.graph),
-                                options_from_proto(request.options, self.limits))
+            with time_limit(limit):  # the server's own request path (ONNX and allow_nonfinite included)
+                report = verify_report(make_request(graph, rel, **options), self.limits)
         except GraphTimeout:
             return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s"}
         except BackendUnavailable as exc:

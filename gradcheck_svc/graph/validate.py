@@ -30,13 +30,13 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool
 
 @dataclass(frozen=True)
 class Limits:
-    """Size caps on a request's graph (the server's come from server/config.py's LIMITS)."""
+    """Size caps on a request's graph (the server's come from gradcheck_svc/limits.py's LIMITS)."""
     max_nodes: int = 1_000_000
     max_elements: int = 50_000_000  # total elements over all inputs and node outputs
     max_name_length: int = 4096  # graph, input and node names (and the names nodes refer to)
     max_attribute_values: int = 1_000_000  # JSON values in one node's attributes
     max_formula_chars: int = 100_000  # one string attribute (formulas)
-    max_formula_depth: int = 64  # parenthesis nesting in one string attribute
+    max_formula_depth: int = FORMULA_MAX_DEPTH  # parenthesis nesting in one string attribute
 
 
 def _check_name(name: str, where: str, limits: Limits) -> None:

@@ -82,17 +82,15 @@ def verify_options(values: dict, limits: ServerLimits, field=lambda name: f"opti
 
 def check_option_limits(options: VerifyOptions, limits: ServerLimits, field=lambda name: f"options.{name}",
                         hint: bool = False) -> None:
-    """LimitError for an option over its cap, naming the field (or flag) and, from the CLI, the limit's flag."""
-    checks = (("directions", options.fd.directions if options.fd.mode != "full" else 0, "max_directions"),
-              ("symbolic_budget", options.symbolic.max_elements, "max_symbolic_budget"),
-              ("symbolic_partials", options.symbolic.max_edges, "max_symbolic_partials"),
-              ("faults", len(options.faults), "max_faults"))
-    for name, value, limit_name in checks:
+    """LimitError for an option over its cap, naming the field (or flag) and, from the CLI, the limit's flag.
+    (Faults are counted before they are parsed, and the symbolic partials are capped, in verify_options.)"""
+    for name, value, limit_name in (("directions", options.fd.directions if options.fd.mode != "full" else 0,
+                                     "max_directions"),
+                                    ("symbolic_budget", options.symbolic.max_elements, "max_symbolic_budget")):
         limit = getattr(limits, limit_name)
         if value > limit:
             more = f" (raise it with --{limit_name.replace('_', '-')})" if hint else ""
-            where = field(name) if name in BY_NAME else ("--symbolic-max-partials" if hint else f"options.{name}")
-            raise LimitError(f"{value} is over the limit of {limit}{more}", field=where)
+            raise LimitError(f"{value} is over the limit of {limit}{more}", field=field(name))
 
 
 def report_to_proto(report: Report) -> service_pb2.Report:
@@ -144,9 +142,9 @@ def _fill(msg, d: dict) -> None:
             setattr(msg, key, _scalar(field, v))
 
 
-def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,
-                   on_phase=None) -> service_pb2.VerifyResponse:
-    """Validate the graph against the limits, verify it, return the tagged report.
+def verify_report(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,
+                  on_phase=None) -> Report:
+    """Validate the request's graph (or import its ONNX model) against the limits and verify it.
     on_phase(name) is told as each phase of the verification starts (in-process progress).
 
     Raises GradcheckError for anything the user can fix."""
@@ -158,5 +156,10 @@ def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | No
 
         message = graph_from_request(request)
     graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
-    report = verify(graph, options, on_phase=on_phase)
-    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(report))
+    return verify(graph, options, on_phase=on_phase)
+
+
+def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,
+                   on_phase=None) -> service_pb2.VerifyResponse:
+    """verify_report, tagged with the request's id, as the response message."""
+    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(verify_report(request, limits, on_phase)))

@@ -111,7 +111,6 @@ class WorkerPool:
         self.size = size
         self.max_queue = max_queue
         self.limits = limits
-        self.restarts = 0  # workers replaced after a death, cancellation or time-out
         self._on_restart = on_restart
         self.pending = 0  # requests in flight: running or waiting for a worker
         # parallelism comes from the processes: one BLAS thread each avoids oversubscribing the cores
@@ -138,7 +137,6 @@ class WorkerPool:
         worker.kill()
         self._workers.discard(worker)
         if not self._closed:
-            self.restarts += 1
             self._on_restart()
             self._idle.put_nowait(self._spawn())
 

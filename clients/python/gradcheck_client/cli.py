@@ -23,7 +23,7 @@ from pathlib import Path
 from . import __version__
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, add_onnx_flags, is_onnx, onnx_import_message
-from .options import add_option_flags, values_from_args
+from .options import BY_NAME, add_option_flags, values_from_args
 from .report import Report
 from .mermaid import neighbourhood_mermaid
 from .scan import DEFAULT_INCLUDE, find_graphs
@@ -324,7 +324,7 @@ def _verify(args) -> int:
         from .html_report import RunItem, build_html
 
         items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error) for o in ordered]
-        _write_file(args.html, build_html(items, integrity=args.integrity or "check"), "--html")
+        _write_file(args.html, build_html(items, integrity=args.integrity or BY_NAME["integrity"].default), "--html")
     md = summary_markdown(ordered)
     if args.summary_md:
         _write_file(args.summary_md, md, "--summary-md")
