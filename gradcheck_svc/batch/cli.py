@@ -21,9 +21,9 @@ from gradcheck_client.options import add_option_flags, values_from_args
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 
 
-def _verify_options(p: argparse.ArgumentParser) -> None:
+def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
     """The verification options of `verify` (one table, gradcheck_client/options.py), and the time limit."""
-    add_option_flags(p, exclude=("device",))  # each command says what its --device may be
+    add_option_flags(p, exclude=exclude)
     p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
                    help="per-graph time limit; a graph over it is recorded as timeout (default 300)")
 
@@ -39,7 +39,6 @@ def add_parsers(sub) -> None:
     b.add_argument("--server", default=None, metavar="TARGET",
                    help="verify on this server (e.g. dns:///gradcheck-headless:50051); default in-process")
     b.add_argument("--token-file", default=None, help="bearer token for --server (default $GRADCHECK_TOKEN)")
-    b.add_argument("--device", choices=["cpu", "cuda"], default=None, help="engine device (default cpu)")
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
@@ -62,11 +61,7 @@ def add_parsers(sub) -> None:
     s.add_argument("--suite-seed", type=int, default=0, help="seed of the generated graphs (same on every node; default %(default)s)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: the node's GPU when one is usable, else the CPU (default auto)")
-    _verify_options(s)
-
-
-def _options(args) -> dict:
-    return values_from_args(args)
+    _verify_options(s, exclude=("device",))  # screen's --device also takes auto (the node's GPU if any)
 
 
 def _check_common(args) -> None:
@@ -124,7 +119,7 @@ def batch(args) -> int:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
-    options = _options(args)
+    options = values_from_args(args)
     verifier = _verifier(args, options)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
 
@@ -199,7 +194,7 @@ def screen(args) -> int:
         from ..backend import cuda_available
 
         args.device = "cuda" if cuda_available() else "cpu"
-    options = _options(args)
+    options = values_from_args(args)
     with tempfile.TemporaryDirectory(prefix="gradcheck-screen-") as tmp:  # /tmp: an emptyDir in the pod
         build_suite(Path(tmp), _examples_dir(args.examples), args.generated, args.size, args.suite_seed)
         manifest = load_manifest(tmp, field="--examples")
