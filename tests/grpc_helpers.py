@@ -77,14 +77,16 @@ class ServerProcess(LocalServer):
 
 
 def slow_graph(width: int = 96, layers: int = 4):
-    """tanh(h @ W_i) chain: full finite differences cost ~width**5 (seconds at width 64, tens at 96)."""
+    """tanh(h @ W_i^T) chain: full finite differences cost ~width**5 (seconds at width 64, tens at 96).
+    The transpose keeps it so: it has no slice rule (ops/slices.py), so every perturbed copy of W_i
+    is pushed through the graph dense, where x @ W alone would change one column per copy."""
     from gradcheck_client.tracer import Tracer, ops
 
     rng = np.random.default_rng(0)
     t = Tracer(f"slow_{width}x{layers}")
     h = t.input("h", rng.standard_normal((width, width)))
     for i in range(layers):
-        h = ops.tanh(h @ t.param(f"W{i}", rng.standard_normal((width, width)) / width))
+        h = ops.tanh(h @ t.param(f"W{i}", rng.standard_normal((width, width)) / width).T)
     return t.graph(h.sum())
 
 

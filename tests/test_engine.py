@@ -117,10 +117,13 @@ def test_full_and_projection_fd_agree_with_exact_gradient():
 
 
 def test_fd_chunks_give_the_same_answer():
+    """Up to the rounding noise the oracle states: BLAS may sum a product of a different width
+    (a chunk of one row is a GEMV) in another order, ~eps |L| / h in a central difference."""
     graph = load_graph(EXAMPLES / "mlp_cross_entropy.json")
-    big = FiniteDifferences(graph, FDOptions(mode="full")).gradient("W1").reference
-    tiny = FiniteDifferences(graph, FDOptions(mode="full", chunk_bytes=1)).gradient("W1").reference
-    np.testing.assert_allclose(big, tiny, rtol=0, atol=1e-12)
+    big = FiniteDifferences(graph, FDOptions(mode="full")).gradient("W1")
+    tiny = FiniteDifferences(graph, FDOptions(mode="full", chunk_bytes=1)).gradient("W1")
+    assert np.all(np.abs(big.reference - tiny.reference) <= big.noise)
+    assert np.all(big.noise < 1e-8)  # and that noise is small: the answers agree to 1e-8
 
 
 def test_auto_mode_projects_large_parameters():

@@ -9,7 +9,9 @@ soon as their step is done.
 
 `forward_batched` evaluates the part of the graph downstream of some values
 with a leading batch axis on them -- the finite-difference oracle's stacked
-perturbations -- reusing every other value from a base evaluation.
+perturbations -- reusing every other value from a base evaluation;
+`forward_sliced` does the same for a stack of one-slice changes (ops/slices.py),
+computing only the changed slices through the ops that can keep them.
 
 In-place nodes (graph/inplace.py) really write into their first input's
 buffer in a gradient run, bumping its version counter (versions.py), so a
@@ -26,6 +28,7 @@ import numpy as np
 
 from ..backend import Backend
 from ..errors import GraphError, OptionError
+from ..ops.slices import Sliced
 from .memory import MemoryMeter, MeteringMeter
 from .program import Program, Step
 from .saved import CountingStore, SavedStore
@@ -262,4 +265,32 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     out = values[program.output]
     if program.output not in batched:
         raise ValueError("overrides do not reach the output")
+    return out.reshape(out.shape[0])
+
+
+def forward_sliced(program: Program, backend: Backend, base: dict, name: str, stack: Sliced):
+    """forward_batched for one value replaced by a Sliced stack: each step downstream whose op has
+    a slice rule (OpDef.slice_rule) gets the Sliced inputs as they are; a step without one, or
+    whose rule declines (None), gets them densified and runs batched. Returns the loss, (B,)."""
+    xp = backend.xp
+    values = {name: stack}  # the batched values only; the rest come from base
+    with _quiet(xp):
+        for step in program.steps:
+            batched = [n in values for n in step.inputs]
+            if not any(batched):
+                continue
+            xs = [values[n] if b else base[n] for n, b in zip(step.inputs, batched)]
+            y = None
+            rule = step.op.slice_rule
+            if rule is not None and all(isinstance(x, Sliced) for x, b in zip(xs, batched) if b):
+                y = rule(xp, step.op, xs, base[step.name], step.attrs)
+            if y is None:
+                xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
+                y = run_step_batched(xp, step, xs, batched)
+            values[step.name] = y
+    if program.output not in values:
+        raise ValueError("the stack does not reach the output")
+    out = values[program.output]
+    if isinstance(out, Sliced):
+        out = out.dense(xp)
     return out.reshape(out.shape[0])

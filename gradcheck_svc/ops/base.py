@@ -36,6 +36,7 @@ from typing import Any, Callable, Sequence
 import numpy as np
 
 from ..errors import GraphError
+from . import slices
 
 FLOAT, INT, BOOL = "float", "int64", "bool"
 REQUIRED = object()
@@ -145,12 +146,24 @@ class OpDef:
     formula_name: str | None = None  # a user formula (the expr op) may call it by this name, with `sympy`
     numpy: str | None = None  # NumPy's function with the same inputs and keyword attributes (np.NAME)
     torch: str | None = None  # torch's function with the same inputs and keyword attributes, dotted
+    # How a stack of one-slice changes (ops/slices.py) passes through the op, for full-Jacobian
+    # finite differences: sliced(xp, op, xs, base_out, attrs) -> Sliced | dense stack | None (densify),
+    # and the axis each input would best change along. Elementwise ops (those with `sympy`) get
+    # slices.elementwise by default; other ops without a rule receive the stack densified.
+    sliced: Callable | None = None
+    sliced_axes: tuple[int, ...] | None = None
 
     @property
     def takes_needs_input_grad(self) -> bool:
         """The vjp declares a `needs_input_grad` parameter by name (a catch-all **kwargs does not count:
         a wrapper forwarding **kwargs to another op's vjp must not hand it a keyword it may not take)."""
         return _takes_needs_input_grad(self.vjp)
+
+    @property
+    def slice_rule(self) -> Callable | None:
+        if self.sliced is not None:
+            return self.sliced
+        return slices.elementwise if self.sympy is not None else None
 
     def kind_of(self, i: int) -> str:
         return self.input_kinds[min(i, len(self.input_kinds) - 1)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 from ..errors import GraphError
 from .base import FLOAT, REALS, Case, OpDef, Spec, broadcast_shapes, save_inputs
 from .registry import register
+from .slices import Sliced
 
 
 def _infer(node, specs, attrs):
@@ -71,6 +72,24 @@ def _vjp(xp, g, saved, ranks, needs_input_grad=None):
     return ga, gb  # batch dimensions are summed back to each input's shape by the engine
 
 
+def _sliced(xp, op, xs, base_out, attrs):
+    """One changed slice of a 2-D operand through a @ b. A changed column of b (or row of a) is
+    one column (row) of the product: that slice alone, by the forward. A change along the
+    contracted axis reaches every element, but as a rank-1 update of the unperturbed product:
+    base + (new - old) outer (the other operand's matching row/column) -- B x M x N work instead of
+    B x M x K x N. None (densify) for any other layout."""
+    a, b = xs
+    if attrs["ranks"] != (2, 2) or isinstance(a, Sliced) == isinstance(b, Sliced):
+        return None
+    if isinstance(b, Sliced):
+        if b.axis == -1:
+            return Sliced(base_out, -1, b.index, _matmul(xp, a, b.values.T, (2, 2)).T)
+        return base_out + xp.take(a, b.index, axis=1).T[:, :, None] * (b.values - b.old(xp))[:, None, :]
+    if a.axis == -2:
+        return Sliced(base_out, -2, a.index, _matmul(xp, a.values, b, (2, 2)))
+    return base_out + (a.values - a.old(xp))[:, :, None] * xp.take(b, a.index, axis=0)[:, None, :]
+
+
 def _cases(rng):
     pairs = [((2, 3), (3, 4)), ((3,), (3, 2)), ((2, 3), (3,)), ((4,), (4,)),
              ((2, 2, 3), (3, 4)), ((1, 2, 3), (5, 3, 2)), ((5, 1, 2, 3), (4, 3, 1))]
@@ -79,5 +98,5 @@ def _cases(rng):
 
 register(OpDef(
     name="matmul", forward=_matmul, vjp=_vjp, infer=_infer, arity=2, input_kinds=(FLOAT, FLOAT),
-    save=save_inputs, cases=_cases, numpy="matmul", torch="torch.matmul",
+    save=save_inputs, cases=_cases, numpy="matmul", torch="torch.matmul", sliced=_sliced, sliced_axes=(-2, -1),
     doc="a @ b with NumPy semantics (vectors promoted, batch dimensions broadcast)"))

@@ -11,6 +11,9 @@ full: every element of every parameter. The 2n perturbed forwards of a
     parameter are evaluated as stacked batches -- a leading perturbation axis
     carried through the part of the graph downstream of that parameter --
     in chunks sized to a memory budget, not as a Python loop of whole-graph runs.
+    A one-element perturbation changes one slice of the value (a row or column),
+    and ops that keep it to one slice (matmul's columns, elementwise ops) compute
+    only that slice (ops/slices.py): the unperturbed rest is computed once.
 projection: k random unit directions v_j, 2k forwards; compares the
     directional derivatives (g . v_j) instead of elements. Used automatically
     for parameters above `projection_threshold` elements, and for the costliest
@@ -49,10 +52,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend import NUMPY
-from ..engine import Program, forward, forward_batched, prepare_feeds
+from ..engine import Program, forward, forward_batched, forward_sliced, prepare_feeds
 from ..engine.program import program_of
 from ..engine.executor import run_step_batched
 from ..graph.ir import Graph
+from ..ops.slices import one_hot
 
 EPS = np.finfo(np.float64).eps
 STEP_SCALE = EPS ** (1.0 / 3.0)
@@ -315,6 +319,33 @@ class FiniteDifferences:
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: stack[s:s + rows]})
         return out
 
+    def slice_axis(self, name: str) -> int | None:
+        """The axis one-element perturbations of `name` are carried along (ops/slices.py): the first
+        one a consumer prefers (matmul: a's rows, b's columns), else the last; None for a scalar."""
+        rank = len(self.program.shapes[name])
+        if rank == 0:
+            return None
+        for step in self.program.steps:
+            prefer = step.op.sliced_axes
+            for k, n in enumerate(step.inputs):
+                if n == name and prefer and -rank <= prefer[min(k, len(prefer) - 1)] < 0:
+                    return prefer[min(k, len(prefer) - 1)]
+        return -1
+
+    def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
+        """The loss with element flat_index[k] of `name` set to new_values[k], for each k: each copy
+        carried as one changed slice, in memory-bounded chunks."""
+        x = np.asarray(self.base[name], dtype=np.float64)
+        axis = self.slice_axis(name)
+        if axis is None:  # a scalar: the stack itself is as small as it gets
+            return self.losses(name, np.asarray(new_values, dtype=np.float64).reshape((-1,) + x.shape))
+        rows = max(1, self.options.chunk_bytes // self.row_bytes(name))
+        out = np.empty(len(flat_index))
+        for s in range(0, len(flat_index), rows):
+            stack = one_hot(np, x, axis, flat_index[s:s + rows], new_values[s:s + rows])
+            out[s:s + rows] = forward_sliced(self.program, NUMPY, self.base, name, stack)
+        return out
+
     def _noise(self, h) -> np.ndarray:
         return 4 * EPS * (abs(self.loss) + 1.0) / h
 
@@ -333,22 +364,11 @@ class FiniteDifferences:
         flat = x.reshape(-1)
         n = flat.size
         h = element_steps(flat)
-        ref = np.empty(n)
-        rows = max(1, min(n, self.options.chunk_bytes // (2 * self.row_bytes(param))))
-        # One buffer of 2*rows copies of x serves every chunk: perturb m elements (rows
-        # [0, m) get +h, rows [m, 2m) get -h), evaluate, then restore just those elements,
-        # instead of copying the whole stack again for each chunk.
-        buf = np.broadcast_to(flat, (2 * rows, n)).copy()
-        for s in range(0, n, rows):
-            idx = np.arange(s, min(n, s + rows))
-            m = idx.size
-            plus, minus = np.arange(m), m + np.arange(m)
-            buf[plus, idx] = flat[idx] + h[idx]
-            buf[minus, idx] = flat[idx] - h[idx]
-            losses = self.losses(param, buf[:2 * m].reshape((2 * m,) + x.shape))
-            buf[plus, idx] = buf[minus, idx] = flat[idx]
-            with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
-                ref[idx] = (losses[:m] - losses[m:]) / (2 * h[idx])
+        every = np.arange(n)
+        with np.errstate(invalid="ignore"):  # a non-finite x has a NaN step: NaN rows, as they should
+            losses = self.one_hot_losses(param, np.concatenate([every, every]), np.concatenate([flat + h, flat - h]))
+        with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
+            ref = (losses[:n] - losses[n:]) / (2 * h)
         return FDResult("full", ref.reshape(x.shape), self._noise(h).reshape(x.shape), evaluations=2 * n)
 
     def _projection(self, param: str, k: int) -> FDResult:
