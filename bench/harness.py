@@ -29,6 +29,8 @@ def match_threads(n: int | None = None) -> int:
     """Give numpy's BLAS and torch the same number of threads: n, or by default as many
     as numpy's BLAS has, so neither side gets more cores. Without torch installed only
     numpy's BLAS is set."""
+    import numpy  # noqa: F401 -- threadpoolctl limits only the BLAS libraries already loaded
+
     try:
         import torch
     except ImportError:
