@@ -7,6 +7,8 @@ records made by copying the records of a real batch run under 10,000 distinct gr
 and renders records; it never re-verifies, so their content is what matters, not how many graphs ran).
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_batch.py [--graphs 400] [--reps 3] [--quick]
+
+BENCHMARKS.md's issue-10 table: `--reps 5`.
 """
 from __future__ import annotations
 

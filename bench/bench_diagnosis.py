@@ -11,8 +11,11 @@
 
 Runs are interleaved (off, check, off, check, ...) and medians reported.
 
-    PYTHONPATH=.:clients/python python bench/bench_diagnosis.py [--device cpu|cuda] [--repeats N] [--quick]
-                                                                [--localization-only]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_diagnosis.py [--device cpu|cuda] [--repeats N] [--quick]
+                                                                          [--localization-only]
+
+BENCHMARKS.md's issue-4 tables: `--repeats 31`; its issue-16 localization table:
+`--localization-only --repeats 15`.
 """
 from __future__ import annotations
 

@@ -12,10 +12,16 @@ What is timed, per repetition: engine `backward(forward(program, NUMPY, feeds, i
 torch `autograd.grad(model(x), params)`. The engine runs twice per repetition: integrity "off"
 (forward's default: the plain engine, memory metered as always) and integrity "check" (what a
 verification run uses by default: saved tensors fingerprinted at save and at load). The three
-alternate within every repetition; medians are reported. torch gets as many threads as numpy's BLAS has (threadpoolctl), or
-both get --threads N.
+alternate within every repetition; min / median are reported, ratios of the medians. numpy's
+BLAS and torch get the same thread count (threadpoolctl): one table per count of --threads
+(default 1,2), the 1-thread table first; each table has its machine line (CPU, BLAS kernel and
+threads, torch threads, load).
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_engine.py [--quick] [--threads N] [--baseline DIR]
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=.:clients/python .venv/bin/python bench/bench_engine.py \
+        [--quick] [--threads 1,2] [--only mlp|chain] [--baseline DIR]
+
+BENCHMARKS.md's engine table: no options (`--threads 1,2`); its before/after table:
+`--only chain --baseline /tmp/base`. (`env -u`: see bench_goals.py.)
 
 --baseline DIR: also time the engine of another checkout (DIR holds its gradcheck_svc/,
 e.g. `git archive COMMIT gradcheck_svc | tar -x -C DIR`), imported under another name and
@@ -34,7 +40,7 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import fmt_s, interleaved, load, machine, match_threads, median, table  # noqa: E402
+from harness import interleaved, load, machine, match_threads, median, min_med, table, thread_counts  # noqa: E402
 
 from gradcheck_svc.backend import NUMPY  # noqa: E402
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds  # noqa: E402
@@ -149,8 +155,8 @@ def run(name, case, dtype, reps, budget_s, baseline=None):
     times = interleaved(cases, reps=reps, warmup=2, budget_s=budget_s)
     med = {k: median(v) for k, v in times.items()}
     off, check, tt = med["off"], med["check"], med["torch"]
-    row = [name, np.dtype(dtype).name, len(times["torch"]), fmt_s(off), fmt_s(check), fmt_s(tt),
-           f"{off / tt:.2f}x", f"{check / tt:.2f}x"]
+    row = [name, np.dtype(dtype).name, len(times["torch"]), min_med(times["off"]), min_med(times["check"]),
+           min_med(times["torch"]), f"{off / tt:.2f}x", f"{check / tt:.2f}x"]
     if baseline is not None:
         row += [f"{med['base off'] / tt:.2f}x", f"{med['base check'] / tt:.2f}x",
                 f"{off / med['base off']:.2f}", f"{check / med['base check']:.2f}"]
@@ -160,33 +166,35 @@ def run(name, case, dtype, reps, budget_s, baseline=None):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="fewer repetitions (smoke run)")
-    ap.add_argument("--threads", type=int, default=None,
-                    help="threads for numpy's BLAS and for torch alike (default: numpy's BLAS threads)")
+    ap.add_argument("--threads", default="1,2",
+                    help="thread counts for numpy's BLAS and for torch alike, one table each, 1 first (default 1,2)")
     ap.add_argument("--baseline", metavar="DIR", help="also time the engine of the gradcheck_svc/ under DIR")
     ap.add_argument("--only", choices=("mlp", "chain"), help="run one graph only")
     args = ap.parse_args(argv)
+    counts = thread_counts(args.threads)
     baseline = load_baseline(args.baseline) if args.baseline else None
-    threads = match_threads(args.threads)
     rng = np.random.default_rng(0)
     mlp, chain = mlp_case(rng), chain_case(rng)
     reps = 5 if args.quick else 40
-    rows = []
-    for dtype in (np.float32, np.float64):
-        if args.only in (None, "mlp"):
-            rows.append(run("mlp 3x1024, batch 256", mlp, dtype, reps, budget_s=40, baseline=baseline))
-        if args.only in (None, "chain"):
-            rows.append(run(f"chain of {CHAIN_NODES} elementwise, width {CHAIN_WIDTH}", chain, dtype, reps * 5,
-                            budget_s=15, baseline=baseline))
-    print("## bench_engine: forward+backward, engine (NumPy) vs torch eager (CPU)\n")
-    print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
-    header = ["graph", "dtype", "reps", "engine median (integrity off)", "engine median (integrity check)",
-              "torch median", "engine/torch (off)", "engine/torch (check)"]
+    header = ["graph", "dtype", "reps", "engine min / median (integrity off)",
+              "engine min / median (integrity check)", "torch min / median", "engine/torch (off, medians)",
+              "engine/torch (check, medians)"]
     if baseline is not None:
         header += ["baseline/torch (off)", "baseline/torch (check)", "engine/baseline (off)", "engine/baseline (check)"]
-    print(table(header, rows))
-    print("\ngoals: mlp engine/torch <= 1.3x; chain engine/torch < 1.0x")
-    print(f"after the runs: {load()}")
-
+    for threads in counts:
+        match_threads(threads)
+        rows = []
+        for dtype in (np.float32, np.float64):
+            if args.only in (None, "mlp"):
+                rows.append(run("mlp 3x1024, batch 256", mlp, dtype, reps, budget_s=40, baseline=baseline))
+            if args.only in (None, "chain"):
+                rows.append(run(f"chain of {CHAIN_NODES} elementwise, width {CHAIN_WIDTH}", chain, dtype, reps * 5,
+                                budget_s=15, baseline=baseline))
+        print(f"## bench_engine: forward+backward, engine (NumPy) vs torch eager (CPU), {threads} thread(s)\n")
+        print(f"machine: {machine()}; numpy's BLAS and torch both use {threads} thread(s)\n")
+        print(table(header, rows))
+        print("\ngoals: mlp engine/torch <= 1.3x; chain engine/torch < 1.0x")
+        print(f"after the runs: {load()}\n", flush=True)
 
 if __name__ == "__main__":
     main()

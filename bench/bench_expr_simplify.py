@@ -4,6 +4,8 @@ swish_custom example (its user derivative is proven equal by simplification) and
 derivative takes simplify ~2 s (tests/grpc_helpers.hard_simplify_graph).
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_expr_simplify.py [--quick]
+
+BENCHMARKS.md's issue-9 `expr` table: no options.
 """
 from __future__ import annotations
 

@@ -21,6 +21,8 @@ forwards are tiny, so torch's intra-op threads cannot speed them up, and on a lo
 (1 thread) to 2.4 s (2 threads, load average 3.2): 1 thread is torch's best case.
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd.py [--quick] [--threads 1,2]
+
+BENCHMARKS.md's table: no options, prefixed `env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE`.
 """
 from __future__ import annotations
 

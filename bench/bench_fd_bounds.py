@@ -14,6 +14,8 @@ Graphs:
               cbrt(eps) is not small next to them): exactly those are refined
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd_bounds.py [--quick] [--threads 1,2]
+
+BENCHMARKS.md's issue-17 tables: `--threads 1,2`.
 """
 from __future__ import annotations
 

@@ -2,7 +2,9 @@
 cost of fingerprinting saved tensors on the device. Short by design: it runs inside
 bench/gpu_check.sh's 6-minute budget on the one GPU session we get.
 
-    PYTHONPATH=.:clients/python python bench/bench_gpu.py [--quick]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_gpu.py [--quick]
+
+(BENCHMARKS.md's GPU numbers come from `bash bench/gpu_check.sh`, which runs this.)
 
 Cases: the MLP of bench_engine.py at batch 4,096, width 4,096 (float32 and float64) and a
 1,000-node elementwise chain. Gradients are compared with torch's before anything is timed.

@@ -4,7 +4,11 @@ Per model:
   import     gradcheck-svc's ONNX import + graph validation
   forward    the engine's forward (float32, the model's dtype) vs onnxruntime's on the same
              model and input (onnxruntime is the forward-speed reference; a benchmark-only
-             dependency: pip install '.[bench]'); same thread count on both sides
+             dependency: pip install '.[bench]'), interleaved; same thread count on both sides:
+             for each count of --threads (default 1,2; the 1-thread table first) numpy's BLAS
+             and torch get it (harness.match_threads) and onnxruntime gets it as
+             intra_op_num_threads, with sequential execution and inter_op_num_threads 1 (the
+             engine runs one op at a time too); min / median, the ratio of the medians
   verify     `gradcheck-svc verify MODEL.onnx --fd projection --loss cotangent --loss-output LOGITS
              --dtype float64 --params P`: SqueezeNet every weight and bias (constants, 1.2 M elements),
              ResNet-50 every Conv and Gemm weight (25.5 M elements); projection FD with K directions,
@@ -13,9 +17,13 @@ Per model:
              its weight; with integrity checking (the default: the fingerprints name the Conv) and
              without (the gradient comparison catches it, localization looks for the node)
 
-Each verify runs in its own process (peak RSS is the process's own).
+Each verify runs in its own process (peak RSS is the process's own), with numpy's default BLAS
+threads (printed; no peer is compared there).
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_onnx_models.py [--quick] [--directions K]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_onnx_models.py [--quick] [--directions K] [--threads 1,2] [--reps N]
+
+BENCHMARKS.md's tables: no options (--threads 1,2, 10 forward repetitions, 2 directions).
+--quick: SqueezeNet only, 5 forward repetitions.
 """
 from __future__ import annotations
 
@@ -29,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import blas_info, fmt_s, interleaved, machine, median, table  # noqa: E402
+from harness import blas_info, fmt_s, interleaved, load, machine, match_threads, median, min_med, table  # noqa: E402
+from harness import thread_counts  # noqa: E402
 
 try:
     import onnx
@@ -86,29 +95,42 @@ def run_verify(path: Path, args: list[str]) -> dict:
     return {"rc": p.returncode, "seconds": seconds, "rss": rss, "report": report, "stderr": p.stderr[-2000:]}
 
 
-def forward_times(path: Path, reps: int) -> tuple[list, list]:
-    threads = int(blas_info().get("num_threads") or 1)
+def forward_times(path: Path, reps: int, counts: list[int]) -> dict[int, tuple[list, list]]:
+    """{threads: (engine seconds, onnxruntime seconds)}, the two interleaved, per thread count."""
     graph = load_graph(import_onnx(path, ImportOptions(params="none")), limits=Limits(max_elements=10**9))
     program = Program(graph, np.float32)
     feeds = prepare_feeds(program, NUMPY)
-    opts = ort.SessionOptions()
-    opts.intra_op_num_threads = threads
-    opts.log_severity_level = 3
-    session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
-    x = {i.name: np.asarray(graph.inputs[i.name].value, dtype=np.float32) for i in session.get_inputs()}
-    times = interleaved({"engine": lambda: forward(program, NUMPY, feeds, grad=False),
-                         "onnxruntime": lambda: session.run(None, x)}, reps=reps)
-    return times["engine"], times["onnxruntime"]
+    out = {}
+    for threads in counts:
+        match_threads(threads)
+        opts = ort.SessionOptions()
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.intra_op_num_threads = threads
+        opts.inter_op_num_threads = 1  # sequential execution: one op at a time, as the engine runs them
+        opts.log_severity_level = 3
+        session = ort.InferenceSession(str(path), opts, providers=["CPUExecutionProvider"])
+        x = {i.name: np.asarray(graph.inputs[i.name].value, dtype=np.float32) for i in session.get_inputs()}
+        times = interleaved({"engine": lambda: forward(program, NUMPY, feeds, grad=False),
+                             "onnxruntime": lambda: session.run(None, x)}, reps=reps)
+        out[threads] = (times["engine"], times["onnxruntime"], machine())
+    return out
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--quick", action="store_true", help="SqueezeNet only")
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--quick", action="store_true", help="SqueezeNet only, 5 forward repetitions")
     ap.add_argument("--directions", type=int, default=None, help="projection directions (default 2)")
+    ap.add_argument("--threads", default="1,2",
+                    help="forward comparison thread counts, numpy's BLAS, torch and onnxruntime alike, one table "
+                         "each, 1 first (default 1,2)")
+    ap.add_argument("--reps", type=int, default=None, help="forward repetitions (default 10; --quick 5)")
     args = ap.parse_args()
     k = args.directions or 2
-    print(machine())
-    rows, fault_rows = [], []
+    counts = thread_counts(args.threads)
+    reps = args.reps or (5 if args.quick else 10)
+    default_threads = blas_info().get("num_threads", "?")  # what the verify child processes get
+    print(f"machine: {machine()}", flush=True)
+    rows, fault_rows, fwd = [], [], {}
     for name in MODELS[:1] if args.quick else MODELS:
         path = LIGHT / f"light_{name}.onnx"
         logits, conv_in, conv_w = landmarks(path)
@@ -117,7 +139,7 @@ def main() -> int:
         graph = load_graph(import_onnx(path, ImportOptions(params=params)), limits=Limits(max_elements=10**9))
         t_import = time.perf_counter() - t0
         n_params = sum(graph.inputs[p].value.size for p in graph.parameters)
-        eng, ref = forward_times(path, reps=5 if args.quick else 10)
+        fwd[name] = forward_times(path, reps, counts)
         # float64: with the light models' constant weights, activations reach 1e19 in ResNet-50 and
         # float32 rounding alone exceeds the float32 tolerance (the report says "precision")
         # rtol: SqueezeNet's loss is ~5e11 and the network deep; a central difference's error reaches a
@@ -126,10 +148,8 @@ def main() -> int:
                   "--dtype", "float64", "--rtol", rtol]
         ok = run_verify(path, common + ["--params", params])
         rep = ok["report"]
-        rows.append([name, f"{len(graph.parameters)} ({n_params / 1e6:.1f} M)", fmt_s(t_import),
-                     f"{fmt_s(min(eng))} / {fmt_s(median(eng))}", f"{fmt_s(min(ref))} / {fmt_s(median(ref))}",
-                     f"{median(eng) / median(ref):.1f}x", k, rtol, rep.get("verdict", f"rc {ok['rc']}"),
-                     f"{ok['seconds']:.0f} s", f"{ok['rss'] / 2**30:.2f} GiB"])
+        rows.append([name, f"{len(graph.parameters)} ({n_params / 1e6:.1f} M)", fmt_s(t_import), k, rtol,
+                     rep.get("verdict", f"rc {ok['rc']}"), f"{ok['seconds']:.0f} s", f"{ok['rss'] / 2**30:.2f} GiB"])
         for integrity in ("check", "off"):  # off: only the gradient comparison and localization can find it
             bad = run_verify(path, common + ["--params", conv_w, "--fault", f"{conv_in}:scale:1.5",
                                              "--integrity", integrity])
@@ -141,14 +161,20 @@ def main() -> int:
                                f"{bad['rss'] / 2**30:.2f} GiB"])
             print(f"{name}: fault run (integrity {integrity}) {bad['rc']} -> {named}", flush=True)
         print(f"{name}: verify {ok['rc']} in {ok['seconds']:.0f} s", flush=True)
-    print()
-    print(table(["model", "parameters", "import", "engine forward min / median", "onnxruntime min / median",
-                 "engine / ort", "directions", "rtol", "verdict", "verify wall", "peak RSS"], rows))
+    for threads in counts:
+        print(f"\n### Forward, engine vs onnxruntime, {threads} thread(s), {reps} interleaved repetitions\n")
+        print(f"machine: {next(iter(fwd.values()))[threads][2]}\n")
+        print(table(["model", "threads", "engine forward min / median", "onnxruntime min / median",
+                     "engine / ort (medians)"],
+                    [[name, threads, min_med(eng), min_med(ref), f"{median(eng) / median(ref):.1f}x"]
+                     for name, runs in fwd.items() for eng, ref, _ in [runs[threads]]]))
+    print(f"\n### Verify (child processes, numpy's default BLAS threads: {default_threads}; one run each)\n")
+    print(table(["model", "parameters", "import", "directions", "rtol", "verdict", "verify wall", "peak RSS"], rows))
     print()
     print(table(["model", "fault", "integrity", "verdict", "failed parameters", "first error finding", "wall",
                  "peak RSS"], fault_rows))
+    print(f"\nafter the run: {load()}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

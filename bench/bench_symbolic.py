@@ -6,11 +6,17 @@ the chain rule in mpmath), the naive SymPy approach it replaces (the loss as
 one SymPy expression of all parameter elements -- built from the same
 scalarized nodes -- differentiated by sympy.diff per parameter element and
 evaluated with evalf at 40 digits; capped in time and skipped past the cap),
-and finite differences (float64) for scale. Medians over --repeat runs; the
-growth rate is the log-log slope of time vs elements (1.0 = linear), and for
-the chain also vs edges (non-zero local partials).
+and finite differences (float64) for scale. The three alternate within every one
+of --repeat repetitions (order rotating; the naive approach is dropped for good once
+it fails or passes the cap); min / median of each are printed, ratios and growth on
+the medians. The growth rate is the log-log slope of time vs elements (1.0 = linear),
+and for the chain also vs edges (non-zero local partials). The machine line (CPU,
+BLAS kernel and threads, load) comes first.
 
-    PYTHONPATH=.:clients/python python bench/bench_symbolic.py [--repeat 3] [--naive-cap 20]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_symbolic.py [--repeat 3] [--naive-cap 20] [--quick]
+
+BENCHMARKS.md's table: `--repeat 5 --naive-cap 20`. --quick: 10 and 100 elements, 2 repetitions,
+naive capped at 5 s (a smoke run).
 """
 from __future__ import annotations
 
@@ -20,9 +26,13 @@ import multiprocessing
 import statistics
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import sympy as sp
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import load, machine  # noqa: E402
 
 from gradcheck_svc.engine.program import Program
 from gradcheck_svc.graph import load_graph
@@ -126,47 +136,75 @@ def slope(xs, ys):
     return float(np.polyfit(lx, ly, 1)[0])
 
 
+def _mm(xs, width, digits=3):
+    """min / median seconds, right-aligned in width."""
+    return f"{f'{min(xs):.{digits}f} / {statistics.median(xs):.{digits}f}':>{width}}"
+
+
+def fd_all(graph):
+    fd = FiniteDifferences(graph)
+    for p in graph.parameters:
+        fd.gradient(p)
+
+
 def main(argv=None):
-    ap = argparse.ArgumentParser()
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--naive-cap", type=float, default=20.0, help="seconds before the naive approach is abandoned")
+    ap.add_argument("--quick", action="store_true", help="10 and 100 elements, 2 repetitions, naive cap 5 s")
     args = ap.parse_args(argv)
+    targets = TARGETS
+    if args.quick:
+        targets, args.repeat, args.naive_cap = TARGETS[:2], 2, 5.0
     rng = np.random.default_rng(0)
-    print(f"{'graph':<6} {'elements':>8} {'edges':>8}  {'shape':<28} {'symbolic s':>10} {'naive s':>14} "
-          f"{'naive/ours':>10} {'FD s':>8}")
+    print(f"machine: {machine()}\n")
+    print(f"{args.repeat} interleaved repetitions; seconds as min / median; naive/ours of the medians\n")
+    print(f"{'graph':<6} {'elements':>8} {'edges':>8}  {'shape':<28} {'symbolic s':>15} {'naive s':>17} "
+          f"{'naive/ours':>10} {'FD s':>17}")
     naive_alive = {"mlp": True, "chain": True}
     for kind in ("mlp", "chain"):
         pts = []
-        for target in TARGETS:
+        for target in targets:
             elements, graph, shape = sized(kind, target, rng)
-            times, res = [], None
-            for _ in range(args.repeat):
-                res = symbolic_gradients(graph, BUDGET)
-                assert res.status == "ok", res.reason
-                times.append(res.seconds)
-            ours = statistics.median(times)
-            t_naive, why = naive(graph, args.naive_cap) if naive_alive[kind] else (None, "not run")
-            if t_naive is None:
-                naive_alive[kind] = False  # it only gets slower (or deeper) with size
-            t0 = time.perf_counter()
-            fd = FiniteDifferences(graph)
-            for p in graph.parameters:
-                fd.gradient(p)
-            t_fd = time.perf_counter() - t0
+            t_ours, t_naive, t_fd, res = [], [], [], None
+            why = "" if naive_alive[kind] else "not run"
+            steps = ("ours", "naive", "fd")
+            for r in range(args.repeat):
+                for step in steps[r % 3:] + steps[:r % 3]:  # rotate, as harness.interleaved does
+                    if step == "ours":
+                        res = symbolic_gradients(graph, BUDGET)
+                        assert res.status == "ok", res.reason
+                        t_ours.append(res.seconds)
+                    elif step == "naive":
+                        if naive_alive[kind]:
+                            t, why = naive(graph, args.naive_cap)
+                            if t is None:
+                                naive_alive[kind] = False  # it only gets slower (or deeper) with size
+                            else:
+                                t_naive.append(t)
+                    else:
+                        t0 = time.perf_counter()
+                        fd_all(graph)
+                        t_fd.append(time.perf_counter() - t0)
+            ours = statistics.median(t_ours)
             pts.append((elements, res.edges, ours))
-            nv = f"{t_naive:14.3f}" if t_naive is not None else f"{why:>14}"
-            ratio = f"{t_naive / ours:10.1f}" if t_naive is not None else f"{'-':>10}"
-            print(f"{kind:<6} {elements:>8} {res.edges:>8}  {shape:<28} {ours:10.3f} {nv} {ratio} {t_fd:8.4f}",
-                  flush=True)
+            ok = t_naive and not why
+            nv = _mm(t_naive, 17) if ok else f"{why:>17}"
+            ratio = f"{statistics.median(t_naive) / ours:10.1f}" if ok else f"{'-':>10}"
+            print(f"{kind:<6} {elements:>8} {res.edges:>8}  {shape:<28} {_mm(t_ours, 15)} {nv} {ratio} "
+                  f"{_mm(t_fd, 17, 4)}", flush=True)
         big = [p for p in pts if p[0] >= 50]
         top = pts[-2:]
-        print(f"{kind}: growth, log-log slope of time: ~100..4000 elements: elements^"
+        if len(big) < 2:
+            print(f"{kind}: growth needs two sizes of 50+ elements (not in a --quick run)")
+            continue
+        print(f"{kind}: growth, log-log slope of median time: ~100..4000 elements: elements^"
               f"{slope([p[0] for p in big], [p[2] for p in big]):.2f} (edges^"
               f"{slope([p[1] for p in big], [p[2] for p in big]):.2f}); 1000..4000: elements^"
               f"{slope([p[0] for p in top], [p[2] for p in top]):.2f} (edges^"
               f"{slope([p[1] for p in top], [p[2] for p in top]):.2f})")
+    print(f"\nafter the run: {load()}")
     return 0
-
 
 if __name__ == "__main__":
     sys.exit(main())

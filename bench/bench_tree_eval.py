@@ -12,7 +12,9 @@ SymPy tree, unless a walker is measurably faster. Two places evaluate trees:
   The walker there is the one this change replaced, read from git
   (--walker-commit), so the two run side by side in one process.
 
-    PYTHONPATH=.:clients/python python bench/bench_tree_eval.py [--reps 30] [--walker-commit a79cd9e]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_tree_eval.py [--reps 30] [--walker-commit a79cd9e]
+
+BENCHMARKS.md's issue-14 table: `--reps 30 --walker-commit a79cd9e`.
 """
 from __future__ import annotations
 

@@ -27,8 +27,14 @@ _limits = []  # keeps threadpoolctl's limit in force for the whole run
 
 def match_threads(n: int | None = None) -> int:
     """Give numpy's BLAS and torch the same number of threads: n, or by default as many
-    as numpy's BLAS has, so neither side gets more cores."""
-    import torch
+    as numpy's BLAS has, so neither side gets more cores. Without torch installed only
+    numpy's BLAS is set."""
+    import numpy  # noqa: F401 -- threadpoolctl limits only the BLAS libraries already loaded
+
+    try:
+        import torch
+    except ImportError:
+        torch = None
 
     if n is None:
         n = int(blas_info().get("num_threads") or os.cpu_count() or 1)
@@ -38,13 +44,29 @@ def match_threads(n: int | None = None) -> int:
         except ImportError:
             raise SystemExit("--threads needs threadpoolctl (pip install threadpoolctl)") from None
         _limits.append(threadpool_limits(limits=n, user_api="blas"))
-    torch.set_num_threads(n)
+    if torch is not None:
+        torch.set_num_threads(n)
     return n
 
 
+def thread_counts(text: str) -> list[int]:
+    """--threads "1,2" -> [1, 2]: the 1-thread run first, whatever order they were given in."""
+    counts = sorted({int(t) for t in text.split(",") if t.strip()})
+    if not counts or counts[0] < 1:
+        raise SystemExit(f"--threads wants positive counts, e.g. 1,2 (got {text!r})")
+    return counts
+
+
 def machine() -> str:
+    """CPU, numpy's BLAS (library, kernel, threads per threadpoolctl), torch's threads (or
+    "not installed"), OPENBLAS_*/OMP_* overrides and the load average, on one line."""
     import numpy as np
-    import torch
+
+    try:
+        import torch
+        torch_text = f"torch {torch.__version__} ({torch.get_num_threads()} threads)"
+    except ImportError:
+        torch_text = "torch not installed"
 
     cpu = platform.processor() or "?"
     try:
@@ -56,7 +78,7 @@ def machine() -> str:
     env = {k: os.environ[k] for k in ("OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE", "OMP_NUM_THREADS") if k in os.environ}
     return (f"{cpu}, {os.cpu_count()} logical CPUs; Python {platform.python_version()}, numpy {np.__version__} "
             f"({blas.get('internal_api', '?')} {blas.get('version', '')}, kernel {blas.get('architecture', '?')}, "
-            f"{blas.get('num_threads', '?')} threads), torch {torch.__version__} ({torch.get_num_threads()} threads); "
+            f"{blas.get('num_threads', '?')} threads), {torch_text}; "
             f"env {env or 'no OPENBLAS_*/OMP_* overrides'}; {load()}")
 
 
@@ -91,6 +113,11 @@ def interleaved(cases: dict, reps: int, warmup: int = 1, budget_s: float | None 
 
 def median(xs) -> float:
     return statistics.median(xs)
+
+
+def min_med(xs) -> str:
+    """"min / median" of seconds, the form every table's timing cells take."""
+    return f"{fmt_s(min(xs))} / {fmt_s(median(xs))}"
 
 
 def fmt_s(s: float) -> str:
