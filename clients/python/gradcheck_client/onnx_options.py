@@ -11,8 +11,10 @@ from __future__ import annotations
 import argparse
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from gradcheck.v1 import service_pb2
+if TYPE_CHECKING:  # protobuf costs ~15 ms to import: only a model's import options need it
+    from gradcheck.v1 import service_pb2
 
 ONNX_SUFFIX = ".onnx"
 
@@ -72,6 +74,8 @@ def _read(path: str, flag: str) -> bytes:
 
 def onnx_import_message(args) -> service_pb2.OnnxImport:
     """The OnnxImport message from parsed flags (tensor files read as bytes, unparsed)."""
+    from gradcheck.v1 import service_pb2
+
     msg = service_pb2.OnnxImport()
     for f in ONNX_FLAGS:
         value = getattr(args, "onnx_" + f.name, None)
