@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="symbolic oracle wall-clock budget (default %(default)s)")
     v.add_argument("--simplify-timeout", type=float, default=_symbolic().simplify_timeout_s, metavar="SECONDS",
                    help="time to prove a user derivative (expr op) equal to SymPy's (default %(default)s)")
-    add_limit_flags(v, what="the same as the server's; raise them here")
+    add_limit_flags(v, server=False, what="the same as the server's; raise them here")
     add_onnx_flags(v)
 
     i = sub.add_parser("import-onnx", help="convert an ONNX model to a gradcheck graph (.pb or .json)")
@@ -79,7 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
                    "(default: no metrics endpoint)")
     s.add_argument("--grace", type=float, default=30.0,
                    help="seconds in-flight requests get on SIGTERM (default %(default)s)")
-    add_limit_flags(s, what="server")
+    add_limit_flags(s, server=True, what="server")
 
     a = sub.add_parser("audit-ops", help="check every op's VJP against SymPy's derivative")
     a.add_argument("--op", action="append", default=[], metavar="NAME",

@@ -7,7 +7,7 @@ show them from here. Light on purpose: the CLI imports it to build its parser.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 
 from .errors import OptionError
 
@@ -24,6 +24,7 @@ class LimitSpec:
     type: type = int
     minimum: int | float = 1
     maximum: int | float | None = None
+    server_only: bool = False  # bounds the server, not a request: no `verify` flag
 
 
 LIMITS = (
@@ -40,27 +41,13 @@ LIMITS = (
     LimitSpec("max_directions", 4_096, "random directions of projection finite differences"),
     LimitSpec("max_faults", 64, "fault injections in one request"),
     LimitSpec("max_request_seconds", 120.0, "seconds one verification may run", type=float, minimum=1e-3),
-    LimitSpec("max_queue", 64, "requests waiting for a worker beyond the busy ones", minimum=0),
+    LimitSpec("max_queue", 64, "requests waiting for a worker beyond the busy ones", minimum=0, server_only=True),
 )
 LIMIT_SPECS = {spec.name: spec for spec in LIMITS}
 
 
-@dataclass(frozen=True)
-class ServerLimits:
-    """The caps in force (defaults from LIMITS). `verify` in-process applies the same ones."""
-    max_message_bytes: int = LIMIT_SPECS["max_message_bytes"].default
-    max_nodes: int = LIMIT_SPECS["max_nodes"].default
-    max_elements: int = LIMIT_SPECS["max_elements"].default
-    max_name_length: int = LIMIT_SPECS["max_name_length"].default
-    max_attribute_values: int = LIMIT_SPECS["max_attribute_values"].default
-    max_formula_chars: int = LIMIT_SPECS["max_formula_chars"].default
-    max_formula_depth: int = LIMIT_SPECS["max_formula_depth"].default
-    max_symbolic_budget: int = LIMIT_SPECS["max_symbolic_budget"].default
-    max_symbolic_partials: int = LIMIT_SPECS["max_symbolic_partials"].default
-    max_directions: int = LIMIT_SPECS["max_directions"].default
-    max_faults: int = LIMIT_SPECS["max_faults"].default
-    max_request_seconds: float = LIMIT_SPECS["max_request_seconds"].default
-    max_queue: int = LIMIT_SPECS["max_queue"].default
+class _LimitMethods:
+    """What ServerLimits does besides holding one field per LimitSpec."""
 
     @property
     def graph(self) -> Limits:
@@ -89,11 +76,19 @@ class ServerLimits:
         return cls(**given)
 
 
-def add_limit_flags(parser, *, what: str) -> None:
-    """`--max-...` for every limit that bounds a request (both `serve` and `verify`)."""
+# The caps in force: one field per LIMITS row, named and defaulted there (`verify` in-process
+# applies the same ones). Built from the table so a new limit cannot be left out of it.
+ServerLimits = make_dataclass("ServerLimits", [(spec.name, spec.type, spec.default) for spec in LIMITS],
+                              bases=(_LimitMethods,), frozen=True)
+ServerLimits.__module__ = __name__  # (make_dataclass's own `module=` is Python 3.12+) so workers unpickle it
+
+
+def add_limit_flags(parser, *, server: bool, what: str) -> None:
+    """`--max-...` for every limit that bounds a request (both `serve` and `verify`), and for the
+    server's own (server_only) when `server`."""
     group = parser.add_argument_group(f"limits ({what})")
     for spec in LIMITS:
-        if spec.name == "max_queue" and what != "server":
+        if spec.server_only and not server:
             continue
         group.add_argument("--" + spec.name.replace("_", "-"), type=spec.type, default=None,
                            metavar="N", help=f"{spec.help} (default {spec.default:g})")

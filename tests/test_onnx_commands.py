@@ -144,10 +144,12 @@ def server(tmp_path_factory):
 def test_onnx_over_grpc(server, tmp_path, capsys):
     channel = grpc.insecure_channel(server.target)
     stub = service_pb2_grpc.GradCheckServiceStub(channel)
-    request = service_pb2.VerifyRequest(onnx_model=tiny_mlp().SerializeToString(),
+    request = service_pb2.VerifyRequest(id="onnx-1", onnx_model=tiny_mlp().SerializeToString(),
                                         onnx=service_pb2.OnnxImport(loss="cotangent", params="W1,b1"))
     report = stub.Verify(request, timeout=60).report
     assert report.verdict == "pass" and [p.name for p in report.parameters] == ["W1", "b1"]
+    [rec] = [r for r in server.log_lines() if r.get("id") == "onnx-1"]  # the request log names the model's size
+    assert rec["onnx_model_bytes"] == len(request.onnx_model) and "nodes" not in rec and rec["verdict"] == "pass"
     request = service_pb2.VerifyRequest(onnx_model=b"\x08\x07garbage")
     with pytest.raises(grpc.RpcError) as info:
         stub.Verify(request, timeout=60)

@@ -52,6 +52,16 @@ def _request_id(request) -> str:
     return request.id if request is not None else ""
 
 
+def _what(request) -> dict:
+    """What the request log says of the request's graph: its name and size, or for an ONNX model
+    (imported in the worker, so unnamed here) its size in bytes."""
+    if request is None:
+        return {"graph": None, "nodes": None}
+    if request.onnx_model:
+        return {"graph": None, "onnx_model_bytes": len(request.onnx_model)}
+    return {"graph": clip(request.graph.name), "nodes": len(request.graph.nodes)}
+
+
 def _error_from_worker(result: tuple) -> Exception:
     if result[0] == "error":
         _, cls_name, reason, node, field = result
@@ -152,9 +162,7 @@ class GradCheckServicer:
             self.metrics.request(method, outcome.get("code", "UNKNOWN"), seconds)
             log.info("request", extra={"fields": {
                 "method": method, "peer": call.peer, "id": clip(request.id) if request else None,
-                "graph": clip(request.graph.name) if request else None,
-                "nodes": len(request.graph.nodes) if request else None,
-                "duration_ms": round(seconds * 1000, 3), **outcome}})
+                **_what(request), "duration_ms": round(seconds * 1000, 3), **outcome}})
 
     # -- RPCs ---------------------------------------------------------------------------
 

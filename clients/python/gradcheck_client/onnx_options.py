@@ -13,48 +13,35 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .options import Option, add_flag
+
 if TYPE_CHECKING:  # protobuf costs ~15 ms to import: only a model's import options need it
     from gradcheck.v1 import service_pb2
 
 ONNX_SUFFIX = ".onnx"
 
 
-@dataclass(frozen=True)
-class OnnxFlag:
-    name: str  # OnnxImport field
-    flag: str
-    help: str
-    default: object = None
-    type: object = str
-    choices: tuple | None = None
-    metavar: str | None = None
-    repeated: bool = False
-
-
-ONNX_FLAGS: tuple[OnnxFlag, ...] = (
-    OnnxFlag("params", "--params", "which values become parameters: comma-separated initializers, inputs, "
-             "constants (values nodes make at import time, e.g. ConstantOfShape weights), none, or value names",
-             default="initializers", metavar="SPEC"),
-    OnnxFlag("inputs", "--input", "a graph input's value from a TensorProto file (repeatable; default: generated from --input-seed)",
-             metavar="NAME=FILE.pb", repeated=True),
-    OnnxFlag("input_seed", "--input-seed", "seed for graph inputs not given (uniform in [0, 1); default 0)", default=0,
-             type=int, metavar="N"),
-    OnnxFlag("loss_output", "--loss-output", "the model output the loss reduces (default: the first)",
-             metavar="NAME"),
-    OnnxFlag("loss", "--loss", "reduce the output to the scalar loss by sum, mean, or cotangent "
-             "(sum of output * cotangent)", default="sum", choices=("sum", "mean", "cotangent")),
-    OnnxFlag("cotangent", "--cotangent", "the cotangent as a TensorProto file (default: standard normal "
-             "from --cotangent-seed)", metavar="FILE.pb"),
-    OnnxFlag("cotangent_seed", "--cotangent-seed", "seed for the cotangent (default 0)", default=0, type=int, metavar="N"),
+ONNX_FLAGS: tuple[Option, ...] = (  # the rows of options.py's kind; each name is an OnnxImport field
+    Option("params", "which values become parameters: comma-separated initializers, inputs, constants "
+           "(values nodes make at import time, e.g. ConstantOfShape weights), none, or value names",
+           default="initializers", metavar="SPEC"),
+    Option("inputs", "a graph input's value from a TensorProto file (repeatable; default: generated from "
+           "--input-seed)", metavar="NAME=FILE.pb", flag="--input", repeated=True),
+    Option("input_seed", "seed for graph inputs not given (uniform in [0, 1); default 0)", type=int, default=0,
+           metavar="N"),
+    Option("loss_output", "the model output the loss reduces (default: the first)", metavar="NAME"),
+    Option("loss", "reduce the output to the scalar loss by sum, mean, or cotangent (sum of output * "
+           "cotangent)", default="sum", choices=("sum", "mean", "cotangent")),
+    Option("cotangent", "the cotangent as a TensorProto file (default: standard normal from --cotangent-seed)",
+           metavar="FILE.pb"),
+    Option("cotangent_seed", "seed for the cotangent (default 0)", type=int, default=0, metavar="N"),
 )
 
 
 def add_onnx_flags(parser: argparse.ArgumentParser) -> None:
     group = parser.add_argument_group("ONNX import (models given as .onnx)")
-    for f in ONNX_FLAGS:
-        shown = f" (default {f.default})" if f.default not in (None, 0) else ""
-        group.add_argument(f.flag, dest="onnx_" + f.name, type=f.type, choices=f.choices, metavar=f.metavar,
-                           action="append" if f.repeated else "store", default=None, help=f.help + shown)
+    for o in ONNX_FLAGS:
+        add_flag(group, o, "onnx_" + o.name)
 
 
 def is_onnx(path) -> bool:

@@ -104,21 +104,26 @@ def _help(o: Option) -> str:
     return f"{o.help} (default {shown})"
 
 
+def add_flag(group, o: Option, dest: str) -> None:
+    """One option row as argparse flags (and its negation); an unset flag is None. The ONNX import
+    options (onnx_options.py) are rows of the same kind."""
+    if o.switch:
+        group.add_argument(*o.flags, dest=dest, action="store_const", const=True, default=None, help=_help(o))
+        return
+    group.add_argument(*o.flags, dest=dest, type=o.type, choices=o.choices, metavar=o.metavar,
+                       action="append" if o.repeated else "store", default=None, help=_help(o))
+    if o.negation:
+        group.add_argument(o.negation, dest=dest, action="store_const", const=False,
+                           help=f"the same as {o.cli_flag} off")
+
+
 def add_option_flags(parser: argparse.ArgumentParser, exclude: tuple = ()) -> None:
     """Every option (but those in `exclude`, which the command defines its own way) as a flag;
     an unset flag is None (the server's default applies)."""
     group = parser.add_argument_group("verification options (the same for gradcheck and gradcheck-svc)")
     for o in OPTIONS:
-        if o.name in exclude:
-            continue
-        if o.switch:
-            group.add_argument(*o.flags, dest=o.name, action="store_const", const=True, default=None, help=_help(o))
-            continue
-        group.add_argument(*o.flags, dest=o.name, type=o.type, choices=o.choices, metavar=o.metavar,
-                           action="append" if o.repeated else "store", default=None, help=_help(o))
-        if o.negation:
-            group.add_argument(o.negation, dest=o.name, action="store_const", const=False,
-                               help=f"the same as {o.cli_flag} off")
+        if o.name not in exclude:
+            add_flag(group, o, o.name)
 
 
 def values_from_args(args) -> dict:
