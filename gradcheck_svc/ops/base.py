@@ -148,8 +148,9 @@ class OpDef:
     torch: str | None = None  # torch's function with the same inputs and keyword attributes, dotted
     # How a stack of one-slice changes (ops/slices.py) passes through the op, for full-Jacobian
     # finite differences: sliced(xp, op, xs, base_out, attrs) -> Sliced | dense stack | None (densify),
-    # and the axis each input would best change along. Elementwise ops (those with `sympy`) get
-    # slices.elementwise by default; other ops without a rule receive the stack densified.
+    # and the axis each input would best change along (negative: from the end; else from the front).
+    # Elementwise ops (those with `sympy`) get slices.elementwise by default; other ops without a
+    # rule receive the stack densified.
     sliced: Callable | None = None
     sliced_axes: tuple[int, ...] | None = None
 

@@ -15,9 +15,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
+
 from ..errors import GraphError
 from .base import FLOAT, REALS, Attr, Case, OpDef, Spec
 from .registry import register
+from .slices import Sliced, take_slices
 from .windows import WINDOW_ATTRS, channel_view, crop_spatial, geometry, pad_spatial, windows, windows_adjoint
 
 
@@ -101,6 +104,53 @@ def _conv_vjp(xp, g, saved, geo, group, bias):
     return dx, dw, xp.sum(g, axis=(0,) + tuple(range(2, 2 + k)))
 
 
+def _sliced(xp, op, xs, base_out, attrs):
+    """One changed slice through conv (ops/slices.py). A changed filter (W along M) or bias entry
+    changes its own output channel only: that channel alone, one GEMM of X's windows with the
+    changed filters. A change in one input channel reaches every output channel of a group-1 conv,
+    as the unperturbed output plus the conv of that channel's change alone (1/C of the work), and
+    only its own output channel of a depthwise conv with one filter per channel. None (densify)
+    for anything else."""
+    x, w, b = (list(xs) + [None])[:3]
+    if sum(isinstance(v, Sliced) for v in (x, w, b)) != 1:
+        return None
+    geo, group = attrs["geo"], attrs["group"]
+    ch = -(geo.k + 1)  # the channel axis of X and of the output
+    if isinstance(w, Sliced):
+        if w.axis != -(geo.k + 2):
+            return None
+        cols = _im2col(xp, x, geo, group)  # (N, G, P, CgK)
+        filters = w.values.reshape(len(w), -1)  # (B, CgK)
+        group_of = np.asarray(w.index) // (w.base.shape[0] // group)
+        y = xp.empty((len(w), cols.shape[0], cols.shape[2]), dtype=cols.dtype)  # (B, N, P)
+        for g in np.unique(group_of):  # one GEMM per group the changed filters belong to
+            rows = np.flatnonzero(group_of == g)
+            y[rows] = xp.moveaxis(xp.matmul(cols[:, g], filters[rows].T), -1, 0)
+        if b is not None:
+            y += xp.take(b, w.index)[:, None, None]
+        return Sliced(base_out, ch, w.index, y.reshape((len(w), cols.shape[0]) + geo.out))
+    if isinstance(b, Sliced):
+        delta = b.values - b.old(xp)
+        old = take_slices(xp, base_out, ch, b.index)  # (B, N, *out)
+        return Sliced(base_out, ch, b.index, old + delta.reshape((len(b),) + (1,) * (old.ndim - 1)))
+    if x.axis != ch:
+        return None
+    c, m = x.base.shape[ch], w.shape[0]
+    if group == 1:  # base + conv(the change in channel c, W[:, c])
+        cols = _im2col(xp, (x.values - x.old(xp))[:, :, None], geo, 1)[:, :, 0]  # (B, N, P, K)
+        wc = xp.moveaxis(xp.take(w, x.index, axis=1), 1, 0).reshape(len(x), m, -1)  # (B, M, K)
+        y = xp.matmul(cols, xp.swapaxes(wc, -1, -2)[:, None])  # (B, N, P, M)
+        return base_out + xp.swapaxes(y, -1, -2).reshape((len(x),) + base_out.shape)
+    if group == c == m:  # depthwise, one filter per channel: channel c alone, by filter c
+        cols = _im2col(xp, x.values[:, :, None], geo, 1)[:, :, 0]  # (B, N, P, K)
+        f = xp.take(w, x.index, axis=0).reshape(len(x), 1, -1, 1)  # (B, 1, K, 1)
+        y = xp.matmul(cols, f)[..., 0]  # (B, N, P)
+        if b is not None:
+            y = y + xp.take(b, x.index)[:, None, None]
+        return Sliced(base_out, ch, x.index, y.reshape((len(x), x.base.shape[0]) + geo.out))
+    return None
+
+
 def _save(xs, y, **_):
     return xs[0], xs[1]  # the bias gradient needs only g
 
@@ -115,11 +165,12 @@ def _cases(rng):
                                                             "auto_pad": "SAME_UPPER"}),  # depthwise, x2
         Case([s(rng, (1, 2, 6, 6)), s(rng, (2, 2, 2, 2)), s(rng, (2,))], {"dilations": [2, 2],
                                                                           "auto_pad": "SAME_LOWER"}),
+        Case([s(rng, (2, 3, 4, 4)), s(rng, (3, 1, 3, 3)), s(rng, (3,))], {"group": 3, "pads": [1, 1, 1, 1]}),  # depthwise
     ]
 
 
 register(OpDef(
     name="conv", forward=_conv, vjp=_conv_vjp, infer=_infer, arity=None, input_kinds=(FLOAT,),
     attrs={**WINDOW_ATTRS, "group": Attr("int", 1, doc="channel groups; group == C is depthwise")},
-    save=_save, cases=_cases,
+    save=_save, cases=_cases, sliced=_sliced, sliced_axes=(1, 0, 0),  # X's channels, W's filters, B
     doc="ONNX Conv: X (N, C, *S) * W (M, C/group, *K) + B (M); im2col + one batched GEMM"))

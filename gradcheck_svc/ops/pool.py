@@ -13,9 +13,12 @@ import numpy as np
 from ..errors import GraphError
 from .base import FLOAT, Attr, Case, Kink, OpDef, Spec, save_inputs
 from .registry import register
+from .slices import independent
 from .windows import WINDOW_ATTRS, crop_spatial, geometry, pad_spatial, windows, windows_adjoint
 
 POOL_ATTRS = {**WINDOW_ATTRS, "ceil_mode": Attr("bool", False, doc="round the output size up")}
+# every sample and channel is pooled on its own: a change in one stays in one
+PER_CHANNEL = independent(lambda axis, attrs: axis if axis < -attrs["geo"].k else None)
 
 
 def _infer_pool(node, specs, attrs):
@@ -87,7 +90,7 @@ register(OpDef(
     name="max_pool", forward=_max_pool, vjp=_max_pool_vjp, infer=_infer_max, arity=1, input_kinds=(FLOAT,),
     attrs=POOL_ATTRS, save=save_inputs, cases=_cases,
     kinks=(Kink("ties for a window's maximum", "gradient to the first maximal element", _window_tie_gap),),
-    doc="ONNX MaxPool (padding never wins: pads are -inf)"))
+    sliced=PER_CHANNEL, doc="ONNX MaxPool (padding never wins: pads are -inf)"))
 
 # --- avg_pool ------------------------------------------------------------------------
 
@@ -118,4 +121,4 @@ register(OpDef(
     name="avg_pool", forward=_avg_pool, vjp=_avg_pool_vjp, infer=_infer_avg, arity=1, input_kinds=(FLOAT,),
     attrs={**POOL_ATTRS, "count_include_pad": Attr("bool", False, doc="pads count in the divisor")},
     save=lambda xs, y, **_: (), cases=lambda rng: _cases(rng) + _cases(rng, {"count_include_pad": True}),
-    doc="ONNX AveragePool (count_include_pad)"))
+    sliced=PER_CHANNEL, doc="ONNX AveragePool (count_include_pad)"))

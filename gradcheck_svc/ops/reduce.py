@@ -13,6 +13,7 @@ import numpy as np
 from ..errors import GraphError
 from .base import FLOAT, REALS, Attr, Case, Kink, OpDef, Spec, norm_axes, save_nothing
 from .registry import register
+from .slices import independent
 
 REDUCE_ATTRS = {
     "axis": Attr("axes", None, doc="int, list of ints, or null for all axes"),
@@ -51,11 +52,19 @@ def _infer_extremum(node, specs, attrs):
     return spec, out
 
 
+def _kept_axis(axis, attrs):
+    """Where an axis the reduction keeps lands in its output (negative); None for a reduced one."""
+    if axis in attrs["axes"]:
+        return None
+    return axis if attrs["keepdims"] else axis + sum(1 for a in attrs["axes"] if a > axis)
+
+
 def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True):
     register(OpDef(
         name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
         input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc,
-        numpy=name))  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
+        numpy=name,  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
+        sliced=independent(_kept_axis)))
 
 
 def _sum(xp, x, axes, keepdims, **_):

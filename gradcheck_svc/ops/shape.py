@@ -28,6 +28,7 @@ from .base import (
     save_nothing,
 )
 from .registry import register
+from .slices import Sliced
 
 
 def _grad_reshape(xp, g, s, in_shape, **_):
@@ -195,9 +196,18 @@ def _concat_vjp(xp, g, s, axis, sizes, rank):
     return tuple(xp.split(g, bounds, axis=axis))
 
 
+def _concat_sliced(xp, op, xs, base_out, attrs):
+    """A change along the concatenation axis stays one slice, shifted past the inputs before it."""
+    changed = [i for i, x in enumerate(xs) if isinstance(x, Sliced)]
+    if len(changed) != 1 or xs[changed[0]].axis != attrs["axis"]:
+        return None
+    x = xs[changed[0]]
+    return Sliced(base_out, x.axis, x.index + sum(attrs["sizes"][:changed[0]]), x.values)
+
+
 register(OpDef(
     name="concat", numpy="concatenate", forward=_concat, vjp=_concat_vjp, infer=_infer_concat, arity=None,
-    input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing,
+    input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing, sliced=_concat_sliced,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3)), REALS.sample(rng, (1, 3))], {"axis": 0}),
                        Case([REALS.sample(rng, (2, 1)), REALS.sample(rng, (2, 2)), REALS.sample(rng, (2, 3))],
                             {"axis": -1})],

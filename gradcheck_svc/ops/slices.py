@@ -85,3 +85,18 @@ def elementwise(xp, op, xs, base_out, attrs):
         else:
             args.append(take_slices(xp, xp.broadcast_to(x, out_shape), axis, index))
     return Sliced(base_out, axis, index, op.forward(xp, *args, **attrs))
+
+
+def independent(out_axis):
+    """The rule of a one-input op that maps the slices along some axes each on its own (pooling:
+    every sample and channel; a reduction: every position it does not reduce): its forward on the
+    changed slices alone, each given its axis back (size 1). out_axis(axis, attrs) -> where the
+    changed axis lands in the output (negative), or None where the op mixes slices along it."""
+    def rule(xp, op, xs, base_out, attrs):
+        (x,) = xs
+        at = out_axis(x.axis, attrs)
+        if at is None:
+            return None
+        y = op.forward(xp, xp.expand_dims(x.values, x.axis), **attrs)
+        return Sliced(base_out, at, x.index, xp.squeeze(y, axis=at))
+    return rule

@@ -321,15 +321,19 @@ class FiniteDifferences:
 
     def slice_axis(self, name: str) -> int | None:
         """The axis one-element perturbations of `name` are carried along (ops/slices.py): the first
-        one a consumer prefers (matmul: a's rows, b's columns), else the last; None for a scalar."""
+        one a consumer prefers (matmul: a's rows, b's columns; conv: W's filters), else the last;
+        None for a scalar."""
         rank = len(self.program.shapes[name])
         if rank == 0:
             return None
         for step in self.program.steps:
             prefer = step.op.sliced_axes
             for k, n in enumerate(step.inputs):
-                if n == name and prefer and -rank <= prefer[min(k, len(prefer) - 1)] < 0:
-                    return prefer[min(k, len(prefer) - 1)]
+                if n == name and prefer:
+                    axis = prefer[min(k, len(prefer) - 1)]
+                    axis = axis - rank if axis >= 0 else axis  # OpDef.sliced_axes may count from the front
+                    if -rank <= axis < 0:
+                        return axis
         return -1
 
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
