@@ -3,6 +3,9 @@
 The function, in float64 on both sides, with P parameter elements:
     loss = cross_entropy(tanh(x @ W1) @ W2, labels),   x [16, d] data, W1 [d, h], W2 [h, c]
     P = 2,000  (d, h, c = 20, 80, 5)     and     P = 20,000  (d, h, c = 100, 160, 25)
+and a small CNN (P = 3,472):
+    loss = sum(mean(relu(conv(max_pool(relu(conv(x, W1) + b1)), W2)), spatial))
+    x [1, 8, 24, 24], W1 [16, 8, 3, 3], b1 [16], W2 [16, 16, 3, 3], pads 1, pool 2x2 stride 2
 
 Timed, per repetition:
   ours   FiniteDifferences(graph, FDOptions(mode="full")) and .gradient(p) for every
@@ -71,6 +74,30 @@ def problem(elements: int, rng):
     return graph, f, tw
 
 
+CNN_ELEMENTS = 16 * 8 * 9 + 16 + 16 * 16 * 9
+
+
+def cnn_problem(rng):
+    x = rng.standard_normal((1, 8, 24, 24))
+    w1, b1 = rng.standard_normal((16, 8, 3, 3)) / 8, 0.1 * rng.standard_normal(16)
+    w2 = rng.standard_normal((16, 16, 3, 3)) / 12
+    b = GraphBuilder("cnn")
+    h = b.node("relu", b.node("conv", b.input("x", x), b.input("W1", w1, True), b.input("b1", b1, True),
+                              pads=[1, 1, 1, 1]))
+    h = b.node("max_pool", h, kernel_shape=[2, 2], strides=[2, 2])
+    h = b.node("relu", b.node("conv", h, b.input("W2", w2, True), pads=[1, 1, 1, 1]))
+    b.output(b.node("sum", b.node("mean", h, axis=[2, 3]), name="L"))
+    graph = load_graph(b.build())
+    tx = torch.tensor(x)
+
+    def f(W1, b1, W2):
+        h = F.max_pool2d(torch.relu(F.conv2d(tx, W1, b1, padding=1)), 2)
+        return torch.relu(F.conv2d(h, W2, padding=1)).mean(dim=(2, 3)).sum()
+
+    tw = tuple(torch.tensor(v, requires_grad=True) for v in (w1, b1, w2))
+    return graph, f, tw
+
+
 def ours(graph):
     fd = FiniteDifferences(graph, FDOptions(mode="full"))
     refs = {p: fd.gradient(p).reference for p in graph.parameters}
@@ -93,14 +120,15 @@ def forward_flops(elements: int) -> int:
     return 2 * BATCH * d * h + 2 * BATCH * h * c
 
 
-def run(elements, reps, budget_s, warmup):
-    graph, f, tw = problem(elements, np.random.default_rng(elements))
+def run(elements, reps, budget_s, warmup, cnn=False):
+    graph, f, tw = (cnn_problem if cnn else lambda r: problem(elements, r))(np.random.default_rng(elements))
+    names = graph.parameters
     square = np.random.default_rng(1).standard_normal((GEMM_N, GEMM_N))
     analytic = [g.numpy() for g in torch.autograd.grad(f(*tw), tw)]
 
     refs, grads = ours(graph)
-    our_err = max(float(np.abs(refs[p] - a).max()) for p, a in zip(("W1", "W2"), analytic))
-    engine_err = max(float(np.abs(np.asarray(grads[p]) - a).max()) for p, a in zip(("W1", "W2"), analytic))
+    our_err = max(float(np.abs(refs[p] - a).max()) for p, a in zip(names, analytic))
+    engine_err = max(float(np.abs(np.asarray(grads[p]) - a).max()) for p, a in zip(names, analytic))
     with torch.no_grad():
         numerical = _gradcheck_module._get_numerical_jacobian(f, tw, eps=TORCH_EPS)
     # numerical[i][0]: d(loss)/d(input i) as a column (n_i, 1)
@@ -111,10 +139,11 @@ def run(elements, reps, budget_s, warmup):
                          "gemm": lambda: square @ square}, reps=reps, warmup=max(warmup, 1), budget_s=budget_s)
     o, t = median(times["ours"]), median(times["torch"])
     rate = 2 * GEMM_N ** 3 / min(times["gemm"])  # the machine's best GEMM rate in this run
-    floor = 2 * elements * forward_flops(elements) / rate  # 2N forwards at that rate
-    return [f"{elements:,}", torch.get_num_threads(), len(times["ours"]), fmt_s(min(times["ours"])), fmt_s(o),
-            fmt_s(min(times["torch"])), fmt_s(t), f"{t / o:.1f}x", f"{rate / 1e9:.0f}", fmt_s(floor),
-            f"{o / floor:.2f}x", f"{our_err:.1e}", f"{torch_err:.1e}", f"{engine_err:.1e}"]
+    floor = None if cnn else 2 * elements * forward_flops(elements) / rate  # 2N forwards at that rate
+    return [f"{elements:,}" + (" (cnn)" if cnn else ""), torch.get_num_threads(), len(times["ours"]),
+            fmt_s(min(times["ours"])), fmt_s(o), fmt_s(min(times["torch"])), fmt_s(t), f"{t / o:.1f}x",
+            f"{rate / 1e9:.0f}", fmt_s(floor) if floor else "-", f"{o / floor:.2f}x" if floor else "-",
+            f"{our_err:.1e}", f"{torch_err:.1e}", f"{engine_err:.1e}"]
 
 
 def main(argv=None):
@@ -132,6 +161,7 @@ def main(argv=None):
         rows.append(run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1))
         if i == 0:  # torch: ~4 s a call with 1 thread, 30-100 s with 2 on a loaded machine
             rows.append(run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0))
+            rows.append(run(CNN_ELEMENTS, reps=1 if args.quick else 5, budget_s=60, warmup=0, cnn=True))
     print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
     print(f"machine: {machine()}\n")
     print(table(["parameter elements", "threads (numpy BLAS = torch)", "reps", "ours min", "ours median",
