@@ -127,6 +127,10 @@ def test_per_graph_time_limit(capsys, tmp_path):
     (["--shard-index", "0", "--shard-count", "0"], {}, "--shard-count: must be at least 1"),
     (["--shard-index", "0", "--time-limit", "nan"], {}, "--time-limit: must be positive"),
     (["--shard-index", "0", "--fault", "z:melt"], {}, "fault: unknown fault kind 'melt'"),
+    # every option is checked before a graph is read (not an "invalid" record per graph)
+    (["--shard-index", "0", "--checkpoint", "every:0"], {}, "--checkpoint: 'every:0': every:K needs a positive"),
+    (["--shard-index", "0", "--atol", "-1"], {}, "--atol: -1.0 is not a finite number >= 0"),
+    (["--shard-index", "0", "--directions", "99999"], {}, "--directions: 99999 is over the limit of 4096"),
 ])
 def test_bad_usage_exits_2_one_line(capsys, monkeypatch, tmp_path, corpus, argv, env, needle):
     monkeypatch.delenv("JOB_COMPLETION_INDEX", raising=False)
@@ -186,6 +190,17 @@ def test_server_token_refused_is_a_configuration_error(capsys, monkeypatch, tmp_
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)
         assert code == 0 and "finished: 9 pass, 1 fail, 1 invalid" in err
+
+
+def test_a_server_with_raised_limits_decides_them(capsys, tmp_path, corpus):
+    """--directions over the default cap is refused up front in-process (above), but a server started
+    with a higher --max-directions accepts it: the batch leaves limits to the server it talks to."""
+    from grpc_helpers import ServerProcess
+
+    with ServerProcess("--workers", "1", "--max-directions", "8192") as server:
+        code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", tmp_path / "out",
+                           "--server", server.target, "--directions", "5000", "--fd", "projection")
+    assert code == 0 and "finished: 9 pass, 1 fail, 1 invalid" in err
 
 
 def test_unreadable_graph_volume_exits_75_and_the_retry_keeps_what_was_done(capsys, tmp_path, corpus):

@@ -65,13 +65,26 @@ def add_parsers(sub) -> None:
 
 
 def _check_common(args) -> None:
-    from ..engine import parse_fault
-    from ..errors import OptionError
+    """Every option checked before any graph is read: a bad one is exit 2 naming its flag, not an
+    "invalid" record for each graph. Against a server, its own limits apply, not the defaults here."""
+    from gradcheck_client.options import flag_of
+
+    from ..errors import LimitError, OptionError
+    from ..limits import ServerLimits
+    from ..server.execute import verify_options
+    from ..verify.run import check_options
 
     if not args.time_limit > 0:  # NaN too
         raise OptionError("must be positive", field="--time-limit")
-    for f in args.faults or ():
-        parse_fault(f)
+    values = values_from_args(args)
+    if "device" in values and values["device"] == "auto":  # screen's own choice, resolved per node
+        values = {k: v for k, v in values.items() if k != "device"}
+    try:
+        check_options(verify_options(values, ServerLimits(), field=flag_of),
+                      field=lambda name: "--" + name.replace("_", "-"))
+    except LimitError:
+        if getattr(args, "server", None) is None:
+            raise
 
 
 def _run(run, label: str) -> int:
