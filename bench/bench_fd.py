@@ -3,6 +3,8 @@
 The function, in float64 on both sides, with P parameter elements:
     loss = cross_entropy(tanh(x @ W1) @ W2, labels),   x [16, d] data, W1 [d, h], W2 [h, c]
     P = 2,000  (d, h, c = 20, 80, 5)     and     P = 20,000  (d, h, c = 100, 160, 25)
+an elementwise graph ending in a sum (P = 20,000; full FD is O(P) with slices, O(P^2) dense):
+    loss = sum(exp(tanh(w) * sin(v))),   w, v [10,000]
 and a small CNN (P = 3,472):
     loss = sum(mean(relu(conv(max_pool(relu(conv(x, W1) + b1)), W2)), spatial))
     x [1, 8, 24, 24], W1 [16, 8, 3, 3], b1 [16], W2 [16, 16, 3, 3], pads 1, pool 2x2 stride 2
@@ -98,6 +100,18 @@ def cnn_problem(rng):
     return graph, f, tw
 
 
+def elementwise_problem(rng):
+    w, v = rng.standard_normal(10_000), rng.standard_normal(10_000)
+    b = GraphBuilder("elementwise")
+    prod = b.node("mul", b.node("tanh", b.input("w", w, True)), b.node("sin", b.input("v", v, True)))
+    b.output(b.node("sum", b.node("exp", prod), name="L"))
+
+    def f(w, v):
+        return torch.exp(torch.tanh(w) * torch.sin(v)).sum()
+
+    return load_graph(b.build()), f, (torch.tensor(w, requires_grad=True), torch.tensor(v, requires_grad=True))
+
+
 def ours(graph):
     fd = FiniteDifferences(graph, FDOptions(mode="full"))
     refs = {p: fd.gradient(p).reference for p in graph.parameters}
@@ -120,8 +134,9 @@ def forward_flops(elements: int) -> int:
     return 2 * BATCH * d * h + 2 * BATCH * h * c
 
 
-def run(elements, reps, budget_s, warmup, cnn=False):
-    graph, f, tw = (cnn_problem if cnn else lambda r: problem(elements, r))(np.random.default_rng(elements))
+def run(elements, reps, budget_s, warmup, kind="mlp"):
+    make = {"mlp": lambda r: problem(elements, r), "cnn": cnn_problem, "elementwise": elementwise_problem}[kind]
+    graph, f, tw = make(np.random.default_rng(elements))
     names = graph.parameters
     square = np.random.default_rng(1).standard_normal((GEMM_N, GEMM_N))
     analytic = [g.numpy() for g in torch.autograd.grad(f(*tw), tw)]
@@ -139,8 +154,8 @@ def run(elements, reps, budget_s, warmup, cnn=False):
                          "gemm": lambda: square @ square}, reps=reps, warmup=max(warmup, 1), budget_s=budget_s)
     o, t = median(times["ours"]), median(times["torch"])
     rate = 2 * GEMM_N ** 3 / min(times["gemm"])  # the machine's best GEMM rate in this run
-    floor = None if cnn else 2 * elements * forward_flops(elements) / rate  # 2N forwards at that rate
-    return [f"{elements:,}" + (" (cnn)" if cnn else ""), torch.get_num_threads(), len(times["ours"]),
+    floor = None if kind != "mlp" else 2 * elements * forward_flops(elements) / rate  # 2N forwards at that rate (the MLP only)
+    return [f"{elements:,}" + (f" ({kind})" if kind != "mlp" else ""), torch.get_num_threads(), len(times["ours"]),
             fmt_s(min(times["ours"])), fmt_s(o), fmt_s(min(times["torch"])), fmt_s(t), f"{t / o:.1f}x",
             f"{rate / 1e9:.0f}", fmt_s(floor) if floor else "-", f"{o / floor:.2f}x" if floor else "-",
             f"{our_err:.1e}", f"{torch_err:.1e}", f"{engine_err:.1e}"]
@@ -161,7 +176,8 @@ def main(argv=None):
         rows.append(run(2_000, reps=3 if args.quick else 15, budget_s=60, warmup=1))
         if i == 0:  # torch: ~4 s a call with 1 thread, 30-100 s with 2 on a loaded machine
             rows.append(run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0))
-            rows.append(run(CNN_ELEMENTS, reps=1 if args.quick else 5, budget_s=60, warmup=0, cnn=True))
+            rows.append(run(CNN_ELEMENTS, reps=1 if args.quick else 5, budget_s=60, warmup=0, kind="cnn"))
+            rows.append(run(20_000, reps=1 if args.quick else 5, budget_s=60, warmup=0, kind="elementwise"))
     print("## bench_fd: full-Jacobian finite differences, ours vs torch.autograd.gradcheck(fast_mode=False)\n")
     print(f"machine: {machine()}\n")
     print(table(["parameter elements", "threads (numpy BLAS = torch)", "reps", "ours min", "ours median",

@@ -268,10 +268,12 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     return out.reshape(out.shape[0])
 
 
-def forward_sliced(program: Program, backend: Backend, base: dict, name: str, stack: Sliced):
+def forward_sliced(program: Program, backend: Backend, base: dict, name: str, stack: Sliced, stats: dict | None = None):
     """forward_batched for one value replaced by a Sliced stack: each step downstream whose op has
     a slice rule (OpDef.slice_rule) gets the Sliced inputs as they are; a step without one, or
-    whose rule declines (None), gets them densified and runs batched. Returns the loss, (B,)."""
+    whose rule declines (None), gets them densified and runs batched. Returns the loss, (B,).
+    stats: receives "row_bytes", the bytes per copy of every batched value made (all are held to
+    the end): what sizes the next chunk."""
     xp = backend.xp
     values = {name: stack}  # the batched values only; the rest come from base
     with _quiet(xp):
@@ -288,6 +290,9 @@ def forward_sliced(program: Program, backend: Backend, base: dict, name: str, st
                 xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
                 y = run_step_batched(xp, step, xs, batched)
             values[step.name] = y
+    if stats is not None:
+        stats["row_bytes"] = sum((v.values if isinstance(v, Sliced) else v).nbytes for v in values.values()) \
+            // max(1, len(stack))
     if program.output not in values:
         raise ValueError("the stack does not reach the output")
     out = values[program.output]

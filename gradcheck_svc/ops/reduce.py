@@ -59,12 +59,25 @@ def _kept_axis(axis, attrs):
     return axis if attrs["keepdims"] else axis + sum(1 for a in attrs["axes"] if a > axis)
 
 
-def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True):
+_PER_POSITION = independent(_kept_axis)
+
+
+def _linear_sliced(xp, op, xs, base_out, attrs):
+    """sum and mean: a kept axis stays a slice; summing over the changed axis is the unperturbed sum
+    plus the reduction of the change alone -- B x one slice of work instead of B x the whole input
+    (an elementwise chain ending in a sum costs O(n), not O(n^2), for n perturbations)."""
+    (x,) = xs
+    if x.axis not in attrs["axes"]:
+        return _PER_POSITION(xp, op, xs, base_out, attrs)
+    return base_out + op.forward(xp, xp.expand_dims(x.values - x.old(xp), x.axis), **attrs)
+
+
+def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True, linear=False):
     register(OpDef(
         name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
         input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc,
         numpy=name,  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
-        sliced=independent(_kept_axis)))
+        sliced=_linear_sliced if linear else _PER_POSITION))
 
 
 def _sum(xp, x, axes, keepdims, **_):
@@ -77,11 +90,11 @@ def _mean(xp, x, axes, keepdims, count, **_):
 
 reduction("sum", _sum,
           lambda xp, g, s, axes, keepdims, in_shape, **_: (xp.broadcast_to(_keep(xp, g, axes, keepdims), in_shape),),
-          save_nothing, "sum over axes")
+          save_nothing, "sum over axes", linear=True)
 reduction("mean", _mean,
           lambda xp, g, s, axes, keepdims, in_shape, count, **_: (
               xp.broadcast_to(_keep(xp, g, axes, keepdims) / count, in_shape),),
-          save_nothing, "mean over axes")
+          save_nothing, "mean over axes", linear=True)
 
 
 def _extremum_vjp(xp, g, s, axes, keepdims, **_):

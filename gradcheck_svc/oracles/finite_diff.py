@@ -68,8 +68,9 @@ class FDOptions:
     mode: str = "auto"  # full | projection | auto
     projection_threshold: int = 100_000  # elements per parameter above which auto projects
     # auto also projects the costliest parameters while the whole graph's full check would
-    # evaluate more than this many values (2 x elements x values downstream, summed);
-    # ~1e9 is a few seconds of NumPy on one core
+    # evaluate more than this many values (2 x elements x values downstream, summed: counted
+    # densely, and where that is over, measured on one sliced copy); ~1e9 is a few seconds of
+    # NumPy on one core
     full_cost_budget: float = 1e9
     directions: int = 16
     seed: int = 0
@@ -290,6 +291,11 @@ class FiniteDifferences:
         cost = {p: 2 * size[p] * self.row_bytes(p) / 8 for p in self.program.params}
         projected = {p for p in self.program.params if size[p] > self.options.projection_threshold}
         total = sum(c for p, c in cost.items() if p not in projected)
+        if total > self.options.full_cost_budget:  # the dense bound is over: what do slices really cost?
+            for p in cost:
+                if p not in projected and size[p]:
+                    cost[p] = 2 * size[p] * self._sliced_row_values(p)
+            total = sum(c for p, c in cost.items() if p not in projected)
         for p in sorted(cost, key=cost.get, reverse=True):
             if total <= self.options.full_cost_budget:
                 break
@@ -336,6 +342,17 @@ class FiniteDifferences:
                         return axis
         return -1
 
+    def _sliced_row_values(self, name: str) -> float:
+        """Values one perturbed copy of `name` really evaluates, carried as a slice: measured on one
+        copy (what it costs is one copy's worth of the downstream graph, against 2n for a full check)."""
+        x = np.asarray(self.base[name], dtype=np.float64)
+        axis = self.slice_axis(name)
+        if axis is None:
+            return self.row_bytes(name) / 8
+        stats = {}
+        forward_sliced(self.program, NUMPY, self.base, name, one_hot(np, x, axis, [0], x.reshape(-1)[:1]), stats)
+        return stats["row_bytes"] / 8
+
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
         """The loss with element flat_index[k] of `name` set to new_values[k], for each k: each copy
         carried as one changed slice, in memory-bounded chunks."""
@@ -343,11 +360,17 @@ class FiniteDifferences:
         axis = self.slice_axis(name)
         if axis is None:  # a scalar: the stack itself is as small as it gets
             return self.losses(name, np.asarray(new_values, dtype=np.float64).reshape((-1,) + x.shape))
+        # the first chunk is sized by the dense bound (every downstream value in full); the rest by
+        # what a copy really held, which slices make far smaller
         rows = max(1, self.options.chunk_bytes // self.row_bytes(name))
         out = np.empty(len(flat_index))
-        for s in range(0, len(flat_index), rows):
+        s = 0
+        while s < len(flat_index):
+            stats = {}
             stack = one_hot(np, x, axis, flat_index[s:s + rows], new_values[s:s + rows])
-            out[s:s + rows] = forward_sliced(self.program, NUMPY, self.base, name, stack)
+            out[s:s + rows] = forward_sliced(self.program, NUMPY, self.base, name, stack, stats)
+            s += rows
+            rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
 
     def _noise(self, h) -> np.ndarray:
