@@ -92,6 +92,32 @@ def _repeat(fn, n, out):
     return case
 
 
+def gemm_cases(cases, samples):
+    """The MLP's forward+backward GEMMs alone (8 of 256x1024x1024 -- x's gradient is skipped on both
+    sides -- and the 1024x10 layer's), numpy against torch: the BLAS's own ratio, which bounds the
+    engine/torch ratio from below however little the engine does around them."""
+    import torch
+
+    b, w, c = bench_engine.BATCH, bench_engine.WIDTH, bench_engine.CLASSES
+    rng = np.random.default_rng(1)
+    for dtype in (np.float32, np.float64):
+        a, m, g = (rng.standard_normal(shape).astype(dtype) for shape in ((b, w), (w, w), (b, w)))
+        m3, g3 = rng.standard_normal((w, c)).astype(dtype), rng.standard_normal((b, c)).astype(dtype)
+
+        def gemms(a, m, g, m3, g3):
+            for _ in range(3):  # forward: three square layers and the last one
+                a @ m
+            a @ m3
+            a.T @ g3, g3 @ m3.T  # backward: the last layer, two square layers, the first one's weight
+            for _ in range(2):
+                a.T @ g, g @ m.T
+            a.T @ g
+        key = f"mlp {np.dtype(dtype).name} gemms"
+        t = [torch.from_numpy(v) for v in (a, m, g, m3, g3)]
+        cases[f"{key} numpy"] = _repeat(lambda v=(a, m, g, m3, g3): gemms(*v), 3, samples.setdefault(f"{key} numpy", []))
+        cases[f"{key} torch"] = _repeat(lambda v=t: gemms(*v), 3, samples.setdefault(f"{key} torch", []))
+
+
 def service_cases(cases, samples, server):
     msg = parse_graph(SEED)
     cases["seed in-process"] = _repeat(lambda: verify(validate(msg)), 50, samples.setdefault("seed in-process", []))
@@ -203,6 +229,7 @@ def main(argv=None):
     match_threads(1)
     samples, peaks, cases = {}, {}, {}
     engine_cases(cases, samples)
+    gemm_cases(cases, samples)
     memory_cases(cases, samples, peaks)
     fd_cases(cases, samples)
     if args.baseline:
@@ -257,6 +284,10 @@ def report(s, peaks, rounds) -> str:
                     continue
                 row(f"{key} engine/torch, integrity {integ}", mm(f"{key} {integ}"), mm(f"{key} torch"), f"{r:.2f}x",
                     f"<= {goal}x", r <= goal)
+            if name == "mlp":
+                floor = _med(s, f"{key} gemms numpy") / _med(s, f"{key} gemms torch")
+                row(f"{key} its GEMMs alone, numpy/torch (the BLAS floor of the ratios above)",
+                    mm(f"{key} gemms numpy"), mm(f"{key} gemms torch"), f"{floor:.2f}x", "(reference)", True)
             over = _med(s, f"{key} check") / _med(s, f"{key} off") - 1
             row(f"{key} integrity overhead", mm(f"{key} check"), mm(f"{key} off") + " (off)",
                 f"+{over * 100:.1f}%", "< +10%", over < 0.10)
