@@ -43,6 +43,18 @@ def small_mlp():
     return m.eval(), torch.randn(4, 7)
 
 
+def instance_norm():
+    """InstanceNormalization (style transfer's normalization), composed from registry ops on import."""
+    torch.manual_seed(2)
+    # no bias before the norm: it subtracts every per-channel constant (a zero gradient, float32 noise in torch)
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1, bias=False), nn.InstanceNorm2d(4, affine=True), nn.ReLU(),
+                      nn.Conv2d(4, 2, 1))
+    with torch.no_grad():
+        m[1].weight.uniform_(0.5, 1.5)
+        m[1].bias.uniform_(-0.5, 0.5)
+    return m.eval(), torch.rand(2, 3, 6, 6)
+
+
 def export(model, x) -> bytes:
     f = io.BytesIO()
     with warnings.catch_warnings():
@@ -52,7 +64,7 @@ def export(model, x) -> bytes:
     return f.getvalue()
 
 
-@pytest.mark.parametrize("build", [small_cnn, small_mlp], ids=["cnn", "mlp"])
+@pytest.mark.parametrize("build", [small_cnn, small_mlp, instance_norm], ids=["cnn", "mlp", "instance_norm"])
 def test_engine_gradients_equal_torch_autograd(build):
     model, x = build()
     cotangent = np.random.default_rng(7).standard_normal(tuple(model(x).shape))
@@ -73,7 +85,7 @@ def test_engine_gradients_equal_torch_autograd(build):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6, err_msg=name)  # torch ran in float32
 
 
-@pytest.mark.parametrize("build", [small_cnn, small_mlp], ids=["cnn", "mlp"])
+@pytest.mark.parametrize("build", [small_cnn, small_mlp, instance_norm], ids=["cnn", "mlp", "instance_norm"])
 def test_imported_models_verify(build):
     model, x = build()
     msg = import_onnx(export(model, x), ImportOptions(params="initializers,inputs", loss="cotangent"))

@@ -226,6 +226,21 @@ def _batch_norm(ctx, node, a, opset):
     return ctx.emit("batch_norm", _ins(ctx, node), {"epsilon": a.get("epsilon", 1e-5)}, name=node.output[0])
 
 
+@converter("InstanceNormalization")
+def _instance_norm(ctx, node, a, opset):
+    """scale * (x - mean) / sqrt(var + epsilon) + B with the moments of each sample and channel (over
+    the spatial axes), composed of registry ops so each piece keeps its own derivative rule."""
+    x, scale, bias = _ins(ctx, node)
+    rank = len(ctx.shape(x))
+    spatial = {"axis": list(range(2, rank)), "keepdims": True}
+    centered = ctx.emit("sub", [x, ctx.emit("mean", [x], spatial)])
+    var = ctx.emit("mean", [ctx.emit("square", [centered])], spatial)
+    std = ctx.emit("sqrt", [ctx.emit("add", [var, ctx.scalar(a.get("epsilon", 1e-5))])])
+    per_channel = {"shape": [ctx.shape(scale)[0]] + [1] * (rank - 2)}
+    y = ctx.emit("mul", [ctx.emit("div", [centered, std]), ctx.emit("reshape", [scale], per_channel)])
+    return ctx.emit("add", [y, ctx.emit("reshape", [bias], per_channel)], name=node.output[0])
+
+
 @converter("LRN")
 def _lrn(ctx, node, a, opset):
     attrs = {k: a[k] for k in ("size", "alpha", "beta", "bias") if k in a}
