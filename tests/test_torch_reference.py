@@ -91,6 +91,7 @@ ADAPTED = {
     "reshape": lambda x, shape: x.reshape(shape),
     "transpose": lambda x, axes=None: x.permute(axes if axes is not None else tuple(range(x.ndim))[::-1]),
     "broadcast_to": lambda x, shape: torch.broadcast_to(x, shape),
+    "tile": lambda x, reps: torch.tile(x, reps),
     "expand_dims": lambda x, axis: x.unsqueeze(axis),
     "squeeze": _squeeze,
     "concat": lambda *xs, axis=0: torch.cat(xs, axis),
@@ -321,6 +322,11 @@ def _emit_broadcast_to(g):
     return g.node("broadcast_to", x, shape=shape)
 
 
+def _emit_tile(g):
+    x = g.pick(lambda s: len(s) <= 3)
+    return g.node("tile", x, reps=[int(g.rng.integers(1, 3)) for _ in g.shape(x)])
+
+
 def _emit_expand_dims(g):
     x = g.pick(lambda s: len(s) <= 3)
     r = len(g.shape(x))
@@ -399,6 +405,7 @@ EMIT = {
     "logsumexp": _emit_axis_op("logsumexp", keepdims=True),
     "cross_entropy": _emit_cross_entropy, "mse_loss": _emit_mse,
     "reshape": _emit_reshape, "transpose": _emit_transpose, "broadcast_to": _emit_broadcast_to,
+    "tile": _emit_tile,
     "expand_dims": _emit_expand_dims, "squeeze": _emit_squeeze, "concat": _emit_concat, "slice": _emit_slice,
     "take": _emit_take, "take_along_axis": _emit_take_along_axis, "constant": _emit_constant,
 }

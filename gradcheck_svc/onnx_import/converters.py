@@ -349,6 +349,12 @@ def _expand(ctx, node, a, opset):
     return ctx.emit("broadcast_to", [x], {"shape": list(target)}, name=node.output[0])
 
 
+@converter("Tile")
+def _tile(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    return ctx.emit("tile", [x], {"reps": _ints(ctx.const(node.input[1], "repeats"))}, name=node.output[0])
+
+
 @converter("Slice")
 def _slice(ctx, node, a, opset):
     x = ctx.value(node.input[0])

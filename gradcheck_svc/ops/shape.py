@@ -121,6 +121,34 @@ register(OpDef(
                        Case([REALS.sample(rng, ())], {"shape": [2]})],
     doc="repeat x to a larger shape by NumPy's broadcasting rules"))
 
+# --- tile --------------------------------------------------------------------------
+
+
+def _infer_tile(node, specs, attrs):
+    src, reps = specs[0].shape, tuple(attrs["reps"])
+    if len(reps) != len(src) or any(r < 0 for r in reps):
+        raise GraphError(f"tile needs one repeat count >= 0 per axis of {list(src)}, got {list(reps)}", node=node)
+    return Spec(tuple(d * r for d, r in zip(src, reps)), specs[0].dtype), {"reps": reps, "in_shape": src}
+
+
+def _tile(xp, x, reps, in_shape):
+    return xp.tile(x, (1,) * lead_of(x, len(in_shape)) + reps)
+
+
+def _tile_vjp(xp, g, s, reps, in_shape):
+    # output axis i is reps[i] blocks of in_shape[i]: split it into (block, within) and sum the blocks
+    split = tuple(v for r, d in zip(reps, in_shape) for v in (r, d))
+    return (xp.sum(g.reshape(split), axis=tuple(range(0, len(split), 2))),)
+
+
+register(OpDef(
+    name="tile", numpy="tile", forward=_tile, vjp=_tile_vjp, infer=_infer_tile, arity=1, input_kinds=(FLOAT,),
+    attrs={"reps": Attr("ints", doc="repeat count per axis (as many as x has axes)")}, save=save_nothing,
+    cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {"reps": [2, 3]}),
+                       Case([REALS.sample(rng, (3,))], {"reps": [1]}),
+                       Case([REALS.sample(rng, (2, 1, 2))], {"reps": [1, 4, 2]})],
+    doc="repeat x whole along each axis (numpy.tile, ONNX Tile)"))
+
 # --- expand_dims / squeeze ----------------------------------------------------------
 
 

@@ -77,6 +77,7 @@ class SympyArrays:
     expand_dims = staticmethod(np.expand_dims)
     squeeze = staticmethod(np.squeeze)
     broadcast_to = staticmethod(np.broadcast_to)
+    tile = staticmethod(np.tile)
     concatenate = staticmethod(np.concatenate)
     take = staticmethod(np.take)
     take_along_axis = staticmethod(np.take_along_axis)

@@ -63,6 +63,7 @@ VALUES = {
     'take': _numpy(numpy.take),
     'take_along_axis': _numpy(numpy.take_along_axis),
     'tanh': _numpy(numpy.tanh),
+    'tile': _numpy(numpy.tile),
     'transpose': _numpy(numpy.transpose),
     'where': _numpy(numpy.where),
 }
@@ -145,6 +146,7 @@ OPS = {
     'take': {'name': 'take', 'arity': 2, 'inputs': ('float', 'int64'), 'attrs': {'axis': 0}, 'numpy': 'take', 'shape': 'numpy'},
     'take_along_axis': {'name': 'take_along_axis', 'arity': 2, 'inputs': ('float', 'int64'), 'attrs': {'axis': REQUIRED}, 'numpy': 'take_along_axis', 'shape': 'numpy'},
     'tanh': {'name': 'tanh', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'tanh', 'shape': 'numpy'},
+    'tile': {'name': 'tile', 'arity': 1, 'inputs': ('float',), 'attrs': {'reps': REQUIRED}, 'numpy': 'tile', 'shape': 'numpy'},
     'transpose': {'name': 'transpose', 'arity': 1, 'inputs': ('float',), 'attrs': {'axes': None}, 'numpy': 'transpose', 'shape': 'numpy'},
     'where': {'name': 'where', 'arity': 3, 'inputs': ('bool', 'float', 'float'), 'attrs': {}, 'numpy': 'where', 'shape': 'numpy'},
 }
