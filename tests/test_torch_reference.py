@@ -92,6 +92,7 @@ ADAPTED = {
     "transpose": lambda x, axes=None: x.permute(axes if axes is not None else tuple(range(x.ndim))[::-1]),
     "broadcast_to": lambda x, shape: torch.broadcast_to(x, shape),
     "tile": lambda x, reps: torch.tile(x, reps),
+    "elu": lambda x, alpha=1.0, scale=1.0: scale * F.elu(x, alpha),
     "expand_dims": lambda x, axis: x.unsqueeze(axis),
     "squeeze": _squeeze,
     "concat": lambda *xs, axis=0: torch.cat(xs, axis),
@@ -394,6 +395,8 @@ def _emit_unary_by_domain(op):
 EMIT = {
     **{op.name: _emit_unary_by_domain(op) for op in all_ops() if op.arity == 1 and op.sympy and not op.attrs},
     "leaky_relu": lambda g: _unary("leaky_relu", negative_slope=0.1)(g),
+    "elu": lambda g: _unary("elu", **[{}, {"alpha": 0.5}, {"alpha": 1.6732632423543772, "scale": 1.0507009873554805}][
+        g.rng.integers(0, 3)])(g),
     "gelu": lambda g: _unary("gelu", approximate=str(g.rng.choice(["none", "tanh"])))(g),
     "clip": lambda g: _unary("clip", **[{"min": -0.5, "max": 0.7}, {"min": -0.2}, {"max": 0.4}][
         g.rng.integers(0, 3)])(g),

@@ -88,6 +88,17 @@ def _leaky_relu(ctx, node, a, opset):
     return ctx.emit("leaky_relu", _ins(ctx, node), {"negative_slope": a.get("alpha", 0.01)}, name=node.output[0])
 
 
+@converter("Elu")
+def _elu(ctx, node, a, opset):
+    return ctx.emit("elu", _ins(ctx, node), {"alpha": a.get("alpha", 1.0)}, name=node.output[0])
+
+
+@converter("Selu")
+def _selu(ctx, node, a, opset):  # ONNX's defaults, as float32 values
+    attrs = {"alpha": a.get("alpha", 1.67326319217681884765625), "scale": a.get("gamma", 1.05070102214813232421875)}
+    return ctx.emit("elu", _ins(ctx, node), attrs, name=node.output[0])
+
+
 @converter("Reciprocal")
 def _reciprocal(ctx, node, a, opset):
     return ctx.emit("div", [ctx.scalar(1.0)] + _ins(ctx, node), name=node.output[0])

@@ -188,6 +188,18 @@ unary("leaky_relu",
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative negative_slope", _abs_distance())],
       torch="torch.nn.functional.leaky_relu", doc='x for x > 0, negative_slope * x otherwise')
 
+# NOTE elu: derivative alpha * scale at x == 0 (the left one, as PyTorch); smooth there when alpha == 1.
+# One op serves ONNX Elu (scale 1) and Selu (its alpha, and gamma as the scale).
+unary("elu",
+      lambda xp, x, alpha=1.0, scale=1.0: scale * xp.where(x > 0, x, alpha * (xp.exp(xp.minimum(x, 0.0)) - 1)),
+      lambda xp, x, y, alpha=1.0, scale=1.0: scale * xp.where(x > 0, 1.0, alpha * xp.exp(xp.minimum(x, 0.0))),
+      uses="x",
+      sympy=lambda sp, x, alpha=1.0, scale=1.0: sp.Float(scale) * sp.Piecewise(
+          (x, x > 0), (sp.Float(alpha) * (sp.exp(x) - 1), True)),
+      attrs={"alpha": Attr("float", 1.0), "scale": Attr("float", 1.0)},
+      domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative alpha * scale (the left one)", _abs_distance())],
+      doc='scale * (x for x > 0, alpha * (exp(x) - 1) otherwise): ELU, and SELU with its alpha and scale')
+
 # NOTE abs: derivative sign(x), 0 at x == 0 (as PyTorch).
 unary("abs", lambda xp, x: xp.abs(x), lambda xp, x, y: xp.sign(x), uses="x",
       sympy=lambda sp, x: sp.Abs(x), domain=Domain(avoid=(0.0,)),
