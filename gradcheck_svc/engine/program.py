@@ -7,7 +7,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..graph.ir import Graph
-from ..ops.base import FLOAT, OpDef
+from ..ops.base import FLOAT, OpDef, save_inputs, save_nothing
 
 
 @dataclass(frozen=True)
@@ -25,10 +25,16 @@ class Step:
     inplace: bool = False  # writes its result into its first input's buffer
     grad_targets: tuple[tuple[int, str, tuple], ...] = ()  # (k, name, shape) of each grad input: backward's loop
     vjp_attrs: dict | None = None  # what backward passes the vjp: attrs, plus needs_input_grad if it takes it
+    # derived from the fields above (not arguments): what the forward's hot loop reads per step
+    save: object = None  # the op's save rule (OpDef.save, default: its inputs); None: the op saves nothing
+    value_names: tuple[str, ...] = ()  # (name, *inputs): what a saved tensor can be (SavedStore sources)
 
     def __post_init__(self):
         if self.vjp_attrs is None:  # a Step built without it: the vjp gets the attributes alone
             object.__setattr__(self, "vjp_attrs", self.attrs)
+        save = self.op.save or save_inputs
+        object.__setattr__(self, "save", None if save is save_nothing else save)
+        object.__setattr__(self, "value_names", (self.name, *self.inputs))
 
 
 class Program:
