@@ -135,7 +135,7 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
                 y = xp.asarray(y)
             if writes and (step.name in aliased or any(n in aliased for n in step.inputs)):
                 y = _private(y, xs)
-            if saving and step.needs_grad and (ckpt is None or ckpt.saves(step)):
+            if saving and step.needs_grad and step.save is not None and (ckpt is None or ckpt.saves(step)):
                 save_for_backward(store, step, xs, y)
             if writes and step.inplace:
                 y = _write_in_place(xp, step, xs[0], y, store, versions)
@@ -196,9 +196,10 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 ckpt.before_backward(step)  # entering a checkpointed segment: recompute its saves
             if not step.needs_grad:
                 continue
+            keeps = step.save is not None  # else the store holds nothing for it: no load, no release
             g = adj.pop(step.name, None)
             if g is not None:
-                saved = store.load(step.name)
+                saved = store.load(step.name) if keeps else ()
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
                 grads = step.op.vjp(xp, g, saved, **step.vjp_attrs)
@@ -221,7 +222,8 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                         hold(acc)
                         drop(prev)
                 drop(g)
-            store.release(step.name)
+            if keeps:
+                store.release(step.name)
             if marks:
                 live.mark(f"backward {step.name}")
     if ckpt is not None:

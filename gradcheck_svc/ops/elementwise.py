@@ -173,7 +173,9 @@ unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
 # --- unary with kinks (each NOTE says the convention at the kink) -------------------
 
 # NOTE relu: derivative 0 at x == 0 (as PyTorch); saves the output, whose sign is enough.
-unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: (y > 0).astype(y.dtype), uses="y",
+# The derivative stays a bool mask: the vjp g * mask (the same values as g * float mask: NaN, inf
+# and all) makes two passes over the activations, where a float copy of the mask made three.
+unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: y > 0, uses="y",
       sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())],
       formula_name="relu", torch="torch.relu", doc='max(x, 0)')
