@@ -203,6 +203,7 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
                 grads = step.op.vjp(xp, g, saved, **step.vjp_attrs)
+                passed = False  # g itself became an input's adjoint (add, sub): that hold is g's own
                 for k, name, shape in step.grad_targets:
                     gi = grads[k]
                     if gi is None:
@@ -216,12 +217,16 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                     prev = adj.get(name)
                     if prev is None:
                         adj[name] = gi
-                        hold(gi)
+                        if gi is g and not passed:  # hold(g) now and drop(g) below would cancel out
+                            passed = True
+                        else:
+                            hold(gi)
                     else:
                         adj[name] = acc = prev + gi
                         hold(acc)
                         drop(prev)
-                drop(g)
+                if not passed:
+                    drop(g)
             if keeps:
                 store.release(step.name)
             if marks:

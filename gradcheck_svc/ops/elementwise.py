@@ -254,9 +254,10 @@ register(OpDef(
 
 def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc="", formula_name=None,
            numpy=None, torch=None):
-    """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape."""
+    """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape.
+    Binary ops take no attributes, so grads is the vjp itself (no wrapper call per backward step)."""
     register(OpDef(
-        name=name, forward=f, vjp=lambda xp, g, saved, **a: grads(xp, g, saved),
+        name=name, forward=f, vjp=grads,
         infer=_infer_broadcast, arity=2, input_kinds=(FLOAT, FLOAT), save=save,
         broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
         cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc,
