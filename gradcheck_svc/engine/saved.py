@@ -18,7 +18,6 @@ corrupted on request (--fault), and checked:
 from __future__ import annotations
 
 import weakref
-from operator import attrgetter
 from dataclasses import dataclass
 
 from ..errors import InplaceHazardError
@@ -27,7 +26,6 @@ from .memory import MemoryMeter, owner
 from .versions import Versions
 
 INTEGRITY_MODES = ("off", "check")
-_nbytes = attrgetter("nbytes")
 
 
 def _split(joined: bytes, tensors) -> list[bytes]:
@@ -108,8 +106,10 @@ class SavedStore:
             # all of a node's in one bytes object (load then compares them in one memcmp, no loop):
             # load compares the very arrays saved here -- only Slots can swap them -- so their
             # shapes, dtypes and sizes cannot differ, only their values.
-            prints = None
-            if self._host and sum(map(_nbytes, tensors)) <= HOST_COPY_UP_TO:
+            prints, size = None, 0
+            for t in tensors:  # (a loop costs half of sum(map(...)) for the usual one or two tensors)
+                size += t.nbytes
+            if self._host and size <= HOST_COPY_UP_TO:
                 try:
                     prints = b"".join(tensors)  # (their C-order bytes, as tobytes)
                 except TypeError:  # join's error for a buffer it cannot take whole (a view that is
