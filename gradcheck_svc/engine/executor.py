@@ -158,7 +158,7 @@ def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
     """Hand what the step's vjp needs to the store (the first forward or a checkpoint recompute)."""
     save = step.save
     if save is not None:  # (None: the op saves nothing, e.g. add, reshape)
-        saved = save(xs, y, **step.attrs)
+        saved = save(xs, y, **step.attrs) if step.attrs else save(xs, y)  # (as backward's vjp call)
         if saved:
             store.save(step.name, saved, step.value_names, [id(y), *map(id, xs)])
 
@@ -202,7 +202,8 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 saved = store.load(step.name) if keeps else ()
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
-                grads = step.op.vjp(xp, g, saved, **step.vjp_attrs)
+                va = step.vjp_attrs  # (most steps have none: a call without ** is the cheaper call)
+                grads = step.op.vjp(xp, g, saved, **va) if va else step.op.vjp(xp, g, saved)
                 passed = False  # g itself became an input's adjoint (add, sub): that hold is g's own
                 for k, name, shape in step.grad_targets:
                     gi = grads[k]
