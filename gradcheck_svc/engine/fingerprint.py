@@ -72,9 +72,9 @@ _lane_weights = []  # [arange(1, LANES + 1)] and [arange(0, SUM_CHUNK_WORDS, LAN
 
 
 def _host_word_sums(np, words) -> tuple[int, int]:
-    """The two sums on the host, about one pass over memory and no large temporaries.
+    """The two sums on the host, one read of memory and no large temporaries.
 
-    Per chunk (still in L2 when read the second time), viewed as rows of LANES words: with word
+    Per chunk (read twice, the second time from L2), viewed as rows of LANES words: with word
     i = r * LANES + l, sum((i + 1) * w_i) = sum_r r * LANES * rowsum_r + sum_l (l + 1) * colsum_l.
     The row and column sums are plain reductions, which NumPy vectorizes; only two short dots
     remain (NumPy's integer dot is not vectorized: over every word it took 3/4 of the time). Words
