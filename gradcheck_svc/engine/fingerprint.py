@@ -7,9 +7,9 @@ swapped words change the second. Two device reductions, no host copy of the
 data: only the two 64-bit results cross to the host.
 
 Small host (NumPy) arrays take faster paths, because NumPy's reductions
-cost tens of microseconds of fixed overhead per call, which dominated graphs
+cost microseconds of fixed overhead per call, which dominated graphs
 of many small ops: up to 1 KiB the "fingerprint" is the bytes themselves
-(exact, and cheaper than any hash); up to 64 KiB, CRC-32 and Adler-32 of the
+(exact, and cheaper than any hash); up to 8 KiB, CRC-32 and Adler-32 of the
 bytes (zlib, no temporaries). Fingerprints are compared only with
 fingerprints of the same array module, by equality.
 """
@@ -21,7 +21,7 @@ import zlib
 from ..backend import host
 
 HOST_COPY_UP_TO = 1 << 10  # bytes: keep the bytes themselves
-HOST_HASH_UP_TO = 1 << 16  # bytes: below this, zlib on the host beats two NumPy reductions
+HOST_HASH_UP_TO = 1 << 13  # bytes: below this, zlib on the host beats the word sums' few NumPy calls
 
 
 def small_host_fingerprint(a) -> tuple:
