@@ -59,8 +59,12 @@ def run_step(xp, step: Step, xs: list):
     try:
         y = step.op.forward(xp, *xs, **step.attrs)
     except (IndexError, ValueError) as exc:  # data-dependent errors, e.g. an index out of range
-        raise GraphError(f"op '{step.op.name}' failed: {str(exc).splitlines()[0]}", node=step.name) from None
+        raise op_failed(step, exc) from None
     return y if type(y) is xp.ndarray else xp.asarray(y)  # the type test is cheaper than asarray's no-op
+
+
+def op_failed(step: Step, exc: Exception) -> GraphError:
+    return GraphError(f"op '{step.op.name}' failed: {str(exc).splitlines()[0]}", node=step.name)
 
 
 @dataclass
@@ -120,14 +124,21 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
     if store is not None:
         live.exclude_saved(feeds.values())  # graph inputs are parameters and data, not activations
     ckpt = checkpoint.start(xp, live, store, feeds) if grad and checkpoint is not None else None
-    hold, drop, marks, release = live.hold, live.drop, live.marks, not keep_values  # hot loop: locals
+    # hot loop: locals, and run_step inlined (a call per step costs as much as the small ops' work)
+    hold, drop, marks, release = live.hold, live.drop, live.marks, not keep_values
+    ndarray, saving, aliased = xp.ndarray, store is not None, program.aliased
     with _quiet(xp):
         for step in program.steps:
             xs = [values[n] for n in step.inputs]
-            y = run_step(xp, step, xs)
-            if writes and (step.name in program.aliased or any(n in program.aliased for n in step.inputs)):
+            try:
+                y = step.op.forward(xp, *xs, **step.attrs)
+            except (IndexError, ValueError) as exc:  # as run_step
+                raise op_failed(step, exc) from None
+            if type(y) is not ndarray:
+                y = xp.asarray(y)
+            if writes and (step.name in aliased or any(n in aliased for n in step.inputs)):
                 y = _private(y, xs)
-            if grad and step.needs_grad and (ckpt is None or ckpt.saves(step)):
+            if saving and step.needs_grad and step.save is not None and (ckpt is None or ckpt.saves(step)):
                 save_for_backward(store, step, xs, y)
             if writes and step.inplace:
                 y = _write_in_place(xp, step, xs[0], y, store, versions)
@@ -148,9 +159,11 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
 
 def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
     """Hand what the step's vjp needs to the store (the first forward or a checkpoint recompute)."""
-    saved = step.op.save(xs, y, **step.attrs) if step.op.save else tuple(xs)
-    if saved:  # many ops (add, reshape, ...) need nothing: then the store keeps nothing
-        store.save(step.name, saved, [_source(t, step, xs, y) for t in saved])
+    save = step.save
+    if save is not None:  # (None: the op saves nothing, e.g. add, reshape)
+        saved = save(xs, y, **step.attrs) if step.attrs else save(xs, y)  # (as backward's vjp call)
+        if saved:
+            store.save(step.name, saved, step.value_names, [id(y), *map(id, xs)])
 
 
 def _private(y, xs):
@@ -170,15 +183,6 @@ def _write_in_place(xp, step: Step, buf, y, store, versions):
     return buf
 
 
-def _source(t, step: Step, xs, y) -> str | None:
-    if t is y:
-        return step.name
-    for name, x in zip(step.inputs, xs):
-        if t is x:
-            return name
-    return None
-
-
 def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
     """dL/dp for every parameter, as device arrays (zeros if the loss does not depend on p).
 
@@ -195,12 +199,15 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                 ckpt.before_backward(step)  # entering a checkpointed segment: recompute its saves
             if not step.needs_grad:
                 continue
+            keeps = step.save is not None  # else the store holds nothing for it: no load, no release
             g = adj.pop(step.name, None)
             if g is not None:
-                saved = store.load(step.name)
+                saved = store.load(step.name) if keeps else ()
                 if keep_adjoints:
                     tape.adjoints[step.name] = g
-                grads = step.op.vjp(xp, g, saved, **step.vjp_attrs)
+                va = step.vjp_attrs  # (most steps have none: a call without ** is the cheaper call)
+                grads = step.op.vjp(xp, g, saved, **va) if va else step.op.vjp(xp, g, saved)
+                passed = False  # g itself became an input's adjoint (add, sub): that hold is g's own
                 for k, name, shape in step.grad_targets:
                     gi = grads[k]
                     if gi is None:
@@ -214,13 +221,18 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                     prev = adj.get(name)
                     if prev is None:
                         adj[name] = gi
-                        hold(gi)
+                        if gi is g and not passed:  # hold(g) now and drop(g) below would cancel out
+                            passed = True
+                        else:
+                            hold(gi)
                     else:
                         adj[name] = acc = prev + gi
                         hold(acc)
                         drop(prev)
-                drop(g)
-            store.release(step.name)
+                if not passed:
+                    drop(g)
+            if keeps:
+                store.release(step.name)
             if marks:
                 live.mark(f"backward {step.name}")
     if ckpt is not None:

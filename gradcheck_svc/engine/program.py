@@ -2,12 +2,13 @@
 them need gradients, and when each value can be released."""
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Callable
 
 import numpy as np
 
 from ..graph.ir import Graph
-from ..ops.base import FLOAT, OpDef
+from ..ops.base import FLOAT, OpDef, save_inputs, save_nothing
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,16 @@ class Step:
     inplace: bool = False  # writes its result into its first input's buffer
     grad_targets: tuple[tuple[int, str, tuple], ...] = ()  # (k, name, shape) of each grad input: backward's loop
     vjp_attrs: dict | None = None  # what backward passes the vjp: attrs, plus needs_input_grad if it takes it
+    # derived from the fields above, for the executor's hot loops:
+    save: Callable | None = field(init=False)  # the op's save rule (default: its inputs); None: saves nothing
+    value_names: tuple[str, ...] = field(init=False)  # (name, *inputs): what a saved tensor can be (its source)
 
     def __post_init__(self):
         if self.vjp_attrs is None:  # a Step built without it: the vjp gets the attributes alone
             object.__setattr__(self, "vjp_attrs", self.attrs)
+        save = self.op.save or save_inputs
+        object.__setattr__(self, "save", None if save is save_nothing else save)
+        object.__setattr__(self, "value_names", (self.name, *self.inputs))
 
 
 class Program:

@@ -28,6 +28,15 @@ from .versions import Versions
 INTEGRITY_MODES = ("off", "check")
 
 
+def _split(joined: bytes, tensors) -> list[bytes]:
+    """The bytes of each tensor, from their concatenation."""
+    out, at = [], 0
+    for t in tensors:
+        out.append(joined[at:at + t.nbytes])
+        at += t.nbytes
+    return out
+
+
 class Slot:
     """One saved tensor with what verifying it needs. A plain class with __slots__: runs that
     verify make one per saved tensor."""
@@ -61,7 +70,7 @@ class SavedStore:
     def __init__(self, live: MemoryMeter, xp=None, integrity: str = "off", versions: Versions | None = None,
                  allow_inplace_hazards: bool = False):
         self._tensors: dict[str, tuple] = {}  # node -> its saved tensors, as its vjp reads them
-        self._sources: dict[str, list] = {}  # node -> the value each tensor is (Slot.source)
+        self._sources: dict[str, tuple] = {}  # node -> (names, ids) the value each tensor is comes from (_source)
         # node -> its Slots. Made at save time when a run verifies (fingerprints, versions);
         # otherwise only if asked for (slots(): fault injection), as most runs never need them.
         self._slots: dict[str, list[Slot]] = {}
@@ -77,9 +86,13 @@ class SavedStore:
         self._taken: dict[int, tuple] = {}  # id(tensor) -> (weakref, version, fingerprint): one per buffer state
         self._read: dict[int, tuple] = {}  # id(tensor) -> (weakref, fingerprint) as first read by the backward
 
-    def save(self, node: str, tensors, sources) -> None:
+    def save(self, node: str, tensors, names: tuple, ids: list) -> None:
+        """Keep a node's saved tensors. names: the values a saved tensor may be (the node's output,
+        then its inputs); ids: their id()s now. A tensor's source (the value it is) is resolved from
+        these only when asked for (Slots, Events): most runs never ask, and the ids stay right while
+        the store keeps the tensor alive."""
         self._tensors[node] = tensors = tuple(tensors)
-        self._sources[node] = sources
+        self._sources[node] = (names, ids)
         if self.versions is not None:
             for s in self._slots_of(node):
                 s.buffer = owner(s.tensor)
@@ -89,18 +102,38 @@ class SavedStore:
         elif self.check:
             # no versions to follow (no in-place node): the fingerprints alone, no Slot objects --
             # graphs of many small ops save a few tiny tensors per step, and per-tensor Python
-            # objects cost more than their fingerprints
-            fp, small = self._fingerprint, HOST_COPY_UP_TO if self._host else -1
-            # (a small host tensor's print is its bytes: load compares the very array saved here --
-            # only Slots can swap it -- so its shape and dtype cannot differ, only its value)
-            self._prints[node] = tuple([t.tobytes() if t.nbytes <= small else fp(t, 0) for t in tensors])
+            # objects cost more than their fingerprints. Small host tensors are kept as their bytes,
+            # all of a node's in one bytes object (load then compares them in one memcmp, no loop):
+            # load compares the very arrays saved here -- only Slots can swap them -- so their
+            # shapes, dtypes and sizes cannot differ, only their values.
+            prints, size = None, 0
+            for t in tensors:  # (a loop costs half of sum(map(...)) for the usual one or two tensors)
+                size += t.nbytes
+            if self._host and size <= HOST_COPY_UP_TO:
+                try:
+                    prints = b"".join(tensors)  # (their C-order bytes, as tobytes)
+                except TypeError:  # join's error for a buffer it cannot take whole (a view that is
+                    pass  # not C-contiguous): one by one below
+            if prints is None:
+                fp, small = self._fingerprint, HOST_COPY_UP_TO if self._host else -1
+                prints = tuple([t.tobytes() if t.nbytes <= small else fp(t, 0) for t in tensors])
+            self._prints[node] = prints
         self.live.hold_saved(tensors)
+
+    def _source(self, node: str, k: int) -> str | None:
+        """The value the node's k-th saved tensor is (an input or its output), None if derived."""
+        names, ids = self._sources[node]
+        key = id(self._tensors[node][k])
+        return names[ids.index(key)] if key in ids else None
 
     def _slots_of(self, node: str) -> list[Slot]:
         slots = self._slots.get(node)
         if slots is None:
-            slots = self._slots[node] = [Slot(t, s) for t, s in zip(self._tensors[node], self._sources[node])]
+            tensors = self._tensors[node]
+            slots = self._slots[node] = [Slot(t, self._source(node, k)) for k, t in enumerate(tensors)]
             prints = self._prints.pop(node, None)  # taken at save time: the Slots carry them from now on
+            if type(prints) is bytes:  # the node's small tensors joined: split back, one print each
+                prints = _split(prints, tensors)
             if prints is not None:
                 for s, p in zip(slots, prints):  # in the form _verify compares (small_host_fingerprint's)
                     s.fingerprint = (p, 0, s.tensor.shape, str(s.tensor.dtype)) if type(p) is bytes else p
@@ -157,11 +190,15 @@ class SavedStore:
         prints = self._prints.get(node)
         if prints is not None:  # the fast path of save: compare fingerprints, record a corruption
             tensors = self._tensors[node]
+            if type(prints) is bytes:  # all small: one comparison, then per tensor only if it differs
+                if b"".join(tensors) == prints:
+                    return tensors
+                prints = _split(prints, tensors)
             for k, t in enumerate(tensors):
                 p = prints[k]
                 same = p == t.tobytes() if type(p) is bytes else self._fingerprint_read(t) == p
                 if not same:
-                    self.events.append(Event("corruption", node, k, self._sources[node][k], t, True))
+                    self.events.append(Event("corruption", node, k, self._source(node, k), t, True))
             return tensors
         if self.check or self.versions:
             for k, s in enumerate(self._slots.get(node, ())):
@@ -225,7 +262,7 @@ class CountingStore:
         self.live = live
         self.saved = live.saved
 
-    def save(self, node: str, tensors, sources) -> None:
+    def save(self, node: str, tensors, names, ids) -> None:
         self.live.hold_saved(tensors)
 
     def __len__(self) -> int:

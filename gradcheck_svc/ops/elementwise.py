@@ -173,7 +173,9 @@ unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
 # --- unary with kinks (each NOTE says the convention at the kink) -------------------
 
 # NOTE relu: derivative 0 at x == 0 (as PyTorch); saves the output, whose sign is enough.
-unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: (y > 0).astype(y.dtype), uses="y",
+# The derivative stays a bool mask: the vjp g * mask (the same values as g * float mask: NaN, inf
+# and all) makes two passes over the activations, where a float copy of the mask made three.
+unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: y > 0, uses="y",
       sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())],
       formula_name="relu", torch="torch.relu", doc='max(x, 0)')
@@ -264,9 +266,10 @@ register(OpDef(
 
 def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc="", formula_name=None,
            numpy=None, torch=None):
-    """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape."""
+    """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape.
+    Binary ops take no attributes, so grads is the vjp itself (no wrapper call per backward step)."""
     register(OpDef(
-        name=name, forward=f, vjp=lambda xp, g, saved, **a: grads(xp, g, saved),
+        name=name, forward=f, vjp=grads,
         infer=_infer_broadcast, arity=2, input_kinds=(FLOAT, FLOAT), save=save,
         broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
         cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc,
