@@ -16,6 +16,7 @@ import math
 
 import numpy as np
 
+from ..ops import all_ops
 from .context import Context, Filled, Unsupported
 
 CONVERTERS: dict = {}
@@ -52,9 +53,9 @@ def _only_first_output(node, what: str):
 
 # --- elementwise, mapped to existing ops ---------------------------------------------
 
-UNARY = {"Relu": "relu", "Sigmoid": "sigmoid", "Tanh": "tanh", "Exp": "exp", "Log": "log", "Sqrt": "sqrt",
-         "Neg": "neg", "Abs": "abs", "Sin": "sin", "Cos": "cos", "Softplus": "softplus"}
-BINARY = {"Add": "add", "Sub": "sub", "Mul": "mul", "Div": "div", "Pow": "pow"}
+# ONNX's operators that are a registry op as they are (OpDef.onnx): the registry says which
+UNARY = {op.onnx: op.name for op in all_ops() if op.onnx and op.arity == 1}
+BINARY = {op.onnx: op.name for op in all_ops() if op.onnx and op.arity == 2}
 
 
 @converter(*UNARY)

@@ -146,6 +146,7 @@ class OpDef:
     formula_name: str | None = None  # a user formula (the expr op) may call it by this name, with `sympy`
     numpy: str | None = None  # NumPy's function with the same inputs and keyword attributes (np.NAME)
     torch: str | None = None  # torch's function with the same inputs and keyword attributes, dotted
+    onnx: str | None = None  # ONNX's operator with the same inputs and no attributes (the importer maps it as is)
     # How a stack of one-slice changes (ops/slices.py) passes through the op, for full-Jacobian
     # finite differences: sliced(xp, op, xs, base_out, attrs) -> Sliced | dense stack | None (densify),
     # and the axis each input would best change along (negative: from the end; else from the front).

@@ -69,11 +69,11 @@ _UNARY_RULES = {"": _rules_none, "x": _rules_x, "y": _rules_y, "xy": _rules_xy}
 
 
 def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc="", formula_name=None, numpy=None,
-          torch=None):
+          torch=None, onnx=None):
     """Register an elementwise unary op y = f(x) with dy/dx = d(xp, x, y, **attrs).
 
     uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved.
-    formula_name, numpy, torch: see OpDef."""
+    formula_name, numpy, torch, onnx: see OpDef."""
 
     # one save/vjp pair per `uses`, chosen here rather than on every call: these run
     # once per node per pass, and small-array graphs are dominated by such overhead
@@ -97,6 +97,7 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
             formula_name=formula_name,
             numpy=numpy,
             torch=torch,
+            onnx=onnx,
         )
     )
 
@@ -104,26 +105,27 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
 # --- smooth unary ------------------------------------------------------------------
 
 unary("neg", lambda xp, x: -x, lambda xp, x, y: -1.0, uses="", sympy=lambda sp, x: -x,
-      numpy="negative", torch="torch.neg", doc='-x')
+      numpy="negative", torch="torch.neg", onnx="Neg", doc='-x')
 unary("square", lambda xp, x: x * x, lambda xp, x, y: 2.0 * x, uses="x", sympy=lambda sp, x: x**2,
       numpy="square", torch="torch.square", doc='x * x')
 unary("sqrt", lambda xp, x: xp.sqrt(x), lambda xp, x, y: 0.5 / y, uses="y",
       sympy=lambda sp, x: sp.sqrt(x), domain=POSITIVE, formula_name="sqrt", numpy="sqrt", torch="torch.sqrt",
-      doc='square root, for x > 0')
+      onnx="Sqrt",       doc='square root, for x > 0')
 unary("exp", lambda xp, x: xp.exp(x), lambda xp, x, y: y, uses="y", sympy=lambda sp, x: sp.exp(x),
-      formula_name="exp", numpy="exp", torch="torch.exp", doc='e ** x')
+      formula_name="exp", numpy="exp", torch="torch.exp", onnx="Exp", doc='e ** x')
 unary("log", lambda xp, x: xp.log(x), lambda xp, x, y: 1.0 / x, uses="x",
       sympy=lambda sp, x: sp.log(x), domain=POSITIVE, formula_name="log", numpy="log", torch="torch.log",
-      doc='natural logarithm, for x > 0')
+      onnx="Log",       doc='natural logarithm, for x > 0')
 unary("log1p", lambda xp, x: xp.log1p(x), lambda xp, x, y: 1.0 / (1.0 + x), uses="x",
       sympy=lambda sp, x: sp.log(1 + x), domain=Domain(-0.8, 3.0),
       formula_name="log1p", numpy="log1p", torch="torch.log1p", doc='log(1 + x), accurate near 0, for x > -1')
 unary("sin", lambda xp, x: xp.sin(x), lambda xp, x, y: xp.cos(x), uses="x", sympy=lambda sp, x: sp.sin(x),
-      formula_name="sin", numpy="sin", torch="torch.sin", doc='sine (radians)')
+      formula_name="sin", numpy="sin", torch="torch.sin", onnx="Sin", doc='sine (radians)')
 unary("cos", lambda xp, x: xp.cos(x), lambda xp, x, y: -xp.sin(x), uses="x", sympy=lambda sp, x: sp.cos(x),
-      formula_name="cos", numpy="cos", torch="torch.cos", doc='cosine (radians)')
+      formula_name="cos", numpy="cos", torch="torch.cos", onnx="Cos", doc='cosine (radians)')
 unary("tanh", lambda xp, x: xp.tanh(x), lambda xp, x, y: 1.0 - y * y, uses="y",
-      sympy=lambda sp, x: sp.tanh(x), formula_name="tanh", numpy="tanh", torch="torch.tanh", doc='hyperbolic tangent')
+      sympy=lambda sp, x: sp.tanh(x), formula_name="tanh", numpy="tanh", torch="torch.tanh", onnx="Tanh",
+      doc='hyperbolic tangent')
 
 
 def _sigmoid(xp, x):
@@ -133,7 +135,7 @@ def _sigmoid(xp, x):
 
 
 unary("sigmoid", _sigmoid, lambda xp, x, y: y * (1.0 - y), uses="y",
-      sympy=lambda sp, x: 1 / (1 + sp.exp(-x)), formula_name="sigmoid", torch="torch.sigmoid",
+      sympy=lambda sp, x: 1 / (1 + sp.exp(-x)), formula_name="sigmoid", torch="torch.sigmoid", onnx="Sigmoid",
       doc='logistic function 1 / (1 + exp(-x))')
 
 
@@ -143,7 +145,7 @@ def _softplus(xp, x):
 
 unary("softplus", _softplus, lambda xp, x, y: _sigmoid(xp, x), uses="x",
       sympy=lambda sp, x: sp.log(1 + sp.exp(x)), doc="log(1 + exp(x)), computed stably",
-      formula_name="softplus", torch="torch.nn.functional.softplus")
+      formula_name="softplus", torch="torch.nn.functional.softplus", onnx="Softplus")
 
 
 def _gelu(xp, x, approximate="none"):
@@ -178,7 +180,7 @@ unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
 unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: y > 0, uses="y",
       sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())],
-      formula_name="relu", torch="torch.relu", doc='max(x, 0)')
+      formula_name="relu", torch="torch.relu", onnx="Relu", doc='max(x, 0)')
 
 # NOTE leaky_relu: derivative negative_slope at x == 0 (as PyTorch).
 unary("leaky_relu",
@@ -205,7 +207,7 @@ unary("elu",
 # NOTE abs: derivative sign(x), 0 at x == 0 (as PyTorch).
 unary("abs", lambda xp, x: xp.abs(x), lambda xp, x, y: xp.sign(x), uses="x",
       sympy=lambda sp, x: sp.Abs(x), domain=Domain(avoid=(0.0,)),
-      kinks=[Kink("x == 0", "derivative 0", _abs_distance())], formula_name="abs", numpy="abs", torch="torch.abs",
+      kinks=[Kink("x == 0", "derivative 0", _abs_distance())], formula_name="abs", numpy="abs", torch="torch.abs", onnx="Abs",
       doc='absolute value |x|')
 
 
@@ -265,7 +267,7 @@ register(OpDef(
 
 
 def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc="", formula_name=None,
-           numpy=None, torch=None):
+           numpy=None, torch=None, onnx=None):
     """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape.
     Binary ops take no attributes, so grads is the vjp itself (no wrapper call per backward step)."""
     register(OpDef(
@@ -273,17 +275,18 @@ def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_
         infer=_infer_broadcast, arity=2, input_kinds=(FLOAT, FLOAT), save=save,
         broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
         cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc,
-        formula_name=formula_name, numpy=numpy, torch=torch))
+        formula_name=formula_name, numpy=numpy, torch=torch, onnx=onnx))
 
 
 binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing,
-       numpy="add", torch="torch.add", doc='a + b, broadcast')
+       numpy="add", torch="torch.add", onnx="Add", doc='a + b, broadcast')
 binary("sub", lambda xp, a, b: a - b, lambda xp, g, s: (g, -g), sympy=lambda sp, a, b: a - b, save=save_nothing,
-       numpy="subtract", torch="torch.sub", doc='a - b, broadcast')
+       numpy="subtract", torch="torch.sub", onnx="Sub", doc='a - b, broadcast')
 binary("mul", lambda xp, a, b: a * b, lambda xp, g, s: (g * s[1], g * s[0]), sympy=lambda sp, a, b: a * b,
-       numpy="multiply", torch="torch.mul", doc='a * b, broadcast')
+       numpy="multiply", torch="torch.mul", onnx="Mul", doc='a * b, broadcast')
 binary("div", lambda xp, a, b: a / b, lambda xp, g, s: (g / s[1], -g * s[0] / (s[1] * s[1])),
-       sympy=lambda sp, a, b: a / b, domain=(REALS, NONZERO), numpy="divide", torch="torch.div", doc='a / b, broadcast')
+       sympy=lambda sp, a, b: a / b, domain=(REALS, NONZERO), numpy="divide", torch="torch.div",
+       onnx="Div", doc='a / b, broadcast')
 
 
 def _pow_grads(xp, g, s):
@@ -294,7 +297,7 @@ def _pow_grads(xp, g, s):
 # pow saves its output too: d/db = y * log(a) reuses it.
 binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=lambda sp, a, b: a**b,
        save=lambda xs, y, **_: (xs[0], xs[1], y), domain=(POSITIVE, Domain(-2.0, 2.0)),
-       doc="a ** b for a > 0 (both differentiable)", numpy="power", torch="torch.pow")
+       doc="a ** b for a > 0 (both differentiable)", numpy="power", torch="torch.pow", onnx="Pow")
 
 
 # NOTE prelu: derivative slope at x == 0 (as PyTorch); slope broadcasts to x (ONNX PRelu).

@@ -8,7 +8,8 @@ on its OpDef:
   array module offers it over SymPy objects (`array_functions`) and the
   client tracer's generated trace-time values use it
   (scripts/gen_client_ops.py);
-- `torch`: the torch reference test's mapping (tests/test_torch_reference.py).
+- `torch`: the torch reference test's mapping (tests/test_torch_reference.py);
+- `onnx`: the ONNX importer's direct mappings (onnx_import/converters.py).
 
 The code that evaluates SymPy trees (ops/formula_compile.py for NumPy, CuPy
 and CUDA; oracles/mp_eval.py for mpmath) needs no table of ours: it resolves
