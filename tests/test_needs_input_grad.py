@@ -81,3 +81,20 @@ def test_a_vjp_that_does_not_take_the_mask_gets_none_and_its_extra_gradient_is_i
     assert mask is None and ga is not None  # computed the old way, then dropped by the engine
     for name, want in expected(graph).items():
         np.testing.assert_allclose(grads[name], want, rtol=1e-12)
+
+
+def test_matmul_saves_only_what_a_needed_gradient_reads():
+    """x is data, so mm1's backward needs x (for W1's gradient) but never W1: like torch.matmul's
+    backward, the engine does not keep W1 for it (an empty array of its own holds its place)."""
+    graph = two_layer()
+    program = Program(graph, np.float64)
+    assert program.by_name["mm1"].save_attrs["needs_input_grad"] == (False, True)
+    tape = forward(program, NUMPY, prepare_feeds(program, NUMPY), integrity="check")
+    x_saved, w1_saved = tape.store._tensors["mm1"]
+    assert x_saved.shape == (4, 3) and w1_saved.size == 0 and w1_saved.base is None
+    h_saved, w2_saved = tape.store._tensors["mm2"]  # both operands need gradients: both kept
+    assert h_saved.shape == (4, 5) and w2_saved.shape == (5, 2)
+    grads = backward(tape)
+    assert not tape.store.events  # nothing read was changed
+    for name, want in expected(graph).items():
+        np.testing.assert_allclose(grads[name], want, rtol=1e-12)

@@ -161,7 +161,8 @@ def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:
     """Hand what the step's vjp needs to the store (the first forward or a checkpoint recompute)."""
     save = step.save
     if save is not None:  # (None: the op saves nothing, e.g. add, reshape)
-        saved = save(xs, y, **step.attrs) if step.attrs else save(xs, y)  # (as backward's vjp call)
+        sa = step.save_attrs
+        saved = save(xs, y, **sa) if sa else save(xs, y)  # (as backward's vjp call)
         if saved:
             store.save(step.name, saved, step.value_names, [id(y), *map(id, xs)])
 

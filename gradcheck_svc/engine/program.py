@@ -26,6 +26,7 @@ class Step:
     inplace: bool = False  # writes its result into its first input's buffer
     grad_targets: tuple[tuple[int, str, tuple], ...] = ()  # (k, name, shape) of each grad input: backward's loop
     vjp_attrs: dict | None = None  # what backward passes the vjp: attrs, plus needs_input_grad if it takes it
+    save_attrs: dict | None = None  # what forward passes the save rule: attrs, plus needs_input_grad if it takes it
     # derived from the fields above, for the executor's hot loops:
     save: Callable | None = field(init=False)  # the op's save rule (default: its inputs); None: saves nothing
     value_names: tuple[str, ...] = field(init=False)  # (name, *inputs): what a saved tensor can be (its source)
@@ -33,6 +34,8 @@ class Step:
     def __post_init__(self):
         if self.vjp_attrs is None:  # a Step built without it: the vjp gets the attributes alone
             object.__setattr__(self, "vjp_attrs", self.attrs)
+        if self.save_attrs is None:
+            object.__setattr__(self, "save_attrs", self.attrs)
         save = self.op.save or save_inputs
         object.__setattr__(self, "save", None if save is save_nothing else save)
         object.__setattr__(self, "value_names", (self.name, *self.inputs))
@@ -74,9 +77,12 @@ class Program:
             )
             targets = tuple((k, name, self.shapes[name]) for k, name in enumerate(node.inputs) if gi[k])
             vjp_attrs = {**attrs, "needs_input_grad": gi} if node.op.takes_needs_input_grad else attrs
+            # a save may drop what no needed gradient reads only if its vjp is told so too
+            masked = node.op.save_takes_needs_input_grad and node.op.takes_needs_input_grad
+            save_attrs = {**attrs, "needs_input_grad": gi} if masked else attrs
             steps.append(Step(i, node.name, node.op, node.inputs, attrs, node.name in grad, gi,
                               tuple(graph.specs[n].rank for n in node.inputs), node.spec.rank, release,
-                              node.inplace, targets, vjp_attrs))
+                              node.inplace, targets, vjp_attrs, save_attrs))
         self.steps: list[Step] = steps
         self.requires_grad = grad
         self.by_name = {s.name: s for s in steps}

@@ -23,7 +23,11 @@ Conventions every op follows:
   the gradients nobody needs, so ops written either way mix.
 - `save(xs, y, **attrs)` returns the tensors the vjp needs. The engine owns
   them (fingerprints, version checks and memory accounting live there); an op
-  never keeps a tensor itself.
+  never keeps a tensor itself. A save that declares `needs_input_grad` gets the
+  vjp's mask too (when the vjp takes it as well) and keeps only what the needed
+  gradients read, as PyTorch saves
+  for backward (matmul: a data operand's partner is not kept), with an empty
+  placeholder of its own in the unneeded tensor's place.
 """
 from __future__ import annotations
 
@@ -154,6 +158,11 @@ class OpDef:
     # rule receive the stack densified.
     sliced: Callable | None = None
     sliced_axes: tuple[int, ...] | None = None
+
+    @property
+    def save_takes_needs_input_grad(self) -> bool:
+        """The save rule declares `needs_input_grad` (see the module docstring)."""
+        return _takes_needs_input_grad(self.save)
 
     @property
     def takes_needs_input_grad(self) -> bool:

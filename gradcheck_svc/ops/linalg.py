@@ -52,6 +52,14 @@ def _matmul(xp, a, b, ranks):
     return y
 
 
+def _save(xs, y, ranks, needs_input_grad=None):
+    """b for a's gradient, a for b's: a data operand's partner is not kept (as torch.matmul's backward
+    saves), an empty array of its own in its place (a view would keep the buffer it views)."""
+    need_a, need_b = needs_input_grad or (True, True)
+    a, b = xs
+    return (a if need_b else a.reshape(-1)[:0].copy(), b if need_a else b.reshape(-1)[:0].copy())
+
+
 def _vjp(xp, g, saved, ranks, needs_input_grad=None):
     a, b = saved
     need_a, need_b = needs_input_grad or (True, True)  # a data operand's GEMM is skipped
@@ -98,5 +106,5 @@ def _cases(rng):
 
 register(OpDef(
     name="matmul", forward=_matmul, vjp=_vjp, infer=_infer, arity=2, input_kinds=(FLOAT, FLOAT),
-    save=save_inputs, cases=_cases, numpy="matmul", torch="torch.matmul", sliced=_sliced, sliced_axes=(-2, -1),
+    save=_save, cases=_cases, numpy="matmul", torch="torch.matmul", sliced=_sliced, sliced_axes=(-2, -1),
     doc="a @ b with NumPy semantics (vectors promoted, batch dimensions broadcast)"))
