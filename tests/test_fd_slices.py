@@ -63,6 +63,20 @@ def test_every_slice_rule_equals_the_dense_batched_forward(op):
     assert accepted > 0, f"{op.name}: the rule declined every case"
 
 
+def _torch_cnn():
+    import torch
+    F = torch.nn.functional
+    return {"conv": lambda x, w, b=None: F.conv2d(x, w, b, padding=1 if b is not None else 0),
+            "relu": torch.relu, "max_pool": lambda x: F.max_pool2d(x, 2, 2), "avg_pool": lambda x: x,
+            "concat": lambda *xs: torch.cat(xs, 1), "mean": lambda x: x.mean(dim=(2, 3))}
+
+
+try:
+    TORCH_CNN = _torch_cnn()
+except ImportError:
+    TORCH_CNN = {}
+
+
 def _graphs():
     rng = np.random.default_rng(1)
     b = GraphBuilder("mlp_bias")  # matmul columns, a broadcast bias, relu, a contracted change, a loss
@@ -87,6 +101,16 @@ def _graphs():
     c = b.input("c", rng.standard_normal((3, 1)) > 0, dtype="bool")
     v = b.input("v", rng.standard_normal(4), True)
     b.output(b.node("sum", b.node("where", c, b.node("exp", t), b.node("mul", t, v)), name="L"))
+    yield b.build()
+
+    b = GraphBuilder("cnn")  # a filter's channel through relu and pooling, then a contracted channel
+    # (the torch replay below reads these attributes from TORCH_CNN: keep the two in step)
+    h = b.node("conv", b.input("img", rng.standard_normal((2, 3, 7, 7))), b.input("K1", rng.standard_normal((4, 3, 3, 3)), True),
+               b.input("c1", rng.standard_normal(4), True), pads=[1, 1, 1, 1])
+    h = b.node("max_pool", b.node("relu", h), kernel_shape=[2, 2], strides=[2, 2])
+    h = b.node("conv", h, b.input("K2", rng.standard_normal((2, 4, 2, 2)), True), strides=[1, 1])
+    h = b.node("concat", h, b.node("avg_pool", h, kernel_shape=[1, 1]), axis=1)
+    b.output(b.node("sum", b.node("mean", b.node("tanh", h), axis=[2, 3]), name="L"))
     yield b.build()
 
 
@@ -116,7 +140,7 @@ def test_full_fd_matches_torch_autograd(msg):
               for n, gi in graph.inputs.items()}
     ops = {"matmul": torch.matmul, "add": torch.add, "mul": torch.mul, "tanh": torch.tanh, "sin": torch.sin,
            "exp": torch.exp, "sum": torch.sum, "where": torch.where,
-           "cross_entropy": torch.nn.functional.cross_entropy}
+           "cross_entropy": torch.nn.functional.cross_entropy, **TORCH_CNN}
     for node in graph.nodes:
         values[node.name] = ops[node.op.name](*(values[n] for n in node.inputs))
     grads = torch.autograd.grad(values[graph.output], [values[p] for p in graph.parameters])
