@@ -1,4 +1,4 @@
-"""The CNN ops (conv, max_pool, avg_pool, batch_norm, lrn, pad, prelu) against torch autograd, op by op,
+"""The CNN ops (conv, conv_transpose, max_pool, avg_pool, batch_norm, lrn, pad, prelu) against torch autograd, op by op,
 on every test case the op declares (OpDef.cases: 1-D to 2-D, groups and depthwise, strides, dilations,
 explicit and auto pads, ceil_mode, count_include_pad, every pad mode), in float64.
 
@@ -33,6 +33,16 @@ def _torch_pad(geo):
 def _conv(x, w, b=None, *, geo, group, bias):
     fn = {1: F.conv1d, 2: F.conv2d, 3: F.conv3d}[geo.k]
     return fn(F.pad(x, _torch_pad(geo)), w, b, stride=geo.strides, dilation=geo.dilations, groups=group)
+
+
+def _conv_transpose(x, w, b=None, *, geo, group, bias):
+    fn = {1: F.conv_transpose1d, 2: F.conv_transpose2d, 3: F.conv_transpose3d}[geo.k]
+    y = fn(x, w, None, stride=geo.strides, dilation=geo.dilations, groups=group)  # unpadded: the full output
+    crop = []  # then the ONNX pads cropped from each end, and output_padding's zeros added at the end
+    for i in reversed(range(geo.k)):
+        crop += [-geo.pads[i], geo.spatial[i] - (y.shape[2 + i] - geo.pads[i])]
+    y = F.pad(y, crop)
+    return y + b.reshape((-1,) + (1,) * geo.k) if b is not None else y
 
 
 def _max_pool(x, *, geo):
@@ -74,7 +84,7 @@ def _batch_norm(x, scale, b, mean, var, *, epsilon, k):
 
 
 TORCH = {
-    "conv": _conv, "max_pool": _max_pool, "avg_pool": _avg_pool, "lrn": _lrn, "pad": _pad,
+    "conv": _conv, "conv_transpose": _conv_transpose, "max_pool": _max_pool, "avg_pool": _avg_pool, "lrn": _lrn, "pad": _pad,
     "batch_norm": _batch_norm,
     "prelu": lambda x, slope: torch.where(x > 0, x, x * slope),
 }

@@ -55,6 +55,15 @@ def instance_norm():
     return m.eval(), torch.rand(2, 3, 6, 6)
 
 
+def decoder():
+    """Transposed convolutions (a decoder's upsampling): strided, output_padding, grouped, dilated."""
+    torch.manual_seed(3)
+    m = nn.Sequential(nn.ConvTranspose2d(4, 6, 3, stride=2, padding=1, output_padding=1), nn.Tanh(),
+                      nn.ConvTranspose2d(6, 4, 2, groups=2, dilation=2), nn.ReLU(),
+                      nn.Conv2d(4, 2, 3))
+    return m.eval(), torch.rand(2, 4, 3, 3)
+
+
 def export(model, x) -> bytes:
     f = io.BytesIO()
     with warnings.catch_warnings():
@@ -64,7 +73,8 @@ def export(model, x) -> bytes:
     return f.getvalue()
 
 
-@pytest.mark.parametrize("build", [small_cnn, small_mlp, instance_norm], ids=["cnn", "mlp", "instance_norm"])
+@pytest.mark.parametrize("build", [small_cnn, small_mlp, instance_norm, decoder],
+                         ids=["cnn", "mlp", "instance_norm", "decoder"])
 def test_engine_gradients_equal_torch_autograd(build):
     model, x = build()
     cotangent = np.random.default_rng(7).standard_normal(tuple(model(x).shape))
@@ -85,7 +95,8 @@ def test_engine_gradients_equal_torch_autograd(build):
         np.testing.assert_allclose(got, want, rtol=2e-4, atol=2e-6, err_msg=name)  # torch ran in float32
 
 
-@pytest.mark.parametrize("build", [small_cnn, small_mlp, instance_norm], ids=["cnn", "mlp", "instance_norm"])
+@pytest.mark.parametrize("build", [small_cnn, small_mlp, instance_norm, decoder],
+                         ids=["cnn", "mlp", "instance_norm", "decoder"])
 def test_imported_models_verify(build):
     model, x = build()
     msg = import_onnx(export(model, x), ImportOptions(params="initializers,inputs", loss="cotangent"))

@@ -204,6 +204,16 @@ def _conv(ctx, node, a, opset):
     return ctx.emit("conv", _ins(ctx, node), attrs, name=node.output[0])
 
 
+@converter("ConvTranspose")
+def _conv_transpose(ctx, node, a, opset):
+    if a.get("auto_pad", "NOTSET") not in ("NOTSET", "VALID"):
+        raise Unsupported(f"ConvTranspose with auto_pad {a['auto_pad']}")
+    if "output_shape" in a:  # the pads it implies are left to the exporter to write out
+        raise Unsupported("ConvTranspose with output_shape")
+    attrs = {k: a[k] for k in ("kernel_shape", "strides", "pads", "dilations", "group", "output_padding") if k in a}
+    return ctx.emit("conv_transpose", _ins(ctx, node), attrs, name=node.output[0])
+
+
 @converter("MaxPool")
 def _max_pool(ctx, node, a, opset):
     _only_first_output(node, "Indices")

@@ -82,26 +82,47 @@ def _conv(xp, x, w, b=None, *, geo, group, bias):
     return y
 
 
-def _conv_vjp(xp, g, saved, geo, group, bias):
-    x, w = saved
+def _input_adjoint(xp, g, w, geo, group):
+    """The conv's gradient in X from g (..., N, M, *out) and w (..., M, C/group, *K): g times the
+    weights per window, added back into the input (col2im). conv's vjp, and conv_transpose's
+    forward; batch-aware like the forward (leading axes on g or w)."""
     k = geo.k
+    lg, lw = g.ndim - (k + 2), w.ndim - (k + 2)
+    n, m = g.shape[lg], g.shape[lg + 1]
+    c = w.shape[-(k + 1)] * group
+    gm = g.reshape(g.shape[:lg] + (n, group, m // group, -1))  # (..., N, G, Mg, P)
+    wm = _weight_matrix(xp, w, group, k)  # (..., G, CgK, Mg)
+    if lw:  # perturbed weights: give W an N axis and g the same number of leading axes
+        wm = wm.reshape(wm.shape[:lw] + (1,) + wm.shape[lw:])
+        gm = gm.reshape((1,) * max(0, lw - lg) + gm.shape)
+    dcols = xp.matmul(xp.swapaxes(gm, -1, -2), xp.swapaxes(wm, -1, -2))  # (..., N, G, P, CgK)
+    lead = dcols.shape[:-4]
+    t = len(lead) + 2  # (..., N, G, *out, Cg, *K) -> (..., N, G, Cg, *out, *K)
+    dwin = dcols.reshape(lead + (n, group) + geo.out + (c // group,) + geo.kernel)
+    order = tuple(range(t)) + (t + k,) + tuple(range(t, t + k)) + tuple(range(t + k + 1, t + 2 * k + 1))
+    dwin = xp.transpose(dwin, order).reshape(lead + (n, c) + geo.out + geo.kernel)
+    return crop_spatial(windows_adjoint(xp, dwin, geo), geo)
+
+
+def _weight_grad(xp, g, x, geo, group, shape):
+    """The conv's gradient in W (shape) from g (N, M, *out) and its input x: per group, one GEMM with
+    N * P as the inner dimension."""
     n, m = g.shape[0], g.shape[1]
     cols = _im2col(xp, x, geo, group)  # (N, G, P, CgK)
-    wm = _weight_matrix(xp, w, group, k)  # (G, CgK, Mg)
     gm = g.reshape(n, group, m // group, -1)  # (N, G, Mg, P)
-    # dW[g] = sum over N and P of g (x) cols: one GEMM per group with N*P as the inner dimension
     gw = xp.matmul(xp.transpose(gm, (1, 2, 0, 3)).reshape(group, m // group, -1),
                    xp.transpose(cols, (1, 0, 2, 3)).reshape(group, -1, cols.shape[-1]))
-    dw = gw.reshape(w.shape)
-    dcols = xp.matmul(xp.swapaxes(gm, -1, -2), xp.swapaxes(wm, -1, -2))  # (N, G, P, CgK)
-    c = x.shape[1]
-    dwin = dcols.reshape((n, group) + geo.out + (c // group,) + geo.kernel)
-    order = (0, 1, 2 + k) + tuple(range(2, 2 + k)) + tuple(range(3 + k, 3 + 2 * k))
-    dwin = xp.transpose(dwin, order).reshape((n, c) + geo.out + geo.kernel)
-    dx = crop_spatial(windows_adjoint(xp, dwin, geo), geo)
-    if not bias:
-        return dx, dw
-    return dx, dw, xp.sum(g, axis=(0,) + tuple(range(2, 2 + k)))
+    return gw.reshape(shape)
+
+
+def _channel_sum(xp, g, k):
+    return xp.sum(g, axis=(0,) + tuple(range(2, 2 + k)))
+
+
+def _conv_vjp(xp, g, saved, geo, group, bias):
+    x, w = saved
+    dx, dw = _input_adjoint(xp, g, w, geo, group), _weight_grad(xp, g, x, geo, group, w.shape)
+    return (dx, dw, _channel_sum(xp, g, geo.k)) if bias else (dx, dw)
 
 
 def _sliced(xp, op, xs, base_out, attrs):
@@ -174,3 +195,79 @@ register(OpDef(
     attrs={**WINDOW_ATTRS, "group": Attr("int", 1, doc="channel groups; group == C is depthwise")},
     save=_save, cases=_cases, sliced=_sliced, sliced_axes=(1, 0, 0),  # X's channels, W's filters, B
     doc="ONNX Conv: X (N, C, *S) * W (M, C/group, *K) + B (M); im2col + one batched GEMM"))
+
+
+# --- conv_transpose -------------------------------------------------------------------
+# The adjoint of conv in its input: X (N, C, *S) and W (C, M/group, *K), W laid out as the conv
+# whose input gradient it is (that conv maps the output back onto X's size). Output size
+# (S - 1) * stride - pad_begin - pad_end + dilation * (K - 1) + output_padding + 1 per axis.
+
+
+def _infer_transpose(node, specs, attrs):
+    if len(specs) not in (2, 3):
+        raise GraphError(f"conv_transpose takes X, W and an optional bias B, got {len(specs)} inputs", node=node)
+    x, w = specs[0].shape, specs[1].shape
+    if len(x) < 3 or len(w) != len(x):
+        raise GraphError(f"conv_transpose expects X (N, C, *spatial) and W (C, M/group, *kernel) of the same rank, "
+                         f"got {list(x)} and {list(w)}", node=node)
+    group, k = attrs["group"], len(x) - 2
+    if group < 1 or x[1] % group or w[0] != x[1]:
+        raise GraphError(f"conv_transpose: X has {x[1]} channels, W {list(w)}, group {group}: need W.shape[0] = C "
+                         "and C divisible by group", node=node)
+    kernel = w[2:]
+    if attrs["kernel_shape"] is not None and tuple(attrs["kernel_shape"]) != kernel:
+        raise GraphError(f"kernel_shape {attrs['kernel_shape']} differs from the weight's {list(kernel)}", node=node)
+    strides = tuple(attrs["strides"] or (1,) * k)
+    dilations = tuple(attrs["dilations"] or (1,) * k)
+    pads = tuple(attrs["pads"] or (0,) * (2 * k))
+    extra = tuple(attrs["output_padding"] or (0,) * k)
+    if len(strides) != k or len(dilations) != k or len(pads) != 2 * k or len(extra) != k:
+        raise GraphError(f"strides, dilations and output_padding need {k} values, pads {2 * k}", node=node)
+    if any(not 0 <= e < max(s, d) for e, s, d in zip(extra, strides, dilations)):
+        raise GraphError(f"output_padding {list(extra)} must be >= 0 and below the stride or dilation", node=node)
+    out = tuple((n - 1) * s - pads[i] - pads[k + i] + d * (kk - 1) + e + 1
+                for i, (n, s, d, kk, e) in enumerate(zip(x[2:], strides, dilations, kernel, extra)))
+    if min(out) < 1:
+        raise GraphError(f"conv_transpose output would be {list(out)}: the pads are larger than the output", node=node)
+    geo = geometry(node, out, kernel, {"strides": strides, "dilations": dilations, "pads": pads})
+    if geo.out != x[2:]:  # (guaranteed by the size rule above; a broken rule must not go unnoticed)
+        raise GraphError(f"conv_transpose geometry maps {list(out)} to {list(geo.out)}, not {list(x[2:])}", node=node)
+    if len(specs) == 3 and specs[2].shape != (w[1] * group,):
+        raise GraphError(f"conv_transpose bias must have shape [{w[1] * group}], got {list(specs[2].shape)}", node=node)
+    return Spec((x[0], w[1] * group) + out, FLOAT), {"geo": geo, "group": group, "bias": len(specs) == 3}
+
+
+def _conv_transpose(xp, x, w, b=None, *, geo, group, bias):
+    y = _input_adjoint(xp, x, w, geo, group)
+    return y + channel_view(b, geo.k) if b is not None else y
+
+
+def _conv_transpose_vjp(xp, g, saved, geo, group, bias):
+    x, w = saved
+    # y is conv's input gradient, linear in x and w: its x-gradient is conv itself, its w-gradient
+    # conv's weight gradient with the roles of g and the input exchanged
+    dx = _conv(xp, g, w, geo=geo, group=group, bias=False)
+    dw = _weight_grad(xp, x, g, geo, group, w.shape)
+    return (dx, dw, _channel_sum(xp, g, geo.k)) if bias else (dx, dw)
+
+
+def _transpose_cases(rng):
+    s = REALS.sample
+    return [
+        Case([s(rng, (2, 2, 5)), s(rng, (2, 3, 3)), s(rng, (3,))], {}),  # 1-D
+        Case([s(rng, (1, 2, 4, 3)), s(rng, (2, 2, 3, 2))], {"strides": [2, 1], "pads": [1, 0, 0, 1],
+                                                             "output_padding": [1, 0]}),
+        Case([s(rng, (1, 4, 3, 3)), s(rng, (4, 1, 2, 2)), s(rng, (2,))], {"group": 2, "dilations": [2, 1],
+                                                                          "strides": [2, 2]}),
+    ]
+
+
+register(OpDef(
+    name="conv_transpose", forward=_conv_transpose, vjp=_conv_transpose_vjp, infer=_infer_transpose, arity=None,
+    input_kinds=(FLOAT,),
+    attrs={"kernel_shape": WINDOW_ATTRS["kernel_shape"], "strides": WINDOW_ATTRS["strides"],
+           "pads": WINDOW_ATTRS["pads"], "dilations": WINDOW_ATTRS["dilations"],
+           "group": Attr("int", 1, doc="channel groups"),
+           "output_padding": Attr("ints", None, doc="extra size at the end of each spatial axis (< stride)")},
+    save=_save, cases=_transpose_cases,
+    doc="ONNX ConvTranspose: the adjoint of conv in its input, X (N, C, *S) * W (C, M/group, *K) + B (M)"))

@@ -105,6 +105,10 @@ class SympyArrays:
         return np.full(shape, sp.Float(value), dtype=object)
 
     @staticmethod
+    def zeros(shape, dtype=None):  # (col2im's accumulator: windows_adjoint adds SymPy terms into it)
+        return np.full(shape, sp.Integer(0), dtype=object)
+
+    @staticmethod
     def isfinite(x):
         return np.ones(np.shape(x), dtype=bool)  # symbols stand for finite reals
 

@@ -109,8 +109,23 @@ def window(shapes, attrs, entry):
     return (x[0], shapes[1][0] if conv else x[1]) + out
 
 
+def transposed_window(shapes, attrs, entry):
+    """conv_transpose: X (N, C, *S), W (C, M/group, *K) -> (N, M, *out), out = (S - 1) * stride - pads
+    + dilation * (K - 1) + output_padding + 1 per axis."""
+    x, w = tuple(shapes[0]), tuple(shapes[1])
+    k = len(x) - 2
+    strides = tuple(attrs.get("strides") or (1,) * k)
+    dilations = tuple(attrs.get("dilations") or (1,) * k)
+    pads = tuple(attrs.get("pads") or (0,) * (2 * k))
+    extra = tuple(attrs.get("output_padding") or (0,) * k)
+    out = tuple((n - 1) * s - pads[i] - pads[k + i] + d * (kk - 1) + e + 1
+                for i, (n, s, d, kk, e) in enumerate(zip(x[2:], strides, dilations, w[2:], extra)))
+    return (x[0], w[1] * int(attrs.get("group") or 1)) + out
+
+
 RULES = {"numpy": numpy_rule, "broadcast": broadcast, "same": same, "scalar": scalar, "reduce": reduce,
-         "constant": constant, "slice": onnx_slice, "attr_shape": attr_shape, "padded": padded, "window": window}
+         "constant": constant, "slice": onnx_slice, "attr_shape": attr_shape, "padded": padded, "window": window,
+         "transposed_window": transposed_window}
 
 
 def output_shape(entry: dict, shapes: list, attrs: dict) -> tuple:
