@@ -24,20 +24,27 @@ from .slices import Sliced, take_slices
 from .windows import WINDOW_ATTRS, channel_view, crop_spatial, geometry, pad_spatial, windows, windows_adjoint
 
 
-def _infer(node, specs, attrs):
+def _x_and_w(node, specs, attrs, name: str, layout: str):
+    """X's and W's shapes, after the checks both convolutions make: 2 or 3 inputs, X and W of one
+    rank, kernel_shape (when given) that of W."""
     if len(specs) not in (2, 3):
-        raise GraphError(f"conv takes X, W and an optional bias B, got {len(specs)} inputs", node=node)
+        raise GraphError(f"{name} takes X, W and an optional bias B, got {len(specs)} inputs", node=node)
     x, w = specs[0].shape, specs[1].shape
     if len(x) < 3 or len(w) != len(x):
-        raise GraphError(f"conv expects X (N, C, *spatial) and W (M, C/group, *kernel) of the same rank, "
+        raise GraphError(f"{name} expects X (N, C, *spatial) and W ({layout}, *kernel) of the same rank, "
                          f"got {list(x)} and {list(w)}", node=node)
+    if attrs["kernel_shape"] is not None and tuple(attrs["kernel_shape"]) != w[2:]:
+        raise GraphError(f"kernel_shape {attrs['kernel_shape']} differs from the weight's {list(w[2:])}", node=node)
+    return x, w
+
+
+def _infer(node, specs, attrs):
+    x, w = _x_and_w(node, specs, attrs, "conv", "M, C/group")
     group = attrs["group"]
     m, c = w[0], x[1]
     if group < 1 or c % group or m % group or w[1] * group != c:
         raise GraphError(f"conv: X has {c} channels, W {list(w)}, group {group}: need C = group * W.shape[1] "
                          "and M divisible by group", node=node)
-    if attrs["kernel_shape"] is not None and tuple(attrs["kernel_shape"]) != w[2:]:
-        raise GraphError(f"kernel_shape {attrs['kernel_shape']} differs from the weight's {list(w[2:])}", node=node)
     if len(specs) == 3 and specs[2].shape != (m,):
         raise GraphError(f"conv bias must have shape [{m}], got {list(specs[2].shape)}", node=node)
     geo = geometry(node, x[2:], w[2:], attrs)
@@ -204,19 +211,12 @@ register(OpDef(
 
 
 def _infer_transpose(node, specs, attrs):
-    if len(specs) not in (2, 3):
-        raise GraphError(f"conv_transpose takes X, W and an optional bias B, got {len(specs)} inputs", node=node)
-    x, w = specs[0].shape, specs[1].shape
-    if len(x) < 3 or len(w) != len(x):
-        raise GraphError(f"conv_transpose expects X (N, C, *spatial) and W (C, M/group, *kernel) of the same rank, "
-                         f"got {list(x)} and {list(w)}", node=node)
+    x, w = _x_and_w(node, specs, attrs, "conv_transpose", "C, M/group")
     group, k = attrs["group"], len(x) - 2
     if group < 1 or x[1] % group or w[0] != x[1]:
         raise GraphError(f"conv_transpose: X has {x[1]} channels, W {list(w)}, group {group}: need W.shape[0] = C "
                          "and C divisible by group", node=node)
     kernel = w[2:]
-    if attrs["kernel_shape"] is not None and tuple(attrs["kernel_shape"]) != kernel:
-        raise GraphError(f"kernel_shape {attrs['kernel_shape']} differs from the weight's {list(kernel)}", node=node)
     strides = tuple(attrs["strides"] or (1,) * k)
     dilations = tuple(attrs["dilations"] or (1,) * k)
     pads = tuple(attrs["pads"] or (0,) * (2 * k))
