@@ -1,12 +1,12 @@
 """One-element finite differences carried as one changed slice per copy (ops/slices.py): every
 slice rule gives what the dense batched forward gives, on every op's registry cases and every
-axis; forward_sliced gives forward_batched's losses on whole graphs; full-Jacobian FD still
+axis; forward_batched gives the same losses for a stack as slices and dense on whole graphs; full-Jacobian FD still
 matches torch autograd."""
 import numpy as np
 import pytest
 
 from gradcheck_svc.backend import NUMPY
-from gradcheck_svc.engine import Program, forward, forward_batched, forward_sliced, prepare_feeds
+from gradcheck_svc.engine import Program, forward, forward_batched, prepare_feeds
 from gradcheck_svc.engine.executor import run_step_batched
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
@@ -115,7 +115,7 @@ def _graphs():
 
 
 @pytest.mark.parametrize("msg", list(_graphs()), ids=lambda m: m.name)
-def test_forward_sliced_gives_the_dense_losses(msg):
+def test_a_sliced_stack_gives_the_dense_losses(msg):
     graph = load_graph(msg)
     fd = FiniteDifferences(graph, FDOptions(mode="full"))
     rng = np.random.default_rng(2)
@@ -127,7 +127,7 @@ def test_forward_sliced_gives_the_dense_losses(msg):
         dense.reshape(7, -1)[np.arange(7), index] = new
         want = forward_batched(fd.program, NUMPY, fd.base, {p: dense})
         for axis in range(-x.ndim, 0):
-            got = forward_sliced(fd.program, NUMPY, fd.base, p, one_hot(np, x, axis, index, new))
+            got = forward_batched(fd.program, NUMPY, fd.base, {p: one_hot(np, x, axis, index, new)})
             np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13, err_msg=f"{p} axis {axis}")
 
 
@@ -182,7 +182,7 @@ def test_an_elementwise_graph_ending_in_a_sum_costs_one_slice_per_copy():
     fd = FiniteDifferences(graph)
     stats = {}
     x = np.asarray(fd.base["w"])
-    forward_sliced(fd.program, NUMPY, fd.base, "w", one_hot(np, x, -1, np.arange(4), x[:4] + 1.0), stats)
+    forward_batched(fd.program, NUMPY, fd.base, {"w": one_hot(np, x, -1, np.arange(4), x[:4] + 1.0)}, stats)
     assert stats["row_bytes"] <= 8 * 10  # a handful of float64 scalars per copy, not 4 x 90,000
     assert fd.row_bytes("w") >= 8 * 4 * 90_000  # the dense bound
     assert fd.mode_for("w") == fd.mode_for("v") == "full"

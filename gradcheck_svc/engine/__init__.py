@@ -2,9 +2,9 @@
 SavedStore), run backward. Backend-generic: the array module comes in."""
 from .checkpoint import Plan, Policy, parse_policy
 from .checkpoint import plan as checkpoint_plan
-from .executor import Tape, backward, fit, forward, forward_batched, forward_sliced, prepare_feeds
+from .executor import Tape, backward, fit, forward, forward_batched, prepare_feeds
 from .faults import Fault, inject, parse_fault
 from .program import Program, Step
 
 __all__ = ["Fault", "Plan", "Policy", "Program", "Step", "Tape", "backward", "fit", "forward", "forward_batched",
-           "forward_sliced", "inject", "checkpoint_plan", "parse_fault", "parse_policy", "prepare_feeds"]
+           "inject", "checkpoint_plan", "parse_fault", "parse_policy", "prepare_feeds"]

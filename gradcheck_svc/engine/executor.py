@@ -9,9 +9,9 @@ soon as their step is done.
 
 `forward_batched` evaluates the part of the graph downstream of some values
 with a leading batch axis on them -- the finite-difference oracle's stacked
-perturbations -- reusing every other value from a base evaluation;
-`forward_sliced` does the same for a stack of one-slice changes (ops/slices.py),
-computing only the changed slices through the ops that can keep them.
+perturbations -- reusing every other value from a base evaluation; a stack
+given as one changed slice per copy (ops/slices.py) stays that way through
+the ops that can keep it.
 
 In-place nodes (graph/inplace.py) really write into their first input's
 buffer in a gradient run, bumping its version counter (versions.py), so a
@@ -257,38 +257,19 @@ def run_step_batched(xp, step: Step, xs: list, is_batched: list):
     return run_step(xp, step, xs)
 
 
-def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict):
+def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict, stats: dict | None = None):
     """Loss values for a stack of perturbed inputs.
 
-    overrides: name -> array of shape (B, *shape) replacing that value. Only
-    the steps downstream of them are evaluated, each with the leading batch
-    axis; all other values come from `base` (a keep_values forward). Returns
-    the loss with shape (B,)."""
+    overrides: name -> the B perturbed copies replacing that value, as an array (B, *shape) or as
+    a Sliced stack (ops/slices.py: one changed slice per copy). Only the steps downstream of them
+    are evaluated, each with the leading batch axis; all other values come from `base` (a
+    keep_values forward). A step whose batched inputs are all Sliced and whose op has a slice rule
+    (OpDef.slice_rule) gets them as they are; any other step, or one whose rule declines (None),
+    gets them densified and runs batched. Returns the loss with shape (B,). stats: receives
+    "row_bytes", the bytes per copy of every batched value made (all are held to the end): what
+    sizes the next chunk."""
     xp = backend.xp
-    values = dict(base)
-    values.update(overrides)
-    batched = set(overrides)
-    with _quiet(xp):
-        for step in program.steps:
-            if not any(n in batched for n in step.inputs):
-                continue
-            values[step.name] = run_step_batched(xp, step, [values[n] for n in step.inputs],
-                                                 [n in batched for n in step.inputs])
-            batched.add(step.name)
-    out = values[program.output]
-    if program.output not in batched:
-        raise ValueError("overrides do not reach the output")
-    return out.reshape(out.shape[0])
-
-
-def forward_sliced(program: Program, backend: Backend, base: dict, name: str, stack: Sliced, stats: dict | None = None):
-    """forward_batched for one value replaced by a Sliced stack: each step downstream whose op has
-    a slice rule (OpDef.slice_rule) gets the Sliced inputs as they are; a step without one, or
-    whose rule declines (None), gets them densified and runs batched. Returns the loss, (B,).
-    stats: receives "row_bytes", the bytes per copy of every batched value made (all are held to
-    the end): what sizes the next chunk."""
-    xp = backend.xp
-    values = {name: stack}  # the batched values only; the rest come from base
+    values = dict(overrides)  # the batched values only; the rest come from base
     with _quiet(xp):
         for step in program.steps:
             batched = [n in values for n in step.inputs]
@@ -303,12 +284,12 @@ def forward_sliced(program: Program, backend: Backend, base: dict, name: str, st
                 xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
                 y = run_step_batched(xp, step, xs, batched)
             values[step.name] = y
-    if stats is not None:
-        stats["row_bytes"] = sum((v.values if isinstance(v, Sliced) else v).nbytes for v in values.values()) \
-            // max(1, len(stack))
     if program.output not in values:
-        raise ValueError("the stack does not reach the output")
+        raise ValueError("overrides do not reach the output")
     out = values[program.output]
     if isinstance(out, Sliced):
         out = out.dense(xp)
+    if stats is not None:
+        stats["row_bytes"] = sum((v.values if isinstance(v, Sliced) else v).nbytes for v in values.values()) \
+            // max(1, len(out))
     return out.reshape(out.shape[0])

@@ -52,7 +52,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend import NUMPY
-from ..engine import Program, forward, forward_batched, forward_sliced, prepare_feeds
+from ..engine import forward, forward_batched, prepare_feeds
 from ..engine.program import program_of
 from ..engine.executor import run_step_batched
 from ..graph.ir import Graph
@@ -350,7 +350,7 @@ class FiniteDifferences:
         if axis is None:
             return self.row_bytes(name) / 8
         stats = {}
-        forward_sliced(self.program, NUMPY, self.base, name, one_hot(np, x, axis, [0], x.reshape(-1)[:1]), stats)
+        forward_batched(self.program, NUMPY, self.base, {name: one_hot(np, x, axis, [0], x.reshape(-1)[:1])}, stats)
         return stats["row_bytes"] / 8
 
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
@@ -368,7 +368,7 @@ class FiniteDifferences:
         while s < len(flat_index):
             stats = {}
             stack = one_hot(np, x, axis, flat_index[s:s + rows], new_values[s:s + rows])
-            out[s:s + rows] = forward_sliced(self.program, NUMPY, self.base, name, stack, stats)
+            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats)
             s += rows
             rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
