@@ -49,8 +49,12 @@ def bounds(ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> 
     ref = np.asarray(ref, dtype=np.float64)
     with np.errstate(all="ignore"):
         finite_ref = np.abs(ref[np.isfinite(ref)])
-        scale = max(1.0, float(finite_ref.max()) if finite_ref.size else 1.0)
-        return tol.atol * scale + tol.rtol * np.abs(ref) + noise
+        return _bound(ref, max(1.0, float(finite_ref.max()) if finite_ref.size else 1.0), tol, noise)
+
+
+def _bound(ref, scale: float, tol: Tolerance, noise):
+    """The tolerance model's one formula; scale = max(1, max |finite ref|)."""
+    return tol.atol * scale + tol.rtol * np.abs(ref) + noise
 
 
 def within(g, ref, err, bound) -> np.ndarray:
@@ -79,7 +83,7 @@ def _compare_finite(g, ref, err, tol: Tolerance, noise) -> Comparison:
     (tests/test_compare.py checks the two agree)."""
     scale = max(1.0, float(np.abs(ref).max()))
     with np.errstate(all="ignore"):
-        bound = tol.atol * scale + tol.rtol * np.abs(ref) + noise
+        bound = _bound(ref, scale, tol, noise)
         rel = err / np.maximum(np.maximum(np.abs(ref), np.abs(g)), np.finfo(np.float64).eps * scale)
         ratio = err / bound
         ok = (np.isfinite(bound) & (err <= bound)) | (g == ref)
