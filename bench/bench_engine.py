@@ -121,34 +121,36 @@ def load_baseline(root: str):
     return make
 
 
-def torch_inputs(values, params, dtype, device="cpu"):
-    """The case's values as torch tensors (floats in `dtype`, parameters requiring grad), and the
-    parameters' tensors in order: torch's side of every engine-vs-torch benchmark."""
+def engine_and_torch(name, case, dtype, backend=NUMPY, device="cpu", limits=None):
+    """(engine(integrity="off"), eager()): the case's forward+backward in the engine (Program compiled
+    and feeds placed once, as torch's tensors are created once) and in torch eager, after checking
+    that both give the same gradients (else a comparison of their times means nothing). The one
+    setup of every engine-vs-torch benchmark (bench_engine, bench_goals, bench_gpu)."""
+    msg, values, params, torch_model = case
+    program = Program(load_graph(msg, limits=limits) if limits else load_graph(msg), dtype)
+    feeds = prepare_feeds(program, backend)
     tdtype = torch.float32 if dtype == np.float32 else torch.float64
     t = {k: (torch.tensor(v, dtype=tdtype, device=device, requires_grad=k in params)
              if np.asarray(v).dtype.kind == "f" else torch.tensor(v, device=device)) for k, v in values.items()}
-    return t, [t[p] for p in params]
-
-
-def run(name, case, dtype, reps, budget_s, baseline=None):
-    msg, values, params, torch_model = case
-    program = Program(load_graph(msg), dtype)
-    feeds = prepare_feeds(program, NUMPY)
-    t, tparams = torch_inputs(values, params, dtype)
+    tparams = [t[p] for p in params]
 
     def engine(integrity="off"):
-        return backward(forward(program, NUMPY, feeds, integrity=integrity))
+        return backward(forward(program, backend, feeds, integrity=integrity))
 
     def eager():
         return torch.autograd.grad(torch_model(t), tparams)
 
-    # same function, same gradients (else the comparison means nothing)
     ours, theirs = engine(), eager()
     tol = 1e-3 if dtype == np.float32 else 1e-9
     for p, g in zip(params, theirs):
-        np.testing.assert_allclose(np.asarray(ours[p]), g.numpy(), rtol=tol, atol=tol * float(g.abs().max()),
-                                   err_msg=f"{name}: gradient of {p} differs from torch")
+        np.testing.assert_allclose(backend.to_host(ours[p]), g.cpu().numpy(), rtol=tol,
+                                   atol=tol * float(g.abs().max()), err_msg=f"{name}: gradient of {p} differs from torch")
+    return engine, eager
 
+
+def run(name, case, dtype, reps, budget_s, baseline=None):
+    msg = case[0]
+    engine, eager = engine_and_torch(name, case, dtype)
     cases = {"off": engine, "check": lambda: engine("check"), "torch": eager}
     if baseline is not None:
         cases.update({"base off": baseline(msg, dtype, "off"), "base check": baseline(msg, dtype, "check")})

@@ -50,8 +50,6 @@ import bench_fd  # noqa: E402
 from harness import fmt_s, interleaved, load, machine, match_threads, median, min_med, table  # noqa: E402
 
 from gradcheck_client import Client  # noqa: E402
-from gradcheck_svc.backend import NUMPY  # noqa: E402
-from gradcheck_svc.engine import Program, backward, forward, prepare_feeds  # noqa: E402
 from gradcheck_svc.graph import load_graph, parse_graph, validate  # noqa: E402
 from gradcheck_svc.server.launcher import LocalServer  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
@@ -66,20 +64,14 @@ SEED = ROOT / "examples" / "graphs" / "seed.json"
 def engine_cases(cases, samples):
     rng = np.random.default_rng(0)
     for name, case in (("mlp", bench_engine.mlp_case(rng)), ("chain", bench_engine.chain_case(rng))):
-        msg, values, params, torch_model = case
         for dtype in (np.float32, np.float64):
-            import torch
-            program = Program(load_graph(msg), dtype)
-            feeds = prepare_feeds(program, NUMPY)
-            t, tp = bench_engine.torch_inputs(values, params, dtype)
+            engine, eager = bench_engine.engine_and_torch(name, case, dtype)
             key = f"{name} {np.dtype(dtype).name}"
             inner = 3 if name == "mlp" else 30  # several calls per round: one slow call must not decide a median
             for integrity in ("off", "check"):
-                cases[f"{key} {integrity}"] = _repeat(
-                    lambda p=program, f=feeds, i=integrity: backward(forward(p, NUMPY, f, integrity=i)),
-                    inner, samples.setdefault(f"{key} {integrity}", []))
-            cases[f"{key} torch"] = _repeat(lambda m=torch_model, t=t, tp=tp: torch.autograd.grad(m(t), tp),
-                                            inner, samples.setdefault(f"{key} torch", []))
+                cases[f"{key} {integrity}"] = _repeat(lambda e=engine, i=integrity: e(i), inner,
+                                                      samples.setdefault(f"{key} {integrity}", []))
+            cases[f"{key} torch"] = _repeat(eager, inner, samples.setdefault(f"{key} torch", []))
 
 
 def _repeat(fn, n, out, first=None):

@@ -43,31 +43,13 @@ def timed(fn, sync, reps):
 def run(name, case, dtype, reps, device="cuda"):
     import torch
 
-    from gradcheck_svc.engine import Program, backward, forward, prepare_feeds
-    from gradcheck_svc.graph import load_graph
+    import bench_engine as be
+    from gradcheck_svc.graph.validate import Limits
 
     backend = get_backend(device)
     tdev = "cuda" if device == "cuda" else "cpu"
-    msg, values, params, torch_model = case
-    from gradcheck_svc.graph.validate import Limits
-
     # the batch-4096 MLP holds ~130M elements, past the service's default request limit
-    program = Program(load_graph(msg, limits=Limits(max_elements=1 << 31)), dtype)
-    feeds = prepare_feeds(program, backend)
-    import bench_engine as be
-
-    t, tparams = be.torch_inputs(values, params, dtype, device=tdev)
-
-    def engine(integrity="off"):
-        return backward(forward(program, backend, feeds, integrity=integrity))
-
-    def eager():
-        return torch.autograd.grad(torch_model(t), tparams)
-
-    ours, theirs = engine(), eager()
-    tol = 1e-3 if dtype == np.float32 else 1e-9
-    for p, g in zip(params, theirs):
-        np.testing.assert_allclose(backend.to_host(ours[p]), g.cpu().numpy(), rtol=tol, atol=tol, err_msg=p)
+    engine, eager = be.engine_and_torch(name, case, dtype, backend, tdev, limits=Limits(max_elements=1 << 31))
     sync = lambda: (backend.synchronize(), tdev == "cuda" and torch.cuda.synchronize())  # noqa: E731
     e, c, te = timed(engine, sync, reps), timed(lambda: engine("check"), sync, reps), timed(eager, sync, reps)
     print(f"{device:6s} {name:6s} {np.dtype(dtype).name:8s} engine {e * 1e3:9.2f} ms  torch {te * 1e3:9.2f} ms  "
