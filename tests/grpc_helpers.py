@@ -23,6 +23,14 @@ def _env(extra: dict | None = None) -> dict:
     return env
 
 
+def module_server(tmp_path_factory, *args: str, env: dict | None = None):
+    """A module fixture's body: a ServerProcess with its log in a fresh temp directory, yielded, then
+    stopped -- and it must stop cleanly (exit 0)."""
+    s = ServerProcess(*args, env=env, log_path=tmp_path_factory.mktemp("srv") / "server.log")
+    yield s
+    assert s.stop() == 0
+
+
 class ServerProcess(LocalServer):
     """A real server for a test module, with its metrics port, log file and worker processes at hand."""
 

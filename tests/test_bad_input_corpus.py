@@ -15,7 +15,7 @@ import pytest
 from bad_inputs import LIMIT_FLAGS, cases
 from gradcheck.v1 import service_pb2
 from gradcheck_client import Client
-from grpc_helpers import ServerProcess, _env, seed_graph
+from grpc_helpers import _env, module_server, seed_graph
 
 CASES = cases()
 MAX_MESSAGE = 600  # characters: what a person reads and what gRPC trailers carry
@@ -40,9 +40,7 @@ def assert_one_safe_line(text: str) -> None:
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess("--workers", "1", *LIMIT_ARGS, log_path=tmp_path_factory.mktemp("srv") / "log")
-    yield s
-    assert s.stop() == 0
+    yield from module_server(tmp_path_factory, "--workers", "1", *LIMIT_ARGS)
 
 
 @pytest.fixture(scope="module")

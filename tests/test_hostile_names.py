@@ -10,7 +10,7 @@ import xml.etree.ElementTree as ET
 import pytest
 
 from bad_inputs import seed
-from grpc_helpers import ServerProcess, _env
+from grpc_helpers import _env, module_server
 
 HOSTILE = "loss\n\x1b[31mTraceback (most recent call last):\x00<b>&amp;</b>\u2028" + "é" * 100
 
@@ -39,9 +39,7 @@ def test_text_report_and_svg(tmp_path):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess("--workers", "1", log_path=tmp_path_factory.mktemp("srv") / "log")
-    yield s
-    assert s.stop() == 0
+    yield from module_server(tmp_path_factory, "--workers", "1")
 
 
 def test_junit_and_markdown_through_the_ci_command(server, tmp_path):

@@ -11,7 +11,7 @@ import pytest
 
 from bad_inputs import seed
 from gradcheck_client import Client
-from grpc_helpers import ServerProcess, _env
+from grpc_helpers import _env, module_server
 
 
 def _nan_graph(tmp_path):
@@ -40,9 +40,7 @@ def test_cli(tmp_path):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess("--workers", "1", log_path=tmp_path_factory.mktemp("srv") / "log")
-    yield s
-    assert s.stop() == 0
+    yield from module_server(tmp_path_factory, "--workers", "1")
 
 
 def test_grpc(server, tmp_path):

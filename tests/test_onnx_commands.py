@@ -18,7 +18,7 @@ from gradcheck_svc.cli import main
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.onnx_import import import_onnx
 from gradcheck_svc.onnx_import.importer import ImportOptions
-from grpc_helpers import ServerProcess
+from grpc_helpers import module_server
 
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
@@ -136,9 +136,7 @@ def test_ci_command_verifies_onnx_in_process(tmp_path, capsys):
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess("--workers", "1", log_path=tmp_path_factory.mktemp("srv") / "server.log")
-    yield s
-    assert s.stop() == 0
+    yield from module_server(tmp_path_factory, "--workers", "1")
 
 
 def test_onnx_over_grpc(server, tmp_path, capsys):

@@ -16,14 +16,12 @@ from gradcheck_client import AsyncClient, Client, VerifyError
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.ops import REGISTRY
 from gradcheck_svc.verify import verify
-from grpc_helpers import ServerProcess, example_paths, expected_verdict, seed_graph, slow_graph
+from grpc_helpers import example_paths, expected_verdict, module_server, seed_graph, slow_graph
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess("--workers", "2", log_path=tmp_path_factory.mktemp("srv") / "server.log")
-    yield s
-    assert s.stop() == 0
+    yield from module_server(tmp_path_factory, "--workers", "2")
 
 
 @pytest.fixture(scope="module")

@@ -21,7 +21,7 @@ from gradcheck.v1 import service_pb2, service_pb2_grpc
 from gradcheck_client import Client
 from gradcheck_client.client import make_request
 from gradcheck_client.tracer import Tracer
-from grpc_helpers import (ROOT, ServerProcess, _env, hard_simplify_graph, seed_graph, slow_graph,
+from grpc_helpers import (ROOT, ServerProcess, _env, hard_simplify_graph, module_server, seed_graph, slow_graph,
                           stray_processes, wait_for)
 
 LIMIT_BYTES = 1 << 20
@@ -29,10 +29,8 @@ LIMIT_BYTES = 1 << 20
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess("--workers", "1", "--max-message-bytes", str(LIMIT_BYTES), "--max-request-seconds", "60",
-                      log_path=tmp_path_factory.mktemp("srv") / "log")
-    yield s
-    assert s.stop() == 0
+    yield from module_server(tmp_path_factory, "--workers", "1", "--max-message-bytes", str(LIMIT_BYTES),
+                             "--max-request-seconds", "60")
 
 
 @pytest.fixture

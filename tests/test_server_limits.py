@@ -9,18 +9,16 @@ import pytest
 
 from gradcheck_client import Client, VerifyError
 from gradcheck_client.tracer import Tracer
-from grpc_helpers import ServerProcess, seed_graph, slow_graph
+from grpc_helpers import module_server, seed_graph, slow_graph
 
 TIME_LIMIT = 10  # long enough that a loaded machine cannot free the worker mid-test by timeout
 
 
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
-    s = ServerProcess("--workers", "1", "--max-queue", "0", "--max-nodes", "20", "--max-elements", "200000",
-                      "--max-message-mb", "4", "--max-symbolic-budget", "10",
-                      "--max-request-seconds", str(TIME_LIMIT), log_path=tmp_path_factory.mktemp("srv") / "log")
-    yield s
-    assert s.stop() == 0
+    yield from module_server(tmp_path_factory, "--workers", "1", "--max-queue", "0", "--max-nodes", "20",
+                             "--max-elements", "200000", "--max-message-mb", "4", "--max-symbolic-budget", "10",
+                             "--max-request-seconds", str(TIME_LIMIT))
 
 
 @pytest.fixture(scope="module")
