@@ -4,12 +4,18 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
+# Every install resolves to the locked versions (constraints.txt, written by `make lock`), so a fresh
+# clone tests what was tested; `make test-latest` installs the newest releases instead, to see drift
+# before a fresh install meets it.
+LOCK := constraints.txt
+CONSTRAINTS ?= -c $(LOCK)
+PIP := $(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS)
 
-.PHONY: install run serve test proto client-ops bench clean
+.PHONY: install run serve test test-latest lock proto client-ops bench clean
 
-$(STAMP): pyproject.toml clients/python/pyproject.toml
+$(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --disable-pip-version-check -e clients/python -e '.[test]'
+	$(PIP) -e clients/python -e '.[test]'
 	# bytecode now, as pip compiles a non-editable install's: with PYTHONDONTWRITEBYTECODE set, an
 	# editable install would compile every module on every CLI start (~70 ms of ~250)
 	$(PY) -m compileall -q gradcheck_svc clients/python/gradcheck_client clients/python/gradcheck
@@ -26,6 +32,21 @@ serve: $(STAMP)
 test: $(STAMP)
 	$(PY) -m pytest -q -p no:cacheprovider
 
+# the whole suite on the newest releases of every dependency, in a venv of its own (.venv-latest)
+test-latest:
+	rm -f .venv-latest/.installed
+	$(MAKE) test VENV=.venv-latest CONSTRAINTS=--upgrade
+
+# re-resolve every dependency (all extras) to its newest release in a scratch venv and write the lock;
+# then `make test` (which reinstalls, the lock being newer than .venv) before committing it
+lock:
+	rm -rf .venv-lock
+	$(PYTHON) -m venv .venv-lock
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e clients/python -e '.[test,bench,plot,onnx]'
+	{ echo "# The locked dependency set: written by \`make lock\` ($$(date -u +%F)); every \`make\` install uses it."; \
+	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > $(LOCK)
+	rm -rf .venv-lock
+
 proto: $(STAMP)
 	$(PY) scripts/gen_proto.py
 
@@ -33,8 +54,8 @@ client-ops: $(STAMP)
 	$(PY) scripts/gen_client_ops.py
 
 bench: $(STAMP)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[bench]'  # onnxruntime: a benchmark-only reference
+	$(PIP) -e '.[bench]'  # onnxruntime: a benchmark-only reference
 	$(PY) bench/run_all.py
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) .venv-latest build *.egg-info

@@ -33,6 +33,33 @@ def test_the_shipped_data_is_there():
     assert len(LIGHT) == 9 and len(NODE_DIRS) > 100
 
 
+def _onnxruntime_value(model, feeds: dict, name: str) -> np.ndarray:
+    """`name`'s value in `model` by onnxruntime on this machine (one thread): the same BLAS-free-of-us
+    reference, computed where the engine runs."""
+    import onnxruntime as ort
+
+    m = onnx.ModelProto()
+    m.CopyFrom(model)
+    del m.graph.output[:]
+    m.graph.output.append(onnx.helper.make_empty_tensor_value_info(name))
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = opts.inter_op_num_threads = 1
+    sess = ort.InferenceSession(m.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+    return sess.run([name], feeds)[0]
+
+
+def _softmax64(z: np.ndarray, axis: int | None, opset: int) -> np.ndarray:
+    """ONNX Softmax in float64: before opset 13 over the 2-D coercion at `axis` (default 1), from 13 on
+    over the one `axis` (default -1)."""
+    if opset < 13:
+        a = 1 if axis is None else axis % z.ndim
+        flat = z.reshape(int(np.prod(z.shape[:a])), -1)
+        return _softmax64(flat, -1, 13).reshape(z.shape)
+    a = -1 if axis is None else axis
+    e = np.exp(z.astype(np.float64) - z.max(axis=a, keepdims=True))
+    return e / e.sum(axis=a, keepdims=True)
+
+
 @pytest.mark.parametrize("path", LIGHT, ids=lambda p: p.stem)
 def test_light_model_forward_matches_shipped_output(path):
     model = onnx.load(path)
@@ -41,10 +68,25 @@ def test_light_model_forward_matches_shipped_output(path):
              for vi in model.graph.input if vi.name not in inits}
     out = model.graph.output[0].name
     msg = import_onnx(path, ImportOptions(inputs=feeds, params="none"))
-    y = engine_values(msg, np.float32)[out]  # the model's dtype (VGG-19's weights alone are 0.5 GB in it)
+    values = engine_values(msg, np.float32)  # the model's dtype (VGG-19's weights alone are 0.5 GB in it)
+    y = values[out]
     expected = numpy_helper.to_array(onnx.load_tensor(str(path).replace(".onnx", "_output_0.pb")))
     assert y.shape == expected.shape
-    np.testing.assert_allclose(y, expected, rtol=1e-3, atol=1e-7)
+    last = model.graph.node[-1]
+    if last.op_type != "Softmax":
+        np.testing.assert_allclose(y, expected, rtol=1e-3, atol=1e-7)
+        return
+    # A softmax of logits near 1e10 (SqueezeNet's) is conditioned far beyond float32: one ulp of a
+    # logit (~1e3) flips which class takes the probability, and the engine's float32 sums and the
+    # shipped output's differ in their last bit by BLAS kernel. So the network is checked where it is
+    # well conditioned -- its logits, against onnxruntime's on this machine, to a tolerance relative
+    # to their scale -- and the softmax against the engine's own logits, in float64.
+    z = values[last.input[0]]
+    z_ref = _onnxruntime_value(model, feeds, last.input[0])
+    np.testing.assert_allclose(z, z_ref, rtol=1e-3, atol=1e-5 * float(np.max(np.abs(z_ref))))
+    axis = next((a.i for a in last.attribute if a.name == "axis"), None)
+    opset = next(o.version for o in model.opset_import if o.domain in ("", "ai.onnx"))
+    np.testing.assert_allclose(y, _softmax64(z, axis, opset), rtol=1e-4, atol=1e-6)
 
 
 def _node_test(d):
