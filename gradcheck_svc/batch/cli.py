@@ -231,7 +231,7 @@ def batch_merge(args) -> int:
     d = Path(args.dir)
     outs = outcomes(m)
     _write(Path(args.json) if args.json else d / "merged.json", _json(m), "--json")
-    from gradcheck_client.cli import junit_xml
+    from gradcheck_client.outputs.junit import junit_xml
 
     _write(Path(args.junit) if args.junit else d / "junit.xml", junit_xml(outs), "--junit")
     _write(Path(args.summary_md) if args.summary_md else d / "summary.md", markdown(m, outs), "--summary-md")
