@@ -19,6 +19,7 @@ import pytest
 from grpc_helpers import EXAMPLES
 from hostile_outputs import CORPUS, Tags, assert_inert_markdown, gfm, recognisable
 
+from gradcheck_client.cli import Progress
 from gradcheck_client.cli import main as ci_main
 from gradcheck_client.outputs.markdown import code
 from gradcheck_client.outputs.mermaid import label
@@ -133,13 +134,30 @@ def test_junit_is_well_formed_and_clean(ci_run):
         assert any(recognisable(name) in (c.find("failure").text or "") for c in cases), name
 
 
+def assert_terminal_text(text: str, names) -> None:
+    for line in text.splitlines():
+        assert line.isprintable(), repr(line)  # no ESC, CR, bidi override, line separator...
+    assert not any(line.startswith("Traceback") for line in text.splitlines())
+    for name in names:
+        assert recognisable(name, 12) in text, name
+
+
 def test_terminal_text_is_one_escaped_line_per_line(ci_run):
     _, stdout, stderr = ci_run
-    for line in (stdout + stderr).splitlines():
-        assert line.isprintable(), repr(line)
-    assert not any(line.startswith("Traceback") for line in stdout.splitlines())
-    for name in CORPUS.values():
-        assert recognisable(name) in stdout, name
+    assert_terminal_text(stdout + stderr, CORPUS.values())
+
+
+def test_progress_on_a_terminal_escapes_paths(tmp_path):
+    """The progress line (stderr a terminal) shows each path escaped: a file name cannot clear the screen."""
+    paths = [tmp_path / "\x1b[2J.json", tmp_path / "\u202eevil.json", tmp_path / "a\u2028b.json"]
+    stream = _Terminal()
+    progress = Progress(len(paths), stream=stream)
+    for p in paths:
+        progress.phase(str(p), "engine")
+        progress.step(str(p))
+    shown = stream.getvalue()
+    assert "\\x1b[2J" in shown and "\\u202e" in shown and "\\u2028" in shown  # shown, as escapes
+    assert not set(shown) & {"\x1b", "\u202e", "\u2028", "\n", "\x00"}
 
 
 def test_code_span_round_trips_every_name():
@@ -174,6 +192,11 @@ def test_svg_plot_escapes_titles_and_labels():
         assert recognisable(n, 16) in text, n
 
 
+class _Terminal(io.StringIO):
+    def isatty(self) -> bool:
+        return True
+
+
 def _run_svc(*argv) -> tuple[int, str]:
     err = io.StringIO()
     with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
@@ -187,11 +210,13 @@ def test_batch_merge_summary_is_inert(tmp_path):
     out = tmp_path / "out"
     code_, err = _run_svc("batch", "--manifest", tmp_path / "graphs", "--shard-index", 0, "--out", out)
     assert code_ == 0, err
+    assert_terminal_text(err, [paths[k].name for k in keys])  # the per-graph progress lines
     records = list((out / "shard-0000" / "results").glob("*.json"))
     lost = next(r for r in records if json.loads(r.read_text())["graph"] == paths["comment"].name)
     lost.unlink()  # a missing graph: its name goes into the "Incomplete" line too
     code_, err = _run_svc("batch-merge", out)
     assert code_ == 4, err
+    assert_terminal_text(err, [paths["comment"].name])  # "1 graph result(s) missing: <name> (shard 0)"
     md = (out / "summary.md").read_text()
     assert "**Incomplete:**" in md
     names = [paths[k].name for k in keys]
@@ -211,6 +236,7 @@ def test_screen_merge_names_hostile_nodes_inertly(tmp_path):
         assert code_ == 0, err
     code_, err = _run_svc("batch-merge", out)
     assert code_ == 1, err
+    assert_terminal_text(err, nodes[1:])  # "nodes that disagree: <node>"
     md = (out / "summary.md").read_text()
     page = assert_inert_markdown(md, nodes)
     assert "Disagreeing nodes" in "".join(page.text)

@@ -25,7 +25,7 @@ from .options import BY_NAME, add_option_flags, values_from_args
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
 from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome
-from .outputs.text import clip, lines
+from .outputs.text import clip, escape_controls, lines
 from .report import Report
 from .scan import DEFAULT_INCLUDE, find_graphs
 
@@ -79,6 +79,7 @@ class Progress:
     def _show(self, text: str) -> None:
         if self.enabled:
             n = 30 * self.done // max(1, self.total)
+            text = escape_controls(text)  # a path may hold terminal controls
             self.stream.write(f"\r[{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total} {text[-60:]:<60}")
             self.stream.flush()
 
@@ -183,7 +184,7 @@ def _verify(args) -> int:
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     for note in scan.skipped:  # a note, not a failure
-        print(f"gradcheck: {note}", file=sys.stderr)
+        print(f"gradcheck: {clip(note, 1000)}", file=sys.stderr)
     paths = scan.graphs
     if not paths:
         raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
