@@ -236,7 +236,7 @@ def _verify(args) -> int:
     if args.junit:
         _write_file(args.junit, junit_xml(ordered), "--junit")
     if args.html:
-        from .html_report import RunItem, build_html
+        from .outputs.html_report import RunItem, build_html
 
         items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
                          no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")

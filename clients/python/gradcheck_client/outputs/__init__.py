@@ -9,6 +9,7 @@ format then escapes its own syntax in one function, used by every writer of that
     markdown.py  Markdown (GFM)       code           summary_markdown
     mermaid.py   Mermaid labels       label          neighbourhood_mermaid
     html.py      HTML (and its SVG)   h / script_json
+    html_report.py  the --html page (drawn from graph_view.py)      build_html
     xml.py       XML (JUnit, SVG)     chars / escape
     junit.py     JUnit XML                           junit_xml
     outcome.py   what every writer reads: one Outcome per graph

@@ -18,8 +18,8 @@ from importlib import resources
 
 import numpy as np
 
-from .graph_view import build_view
-from .outputs.html import h, script_json
+from ..graph_view import build_view
+from .html import h, script_json
 
 HEATMAP_COLUMNS = 32  # a 1-D parameter wraps after this many cells
 CELL = 12  # heatmap cell size, px
