@@ -240,3 +240,15 @@ def test_screen_merge_names_hostile_nodes_inertly(tmp_path):
     md = (out / "summary.md").read_text()
     page = assert_inert_markdown(md, nodes)
     assert "Disagreeing nodes" in "".join(page.text)
+
+
+def test_a_verdict_this_client_does_not_know_is_shown_inert():
+    """A newer server's or a damaged record's verdict is a string like any other: shown in code, no crash."""
+    from gradcheck_client.outputs.markdown import summary_markdown
+    from gradcheck_client.outputs.outcome import Outcome
+    from gradcheck_client.report import Report
+
+    verdict = CORPUS["link"]
+    md = summary_markdown([Outcome("g.json", report=Report({"verdict": verdict}))])
+    page = assert_inert_markdown(md, [verdict])
+    assert page.tags.count("code") == 2  # the path and the verdict
