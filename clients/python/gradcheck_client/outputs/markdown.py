@@ -52,7 +52,7 @@ def summary_markdown(outcomes: list) -> str:
     lines = ["### gradcheck", "", "| Graph | Verdict | Findings |", "|---|---|---|"]
     for o in outcomes:
         # a verdict this client does not know (a newer server, a damaged record) is shown, not a crash
-        lines.append(f"| {code(o.path, 300)} | {ICON.get(o.status) or code(o.status, 20)} | {_findings(o)} |")
+        lines.append(f"| {code(o.path, 300)} | {ICON.get(o.status) or code(o.status, 40)} | {_findings(o)} |")
     counts = {s: sum(o.status == s for o in outcomes) for s in ICON}
     lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
     for o in outcomes:
