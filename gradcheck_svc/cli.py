@@ -144,9 +144,9 @@ def _verify(args) -> int:
 
 
 def write_html_report(path: str, graph_path: str, message, report, integrity: str) -> None:
-    """The HTML page of one verification of the Graph `message` (gradcheck_client/html_report.py
+    """The HTML page of one verification of the Graph `message` (gradcheck_client/outputs/html_report.py
     draws it, as for the CI command)."""
-    from gradcheck_client.html_report import RunItem, build_html
+    from gradcheck_client.outputs.html_report import RunItem, build_html
 
     from .errors import OptionError
 

@@ -2,34 +2,21 @@
 
 Node and graph names, fields and formulas reach error messages, log lines, gRPC
 trailers, text reports, JUnit XML and SVG. `clip` bounds each echoed string and
-escapes what is not printable, so a message stays one line (a name holding a
-newline cannot fake a "Traceback" line), XML/SVG stay well-formed once
-XML-escaped, and gRPC's error trailers stay far below its metadata limit
-whatever the input (`cut_bytes` bounds a whole message in UTF-8 bytes, which is
-what the trailers pay for).
+escapes what is not printable or prints as nothing (controls, bidi overrides,
+zero-width characters), so a message stays one line (a name holding a newline
+cannot fake a "Traceback" line), XML/SVG stay well-formed once XML-escaped, and
+gRPC's error trailers stay far below its metadata limit whatever the input
+(`cut_bytes` bounds a whole message in UTF-8 bytes, which is what the trailers
+pay for). The escaping itself is the client's terminal-text function
+(gradcheck_client/outputs/text.py): one escape for text, on both sides of the wire.
 """
 from __future__ import annotations
 
-import re
+from gradcheck_client.outputs.text import MAX_ECHO, clip, escape_controls
 
-MAX_ECHO = 80  # characters of one user string inside a message
+__all__ = ["MAX_ECHO", "MAX_MESSAGE_BYTES", "clip", "cut_bytes", "escape_controls"]
+
 MAX_MESSAGE_BYTES = 400  # a whole one-line error message, UTF-8
-_CLIPPED = re.compile(r"…\(\+\d+ chars\)")
-
-
-def escape_controls(text: str) -> str:
-    """Non-printable characters (controls, line and paragraph separators, format characters) as escapes."""
-    if text.isprintable():
-        return text
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
-def clip(value, limit: int = MAX_ECHO) -> str:
-    """A user string cut to `limit` characters (the cut says how much was left out), escaped."""
-    text = str(value)
-    if len(text) > limit and not _CLIPPED.fullmatch(text[limit:]):  # idempotent: clip(clip(x)) == clip(x)
-        text = f"{text[:limit]}…(+{len(text) - limit} chars)"
-    return escape_controls(text)
 
 
 def cut_bytes(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:

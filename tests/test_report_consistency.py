@@ -9,7 +9,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import EXAMPLES
-from gradcheck_client.cli import Outcome, summary_markdown
+from gradcheck_client.outputs.markdown import summary_markdown
+from gradcheck_client.outputs.outcome import Outcome
 from gradcheck_client.report import Report as ClientReport
 
 from gradcheck_svc.graph import load_graph
@@ -57,7 +58,7 @@ def test_log_zero_fails_everywhere():
     (row,) = _rows(report.to_text(), "p")
     assert "FAIL (nonfinite)" in row and " ok " not in row
     md = summary_markdown([Outcome("l.json", report=ClientReport(report.to_dict()))])
-    assert "❌ fail" in md and "`p` wrong (nonfinite)" in md
+    assert "❌ fail" in md and "`p` wrong (`nonfinite`)" in md
 
 
 @pytest.mark.parametrize("g, ref", [

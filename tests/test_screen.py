@@ -61,7 +61,7 @@ def test_the_merge_names_exactly_the_faulty_node(screened):
     for r in merged["records"]:  # each result records its node, device and dtype
         assert r["unit"] == f"node-{r['node']}" and r["device"] == "cpu" and r["dtype"] == "float64"
     md = (out / "summary.md").read_text()
-    assert "**Disagreeing nodes:** `node-c`" in md and "| `node-c` | cpu | 9 | 8 |" in md
+    assert "**Disagreeing nodes:** `node-c`" in md and "| `node-c` | `cpu` | 9 | 8 |" in md
 
 
 def test_healthy_nodes_agree_bit_for_bit(screened):

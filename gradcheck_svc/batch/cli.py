@@ -231,15 +231,17 @@ def batch_merge(args) -> int:
     d = Path(args.dir)
     outs = outcomes(m)
     _write(Path(args.json) if args.json else d / "merged.json", _json(m), "--json")
-    from gradcheck_client.cli import junit_xml
+    from gradcheck_client.outputs.junit import junit_xml
 
     _write(Path(args.junit) if args.junit else d / "junit.xml", junit_xml(outs), "--junit")
     _write(Path(args.summary_md) if args.summary_md else d / "summary.md", markdown(m, outs), "--summary-md")
+    from ..text import clip  # graph and node names come from the records: terminal text, escaped
+
     for line in problems(m):
-        print(f"gradcheck-svc batch-merge: {line}", file=sys.stderr)
+        print(f"gradcheck-svc batch-merge: {clip(line, 2000)}", file=sys.stderr)
     if m["mode"] == "screen" and m["screen"]["disagreeing_nodes"]:
-        print("gradcheck-svc batch-merge: nodes that disagree: " + ", ".join(m["screen"]["disagreeing_nodes"]),
-              file=sys.stderr)
+        print("gradcheck-svc batch-merge: nodes that disagree: "
+              + clip(", ".join(m["screen"]["disagreeing_nodes"]), 2000), file=sys.stderr)
     counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
     print(f"gradcheck-svc batch-merge: {m['graphs']} graphs: {counts} (exit {m['exit_code']})", file=sys.stderr)
     return m["exit_code"]

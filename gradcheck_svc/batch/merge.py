@@ -111,7 +111,7 @@ def _where(missing: dict) -> str:
 
 def outcomes(m: dict):
     """The client CLI's Outcome per record and per missing graph, for its JUnit and Markdown writers."""
-    from gradcheck_client.cli import Outcome
+    from gradcheck_client.outputs.outcome import Outcome
     from gradcheck_client.report import Report
 
     out = []
@@ -129,26 +129,26 @@ def outcomes(m: dict):
     return out
 
 
-def _md(text) -> str:
-    """Node names, graph paths and reasons echo user input: one line, no table or code breaks, bounded."""
-    return str(text).replace("|", "\\|").replace("`", "'").replace("\n", " ")[:300]
-
-
 def markdown(m: dict, outs) -> str:
-    from gradcheck_client.cli import summary_markdown
+    # node names, graph paths, devices and reasons echo user input: each one an inert code span
+    from gradcheck_client.outputs.markdown import code, summary_markdown
 
     c = m["counts"]
     head = [f"## gradcheck {m['mode']}: {m['graphs']} graphs, {len(m['units'])} units", "",
             ", ".join(f"{v} {k}" for k, v in c.items() if v) or "no results", ""]
-    head += [f"**Incomplete:** {_md(line)}" for line in problems(m)] + ([""] if problems(m) else [])
+    head += [f"**Incomplete:** {code(line, 600, table=False)}" for line in problems(m)]
+    head += [""] if problems(m) else []
     if m["mode"] == "screen":
         s = m["screen"]
         head += ["### Nodes", "", "| Node | Devices | Graphs | Disagreements |", "|---|---|---|---|"]
-        head += [f"| `{_md(n)}` | {_md(', '.join(v['devices']))} | {v['graphs']} | {v['disagreements']} |"
+        head += [f"| {code(n)} | {code(', '.join(v['devices']))} | {v['graphs']} | {v['disagreements']} |"
                  for n, v in s["nodes"].items()]
-        head += ["", "**Disagreeing nodes:** " + (", ".join(f"`{_md(n)}`" for n in s["disagreeing_nodes"]) or "none"),
+        head += ["", "**Disagreeing nodes:** " + (", ".join(code(n, table=False) for n in s["disagreeing_nodes"])
+                                                  or "none"),
                  ""]
-        head += [f"- `{_md(d['node'])}` on `{_md(d['graph'])}`: {_md(d['reason'])}" for d in s["disagreements"][:50]]
-        head += [f"- every node fails `{_md(f['graph'])}` ({f['status']}): the graph, not a node"
+        head += [f"- {code(d['node'], table=False)} on {code(d['graph'], table=False)}: "
+                 f"{code(d['reason'], 300, table=False)}" for d in s["disagreements"][:50]]
+        head += [f"- every node fails {code(f['graph'], table=False)} ({code(f['status'], 20, table=False)}): "
+                 "the graph, not a node"
                  for f in s["consistent_failures"]] + [""]
     return "\n".join(head) + "\n" + summary_markdown(outs)

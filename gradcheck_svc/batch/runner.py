@@ -6,6 +6,7 @@ import sys
 import time
 from datetime import datetime, timezone
 
+from ..text import clip
 from .manifest import Manifest
 from .store import UnitStore
 from .verifiers import load, present_faults
@@ -21,7 +22,7 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
 
     stream = stream or sys.stderr
     store.open(plan)
-    label = plan["label"]
+    label = clip(plan["label"], 300)  # names a node (screen): echoed to the log as terminal text, escaped
     todo = [g for g in mine if not store.done(g)]
     counts = dict.fromkeys(STATUSES, 0) | {"skipped": len(mine) - len(todo)}
     print(f"{label}: {len(mine)} graphs, {counts['skipped']} already done, {len(todo)} to verify "
@@ -45,7 +46,7 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
                   "seconds": round(seconds, 6), "finished_at": datetime.now(timezone.utc).isoformat()}
         store.write(record)
         counts[record["status"]] += 1
-        print(f"{label}: [{n}/{len(todo)}] {record['status']:<7} {rel} ({seconds:.2f}s)", file=stream, flush=True)
+        print(f"{label}: [{n}/{len(todo)}] {record['status']:<7} {clip(rel, 300)} ({seconds:.2f}s)", file=stream, flush=True)
     done = ", ".join(f"{v} {k}" for k, v in counts.items() if v)
     print(f"{label}: finished: {done or 'nothing to do'} in {time.perf_counter() - started:.1f}s",
           file=stream, flush=True)

@@ -16,41 +16,21 @@ import json
 import os
 import sys
 import time
-import xml.etree.ElementTree as ET
-from dataclasses import dataclass
 from pathlib import Path
 
 from . import __version__
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, add_onnx_flags, is_onnx, onnx_import_message
 from .options import BY_NAME, add_option_flags, values_from_args
+from .outputs.junit import junit_xml
+from .outputs.markdown import summary_markdown
+from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome
+from .outputs.text import clip, escape_controls, lines
 from .report import Report
-from .mermaid import neighbourhood_mermaid
 from .scan import DEFAULT_INCLUDE, find_graphs
 
-EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_TRANSPORT = 0, 1, 2, 3
-
-
-@dataclass
-class Outcome:
-    path: str
-    report: Report | None = None
-    error: str = ""
-    invalid: bool = False  # the input is at fault (else: transport/server fault)
-    seconds: float = 0.0
-    graph: object = None  # the gradcheck.v1.Graph, when the file could be read (for the drawings)
-
-    @property
-    def status(self) -> str:
-        if self.report is not None:
-            return self.report.verdict
-        return "invalid" if self.invalid else "error"
-
-    @property
-    def exit_code(self) -> int:
-        if self.report is not None:
-            return EXIT_OK if self.report.passed else EXIT_MISMATCH
-        return EXIT_INVALID if self.invalid else EXIT_TRANSPORT
+__all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
+           "summary_markdown"]
 
 
 class _Parser(argparse.ArgumentParser):
@@ -99,6 +79,7 @@ class Progress:
     def _show(self, text: str) -> None:
         if self.enabled:
             n = 30 * self.done // max(1, self.total)
+            text = escape_controls(text)  # a path may hold terminal controls
             self.stream.write(f"\r[{'#' * n}{'.' * (30 - n)}] {self.done}/{self.total} {text[-60:]:<60}")
             self.stream.flush()
 
@@ -175,75 +156,8 @@ def _in_process_available() -> bool:
     return True
 
 
-# --- reports -------------------------------------------------------------------------
-
-
-def _xml_text(text: str, limit: int = 100_000) -> str:
-    """Characters XML 1.0 cannot hold (most controls, lone surrogates) as escapes; ElementTree
-    would write them raw and the file would not parse."""
-    text = text if len(text) <= limit else text[:limit] + "…"
-    return "".join(c if c in "\t\n\r" or (" " <= c <= "\ud7ff") or ("\ue000" <= c <= "\ufffd")
-                   or c >= "\U00010000" else c.encode("unicode_escape").decode("ascii") for c in text)
-
-
-def _properties(case: ET.Element, o: Outcome) -> None:
-    """The verdict and each finding (its cause, node and line) as the test case's properties."""
-    props = ET.SubElement(case, "properties")
-
-    def prop(name, value):
-        ET.SubElement(props, "property", name=name, value=_xml_text(str(value)))
-    prop("verdict", o.report.verdict)
-    for f in o.report.findings:
-        prop("cause", f.cause)
-        prop("node", f.node)
-        prop("finding", f"{f.severity}: {f}")
-
-
-def junit_xml(outcomes: list[Outcome]) -> str:
-    """<testsuites> around one <testsuite>, one <testcase> per graph with its time in seconds."""
-    failures, errors = sum(o.status == "fail" for o in outcomes), sum(o.report is None for o in outcomes)
-    total = f"{sum(o.seconds for o in outcomes):.6f}"
-    counts = {"tests": str(len(outcomes)), "failures": str(failures), "errors": str(errors), "time": total}
-    root = ET.Element("testsuites", name="gradcheck", **counts)
-    suite = ET.SubElement(root, "testsuite", name="gradcheck", **counts)
-    for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=_xml_text(o.path),
-                             time=f"{o.seconds:.6f}")
-        if o.report is not None:
-            _properties(case, o)
-        if o.report is None:
-            error = _xml_text(o.error)
-            ET.SubElement(case, "error", message=error, type="invalid" if o.invalid else "transport").text = error
-        elif not o.report.passed:
-            ET.SubElement(case, "failure", message=_xml_text(o.report.summary()),
-                          type="gradient_mismatch").text = _xml_text(str(o.report))
-        if o.report is not None:
-            ET.SubElement(case, "system-out").text = _xml_text(str(o.report))
-    return ET.tostring(root, encoding="unicode", xml_declaration=True)
-
-
-def _cell(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def summary_markdown(outcomes: list[Outcome]) -> str:
-    icon = {"pass": "✅ pass", "fail": "❌ fail", "invalid": "⚠️ invalid", "error": "⚠️ error"}
-    lines = ["### gradcheck", "", "| Graph | Verdict | Findings |", "|---|---|---|"]
-    for o in outcomes:
-        if o.report is None:
-            what = o.error
-        else:
-            bad = [f"`{p.name}` wrong ({p.why_failed()})" for p in o.report.failed_parameters]
-            what = "; ".join(bad + [str(f) for f in o.report.findings]) or "-"
-        lines.append(f"| `{_cell(o.path)}` | {icon[o.status]} | {_cell(what)} |")
-    counts = {s: sum(o.status == s for o in outcomes) for s in icon}
-    lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
-    for o in outcomes:  # where it broke: the faulty node's neighbourhood (GitHub renders Mermaid)
-        diagram = neighbourhood_mermaid(o.graph, o.report.data) if o.report is not None and o.graph is not None \
-            else None
-        if diagram:
-            lines += ["", f"#### `{_cell(o.path)}`", "", diagram]
-    return "\n".join(lines) + "\n"
+NO_ONNX_DRAWING = "an ONNX model: the verifier imported it, so its graph is not drawn here (the findings " \
+    "name its values; `gradcheck-svc verify MODEL.onnx --html FILE` draws the imported graph)"
 
 
 class UsageError(Exception):
@@ -270,7 +184,7 @@ def _verify(args) -> int:
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
     for note in scan.skipped:  # a note, not a failure
-        print(f"gradcheck: {note}", file=sys.stderr)
+        print(f"gradcheck: {clip(note, 1000)}", file=sys.stderr)
     paths = scan.graphs
     if not paths:
         raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
@@ -307,23 +221,26 @@ def _verify(args) -> int:
     # every path gets an outcome, even one the server never answered for
     ordered = [outcomes.get(str(p)) or Outcome(str(p), error="no result was received for this graph")
                for p in paths]
-    for o in ordered:
-        o.graph = graphs.get(o.path)
+    for o in ordered:  # the drawings need the graph: an ONNX model is imported by the verifier, not here
+        graph = graphs.get(o.path)
+        o.graph = None if isinstance(graph, OnnxModel) else graph
 
     if args.json:
         print(json.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
                            "error": o.error or None} for o in ordered], indent=2))
     else:
-        for o in ordered:
-            print(f"== {o.path}")
-            print(str(o.report) if o.report else f"{o.status.upper()}: {o.error}")
+        for o in ordered:  # paths, reports and errors echo user strings: escaped for the terminal
+            print(f"== {clip(o.path, 1000)}")
+            print(lines(o.report) if o.report else f"{o.status.upper()}: {clip(o.error, 2000)}")
             print()
     if args.junit:
         _write_file(args.junit, junit_xml(ordered), "--junit")
     if args.html:
-        from .html_report import RunItem, build_html
+        from .outputs.html_report import RunItem, build_html
 
-        items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error) for o in ordered]
+        items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
+                         no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")
+                 for o in ordered]
         _write_file(args.html, build_html(items, integrity=args.integrity or BY_NAME["integrity"].default), "--html")
     md = summary_markdown(ordered)
     if args.summary_md:

@@ -13,20 +13,13 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .op_values import OPS, REQUIRED
+from .outputs.text import clip
 from .shapes import output_shape
 
 SEVERITY_ORDER = ("error", "warning", "info")
 INTEGRITY_CAUSES = ("cache_corruption", "inplace_overwrite", "recompute_mismatch")
 DOT_TIMEOUT_S = 30
 POINTS = 72.0  # dot's inches -> CSS pixels at 72 per inch
-
-
-def display(text, limit: int = 120) -> str:
-    """A user string for display: cut to `limit` characters, non-printables as escapes (one line)."""
-    text = str(text)
-    if len(text) > limit:
-        text = text[:limit] + f"…(+{len(text) - limit} chars)"
-    return "".join(c if c.isprintable() else c.encode("unicode_escape").decode("ascii") for c in text)
 
 
 @dataclass
@@ -104,12 +97,13 @@ def build_view(graph, report: dict, *, integrity: str = "check", layout: str = "
         here = sorted(by_node.get(name, []), key=lambda f: SEVERITY_ORDER.index(f.get("severity", "info")))
         cls = here[0]["severity"] if here else ("ok" if kind == "node" else kind)
         shape = shapes.get(name)
-        hover = [f"op: {display(op)}" if kind == "node" else f"{'parameter' if kind == 'param' else 'input'}",
+        hover = [f"op: {clip(op)}" if kind == "node" else f"{'parameter' if kind == 'param' else 'input'}",
                  f"shape: {list(shape) if shape is not None else 'unknown'}",
                  "fingerprint: " + _fingerprint(kind, here, integrity),
                  "local error: " + _local_error(name, here, params.get(name))]
-        hover += [f"{f.get('severity')}: {display(f.get('cause'))} — {display(f.get('detail'), 300)}" for f in here]
-        view.nodes.append({"id": ids[name], "name": display(name, 60), "op": display(op, 40), "kind": kind,
+        hover += [f"{clip(f.get('severity'), 20)}: {clip(f.get('cause'))} — {clip(f.get('detail'), 300)}"
+                  for f in here]
+        view.nodes.append({"id": ids[name], "name": clip(name, 60), "op": clip(op, 40), "kind": kind,
                            "cls": cls, "faulty": name == faulty, "path": name in on_path,
                            "output": name == graph.output, "hover": hover})
     for n in view.nodes:
@@ -128,7 +122,7 @@ def build_view(graph, report: dict, *, integrity: str = "check", layout: str = "
 def _fingerprint(kind: str, here: list[dict], integrity: str) -> str:
     changed = [f for f in here if f.get("cause") in INTEGRITY_CAUSES]
     if changed:
-        return f"CHANGED between forward and backward ({display(changed[0].get('cause'))})"
+        return f"CHANGED between forward and backward ({clip(changed[0].get('cause'))})"
     if kind != "node":
         return "- (an input)"
     return "no change detected" if integrity != "off" else "not checked (--integrity off)"
@@ -143,7 +137,7 @@ def _local_error(name: str, here: list[dict], param: dict | None) -> str:
         sym = param.get("symbolic")
         err = sym.get("max_abs_error") if isinstance(sym, dict) else param.get("max_abs_error")
         ref = "symbolic" if isinstance(sym, dict) else "finite differences"
-        return f"gradient max abs error {err} vs {ref} ({display(param.get('status', ''))})"
+        return f"gradient max abs error {err} vs {ref} ({clip(param.get('status', ''))})"
     return "-"
 
 

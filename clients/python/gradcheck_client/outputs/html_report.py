@@ -6,22 +6,20 @@ error), the findings table, the parameter rows, a heatmap of each parameter's er
 the verdict's reference, and the memory figures (with the per-step timeline where the run
 recorded one). No external resource: style, script and the layout library are inlined.
 
-Every user string is hostile (names, formulas, details): HTML text goes through `_h`
-(non-printables escaped, then HTML-escaped); the drawing's data is JSON with <, > and &
-as \\u escapes inside a non-executable script element, and the page script sets it as
-textContent only.
+Every user string is hostile (names, formulas, details): HTML text and attributes go through
+`outputs.html.h`, the drawing's data through `outputs.html.script_json` (JSON inside a
+non-executable script element, which the page script sets as textContent only).
 """
 from __future__ import annotations
 
-import html
-import json
 import math
 from dataclasses import dataclass, field
 from importlib import resources
 
 import numpy as np
 
-from .graph_view import build_view, display
+from ..graph_view import build_view
+from .html import h, script_json
 
 HEATMAP_COLUMNS = 32  # a 1-D parameter wraps after this many cells
 CELL = 12  # heatmap cell size, px
@@ -33,21 +31,12 @@ class RunItem:
     graph: object = None  # gradcheck.v1.Graph, when it could be read
     report: dict | None = None  # the JSON report, when there is one
     error: str = ""  # why there is no report
+    no_graph: str = ""  # why the graph is not drawn, when there is a report but no graph
     timelines: dict = field(default_factory=dict)  # run -> [(step label, live bytes)], when recorded
-
-
-def _h(text, limit: int = 500) -> str:
-    return html.escape(display(text, limit), quote=True)
 
 
 def _asset(name: str) -> str:
     return resources.files("gradcheck_client").joinpath(name).read_text(encoding="utf-8")
-
-
-def _json_for_script(data) -> str:
-    """JSON that cannot end its <script> element or open a comment, whatever the strings hold."""
-    text = json.dumps(data, ensure_ascii=True, allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
 
 
 def _finite(x) -> float:
@@ -65,10 +54,10 @@ def _findings_table(report: dict) -> str:
     out = ["<table class='findings'><tr><th>severity</th><th>node</th><th>op</th><th>cause</th>"
            "<th>parameters</th><th>detail</th></tr>"]
     for f in rows:
-        out.append(f"<tr class='{_h(f.get('severity'), 20)}'><td>{_h(f.get('severity'), 20)}</td>"
-                   f"<td class='mono'>{_h(f.get('node'), 80)}</td><td>{_h(f.get('op'), 40)}</td>"
-                   f"<td>{_h(f.get('cause'), 40)}</td><td class='mono'>"
-                   f"{_h(', '.join(map(str, f.get('parameters') or [])), 200)}</td><td>{_h(f.get('detail'), 600)}</td></tr>")
+        out.append(f"<tr class='{h(f.get('severity'), 20)}'><td>{h(f.get('severity'), 20)}</td>"
+                   f"<td class='mono'>{h(f.get('node'), 80)}</td><td>{h(f.get('op'), 40)}</td>"
+                   f"<td>{h(f.get('cause'), 40)}</td><td class='mono'>"
+                   f"{h(', '.join(map(str, f.get('parameters') or [])), 200)}</td><td>{h(f.get('detail'), 600)}</td></tr>")
     out.append("</table>")
     return "".join(out)
 
@@ -82,10 +71,10 @@ def _parameter_table(report: dict) -> str:
     for p in rows:
         sym = p.get("symbolic")
         err = sym.get("max_abs_error") if isinstance(sym, dict) else p.get("max_abs_error")
-        out.append(f"<tr><td class='mono'>{_h(p.get('name'), 80)}</td><td>{_h(p.get('shape'), 60)}</td>"
-                   f"<td>{_h(p.get('status') or ('ok' if p.get('passed') else 'FAIL'), 40)}</td>"
-                   f"<td>{_h(p.get('verdict_reference', ''), 40)}</td><td>{_h(err, 40)}</td>"
-                   f"<td>{_h(p.get('max_abs_error'), 40)}</td></tr>")
+        out.append(f"<tr><td class='mono'>{h(p.get('name'), 80)}</td><td>{h(p.get('shape'), 60)}</td>"
+                   f"<td>{h(p.get('status') or ('ok' if p.get('passed') else 'FAIL'), 40)}</td>"
+                   f"<td>{h(p.get('verdict_reference', ''), 40)}</td><td>{h(err, 40)}</td>"
+                   f"<td>{h(p.get('max_abs_error'), 40)}</td></tr>")
     out.append("</table>")
     return "".join(out)
 
@@ -124,11 +113,11 @@ def _heatmap(p: dict) -> str:
             f"hsl({int(120 - 70 * min(1.0, x))}, 60%, {int(85 - 25 * min(1.0, x))}%)"
         idx = [int(i) for i in np.unravel_index(k, shape)] if shape and len(engine) == math.prod(shape) else [k]
         cells.append(f"<rect class='cell' x='{j * CELL}' y='{i * CELL}' width='{CELL}' height='{CELL}' "
-                     f"fill='{color}'><title>{_h(idx, 80)}: engine {_h(e[k], 30)} vs {_h(r[k], 30)}, "
-                     f"|error| {_h(err[k], 30)} = {_h(f'{x:.3g}', 20)} of the tolerance</title></rect>")
+                     f"fill='{color}'><title>{h(idx, 80)}: engine {h(e[k], 30)} vs {h(r[k], 30)}, "
+                     f"|error| {h(err[k], 30)} = {h(f'{x:.3g}', 20)} of the tolerance</title></rect>")
     more = "" if len(p.get("gradient") or []) >= math.prod(shape or [1]) or p.get("fd_mode") == "projection" \
         else " (the first values listed in the report)"
-    return (f"<figure><figcaption class='mono'>{_h(p.get('name'), 80)}: {n} {what}{more}; "
+    return (f"<figure><figcaption class='mono'>{h(p.get('name'), 80)}: {n} {what}{more}; "
             "green within tolerance, red beyond it, purple non-finite</figcaption>"
             f"<svg class='heatmap' width='{cols * CELL}' height='{rows * CELL}'>{''.join(cells)}</svg></figure>")
 
@@ -143,10 +132,10 @@ def _memory(report: dict, timelines: dict) -> str:
     out = []
     if figures:
         top = max([v for _, v in figures if math.isfinite(v)] + [1.0])
-        bars = [f"<g transform='translate(0,{i * 20})'><text x='0' y='13'>{_h(k, 60)}</text>"
+        bars = [f"<g transform='translate(0,{i * 20})'><text x='0' y='13'>{h(k, 60)}</text>"
                 f"<rect x='250' y='3' height='13' width='{300 * v / top if math.isfinite(v) else 0:.1f}' "
                 f"fill='#6b8cc7'></rect><text x='{256 + 300 * v / top if math.isfinite(v) else 256:.1f}' y='13'>"
-                f"{_h(int(v) if math.isfinite(v) else v, 30)} B</text></g>" for i, (k, v) in enumerate(figures)]
+                f"{h(int(v) if math.isfinite(v) else v, 30)} B</text></g>" for i, (k, v) in enumerate(figures)]
         out.append(f"<svg class='memory' width='700' height='{20 * len(figures) + 4}'>{''.join(bars)}</svg>")
     if timelines:
         out.append(_timeline(timelines))
@@ -166,9 +155,9 @@ def _timeline(timelines: dict) -> str:
             continue
         xy = " ".join(f"{40 + (width - 50) * i / max(1, steps - 1):.1f},{height - 20 - (height - 30) * b / top:.1f}"
                       for i, (_, b) in enumerate(points))
-        lines.append(f"<polyline fill='none' stroke='{c}' stroke-width='1.5' points='{xy}'><title>{_h(run, 60)}"
+        lines.append(f"<polyline fill='none' stroke='{c}' stroke-width='1.5' points='{xy}'><title>{h(run, 60)}"
                      f"</title></polyline>")
-        legend.append(f"<span style='border-color:{c}'>{_h(run, 60)}: peak {max(b for _, b in points)} B</span>")
+        legend.append(f"<span style='border-color:{c}'>{h(run, 60)}: peak {max(b for _, b in points)} B</span>")
     axis = (f"<line x1='40' y1='{height - 20}' x2='{width - 10}' y2='{height - 20}' stroke='#888'/>"
             f"<text x='40' y='{height - 5}'>step</text><text x='0' y='12'>{top} B</text>")
     return (f"<div class='legend'>{''.join(legend)}</div>"
@@ -180,25 +169,27 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
     sections, graphs = [], []
     for k, item in enumerate(items):
         report = item.report
-        head = f"<h2 class='mono'>{_h(item.label, 200)}</h2>"
+        head = f"<h2 class='mono'>{h(item.label, 200)}</h2>"
         if report is None:
-            sections.append(f"<section>{head}<p class='verdict-fail'>{_h(item.error, 600)}</p></section>")
+            sections.append(f"<section>{head}<p class='verdict-fail'>{h(item.error, 600)}</p></section>")
             continue
         verdict = str(report.get("verdict", ""))
-        body = [head, f"<p class='verdict-{_h(verdict, 10)}'><strong>{_h(verdict.upper(), 10)}</strong> "
-                f"(loss {_h(report.get('loss'), 40)}, {_h(report.get('dtype'), 20)}, {_h(report.get('device'), 20)})"
+        body = [head, f"<p class='verdict-{h(verdict, 10)}'><strong>{h(verdict.upper(), 10)}</strong> "
+                f"(loss {h(report.get('loss'), 40)}, {h(report.get('dtype'), 20)}, {h(report.get('device'), 20)})"
                 "</p>"]
         if item.graph is not None:
             view = build_view(item.graph, report, integrity=integrity, layout=layout)
             host = f"graph-{k}"
             graphs.append({"host": host, "view": view.to_dict()})
-            faulty = f"; faulty node <span class='mono'>{_h(view.faulty, 80)}</span> and its path to the loss " \
+            faulty = f"; faulty node <span class='mono'>{h(view.faulty, 80)}</span> and its path to the loss " \
                      "drawn in red" if view.faulty else ""
-            body.append(f"<h3>Graph</h3><p class='legend'>laid out by {_h(view.layout, 10)}{faulty}. "
+            body.append(f"<h3>Graph</h3><p class='legend'>laid out by {h(view.layout, 10)}{faulty}. "
                         "<span class='ok'>ok</span><span class='info'>info</span><span class='warning'>warning"
                         "</span><span class='error'>error</span> "
                         "(hover a node for its op, shape, fingerprint and local error)</p>"
                         f"<div class='graph-host' id='{host}'></div>")
+        elif item.no_graph:
+            body.append(f"<h3>Graph</h3><p class='legend'>{h(item.no_graph, 200)}</p>")
         body.append("<h3>Findings</h3>" + _findings_table(report))
         body.append("<h3>Parameters</h3>" + _parameter_table(report))
         heat = "".join(_heatmap(p) for p in report.get("parameters") or [])
@@ -213,7 +204,7 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
         f"<script>{_asset('report_page/page.js')}</script>"
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<link rel='icon' href='data:,'>"
-            f"<title>{_h(title, 200)}</title><style>{_asset('report_page/page.css')}</style></head><body>"
-            f"<h1>{_h(title, 200)}</h1>{''.join(sections)}<div id='gradcheck-tip' hidden></div>"
-            f"<script type='application/json' id='gradcheck-data'>{_json_for_script({'graphs': graphs})}</script>"
+            f"<title>{h(title, 200)}</title><style>{_asset('report_page/page.css')}</style></head><body>"
+            f"<h1>{h(title, 200)}</h1>{''.join(sections)}<div id='gradcheck-tip' hidden></div>"
+            f"<script type='application/json' id='gradcheck-data'>{script_json({'graphs': graphs})}</script>"
             f"{scripts}</body></html>")

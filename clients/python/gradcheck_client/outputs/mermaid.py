@@ -2,19 +2,22 @@
 (GitHub renders Mermaid in step summaries): the node of the first error finding, what it
 reads, what reads it, and the path from it on to the loss, the faulty node styled as an error.
 
-Node ids are generated (m0, m1, ...); labels are the names and ops with every character
-outside [A-Za-z0-9 _.] written as a Mermaid entity code (#60; for <), so a hostile name
-can neither break the diagram's syntax nor the Markdown code fence around it.
+Node ids are generated (m0, m1, ...); every label goes through `label`: `text.clip`, then
+every character outside [A-Za-z0-9 _.] written as a Mermaid entity code (#60; for <, #96;
+for a backtick), so a hostile name can neither break the diagram's syntax, nor become markup
+in a label (Mermaid draws labels as HTML), nor close the Markdown code fence around it.
 """
 from __future__ import annotations
 
-from .graph_view import display, path_to_loss
+from ..graph_view import path_to_loss
+from .text import clip
 
 MAX_NEIGHBOURS = 12  # readers and consumers shown per side
 
 
-def _label(text: str) -> str:
-    return "".join(c if c.isalnum() and c.isascii() or c in " _." else f"#{ord(c)};" for c in display(text, 60))
+def label(value, limit: int = 60) -> str:
+    """A user string as the text of a Mermaid label (between its double quotes)."""
+    return "".join(c if c.isalnum() and c.isascii() or c in " _." else f"#{ord(c)};" for c in clip(value, limit))
 
 
 def neighbourhood_mermaid(graph, report: dict) -> str | None:
@@ -34,7 +37,7 @@ def neighbourhood_mermaid(graph, report: dict) -> str | None:
     for name in shown:
         ids.setdefault(name, f"m{len(ids)}")
     lines = ["```mermaid", "flowchart TD"]
-    lines += [f'  {i}["{_label(name)}<br/>{_label(ops[name])}"]' for name, i in ids.items()]
+    lines += [f'  {i}["{label(name)}<br/>{label(ops[name])}"]' for name, i in ids.items()]
     edges = {(a, faulty) for a in producers.get(faulty, [])[:MAX_NEIGHBOURS]}
     edges |= {(faulty, r) for r in readers[:MAX_NEIGHBOURS]} | set(zip(path, path[1:]))
     for a, b in sorted(edges, key=lambda e: (ids[e[0]], ids[e[1]])):

@@ -1,0 +1,43 @@
+"""JUnit XML: <testsuites> around one <testsuite>, one <testcase> per graph with its time in seconds.
+
+Written by ElementTree (which escapes markup); every string goes through `xml.chars` first.
+"""
+from __future__ import annotations
+
+import xml.etree.ElementTree as ET
+
+from .xml import MAX_TEXT, chars
+
+
+def _properties(case: ET.Element, o) -> None:
+    """The verdict and each finding (its cause, node and line) as the test case's properties."""
+    props = ET.SubElement(case, "properties")
+
+    def prop(name, value):
+        ET.SubElement(props, "property", name=name, value=chars(value))
+    prop("verdict", o.report.verdict)
+    for f in o.report.findings:
+        prop("cause", f.cause)
+        prop("node", f.node)
+        prop("finding", f"{f.severity}: {f}")
+
+
+def junit_xml(outcomes: list) -> str:
+    failures, errors = sum(o.status == "fail" for o in outcomes), sum(o.report is None for o in outcomes)
+    total = f"{sum(o.seconds for o in outcomes):.6f}"
+    counts = {"tests": str(len(outcomes)), "failures": str(failures), "errors": str(errors), "time": total}
+    root = ET.Element("testsuites", name="gradcheck", **counts)
+    suite = ET.SubElement(root, "testsuite", name="gradcheck", **counts)
+    for o in outcomes:
+        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=chars(o.path), time=f"{o.seconds:.6f}")
+        if o.report is None:
+            error = chars(o.error, 2000)
+            ET.SubElement(case, "error", message=error, type="invalid" if o.invalid else "transport").text = error
+            continue
+        _properties(case, o)
+        report = chars(str(o.report), MAX_TEXT, multiline=True)
+        if not o.report.passed:
+            ET.SubElement(case, "failure", message=chars(o.report.summary(), 2000),
+                          type="gradient_mismatch").text = report
+        ET.SubElement(case, "system-out").text = report
+    return ET.tostring(root, encoding="unicode", xml_declaration=True)
