@@ -16,6 +16,8 @@ from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.batch.store import atomic_write
 from gradcheck_svc.cli import main
 
+RUN = Path("runs", "default")  # where a run without --run-id (or $GRADCHECK_RUN_ID) writes
+
 
 def run(capsys, *argv):
     code = main([str(a) for a in argv])
@@ -62,10 +64,10 @@ def test_batch_records_results_and_restart_skips_done(capsys, tmp_path, corpus):
     out = tmp_path / "out"
     code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
     assert code == 0, err
-    assert "shard 0/1: 11 graphs, 0 already done, 11 to verify (in-process)" in err
+    assert "shard 0/1: 11 graphs, 0 already done, 11 to verify (in-process; run default)" in err
     assert "shard 0/1: finished: 9 pass, 1 fail, 1 invalid" in err
     records = {json.loads(p.read_text())["graph"]: json.loads(p.read_text())
-               for p in (out / "shard-0000" / "results").glob("*.json")}
+               for p in (out / RUN / "shard-0000" / "results").glob("*.json")}
     assert records["a/gen-00004.json"]["status"] == "fail"
     assert records["b/gen-00001.json"]["error"] == "node 'bogus': unknown op 'no_such_op'"
     ok = records["a/gen-00000.json"]
@@ -82,11 +84,11 @@ def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corp
     code, _, err = run(capsys, "batch-merge", out)
     assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid" in err  # complete; one graph failed
 
-    victim = next((out / "shard-0001" / "results").glob("*.json"))
+    victim = next((out / RUN / "shard-0001" / "results").glob("*.json"))
     lost = json.loads(victim.read_text())["graph"]
-    twice = next((out / "shard-0002" / "results").glob("*.json"))
+    twice = next((out / RUN / "shard-0002" / "results").glob("*.json"))
     doubled = json.loads(twice.read_text())["graph"]
-    shutil.copy(twice, out / "shard-0000" / "results" / twice.name)
+    shutil.copy(twice, out / RUN / "shard-0000" / "results" / twice.name)
     victim.unlink()
     code, _, err = run(capsys, "batch-merge", out, "--json", tmp_path / "m.json")
     assert code == 4
@@ -94,7 +96,7 @@ def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corp
     assert f"1 graph(s) present twice: {doubled} (shard-0000, shard-0002)" in err
     merged = json.loads((tmp_path / "m.json").read_text())
     assert merged["missing"] == [{"graph": lost, "shard": 1}] and merged["exit_code"] == 4
-    assert "missing: no result from shard 1" in (out / "junit.xml").read_text()
+    assert "missing: no result from shard 1" in (out / RUN / "junit.xml").read_text()
 
 
 def test_all_passing_merge_exits_0(capsys, tmp_path):
@@ -113,7 +115,7 @@ def test_per_graph_time_limit(capsys, tmp_path):
     code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", tmp_path / "out",
                        "--fd", "full", "--time-limit", "1")
     assert code == 0, err
-    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / "shard-0000" / "results").glob("*.json")]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / RUN / "shard-0000" / "results").glob("*.json")]
     status = {r["graph"]: r for r in records}
     assert status["slow.json"]["status"] == "timeout" and status["slow.json"]["seconds"] < 5
     assert status["slow.json"]["error"] == "over the per-graph time limit of 1 s"
@@ -185,7 +187,7 @@ def test_server_token_refused_is_a_configuration_error(capsys, monkeypatch, tmp_
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)
         assert code == 2 and err.startswith("gradcheck-svc: error: --token-file: the server refused the token")
-        assert not (out / "shard-0000" / "results").exists() or not any((out / "shard-0000" / "results").iterdir())
+        assert not (out / RUN / "shard-0000" / "results").exists() or not any((out / RUN / "shard-0000" / "results").iterdir())
         monkeypatch.setenv("GRADCHECK_TOKEN", "s3cret")
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)
@@ -212,7 +214,7 @@ def test_unreadable_graph_volume_exits_75_and_the_retry_keeps_what_was_done(caps
     assert code == 75
     assert err.splitlines()[-1].startswith("gradcheck-svc batch: infrastructure failure, retry (exit 75): ")
     assert err.splitlines()[-1].endswith("bad.json: cannot read: Input/output error")
-    assert len(list((out / "shard-0000" / "results").glob("*.json"))) == 11
+    assert len(list((out / RUN / "shard-0000" / "results").glob("*.json"))) == 11
     (corpus / "bad.json").unlink()  # the volume is back
     code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
     assert code == 0 and "11 already done, 0 to verify" in err
@@ -253,7 +255,7 @@ def test_out_of_memory_exits_75_after_keeping_what_was_done(tmp_path):
     run_ = _batch_under_memory_limit(tmp_path, g, out, peak + 100 * 2**20)
     assert run_.returncode == 75, run_.stderr
     assert run_.stderr.splitlines()[-1] == "gradcheck-svc batch: infrastructure failure, retry (exit 75): out of memory"
-    records = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+    records = [json.loads(p.read_text()) for p in (out / RUN / "shard-0000" / "results").glob("*.json")]
     assert [(r["graph"], r["status"]) for r in records] == [("a-small.json", "pass")]
 
 
@@ -270,6 +272,6 @@ def test_in_process_batch_honours_allow_nonfinite(capsys, tmp_path):
     for flag in ((), ("--allow-nonfinite",)):
         out = tmp_path / f"out{len(flag)}"
         assert run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, *flag)[0] == 0
-        [record] = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+        [record] = [json.loads(p.read_text()) for p in (out / RUN / "shard-0000" / "results").glob("*.json")]
         status[bool(flag)] = record["status"]
     assert status == {False: "invalid", True: "fail"}

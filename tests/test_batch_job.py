@@ -17,6 +17,7 @@ from gradcheck_svc.batch.generate import graph_dict
 from gradcheck_svc.batch.manifest import shard_of
 
 N_GRAPHS, SHARDS, VICTIM = 200, 4, 2
+RUN = Path("runs", "default")
 
 def make_corpus(root: Path) -> dict[str, str]:
     """200 graphs in three team folders; every 10th+3 a wrong user derivative (fail), every 10th+7 an unknown
@@ -64,7 +65,7 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     lines.append(victim.stderr.read())
     assert victim.wait(timeout=60) == -signal.SIGKILL
     first = verified("".join(lines))
-    on_disk = list((out / f"shard-{VICTIM:04d}" / "results").glob("*.json"))
+    on_disk = list((out / RUN / f"shard-{VICTIM:04d}" / "results").glob("*.json"))
     assert 5 <= len(on_disk) < len(mine[VICTIM]), "the kill must land mid-run"
     # a write cut short by the kill leaves at most a temporary file, which nothing may read as a result
     (out / f"shard-{VICTIM:04d}" / "results" / ".deadbeef.json.999.tmp").write_text('{"graph": "team-0/')
@@ -80,12 +81,12 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     # restarted, the shard verifies exactly what the killed run had not finished
     assert len(on_disk) == len(first) or len(on_disk) == len(first) + 1  # +1: killed between rename and print
     assert set(first).isdisjoint(second) and sorted(set(first) | set(second)) == mine[VICTIM]
-    assert not list((out / f"shard-{VICTIM:04d}" / "results").glob(".*.tmp"))
+    assert not list((out / RUN / f"shard-{VICTIM:04d}" / "results").glob(".*.tmp"))
 
     merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)],
                            capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
     assert merge.returncode == 1, merge.stderr  # planted mismatches: exit 1
-    merged = json.loads((out / "merged.json").read_text())
+    merged = json.loads((out / RUN / "merged.json").read_text())
     assert merged["missing"] == [] and merged["duplicates"] == [] and merged["unexpected"] == []
     got = [r["graph"] for r in merged["records"]]
     assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == N_GRAPHS
@@ -100,10 +101,10 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     assert all("unknown op 'no_such_op'" in r["error"] or "not a valid" in r["error"]
                for r in merged["records"] if r["status"] == "invalid")
 
-    suite = ET.parse(out / "junit.xml").getroot()
+    suite = ET.parse(out / RUN / "junit.xml").getroot()
     assert int(suite.get("tests")) == N_GRAPHS and int(suite.get("failures")) == counts["fail"]
     assert int(suite.get("errors")) == counts["invalid"]
-    md = (out / "summary.md").read_text()
+    md = (out / RUN / "summary.md").read_text()
     assert f"{counts['pass']} pass, {counts['fail']} fail, {counts['invalid']} invalid" in md
     assert "gradcheck-svc batch-merge: 200 graphs:" in merge.stderr
 

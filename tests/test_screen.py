@@ -38,7 +38,7 @@ def screened(tmp_path_factory):
         assert p.returncode == 0, err
     merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)], env=_env(),
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
-    return out, merge, json.loads((out / "merged.json").read_text())
+    return out, merge, json.loads((out / "runs" / "default" / "merged.json").read_text())
 
 
 def test_the_merge_names_exactly_the_faulty_node(screened):
@@ -60,7 +60,7 @@ def test_the_merge_names_exactly_the_faulty_node(screened):
     assert merged["missing"] == [] and merged["duplicates"] == [] and len(merged["records"]) == 4 * 9
     for r in merged["records"]:  # each result records its node, device and dtype
         assert r["unit"] == f"node-{r['node']}" and r["device"] == "cpu" and r["dtype"] == "float64"
-    md = (out / "summary.md").read_text()
+    md = (out / "runs" / "default" / "summary.md").read_text()
     assert "**Disagreeing nodes:** `node-c`" in md and "| `node-c` | cpu | 9 | 8 |" in md
 
 

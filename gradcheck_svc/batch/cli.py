@@ -22,10 +22,14 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 
 
 def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
-    """The verification options of `verify` (one table, gradcheck_client/options.py), and the time limit."""
+    """The verification options of `verify` (one table, gradcheck_client/options.py), the time limit and
+    the run ID."""
     add_option_flags(p, exclude=exclude)
     p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
                    help="per-graph time limit; a graph over it is recorded as timeout (default 300)")
+    p.add_argument("--run-id", default=None, metavar="ID",
+                   help="results go to OUT/runs/ID/ (default $GRADCHECK_RUN_ID -- in a Job, the Job's name "
+                        "from the downward API -- else 'default')")
 
 
 def add_parsers(sub) -> None:
@@ -45,9 +49,17 @@ def add_parsers(sub) -> None:
 
     m = sub.add_parser("batch-merge", help="merge batch or screen results into JSON, JUnit and Markdown")
     m.add_argument("dir", metavar="DIR", help="the --out directory of the batch or screen")
-    m.add_argument("--json", default=None, metavar="FILE", help="merged JSON report (default DIR/merged.json)")
-    m.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML (default DIR/junit.xml)")
-    m.add_argument("--summary-md", default=None, metavar="FILE", help="Markdown summary (default DIR/summary.md)")
+    m.add_argument("--json", default=None, metavar="FILE",
+                   help="merged JSON report (default DIR/runs/ID/merged.json)")
+    m.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML (default DIR/runs/ID/junit.xml)")
+    m.add_argument("--summary-md", default=None, metavar="FILE",
+                   help="Markdown summary (default DIR/runs/ID/summary.md)")
+    m.add_argument("--run-id", default=None, metavar="ID|latest",
+                   help="the run to merge (OUT/runs/ID); 'latest': the run whose unit started last; "
+                        "default: the only run (several runs without --run-id: exit 2)")
+    m.add_argument("--allow-mixed", action="store_true",
+                   help="merge results made under different options or gradcheck versions (default: exit 4, "
+                        "naming them)")
 
     s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)")
     s.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all nodes")
@@ -87,6 +99,23 @@ def _check_common(args) -> None:
             raise
 
 
+def _run_id(args) -> str:
+    from ..errors import OptionError
+    from .store import DEFAULT_RUN, LATEST, RUN_ID
+
+    run_id = args.run_id if args.run_id is not None else os.environ.get("GRADCHECK_RUN_ID") or DEFAULT_RUN
+    if not RUN_ID.fullmatch(run_id) or run_id == LATEST:
+        raise OptionError(f"'{run_id[:80]}' is not a run ID (letters, digits, '.', '_', '-'; at most 128; "
+                          f"not '{LATEST}')", field="--run-id")
+    return run_id
+
+
+def _keyed_options(args, requested: dict) -> dict:
+    """What shapes a result, hashed into every record's key: the verification options as asked for (screen's
+    --device auto before it is resolved per node) and the per-graph time limit."""
+    return dict(requested, time_limit=args.time_limit)
+
+
 def _run(run, label: str) -> int:
     """Map what a unit can raise to the exit codes above."""
     from .verifiers import InfraError
@@ -106,10 +135,16 @@ def _run(run, label: str) -> int:
     return EXIT_OK
 
 
-def _plan(mode, unit, label, index, count, node, manifest, verifier, options) -> dict:
-    return {"mode": mode, "unit": unit, "label": label, "shard_index": index, "shard_count": count, "node": node,
-            "manifest_root": str(manifest.root), "graphs": list(manifest.graphs), "where": verifier.where,
-            "options": options}
+def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed) -> dict:
+    from datetime import datetime, timezone
+
+    from .store import options_sha256
+
+    return {"mode": mode, "unit": unit, "label": label, "run_id": run_id, "shard_index": index,
+            "shard_count": count, "node": node, "manifest_root": str(manifest.root), "graphs": list(manifest.graphs),
+            "contents": {}, "where": verifier.where, "options": options, "keyed_options": keyed,
+            "options_sha256": options_sha256(keyed), "gradcheck_version": verifier.version,
+            "started_at": datetime.now(timezone.utc).isoformat()}
 
 
 def batch(args) -> int:
@@ -132,15 +167,17 @@ def batch(args) -> int:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
+    run_id = _run_id(args)
     options = values_from_args(args)
     verifier = _verifier(args, options)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
 
     def run():  # inside _run: an unreadable manifest volume is an infrastructure failure (exit 75)
         manifest = load_manifest(args.manifest)
-        plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options)
-        verifier.check()
-        run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(Path(args.out), unit), plan,
+        verifier.check()  # first: against a server, its version is part of every record's key
+        plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
+                     run_id, _keyed_options(args, options))
+        run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(Path(args.out), run_id, unit), plan,
                  verifier, options, args.time_limit)
 
     try:
@@ -203,6 +240,8 @@ def screen(args) -> int:
     if args.size < 1:
         raise OptionError("must be at least 1", field="--size")
     node = args.node_name or socket.gethostname()
+    run_id = _run_id(args)
+    keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":
         from ..backend import cuda_available
 
@@ -213,13 +252,13 @@ def screen(args) -> int:
         manifest = load_manifest(tmp, field="--examples")
         verifier = _verifier(args, options)
         unit = unit_name(node=node)
-        plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options)
-        plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite has the same root everywhere
 
         def run():
             verifier.check()
-            run_unit(manifest, list(manifest.graphs), UnitStore(Path(args.out), unit), plan, verifier, options,
-                     args.time_limit, faults_where_present=True)
+            plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed)
+            plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
+            run_unit(manifest, list(manifest.graphs), UnitStore(Path(args.out), run_id, unit), plan, verifier,
+                     options, args.time_limit, faults_where_present=True)
 
         return _run(run, "screen")
 
@@ -227,14 +266,15 @@ def screen(args) -> int:
 def batch_merge(args) -> int:
     from .merge import markdown, merge, outcomes, problems
 
-    m = merge(Path(args.dir))
-    d = Path(args.dir)
+    m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed)
+    d = Path(m["run_directory"])
     outs = outcomes(m)
     _write(Path(args.json) if args.json else d / "merged.json", _json(m), "--json")
     from gradcheck_client.cli import junit_xml
 
     _write(Path(args.junit) if args.junit else d / "junit.xml", junit_xml(outs), "--junit")
     _write(Path(args.summary_md) if args.summary_md else d / "summary.md", markdown(m, outs), "--summary-md")
+    print(f"gradcheck-svc batch-merge: run {m['run_id']}: {len(m['units'])} unit(s) in {d}", file=sys.stderr)
     for line in problems(m):
         print(f"gradcheck-svc batch-merge: {line}", file=sys.stderr)
     if m["mode"] == "screen" and m["screen"]["disagreeing_nodes"]:

@@ -14,7 +14,6 @@ import time
 import numpy as np
 
 from gradcheck_client.client import make_request
-from gradcheck_client.graphio import GraphFileError, load_graph
 
 from ..alarm import alarm
 from ..errors import BackendUnavailable, GradcheckError, OptionError
@@ -49,15 +48,12 @@ def _listed_digests(data: dict) -> tuple[dict, str]:
     return digests, "listed" if any(p.get("truncated") for p in params) else "full"
 
 
-def load(path):
-    """The graph message; GraphFileError when it does not decode (a result), InfraError when the file
-    cannot be read at all (the volume's fault)."""
-    try:
-        return load_graph(path)
-    except GraphFileError as exc:
-        if exc.fmt is None:
-            raise InfraError(str(exc)) from None
-        raise
+def decode(data: bytes, path):
+    """The graph message from a file's bytes (read once, so the bytes verified are the bytes hashed);
+    GraphFileError when they do not decode (a result)."""
+    from gradcheck_client.graphio import decode_graph, sniff_format
+
+    return decode_graph(data, sniff_format(data, path), path)
 
 
 def present_faults(graph, faults: tuple) -> tuple:
@@ -74,8 +70,10 @@ class LocalVerifier:
 
     def __init__(self, options: dict):
         from ..server.config import ServerLimits
+        from .store import code_version
 
         self.options, self.limits = options, ServerLimits()
+        self.version = code_version()  # what answers: this process's code
 
     def check(self) -> None:
         if self.options.get("device") == "cuda":
@@ -117,15 +115,17 @@ class RemoteVerifier:
 
         self.where = target
         self.options = options
+        self.version = None  # what answers: the server's version, known after check()
         self.client = Client(target, token=token, retries=4, backoff=0.2)  # ~2 s; then the Job retries
 
     def check(self) -> None:
         from gradcheck_client.client import VerifyError
 
         try:
-            self.client.server_info()
+            info = self.client.server_info()
         except VerifyError as exc:
             self._raise_for_connection(exc)
+        self.version = f"server {info.get('version') or 'unknown'}"
 
     def _raise_for_connection(self, exc) -> None:
         import grpc
