@@ -275,3 +275,120 @@ def test_in_process_batch_honours_allow_nonfinite(capsys, tmp_path):
         [record] = [json.loads(p.read_text()) for p in (out / RUN / "shard-0000" / "results").glob("*.json")]
         status[bool(flag)] = record["status"]
     assert status == {False: "invalid", True: "fail"}
+
+
+# --- results that cannot be stale: content, options and version key every record; runs are apart -------
+
+def _records(unit_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (unit_dir / "results").glob("*.json")]
+
+
+def test_a_replaced_graph_is_verified_again_not_reported_from_its_old_record(capsys, tmp_path, corpus):
+    out = tmp_path / "out"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)[0] == 0
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid" in err
+    # the author replaces a passing graph by one whose derivative is wrong, under the same name
+    (corpus / "a" / "gen-00000.json").write_text(json.dumps(graph_dict(0, size=3, kind="mismatch")))
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 0 and "11 graphs, 10 already done, 1 to verify" in err
+    assert "[1/1] fail    a/gen-00000.json" in err
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "11 graphs: 8 pass, 2 fail, 1 invalid" in err
+    merged = json.loads((out / RUN / "merged.json").read_text())
+    assert "a/gen-00000.json" in merged["failed"] and merged["stale_records"] == 1  # the old answer, left out
+    new = hashlib.sha256((corpus / "a" / "gen-00000.json").read_bytes()).hexdigest()
+    assert next(r for r in merged["records"] if r["graph"] == "a/gen-00000.json")["graph_sha256"] == new
+
+
+def test_changed_options_are_verified_again_and_mixed_options_refused(capsys, tmp_path, corpus):
+    out = tmp_path / "out"
+    for i in range(3):
+        assert run(capsys, "batch", "--manifest", corpus, "--shard-index", i, "--shard-count", 3, "--out", out)[0] == 0
+    n1 = len(_records(out / RUN / "shard-0001"))
+    loose = ("--atol", "1e6", "--rtol", "1e6", "--symbolic", "off")
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 1, "--shard-count", 3, "--out", out,
+                       *loose)
+    assert code == 0 and f"{n1} graphs, 0 already done, {n1} to verify" in err  # nothing reused across options
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4
+    (line,) = [ln for ln in err.splitlines() if "different options" in ln]
+    assert "refused (--allow-mixed merges them): shard-0000, shard-0002: options " in line
+    assert "; shard-0001: options " in line and line.endswith("(they differ in: atol, rtol, symbolic)")
+    merged = json.loads((out / RUN / "merged.json").read_text())
+    assert [g["units"] for g in merged["mixed"]] == [["shard-0000", "shard-0002"], ["shard-0001"]]
+    assert merged["mixed"][1]["keyed_options"] == {"atol": 1e6, "rtol": 1e6, "symbolic": False, "time_limit": 300.0}
+    assert merged["options"] is None  # no single set of options describes these results
+    code, _, err = run(capsys, "batch-merge", out, "--allow-mixed")
+    assert code in (0, 1) and "merged anyway (--allow-mixed)" in err and "(exit 4)" not in err
+    # back to the batch's options: the earlier answers still hold (their key is theirs), nothing re-verified
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 1, "--shard-count", 3, "--out", out)
+    assert code == 0 and f"{n1} already done, 0 to verify" in err
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid (exit 1)" in err
+
+
+def test_a_killed_rerun_under_new_options_leaves_old_answers_unused(capsys, tmp_path, corpus):
+    """The shard re-runs with other options and dies part-way (its last records never written): the graphs
+    answered only under the old options are refused, named, until --allow-mixed or a finished re-run."""
+    out = tmp_path / "out"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)[0] == 0
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out, "--seed", "7")[0] == 0
+    unit = out / RUN / "shard-0000"
+    newer = sorted(_records(unit), key=lambda r: r["finished_at"])[-2:]  # the re-run's last two: never written
+    from gradcheck_svc.batch.store import key_of
+
+    for r in newer:
+        (unit / "results" / f"{key_of(r)}.json").unlink()
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4
+    lost = sorted(r["graph"] for r in newer)
+    assert (f"2 graph(s) answered only under other options or another version (re-run their shard, or "
+            f"--allow-mixed): {lost[0]} (shard-0000), {lost[1]} (shard-0000)") in err
+    code, _, err = run(capsys, "batch-merge", out, "--allow-mixed")
+    assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid (exit 1)" in err
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out, "--seed", "7")
+    assert code == 0 and "9 already done, 2 to verify" in err
+    assert run(capsys, "batch-merge", out)[0] == 1
+
+
+def test_a_new_gradcheck_version_is_verified_again_and_not_mixed(capsys, monkeypatch, tmp_path, corpus):
+    import gradcheck_svc
+
+    out = tmp_path / "out"
+    for i in range(2):
+        assert run(capsys, "batch", "--manifest", corpus, "--shard-index", i, "--shard-count", 2, "--out", out)[0] == 0
+    plan = json.loads((out / RUN / "shard-0000" / "unit.json").read_text())
+    assert plan["gradcheck_version"].startswith(gradcheck_svc.__version__ + "+src.")
+    monkeypatch.setattr(gradcheck_svc, "__version__", "9.9.9")  # the upgraded image's release
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--shard-count", 2, "--out", out)
+    assert code == 0 and ", 0 already done, " in err
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4 and "(they differ in: gradcheck version)" in err and "gradcheck 9.9.9+src." in err
+
+
+def test_runs_are_kept_apart_and_latest_is_explicit(capsys, monkeypatch, tmp_path):
+    write_graphs(tmp_path / "g", 3, size=2)
+    out = tmp_path / "out"
+    monkeypatch.delenv("GRADCHECK_RUN_ID", raising=False)
+    assert run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
+               "--run-id", "nightly-1")[0] == 0
+    monkeypatch.setenv("GRADCHECK_RUN_ID", "nightly-2")  # as the Job sets it from its name (downward API)
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out)
+    assert code == 0 and "0 already done, 3 to verify (in-process; run nightly-2)" in err
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["nightly-1", "nightly-2"]
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 2 and err.strip() == (f"gradcheck-svc: error: --run-id: {out} holds 2 runs (nightly-1, "
+                                         "nightly-2): name one, or 'latest'")
+    code, _, err = run(capsys, "batch-merge", out, "--run-id", "latest")
+    assert code == 0 and "run nightly-2: 1 unit(s)" in err
+    assert json.loads((out / "runs" / "nightly-2" / "merged.json").read_text())["run_id"] == "nightly-2"
+    assert not (out / "runs" / "nightly-1" / "merged.json").exists()
+    code, _, err = run(capsys, "batch-merge", out, "--run-id", "nightly-1")
+    assert code == 0 and (out / "runs" / "nightly-1" / "merged.json").is_file()
+    code, _, err = run(capsys, "batch-merge", out, "--run-id", "nightly-3")
+    assert code == 2 and "--run-id: no run 'nightly-3' in" in err
+    for bad in ("../up", "latest", "", "a/b"):
+        code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
+                           "--run-id", bad)
+        assert code == 2 and f"--run-id: '{bad}' is not a run ID" in err

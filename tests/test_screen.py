@@ -36,7 +36,9 @@ def screened(tmp_path_factory):
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)], env=_env(),
+    # the planted fault is an option only node-c ran with: merging across options must be asked for
+    merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), "--allow-mixed"],
+                           env=_env(),
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
     return out, merge, json.loads((out / "runs" / "default" / "merged.json").read_text())
 
@@ -45,6 +47,8 @@ def test_the_merge_names_exactly_the_faulty_node(screened):
     out, merge, merged = screened
     assert merge.returncode == 1, merge.stderr
     assert "nodes that disagree: node-c\n" in merge.stderr
+    assert "merged anyway (--allow-mixed): node-node-a, node-node-b, node-node-d: options " in merge.stderr
+    assert "(they differ in: faults)" in merge.stderr
     s = merged["screen"]
     assert s["disagreeing_nodes"] == [FAULTY]
     assert sorted(s["nodes"]) == sorted(NODES) and all(n["graphs"] == 9 for n in s["nodes"].values())
