@@ -392,3 +392,20 @@ def test_runs_are_kept_apart_and_latest_is_explicit(capsys, monkeypatch, tmp_pat
         code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
                            "--run-id", bad)
         assert code == 2 and f"--run-id: '{bad}' is not a run ID" in err
+
+
+def test_exit_zero_reports_the_verdict_without_failing(capsys, tmp_path, corpus):
+    """The merge Job's mode: it succeeds once the report is written; the verdict is in the log, merged.json
+    and the verdict file (the pod's termination message)."""
+    out = tmp_path / "out"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--shard-count", 2, "--out", out)[0] == 0
+    verdict = tmp_path / "termination-log"
+    code, _, err = run(capsys, "batch-merge", out, "--exit-zero", "--verdict-file", verdict)
+    assert code == 0 and err.splitlines()[-1].endswith("(exit 4)")  # shard 1 never ran
+    assert verdict.read_text().startswith("incomplete: run default: 11 graphs: ")
+    assert json.loads((out / RUN / "merged.json").read_text())["verdict"] == "incomplete"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 1, "--shard-count", 2, "--out", out)[0] == 0
+    code, _, _ = run(capsys, "batch-merge", out, "--exit-zero", "--verdict-file", verdict)
+    assert code == 0 and verdict.read_text() == "fail: run default: 11 graphs: 9 pass, 1 fail, 1 invalid\n"
+    code, _, err = run(capsys, "batch-merge", tmp_path / "nowhere", "--exit-zero")
+    assert code == 2 and "DIR: not a directory" in err  # nothing written: not a success

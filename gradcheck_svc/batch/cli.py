@@ -6,8 +6,10 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   75  infrastructure failure (unreadable volume, unwritable output, out of memory, server unreachable,
       no GPU): retrying, possibly on another node, can -> counted against backoffLimitPerIndex
   3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
-`batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage,
-  4 results missing, present twice, or from another manifest (named on stderr).
+`batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
+  merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
+  present twice, from another manifest, damaged (each file named), made under other options or versions
+  (unless --allow-mixed), or no graphs at all (named on stderr). --exit-zero: 0 whenever the report is written.
 """
 from __future__ import annotations
 
@@ -57,6 +59,12 @@ def add_parsers(sub) -> None:
     m.add_argument("--run-id", default=None, metavar="ID|latest",
                    help="the run to merge (OUT/runs/ID); 'latest': the run whose unit started last; "
                         "default: the only run (several runs without --run-id: exit 2)")
+    m.add_argument("--exit-zero", action="store_true",
+                   help="exit 0 once the report is written, whatever the verdict (a Kubernetes merge Job then "
+                        "succeeds; the verdict is in the log, merged.json and --verdict-file); usage errors still 2")
+    m.add_argument("--verdict-file", default=None, metavar="FILE",
+                   help="write the one-line verdict here too (in a pod: /dev/termination-log, shown in the pod's "
+                        "status)")
     m.add_argument("--allow-mixed", action="store_true",
                    help="merge results made under different options or gradcheck versions (default: exit 4, "
                         "naming them)")
@@ -282,7 +290,20 @@ def batch_merge(args) -> int:
               file=sys.stderr)
     counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
     print(f"gradcheck-svc batch-merge: {m['graphs']} graphs: {counts} (exit {m['exit_code']})", file=sys.stderr)
-    return m["exit_code"]
+    if args.verdict_file:
+        _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {m['graphs']} graphs: {counts}")
+    return EXIT_OK if args.exit_zero else m["exit_code"]
+
+
+def _write_verdict(path: Path, line: str) -> None:
+    """Plainly, not by rename: /dev/termination-log is a file the kubelet mounted, in a directory we cannot write."""
+    from ..errors import OptionError
+
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    except OSError as exc:
+        raise OptionError(f"cannot write {path}: {exc.strerror or exc}", field="--verdict-file") from None
 
 
 def _json(m: dict) -> str:

@@ -25,6 +25,7 @@ from .schema import STATUSES
 from .store import LATEST, list_runs, read_run, run_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
+VERDICTS = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_INCOMPLETE: "incomplete"}
 
 
 def resolve_run(out: Path, run_id: str | None) -> str:
@@ -149,6 +150,7 @@ def merge(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> di
         m["exit_code"] = EXIT_FAILED if m["screen"]["disagreeing_nodes"] else EXIT_OK
     else:
         m["exit_code"] = EXIT_FAILED if m["failed"] else EXIT_OK
+    m["verdict"] = VERDICTS[m["exit_code"]]
     return m
 
 
