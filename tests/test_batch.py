@@ -148,7 +148,7 @@ def test_missing_manifest_and_merge_dir_exit_2(capsys, tmp_path):
     assert code == 2 and err.startswith("gradcheck-svc: error: --manifest: no such file, directory or matching glob")
     (tmp_path / "empty").mkdir()
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty", "--shard-index", 0, "--out", tmp_path)
-    assert code == 2 and "--manifest: no graphs (*.json, *.pb) in" in err
+    assert code == 2 and "--manifest: no graphs (*.json, *.pb, *.onnx) in" in err
     (tmp_path / "list.txt").write_text("# graphs\nempty/missing.json\n")
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "list.txt", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and f"--manifest: list file {tmp_path / 'list.txt'}, line 2: no such graph file: " \
@@ -409,3 +409,63 @@ def test_exit_zero_reports_the_verdict_without_failing(capsys, tmp_path, corpus)
     assert code == 0 and verdict.read_text() == "fail: run default: 11 graphs: 9 pass, 1 fail, 1 invalid\n"
     code, _, err = run(capsys, "batch-merge", tmp_path / "nowhere", "--exit-zero")
     assert code == 2 and "DIR: not a directory" in err  # nothing written: not a success
+
+
+# --- ONNX models in a manifest; the limit flags of `verify` ------------------------------------------
+
+def _tiny_onnx(path: Path) -> None:
+    onnx = pytest.importorskip("onnx", reason="the optional 'onnx' extra is not installed")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+                              "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_onnx_models_in_a_manifest_are_imported_with_the_batch_flags(capsys, tmp_path):
+    g = tmp_path / "g"
+    g.mkdir()
+    _tiny_onnx(g / "tiny.onnx")
+    (g / "graph.json").write_text(json.dumps(graph_dict(0, size=2)))
+    (g / "broken.onnx").write_bytes(b"not a model")
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out)
+    assert code == 0 and "3 graphs, 0 already done, 3 to verify" in err
+    records = {r["graph"]: r for r in _records(out / RUN / "shard-0000")}
+    assert records["tiny.onnx"]["status"] == "pass" and set(records["tiny.onnx"]["digests"]) == {"W"}
+    assert records["broken.onnx"]["status"] == "invalid" and records["graph.json"]["status"] == "pass"
+    # how a model is imported shapes its answer: other import flags, verified again
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--params", "inputs")
+    assert code == 0 and "3 graphs, 0 already done, 3 to verify" in err
+    tiny = [r for r in _records(out / RUN / "shard-0000") if r["graph"] == "tiny.onnx"]
+    assert sorted(sorted(r["digests"]) for r in tiny) == [["W"], ["x"]]
+
+
+def test_batch_takes_the_limit_flags_of_verify(capsys, tmp_path):
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "graph.json").write_text(json.dumps(graph_dict(0, size=2)))  # 5 nodes
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-nodes", "3")
+    assert code == 0
+    [record] = _records(out / RUN / "shard-0000")
+    assert record["status"] == "invalid" and record["error"] == "nodes: graph has 5 nodes, the limit is 3"
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-message-bytes", "64")
+    assert code == 0 and "0 already done, 1 to verify" in err  # a limit is part of the question
+    [record] = [r for r in _records(out / RUN / "shard-0000") if r["options_sha256"] != record["options_sha256"]]
+    assert record["status"] == "invalid" and record["error"].endswith(
+        "over the limit of 64 (raise it with --max-message-bytes)")
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-nodes", "0")
+    assert code == 2 and "--max-nodes: must be positive" in err
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-nodes", "3",
+                       "--server", "127.0.0.1:1")
+    assert code == 2 and err.strip() == ("gradcheck-svc: error: --max-nodes: applies in-process only: with --server, "
+                                         "the server's own limits apply")
+    code, _, err = run(capsys, "screen", "--out", out, "--examples", "none", "--generated", "1", "--size", "2",
+                       "--max-nodes", "3")
+    assert code == 0
+    [record] = _records(out / RUN / f"node-{__import__('socket').gethostname()}")
+    assert record["status"] == "invalid" and record["error"] == "nodes: graph has 5 nodes, the limit is 3"

@@ -26,7 +26,10 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
     """The verification options of `verify` (one table, gradcheck_client/options.py), the time limit and
     the run ID."""
+    from ..limits import add_limit_flags
+
     add_option_flags(p, exclude=exclude)
+    add_limit_flags(p, server=False, what="in-process, as `verify`'s; with --server, the server's own apply")
     p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
                    help="per-graph time limit; a graph over it is recorded as timeout (default 300)")
     p.add_argument("--run-id", default=None, metavar="ID",
@@ -48,6 +51,9 @@ def add_parsers(sub) -> None:
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
+    from gradcheck_client.onnx_options import add_onnx_flags
+
+    add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
 
     m = sub.add_parser("batch-merge", help="merge batch or screen results into JSON, JUnit and Markdown")
     m.add_argument("dir", metavar="DIR", help="the --out directory of the batch or screen")
@@ -61,10 +67,11 @@ def add_parsers(sub) -> None:
                         "default: the only run (several runs without --run-id: exit 2)")
     m.add_argument("--exit-zero", action="store_true",
                    help="exit 0 once the report is written, whatever the verdict (a Kubernetes merge Job then "
-                        "succeeds; the verdict is in the log, merged.json and --verdict-file); usage errors still 2")
+                        "succeeds; the verdict is in the log, merged.json and --verdict-file); usage errors still 2 "
+                        "(default: the verdict's exit code)")
     m.add_argument("--verdict-file", default=None, metavar="FILE",
                    help="write the one-line verdict here too (in a pod: /dev/termination-log, shown in the pod's "
-                        "status)")
+                        "status; default none)")
     m.add_argument("--allow-mixed", action="store_true",
                    help="merge results made under different options or gradcheck versions (default: exit 4, "
                         "naming them)")
@@ -84,27 +91,34 @@ def add_parsers(sub) -> None:
     _verify_options(s, exclude=("device",))  # screen's --device also takes auto (the node's GPU if any)
 
 
-def _check_common(args) -> None:
+def _check_common(args):
     """Every option checked before any graph is read: a bad one is exit 2 naming its flag, not an
-    "invalid" record for each graph. Against a server, its own limits apply, not the defaults here."""
+    "invalid" record for each graph. Against a server, its own limits apply, not the defaults here.
+    Returns the limits in force in-process (`--max-...`, else the defaults)."""
     from gradcheck_client.options import flag_of
 
     from ..errors import LimitError, OptionError
-    from ..limits import ServerLimits
+    from ..limits import ServerLimits, limit_flag_values
     from ..server.execute import verify_options
     from ..verify.run import check_options
 
     if not args.time_limit > 0:  # NaN too
         raise OptionError("must be positive", field="--time-limit")
+    given = {k: v for k, v in limit_flag_values(args).items() if v is not None}
+    if given and getattr(args, "server", None) is not None:  # silently ignored would be worse
+        raise OptionError("applies in-process only: with --server, the server's own limits apply",
+                          field="--" + next(iter(given)).replace("_", "-"))
+    limits = ServerLimits.from_flags(given)
     values = values_from_args(args)
     if "device" in values and values["device"] == "auto":  # screen's own choice, resolved per node
         values = {k: v for k, v in values.items() if k != "device"}
     try:
-        check_options(verify_options(values, ServerLimits(), field=flag_of),
+        check_options(verify_options(values, limits, field=flag_of),
                       field=lambda name: "--" + name.replace("_", "-"))
     except LimitError:
         if getattr(args, "server", None) is None:
             raise
+    return limits
 
 
 def _run_id(args) -> str:
@@ -118,10 +132,18 @@ def _run_id(args) -> str:
     return run_id
 
 
-def _keyed_options(args, requested: dict) -> dict:
+def _keyed_options(args, requested: dict, onnx_import=None) -> dict:
     """What shapes a result, hashed into every record's key: the verification options as asked for (screen's
-    --device auto before it is resolved per node) and the per-graph time limit."""
-    return dict(requested, time_limit=args.time_limit)
+    --device auto before it is resolved per node), the per-graph time limit, the limits given, and how
+    .onnx models are imported (the OnnxImport message, input tensors included, as a sha256)."""
+    from ..limits import limit_flag_values
+    from .store import bytes_sha256
+
+    keyed = dict(requested, time_limit=args.time_limit)
+    keyed |= {k: v for k, v in limit_flag_values(args).items() if v is not None}
+    if onnx_import is not None:
+        keyed["onnx_import"] = bytes_sha256(onnx_import.SerializeToString(deterministic=True))
+    return keyed
 
 
 def _run(run, label: str) -> int:
@@ -161,7 +183,8 @@ def batch(args) -> int:
     from .runner import run_unit
     from .store import UnitStore, unit_name
 
-    _check_common(args)
+    limits = _check_common(args)
+    onnx_import = _onnx_import(args)
     index = args.shard_index
     if index is None:
         env = os.environ.get("JOB_COMPLETION_INDEX")
@@ -177,16 +200,16 @@ def batch(args) -> int:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
     run_id = _run_id(args)
     options = values_from_args(args)
-    verifier = _verifier(args, options)
+    verifier = _verifier(args, options, limits)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
 
     def run():  # inside _run: an unreadable manifest volume is an infrastructure failure (exit 75)
         manifest = load_manifest(args.manifest)
         verifier.check()  # first: against a server, its version is part of every record's key
         plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
-                     run_id, _keyed_options(args, options))
+                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None))
         run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(Path(args.out), run_id, unit), plan,
-                 verifier, options, args.time_limit)
+                 verifier, options, args.time_limit, onnx_import=onnx_import)
 
     try:
         return _run(run, "batch")
@@ -194,14 +217,33 @@ def batch(args) -> int:
         getattr(verifier, "close", lambda: None)()
 
 
-def _verifier(args, options):
+def _verifier(args, options, limits):
     from .verifiers import LocalVerifier, RemoteVerifier
 
     if getattr(args, "server", None):
         from ..server.config import read_token
 
         return RemoteVerifier(args.server, options, token=read_token(args.token_file))
-    return LocalVerifier(options)
+    return LocalVerifier(options, limits)
+
+
+def _has_onnx(manifest) -> bool:
+    from gradcheck_client.onnx_options import is_onnx
+
+    return any(is_onnx(g) for g in manifest.graphs)
+
+
+def _onnx_import(args):
+    """The OnnxImport message of the --params/--input/... flags (tensor files read now: a missing one is
+    exit 2 before any graph), for every .onnx model of the manifest."""
+    from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
+
+    from ..errors import OptionError
+
+    try:
+        return onnx_import_message(args)
+    except OnnxFlagError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _examples_dir(arg: str | None) -> Path | None:
@@ -242,7 +284,7 @@ def screen(args) -> int:
     from .runner import run_unit
     from .store import UnitStore, unit_name
 
-    _check_common(args)
+    limits = _check_common(args)
     if args.generated < 0:
         raise OptionError("must be 0 or more", field="--generated")
     if args.size < 1:
@@ -258,7 +300,7 @@ def screen(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gradcheck-screen-") as tmp:  # /tmp: an emptyDir in the pod
         build_suite(Path(tmp), _examples_dir(args.examples), args.generated, args.size, args.suite_seed)
         manifest = load_manifest(tmp, field="--examples")
-        verifier = _verifier(args, options)
+        verifier = _verifier(args, options, limits)
         unit = unit_name(node=node)
 
         def run():

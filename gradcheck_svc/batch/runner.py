@@ -32,7 +32,7 @@ def scan(manifest: Manifest, mine: list[str]) -> dict[str, str]:
 
 
 def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, verifier, options: dict,
-             limit: float, *, faults_where_present: bool = False, stream=None) -> dict:
+             limit: float, *, faults_where_present: bool = False, onnx_import=None, stream=None) -> dict:
     """plan: the unit.json to write, with its options_sha256 and gradcheck_version; its `contents` are filled
     in here. Returns counts per status for this run (graphs already answered are counted as "skipped").
     Raises InfraError (from the verifier or a read) for the caller to turn into a retryable exit."""
@@ -64,7 +64,7 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
                 counts["skipped"] += 1
                 continue
         try:
-            graph = decode(data, path)
+            graph = decode(data, path, onnx_import)
         except GraphFileError as exc:
             outcome = {"status": "invalid", "error": str(exc)}
         else:

@@ -48,16 +48,24 @@ def _listed_digests(data: dict) -> tuple[dict, str]:
     return digests, "listed" if any(p.get("truncated") for p in params) else "full"
 
 
-def decode(data: bytes, path):
-    """The graph message from a file's bytes (read once, so the bytes verified are the bytes hashed);
+def decode(data: bytes, path, onnx_import=None):
+    """The graph message from a file's bytes (read once, so the bytes verified are the bytes hashed), or for
+    an .onnx file the model with its import options (imported by the verifier, as the server does);
     GraphFileError when they do not decode (a result)."""
     from gradcheck_client.graphio import decode_graph, sniff_format
+    from gradcheck_client.onnx_options import OnnxModel, is_onnx
 
+    if is_onnx(path):
+        from gradcheck.v1 import service_pb2
+
+        return OnnxModel(data, onnx_import if onnx_import is not None else service_pb2.OnnxImport())
     return decode_graph(data, sniff_format(data, path), path)
 
 
 def present_faults(graph, faults: tuple) -> tuple:
     """Only the faults whose node exists in this graph (screening plants one fault across a whole suite)."""
+    if not hasattr(graph, "nodes"):  # an ONNX model: its nodes are known only once imported
+        return faults
     names = {n.name for n in graph.nodes} | {i.name for i in graph.inputs}
     return tuple(f for f in faults if f.split(":", 1)[0] in names)
 
@@ -68,11 +76,11 @@ class LocalVerifier:
 
     where = "in-process"
 
-    def __init__(self, options: dict):
+    def __init__(self, options: dict, limits=None):
         from ..server.config import ServerLimits
         from .store import code_version
 
-        self.options, self.limits = options, ServerLimits()
+        self.options, self.limits = options, limits or ServerLimits()
         self.version = code_version()  # what answers: this process's code
 
     def check(self) -> None:
@@ -85,9 +93,14 @@ class LocalVerifier:
     def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
         from ..server.execute import verify_report
 
+        request = make_request(graph, rel, **options)
+        size = request.ByteSize()
+        if size > self.limits.max_message_bytes:  # what the server's transport would refuse
+            return {"status": "invalid", "error": f"the request is {size} bytes, over the limit of "
+                    f"{self.limits.max_message_bytes} (raise it with --max-message-bytes)"}
         try:
             with time_limit(limit):  # the server's own request path (ONNX and allow_nonfinite included)
-                report = verify_report(make_request(graph, rel, **options), self.limits)
+                report = verify_report(request, self.limits)
         except GraphTimeout:
             return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s"}
         except BackendUnavailable as exc:
