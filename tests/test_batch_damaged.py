@@ -187,3 +187,27 @@ def test_a_damaged_record_is_verified_again_by_its_shard(capsys, tmp_path, prist
     err = capsys.readouterr().err
     assert "1 to verify" in err and "[1/1] pass" in err
     assert main(["batch-merge", str(out)]) == 1  # complete again; the planted mismatch fails
+
+
+def test_a_run_whose_plans_are_all_lost_is_incomplete_not_absent(capsys, tmp_path, pristine):
+    out = tmp_path / "out"
+    shutil.copytree(pristine, out)
+    for unit in ("shard-0000", "shard-0001"):
+        (out / RUN / unit / "unit.json").unlink()
+    code = main(["batch-merge", str(out)])
+    err = capsys.readouterr().err
+    assert code == 4
+    for unit in ("shard-0000", "shard-0001"):
+        assert f"damaged result file {out / RUN / unit / 'unit.json'}: missing\n" in err
+    assert "no graphs: no readable unit.json lists any" in err
+
+
+def test_a_hostile_file_name_stays_on_one_line(capsys, tmp_path, pristine):
+    out = tmp_path / "out"
+    shutil.copytree(pristine, out)
+    shutil.copy(_pass_record(out), out / RUN / "shard-0000" / "results" / "x\nTraceback: fake.json")
+    code = main(["batch-merge", str(out)])
+    err = capsys.readouterr().err
+    assert code == 4
+    assert all(ln.startswith("gradcheck-svc batch-merge: ") for ln in err.splitlines())
+    assert "x\\nTraceback: fake.json: its name is not its record's key" in err

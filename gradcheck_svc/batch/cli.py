@@ -314,6 +314,7 @@ def screen(args) -> int:
 
 
 def batch_merge(args) -> int:
+    from ..text import escape_controls
     from .merge import markdown, merge, outcomes, problems
 
     m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed)
@@ -325,8 +326,8 @@ def batch_merge(args) -> int:
     _write(Path(args.junit) if args.junit else d / "junit.xml", junit_xml(outs), "--junit")
     _write(Path(args.summary_md) if args.summary_md else d / "summary.md", markdown(m, outs), "--summary-md")
     print(f"gradcheck-svc batch-merge: run {m['run_id']}: {len(m['units'])} unit(s) in {d}", file=sys.stderr)
-    for line in problems(m):
-        print(f"gradcheck-svc batch-merge: {line}", file=sys.stderr)
+    for line in problems(m):  # names come from files and directories: one line each, whatever they hold
+        print(f"gradcheck-svc batch-merge: {escape_controls(line)}", file=sys.stderr)
     if m["mode"] == "screen" and m["screen"]["disagreeing_nodes"]:
         print("gradcheck-svc batch-merge: nodes that disagree: " + ", ".join(m["screen"]["disagreeing_nodes"]),
               file=sys.stderr)

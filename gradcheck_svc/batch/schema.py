@@ -13,6 +13,8 @@ import json
 import math
 import re
 
+from ..text import clip
+
 STATUSES = ("pass", "fail", "invalid", "timeout", "error")
 MODES = ("batch", "screen")
 _HEX64 = re.compile(r"[0-9a-f]{64}")
@@ -129,7 +131,7 @@ def parse(data: bytes):
 def check_unit(obj, unit_dir: str) -> dict:
     plan = _fields(obj, UNIT)
     if plan["unit"] != unit_dir:
-        raise Damaged(f"names unit '{plan['unit'][:80]}' but lies in '{unit_dir[:80]}'")
+        raise Damaged(f"names unit '{clip(plan['unit'])}' but lies in '{clip(unit_dir)}'")
     if plan["shard_index"] >= plan["shard_count"]:
         raise Damaged(f"shard_index {plan['shard_index']} is not below shard_count {plan['shard_count']}")
     if not set(plan["contents"]) <= set(plan["graphs"]):

@@ -133,7 +133,8 @@ def run_dir(out: Path, run_id: str) -> Path:
 
 
 def list_runs(out: Path) -> dict[str, int]:
-    """Run ID -> when its newest unit started (unit.json's mtime, ns), for every run holding a unit."""
+    """Run ID -> when its newest unit started (unit.json's mtime in ns; a unit that lost its unit.json counts
+    by its results directory), for every run holding a unit."""
     runs = {}
     root = Path(out) / RUNS
     if not root.is_dir():
@@ -141,7 +142,12 @@ def list_runs(out: Path) -> dict[str, int]:
     for run in root.iterdir():
         if not run.is_dir():
             continue
-        stamps = [(u / UNIT_FILE).stat().st_mtime_ns for u in run.iterdir() if (u / UNIT_FILE).is_file()]
+        stamps = []
+        for u in run.iterdir():
+            for marker in (u / UNIT_FILE, u / RESULTS):
+                if marker.exists():
+                    stamps.append(marker.stat().st_mtime_ns)
+                    break
         if stamps:
             runs[run.name] = max(stamps)
     return runs
