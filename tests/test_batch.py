@@ -187,7 +187,8 @@ def test_server_token_refused_is_a_configuration_error(capsys, monkeypatch, tmp_
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)
         assert code == 2 and err.startswith("gradcheck-svc: error: --token-file: the server refused the token")
-        assert not (out / RUN / "shard-0000" / "results").exists() or not any((out / RUN / "shard-0000" / "results").iterdir())
+        results = out / RUN / "shard-0000" / "results"
+        assert not results.exists() or not any(results.iterdir())
         monkeypatch.setenv("GRADCHECK_TOKEN", "s3cret")
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)

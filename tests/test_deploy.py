@@ -229,7 +229,8 @@ def test_screen_runs_one_pod_per_node(rendered):
     assert term["labelSelector"]["matchLabels"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert spec["nodeSelector"] == {"gradcheck.dev/screen": "true"}
     assert spec["containers"][0]["args"][0] == "screen"
-    _merge_job(one(rendered["screen/merge"], "Job"), job, one(rendered["screen"], "PersistentVolumeClaim")["metadata"]["name"])
+    claim = one(rendered["screen"], "PersistentVolumeClaim")["metadata"]["name"]
+    _merge_job(one(rendered["screen/merge"], "Job"), job, claim)
 
 
 def test_documented_waits_end_on_failure_too():

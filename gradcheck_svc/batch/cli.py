@@ -85,7 +85,8 @@ def add_parsers(sub) -> None:
                         "tree's examples/graphs when present; 'none' for none)")
     s.add_argument("--generated", type=int, default=16, metavar="N", help="generated graphs (default 16)")
     s.add_argument("--size", type=int, default=8, metavar="S", help="generated graphs' width (default 8)")
-    s.add_argument("--suite-seed", type=int, default=0, help="seed of the generated graphs (same on every node; default %(default)s)")
+    s.add_argument("--suite-seed", type=int, default=0,
+                   help="seed of the generated graphs (same on every node; default %(default)s)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: the node's GPU when one is usable, else the CPU (default auto)")
     _verify_options(s, exclude=("device",))  # screen's --device also takes auto (the node's GPU if any)

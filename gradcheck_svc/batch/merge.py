@@ -129,7 +129,8 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> 
             "records": sorted(records, key=lambda r: (r["graph"], r["node"] or "")),
             "missing": missing, "duplicates": duplicates, "unexpected": sorted(unexpected),
             "inconsistent_units": inconsistent, "damaged": damaged, "stale_records": stale,
-            "other_options": sorted(other, key=lambda o: (o["graph"], o["unit"])), "mixed": mixed, "allow_mixed": allow_mixed,
+            "other_options": sorted(other, key=lambda o: (o["graph"], o["unit"])), "mixed": mixed,
+            "allow_mixed": allow_mixed,
             "options": first.get("keyed_options") if len(identities) == 1 else None,
             "gradcheck_version": first.get("gradcheck_version") if len(identities) == 1 else None}
 
