@@ -107,17 +107,18 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> 
             if allow_mixed:
                 chosen[g] = max(rs, key=lambda r: r["finished_at"])
             else:
-                other.append({"graph": g, "unit": u.name})
+                other.append({"graph": g, "unit": u.name, "node": u.plan["node"]})
         for g, r in chosen.items():
             records.append(r)
             where[(g, r["node"]) if mode == "screen" else g].append(u.name)
-    waiting = {o["graph"] for o in other}
-    if mode == "screen":
+    if mode == "screen":  # answered only under other options: named as such, not again as missing
+        waiting = {(o["graph"], o["node"]) for o in other}
         nodes = sorted({u.plan["node"] for u in good})
         missing = [{"graph": g, "node": n} for n in nodes for g in expected
-                   if (g, n) not in where and g not in waiting]
+                   if (g, n) not in where and (g, n) not in waiting]
         duplicates = [{"graph": g, "node": n, "units": u} for (g, n), u in sorted(where.items()) if len(u) > 1]
     else:
+        waiting = {o["graph"] for o in other}
         count = first["shard_count"]
         missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in where and g not in waiting]
         duplicates = [{"graph": g, "units": sorted(u)} for g, u in sorted(where.items()) if len(u) > 1]
