@@ -470,3 +470,23 @@ def test_batch_takes_the_limit_flags_of_verify(capsys, tmp_path):
     assert code == 0
     [record] = _records(out / RUN / f"node-{__import__('socket').gethostname()}")
     assert record["status"] == "invalid" and record["error"] == "nodes: graph has 5 nodes, the limit is 3"
+
+
+def test_a_screen_node_rerun_under_new_options_is_named_for_that_node_only(capsys, tmp_path):
+    out = tmp_path / "out"
+    suite = ("--examples", "none", "--generated", "3", "--size", "2")
+    for node in ("node-a", "node-b"):
+        assert run(capsys, "screen", "--out", out, *suite, "--node-name", node)[0] == 0
+    assert run(capsys, "screen", "--out", out, *suite, "--node-name", "node-a", "--seed", "7")[0] == 0
+    unit = out / RUN / "node-node-a"
+    from gradcheck_svc.batch.store import key_of
+
+    last = sorted(_records(unit), key=lambda r: r["finished_at"])[-1]  # as if killed before writing it
+    (unit / "results" / f"{key_of(last)}.json").unlink()
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4 and "graph result(s) missing" not in err  # node-b has every graph; node-a is waiting
+    assert (f"1 graph(s) answered only under other options or another version (re-run their shard, or "
+            f"--allow-mixed): {last['graph']} (node-node-a)") in err
+    assert "differ in: seed" in err  # and the two nodes ran under different options
+    code, _, err = run(capsys, "batch-merge", out, "--allow-mixed")
+    assert code == 0 and "3 graphs: 6 pass (exit 0)" in err
