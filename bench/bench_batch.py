@@ -29,7 +29,6 @@ sys.path[:0] = [str(ROOT), str(ROOT / "clients" / "python"), str(ROOT / "bench")
 from harness import fmt_s, load, machine, median, table  # noqa: E402
 
 from gradcheck_svc.batch.generate import write_graphs  # noqa: E402
-from gradcheck_svc.batch.manifest import graph_key  # noqa: E402
 
 ENV = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]))
 CLI = [sys.executable, "-m", "gradcheck_svc.cli"]
@@ -60,21 +59,27 @@ def _children_cpu() -> float:
 
 
 def fake_10k(real: Path, dest: Path, n: int) -> None:
-    """n records in 4 shard units, copied round-robin from the real records under new graph names."""
-    sources = [json.loads(p.read_text()) for p in sorted(real.glob("shard-*/results/*.json"))]
-    plan = json.loads(next(real.glob("shard-*/unit.json")).read_text())
+    """n records in 4 shard units of one run, copied round-robin from the real records under new graph names
+    (each keeps its content hash; the unit.json lists it, and the file is named by the record's key)."""
+    from gradcheck_svc.batch.manifest import shard_of
+    from gradcheck_svc.batch.store import RUNS, key_of
+
+    run = next((real / RUNS).iterdir())
+    sources = [json.loads(p.read_text()) for p in sorted(run.glob("shard-*/results/*.json"))]
+    plan = json.loads(next(run.glob("shard-*/unit.json")).read_text())
     names = [f"models/m{i:05d}.json" for i in range(n)]
+    records = {name: dict(sources[i % len(sources)], graph=name) for i, name in enumerate(names)}
+    dest = dest / RUNS / run.name
     for s in range(4):
         unit = dest / f"shard-{s:04d}"
         (unit / "results").mkdir(parents=True)
+        contents = {g: r["graph_sha256"] for g, r in records.items() if shard_of(g, 4) == s}
         (unit / "unit.json").write_text(json.dumps(dict(plan, unit=unit.name, shard_index=s, shard_count=4,
-                                                        graphs=names)))
-    from gradcheck_svc.batch.manifest import shard_of
-
-    for i, name in enumerate(names):
+                                                        graphs=names, contents=contents)))
+    for name, rec in records.items():
         s = shard_of(name, 4)
-        rec = dict(sources[i % len(sources)], graph=name, unit=f"shard-{s:04d}", shard_index=s, shard_count=4)
-        (dest / f"shard-{s:04d}" / "results" / f"{graph_key(name)}.json").write_text(json.dumps(rec))
+        rec.update(unit=f"shard-{s:04d}", shard_index=s, shard_count=4)
+        (dest / f"shard-{s:04d}" / "results" / f"{key_of(rec)}.json").write_text(json.dumps(rec))
 
 
 def main() -> int:

@@ -16,6 +16,8 @@ from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.batch.store import atomic_write
 from gradcheck_svc.cli import main
 
+RUN = Path("runs", "default")  # where a run without --run-id (or $GRADCHECK_RUN_ID) writes
+
 
 def run(capsys, *argv):
     code = main([str(a) for a in argv])
@@ -62,10 +64,10 @@ def test_batch_records_results_and_restart_skips_done(capsys, tmp_path, corpus):
     out = tmp_path / "out"
     code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
     assert code == 0, err
-    assert "shard 0/1: 11 graphs, 0 already done, 11 to verify (in-process)" in err
+    assert "shard 0/1: 11 graphs, 0 already done, 11 to verify (in-process; run default)" in err
     assert "shard 0/1: finished: 9 pass, 1 fail, 1 invalid" in err
     records = {json.loads(p.read_text())["graph"]: json.loads(p.read_text())
-               for p in (out / "shard-0000" / "results").glob("*.json")}
+               for p in (out / RUN / "shard-0000" / "results").glob("*.json")}
     assert records["a/gen-00004.json"]["status"] == "fail"
     assert records["b/gen-00001.json"]["error"] == "node 'bogus': unknown op 'no_such_op'"
     ok = records["a/gen-00000.json"]
@@ -82,11 +84,11 @@ def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corp
     code, _, err = run(capsys, "batch-merge", out)
     assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid" in err  # complete; one graph failed
 
-    victim = next((out / "shard-0001" / "results").glob("*.json"))
+    victim = next((out / RUN / "shard-0001" / "results").glob("*.json"))
     lost = json.loads(victim.read_text())["graph"]
-    twice = next((out / "shard-0002" / "results").glob("*.json"))
+    twice = next((out / RUN / "shard-0002" / "results").glob("*.json"))
     doubled = json.loads(twice.read_text())["graph"]
-    shutil.copy(twice, out / "shard-0000" / "results" / twice.name)
+    shutil.copy(twice, out / RUN / "shard-0000" / "results" / twice.name)
     victim.unlink()
     code, _, err = run(capsys, "batch-merge", out, "--json", tmp_path / "m.json")
     assert code == 4
@@ -94,7 +96,7 @@ def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corp
     assert f"1 graph(s) present twice: {doubled} (shard-0000, shard-0002)" in err
     merged = json.loads((tmp_path / "m.json").read_text())
     assert merged["missing"] == [{"graph": lost, "shard": 1}] and merged["exit_code"] == 4
-    assert "missing: no result from shard 1" in (out / "junit.xml").read_text()
+    assert "missing: no result from shard 1" in (out / RUN / "junit.xml").read_text()
 
 
 def test_all_passing_merge_exits_0(capsys, tmp_path):
@@ -113,7 +115,7 @@ def test_per_graph_time_limit(capsys, tmp_path):
     code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", tmp_path / "out",
                        "--fd", "full", "--time-limit", "1")
     assert code == 0, err
-    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / "shard-0000" / "results").glob("*.json")]
+    records = [json.loads(p.read_text()) for p in (tmp_path / "out" / RUN / "shard-0000" / "results").glob("*.json")]
     status = {r["graph"]: r for r in records}
     assert status["slow.json"]["status"] == "timeout" and status["slow.json"]["seconds"] < 5
     assert status["slow.json"]["error"] == "over the per-graph time limit of 1 s"
@@ -146,7 +148,7 @@ def test_missing_manifest_and_merge_dir_exit_2(capsys, tmp_path):
     assert code == 2 and err.startswith("gradcheck-svc: error: --manifest: no such file, directory or matching glob")
     (tmp_path / "empty").mkdir()
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty", "--shard-index", 0, "--out", tmp_path)
-    assert code == 2 and "--manifest: no graphs (*.json, *.pb) in" in err
+    assert code == 2 and "--manifest: no graphs (*.json, *.pb, *.onnx) in" in err
     (tmp_path / "list.txt").write_text("# graphs\nempty/missing.json\n")
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "list.txt", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and f"--manifest: list file {tmp_path / 'list.txt'}, line 2: no such graph file: " \
@@ -185,7 +187,8 @@ def test_server_token_refused_is_a_configuration_error(capsys, monkeypatch, tmp_
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)
         assert code == 2 and err.startswith("gradcheck-svc: error: --token-file: the server refused the token")
-        assert not (out / "shard-0000" / "results").exists() or not any((out / "shard-0000" / "results").iterdir())
+        results = out / RUN / "shard-0000" / "results"
+        assert not results.exists() or not any(results.iterdir())
         monkeypatch.setenv("GRADCHECK_TOKEN", "s3cret")
         code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out,
                            "--server", server.target)
@@ -212,7 +215,7 @@ def test_unreadable_graph_volume_exits_75_and_the_retry_keeps_what_was_done(caps
     assert code == 75
     assert err.splitlines()[-1].startswith("gradcheck-svc batch: infrastructure failure, retry (exit 75): ")
     assert err.splitlines()[-1].endswith("bad.json: cannot read: Input/output error")
-    assert len(list((out / "shard-0000" / "results").glob("*.json"))) == 11
+    assert len(list((out / RUN / "shard-0000" / "results").glob("*.json"))) == 11
     (corpus / "bad.json").unlink()  # the volume is back
     code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
     assert code == 0 and "11 already done, 0 to verify" in err
@@ -253,7 +256,7 @@ def test_out_of_memory_exits_75_after_keeping_what_was_done(tmp_path):
     run_ = _batch_under_memory_limit(tmp_path, g, out, peak + 100 * 2**20)
     assert run_.returncode == 75, run_.stderr
     assert run_.stderr.splitlines()[-1] == "gradcheck-svc batch: infrastructure failure, retry (exit 75): out of memory"
-    records = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+    records = [json.loads(p.read_text()) for p in (out / RUN / "shard-0000" / "results").glob("*.json")]
     assert [(r["graph"], r["status"]) for r in records] == [("a-small.json", "pass")]
 
 
@@ -270,6 +273,220 @@ def test_in_process_batch_honours_allow_nonfinite(capsys, tmp_path):
     for flag in ((), ("--allow-nonfinite",)):
         out = tmp_path / f"out{len(flag)}"
         assert run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, *flag)[0] == 0
-        [record] = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+        [record] = [json.loads(p.read_text()) for p in (out / RUN / "shard-0000" / "results").glob("*.json")]
         status[bool(flag)] = record["status"]
     assert status == {False: "invalid", True: "fail"}
+
+
+# --- results that cannot be stale: content, options and version key every record; runs are apart -------
+
+def _records(unit_dir: Path) -> list[dict]:
+    return [json.loads(p.read_text()) for p in (unit_dir / "results").glob("*.json")]
+
+
+def test_a_replaced_graph_is_verified_again_not_reported_from_its_old_record(capsys, tmp_path, corpus):
+    out = tmp_path / "out"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)[0] == 0
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid" in err
+    # the author replaces a passing graph by one whose derivative is wrong, under the same name
+    (corpus / "a" / "gen-00000.json").write_text(json.dumps(graph_dict(0, size=3, kind="mismatch")))
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)
+    assert code == 0 and "11 graphs, 10 already done, 1 to verify" in err
+    assert "[1/1] fail    a/gen-00000.json" in err
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "11 graphs: 8 pass, 2 fail, 1 invalid" in err
+    merged = json.loads((out / RUN / "merged.json").read_text())
+    assert "a/gen-00000.json" in merged["failed"] and merged["stale_records"] == 1  # the old answer, left out
+    new = hashlib.sha256((corpus / "a" / "gen-00000.json").read_bytes()).hexdigest()
+    assert next(r for r in merged["records"] if r["graph"] == "a/gen-00000.json")["graph_sha256"] == new
+
+
+def test_changed_options_are_verified_again_and_mixed_options_refused(capsys, tmp_path, corpus):
+    out = tmp_path / "out"
+    for i in range(3):
+        assert run(capsys, "batch", "--manifest", corpus, "--shard-index", i, "--shard-count", 3, "--out", out)[0] == 0
+    n1 = len(_records(out / RUN / "shard-0001"))
+    loose = ("--atol", "1e6", "--rtol", "1e6", "--symbolic", "off")
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 1, "--shard-count", 3, "--out", out,
+                       *loose)
+    assert code == 0 and f"{n1} graphs, 0 already done, {n1} to verify" in err  # nothing reused across options
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4
+    (line,) = [ln for ln in err.splitlines() if "different options" in ln]
+    assert "refused (--allow-mixed merges them): shard-0000, shard-0002: options " in line
+    assert "; shard-0001: options " in line and line.endswith("(they differ in: atol, rtol, symbolic)")
+    merged = json.loads((out / RUN / "merged.json").read_text())
+    assert [g["units"] for g in merged["mixed"]] == [["shard-0000", "shard-0002"], ["shard-0001"]]
+    assert merged["mixed"][1]["keyed_options"] == {"atol": 1e6, "rtol": 1e6, "symbolic": False, "time_limit": 300.0}
+    assert merged["options"] is None  # no single set of options describes these results
+    code, _, err = run(capsys, "batch-merge", out, "--allow-mixed")
+    assert code in (0, 1) and "merged anyway (--allow-mixed)" in err and "(exit 4)" not in err
+    # back to the batch's options: the earlier answers still hold (their key is theirs), nothing re-verified
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 1, "--shard-count", 3, "--out", out)
+    assert code == 0 and f"{n1} already done, 0 to verify" in err
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid (exit 1)" in err
+
+
+def test_a_killed_rerun_under_new_options_leaves_old_answers_unused(capsys, tmp_path, corpus):
+    """The shard re-runs with other options and dies part-way (its last records never written): the graphs
+    answered only under the old options are refused, named, until --allow-mixed or a finished re-run."""
+    out = tmp_path / "out"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out)[0] == 0
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out, "--seed", "7")[0] == 0
+    unit = out / RUN / "shard-0000"
+    newer = sorted(_records(unit), key=lambda r: r["finished_at"])[-2:]  # the re-run's last two: never written
+    from gradcheck_svc.batch.store import key_of
+
+    for r in newer:
+        (unit / "results" / f"{key_of(r)}.json").unlink()
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4
+    lost = sorted(r["graph"] for r in newer)
+    assert (f"2 graph(s) answered only under other options or another version (re-run their shard, or "
+            f"--allow-mixed): {lost[0]} (shard-0000), {lost[1]} (shard-0000)") in err
+    code, _, err = run(capsys, "batch-merge", out, "--allow-mixed")
+    assert code == 1 and "11 graphs: 9 pass, 1 fail, 1 invalid (exit 1)" in err
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out, "--seed", "7")
+    assert code == 0 and "9 already done, 2 to verify" in err
+    assert run(capsys, "batch-merge", out)[0] == 1
+
+
+def test_a_new_gradcheck_version_is_verified_again_and_not_mixed(capsys, monkeypatch, tmp_path, corpus):
+    import gradcheck_svc
+
+    out = tmp_path / "out"
+    for i in range(2):
+        assert run(capsys, "batch", "--manifest", corpus, "--shard-index", i, "--shard-count", 2, "--out", out)[0] == 0
+    plan = json.loads((out / RUN / "shard-0000" / "unit.json").read_text())
+    assert plan["gradcheck_version"].startswith(gradcheck_svc.__version__ + "+src.")
+    monkeypatch.setattr(gradcheck_svc, "__version__", "9.9.9")  # the upgraded image's release
+    code, _, err = run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--shard-count", 2, "--out", out)
+    assert code == 0 and ", 0 already done, " in err
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4 and "(they differ in: gradcheck version)" in err and "gradcheck 9.9.9+src." in err
+
+
+def test_runs_are_kept_apart_and_latest_is_explicit(capsys, monkeypatch, tmp_path):
+    write_graphs(tmp_path / "g", 3, size=2)
+    out = tmp_path / "out"
+    monkeypatch.delenv("GRADCHECK_RUN_ID", raising=False)
+    assert run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
+               "--run-id", "nightly-1")[0] == 0
+    monkeypatch.setenv("GRADCHECK_RUN_ID", "nightly-2")  # as the Job sets it from its name (downward API)
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out)
+    assert code == 0 and "0 already done, 3 to verify (in-process; run nightly-2)" in err
+    assert sorted(p.name for p in (out / "runs").iterdir()) == ["nightly-1", "nightly-2"]
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 2 and err.strip() == (f"gradcheck-svc: error: --run-id: {out} holds 2 runs (nightly-1, "
+                                         "nightly-2): name one, or 'latest'")
+    code, _, err = run(capsys, "batch-merge", out, "--run-id", "latest")
+    assert code == 0 and "run nightly-2: 1 unit(s)" in err
+    assert json.loads((out / "runs" / "nightly-2" / "merged.json").read_text())["run_id"] == "nightly-2"
+    assert not (out / "runs" / "nightly-1" / "merged.json").exists()
+    code, _, err = run(capsys, "batch-merge", out, "--run-id", "nightly-1")
+    assert code == 0 and (out / "runs" / "nightly-1" / "merged.json").is_file()
+    code, _, err = run(capsys, "batch-merge", out, "--run-id", "nightly-3")
+    assert code == 2 and "--run-id: no run 'nightly-3' in" in err
+    for bad in ("../up", "latest", "", "a/b"):
+        code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
+                           "--run-id", bad)
+        assert code == 2 and f"--run-id: '{bad}' is not a run ID" in err
+
+
+def test_exit_zero_reports_the_verdict_without_failing(capsys, tmp_path, corpus):
+    """The merge Job's mode: it succeeds once the report is written; the verdict is in the log, merged.json
+    and the verdict file (the pod's termination message)."""
+    out = tmp_path / "out"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--shard-count", 2, "--out", out)[0] == 0
+    verdict = tmp_path / "termination-log"
+    code, _, err = run(capsys, "batch-merge", out, "--exit-zero", "--verdict-file", verdict)
+    assert code == 0 and err.splitlines()[-1].endswith("(exit 4)")  # shard 1 never ran
+    assert verdict.read_text().startswith("incomplete: run default: 11 graphs: ")
+    assert json.loads((out / RUN / "merged.json").read_text())["verdict"] == "incomplete"
+    assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 1, "--shard-count", 2, "--out", out)[0] == 0
+    code, _, _ = run(capsys, "batch-merge", out, "--exit-zero", "--verdict-file", verdict)
+    assert code == 0 and verdict.read_text() == "fail: run default: 11 graphs: 9 pass, 1 fail, 1 invalid\n"
+    code, _, err = run(capsys, "batch-merge", tmp_path / "nowhere", "--exit-zero")
+    assert code == 2 and "DIR: not a directory" in err  # nothing written: not a success
+
+
+# --- ONNX models in a manifest; the limit flags of `verify` ------------------------------------------
+
+def _tiny_onnx(path: Path) -> None:
+    onnx = pytest.importorskip("onnx", reason="the optional 'onnx' extra is not installed")
+    import numpy as np
+    from onnx import TensorProto, helper, numpy_helper
+
+    w = numpy_helper.from_array(np.random.default_rng(0).standard_normal((3, 2)).astype(np.float32), "W")
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["h"]), helper.make_node("Tanh", ["h"], ["y"])],
+                              "tiny", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [2, 3])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [2, 2])], [w])
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def test_onnx_models_in_a_manifest_are_imported_with_the_batch_flags(capsys, tmp_path):
+    g = tmp_path / "g"
+    g.mkdir()
+    _tiny_onnx(g / "tiny.onnx")
+    (g / "graph.json").write_text(json.dumps(graph_dict(0, size=2)))
+    (g / "broken.onnx").write_bytes(b"not a model")
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out)
+    assert code == 0 and "3 graphs, 0 already done, 3 to verify" in err
+    records = {r["graph"]: r for r in _records(out / RUN / "shard-0000")}
+    assert records["tiny.onnx"]["status"] == "pass" and set(records["tiny.onnx"]["digests"]) == {"W"}
+    assert records["broken.onnx"]["status"] == "invalid" and records["graph.json"]["status"] == "pass"
+    # how a model is imported shapes its answer: other import flags, verified again
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--params", "inputs")
+    assert code == 0 and "3 graphs, 0 already done, 3 to verify" in err
+    tiny = [r for r in _records(out / RUN / "shard-0000") if r["graph"] == "tiny.onnx"]
+    assert sorted(sorted(r["digests"]) for r in tiny) == [["W"], ["x"]]
+
+
+def test_batch_takes_the_limit_flags_of_verify(capsys, tmp_path):
+    g = tmp_path / "g"
+    g.mkdir()
+    (g / "graph.json").write_text(json.dumps(graph_dict(0, size=2)))  # 5 nodes
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-nodes", "3")
+    assert code == 0
+    [record] = _records(out / RUN / "shard-0000")
+    assert record["status"] == "invalid" and record["error"] == "nodes: graph has 5 nodes, the limit is 3"
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-message-bytes", "64")
+    assert code == 0 and "0 already done, 1 to verify" in err  # a limit is part of the question
+    [record] = [r for r in _records(out / RUN / "shard-0000") if r["options_sha256"] != record["options_sha256"]]
+    assert record["status"] == "invalid" and record["error"].endswith(
+        "over the limit of 64 (raise it with --max-message-bytes)")
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-nodes", "0")
+    assert code == 2 and "--max-nodes: must be positive" in err
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out, "--max-nodes", "3",
+                       "--server", "127.0.0.1:1")
+    assert code == 2 and err.strip() == ("gradcheck-svc: error: --max-nodes: applies in-process only: with --server, "
+                                         "the server's own limits apply")
+    code, _, err = run(capsys, "screen", "--out", out, "--examples", "none", "--generated", "1", "--size", "2",
+                       "--max-nodes", "3")
+    assert code == 0
+    [record] = _records(out / RUN / f"node-{__import__('socket').gethostname()}")
+    assert record["status"] == "invalid" and record["error"] == "nodes: graph has 5 nodes, the limit is 3"
+
+
+def test_a_screen_node_rerun_under_new_options_is_named_for_that_node_only(capsys, tmp_path):
+    out = tmp_path / "out"
+    suite = ("--examples", "none", "--generated", "3", "--size", "2")
+    for node in ("node-a", "node-b"):
+        assert run(capsys, "screen", "--out", out, *suite, "--node-name", node)[0] == 0
+    assert run(capsys, "screen", "--out", out, *suite, "--node-name", "node-a", "--seed", "7")[0] == 0
+    unit = out / RUN / "node-node-a"
+    from gradcheck_svc.batch.store import key_of
+
+    last = sorted(_records(unit), key=lambda r: r["finished_at"])[-1]  # as if killed before writing it
+    (unit / "results" / f"{key_of(last)}.json").unlink()
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 4 and "graph result(s) missing" not in err  # node-b has every graph; node-a is waiting
+    assert (f"1 graph(s) answered only under other options or another version (re-run their shard, or "
+            f"--allow-mixed): {last['graph']} (node-node-a)") in err
+    assert "differ in: seed" in err  # and the two nodes ran under different options
+    code, _, err = run(capsys, "batch-merge", out, "--allow-mixed")
+    assert code == 0 and "3 graphs: 6 pass (exit 0)" in err

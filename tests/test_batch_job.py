@@ -17,6 +17,7 @@ from gradcheck_svc.batch.generate import graph_dict
 from gradcheck_svc.batch.manifest import shard_of
 
 N_GRAPHS, SHARDS, VICTIM = 200, 4, 2
+RUN = Path("runs", "default")
 
 def make_corpus(root: Path) -> dict[str, str]:
     """200 graphs in three team folders; every 10th+3 a wrong user derivative (fail), every 10th+7 an unknown
@@ -64,10 +65,10 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     lines.append(victim.stderr.read())
     assert victim.wait(timeout=60) == -signal.SIGKILL
     first = verified("".join(lines))
-    on_disk = list((out / f"shard-{VICTIM:04d}" / "results").glob("*.json"))
+    on_disk = list((out / RUN / f"shard-{VICTIM:04d}" / "results").glob("*.json"))
     assert 5 <= len(on_disk) < len(mine[VICTIM]), "the kill must land mid-run"
     # a write cut short by the kill leaves at most a temporary file, which nothing may read as a result
-    (out / f"shard-{VICTIM:04d}" / "results" / ".deadbeef.json.999.tmp").write_text('{"graph": "team-0/')
+    (out / RUN / f"shard-{VICTIM:04d}" / "results" / ".deadbeef.json.999.tmp").write_text('{"graph": "team-0/')
 
     for p in others:
         _, err = p.communicate(timeout=300)
@@ -80,12 +81,12 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     # restarted, the shard verifies exactly what the killed run had not finished
     assert len(on_disk) == len(first) or len(on_disk) == len(first) + 1  # +1: killed between rename and print
     assert set(first).isdisjoint(second) and sorted(set(first) | set(second)) == mine[VICTIM]
-    assert not list((out / f"shard-{VICTIM:04d}" / "results").glob(".*.tmp"))
+    assert not list((out / RUN / f"shard-{VICTIM:04d}" / "results").glob(".*.tmp"))
 
     merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)],
                            capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
     assert merge.returncode == 1, merge.stderr  # planted mismatches: exit 1
-    merged = json.loads((out / "merged.json").read_text())
+    merged = json.loads((out / RUN / "merged.json").read_text())
     assert merged["missing"] == [] and merged["duplicates"] == [] and merged["unexpected"] == []
     got = [r["graph"] for r in merged["records"]]
     assert sorted(got) == sorted(expected) and len(got) == len(set(got)) == N_GRAPHS
@@ -100,10 +101,10 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     assert all("unknown op 'no_such_op'" in r["error"] or "not a valid" in r["error"]
                for r in merged["records"] if r["status"] == "invalid")
 
-    suite = ET.parse(out / "junit.xml").getroot()
+    suite = ET.parse(out / RUN / "junit.xml").getroot()
     assert int(suite.get("tests")) == N_GRAPHS and int(suite.get("failures")) == counts["fail"]
     assert int(suite.get("errors")) == counts["invalid"]
-    md = (out / "summary.md").read_text()
+    md = (out / RUN / "summary.md").read_text()
     assert f"{counts['pass']} pass, {counts['fail']} fail, {counts['invalid']} invalid" in md
     assert "gradcheck-svc batch-merge: 200 graphs:" in merge.stderr
 
@@ -114,3 +115,42 @@ def test_indexed_job_against_a_server(tmp_path):
     with ServerProcess("--workers", "2") as server:
         # dns:/// as with the headless Service: the client balances round-robin over what it resolves
         run_job(tmp_path, "--server", f"dns:///127.0.0.1:{server.port}")
+
+
+def test_indexed_job_rerun_after_a_graph_and_an_option_changed(tmp_path):
+    """The Job re-applied under the same name (the same run ID, from the downward API) after an author
+    replaced a graph: only that graph is verified again and the merge reports its new verdict; an index
+    re-run with other options is refused by the merge, naming the units and the options that differ."""
+    corpus, out = tmp_path / "graphs", tmp_path / "results"
+    for i in range(24):
+        (corpus / f"m-{i:02d}.json").parent.mkdir(parents=True, exist_ok=True)
+        (corpus / f"m-{i:02d}.json").write_text(json.dumps(graph_dict(i, size=2)))
+    job_env = {"GRADCHECK_RUN_ID": "gradcheck-batch"}
+
+    def index(i: int, *extra: str) -> subprocess.CompletedProcess:
+        return subprocess.run(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(i), **job_env}),
+                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+
+    def merge() -> tuple[subprocess.CompletedProcess, dict]:
+        proc = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)],
+                              capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+        return proc, json.loads((out / "runs" / "gradcheck-batch" / "merged.json").read_text())
+
+    assert all(index(i).returncode == 0 for i in range(SHARDS))
+    proc, merged = merge()
+    assert proc.returncode == 0 and merged["run_id"] == "gradcheck-batch" and merged["counts"]["pass"] == 24
+
+    changed = "m-05.json"
+    (corpus / changed).write_text(json.dumps(graph_dict(5, size=2, kind="mismatch")))
+    shard = shard_of(changed, SHARDS)
+    rerun = index(shard)
+    assert rerun.returncode == 0 and ", 1 to verify" in rerun.stderr and verified(rerun.stderr) == [changed]
+    proc, merged = merge()
+    assert proc.returncode == 1 and merged["failed"] == [changed] and merged["stale_records"] == 1
+
+    other = (shard + 1) % SHARDS
+    assert index(other, "--atol", "1e6").returncode == 0
+    proc, merged = merge()
+    assert proc.returncode == 4
+    assert f"shard-{other:04d}: options " in proc.stderr and "(they differ in: atol)" in proc.stderr
+    assert [g["units"] for g in merged["mixed"] if g["keyed_options"].get("atol") == 1e6] == [[f"shard-{other:04d}"]]

@@ -89,6 +89,22 @@ def test_the_validator_is_strict():
         kubernetes_validate.validate(bad, K8S_VERSION, strict=True)
 
 
+def _workdir(name: str = "Dockerfile") -> str:
+    """The final stage's WORKDIR (where the server and every command run)."""
+    return [rest for op, rest in _stages(DEPLOY / "docker" / name)[-1] if op == "WORKDIR"][-1]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_overlay_creates_its_namespace_with_pod_security(rendered, overlay):
+    """Each overlay applies on a fresh cluster: its Namespace comes with it, enforcing "restricted"."""
+    ns = one(rendered[overlay], "Namespace", "gradcheck")
+    labels = ns["metadata"]["labels"]
+    for mode in ("enforce", "audit", "warn"):
+        assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
+        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest"
+    assert all(o["metadata"]["namespace"] == "gradcheck" for o in rendered[overlay] if o["kind"] != "Namespace")
+
+
 def _assert_restricted(spec: dict) -> None:
     pod = spec["securityContext"]
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0
@@ -103,6 +119,12 @@ def _assert_restricted(spec: dict) -> None:
         assert sc["capabilities"] == {"drop": ["ALL"]}
         assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
         assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
+        # the emptyDirs and logs count against ephemeral storage: requested, so the scheduler places it
+        assert c["resources"]["requests"]["ephemeral-storage"] and c["resources"]["limits"]["ephemeral-storage"]
+        # the image's WORKDIR is an empty writable directory of the pod's own (the root filesystem is read-only)
+        mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+        work = mounts[_workdir()]
+        assert not work.get("readOnly") and "emptyDir" in next(v for v in spec["volumes"] if v["name"] == work["name"])
 
 
 @pytest.mark.parametrize("overlay", ["cpu", "gpu"])
@@ -120,9 +142,10 @@ def test_server_deployment(rendered, overlay):
     config = one(objs, "ConfigMap", "gradcheck-config")["data"]
     assert "--grace=$(GRADCHECK_GRACE_SECONDS)" in c["args"]
     assert spec["terminationGracePeriodSeconds"] > float(config["GRADCHECK_GRACE_SECONDS"])
-    # workers = the CPU limit (os.cpu_count() in a container is the node's)
+    # workers = the CPU limit (os.cpu_count() in a container is the node's); on GPU, one per GPU
     assert "--workers=$(GRADCHECK_WORKERS)" in c["args"]
-    assert int(config["GRADCHECK_WORKERS"]) == int(c["resources"]["limits"]["cpu"])
+    per = "nvidia.com/gpu" if overlay == "gpu" else "cpu"
+    assert int(config["GRADCHECK_WORKERS"]) == int(c["resources"]["limits"][per])
     token = next(v for v in spec["volumes"] if v["name"] == "token")
     assert token["secret"]["secretName"] == "gradcheck-token"
     assert "--token-file=/var/run/secrets/gradcheck/token" in c["args"]
@@ -135,17 +158,19 @@ def test_server_deployment(rendered, overlay):
         obj = one(objs, kind)
         sel = obj["spec"]["selector" if kind == "PodDisruptionBudget" else "podSelector"]["matchLabels"]
         assert sel == selector
-    assert one(objs, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == "gradcheck"
-    ns = one(objs, "Namespace", "gradcheck")
-    assert ns["metadata"]["labels"]["pod-security.kubernetes.io/enforce"] == "restricted"
     gpu = c["resources"]["limits"].get("nvidia.com/gpu")
     if overlay == "gpu":
-        assert gpu == 1
+        assert gpu == 1 and int(config["GRADCHECK_WORKERS"]) == 1
+        assert spec["runtimeClassName"] == "nvidia"
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
         assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
         assert c["image"].endswith("-gpu")
+        # no CPU autoscaling: a GPU replica's CPU says little about its load, and each replica claims a GPU
+        assert not [o for o in objs if o["kind"] == "HorizontalPodAutoscaler"]
     else:
+        assert one(objs, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == "gradcheck"
         assert gpu is None and "tolerations" not in spec and c["image"].endswith("-cpu")
+        assert "runtimeClassName" not in spec
 
 
 def _job_policy(job: dict, container: str) -> None:
@@ -162,7 +187,23 @@ def _job_policy(job: dict, container: str) -> None:
     (c,) = pod_spec(job)["containers"]
     node_env = next(e for e in c["env"] if e["name"] == "NODE_NAME")
     assert node_env["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # every run writes under its run ID: the Job's name, from the label the Job controller sets on its pods
+    run_env = next(e for e in c["env"] if e["name"] == "GRADCHECK_RUN_ID")
+    assert run_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['batch.kubernetes.io/job-name']"
     _assert_restricted(pod_spec(job))
+
+
+def _merge_job(merge: dict, job: dict, claim: str) -> None:
+    """The merge reads the run its Job wrote (the Job's name), and succeeds once its report is written: the
+    verdict goes to the log, merged.json and the termination message, not to the Job's status."""
+    spec = pod_spec(merge)
+    _assert_restricted(spec)
+    (c,) = spec["containers"]
+    assert c["args"] == ["batch-merge", "/results", f"--run-id={job['metadata']['name']}", "--exit-zero",
+                         "--verdict-file=/dev/termination-log"]
+    assert c.get("terminationMessagePath", "/dev/termination-log") == "/dev/termination-log"
+    assert c["terminationMessagePolicy"] == "File"
+    assert next(v for v in spec["volumes"] if v["name"] == "results")["persistentVolumeClaim"]["claimName"] == claim
 
 
 def test_batch_is_an_indexed_job_with_a_failure_policy(rendered):
@@ -175,9 +216,7 @@ def test_batch_is_an_indexed_job_with_a_failure_policy(rendered):
     claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod_spec(job)["volumes"]
               if "persistentVolumeClaim" in v}
     assert claims["results"] == one(rendered["batch"], "PersistentVolumeClaim")["metadata"]["name"]
-    merge = one(rendered["batch/merge"], "Job")
-    assert pod_spec(merge)["containers"][0]["args"] == ["batch-merge", "/results"]
-    assert pod_spec(merge)["volumes"][0]["persistentVolumeClaim"]["claimName"] == claims["results"]
+    _merge_job(one(rendered["batch/merge"], "Job"), job, claims["results"])
 
 
 def test_screen_runs_one_pod_per_node(rendered):
@@ -190,9 +229,20 @@ def test_screen_runs_one_pod_per_node(rendered):
     assert term["labelSelector"]["matchLabels"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert spec["nodeSelector"] == {"gradcheck.dev/screen": "true"}
     assert spec["containers"][0]["args"][0] == "screen"
-    merge = one(rendered["screen/merge"], "Job")
     claim = one(rendered["screen"], "PersistentVolumeClaim")["metadata"]["name"]
-    assert pod_spec(merge)["volumes"][0]["persistentVolumeClaim"]["claimName"] == claim
+    _merge_job(one(rendered["screen/merge"], "Job"), job, claim)
+
+
+def test_documented_waits_end_on_failure_too():
+    """`kubectl wait --for=condition=complete` alone waits out its whole timeout when the Job fails: every
+    documented wait for a Job ends on Complete or Failed."""
+    texts = [DEPLOY / "README.md", ROOT / "README.md", *DEPLOY.glob("overlays/**/kustomization.yaml")]
+    lines = [ln for t in texts for ln in t.read_text().splitlines()]
+    assert not [ln for ln in lines if "condition=complete" in ln.lower() and "failed" not in ln.lower()]
+    waits = [ln for ln in lines if ln.startswith("until kubectl")]
+    assert len(waits) >= 3
+    for line in waits:
+        assert """-o jsonpath='{.status.conditions[?(@.status=="True")].type}' | grep -qwE 'Complete|Failed'""" in line
 
 
 # --- Dockerfiles: docker cannot run here, so their structure is checked -------------------------------
@@ -240,5 +290,14 @@ def test_dockerfile_structure(name, base):
         if op == "COPY" and not rest.startswith("--from"):
             for src in rest.split()[:-1]:
                 assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
+    # everything the commands need: the onnx extra (verify MODEL.onnx, import-onnx, .onnx in a batch)
+    extras = '".[gpu,onnx]"' if name == "Dockerfile.gpu" else '".[onnx]"'
+    assert extras in " ".join(rest for s in stages for op, rest in s if op == "RUN")
+    # an empty working directory owned by the user; HOME somewhere writable (the pods mount /tmp)
+    env = " ".join(rest for op, rest in final if op == "ENV")
+    assert _workdir(name) == "/work" and "install -d -m 0700 -o 10001 -g 10001 /work" in final_runs
+    assert "HOME=/tmp" in env.split()
     if name == "Dockerfile.gpu":
-        assert "-runtime-" in text and '".[gpu]"' in text
+        assert "-runtime-" in text
+        # CuPy's kernel cache defaults to ~/.cupy: under /tmp instead (read-only root filesystem, no home)
+        assert "CUPY_CACHE_DIR=/tmp/" in env

@@ -211,13 +211,13 @@ def test_batch_merge_summary_is_inert(tmp_path):
     code_, err = _run_svc("batch", "--manifest", tmp_path / "graphs", "--shard-index", 0, "--out", out)
     assert code_ == 0, err
     assert_terminal_text(err, [paths[k].name for k in keys])  # the per-graph progress lines
-    records = list((out / "shard-0000" / "results").glob("*.json"))
+    records = list((out / "runs" / "default" / "shard-0000" / "results").glob("*.json"))
     lost = next(r for r in records if json.loads(r.read_text())["graph"] == paths["comment"].name)
     lost.unlink()  # a missing graph: its name goes into the "Incomplete" line too
     code_, err = _run_svc("batch-merge", out)
     assert code_ == 4, err
     assert_terminal_text(err, [paths["comment"].name])  # "1 graph result(s) missing: <name> (shard 0)"
-    md = (out / "summary.md").read_text()
+    md = (out / "runs" / "default" / "summary.md").read_text()
     assert "**Incomplete:**" in md
     names = [paths[k].name for k in keys]
     page = assert_inert_markdown(md, names)
@@ -234,10 +234,10 @@ def test_screen_merge_names_hostile_nodes_inertly(tmp_path):
         code_, err = _run_svc("screen", "--out", out, "--examples", examples, "--generated", 0, "--node-name",
                               node, *fault)
         assert code_ == 0, err
-    code_, err = _run_svc("batch-merge", out)
+    code_, err = _run_svc("batch-merge", out, "--allow-mixed")  # the fault is an option of its own
     assert code_ == 1, err
     assert_terminal_text(err, nodes[1:])  # "nodes that disagree: <node>"
-    md = (out / "summary.md").read_text()
+    md = (out / "runs" / "default" / "summary.md").read_text()
     page = assert_inert_markdown(md, nodes)
     assert "Disagreeing nodes" in "".join(page.text)
 

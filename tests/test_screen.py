@@ -36,15 +36,19 @@ def screened(tmp_path_factory):
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)], env=_env(),
+    # the planted fault is an option only node-c ran with: merging across options must be asked for
+    merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), "--allow-mixed"],
+                           env=_env(),
                            cwd=ROOT, capture_output=True, text=True, timeout=300)
-    return out, merge, json.loads((out / "merged.json").read_text())
+    return out, merge, json.loads((out / "runs" / "default" / "merged.json").read_text())
 
 
 def test_the_merge_names_exactly_the_faulty_node(screened):
     out, merge, merged = screened
     assert merge.returncode == 1, merge.stderr
     assert "nodes that disagree: node-c\n" in merge.stderr
+    assert "merged anyway (--allow-mixed): node-node-a, node-node-b, node-node-d: options " in merge.stderr
+    assert "(they differ in: faults)" in merge.stderr
     s = merged["screen"]
     assert s["disagreeing_nodes"] == [FAULTY]
     assert sorted(s["nodes"]) == sorted(NODES) and all(n["graphs"] == 9 for n in s["nodes"].values())
@@ -60,7 +64,7 @@ def test_the_merge_names_exactly_the_faulty_node(screened):
     assert merged["missing"] == [] and merged["duplicates"] == [] and len(merged["records"]) == 4 * 9
     for r in merged["records"]:  # each result records its node, device and dtype
         assert r["unit"] == f"node-{r['node']}" and r["device"] == "cpu" and r["dtype"] == "float64"
-    md = (out / "summary.md").read_text()
+    md = (out / "runs" / "default" / "summary.md").read_text()
     assert "**Disagreeing nodes:** `node-c`" in md and "| `node-c` | `cpu` | 9 | 8 |" in md
 
 

@@ -6,8 +6,10 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   75  infrastructure failure (unreadable volume, unwritable output, out of memory, server unreachable,
       no GPU): retrying, possibly on another node, can -> counted against backoffLimitPerIndex
   3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
-`batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage,
-  4 results missing, present twice, or from another manifest (named on stderr).
+`batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
+  merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
+  present twice, from another manifest, damaged (each file named), made under other options or versions
+  (unless --allow-mixed), or no graphs at all (named on stderr). --exit-zero: 0 whenever the report is written.
 """
 from __future__ import annotations
 
@@ -22,10 +24,17 @@ EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 
 
 def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
-    """The verification options of `verify` (one table, gradcheck_client/options.py), and the time limit."""
+    """The verification options of `verify` (one table, gradcheck_client/options.py), the time limit and
+    the run ID."""
+    from ..limits import add_limit_flags
+
     add_option_flags(p, exclude=exclude)
+    add_limit_flags(p, server=False, what="in-process, as `verify`'s; with --server, the server's own apply")
     p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
                    help="per-graph time limit; a graph over it is recorded as timeout (default 300)")
+    p.add_argument("--run-id", default=None, metavar="ID",
+                   help="results go to OUT/runs/ID/ (default $GRADCHECK_RUN_ID -- in a Job, the Job's name "
+                        "from the downward API -- else 'default')")
 
 
 def add_parsers(sub) -> None:
@@ -42,12 +51,30 @@ def add_parsers(sub) -> None:
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
+    from gradcheck_client.onnx_options import add_onnx_flags
+
+    add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
 
     m = sub.add_parser("batch-merge", help="merge batch or screen results into JSON, JUnit and Markdown")
     m.add_argument("dir", metavar="DIR", help="the --out directory of the batch or screen")
-    m.add_argument("--json", default=None, metavar="FILE", help="merged JSON report (default DIR/merged.json)")
-    m.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML (default DIR/junit.xml)")
-    m.add_argument("--summary-md", default=None, metavar="FILE", help="Markdown summary (default DIR/summary.md)")
+    m.add_argument("--json", default=None, metavar="FILE",
+                   help="merged JSON report (default DIR/runs/ID/merged.json)")
+    m.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML (default DIR/runs/ID/junit.xml)")
+    m.add_argument("--summary-md", default=None, metavar="FILE",
+                   help="Markdown summary (default DIR/runs/ID/summary.md)")
+    m.add_argument("--run-id", default=None, metavar="ID|latest",
+                   help="the run to merge (OUT/runs/ID); 'latest': the run whose unit started last; "
+                        "default: the only run (several runs without --run-id: exit 2)")
+    m.add_argument("--exit-zero", action="store_true",
+                   help="exit 0 once the report is written, whatever the verdict (a Kubernetes merge Job then "
+                        "succeeds; the verdict is in the log, merged.json and --verdict-file); usage errors still 2 "
+                        "(default: the verdict's exit code)")
+    m.add_argument("--verdict-file", default=None, metavar="FILE",
+                   help="write the one-line verdict here too (in a pod: /dev/termination-log, shown in the pod's "
+                        "status; default none)")
+    m.add_argument("--allow-mixed", action="store_true",
+                   help="merge results made under different options or gradcheck versions (default: exit 4, "
+                        "naming them)")
 
     s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)")
     s.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all nodes")
@@ -58,33 +85,66 @@ def add_parsers(sub) -> None:
                         "tree's examples/graphs when present; 'none' for none)")
     s.add_argument("--generated", type=int, default=16, metavar="N", help="generated graphs (default 16)")
     s.add_argument("--size", type=int, default=8, metavar="S", help="generated graphs' width (default 8)")
-    s.add_argument("--suite-seed", type=int, default=0, help="seed of the generated graphs (same on every node; default %(default)s)")
+    s.add_argument("--suite-seed", type=int, default=0,
+                   help="seed of the generated graphs (same on every node; default %(default)s)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: the node's GPU when one is usable, else the CPU (default auto)")
     _verify_options(s, exclude=("device",))  # screen's --device also takes auto (the node's GPU if any)
 
 
-def _check_common(args) -> None:
+def _check_common(args):
     """Every option checked before any graph is read: a bad one is exit 2 naming its flag, not an
-    "invalid" record for each graph. Against a server, its own limits apply, not the defaults here."""
+    "invalid" record for each graph. Against a server, its own limits apply, not the defaults here.
+    Returns the limits in force in-process (`--max-...`, else the defaults)."""
     from gradcheck_client.options import flag_of
 
     from ..errors import LimitError, OptionError
-    from ..limits import ServerLimits
+    from ..limits import ServerLimits, limit_flag_values
     from ..server.execute import verify_options
     from ..verify.run import check_options
 
     if not args.time_limit > 0:  # NaN too
         raise OptionError("must be positive", field="--time-limit")
+    given = {k: v for k, v in limit_flag_values(args).items() if v is not None}
+    if given and getattr(args, "server", None) is not None:  # silently ignored would be worse
+        raise OptionError("applies in-process only: with --server, the server's own limits apply",
+                          field="--" + next(iter(given)).replace("_", "-"))
+    limits = ServerLimits.from_flags(given)
     values = values_from_args(args)
     if "device" in values and values["device"] == "auto":  # screen's own choice, resolved per node
         values = {k: v for k, v in values.items() if k != "device"}
     try:
-        check_options(verify_options(values, ServerLimits(), field=flag_of),
+        check_options(verify_options(values, limits, field=flag_of),
                       field=lambda name: "--" + name.replace("_", "-"))
     except LimitError:
         if getattr(args, "server", None) is None:
             raise
+    return limits
+
+
+def _run_id(args) -> str:
+    from ..errors import OptionError
+    from .store import DEFAULT_RUN, LATEST, RUN_ID
+
+    run_id = args.run_id if args.run_id is not None else os.environ.get("GRADCHECK_RUN_ID") or DEFAULT_RUN
+    if not RUN_ID.fullmatch(run_id) or run_id == LATEST:
+        raise OptionError(f"'{run_id[:80]}' is not a run ID (letters, digits, '.', '_', '-'; at most 128; "
+                          f"not '{LATEST}')", field="--run-id")
+    return run_id
+
+
+def _keyed_options(args, requested: dict, onnx_import=None) -> dict:
+    """What shapes a result, hashed into every record's key: the verification options as asked for (screen's
+    --device auto before it is resolved per node), the per-graph time limit, the limits given, and how
+    .onnx models are imported (the OnnxImport message, input tensors included, as a sha256)."""
+    from ..limits import limit_flag_values
+    from .store import bytes_sha256
+
+    keyed = dict(requested, time_limit=args.time_limit)
+    keyed |= {k: v for k, v in limit_flag_values(args).items() if v is not None}
+    if onnx_import is not None:
+        keyed["onnx_import"] = bytes_sha256(onnx_import.SerializeToString(deterministic=True))
+    return keyed
 
 
 def _run(run, label: str) -> int:
@@ -106,10 +166,16 @@ def _run(run, label: str) -> int:
     return EXIT_OK
 
 
-def _plan(mode, unit, label, index, count, node, manifest, verifier, options) -> dict:
-    return {"mode": mode, "unit": unit, "label": label, "shard_index": index, "shard_count": count, "node": node,
-            "manifest_root": str(manifest.root), "graphs": list(manifest.graphs), "where": verifier.where,
-            "options": options}
+def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed) -> dict:
+    from datetime import datetime, timezone
+
+    from .store import options_sha256
+
+    return {"mode": mode, "unit": unit, "label": label, "run_id": run_id, "shard_index": index,
+            "shard_count": count, "node": node, "manifest_root": str(manifest.root), "graphs": list(manifest.graphs),
+            "contents": {}, "where": verifier.where, "options": options, "keyed_options": keyed,
+            "options_sha256": options_sha256(keyed), "gradcheck_version": verifier.version,
+            "started_at": datetime.now(timezone.utc).isoformat()}
 
 
 def batch(args) -> int:
@@ -118,7 +184,8 @@ def batch(args) -> int:
     from .runner import run_unit
     from .store import UnitStore, unit_name
 
-    _check_common(args)
+    limits = _check_common(args)
+    onnx_import = _onnx_import(args)
     index = args.shard_index
     if index is None:
         env = os.environ.get("JOB_COMPLETION_INDEX")
@@ -132,16 +199,18 @@ def batch(args) -> int:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
+    run_id = _run_id(args)
     options = values_from_args(args)
-    verifier = _verifier(args, options)
+    verifier = _verifier(args, options, limits)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
 
     def run():  # inside _run: an unreadable manifest volume is an infrastructure failure (exit 75)
         manifest = load_manifest(args.manifest)
-        plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options)
-        verifier.check()
-        run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(Path(args.out), unit), plan,
-                 verifier, options, args.time_limit)
+        verifier.check()  # first: against a server, its version is part of every record's key
+        plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
+                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None))
+        run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(Path(args.out), run_id, unit), plan,
+                 verifier, options, args.time_limit, onnx_import=onnx_import)
 
     try:
         return _run(run, "batch")
@@ -149,14 +218,33 @@ def batch(args) -> int:
         getattr(verifier, "close", lambda: None)()
 
 
-def _verifier(args, options):
+def _verifier(args, options, limits):
     from .verifiers import LocalVerifier, RemoteVerifier
 
     if getattr(args, "server", None):
         from ..server.config import read_token
 
         return RemoteVerifier(args.server, options, token=read_token(args.token_file))
-    return LocalVerifier(options)
+    return LocalVerifier(options, limits)
+
+
+def _has_onnx(manifest) -> bool:
+    from gradcheck_client.onnx_options import is_onnx
+
+    return any(is_onnx(g) for g in manifest.graphs)
+
+
+def _onnx_import(args):
+    """The OnnxImport message of the --params/--input/... flags (tensor files read now: a missing one is
+    exit 2 before any graph), for every .onnx model of the manifest."""
+    from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
+
+    from ..errors import OptionError
+
+    try:
+        return onnx_import_message(args)
+    except OnnxFlagError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _examples_dir(arg: str | None) -> Path | None:
@@ -197,12 +285,14 @@ def screen(args) -> int:
     from .runner import run_unit
     from .store import UnitStore, unit_name
 
-    _check_common(args)
+    limits = _check_common(args)
     if args.generated < 0:
         raise OptionError("must be 0 or more", field="--generated")
     if args.size < 1:
         raise OptionError("must be at least 1", field="--size")
     node = args.node_name or socket.gethostname()
+    run_id = _run_id(args)
+    keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":
         from ..backend import cuda_available
 
@@ -211,40 +301,54 @@ def screen(args) -> int:
     with tempfile.TemporaryDirectory(prefix="gradcheck-screen-") as tmp:  # /tmp: an emptyDir in the pod
         build_suite(Path(tmp), _examples_dir(args.examples), args.generated, args.size, args.suite_seed)
         manifest = load_manifest(tmp, field="--examples")
-        verifier = _verifier(args, options)
+        verifier = _verifier(args, options, limits)
         unit = unit_name(node=node)
-        plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options)
-        plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite has the same root everywhere
 
         def run():
             verifier.check()
-            run_unit(manifest, list(manifest.graphs), UnitStore(Path(args.out), unit), plan, verifier, options,
-                     args.time_limit, faults_where_present=True)
+            plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed)
+            plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
+            run_unit(manifest, list(manifest.graphs), UnitStore(Path(args.out), run_id, unit), plan, verifier,
+                     options, args.time_limit, faults_where_present=True)
 
         return _run(run, "screen")
 
 
 def batch_merge(args) -> int:
+    from ..text import clip
     from .merge import markdown, merge, outcomes, problems
 
-    m = merge(Path(args.dir))
-    d = Path(args.dir)
+    m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed)
+    d = Path(m["run_directory"])
     outs = outcomes(m)
     _write(Path(args.json) if args.json else d / "merged.json", _json(m), "--json")
     from gradcheck_client.outputs.junit import junit_xml
 
     _write(Path(args.junit) if args.junit else d / "junit.xml", junit_xml(outs), "--junit")
     _write(Path(args.summary_md) if args.summary_md else d / "summary.md", markdown(m, outs), "--summary-md")
-    from ..text import clip  # graph and node names come from the records: terminal text, escaped
-
-    for line in problems(m):
+    print(f"gradcheck-svc batch-merge: run {clip(m['run_id'], 300)}: {len(m['units'])} unit(s) in "
+          f"{clip(str(d), 2000)}", file=sys.stderr)
+    for line in problems(m):  # names come from files and directories: terminal text, escaped, one line each
         print(f"gradcheck-svc batch-merge: {clip(line, 2000)}", file=sys.stderr)
     if m["mode"] == "screen" and m["screen"]["disagreeing_nodes"]:
         print("gradcheck-svc batch-merge: nodes that disagree: "
               + clip(", ".join(m["screen"]["disagreeing_nodes"]), 2000), file=sys.stderr)
     counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
     print(f"gradcheck-svc batch-merge: {m['graphs']} graphs: {counts} (exit {m['exit_code']})", file=sys.stderr)
-    return m["exit_code"]
+    if args.verdict_file:
+        _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {m['graphs']} graphs: {counts}")
+    return EXIT_OK if args.exit_zero else m["exit_code"]
+
+
+def _write_verdict(path: Path, line: str) -> None:
+    """Plainly, not by rename: /dev/termination-log is a file the kubelet mounted, in a directory we cannot write."""
+    from ..errors import OptionError
+
+    try:
+        with open(path, "w", encoding="utf-8") as fh:
+            fh.write(line + "\n")
+    except OSError as exc:
+        raise OptionError(f"cannot write {path}: {exc.strerror or exc}", field="--verdict-file") from None
 
 
 def _json(m: dict) -> str:

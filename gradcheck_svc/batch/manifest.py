@@ -13,11 +13,13 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradcheck_client.graphio import SUFFIXES
+from gradcheck_client.graphio import SUFFIXES as GRAPH_SUFFIXES
+from gradcheck_client.onnx_options import ONNX_SUFFIX
 
 from ..errors import OptionError
 
 GLOB_CHARS = "*?["
+SUFFIXES = (*GRAPH_SUFFIXES, ONNX_SUFFIX)  # graphs, and ONNX models (imported with the batch's --params etc.)
 
 
 @dataclass(frozen=True)
@@ -63,7 +65,7 @@ def _glob_root(pattern: str) -> Path:
 
 
 def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
-    """spec: a directory (every *.json/*.pb below it), a glob (recursive `**` allowed), a single graph
+    """spec: a directory (every *.json/*.pb/*.onnx below it), a glob (recursive `**` allowed), a single graph
     file, or a list file (any other suffix: one graph path per line, relative to the list's directory,
     `#` comments)."""
     if not spec:
@@ -93,5 +95,5 @@ def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
         raise OptionError(f"no such file, directory or matching glob: {spec}", field=field)
     graphs = _relative(files, root, field)
     if not graphs:
-        raise OptionError(f"no graphs (*.json, *.pb) in {spec}", field=field)
+        raise OptionError(f"no graphs (*.json, *.pb, *.onnx) in {spec}", field=field)
     return Manifest(root, graphs)

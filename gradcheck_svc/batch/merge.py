@@ -1,10 +1,17 @@
-"""`gradcheck-svc batch-merge DIR`: every unit's records -> one JSON report, JUnit, Markdown.
+"""`gradcheck-svc batch-merge DIR`: one run's records -> one JSON report, JUnit, Markdown.
 
 Completeness is checked against the manifest each unit recorded in its
 unit.json: a graph with no record is *missing* (its shard never finished),
 a graph with records in two units is *duplicated* (two runs with different
 shard counts wrote into one directory), a record for a graph outside the
-manifest is *unexpected*. Any of these is exit 4, naming the graphs.
+manifest is *unexpected*. Every file is schema-checked (schema.py): a damaged
+one is named by its path and its graph counts as missing. A record is used only
+when it answers the run's question -- the graph's current bytes (each unit
+recorded their sha256), the unit's options and gradcheck version; records of
+older bytes are *stale* and left out. Units (or records) made under different
+options or versions are *mixed*: refused unless --allow-mixed. Any of these is
+exit 4, naming the graphs, files or units, and so is a run that lists no graphs:
+nothing verified is not a pass.
 """
 from __future__ import annotations
 
@@ -14,69 +21,138 @@ from pathlib import Path
 from ..errors import OptionError
 from . import screen
 from .manifest import shard_of
-from .runner import STATUSES
-from .store import read_units
+from .schema import STATUSES
+from .store import LATEST, list_runs, read_run, run_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
+VERDICTS = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_INCOMPLETE: "incomplete"}
 
 
-def collect(out: Path) -> dict:
+def resolve_run(out: Path, run_id: str | None) -> str:
+    """The run to merge: the one given, the newest for 'latest', or the only one."""
     out = Path(out)
     if not out.is_dir():
         raise OptionError(f"not a directory: {out}", field="DIR")
     try:
-        units = list(read_units(out))
-    except (OSError, ValueError) as exc:  # ValueError: a unit.json or record that is not JSON
-        raise OptionError(f"cannot read results under {out}: {getattr(exc, 'strerror', None) or exc}",
-                          field="DIR") from None
-    if not units:
-        raise OptionError(f"no batch results in {out} (no */unit.json)", field="DIR")
-    modes = {plan["mode"] for _, plan, _ in units}
+        runs = list_runs(out)
+    except OSError as exc:
+        raise OptionError(f"cannot read results under {out}: {exc.strerror or exc}", field="DIR") from None
+    if not runs:
+        raise OptionError(f"no batch results in {out} (no runs/*/*/unit.json)", field="DIR")
+    if run_id == LATEST:
+        return max(runs, key=lambda r: (runs[r], r))
+    if run_id is not None:
+        if run_id not in runs:
+            raise OptionError(f"no run '{run_id[:80]}' in {out}; runs: {_some(sorted(runs))}", field="--run-id")
+        return run_id
+    if len(runs) > 1:
+        raise OptionError(f"{out} holds {len(runs)} runs ({_some(sorted(runs))}): name one, or '{LATEST}'",
+                          field="--run-id")
+    return next(iter(runs))
+
+
+def _some(names: list, limit: int = 5) -> str:
+    return ", ".join(names[:limit]) + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def _identity(x: dict) -> tuple:
+    return x["options_sha256"], x["gradcheck_version"]
+
+
+def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> dict:
+    run = resolve_run(out, run_id)
+    rdir = run_dir(out, run)
+    try:
+        units = read_run(rdir)
+    except OSError as exc:
+        raise OptionError(f"cannot read results under {rdir}: {exc.strerror or exc}", field="DIR") from None
+    good = [u for u in units if u.plan is not None]
+    damaged = [{"file": str(path), "reason": reason} for u in units for path, reason in u.damaged]
+    modes = {u.plan["mode"] for u in good}
     if len(modes) > 1:
         raise OptionError(f"mixes batch and screen results ({', '.join(sorted(modes))}); merge them apart",
                           field="DIR")
-    mode = modes.pop()
-    first = units[0][1]
+    mode = modes.pop() if modes else "batch"
+    first = good[0].plan if good else {"graphs": [], "shard_count": 1}
     expected = first["graphs"]
-    inconsistent = [name for name, plan, _ in units
-                    if plan["graphs"] != expected or plan["shard_count"] != first["shard_count"]]
     expected_set = set(expected)
-    records = [r for _, _, rs in units for r in rs]
-    where = defaultdict(list)  # graph -> the unit directories holding a record of it
-    for name, _, rs in units:
-        for r in rs:
-            where[(r["graph"], r["node"]) if mode == "screen" else r["graph"]].append(name)
-    if mode == "screen":
-        nodes = sorted({plan["node"] for _, plan, _ in units})
-        missing = [{"graph": g, "node": n} for n in nodes for g in expected if (g, n) not in where]
+    contents, inconsistent = {}, []  # graph -> sha256 its unit hashed; units that disagree with the first
+    for u in good:
+        p = u.plan
+        clash = any(contents.setdefault(g, sha) != sha for g, sha in p["contents"].items())
+        if p["graphs"] != expected or p["shard_count"] != first["shard_count"] or clash:
+            inconsistent.append(u.name)
+
+    identities = defaultdict(list)  # (options, version) -> units made under it
+    for u in good:
+        identities[_identity(u.plan)].append(u.name)
+    keyed = {_identity(u.plan): u.plan["keyed_options"] for u in good}
+    records, stale, other, unexpected = [], 0, [], set()
+    where = defaultdict(list)  # graph (screen: (graph, node)) -> the units holding a record of it
+    for u in good:
+        chosen, candidates = {}, defaultdict(list)
+        for r in u.records:
+            g = r["graph"]
+            if g not in expected_set:
+                unexpected.add(g)
+            elif r["graph_sha256"] != contents.get(g):
+                stale += 1  # made for other bytes of this graph: answers nothing asked now
+            elif _identity(r) == _identity(u.plan):
+                chosen[g] = r
+            else:
+                candidates[g].append(r)
+        for g, rs in candidates.items():
+            if g in chosen:
+                continue  # answered under this unit's options too; the older answer is superseded
+            if allow_mixed:
+                chosen[g] = max(rs, key=lambda r: r["finished_at"])
+            else:
+                other.append({"graph": g, "unit": u.name, "node": u.plan["node"]})
+        for g, r in chosen.items():
+            records.append(r)
+            where[(g, r["node"]) if mode == "screen" else g].append(u.name)
+    if mode == "screen":  # answered only under other options: named as such, not again as missing
+        waiting = {(o["graph"], o["node"]) for o in other}
+        nodes = sorted({u.plan["node"] for u in good})
+        missing = [{"graph": g, "node": n} for n in nodes for g in expected
+                   if (g, n) not in where and (g, n) not in waiting]
         duplicates = [{"graph": g, "node": n, "units": u} for (g, n), u in sorted(where.items()) if len(u) > 1]
     else:
+        waiting = {o["graph"] for o in other}
         count = first["shard_count"]
-        missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in where]
+        missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in where and g not in waiting]
         duplicates = [{"graph": g, "units": sorted(u)} for g, u in sorted(where.items()) if len(u) > 1]
-    unexpected = sorted({r["graph"] for r in records if r["graph"] not in expected_set})
-    return {"mode": mode, "directory": str(out), "graphs": len(expected), "units": [u[0] for u in units],
-            "shard_count": first["shard_count"],
+    mixed = [] if len(identities) < 2 else [
+        {"options_sha256": o, "gradcheck_version": v, "keyed_options": keyed[(o, v)], "units": sorted(names)}
+        for (o, v), names in sorted(identities.items(), key=lambda kv: sorted(kv[1]))]
+    return {"mode": mode, "directory": str(out), "run_id": run, "run_directory": str(rdir),
+            "graphs": len(expected), "units": [u.name for u in units], "shard_count": first["shard_count"],
             "records": sorted(records, key=lambda r: (r["graph"], r["node"] or "")),
-            "missing": missing, "duplicates": duplicates, "unexpected": unexpected,
-            "inconsistent_units": inconsistent}
+            "missing": missing, "duplicates": duplicates, "unexpected": sorted(unexpected),
+            "inconsistent_units": inconsistent, "damaged": damaged, "stale_records": stale,
+            "other_options": sorted(other, key=lambda o: (o["graph"], o["unit"])), "mixed": mixed,
+            "allow_mixed": allow_mixed,
+            "options": first.get("keyed_options") if len(identities) == 1 else None,
+            "gradcheck_version": first.get("gradcheck_version") if len(identities) == 1 else None}
 
 
-def merge(out: Path) -> dict:
+def merge(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> dict:
     """The merged report (a JSON-able dict) with `exit_code` set."""
-    m = collect(out)
+    m = collect(out, run_id, allow_mixed)
     records = m["records"]
     m["counts"] = {s: sum(r["status"] == s for r in records) for s in STATUSES} | {"missing": len(m["missing"])}
     m["failed"] = [_label(r, m["mode"]) for r in records if r["status"] != "pass"]
     if m["mode"] == "screen":
         m["screen"] = screen.compare(records)
-    incomplete = m["missing"] or m["duplicates"] or m["unexpected"] or m["inconsistent_units"]
+    incomplete = (m["missing"] or m["duplicates"] or m["unexpected"] or m["inconsistent_units"] or m["damaged"]
+                  or m["other_options"] or (m["mixed"] and not allow_mixed) or not m["graphs"])
     if incomplete:
         m["exit_code"] = EXIT_INCOMPLETE
     elif m["mode"] == "screen":  # a screen asks "which node disagrees"; a graph failing everywhere is listed
         m["exit_code"] = EXIT_FAILED if m["screen"]["disagreeing_nodes"] else EXIT_OK
     else:
         m["exit_code"] = EXIT_FAILED if m["failed"] else EXIT_OK
+    m["verdict"] = VERDICTS[m["exit_code"]]
     return m
 
 
@@ -85,12 +161,16 @@ def _label(r: dict, mode: str) -> str:
 
 
 def problems(m: dict, limit: int = 10) -> list[str]:
-    """One line per kind of incompleteness, naming up to `limit` graphs."""
+    """One line per kind of incompleteness (and one per damaged file), naming up to `limit` of each."""
     def names(items, fmt):
         shown = ", ".join(fmt(i) for i in items[:limit])
         return shown + (f" and {len(items) - limit} more" if len(items) > limit else "")
 
-    lines = []
+    lines = [f"damaged result file {d['file']}: {d['reason']}" for d in m["damaged"][:limit]]
+    if len(m["damaged"]) > limit:
+        lines.append(f"{len(m['damaged']) - limit} more damaged result files (merged.json lists them)")
+    if not m["graphs"]:
+        lines.append("no graphs: no readable unit.json lists any, so nothing was verified")
     if m["missing"]:
         lines.append(f"{len(m['missing'])} graph result(s) missing: " + names(
             m["missing"], lambda i: f"{i['graph']} ({_where(i)})"))
@@ -101,8 +181,31 @@ def problems(m: dict, limit: int = 10) -> list[str]:
         lines.append(f"{len(m['unexpected'])} result(s) for graphs outside the manifest: " + names(
             m["unexpected"], str))
     if m["inconsistent_units"]:
-        lines.append("units recorded a different manifest or shard count: " + names(m["inconsistent_units"], str))
+        lines.append("units recorded a different manifest, shard count or graph content: "
+                     + names(m["inconsistent_units"], str))
+    if m["mixed"]:
+        verb = "merged anyway (--allow-mixed)" if m["allow_mixed"] else "refused (--allow-mixed merges them)"
+        lines.append(f"results made under different options or gradcheck versions, {verb}: "
+                     + "; ".join(f"{', '.join(i['units'][:limit])}: {_identity_text(i)}" for i in m["mixed"])
+                     + _differences(m["mixed"]))
+    if m["other_options"]:
+        lines.append(f"{len(m['other_options'])} graph(s) answered only under other options or another version "
+                     "(re-run their shard, or --allow-mixed): "
+                     + names(m["other_options"], lambda i: f"{i['graph']} ({i['unit']})"))
     return lines
+
+
+def _identity_text(i: dict) -> str:
+    return f"options {i['options_sha256'][:12]}, gradcheck {i['gradcheck_version']}"
+
+
+def _differences(groups: list[dict]) -> str:
+    """Which options (or the version) differ between the groups: what to look at first."""
+    keys = sorted({k for g in groups for k in g["keyed_options"]})
+    diff = [k for k in keys if len({repr(g["keyed_options"].get(k)) for g in groups}) > 1]
+    if len({g["gradcheck_version"] for g in groups}) > 1:
+        diff.append("gradcheck version")
+    return f" (they differ in: {', '.join(diff)})" if diff else ""
 
 
 def _where(missing: dict) -> str:

@@ -1,26 +1,44 @@
-"""Where a batch keeps its results: one directory per unit, one file per finished graph.
+"""Where a batch keeps its results: one directory per run and unit, one file per answered question.
 
-    OUT/<unit>/unit.json              the unit's plan: mode, shard, node, the whole manifest
-    OUT/<unit>/results/<key>.json     one graph's record (key: sha256 of its relative path)
+    OUT/runs/<run>/<unit>/unit.json            the unit's plan: mode, shard, node, the whole manifest, the
+                                               options, the gradcheck version, each of its graphs' sha256
+    OUT/runs/<run>/<unit>/results/<key>.json   one graph's record
 
-A unit is a shard (`shard-0003`) in a batch, or a node (`node-<name>`) in a
-screen. Every file is written to a temporary name, fsync'ed, renamed over
-its final name and the directory fsync'ed: a reader (the merge, or the same
-shard restarted after SIGKILL or OOM) sees either nothing or the whole file,
-never half of one. A restarted shard skips graphs whose record exists.
+<run> is the run ID (`--run-id`; in a Job, the Job's name). A unit is a shard
+(`shard-0003`) of a batch, or a node (`node-<name>`) of a screen.
+
+A record's <key> is the sha256 of the graph's name, the sha256 of its bytes, the
+sha256 of the options that shape a result (`keyed_options`) and the gradcheck
+version: a record answers exactly one question. A graph replaced on the volume,
+a changed option or an upgraded image finds no record under its key and is
+verified again -- never reported from an older answer -- and the merge can tell
+which question every record answered.
+
+Every file is written to a temporary name, fsync'ed, renamed over its final
+name and the directory fsync'ed: a reader (the merge, or the same shard
+restarted after SIGKILL or OOM) sees either nothing or the whole file, never
+half of one. A restarted shard skips graphs whose record exists and is whole
+(schema.py); a damaged one is verified again and replaced.
 """
 from __future__ import annotations
 
+import functools
+import hashlib
 import json
 import os
 import re
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from .manifest import graph_key
+from .schema import Damaged, check_record, check_unit, parse
 
+RUNS = "runs"
 RESULTS = "results"
 UNIT_FILE = "unit.json"
 TMP_SUFFIX = ".tmp"
+DEFAULT_RUN = "default"
+LATEST = "latest"
+RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
 def atomic_write(path: Path, data: bytes) -> None:
@@ -46,17 +64,100 @@ def write_json(path: Path, obj) -> None:
     atomic_write(path, (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8"))
 
 
+# --- what a record answers: content, options, version -----------------------------------------------
+
+def bytes_sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as fh:
+        for block in iter(lambda: fh.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def options_sha256(keyed_options: dict) -> str:
+    """The options as canonical JSON (sorted keys; tuples as lists), hashed."""
+    text = json.dumps(keyed_options, sort_keys=True, separators=(",", ":"), allow_nan=False, default=list)
+    return bytes_sha256(text.encode("utf-8"))
+
+
+@functools.lru_cache(maxsize=1)
+def _source_sha256() -> str:
+    """Every Python file of the service, the client and the generated protocol: an image rebuilt with a fix
+    but the same version number is a different gradcheck, and its answers are not the old ones."""
+    import gradcheck
+    import gradcheck_client
+
+    from .. import __file__ as svc_init
+
+    h = hashlib.sha256()
+    for pkg in (Path(svc_init).parent, Path(gradcheck_client.__file__).parent, Path(list(gradcheck.__path__)[0])):
+        for f in sorted(pkg.rglob("*.py")):
+            h.update(f"{pkg.name}/{f.relative_to(pkg).as_posix()}\0".encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()
+
+
+def code_version() -> str:
+    """This process's gradcheck: the release and a digest of its source (`0.1.0+src.1a2b3c4d5e6f`)."""
+    from .. import __version__
+
+    return f"{__version__}+src.{_source_sha256()[:12]}"
+
+
+def record_key(graph: str, graph_sha256: str, opts_sha256: str, version: str) -> str:
+    return bytes_sha256("\0".join((graph, graph_sha256, opts_sha256, version)).encode("utf-8"))
+
+
+def key_of(record: dict) -> str:
+    return record_key(record["graph"], record["graph_sha256"], record["options_sha256"], record["gradcheck_version"])
+
+
+# --- runs and units -----------------------------------------------------------------------------------
+
+def safe_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "_", text)[:200]
+
+
 def unit_name(shard_index: int | None = None, node: str | None = None) -> str:
     if node is not None:
-        return "node-" + re.sub(r"[^A-Za-z0-9._-]", "_", node)[:200]
+        return "node-" + safe_name(node)
     return f"shard-{shard_index:04d}"
 
 
-class UnitStore:
-    """The results directory of one unit."""
+def run_dir(out: Path, run_id: str) -> Path:
+    return Path(out) / RUNS / run_id
 
-    def __init__(self, out: Path, unit: str):
-        self.dir = Path(out) / unit
+
+def list_runs(out: Path) -> dict[str, int]:
+    """Run ID -> when its newest unit started (unit.json's mtime in ns; a unit that lost its unit.json counts
+    by its results directory), for every run holding a unit."""
+    runs = {}
+    root = Path(out) / RUNS
+    if not root.is_dir():
+        return runs
+    for run in root.iterdir():
+        if not run.is_dir():
+            continue
+        stamps = []
+        for u in run.iterdir():
+            for marker in (u / UNIT_FILE, u / RESULTS):
+                if marker.exists():
+                    stamps.append(marker.stat().st_mtime_ns)
+                    break
+        if stamps:
+            runs[run.name] = max(stamps)
+    return runs
+
+
+class UnitStore:
+    """The results directory of one unit of one run."""
+
+    def __init__(self, out: Path, run_id: str, unit: str):
+        self.dir = run_dir(out, run_id) / unit
         self.results = self.dir / RESULTS
 
     def open(self, plan: dict) -> None:
@@ -65,27 +166,73 @@ class UnitStore:
         # replacement pod only after the old one has terminated, so none of these is in use
         for stale in self.results.glob(f".*{TMP_SUFFIX}"):
             stale.unlink(missing_ok=True)
+        self.write_plan(plan)
+
+    def write_plan(self, plan: dict) -> None:
         write_json(self.dir / UNIT_FILE, plan)
 
-    def record_path(self, rel: str) -> Path:
-        return self.results / f"{graph_key(rel)}.json"
+    def record_path(self, key: str) -> Path:
+        return self.results / f"{key}.json"
 
-    def done(self, rel: str) -> bool:
-        return self.record_path(rel).is_file()
+    def done(self, key: str) -> bool:
+        """A whole, valid record answers this key (a damaged one does not: the graph is verified again)."""
+        path = self.record_path(key)
+        try:
+            record = check_record(parse(path.read_bytes()))
+        except FileNotFoundError:
+            return False
+        except Damaged:
+            return False
+        return key_of(record) == key
 
     def write(self, record: dict) -> None:
-        write_json(self.record_path(record["graph"]), record)
+        write_json(self.record_path(key_of(record)), record)
 
 
-def read_units(out: Path):
-    """Yield (unit name, plan, [records]) for every unit directory under out; temporary files are
-    ignored (they are unfinished writes)."""
-    for unit_dir in sorted(p for p in Path(out).iterdir() if (p / UNIT_FILE).is_file()):
-        plan = json.loads((unit_dir / UNIT_FILE).read_text(encoding="utf-8"))
-        records = []
+@dataclass
+class Unit:
+    """One unit as read back: its plan (None when unit.json is damaged), its valid records, its damaged files."""
+    name: str
+    plan: dict | None
+    records: list = field(default_factory=list)
+    damaged: list = field(default_factory=list)  # (path, reason)
+
+
+def _read(path: Path):
+    try:
+        return parse(path.read_bytes())
+    except OSError as exc:
+        raise Damaged(f"cannot read: {exc.strerror or exc}") from None
+
+
+def read_run(rdir: Path) -> list[Unit]:
+    """Every unit directory of a run, each file schema-checked; temporary files are ignored (unfinished
+    writes). A record is read only when its unit.json is valid: without the plan nothing says what it answers."""
+    units = []
+    for unit_dir in sorted(p for p in Path(rdir).iterdir() if p.is_dir()):
+        plan_file = unit_dir / UNIT_FILE
         results = unit_dir / RESULTS
+        if not plan_file.is_file():
+            if results.is_dir():  # records without a plan: the unit.json was lost
+                units.append(Unit(unit_dir.name, None, damaged=[(plan_file, "missing")]))
+            continue
+        try:
+            unit = Unit(unit_dir.name, check_unit(_read(plan_file), unit_dir.name))
+        except Damaged as exc:
+            units.append(Unit(unit_dir.name, None, damaged=[(plan_file, str(exc))]))
+            continue
         if results.is_dir():
             for f in sorted(results.iterdir()):
-                if f.suffix == ".json" and not f.name.startswith("."):
-                    records.append(json.loads(f.read_text(encoding="utf-8")))
-        yield unit_dir.name, plan, records
+                if f.name.startswith(".") or f.suffix != ".json":
+                    continue
+                try:
+                    record = check_record(_read(f))
+                    if key_of(record) != f.stem:
+                        raise Damaged("its name is not its record's key (graph, content, options, version): "
+                                      "a copied or edited file")
+                except Damaged as exc:
+                    unit.damaged.append((f, str(exc)))
+                else:
+                    unit.records.append(record)
+        units.append(unit)
+    return units

@@ -14,7 +14,6 @@ import time
 import numpy as np
 
 from gradcheck_client.client import make_request
-from gradcheck_client.graphio import GraphFileError, load_graph
 
 from ..alarm import alarm
 from ..errors import BackendUnavailable, GradcheckError, OptionError
@@ -49,19 +48,24 @@ def _listed_digests(data: dict) -> tuple[dict, str]:
     return digests, "listed" if any(p.get("truncated") for p in params) else "full"
 
 
-def load(path):
-    """The graph message; GraphFileError when it does not decode (a result), InfraError when the file
-    cannot be read at all (the volume's fault)."""
-    try:
-        return load_graph(path)
-    except GraphFileError as exc:
-        if exc.fmt is None:
-            raise InfraError(str(exc)) from None
-        raise
+def decode(data: bytes, path, onnx_import=None):
+    """The graph message from a file's bytes (read once, so the bytes verified are the bytes hashed), or for
+    an .onnx file the model with its import options (imported by the verifier, as the server does);
+    GraphFileError when they do not decode (a result)."""
+    from gradcheck_client.graphio import decode_graph, sniff_format
+    from gradcheck_client.onnx_options import OnnxModel, is_onnx
+
+    if is_onnx(path):
+        from gradcheck.v1 import service_pb2
+
+        return OnnxModel(data, onnx_import if onnx_import is not None else service_pb2.OnnxImport())
+    return decode_graph(data, sniff_format(data, path), path)
 
 
 def present_faults(graph, faults: tuple) -> tuple:
     """Only the faults whose node exists in this graph (screening plants one fault across a whole suite)."""
+    if not hasattr(graph, "nodes"):  # an ONNX model: its nodes are known only once imported
+        return faults
     names = {n.name for n in graph.nodes} | {i.name for i in graph.inputs}
     return tuple(f for f in faults if f.split(":", 1)[0] in names)
 
@@ -72,10 +76,12 @@ class LocalVerifier:
 
     where = "in-process"
 
-    def __init__(self, options: dict):
+    def __init__(self, options: dict, limits=None):
         from ..server.config import ServerLimits
+        from .store import code_version
 
-        self.options, self.limits = options, ServerLimits()
+        self.options, self.limits = options, limits or ServerLimits()
+        self.version = code_version()  # what answers: this process's code
 
     def check(self) -> None:
         if self.options.get("device") == "cuda":
@@ -87,9 +93,14 @@ class LocalVerifier:
     def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
         from ..server.execute import verify_report
 
+        request = make_request(graph, rel, **options)
+        size = request.ByteSize()
+        if size > self.limits.max_message_bytes:  # what the server's transport would refuse
+            return {"status": "invalid", "error": f"the request is {size} bytes, over the limit of "
+                    f"{self.limits.max_message_bytes} (raise it with --max-message-bytes)"}
         try:
             with time_limit(limit):  # the server's own request path (ONNX and allow_nonfinite included)
-                report = verify_report(make_request(graph, rel, **options), self.limits)
+                report = verify_report(request, self.limits)
         except GraphTimeout:
             return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s"}
         except BackendUnavailable as exc:
@@ -117,15 +128,17 @@ class RemoteVerifier:
 
         self.where = target
         self.options = options
+        self.version = None  # what answers: the server's version, known after check()
         self.client = Client(target, token=token, retries=4, backoff=0.2)  # ~2 s; then the Job retries
 
     def check(self) -> None:
         from gradcheck_client.client import VerifyError
 
         try:
-            self.client.server_info()
+            info = self.client.server_info()
         except VerifyError as exc:
             self._raise_for_connection(exc)
+        self.version = f"server {info.get('version') or 'unknown'}"
 
     def _raise_for_connection(self, exc) -> None:
         import grpc
