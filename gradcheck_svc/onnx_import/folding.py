@@ -76,12 +76,6 @@ class Folder:
         self.used = 0
         self.spent = 0.0
 
-    def fits(self, n: int, what: str) -> None:
-        """LimitError if one value of n elements alone is over max_elements (charged or not)."""
-        if n > self.budget.max_elements:
-            raise LimitError(f"{what} would hold {n} elements, over the limit of {self.budget.max_elements} "
-                             "(max_elements)", field="model")
-
     def charge(self, n: int, what: str) -> None:
         """Count n more elements computed at import time; LimitError past max_elements."""
         if self.used + n > self.budget.max_elements:

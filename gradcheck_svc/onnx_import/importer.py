@@ -181,10 +181,10 @@ class Importer:
                 raise GraphError(f"shape {dims} has a negative dimension")
             what, n = f"the output of ConstantOfShape node {_label(node)}", int(np.prod(dims, dtype=object))
             fill = a.get("value")
-            if fill is None or helper.tensor_dtype_to_np_dtype(fill.data_type).kind == "f":
-                self.folder.fits(n, what)  # a float fill stays lazy (a Filled, a node validation counts)
-            else:
-                self.folder.charge(n, what)  # an int fill is data made here
+            # a float fill stays lazy (a Filled: a constant_of_shape node, which validation counts, or
+            # charged if it is ever materialized); an int fill is data made here
+            if fill is not None and helper.tensor_dtype_to_np_dtype(fill.data_type).kind != "f":
+                self.folder.charge(n, what)
             return [constant_of_shape(ctx, node, a)]
         return self.folder.run(node, feeds, _label(node))
 
