@@ -348,6 +348,10 @@ def test_folding_has_a_time_budget(tmp_path, capsys):
     assert main(["verify", str(path), "--params", "none", "--fd", "full"]) == 0  # within the default budget
 
 
+def input_values(graph_json: Path, name: str) -> list:
+    return next(i for i in json.loads(graph_json.read_text())["inputs"] if i["name"] == name)["value"]["data"]
+
+
 def test_external_data_on_the_command_line_only_beside_the_model(tmp_path, planted, capsys):
     weights = np.arange(4, dtype=np.float32) + 0.5
     # beside the model: read, and the values are the file's
@@ -358,10 +362,7 @@ def test_external_data_on_the_command_line_only_beside_the_model(tmp_path, plant
     onnx.save(m, good / "m.onnx")
     assert main(["import-onnx", str(good / "m.onnx"), "-o", str(good / "g.json"), "--params", "w"]) == 0
     capsys.readouterr()
-    saved = json.loads((good / "g.json").read_text())
-    w = next(i for i in saved["inputs"] if i["name"] == "w")
-    assert np.allclose(w["value"]["data"] if "data" in w.get("value", {}) else w["value"], weights) or \
-        "0.5" in json.dumps(w)
+    assert input_values(good / "g.json", "w") == weights.tolist()
     # anywhere else: refused, one line, the tensor named, nothing read
     bad = tmp_path / "bad"
     bad.mkdir()
@@ -387,8 +388,7 @@ def test_tensor_files_on_the_command_line_only_beside_them(tmp_path, planted, ca
     (tmp_path / "x.pb").write_bytes(external(f32("x"), "x.bin").SerializeToString())
     assert main(["import-onnx", str(m), "-o", str(tmp_path / "g.json"), "--input", f"x={tmp_path / 'x.pb'}"]) == 0
     capsys.readouterr()
-    assert "2.5" in json.dumps(next(i for i in json.loads((tmp_path / "g.json").read_text())["inputs"]
-                                    if i["name"] == "x"))
+    assert input_values(tmp_path / "g.json", "x") == [2.5] * 4
     (tmp_path / "evil.pb").write_bytes(external(f32("planted_x"), str(planted["secret"])).SerializeToString())
     (tmp_path / "evil_c.pb").write_bytes(external(f32("planted_c"), str(planted["fifo"])).SerializeToString())
     cases = ((["--input", f"x={tmp_path / 'evil.pb'}"], "planted_x"),
@@ -402,7 +402,8 @@ def test_tensor_files_on_the_command_line_only_beside_them(tmp_path, planted, ca
 # --- MemoryError ------------------------------------------------------------------------------
 
 def memory_bombs() -> dict:
-    """Within a raised --max-elements, each needs 8 GB or more: no allocation of that size succeeds under the caps below: one while folding, one in the engine."""
+    """Within a raised --max-elements, each needs 8 GB or more at once (no allocation that size succeeds
+    under the address-space caps below): one while folding, one in the engine."""
     n = 2 * 10**9
     fold = _bomb(helper.make_node("Range", ["a", "b", "d"], ["r"], name="oom_range"),
                  _c("a", np.int64(0)), _c("b", np.int64(n)), _c("d", np.int64(1)))
@@ -434,6 +435,9 @@ def test_out_of_memory_is_a_limit_over_grpc(tmp_path):
                 assert srv.worker_pids() == [worker], name
             ok = model([helper.make_node("Add", ["x", "w"], ["y"])], [f32("w")])
             assert stub.Verify(onnx_request(ok), timeout=60).report.verdict == "pass"
+        home = Path(os.readlink(f"/proc/{srv.pid}/cwd"))
+        assert home.is_dir() and home != Path.cwd()
+    assert not home.exists()  # the server's private directory goes with it
 
 
 def test_out_of_memory_on_the_command_line_is_exit_2(tmp_path):

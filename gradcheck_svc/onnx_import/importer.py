@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import GradcheckError, GraphError
+from ..errors import GraphError
 from .context import Context, Filled, Unsupported
 from .converters import CONVERTERS, constant_of_shape, constant_value
 from .folding import FoldBudget, Folder
