@@ -237,7 +237,7 @@ def _bomb(node, *inits):
 
 
 def bombs() -> dict:
-    """name -> (a model of a few hundred bytes, the node its error must name, the gRPC code)."""
+    """node name (its error must name it) -> (a model of a few hundred bytes, the gRPC code)."""
     big = np.array([10**5, 10**5], np.int64)
     loop_body = helper.make_graph(
         [helper.make_node("Add", ["v_in", "one"], ["v_out"]), helper.make_node("Identity", ["c_in"], ["c_out"])],
