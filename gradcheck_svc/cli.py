@@ -106,6 +106,7 @@ def _verify(args) -> int:
     from .graph import load_graph
     from .graph.decode import parse_graph
     from .limits import ServerLimits, limit_flag_values
+    from .onnx_import.folding import FoldBudget
     from .server.execute import verify_options
     from .verify import verify
     from .verify.memory_profile import write_timeline_plot
@@ -128,7 +129,8 @@ def _verify(args) -> int:
                          "(raise it with --max-symbolic-partials)", field="--symbolic-max-partials")
     check_file_size(args.graph, limits.max_message_bytes)
     # decoded once: the HTML report draws the same message that was verified
-    message = _onnx_graph(args.graph, args) if is_onnx(args.graph) else parse_graph(args.graph)
+    message = _onnx_graph(args.graph, args, FoldBudget.from_limits(limits)) if is_onnx(args.graph) \
+        else parse_graph(args.graph)
     graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
     report = verify(graph, options)
     if args.memory_plot is not None:
@@ -159,18 +161,29 @@ def write_html_report(path: str, graph_path: str, message, report, integrity: st
         raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
 
 
-def _onnx_graph(path: str, args):
-    """An ONNX model imported with the flags' options, through the same mapping the server uses."""
+def _onnx_graph(path: str, args, budget):
+    """An ONNX model imported with the flags' options, through the same mapping the server uses.
+    External data is read only from beside the files the user named (the model, --input and
+    --cotangent files); `budget` bounds import-time folding (onnx_import/folding.py)."""
+    from pathlib import Path
+
     from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
 
     from .errors import OptionError
-    from .onnx_import import import_onnx, options_from_proto
+    from .onnx_import import embed_beside, import_onnx, options_from_proto
 
     try:
         message = onnx_import_message(args)
     except OnnxFlagError as exc:
         raise OptionError(str(exc)) from None
-    return import_onnx(path, options_from_proto(message))
+    for item in args.onnx_inputs or ():
+        name, _, file = item.partition("=")
+        message.inputs[name] = embed_beside(message.inputs[name], Path(file).parent, f"--input {name}",
+                                            budget.max_elements)
+    if args.onnx_cotangent:
+        message.cotangent = embed_beside(message.cotangent, Path(args.onnx_cotangent).parent, "--cotangent",
+                                         budget.max_elements)
+    return import_onnx(path, options_from_proto(message), budget=budget)
 
 
 def _import_onnx(args) -> int:
@@ -185,7 +198,9 @@ def _import_onnx(args) -> int:
     out = Path(args.out)
     if out.suffix not in (".pb", ".json"):
         raise OptionError(f"'{args.out}': the graph file must end in .pb or .json", field="-o")
-    message = _onnx_graph(args.model, args)
+    from .onnx_import.folding import FoldBudget
+
+    message = _onnx_graph(args.model, args, FoldBudget(max_elements=Limits().max_elements))
     graph = load_graph(message, limits=Limits())  # the importer's output must validate
     try:
         save_graph(message, out)
@@ -289,6 +304,10 @@ def main(argv=None) -> int:
         return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
+    except MemoryError:  # an input too big for this machine's memory: the user's to shrink, not a fault
+        print("gradcheck-svc: error: out of memory: the input needs more memory than this machine has",
+              file=sys.stderr)
+        return EXIT_INVALID
     except Exception as exc:  # an internal fault: one line, no traceback
         print(f"gradcheck-svc: internal error: {type(exc).__name__}: {exc} (please report this)", file=sys.stderr)
         return EXIT_INTERNAL

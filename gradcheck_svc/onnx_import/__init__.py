@@ -18,36 +18,59 @@ def _require_onnx() -> None:
                          field="model") from None
 
 
-def import_onnx(source, options=None, name: str = ""):
-    """source: a path or the model's bytes. Returns a gradcheck.v1.Graph message (validate with load_graph)."""
+def import_onnx(source, options=None, name: str = "", budget=None):
+    """source: a path or the model's bytes. Returns a gradcheck.v1.Graph message (validate with load_graph).
+    budget: a FoldBudget (what import-time folding may compute; default: the default limits')."""
     _require_onnx()
     from pathlib import Path
 
+    from .folding import FoldBudget
     from .importer import import_model
     from .model import read_model
 
-    model = read_model(source)
+    budget = budget or FoldBudget()
+    model = read_model(source, max_elements=budget.max_elements)
     if not name and isinstance(source, (str, Path)):
         name = Path(source).stem
-    return import_model(model, options, name)
+    return import_model(model, options, name, budget)
 
 
-def read_tensor(path, field: str = "inputs"):
-    """A TensorProto file (.pb, as ONNX's test data) -> (name, NumPy array)."""
+def read_tensor(path, field: str = "inputs", max_elements: int | None = None):
+    """A TensorProto file (.pb, as ONNX's test data) -> (name, NumPy array); external data is read
+    only from beside the file (tensors.load_beside)."""
     _require_onnx()
+    from pathlib import Path
+
     import onnx
-    from onnx import numpy_helper
+
+    from .tensors import parse_tensor
+
+    where = f"{field} '{path}'"
+    try:
+        data = Path(path).read_bytes()
+    except OSError as exc:
+        raise GraphError(f"cannot read tensor file: {exc.strerror or exc}", field=where) from None
+    data = embed_beside(data, Path(path).parent, where, max_elements)
+    array = parse_tensor(data, where)
+    return onnx.TensorProto.FromString(data).name, array
+
+
+def embed_beside(data: bytes, base_dir, field: str, max_elements: int | None = None) -> bytes:
+    """A serialized TensorProto from a file the user named, its external data (if any) read from
+    base_dir and embedded: the bytes then name no file, as a request's must."""
+    import onnx
+
+    from .tensors import load_beside, uses_external
 
     t = onnx.TensorProto()
     try:
-        with open(path, "rb") as f:
-            t.ParseFromString(f.read())
-        return t.name, numpy_helper.to_array(t)
-    except OSError as exc:
-        raise GraphError(f"cannot read tensor file '{path}': {exc.strerror or exc}", field=field) from None
-    except Exception as exc:  # DecodeError, bad data
-        raise GraphError(f"'{path}' is not a TensorProto file ({str(exc).splitlines()[0] if str(exc) else exc})",
-                         field=field) from None
+        t.ParseFromString(data)
+    except Exception:
+        return data  # parse_tensor says what is wrong with it
+    if not uses_external(t):
+        return data
+    load_beside(t, base_dir, field, max_elements)
+    return t.SerializeToString()
 
 
 def is_onnx_path(path) -> bool:
@@ -55,32 +78,26 @@ def is_onnx_path(path) -> bool:
 
 
 def options_from_proto(msg):
-    """gradcheck.v1.OnnxImport -> ImportOptions (tensors arrive as serialized TensorProtos)."""
+    """gradcheck.v1.OnnxImport -> ImportOptions (tensors arrive as serialized TensorProtos; one that
+    names a file is refused before anything is read)."""
     _require_onnx()
-    import onnx
-    from onnx import numpy_helper
-
     from .importer import ImportOptions
-
-    def tensor(data: bytes, field: str):
-        t = onnx.TensorProto()
-        try:
-            t.ParseFromString(data)
-            return numpy_helper.to_array(t)
-        except Exception as exc:
-            raise GraphError(f"not a serialized TensorProto ({str(exc).splitlines()[0] if str(exc) else exc})",
-                             field=field) from None
+    from .tensors import parse_tensor
 
     return ImportOptions(
         params=msg.params or "initializers",
-        inputs={name: tensor(data, f"onnx.inputs[{name}]") for name, data in msg.inputs.items()},
+        inputs={name: parse_tensor(data, f"onnx.inputs[{name}]") for name, data in msg.inputs.items()},
         input_seed=msg.input_seed, output=msg.loss_output or None, loss=msg.loss or "sum",
-        cotangent=tensor(msg.cotangent, "onnx.cotangent") if msg.cotangent else None,
+        cotangent=parse_tensor(msg.cotangent, "onnx.cotangent") if msg.cotangent else None,
         cotangent_seed=msg.cotangent_seed)
 
 
-def graph_from_request(request):
-    """The Graph message a VerifyRequest describes: its graph, or its ONNX model imported."""
+def graph_from_request(request, limits=None):
+    """The Graph message a VerifyRequest describes: its graph, or its ONNX model imported within
+    the request's limits (a ServerLimits; default: the defaults)."""
     if not request.onnx_model:
         return request.graph
-    return import_onnx(request.onnx_model, options_from_proto(request.onnx))
+    from .folding import FoldBudget
+
+    budget = FoldBudget.from_limits(limits) if limits is not None else None
+    return import_onnx(request.onnx_model, options_from_proto(request.onnx), budget=budget)

@@ -27,6 +27,7 @@ import numpy as np
 from ..errors import GraphError
 from .context import Context, Filled, Unsupported
 from .converters import CONVERTERS, constant_of_shape, constant_value
+from .folding import FoldBudget, Folder
 from .model import default_opset
 
 LOSSES = ("sum", "mean", "cotangent")
@@ -75,10 +76,11 @@ def _np_dtype(vi):
 
 
 class Importer:
-    def __init__(self, model, options: ImportOptions, name: str):
+    def __init__(self, model, options: ImportOptions, name: str, budget: FoldBudget | None = None):
         from onnx import numpy_helper
 
         self.model, self.options = model, options
+        self.folder = Folder(budget or FoldBudget(), model)
         self.opset = default_opset(model)
         g = model.graph
         self.inits = {t.name: numpy_helper.to_array(t) for t in g.initializer}
@@ -108,7 +110,7 @@ class Importer:
         """A value known at import time: a parameter if chosen (floats only), else a constant."""
         is_float = isinstance(value, Filled) or np.asarray(value).dtype.kind == "f"
         if is_float and self._wants(onnx_name, "constants"):
-            self._param(onnx_name, value.materialize(np.float64) if isinstance(value, Filled) else value)
+            self._param(onnx_name, self.folder.materialize(value))
         else:
             self.ctx.consts[onnx_name] = value
 
@@ -165,24 +167,26 @@ class Importer:
         self.ctx.poisoned.update(o for o in node.output if o)
 
     def _fold(self, node, a):
-        """Outputs of a node whose inputs are all constants, by ONNX's reference evaluator."""
+        """Outputs of a node whose inputs are all constants: a Constant's value, or computed by
+        ONNX's reference evaluator within the folding budget (folding.py), sizes known first."""
+        from onnx import helper
+
         ctx = self.ctx
         if node.op_type == "Constant":
             return [constant_value(node, a)]
+        feeds = {n: self.folder.materialize(ctx.consts[n]) for n in node.input if n}
         if node.op_type == "ConstantOfShape":
+            dims = [int(d) for d in np.asarray(feeds[node.input[0]]).reshape(-1)] if node.input else []
+            if any(d < 0 for d in dims):
+                raise GraphError(f"shape {dims} has a negative dimension")
+            what, n = f"the output of ConstantOfShape node {_label(node)}", int(np.prod(dims, dtype=object))
+            fill = a.get("value")
+            # a float fill stays lazy (a Filled: a constant_of_shape node, which validation counts, or
+            # charged if it is ever materialized); an int fill is data made here
+            if fill is not None and helper.tensor_dtype_to_np_dtype(fill.data_type).kind != "f":
+                self.folder.charge(n, what)
             return [constant_of_shape(ctx, node, a)]
-        from onnx import helper
-        from onnx.reference import ReferenceEvaluator
-
-        feeds = {n: ctx.const(n) for n in node.input if n}
-        graph = helper.make_graph(
-            [node], "fold",
-            [helper.make_tensor_value_info(n, helper.np_dtype_to_tensor_dtype(v.dtype), v.shape)
-             for n, v in feeds.items()],
-            [helper.make_empty_tensor_value_info(o) for o in node.output if o])
-        one = helper.make_model(graph, opset_imports=list(self.model.opset_import),
-                                ir_version=self.model.ir_version)
-        return ReferenceEvaluator(one).run(None, feeds)
+        return self.folder.run(node, feeds, _label(node))
 
     def _shape_of(self, node, a):
         """Shape and Size of a computed value: known statically."""
@@ -287,6 +291,6 @@ class Importer:
         return self.ctx.builder.build()
 
 
-def import_model(model, options: ImportOptions | None = None, name: str = ""):
-    """A checked ModelProto -> gradcheck.v1.Graph message."""
-    return Importer(model, options or ImportOptions(), name).run()
+def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):
+    """A checked ModelProto -> gradcheck.v1.Graph message; folding within `budget` (folding.py)."""
+    return Importer(model, options or ImportOptions(), name, budget).run()

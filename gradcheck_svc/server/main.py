@@ -1,5 +1,8 @@
 """`gradcheck-svc serve`: start the server, run until SIGTERM/SIGINT, drain, exit.
 
+The server runs in an empty private directory of its own (a fresh temporary one), so that no
+relative path can reach the operator's files.
+
 Shutdown: health turns NOT_SERVING at once (load balancers stop sending),
 new RPCs are refused, in-flight ones get `grace_seconds` to finish, then the
 workers are stopped.
@@ -7,11 +10,14 @@ workers are stopped.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import logging
+import os
 import signal
 import socket
 import ssl
+import tempfile
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -147,5 +153,15 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
 
 def run(config: ServerConfig) -> int:
     configure_logging()
-    asyncio.run(serve(config))
+    # no request names a file (onnx_import/tensors.py refuses them); should anything still open a
+    # relative path, it finds an empty directory of the server's own, never the operator's
+    config = dataclasses.replace(config, tls_cert=config.tls_cert and config.tls_cert.resolve(),
+                                 tls_key=config.tls_key and config.tls_key.resolve())
+    home = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="gradcheck-serve-") as empty:  # mode 0700
+        os.chdir(empty)
+        try:
+            asyncio.run(serve(config))
+        finally:
+            os.chdir(home if os.path.isdir(home) else "/")
     return 0

@@ -1,8 +1,8 @@
 """The one place that maps errors to gRPC status codes.
 
 GraphError, OptionError (and any other user error) -> INVALID_ARGUMENT with a
-google.rpc.BadRequest field violation naming the node or field; LimitError and
-a full queue -> RESOURCE_EXHAUSTED; BackendUnavailable -> FAILED_PRECONDITION;
+google.rpc.BadRequest field violation naming the node or field; LimitError, a
+MemoryError and a full queue -> RESOURCE_EXHAUSTED; BackendUnavailable -> FAILED_PRECONDITION;
 the server's per-request time limit -> DEADLINE_EXCEEDED; a worker process
 that died, and anything unexpected -> INTERNAL, with no traceback.
 
@@ -59,6 +59,9 @@ class Failure:
 def failure_for(exc: BaseException, time_limit: float | None = None) -> Failure:
     if isinstance(exc, LimitError):
         return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "limit", exc.message, exc.where)
+    if isinstance(exc, MemoryError):  # a request too big for the memory there is: a limit, not a fault
+        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "limit", "the request needs more memory than the "
+                       "server has", "request")
     if isinstance(exc, BackendUnavailable):
         return Failure(grpc.StatusCode.FAILED_PRECONDITION, "unavailable", exc.message, exc.where)
     if isinstance(exc, GradcheckError):
