@@ -151,15 +151,14 @@ def verify_report(request: service_pb2.VerifyRequest, limits: ServerLimits | Non
     limits = limits or ServerLimits()
     options = options_from_proto(request.options, limits)
     message = request.graph
-    try:
-        if request.onnx_model:  # an ONNX model: imported here, in the worker, like any other decoding
-            from ..onnx_import import graph_from_request
+    if request.onnx_model:  # an ONNX model: imported here, in the worker, like any other decoding
+        from ..onnx_import import graph_from_request
 
-            message = graph_from_request(request, limits)
-        graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
-        return verify(graph, options, on_phase=on_phase)
-    except MemoryError:  # a request bigger than this process's memory is over a limit, not a fault
-        raise LimitError("the request needs more memory than this process has", field="request") from None
+        message = graph_from_request(request, limits)
+    graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
+    # a MemoryError goes up as it is: the server's worker answers it RESOURCE_EXHAUSTED (a limit of that
+    # process), while a batch shard exits 75 so that its Job retries it on a node with more memory
+    return verify(graph, options, on_phase=on_phase)
 
 
 def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,

@@ -28,7 +28,7 @@ def run_payload(payload: bytes, limits: ServerLimits) -> tuple:
         return ("ok", response.SerializeToString(), report.verdict, [f.cause for f in report.findings])
     except GradcheckError as exc:
         return ("error", type(exc).__name__, exc.reason, exc.node, exc.field)
-    except MemoryError:  # outside verify_report (the response's own bytes): still a limit, not a fault
+    except MemoryError:  # a request bigger than this process's memory is over a limit, not a fault
         return ("error", "LimitError", "the request needs more memory than this process has", None, "request")
     except Exception as exc:  # an internal fault: the traceback goes to the server's log only
         log.exception("internal error while verifying a graph")
