@@ -108,7 +108,7 @@ def _verify(args) -> int:
     from .limits import ServerLimits, limit_flag_values
     from .server.execute import verify_options
     from .verify import verify
-    from .verify.memory_profile import write_timeline_plot
+    from .verify.memory_profile import write_memory_plot
 
     limits = ServerLimits.from_flags(limit_flag_values(args))
     values = values_from_args(args)
@@ -133,7 +133,7 @@ def _verify(args) -> int:
     report = verify(graph, options)
     if args.memory_plot is not None:
         try:
-            write_timeline_plot(args.memory_plot, report.timelines, graph.name)
+            write_memory_plot(args.memory_plot, report.timelines, report.memory, graph.name)
         except OSError as exc:
             raise OptionError(f"'{args.memory_plot}': cannot write: {exc.strerror or exc}",
                               field="memory-plot") from None
@@ -150,8 +150,7 @@ def write_html_report(path: str, graph_path: str, message, report, integrity: st
 
     from .errors import OptionError
 
-    item = RunItem(graph_path, message, report.to_dict(),
-                   timelines={run: list(steps) for run, steps in report.timelines.items()})
+    item = RunItem(graph_path, message, report.to_dict())  # the page reads the JSON report's figures
     try:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(build_html([item], title=f"gradcheck: {report.graph or graph_path}", integrity=integrity))

@@ -10,10 +10,23 @@ timeline are what the pool actually handed out -- temporaries, allocator
 rounding and all -- rather than a sum of array sizes. Samples are offset so
 that they start from the counted bytes at `calibrate` time: memory held
 before the run (other requests' arrays, the caller's) is not charged to it.
+
+One accounting: every figure of a run is read from its meter. Within the bytes
+held, the meter knows three parts -- the graph's inputs (held from the start,
+excluded from the others), the tensors kept for backward (`saved`) and the
+parameters' gradients (`grads`, tagged by the backward pass); whatever else
+is held (adjoints of intermediate values, an output before its inputs are
+released) is a transient. The peak is the maximum of the bytes held, and the
+parts at the instant it was reached are kept with it (`peak_parts`). With a
+timeline each step records a Mark: the bytes held after it and the highest
+bytes held during it (with the parts at that instant), so the maximum over
+the timeline's `high` is the peak itself, not a sample of it.
 """
 from __future__ import annotations
 
+import itertools
 import weakref
+from typing import NamedTuple
 
 
 def owner(a):
@@ -22,6 +35,17 @@ def owner(a):
     while base is not None and hasattr(base, "nbytes"):  # (not at a foreign buffer without a size)
         a, base = base, getattr(base, "base", None)
     return a
+
+
+class Mark(NamedTuple):
+    """One step of a timeline."""
+
+    label: str  # "forward NODE", "recompute NODE", "backward NODE"
+    live: int  # bytes held after the step
+    high: int  # the most bytes held during the step (a device sample: the same as live)
+    saved: int  # bytes kept for backward after the step
+    high_saved: int  # ... and at the instant of `high`
+    high_grads: int  # parameters' gradient bytes at the instant of `high`
 
 
 class Tally:
@@ -35,19 +59,25 @@ class Tally:
 
 class MemoryMeter:
     """Counts the distinct buffers held (`current`, `peak`) and, within them, those kept for
-    backward (`saved`, a Tally). One table serves both: a saved tensor is always also held,
-    and the engine's hot loops then pay one owner lookup per tensor, not two."""
+    backward (`saved`, a Tally) and the parameters' gradients (`grads`). One table serves all:
+    a saved tensor is always also held, and the engine's hot loops then pay one owner lookup
+    per tensor, not two."""
 
     def __init__(self, record_timeline: bool = False, sampler=None):
-        self._refs: dict[int, list] = {}  # id(owner) -> [owner, held count, saved count]
-        self._excluded: dict[int, object] = {}  # id(owner) -> owner, never counted as saved
+        self._refs: dict[int, list] = {}  # id(owner) -> [owner, held count, saved count, gradient count]
+        self._excluded: dict[int, object] = {}  # id(owner) -> owner, never counted as saved or gradient
         self.current = 0
         self.peak = 0
         self.saved = Tally()
-        self.timeline: list[tuple[str, int]] | None = [] if record_timeline else None
+        self.grads = 0  # bytes of the parameters' gradients held now
+        self.high = 0  # the most bytes held since the last mark
+        self.high_parts = (0, 0)  # (saved, grads) when `high` was reached
+        self.peak_parts = (0, 0)  # (saved, grads) when `peak` was reached
+        self.timeline: list[Mark] | None = [] if record_timeline else None
         self._sampler = sampler
         self._offset = 0
         self.sampled_peak = 0
+        self.sampled_peak_parts = (0, 0)
         # mark() only does something with a sampler or a timeline; the loops skip the call (and
         # building its label) otherwise
         self.marks = sampler is not None or record_timeline
@@ -58,6 +88,15 @@ class MemoryMeter:
             o = owner(a)
             self._excluded[id(o)] = o
 
+    def _grew(self) -> None:
+        """`current` passed the step's high: note it, and the parts at this instant."""
+        c = self.current
+        self.high = c
+        self.high_parts = parts = (self.saved.current, self.grads)
+        if c > self.peak:
+            self.peak = c
+            self.peak_parts = parts
+
     # hold/drop run several times per step: the common case (an array owning its memory) is inlined
     def hold(self, a) -> None:
         o = a if a.base is None else owner(a)
@@ -66,10 +105,10 @@ class MemoryMeter:
         if ref is not None:
             ref[1] += 1
         else:
-            self._refs[key] = [o, 1, 0]
+            self._refs[key] = [o, 1, 0, 0]
             self.current += o.nbytes
-            if self.current > self.peak:
-                self.peak = self.current
+            if self.current > self.high:
+                self._grew()
 
     def drop(self, a) -> None:
         o = a if a.base is None else owner(a)
@@ -80,28 +119,67 @@ class MemoryMeter:
         if ref[1] == 1:
             del self._refs[key]
             self.current -= o.nbytes
+            if ref[3]:  # a gradient dropped without drop_grad: no longer held, no longer counted
+                self.grads -= o.nbytes
         else:
             ref[1] -= 1
 
-    def hold_saved(self, arrays) -> None:
-        """hold() each array, and count it as kept for backward (in `saved`)."""
+    def hold_grad(self, a) -> None:
+        """hold() a parameter's gradient (counted in `grads`)."""
+        self.hold(a)
+        self.tag_grad(a)
+
+    def tag_grad(self, a) -> None:
+        """An array held already has become a parameter's gradient."""
+        o = owner(a)
+        key = id(o)
+        ref = self._refs.get(key)
+        if ref is None or key in self._excluded:
+            return
+        ref[3] += 1
+        if ref[3] == 1 and ref[2] == 0:
+            self.grads += o.nbytes
+            c = self.current
+            if c == self.high:  # the instant of the step's high (and maybe the peak): its parts follow
+                self.high_parts = (self.saved.current, self.grads)
+                if c == self.peak:
+                    self.peak_parts = self.high_parts
+
+    def drop_grad(self, a) -> None:
+        """Undo hold_grad."""
+        o = owner(a)
+        ref = self._refs.get(id(o))
+        if ref is not None and ref[3]:
+            ref[3] -= 1
+            if ref[3] == 0 and ref[2] == 0:
+                self.grads -= o.nbytes
+        self.drop(a)
+
+    def hold_saved(self, arrays) -> int:
+        """hold() each array, and count it as kept for backward (in `saved`); returns the bytes
+        newly counted as saved."""
         refs, saved = self._refs, self.saved
+        added = 0
         for a in arrays:
             o = a if a.base is None else owner(a)
             key = id(o)
             ref = refs.get(key)
-            if ref is not None:
-                ref[1] += 1
+            grew = ref is None
+            if grew:
+                refs[key] = ref = [o, 1, 0, 0]
             else:
-                refs[key] = ref = [o, 1, 0]
-                self.current += o.nbytes
-                if self.current > self.peak:
-                    self.peak = self.current
+                ref[1] += 1
             ref[2] += 1
             if ref[2] == 1 and key not in self._excluded:
+                added += o.nbytes
                 saved.current += o.nbytes
                 if saved.current > saved.peak:
                     saved.peak = saved.current
+            if grew:  # after the saved tally: the parts at a new high include this tensor
+                self.current += o.nbytes
+                if self.current > self.high:
+                    self._grew()
+        return added
 
     def drop_saved(self, arrays) -> None:
         """Undo hold_saved for each array."""
@@ -126,6 +204,7 @@ class MemoryMeter:
         if self._sampler is not None:
             self._offset = self.current - self._sampler()
             self.sampled_peak = self.current
+            self.sampled_peak_parts = (self.saved.current, self.grads)
 
     @property
     def measured(self) -> int:
@@ -139,14 +218,25 @@ class MemoryMeter:
         """Peak over the marks (device samples) or over every hold (counted)."""
         return self.sampled_peak if self._sampler is not None else self.peak
 
+    @property
+    def measured_peak_parts(self) -> tuple[int, int]:
+        """(saved, grads) bytes at the instant of measured_peak."""
+        return self.sampled_peak_parts if self._sampler is not None else self.peak_parts
+
     def mark(self, label: str) -> None:
         if self._sampler is None and self.timeline is None:
             return
         now = self.measured
-        if now > self.sampled_peak:
-            self.sampled_peak = now
+        parts = (self.saved.current, self.grads)
+        if self._sampler is not None:
+            high, high_parts = now, parts  # the device is read at marks only
+            if now > self.sampled_peak:
+                self.sampled_peak, self.sampled_peak_parts = now, parts
+        else:
+            high, high_parts = self.high, self.high_parts
         if self.timeline is not None:
-            self.timeline.append((label, now))
+            self.timeline.append(Mark(label, now, high, parts[0], *high_parts))
+        self.high, self.high_parts = self.current, parts  # the next step's high starts from here
 
 
 class MeteringMeter(MemoryMeter):
@@ -155,15 +245,21 @@ class MeteringMeter(MemoryMeter):
     them until backward) but only weakly referenced, so the process never holds them all at
     once. Under a checkpoint policy this measures the un-checkpointed run's activation peak
     without paying its memory. A pinned buffer that was freed may see its id reused: a live
-    weak reference to the same object is what identifies it."""
+    weak reference to the same object is what identifies it. Each pinned buffer gets a token
+    (`pin_tokens` returns them per save), so what the un-checkpointed backward would release
+    can be replayed (memory_profile.replay_backward) without confusing two buffers of one id."""
 
     def __init__(self, record_timeline: bool = False, sampler=None):
         super().__init__(record_timeline, None)  # counted bytes: device samples would see the freed buffers
-        self._pinned: dict[int, object] = {}  # id(owner) -> weakref (or the owner, if not weak-referenceable)
+        self._pinned: dict[int, tuple] = {}  # id(owner) -> (weakref or the owner, token)
+        self._tokens = itertools.count()
+        self.token_bytes: dict[int, int] = {}  # token -> bytes (activations only, not graph inputs)
 
-    def _is_pinned(self, key: int, o) -> bool:
+    def _pin(self, key: int, o):
         p = self._pinned.get(key)
-        return p is not None and (p is o or (callable(p) and p() is o))
+        if p is not None and (p[0] is o or (callable(p[0]) and p[0]() is o)):
+            return p[1]
+        return None
 
     def hold(self, a) -> None:
         o = owner(a)
@@ -172,10 +268,11 @@ class MeteringMeter(MemoryMeter):
         if ref is not None:
             ref[1] += 1
             return
-        self._refs[key] = [o, 1, 0]
-        if not self._is_pinned(key, o):  # a pinned buffer's bytes are counted already
+        self._refs[key] = [o, 1, 0, 0]
+        if self._pin(key, o) is None:  # a pinned buffer's bytes are counted already
             self.current += o.nbytes
-            self.peak = max(self.peak, self.current)
+            if self.current > self.high:
+                self._grew()
 
     def drop(self, a) -> None:
         o = owner(a)
@@ -185,27 +282,43 @@ class MeteringMeter(MemoryMeter):
             return
         if ref[1] == 1:
             del self._refs[key]
-            if not self._is_pinned(key, o):  # a real run would keep a saved buffer until backward
+            if self._pin(key, o) is None:  # a real run would keep a saved buffer until backward
                 self.current -= o.nbytes
         else:
             ref[1] -= 1
 
-    def hold_saved(self, arrays) -> None:
+    def hold_saved(self, arrays) -> int:
+        return sum(b for _, b in self.pin(arrays))
+
+    def pin(self, arrays) -> list[tuple[int, int]]:
+        """hold_saved, returning (token, bytes newly counted as saved) per activation buffer
+        (graph inputs are not activations: left out)."""
+        out = []
         for a in arrays:
             o = owner(a)
             key = id(o)
-            if self._is_pinned(key, o):
+            token = self._pin(key, o)
+            if token is not None:
+                if token in self.token_bytes:
+                    out.append((token, 0))
                 continue
+            token = next(self._tokens)
+            try:
+                self._pinned[key] = (weakref.ref(o), token)
+            except TypeError:
+                self._pinned[key] = (o, token)  # cannot refer weakly: keep it (the figures stay right)
+            added = 0
+            if key not in self._excluded:
+                added = o.nbytes
+                self.token_bytes[token] = added
+                self.saved.current += added
+                self.saved.peak = max(self.saved.peak, self.saved.current)
+                out.append((token, added))
             if key not in self._refs:  # a tensor derived by the op's save: counted from now on
                 self.current += o.nbytes
-                self.peak = max(self.peak, self.current)
-            try:
-                self._pinned[key] = weakref.ref(o)
-            except TypeError:
-                self._pinned[key] = o  # cannot refer weakly: keep it (the figures stay right)
-            if key not in self._excluded:
-                self.saved.current += o.nbytes
-                self.saved.peak = max(self.saved.peak, self.saved.current)
+                if self.current > self.high:
+                    self._grew()
+        return out
 
     def drop_saved(self, arrays) -> None:
         raise NotImplementedError("a metering forward releases nothing it saved")

@@ -88,6 +88,11 @@ OPTIONS: tuple[Option, ...] = (
            "report names the input as their origin", type=bool, default=False, switch=True),
     Option("memory_timeline", "record live bytes after every forward/backward step into the report "
            "(memory_timelines; drawn by --html)", type=bool, default=False, switch=True),
+    Option("optimizer", "the optimizer whose state joins the training memory figure: none, sgd (no state), "
+           "momentum (1x the parameters), adam or adamw (2x)", default="none",
+           choices=("none", "sgd", "momentum", "adam", "adamw")),
+    Option("optimizer_dtype", "dtype of the optimizer's state (default: the engine's)",
+           choices=("float16", "bfloat16", "float32", "float64")),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 
