@@ -271,7 +271,7 @@ class CheckpointRun:
                 for name in plan.recompute_release.get(i, ()):
                     live.drop(values.pop(name))
                 if live.marks:
-                    live.mark(f"recompute {step.name}")
+                    live.mark("recompute", step.name)
         for name in plan.drop_after.get(s, ()):
             live.drop_saved((self.kept.pop(name),))
 

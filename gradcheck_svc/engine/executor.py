@@ -151,7 +151,7 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
                 for name in step.release:
                     drop(values.pop(name))
             if marks:
-                live.mark(f"forward {step.name}")
+                live.mark("forward", step.name)
     tape = Tape(program, backend, values[program.output], store, live, len(program.steps), checkpoint=ckpt)
     if keep_values:
         tape.values = values
@@ -249,7 +249,7 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
             if keeps:
                 store.release(step.name)
             if marks:
-                live.mark(f"backward {step.name}")
+                live.mark("backward", step.name)
     if ckpt is not None:
         tape.op_evaluations += ckpt.evaluations
     grads = {}

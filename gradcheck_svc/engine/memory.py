@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import itertools
 import weakref
+from array import array
 from typing import NamedTuple
 
 
@@ -46,6 +47,44 @@ class Mark(NamedTuple):
     saved: int  # bytes kept for backward after the step
     high_saved: int  # ... and at the instant of `high`
     high_grads: int  # parameters' gradient bytes at the instant of `high`
+
+
+KINDS = ("forward", "recompute", "backward")
+_KIND = {k: i for i, k in enumerate(KINDS)}
+
+
+class Timeline:
+    """A run's Marks, one per step, kept compactly (a deep graph has thousands of steps, and the
+    timeline must not weigh on the memory it measures): the numbers in int64 arrays, the step
+    names by reference. Reads as a sequence of Marks."""
+
+    def __init__(self):
+        self.kinds = bytearray()
+        self.names: list[str] = []
+        self.columns = tuple(array("q") for _ in range(5))  # live, high, saved, high_saved, high_grads
+
+    def append(self, kind: str, name: str, *numbers: int) -> None:
+        self.kinds.append(_KIND[kind])
+        self.names.append(name)
+        for column, n in zip(self.columns, numbers):
+            column.append(n)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> Mark:
+        return Mark(f"{KINDS[self.kinds[i]]} {self.names[i]}", *(c[i] for c in self.columns))
+
+    def __iter__(self):
+        return (self[i] for i in range(len(self)))
+
+    def kind(self, i: int) -> str:
+        return KINDS[self.kinds[i]]
+
+    def peak_index(self) -> int | None:
+        """The first step whose high is the timeline's maximum."""
+        high = self.columns[1]
+        return max(range(len(high)), key=high.__getitem__) if high else None
 
 
 class Tally:
@@ -73,7 +112,7 @@ class MemoryMeter:
         self.high = 0  # the most bytes held since the last mark
         self.high_parts = (0, 0)  # (saved, grads) when `high` was reached
         self.peak_parts = (0, 0)  # (saved, grads) when `peak` was reached
-        self.timeline: list[Mark] | None = [] if record_timeline else None
+        self.timeline: Timeline | None = Timeline() if record_timeline else None
         self._sampler = sampler
         self._offset = 0
         self.sampled_peak = 0
@@ -223,7 +262,8 @@ class MemoryMeter:
         """(saved, grads) bytes at the instant of measured_peak."""
         return self.sampled_peak_parts if self._sampler is not None else self.peak_parts
 
-    def mark(self, label: str) -> None:
+    def mark(self, kind: str, name: str) -> None:
+        """The end of a step: kind is forward, recompute or backward; name the step's node."""
         if self._sampler is None and self.timeline is None:
             return
         now = self.measured
@@ -235,7 +275,7 @@ class MemoryMeter:
         else:
             high, high_parts = self.high, self.high_parts
         if self.timeline is not None:
-            self.timeline.append(Mark(label, now, high, parts[0], *high_parts))
+            self.timeline.append(kind, name, now, high, parts[0], *high_parts)
         self.high, self.high_parts = self.current, parts  # the next step's high starts from here
 
 

@@ -59,7 +59,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
-from ..engine.memory import Mark, MemoryMeter
+from ..engine.memory import MemoryMeter, Timeline
 from ..errors import OptionError
 from .plot import Bar, Series, line_plot
 
@@ -105,18 +105,19 @@ class RunMemory:
     activations: int  # saved for backward, at the peak
     gradients: int  # the parameters' gradients, at the peak
     step: str  # the step during which it was reached
-    timeline: list = field(default_factory=list)  # [Mark]
+    timeline: Timeline
 
 
-def of_timeline(timeline: list) -> RunMemory:
+def of_timeline(timeline: Timeline) -> RunMemory:
     """The maximum over the timeline (the first step reaching it) and its parts."""
-    if not timeline:
-        return RunMemory(0, 0, 0, "", [])
-    best = max(timeline, key=lambda m: m.high)  # (max keeps the first of equals)
-    return RunMemory(int(best.high), int(best.high_saved), int(best.high_grads), best.label, list(timeline))
+    i = timeline.peak_index()
+    if i is None:
+        return RunMemory(0, 0, 0, "", timeline)
+    best = timeline[i]
+    return RunMemory(int(best.high), int(best.high_saved), int(best.high_grads), best.label, timeline)
 
 
-def replay_backward(metering, checkpointed) -> list:
+def replay_backward(metering, checkpointed) -> Timeline:
     """The un-checkpointed run's timeline without making it: the metering forward's steps, then
     the checkpointed run's backward steps with its saved tensors (and kept values) swapped for
     those the plain run would hold -- everything the metering forward pinned, released as each
@@ -126,18 +127,22 @@ def replay_backward(metering, checkpointed) -> list:
     sizes = metering.live.token_bytes
     refs = Counter(token for node_pins in pins.values() for token, _ in node_pins)
     saved = metering.live.saved.current  # every pinned activation: held until backward begins
-    out = list(metering.live.timeline)
-    for m in checkpointed.live.timeline:
-        kind, _, node = m.label.partition(" ")
-        if kind != "backward":
+    out = Timeline()
+    fwd = metering.live.timeline
+    for i in range(len(fwd)):
+        out.append(fwd.kind(i), fwd.names[i], *(c[i] for c in fwd.columns))
+    ck = checkpointed.live.timeline
+    live, high, ck_saved, ck_high_saved, high_grads = ck.columns
+    for i in range(len(ck)):
+        if ck.kind(i) != "backward":
             continue  # recompute steps are the policy's, not the plain run's
         before = saved
-        for token, _ in pins.get(node, ()):
+        for token, _ in pins.get(ck.names[i], ()):
             refs[token] -= 1
             if refs[token] == 0:
                 saved -= sizes[token]
-        out.append(Mark(m.label, m.live - m.saved + saved, m.high - m.high_saved + before, saved, before,
-                        m.high_grads))
+        out.append("backward", ck.names[i], live[i] - ck_saved[i] + saved, high[i] - ck_high_saved[i] + before,
+                   saved, before, high_grads[i])
     return out
 
 
@@ -269,8 +274,8 @@ def write_memory_plot(path, timelines: dict, memory: dict, graph_name: str = "")
     constant line (training = a gradient run's line + it). Below, the activation bytes per node."""
     series = []
     for run, marks in timelines.items():
-        ys = [m.high for m in marks]
-        start = next((i for i, m in enumerate(marks) if not m.label.startswith("forward ")), None)
+        ys = list(marks.columns[1])  # each step's high
+        start = next((i for i in range(len(marks)) if marks.kind(i) != "forward"), None)
         peak = run_peak(memory, run)
         series.append(Series(f"{run_name(run)}: peak {peak} B" if peak is not None else run_name(run),
                              list(range(len(ys))), ys, marks=[] if start is None else [start],
