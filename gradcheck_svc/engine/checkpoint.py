@@ -274,6 +274,7 @@ class CheckpointRun:
                     live.mark("recompute", step.name)
         for name in plan.drop_after.get(s, ()):
             live.drop_saved((self.kept.pop(name),))
+        live.restart_step()  # the backward step that follows starts from here, without the kept values
 
     def _check(self, s: int) -> None:
         """Compare a batch of recomputed values (in topological order) with the first forward."""

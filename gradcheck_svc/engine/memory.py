@@ -262,6 +262,13 @@ class MemoryMeter:
         """(saved, grads) bytes at the instant of measured_peak."""
         return self.sampled_peak_parts if self._sampler is not None else self.peak_parts
 
+    def restart_step(self) -> None:
+        """Start the current step's high from the bytes held now. After bytes were released
+        since the last mark: the high in between was at that mark, recorded already, and the
+        next step's high is then read with the parts it had (memory_profile.replay_backward
+        relies on the saved bytes not changing within a backward step but at its end)."""
+        self.high, self.high_parts = self.current, (self.saved.current, self.grads)
+
     def mark(self, kind: str, name: str) -> None:
         """The end of a step: kind is forward, recompute or backward; name the step's node."""
         if self._sampler is None and self.timeline is None:

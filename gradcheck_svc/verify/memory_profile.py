@@ -32,8 +32,10 @@ gradients, so it can never exceed training. The JSON keys:
   inference_transient_bytes  its part beyond data and parameters
   activations_by_node     [{node, op, bytes}], largest first: the activation
                           bytes of the run without checkpointing, each buffer
-                          attributed to the first node that saved it (they
-                          sum to activations_peak_bytes)
+                          attributed to the first node that saved it, as held
+                          when backward begins (they sum to activations_peak_bytes
+                          unless an in-place write swapped a saved buffer during
+                          the forward)
   op_evaluations          forward op evaluations of the gradient run
   memory_source           "engine_arrays" (NumPy) or "cupy_pool" (CuPy live figures)
   checkpoint              the policy the reported gradients were computed under
