@@ -168,7 +168,7 @@ def _png(path, series, title, xlabel, ylabel, logx, logy, bars=(), bars_title=""
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(loc="upper left", fontsize=8)  # inside: a long legend beside the axes squeezes them
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)
