@@ -61,19 +61,23 @@ class Timeline:
     def __init__(self):
         self.kinds = bytearray()
         self.names: list[str] = []
-        self.columns = tuple(array("q") for _ in range(5))  # live, high, saved, high_saved, high_grads
+        self.numbers = array("q")  # per step: live, high, saved, high_saved, high_grads (one extend per step)
 
     def append(self, kind: str, name: str, *numbers: int) -> None:
         self.kinds.append(_KIND[kind])
         self.names.append(name)
-        for column, n in zip(self.columns, numbers):
-            column.append(n)
+        self.numbers.extend(numbers)
+
+    @property
+    def columns(self) -> tuple:
+        """(live, high, saved, high_saved, high_grads), each an int64 array over the steps."""
+        return tuple(self.numbers[k::5] for k in range(5))
 
     def __len__(self) -> int:
         return len(self.names)
 
     def __getitem__(self, i: int) -> Mark:
-        return Mark(f"{KINDS[self.kinds[i]]} {self.names[i]}", *(c[i] for c in self.columns))
+        return Mark(f"{KINDS[self.kinds[i]]} {self.names[i]}", *self.numbers[5 * i:5 * i + 5])
 
     def __iter__(self):
         return (self[i] for i in range(len(self)))
@@ -83,7 +87,7 @@ class Timeline:
 
     def peak_index(self) -> int | None:
         """The first step whose high is the timeline's maximum."""
-        high = self.columns[1]
+        high = self.numbers[1::5]
         return max(range(len(high)), key=high.__getitem__) if high else None
 
 
@@ -145,9 +149,13 @@ class MemoryMeter:
             ref[1] += 1
         else:
             self._refs[key] = [o, 1, 0, 0]
-            self.current += o.nbytes
-            if self.current > self.high:
-                self._grew()
+            c = self.current = self.current + o.nbytes
+            if c > self.high:  # (_grew, inlined)
+                self.high = c
+                self.high_parts = parts = (self.saved.current, self.grads)
+                if c > self.peak:
+                    self.peak = c
+                    self.peak_parts = parts
 
     def drop(self, a) -> None:
         o = a if a.base is None else owner(a)
@@ -170,13 +178,13 @@ class MemoryMeter:
 
     def tag_grad(self, a) -> None:
         """An array held already has become a parameter's gradient."""
-        o = owner(a)
+        o = a if a.base is None else owner(a)
         key = id(o)
         ref = self._refs.get(key)
-        if ref is None or key in self._excluded:
+        if ref is None or ref[2] or key in self._excluded:  # (saved or an input: counted as such)
             return
         ref[3] += 1
-        if ref[3] == 1 and ref[2] == 0:
+        if ref[3] == 1:
             self.grads += o.nbytes
             c = self.current
             if c == self.high:  # the instant of the step's high (and maybe the peak): its parts follow
@@ -186,11 +194,11 @@ class MemoryMeter:
 
     def drop_grad(self, a) -> None:
         """Undo hold_grad."""
-        o = owner(a)
+        o = a if a.base is None else owner(a)
         ref = self._refs.get(id(o))
         if ref is not None and ref[3]:
             ref[3] -= 1
-            if ref[3] == 0 and ref[2] == 0:
+            if ref[3] == 0:
                 self.grads -= o.nbytes
         self.drop(a)
 
@@ -271,19 +279,23 @@ class MemoryMeter:
 
     def mark(self, kind: str, name: str) -> None:
         """The end of a step: kind is forward, recompute or backward; name the step's node."""
-        if self._sampler is None and self.timeline is None:
+        timeline = self.timeline
+        if self._sampler is None:  # counted: the common case, once per step
+            if timeline is None:
+                return
+            c, s = self.current, self.saved.current
+            timeline.kinds.append(_KIND[kind])
+            timeline.names.append(name)
+            timeline.numbers.extend((c, self.high, s, *self.high_parts))
+            self.high, self.high_parts = c, (s, self.grads)  # the next step's high starts from here
             return
         now = self.measured
         parts = (self.saved.current, self.grads)
-        if self._sampler is not None:
-            high, high_parts = now, parts  # the device is read at marks only
-            if now > self.sampled_peak:
-                self.sampled_peak, self.sampled_peak_parts = now, parts
-        else:
-            high, high_parts = self.high, self.high_parts
-        if self.timeline is not None:
-            self.timeline.append(kind, name, now, high, parts[0], *high_parts)
-        self.high, self.high_parts = self.current, parts  # the next step's high starts from here
+        if now > self.sampled_peak:  # the device is read at marks only: a step's high is its sample
+            self.sampled_peak, self.sampled_peak_parts = now, parts
+        if timeline is not None:
+            timeline.append(kind, name, now, now, parts[0], *parts)
+        self.high, self.high_parts = self.current, parts
 
 
 class MeteringMeter(MemoryMeter):

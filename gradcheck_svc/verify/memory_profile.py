@@ -58,6 +58,7 @@ gradients bit for bit.
 """
 from __future__ import annotations
 
+from array import array
 from collections import Counter
 from dataclasses import dataclass, field
 
@@ -129,10 +130,9 @@ def replay_backward(metering, checkpointed) -> Timeline:
     sizes = metering.live.token_bytes
     refs = Counter(token for node_pins in pins.values() for token, _ in node_pins)
     saved = metering.live.saved.current  # every pinned activation: held until backward begins
-    out = Timeline()
     fwd = metering.live.timeline
-    for i in range(len(fwd)):
-        out.append(fwd.kind(i), fwd.names[i], *(c[i] for c in fwd.columns))
+    out = Timeline()
+    out.kinds, out.names, out.numbers = bytearray(fwd.kinds), list(fwd.names), array("q", fwd.numbers)
     ck = checkpointed.live.timeline
     live, high, ck_saved, ck_high_saved, high_grads = ck.columns
     for i in range(len(ck)):
