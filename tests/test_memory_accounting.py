@@ -222,3 +222,60 @@ def test_the_optimizer_and_the_figures_through_grpc(server):
         channel.close()
     assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert info.value.details().startswith("optimizer:") and "\n" not in info.value.details()
+
+
+# --- checkpoint budget:BYTES (engine/budget.py) ------------------------------------------------------
+
+
+def _run(graph, policy):
+    from gradcheck_svc.verify.engine_run import run_engine
+
+    return run_engine(graph, VerifyOptions(checkpoint=policy), "float64")
+
+
+@pytest.mark.parametrize("graph", [chain(64, width=4, batch=3), mlp(), mlp(dropout=False)],
+                         ids=["chain", "mlp_dropout", "mlp"])
+def test_a_budget_plan_predicts_its_peak_and_recomputes_no_more_than_sqrt(graph):
+    plain, sqrt = _run(graph, "none"), _run(graph, "sqrt")
+    at_sqrt = sqrt.memory["checkpoint_activations_peak_bytes"]
+    for budget in (plain.memory["activations_peak_bytes"], at_sqrt, (at_sqrt + plain.memory["activations_peak_bytes"]) // 2):
+        run = _run(graph, f"budget:{budget}")
+        m = run.memory
+        measured, predicted = m["checkpoint_activations_peak_bytes"], m["checkpoint_predicted_activations_peak_bytes"]
+        assert measured <= budget and predicted <= budget
+        assert measured == pytest.approx(predicted, rel=0.05), (budget, predicted, measured)
+        assert m["checkpoint_gradients_equal"] is True
+        for p in plain.gradients:  # bit for bit those without checkpointing
+            assert np.array_equal(plain.gradients[p], run.gradients[p])
+        assert len(m["checkpoint_kept"]) == m["checkpoint_kept_values"]
+        if budget == at_sqrt:  # at equal memory, no more recomputation than sqrt's
+            assert m["checkpoint_op_evaluations"] <= sqrt.memory["checkpoint_op_evaluations"]
+        if budget >= plain.memory["activations_peak_bytes"]:  # everything fits: nothing recomputed
+            assert m["checkpoint_op_evaluations"] == plain.memory["op_evaluations"]
+
+
+def test_an_infeasible_budget_names_the_smallest_feasible_one(tmp_path, capsys):
+    graph_path = tmp_path / "chain.json"
+    from google.protobuf import json_format
+    from graphs_memory import _chain
+
+    graph_path.write_text(json_format.MessageToJson(_chain(16, 4, 3).build()))
+    assert cli.main(["verify", str(graph_path), "--checkpoint", "budget:10", "--fd", "projection"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    smallest = int(re.search(r"the smallest feasible budget is (\d+) bytes", err).group(1))
+    assert err.startswith("gradcheck-svc: error: checkpoint: budget:10: no plan keeps the activations under 10")
+    m = _run(load_graph(graph_path), f"budget:{smallest}").memory  # ... and it is feasible
+    assert m["checkpoint_activations_peak_bytes"] <= smallest
+    from gradcheck_svc.errors import OptionError
+
+    with pytest.raises(OptionError, match="smallest feasible budget"):
+        _run(load_graph(graph_path), f"budget:{smallest - 1}")
+
+
+def test_budget_refuses_what_it_cannot_plan(capsys):
+    from gradcheck_svc.errors import OptionError
+
+    with pytest.raises(OptionError, match="plans chains only: node '.*' reads"):
+        _run(residual(), "budget:100000")
+    with pytest.raises(OptionError, match="budget:BYTES needs a positive integer"):
+        _run(residual(), "budget:lots")

@@ -347,32 +347,31 @@ class MeteringMeter(MemoryMeter):
             ref[1] -= 1
 
     def hold_saved(self, arrays) -> int:
-        return sum(b for _, b in self.pin(arrays))
+        return sum(b for _, b in self.pin(arrays) if b)
 
-    def pin(self, arrays) -> list[tuple[int, int]]:
-        """hold_saved, returning (token, bytes newly counted as saved) per activation buffer
-        (graph inputs are not activations: left out)."""
+    def pin(self, arrays) -> list[tuple[int | None, int]]:
+        """hold_saved, returning per array (its buffer's token, bytes newly counted as saved);
+        the token is None for a graph input's buffer (not an activation)."""
         out = []
         for a in arrays:
             o = owner(a)
             key = id(o)
             token = self._pin(key, o)
             if token is not None:
-                if token in self.token_bytes:
-                    out.append((token, 0))
+                out.append((token if token in self.token_bytes else None, 0))
                 continue
             token = next(self._tokens)
             try:
                 self._pinned[key] = (weakref.ref(o), token)
             except TypeError:
                 self._pinned[key] = (o, token)  # cannot refer weakly: keep it (the figures stay right)
-            added = 0
-            if key not in self._excluded:
-                added = o.nbytes
-                self.token_bytes[token] = added
-                self.saved.current += added
+            if key in self._excluded:
+                out.append((None, 0))
+            else:
+                self.token_bytes[token] = o.nbytes
+                self.saved.current += o.nbytes
                 self.saved.peak = max(self.saved.peak, self.saved.current)
-                out.append((token, added))
+                out.append((token, o.nbytes))
             if key not in self._refs:  # a tensor derived by the op's save: counted from now on
                 self.current += o.nbytes
                 if self.current > self.high:

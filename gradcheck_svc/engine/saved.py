@@ -278,9 +278,14 @@ class CountingStore:
         self.live = live
         self.saved = live.saved
         self.pins: dict[str, list] = {}  # node -> [(token, bytes first counted by it)] (MeteringMeter.pin)
+        self.value_tokens: dict[str, int] = {}  # value name -> the token of its buffer, where saved as it is
 
     def save(self, node: str, tensors, names, ids) -> None:
-        self.pins[node] = self.live.pin(tensors)
+        pins = self.live.pin(tensors)
+        for t, (token, _) in zip(tensors, pins):
+            if token is not None and id(t) in ids:
+                self.value_tokens.setdefault(names[ids.index(id(t))], token)
+        self.pins[node] = [p for p in pins if p[0] is not None]
 
     def saved_by_node(self) -> dict[str, int]:
         """As SavedStore.saved_by_node, for the run this forward meters."""

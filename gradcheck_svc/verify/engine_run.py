@@ -16,6 +16,7 @@ from ..engine.program import program_of
 from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
+from ..engine import budget
 from . import memory_profile, recompute_check
 from .options import DTYPES, VerifyOptions
 from .report import FaultRecord
@@ -69,6 +70,14 @@ def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoint
     return tape, grads, records, time.perf_counter() - t0
 
 
+def _metering_forward(program, backend):
+    """The plain gradient run's forward, counted without keeping what it saves (its timeline and
+    who saved what: the memory profile's and the budget planner's input)."""
+    tape = forward(program, backend, prepare_feeds(program, backend), grad=True, metering=True, record_timeline=True)
+    tape.saved_by_node = tape.store.saved_by_node()
+    return tape
+
+
 def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False,
                profile: bool = True) -> EngineRun:
     """Without a checkpoint policy: gradients (reported), a no-grad forward, and gradients under
@@ -86,7 +95,13 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
             raise OptionError(f"fault names unknown value '{f.node}'", field="fault")
     memory_profile.optimizer_state_bytes(options.optimizer, options.optimizer_dtype or dtype, 0)  # (its errors, now)
     policy = parse_policy(options.checkpoint)
-    requested = checkpoint_plan(program, policy)
+    metered = chosen = None
+    if policy.kind == "budget":  # the segments come from what the plain run would save: meter it first
+        if program.inplace_root:
+            raise OptionError("checkpointing a graph with in-place nodes is not supported", field="checkpoint")
+        metered = _metering_forward(program, backend)
+        chosen = budget.plan_for_budget(program, metered, policy.k)
+    requested = checkpoint_plan(program, policy, ends=chosen.ends if chosen else None)
     ckpt_plan = requested
     if ckpt_plan is None and profile and not program.inplace_root:
         ckpt_plan = checkpoint_plan(program, "sqrt")
@@ -113,10 +128,7 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
         # recomputed value matched the first forward's (the backward is the same code over the
         # same values) and no fault changed what the backward read.
         reported, reported_grads, records, seconds = ckpt, ckpt_grads, ckpt_records, ckpt_seconds
-        plain = forward(program, backend, prepare_feeds(program, backend), grad=True, metering=True,
-                        record_timeline=True) if profile else None
-        if plain is not None:
-            plain.saved_by_node = plain.store.saved_by_node()
+        plain = (metered or _metering_forward(program, backend)) if profile else None
         grads = ckpt_grads
 
     host = {p: np.asarray(backend.to_host(g), dtype=np.float64) for p, g in reported_grads.items()}
@@ -135,7 +147,7 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
             program, prepare_feeds(program, backend), plain, grads, inference,
             policy=str(policy), sampled=backend.memory_sampler() is not None, metered=not in_plain,
             checkpointed=ckpt, profile_plan=ckpt_plan, gradients_equal=equal, optimizer=options.optimizer,
-            optimizer_dtype=options.optimizer_dtype, dtype=dtype)
+            optimizer_dtype=options.optimizer_dtype, dtype=dtype, budget_plan=chosen)
         if not options.memory_timeline:
             timelines = {}
     findings = recompute_check.findings(program, ckpt.checkpoint if ckpt is not None else None,

@@ -44,6 +44,10 @@ gradients, so it can never exceed training. The JSON keys:
   checkpoint_segments, checkpoint_kept_values, checkpoint_activations_peak_bytes,
   checkpoint_live_peak_bytes, checkpoint_training_peak_bytes, checkpoint_op_evaluations,
   checkpoint_gradients_equal  gradients bit for bit those without checkpointing
+  checkpoint_budget_bytes, checkpoint_predicted_activations_peak_bytes, checkpoint_kept
+                          under budget:BYTES: the budget, the plan's predicted activation
+                          peak (to set beside checkpoint_activations_peak_bytes, measured)
+                          and the values it keeps
 
 The figures before `checkpoint` describe the run without checkpointing. Without a policy
 that run is the reported one. Under a policy it is never made (holding every activation
@@ -151,7 +155,7 @@ def replay_backward(metering, checkpointed) -> Timeline:
 def profile(program, feeds: dict, plain, plain_grads: dict, inference, *, policy: str = "none",
             sampled: bool = False, metered: bool = False, checkpointed=None, profile_plan=None,
             gradients_equal: bool | None = None, optimizer: str = "none", optimizer_dtype: str | None = None,
-            dtype: str = "float64") -> tuple[dict, dict]:
+            dtype: str = "float64", budget_plan=None) -> tuple[dict, dict]:
     """program, feeds: the run's Program and device inputs; plain / inference / checkpointed: tapes
     after their runs (gradient run without checkpointing -- a metering forward when `metered` --,
     no-grad forward, gradient run under profile_plan), each with its timeline recorded;
@@ -201,6 +205,12 @@ def profile(program, feeds: dict, plain, plain_grads: dict, inference, *, policy
             "checkpoint_gradients_equal": bool(gradients_equal),
         })
         timelines[str(profile_plan.policy)] = ck.timeline
+        if budget_plan is not None:  # budget:BYTES (engine/budget.py): the plan's prediction and its choice
+            memory.update({
+                "checkpoint_budget_bytes": int(profile_plan.policy.k),
+                "checkpoint_predicted_activations_peak_bytes": int(budget_plan.predicted_peak),
+                "checkpoint_kept": list(budget_plan.kept),
+            })
     return memory, timelines
 
 
@@ -238,6 +248,11 @@ def summary(m: dict) -> list[str]:
         verb = "" if in_force else " would need"
         same = ("; gradients identical to none" if m["checkpoint_gradients_equal"]
                 else "; gradients DIFFER from none") if in_force else ""
+        if "checkpoint_budget_bytes" in m:
+            kept = ", ".join(m["checkpoint_kept"][:8]) + (" ..." if len(m["checkpoint_kept"]) > 8 else "")
+            lines.append(f"  budget {f(m['checkpoint_budget_bytes'])} {unit}: predicted activations "
+                         f"{f(m['checkpoint_predicted_activations_peak_bytes'])} {unit}, measured "
+                         f"{f(m['checkpoint_activations_peak_bytes'])} {unit}; keeps {kept or 'nothing'}")
         lines.append(f"  {m['checkpoint_profile']} checkpointing{verb}: activations "
                      f"{f(m['checkpoint_activations_peak_bytes'])} {unit} for {work:.2f}x the forward work "
                      f"({m['checkpoint_segments']} segments, {m['checkpoint_kept_values']} values kept, live "

@@ -310,7 +310,7 @@ class Finding(_message.Message):
     def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., cause: _Optional[str] = ..., severity: _Optional[str] = ..., parameters: _Optional[_Iterable[str]] = ..., detail: _Optional[str] = ..., worst_element: _Optional[_Union[WorstElement, _Mapping]] = ...) -> None: ...
 
 class Memory(_message.Message):
-    __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "memory_source", "checkpoint", "checkpoint_profile", "checkpoint_segments", "checkpoint_kept_values", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes", "checkpoint_op_evaluations", "checkpoint_gradients_equal", "data_bytes", "optimizer", "optimizer_dtype", "optimizer_bytes", "peak_step", "peak_activations_bytes", "peak_gradients_bytes", "peak_transient_bytes", "training_peak_bytes", "inference_transient_bytes", "checkpoint_training_peak_bytes", "activations_by_node")
+    __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "memory_source", "checkpoint", "checkpoint_profile", "checkpoint_segments", "checkpoint_kept_values", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes", "checkpoint_op_evaluations", "checkpoint_gradients_equal", "data_bytes", "optimizer", "optimizer_dtype", "optimizer_bytes", "peak_step", "peak_activations_bytes", "peak_gradients_bytes", "peak_transient_bytes", "training_peak_bytes", "inference_transient_bytes", "checkpoint_training_peak_bytes", "activations_by_node", "checkpoint_budget_bytes", "checkpoint_predicted_activations_peak_bytes", "checkpoint_kept")
     PARAMETERS_BYTES_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -338,6 +338,9 @@ class Memory(_message.Message):
     INFERENCE_TRANSIENT_BYTES_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_TRAINING_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_BY_NODE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_PREDICTED_ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_KEPT_FIELD_NUMBER: _ClassVar[int]
     parameters_bytes: int
     gradients_bytes: int
     activations_peak_bytes: int
@@ -365,7 +368,10 @@ class Memory(_message.Message):
     inference_transient_bytes: int
     checkpoint_training_peak_bytes: int
     activations_by_node: _containers.RepeatedCompositeFieldContainer[NodeMemory]
-    def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., memory_source: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_profile: _Optional[str] = ..., checkpoint_segments: _Optional[int] = ..., checkpoint_kept_values: _Optional[int] = ..., checkpoint_activations_peak_bytes: _Optional[int] = ..., checkpoint_live_peak_bytes: _Optional[int] = ..., checkpoint_op_evaluations: _Optional[int] = ..., checkpoint_gradients_equal: _Optional[bool] = ..., data_bytes: _Optional[int] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ..., optimizer_bytes: _Optional[int] = ..., peak_step: _Optional[str] = ..., peak_activations_bytes: _Optional[int] = ..., peak_gradients_bytes: _Optional[int] = ..., peak_transient_bytes: _Optional[int] = ..., training_peak_bytes: _Optional[int] = ..., inference_transient_bytes: _Optional[int] = ..., checkpoint_training_peak_bytes: _Optional[int] = ..., activations_by_node: _Optional[_Iterable[_Union[NodeMemory, _Mapping]]] = ...) -> None: ...
+    checkpoint_budget_bytes: int
+    checkpoint_predicted_activations_peak_bytes: int
+    checkpoint_kept: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., memory_source: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_profile: _Optional[str] = ..., checkpoint_segments: _Optional[int] = ..., checkpoint_kept_values: _Optional[int] = ..., checkpoint_activations_peak_bytes: _Optional[int] = ..., checkpoint_live_peak_bytes: _Optional[int] = ..., checkpoint_op_evaluations: _Optional[int] = ..., checkpoint_gradients_equal: _Optional[bool] = ..., data_bytes: _Optional[int] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ..., optimizer_bytes: _Optional[int] = ..., peak_step: _Optional[str] = ..., peak_activations_bytes: _Optional[int] = ..., peak_gradients_bytes: _Optional[int] = ..., peak_transient_bytes: _Optional[int] = ..., training_peak_bytes: _Optional[int] = ..., inference_transient_bytes: _Optional[int] = ..., checkpoint_training_peak_bytes: _Optional[int] = ..., activations_by_node: _Optional[_Iterable[_Union[NodeMemory, _Mapping]]] = ..., checkpoint_budget_bytes: _Optional[int] = ..., checkpoint_predicted_activations_peak_bytes: _Optional[int] = ..., checkpoint_kept: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class NodeMemory(_message.Message):
     __slots__ = ("node", "op", "bytes")
