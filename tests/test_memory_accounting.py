@@ -279,3 +279,32 @@ def test_budget_refuses_what_it_cannot_plan(capsys):
         _run(residual(), "budget:100000")
     with pytest.raises(OptionError, match="budget:BYTES needs a positive integer"):
         _run(residual(), "budget:lots")
+
+
+def test_plan_memory_predicts_what_verify_measures(tmp_path, capsys):
+    import json
+
+    from google.protobuf import json_format
+    from graphs_memory import _chain
+
+    path = tmp_path / "chain.json"
+    path.write_text(json_format.MessageToJson(_chain(24, 4, 3).build()))
+    graph = load_graph(path)
+    plain = _run(graph, "none").memory
+    budget = (plain["activations_peak_bytes"] * 2) // 5
+    run = verify(graph, VerifyOptions(checkpoint=f"budget:{budget}", optimizer="adam", localize=False)).memory
+    assert cli.main(["plan-memory", str(path), "--budget", str(budget), "--optimizer", "adam", "--format",
+                     "json"]) == 0
+    plan = json.loads(capsys.readouterr().out)
+    for key in ("data_bytes", "parameters_bytes", "gradients_bytes", "optimizer_bytes", "activations_peak_bytes",
+                "activations_by_node", "checkpoint_predicted_activations_peak_bytes", "checkpoint_kept"):
+        assert plan[key] == run[key], key
+    assert plan["checkpoint_predicted_activations_peak_bytes"] == run["checkpoint_activations_peak_bytes"]
+    assert plan["formula_training_bytes"] == sum(plan[k] for k in (
+        "data_bytes", "parameters_bytes", "gradients_bytes", "optimizer_bytes", "activations_peak_bytes"))
+    assert cli.main(["plan-memory", str(path), "--budget", str(budget)]) == 0
+    text = capsys.readouterr().out
+    assert "memory plan" in text and "(predicted)" in text and "activations by node" in text
+    assert cli.main(["plan-memory", str(path), "--budget", "1"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "smallest feasible budget is" in err
