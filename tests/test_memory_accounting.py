@@ -238,7 +238,8 @@ def _run(graph, policy):
 def test_a_budget_plan_predicts_its_peak_and_recomputes_no_more_than_sqrt(graph):
     plain, sqrt = _run(graph, "none"), _run(graph, "sqrt")
     at_sqrt = sqrt.memory["checkpoint_activations_peak_bytes"]
-    for budget in (plain.memory["activations_peak_bytes"], at_sqrt, (at_sqrt + plain.memory["activations_peak_bytes"]) // 2):
+    everything = plain.memory["activations_peak_bytes"]
+    for budget in (everything, at_sqrt, (at_sqrt + everything) // 2):
         run = _run(graph, f"budget:{budget}")
         m = run.memory
         measured, predicted = m["checkpoint_activations_peak_bytes"], m["checkpoint_predicted_activations_peak_bytes"]

@@ -136,7 +136,8 @@ def svg(series: list[Series], *, title: str, xlabel: str, ylabel: str, logx: boo
             width = (W - 2 * LEFT - 120) * b.value / top
             out.append(f'<g class="bar"><text x="{2 * LEFT - 6}" y="{by + 11}" text-anchor="end">'
                        f'{escape(b.label)}</text><rect x="{2 * LEFT}" y="{by}" width="{width:.1f}" height="13" '
-                       f'fill="{COLORS[0]}"/><text x="{2 * LEFT + width + 6:.1f}" y="{by + 11}">{b.value:g} B</text></g>')
+                       f'fill="{COLORS[0]}"/><text x="{2 * LEFT + width + 6:.1f}" y="{by + 11}">{b.value:g} B'
+                       '</text></g>')
         if more:
             out.append(f'<text x="{2 * LEFT}" y="{y + 25 + BAR_ROW * len(shown)}">... {more} more</text>')
     out.append("</svg>")
