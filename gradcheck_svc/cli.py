@@ -58,6 +58,21 @@ def build_parser() -> argparse.ArgumentParser:
     add_limit_flags(v, server=False, what="the same as the server's; raise them here")
     add_onnx_flags(v)
 
+    m = sub.add_parser("plan-memory", help="plan a training step's memory from one metering forward (no backward): "
+                       "the whole formula, activations by node, checkpoints for a budget")
+    m.add_argument("graph", help="graph file (.json, .pb) or an ONNX model (.onnx, imported as import-onnx does)")
+    m.add_argument("--budget", type=int, default=None, metavar="BYTES",
+                   help="plan checkpoints keeping the activations under BYTES (chains; default: no plan)")
+    m.add_argument("--dtype", choices=["float32", "float64"], default=None,
+                   help="engine precision (default: the graph's float dtype)")
+    m.add_argument("--optimizer", choices=["none", "sgd", "momentum", "adam", "adamw"], default="none",
+                   help="the optimizer whose state joins the training figure (default %(default)s)")
+    m.add_argument("--optimizer-dtype", choices=["float16", "bfloat16", "float32", "float64"], default=None,
+                   help="dtype of the optimizer's state (default: the engine's)")
+    m.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
+    add_limit_flags(m, server=False, what="the same as the server's; raise them here")
+    add_onnx_flags(m)
+
     i = sub.add_parser("import-onnx", help="convert an ONNX model to a gradcheck graph (.pb or .json)")
     i.add_argument("model", help="ONNX model file (.onnx)")
     i.add_argument("-o", "--out", required=True, metavar="GRAPH", help="graph file to write: .pb or .json")
@@ -109,7 +124,7 @@ def _verify(args) -> int:
     from .onnx_import.folding import FoldBudget
     from .server.execute import verify_options
     from .verify import verify
-    from .verify.memory_profile import write_timeline_plot
+    from .verify.memory_profile import write_memory_plot
 
     limits = ServerLimits.from_flags(limit_flag_values(args))
     values = values_from_args(args)
@@ -135,7 +150,7 @@ def _verify(args) -> int:
     report = verify(graph, options)
     if args.memory_plot is not None:
         try:
-            write_timeline_plot(args.memory_plot, report.timelines, graph.name)
+            write_memory_plot(args.memory_plot, report.timelines, report.memory, graph.name)
         except OSError as exc:
             raise OptionError(f"'{args.memory_plot}': cannot write: {exc.strerror or exc}",
                               field="memory-plot") from None
@@ -152,8 +167,7 @@ def write_html_report(path: str, graph_path: str, message, report, integrity: st
 
     from .errors import OptionError
 
-    item = RunItem(graph_path, message, report.to_dict(),
-                   timelines={run: list(steps) for run, steps in report.timelines.items()})
+    item = RunItem(graph_path, message, report.to_dict())  # the page reads the JSON report's figures
     try:
         with open(path, "w", encoding="utf-8") as fh:
             fh.write(build_html([item], title=f"gradcheck: {report.graph or graph_path}", integrity=integrity))
@@ -184,6 +198,30 @@ def _onnx_graph(path: str, args, budget):
         message.cotangent = embed_beside(message.cotangent, Path(args.onnx_cotangent).parent, "--cotangent",
                                          budget.max_elements)
     return import_onnx(path, options_from_proto(message), budget=budget)
+
+
+def _plan_memory(args) -> int:
+    import json
+
+    from gradcheck_client.onnx_options import is_onnx
+
+    from .graph import load_graph
+    from .graph.decode import parse_graph
+    from .limits import ServerLimits, limit_flag_values
+    from .verify.memory_plan import plan_memory, plan_text
+
+    limits = ServerLimits.from_flags(limit_flag_values(args))
+    if args.budget is not None and args.budget < 1:
+        from .errors import OptionError
+
+        raise OptionError(f"{args.budget}: the budget must be a positive number of bytes", field="--budget")
+    check_file_size(args.graph, limits.max_message_bytes)
+    message = _onnx_graph(args.graph, args) if is_onnx(args.graph) else parse_graph(args.graph)
+    graph = load_graph(message, limits=limits.graph)
+    plan = plan_memory(graph, dtype=args.dtype, optimizer=args.optimizer, optimizer_dtype=args.optimizer_dtype,
+                       budget=args.budget)
+    print(json.dumps(plan, indent=2) if args.format == "json" else plan_text(plan))
+    return EXIT_OK
 
 
 def _import_onnx(args) -> int:
@@ -297,7 +335,7 @@ def main(argv=None) -> int:
         from .batch.cli import COMMANDS as BATCH_COMMANDS
 
         commands = {"verify": _verify, "ops": _ops, "serve": _serve, "audit-ops": _audit_ops,
-                    "import-onnx": _import_onnx, **BATCH_COMMANDS}
+                    "import-onnx": _import_onnx, "plan-memory": _plan_memory, **BATCH_COMMANDS}
         return commands[args.command](args)
     except GradcheckError as exc:
         print(f"gradcheck-svc: error: {exc.message}", file=sys.stderr)

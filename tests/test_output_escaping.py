@@ -106,7 +106,7 @@ def test_html_page_carries_names_as_text_only(ci_run):
     own = {("link", "href", "data:,")}  # the page's own attributes that could carry something active
     assert not [a for a in page.attrs if (a[1].startswith("on") or a[1] in ("href", "src", "style")) and a not in own
                 and not (a[1] == "style" and re.fullmatch(r"border-color:#[0-9a-f]{6}", a[2]))]
-    assert set(page.tags) <= {"html", "head", "meta", "link", "title", "style", "body", "h1", "h2", "h3", "p",
+    assert set(page.tags) <= {"html", "head", "meta", "link", "title", "style", "body", "h1", "h2", "h3", "h4", "p",
                               "strong", "span", "section", "div", "table", "tr", "th", "td", "figure",
                               "figcaption", "svg", "rect", "g", "text", "line", "polyline", "script"}
     assert html.count("<script") == html.count("</script>") == page.tags.count("script")

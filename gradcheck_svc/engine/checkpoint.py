@@ -6,6 +6,7 @@ A policy cuts the program's steps (topological order) into segments:
   sqrt       about sqrt(n) segments of equal length
   every:K    segments of K steps
   a,b,c      explicit: a segment ends at each named node
+  budget:B   the least recomputation keeping the activations under B bytes (chains: budget.py)
 
 The last segment runs as usual: it would be recomputed at once, so its steps
 save in the first forward. The other segments save nothing; the values that
@@ -49,6 +50,8 @@ class Policy:
     def __str__(self) -> str:
         if self.kind == "every":
             return f"every:{self.k}"
+        if self.kind == "budget":
+            return f"budget:{self.k}"
         if self.kind == "nodes":
             return ",".join(self.nodes)
         return self.kind
@@ -71,6 +74,12 @@ def parse_policy(spec) -> Policy:
             return NONE
         if text == "sqrt":
             return Policy("sqrt")
+        if text.startswith("budget:"):
+            b = text[len("budget:"):]
+            if not b.isdigit() or int(b) < 1:
+                raise OptionError(f"'{text}': budget:BYTES needs a positive integer number of bytes",
+                                  field="checkpoint")
+            return Policy("budget", k=int(b))
         if text.startswith("every:"):
             k = text[len("every:"):]
             if not k.isdigit() or int(k) < 1:
@@ -126,15 +135,18 @@ def _ends(program: Program, policy: Policy) -> list[int]:
     return list(range(size - 1, n - 1, size)) + [n - 1]
 
 
-def plan(program: Program, policy, check: bool = True) -> Plan | None:
+def plan(program: Program, policy, check: bool = True, ends: list[int] | None = None) -> Plan | None:
     """The segmentation of `program` under `policy`; None for no checkpointing.
-    check=False skips the recompute check (for measuring what the check costs)."""
+    check=False skips the recompute check (for measuring what the check costs).
+    ends: the segments' last steps, chosen elsewhere (budget:BYTES, engine/budget.py)."""
     policy = parse_policy(policy)
     steps = program.steps
     if policy.kind == "none" or not steps:
         return None
+    if ends is None and policy.kind == "budget":
+        raise ValueError("a budget policy's segments come from engine.budget.plan_for_budget")
     segments, start = [], 0
-    for end in _ends(program, policy):
+    for end in ends if ends is not None else _ends(program, policy):
         segments.append(range(start, end + 1))
         start = end + 1
     segment_of = [0] * len(steps)
@@ -271,9 +283,10 @@ class CheckpointRun:
                 for name in plan.recompute_release.get(i, ()):
                     live.drop(values.pop(name))
                 if live.marks:
-                    live.mark(f"recompute {step.name}")
+                    live.mark("recompute", step.name)
         for name in plan.drop_after.get(s, ()):
             live.drop_saved((self.kept.pop(name),))
+        live.restart_step()  # the backward step that follows starts from here, without the kept values
 
     def _check(self, s: int) -> None:
         """Compare a batch of recomputed values (in topological order) with the first forward."""

@@ -81,6 +81,7 @@ class Tape:
     checkpoint: object = None  # checkpoint.CheckpointRun when a checkpoint plan is in force
     adjoints: dict = field(default_factory=dict)  # dL/dv per value, only when backward(keep_adjoints=True)
     contributions: dict = field(default_factory=dict)  # (step name, input index) -> that vjp's gradient
+    saved_by_node: dict = field(default_factory=dict)  # node -> activation bytes it saved (memory profile)
 
 
 def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = None) -> dict:
@@ -150,7 +151,7 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
                 for name in step.release:
                     drop(values.pop(name))
             if marks:
-                live.mark(f"forward {step.name}")
+                live.mark("forward", step.name)
     tape = Tape(program, backend, values[program.output], store, live, len(program.steps), checkpoint=ckpt)
     if keep_values:
         tape.values = values
@@ -192,6 +193,7 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
     program, xp, store, live, ckpt = tape.program, tape.backend.xp, tape.store, tape.live, tape.checkpoint
     ndarray = xp.ndarray
     hold, drop, marks = live.hold, live.drop, live.marks  # hot loop: locals
+    params = program.param_set  # their gradients are counted as such (live.grads), the rest are transients
     adj = {program.output: xp.ones_like(tape.loss)}
     hold(adj[program.output])
     with _quiet(xp):
@@ -220,7 +222,19 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                     if keep_adjoints:
                         tape.contributions[(step.name, k)] = gi
                     prev = adj.get(name)
-                    if prev is None:
+                    if name in params:  # (a parameter's gradient: the same, counted in live.grads)
+                        if prev is None:
+                            adj[name] = gi
+                            if gi is g and not passed:
+                                passed = True
+                                live.tag_grad(gi)
+                            else:
+                                live.hold_grad(gi)
+                        else:
+                            adj[name] = acc = prev + gi
+                            live.hold_grad(acc)
+                            live.drop_grad(prev)
+                    elif prev is None:
                         adj[name] = gi
                         if gi is g and not passed:  # hold(g) now and drop(g) below would cancel out
                             passed = True
@@ -235,7 +249,7 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
             if keeps:
                 store.release(step.name)
             if marks:
-                live.mark(f"backward {step.name}")
+                live.mark("backward", step.name)
     if ckpt is not None:
         tape.op_evaluations += ckpt.evaluations
     grads = {}

@@ -48,6 +48,7 @@ class Program:
         self.output = graph.output
         self.shapes = {name: spec.shape for name, spec in graph.specs.items()}
         self.params = graph.parameters
+        self.param_set = frozenset(self.params)  # (membership in the backward's hot loop)
 
         # in-place writers -> the value whose buffer they write (graph/inplace.py resolved the reads)
         self.inplace_root: dict[str, str] = {}

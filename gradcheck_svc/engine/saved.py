@@ -231,6 +231,22 @@ class SavedStore:
             self._prints.pop(node, None)
             self.live.drop_saved(tensors)
 
+    def saved_by_node(self) -> dict[str, int]:
+        """Bytes of the activations held for backward now, each buffer attributed to the first
+        node (in save order) that saved it; graph inputs left out, as in `saved`."""
+        seen, out, excluded = set(), {}, self.live._excluded
+        for node, tensors in self._tensors.items():
+            total = 0
+            for t in tensors:
+                o = owner(t)
+                key = id(o)
+                if key not in seen and key not in excluded:
+                    seen.add(key)
+                    total += o.nbytes
+            if total:
+                out[node] = total
+        return out
+
     def slots(self):
         """(node, Slot) for every saved tensor."""
         for node in list(self._tensors):
@@ -261,9 +277,20 @@ class CountingStore:
     def __init__(self, live):
         self.live = live
         self.saved = live.saved
+        self.pins: dict[str, list] = {}  # node -> [(token, bytes first counted by it)] (MeteringMeter.pin)
+        self.value_tokens: dict[str, int] = {}  # value name -> the token of its buffer, where saved as it is
 
     def save(self, node: str, tensors, names, ids) -> None:
-        self.live.hold_saved(tensors)
+        pins = self.live.pin(tensors)
+        for t, (token, _) in zip(tensors, pins):
+            if token is not None and id(t) in ids:
+                self.value_tokens.setdefault(names[ids.index(id(t))], token)
+        self.pins[node] = [p for p in pins if p[0] is not None]
+
+    def saved_by_node(self) -> dict[str, int]:
+        """As SavedStore.saved_by_node, for the run this forward meters."""
+        out = {node: sum(b for _, b in pins) for node, pins in self.pins.items()}
+        return {node: b for node, b in out.items() if b}
 
     def __len__(self) -> int:
         return 0

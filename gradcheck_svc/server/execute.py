@@ -75,7 +75,8 @@ def verify_options(values: dict, limits: ServerLimits, field=lambda name: f"opti
         faults=tuple(parse_fault(f) for f in faults), atol=get("atol"), rtol=get("rtol"), symbolic=symbolic,
         localize=get("localize"), checkpoint=get("checkpoint"),
         integrity=get("integrity"),  # checked with the other engine options, in verify.run_engine
-        allow_inplace_hazards=get("allow_inplace_hazards"), memory_timeline=get("memory_timeline"))
+        allow_inplace_hazards=get("allow_inplace_hazards"), memory_timeline=get("memory_timeline"),
+        optimizer=get("optimizer"), optimizer_dtype=get("optimizer_dtype"))
     check_option_limits(options, limits, field, hint)
     return options
 

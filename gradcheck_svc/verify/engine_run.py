@@ -16,6 +16,7 @@ from ..engine.program import program_of
 from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
+from ..engine import budget
 from . import memory_profile, recompute_check
 from .options import DTYPES, VerifyOptions
 from .report import FaultRecord
@@ -48,13 +49,18 @@ def _earlier_values(program: Program, backend, faults) -> dict | None:
     return forward(program, backend, prepare_feeds(program, backend, shifted), grad=False, keep_values=True).values
 
 
-def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False, integrity=None):
+def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False, integrity=None,
+                  profile=False):
     """forward (+ faults) + backward; returns (tape, device gradients, fault records, seconds).
-    Each run gets fresh feeds: in-place nodes write into them."""
+    Each run gets fresh feeds: in-place nodes write into them. profile: record the timeline and
+    which node saved what (the memory profile reads both)."""
     t0 = time.perf_counter()
     feeds = prepare_feeds(program, backend)
-    tape = forward(program, backend, feeds, grad=True, checkpoint=plan, record_timeline=options.memory_timeline,
+    tape = forward(program, backend, feeds, grad=True, checkpoint=plan,
+                   record_timeline=options.memory_timeline or profile,
                    integrity=integrity or options.integrity, allow_inplace_hazards=options.allow_inplace_hazards)
+    if profile:
+        tape.saved_by_node = tape.store.saved_by_node()  # before faults and the backward change the store
     records = []
     for f in faults:
         eff = inject(backend.xp, tape.store, f, backend.to_host, earlier)
@@ -62,6 +68,14 @@ def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoint
     grads = backward(tape, keep_adjoints=keep_adjoints)
     backend.synchronize()
     return tape, grads, records, time.perf_counter() - t0
+
+
+def _metering_forward(program, backend):
+    """The plain gradient run's forward, counted without keeping what it saves (its timeline and
+    who saved what: the memory profile's and the budget planner's input)."""
+    tape = forward(program, backend, prepare_feeds(program, backend), grad=True, metering=True, record_timeline=True)
+    tape.saved_by_node = tape.store.saved_by_node()
+    return tape
 
 
 def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False,
@@ -79,8 +93,15 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     for f in options.faults:
         if f.node not in program.shapes:
             raise OptionError(f"fault names unknown value '{f.node}'", field="fault")
+    memory_profile.optimizer_state_bytes(options.optimizer, options.optimizer_dtype or dtype, 0)  # (its errors, now)
     policy = parse_policy(options.checkpoint)
-    requested = checkpoint_plan(program, policy)
+    metered = chosen = None
+    if policy.kind == "budget":  # the segments come from what the plain run would save: meter it first
+        if program.inplace_root:
+            raise OptionError("checkpointing a graph with in-place nodes is not supported", field="checkpoint")
+        metered = _metering_forward(program, backend)
+        chosen = budget.plan_for_budget(program, metered, policy.k)
+    requested = checkpoint_plan(program, policy, ends=chosen.ends if chosen else None)
     ckpt_plan = requested
     if ckpt_plan is None and profile and not program.inplace_root:
         ckpt_plan = checkpoint_plan(program, "sqrt")
@@ -88,16 +109,18 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     in_plain = requested is None
     if in_plain:
         plain, grads, records, seconds = _gradient_run(program, backend, options, None, options.faults, earlier,
-                                                       keep_adjoints)
+                                                       keep_adjoints, profile=profile)
         reported, reported_grads = plain, grads
+    # every profiled run records its timeline: the figures are read from it (memory_profile)
     inference = forward(program, backend, prepare_feeds(program, backend), grad=False,
-                        record_timeline=options.memory_timeline) if profile else None
+                        record_timeline=True) if profile else None
     ckpt = ckpt_grads = None
     if ckpt_plan is not None:
         # the sqrt what-if reports memory, not gradients: its saved tensors need no fingerprints
         ckpt, ckpt_grads, ckpt_records, ckpt_seconds = _gradient_run(
             program, backend, options, ckpt_plan, () if in_plain else options.faults, earlier,
-            keep_adjoints and not in_plain, integrity="off" if in_plain else None)
+            keep_adjoints and not in_plain, integrity="off" if in_plain else None,
+            profile=profile and ckpt_plan is not None)
     if not in_plain:
         # Under a policy the un-checkpointed run is never made: its activations are what the
         # policy exists to avoid holding. Its figures come from a metering forward (counted, not
@@ -105,8 +128,7 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
         # recomputed value matched the first forward's (the backward is the same code over the
         # same values) and no fault changed what the backward read.
         reported, reported_grads, records, seconds = ckpt, ckpt_grads, ckpt_records, ckpt_seconds
-        plain = forward(program, backend, prepare_feeds(program, backend), grad=True, metering=True,
-                        record_timeline=options.memory_timeline) if profile else None
+        plain = (metered or _metering_forward(program, backend)) if profile else None
         grads = ckpt_grads
 
     host = {p: np.asarray(backend.to_host(g), dtype=np.float64) for p, g in reported_grads.items()}
@@ -119,19 +141,17 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
                         for p in grads)
         else:
             equal = not ckpt.checkpoint.mismatches and not any(r.readers for r in records)
-    feeds = prepare_feeds(program, backend) if profile else {}  # once, not once per parameter: O(graph)
-    params = [feeds[p] for p in program.params] if profile else []
-    memory = memory_profile.profile(
-        params, plain, grads, inference,
-        policy=str(policy), sampled=backend.memory_sampler() is not None, checkpointed=ckpt,
-        profile_plan=ckpt_plan, gradients_equal=equal) if profile else {}
+    memory, timelines = {}, {}
+    if profile:
+        memory, timelines = memory_profile.profile(
+            program, prepare_feeds(program, backend), plain, grads, inference,
+            policy=str(policy), sampled=backend.memory_sampler() is not None, metered=not in_plain,
+            checkpointed=ckpt, profile_plan=ckpt_plan, gradients_equal=equal, optimizer=options.optimizer,
+            optimizer_dtype=options.optimizer_dtype, dtype=dtype, budget_plan=chosen)
+        if not options.memory_timeline:
+            timelines = {}
     findings = recompute_check.findings(program, ckpt.checkpoint if ckpt is not None else None,
                                         str(ckpt_plan.policy) if ckpt_plan else "", not in_plain)
-    timelines = {}
-    if options.memory_timeline and profile:
-        timelines = {"none": plain.live.timeline, "inference": inference.live.timeline}
-        if ckpt is not None:
-            timelines[str(ckpt_plan.policy)] = ckpt.live.timeline
     loss = float(np.asarray(backend.to_host(reported.loss), dtype=np.float64).reshape(-1)[0])
     f64 = lambda a: np.asarray(backend.to_host(a), dtype=np.float64)  # noqa: E731
     return EngineRun(loss, host, memory, records, seconds, reported.store.events, program,

@@ -22,6 +22,8 @@ class VerifyOptions:
     rtol: float | None = None
     checkpoint: object = "none"  # none | sqrt | every:K | node names (list or "a,b"), see engine/checkpoint.py
     memory_timeline: bool = False  # record live bytes after every step (for --memory-plot)
+    optimizer: str = "none"  # none | sgd | momentum | adam | adamw: its state joins the training figure
+    optimizer_dtype: str | None = None  # the optimizer state's dtype (None: the engine's)
     integrity: str = "check"  # saved-tensor fingerprints: "off" | "check"
     allow_inplace_hazards: bool = False  # compute the (wrong) gradient instead of stopping
     localize: bool = True  # find the faulty node when a parameter fails

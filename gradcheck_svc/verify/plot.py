@@ -1,6 +1,8 @@
-"""Line plots as SVG (written by hand, no dependency) or PNG (through matplotlib, if installed).
+"""Line plots as SVG (written by hand, no dependency) or PNG (through matplotlib, if installed),
+optionally with a panel of horizontal bars below.
 
-Used for the memory timeline (`--memory-plot`) and the benchmarks' log-log plots.
+Used for the memory timeline (`--memory-plot`, with the activation bytes per node as bars) and
+the benchmarks' log-log plots.
 """
 from __future__ import annotations
 
@@ -31,6 +33,21 @@ class Series:
     dashed: bool = False
 
 
+@dataclass
+class Bar:
+    label: str
+    value: float
+
+
+MAX_BARS = 20  # the largest, then one line saying how many more
+BAR_ROW = 18
+
+
+def _bars_shown(bars: list[Bar]) -> tuple[list[Bar], int]:
+    shown = sorted(bars, key=lambda b: -b.value)[:MAX_BARS]
+    return shown, len(bars) - len(shown)
+
+
 def _axis(lo: float, hi: float, log: bool) -> tuple[float, float, list[float]]:
     """(low end, high end, ticks): log axes span the data with a margin, ticked at 1, 2, 5 x 10^k;
     linear axes end on round ticks."""
@@ -56,18 +73,20 @@ def _fmt(v: float) -> str:
 
 
 def line_plot(path, series: list[Series], *, title: str, xlabel: str, ylabel: str,
-              logx: bool = False, logy: bool = False) -> None:
+              logx: bool = False, logy: bool = False, bars: list[Bar] = (), bars_title: str = "") -> None:
     path = Path(path)
     suffix = path.suffix.lower()
     if suffix == ".png":
-        _png(path, series, title, xlabel, ylabel, logx, logy)
+        _png(path, series, title, xlabel, ylabel, logx, logy, list(bars), bars_title)
     elif suffix == ".svg":
-        path.write_text(svg(series, title=title, xlabel=xlabel, ylabel=ylabel, logx=logx, logy=logy))
+        path.write_text(svg(series, title=title, xlabel=xlabel, ylabel=ylabel, logx=logx, logy=logy,
+                            bars=list(bars), bars_title=bars_title))
     else:
         raise OptionError(f"'{path}': the plot file must end in .svg or .png", field="memory-plot")
 
 
-def svg(series: list[Series], *, title: str, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False) -> str:
+def svg(series: list[Series], *, title: str, xlabel: str, ylabel: str, logx: bool = False, logy: bool = False,
+        bars: list[Bar] = (), bars_title: str = "") -> str:
     pts = [(x, y) for s in series for x, y in zip(s.x, s.y) if (not logx or x > 0) and (not logy or y > 0)]
     if not pts:
         pts = [(1, 1)]
@@ -79,9 +98,11 @@ def svg(series: list[Series], *, title: str, xlabel: str, ylabel: str, logx: boo
     pw, ph = W - LEFT - RIGHT, H - TOP - BOTTOM
     X = lambda v: LEFT + pw * (f(v) - f(x0)) / ((f(x1) - f(x0)) or 1)  # noqa: E731
     Y = lambda v: TOP + ph * (1 - (g(v) - g(y0)) / ((g(y1) - g(y0)) or 1))  # noqa: E731
-    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" viewBox="0 0 {W} {H}" '
+    shown, more = _bars_shown(list(bars))
+    total_h = H + (40 + BAR_ROW * (len(shown) + (1 if more else 0)) if shown else 0)
+    out = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{total_h}" viewBox="0 0 {W} {total_h}" '
            'font-family="sans-serif" font-size="12">',
-           f'<rect width="{W}" height="{H}" fill="white"/>',
+           f'<rect width="{W}" height="{total_h}" fill="white"/>',
            f'<text x="{W / 2}" y="22" text-anchor="middle" font-size="15">{escape(title)}</text>']
     for t in xt:
         out.append(f'<line x1="{X(t):.1f}" y1="{TOP}" x2="{X(t):.1f}" y2="{TOP + ph}" stroke="#e5e5e5"/>')
@@ -106,11 +127,24 @@ def svg(series: list[Series], *, title: str, xlabel: str, ylabel: str, logx: boo
         out.append(f'<line x1="{LEFT + pw + 12}" y1="{ly - 4}" x2="{LEFT + pw + 36}" y2="{ly - 4}" '
                    f'stroke="{color}" stroke-width="2"{dash}/>')
         out.append(f'<text x="{LEFT + pw + 42}" y="{ly}">{escape(s.label)}</text>')
+    if shown:
+        top = max(b.value for b in shown) or 1
+        y = H + 10
+        out.append(f'<text x="{W / 2}" y="{y}" text-anchor="middle" font-size="14">{escape(bars_title)}</text>')
+        for k, b in enumerate(shown):
+            by = y + 14 + BAR_ROW * k
+            width = (W - 2 * LEFT - 120) * b.value / top
+            out.append(f'<g class="bar"><text x="{2 * LEFT - 6}" y="{by + 11}" text-anchor="end">'
+                       f'{escape(b.label)}</text><rect x="{2 * LEFT}" y="{by}" width="{width:.1f}" height="13" '
+                       f'fill="{COLORS[0]}"/><text x="{2 * LEFT + width + 6:.1f}" y="{by + 11}">{b.value:g} B'
+                       '</text></g>')
+        if more:
+            out.append(f'<text x="{2 * LEFT}" y="{y + 25 + BAR_ROW * len(shown)}">... {more} more</text>')
     out.append("</svg>")
     return "\n".join(out) + "\n"
 
 
-def _png(path, series, title, xlabel, ylabel, logx, logy) -> None:
+def _png(path, series, title, xlabel, ylabel, logx, logy, bars=(), bars_title="") -> None:
     try:
         import matplotlib
 
@@ -119,7 +153,14 @@ def _png(path, series, title, xlabel, ylabel, logx, logy) -> None:
     except ImportError:
         raise OptionError(f"'{path}': PNG plots need matplotlib (pip install matplotlib); "
                           "or write an .svg", field="memory-plot") from None
-    fig, ax = plt.subplots(figsize=(W / 100, H / 100), dpi=100)
+    shown, more = _bars_shown(list(bars))
+    if shown:
+        fig, (ax, bx) = plt.subplots(2, 1, figsize=(W / 100, (H + 40 + BAR_ROW * len(shown)) / 100), dpi=100,
+                                     height_ratios=[H, 40 + BAR_ROW * len(shown)])
+        bx.barh([b.label for b in shown][::-1], [b.value for b in shown][::-1], color=COLORS[0])
+        bx.set(title=bars_title + (f" (... {more} more)" if more else ""), xlabel="bytes")
+    else:
+        fig, ax = plt.subplots(figsize=(W / 100, H / 100), dpi=100)
     for k, s in enumerate(series):
         color = COLORS[k % len(COLORS)]
         ax.plot(s.x, s.y, label=s.label, color=color, linestyle="--" if s.dashed else "-")
@@ -128,7 +169,7 @@ def _png(path, series, title, xlabel, ylabel, logx, logy) -> None:
     ax.set_xscale("log" if logx else "linear")
     ax.set_yscale("log" if logy else "linear")
     ax.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    ax.legend(loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.legend(loc="upper left", fontsize=8)  # inside: a long legend beside the axes squeezes them
     fig.tight_layout()
     fig.savefig(path)
     plt.close(fig)

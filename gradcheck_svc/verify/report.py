@@ -159,7 +159,7 @@ class Report:
     faults: list[FaultRecord] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)
     findings: list = field(default_factory=list)  # verify/findings.py Finding, most important first
-    timelines: dict = field(default_factory=dict)  # memory timelines for --memory-plot (not in the JSON)
+    timelines: dict = field(default_factory=dict)  # run -> engine.memory.Timeline (memory_timelines)
     symbolic: object = None  # oracles.symbolic.SymbolicResult
     custom_ops: list = field(default_factory=list)  # verify.custom_ops.CustomOpCheck
 
@@ -181,8 +181,9 @@ class Report:
             "symbolic": self.symbolic.to_dict() if self.symbolic is not None else {"status": "off"},
             "custom_ops": [c.to_dict() for c in self.custom_ops],
             "memory": dict(self.memory),
-            "memory_timelines": [{"run": run, "steps": [str(label) for label, _ in steps],
-                                  "live_bytes": [int(b) for _, b in steps]} for run, steps in self.timelines.items()],
+            "memory_timelines": [{"run": run, "steps": [m.label for m in marks],
+                                  "live_bytes": marks.columns[0].tolist(),
+                                  "peak_bytes": marks.columns[1].tolist()} for run, marks in self.timelines.items()],
             "timings": {k: round(v, 6) for k, v in self.timings.items()},
         }
 

@@ -75,8 +75,9 @@ OPTIONS: tuple[Option, ...] = (
            default=5000, metavar="N", aliases=("--symbolic-max-elements",)),
     Option("localize", "find the faulty node and its cause when a gradient fails", type=on_off, default=True,
            metavar="on|off", negation="--no-localize"),
-    Option("checkpoint", "gradient checkpointing for the verified gradients: none, sqrt, every:K, or a "
-           "comma-separated list of node names to keep", default="none", metavar="POLICY"),
+    Option("checkpoint", "gradient checkpointing for the verified gradients: none, sqrt, every:K, budget:BYTES "
+           "(the least recomputation keeping the activations under BYTES; chains), or a comma-separated list of "
+           "node names to keep", default="none", metavar="POLICY"),
     Option("integrity", "fingerprint tensors saved for backward and check them when read", default="check",
            choices=("off", "check")),
     Option("allow_inplace_hazards", "when an in-place node overwrote a value the backward needs, compute the "
@@ -88,6 +89,11 @@ OPTIONS: tuple[Option, ...] = (
            "report names the input as their origin", type=bool, default=False, switch=True),
     Option("memory_timeline", "record live bytes after every forward/backward step into the report "
            "(memory_timelines; drawn by --html)", type=bool, default=False, switch=True),
+    Option("optimizer", "the optimizer whose state joins the training memory figure: none, sgd (no state), "
+           "momentum (1x the parameters), adam or adamw (2x)", default="none",
+           choices=("none", "sgd", "momentum", "adam", "adamw")),
+    Option("optimizer_dtype", "dtype of the optimizer's state (default: the engine's)",
+           choices=("float16", "bfloat16", "float32", "float64")),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyOptions(_message.Message):
-    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite", "memory_timeline")
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite", "memory_timeline", "optimizer", "optimizer_dtype")
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,8 @@ class VerifyOptions(_message.Message):
     SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
     ALLOW_NONFINITE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_DTYPE_FIELD_NUMBER: _ClassVar[int]
     fd_mode: str
     dtype: str
     device: str
@@ -42,7 +44,9 @@ class VerifyOptions(_message.Message):
     symbolic: bool
     allow_nonfinite: bool
     memory_timeline: bool
-    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ...) -> None: ...
+    optimizer: str
+    optimizer_dtype: str
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("id", "graph", "options", "onnx_model", "onnx")
@@ -306,7 +310,7 @@ class Finding(_message.Message):
     def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., cause: _Optional[str] = ..., severity: _Optional[str] = ..., parameters: _Optional[_Iterable[str]] = ..., detail: _Optional[str] = ..., worst_element: _Optional[_Union[WorstElement, _Mapping]] = ...) -> None: ...
 
 class Memory(_message.Message):
-    __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "memory_source", "checkpoint", "checkpoint_profile", "checkpoint_segments", "checkpoint_kept_values", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes", "checkpoint_op_evaluations", "checkpoint_gradients_equal")
+    __slots__ = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "op_evaluations", "memory_source", "checkpoint", "checkpoint_profile", "checkpoint_segments", "checkpoint_kept_values", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes", "checkpoint_op_evaluations", "checkpoint_gradients_equal", "data_bytes", "optimizer", "optimizer_dtype", "optimizer_bytes", "peak_step", "peak_activations_bytes", "peak_gradients_bytes", "peak_transient_bytes", "training_peak_bytes", "inference_transient_bytes", "checkpoint_training_peak_bytes", "activations_by_node", "checkpoint_budget_bytes", "checkpoint_predicted_activations_peak_bytes", "checkpoint_kept")
     PARAMETERS_BYTES_FIELD_NUMBER: _ClassVar[int]
     GRADIENTS_BYTES_FIELD_NUMBER: _ClassVar[int]
     ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
@@ -322,6 +326,21 @@ class Memory(_message.Message):
     CHECKPOINT_LIVE_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_OP_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_GRADIENTS_EQUAL_FIELD_NUMBER: _ClassVar[int]
+    DATA_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    OPTIMIZER_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_STEP_FIELD_NUMBER: _ClassVar[int]
+    PEAK_ACTIVATIONS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_GRADIENTS_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_TRANSIENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    TRAINING_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INFERENCE_TRANSIENT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_TRAINING_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    ACTIVATIONS_BY_NODE_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_BUDGET_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_PREDICTED_ACTIVATIONS_PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_KEPT_FIELD_NUMBER: _ClassVar[int]
     parameters_bytes: int
     gradients_bytes: int
     activations_peak_bytes: int
@@ -337,17 +356,44 @@ class Memory(_message.Message):
     checkpoint_live_peak_bytes: int
     checkpoint_op_evaluations: int
     checkpoint_gradients_equal: bool
-    def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., memory_source: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_profile: _Optional[str] = ..., checkpoint_segments: _Optional[int] = ..., checkpoint_kept_values: _Optional[int] = ..., checkpoint_activations_peak_bytes: _Optional[int] = ..., checkpoint_live_peak_bytes: _Optional[int] = ..., checkpoint_op_evaluations: _Optional[int] = ..., checkpoint_gradients_equal: _Optional[bool] = ...) -> None: ...
+    data_bytes: int
+    optimizer: str
+    optimizer_dtype: str
+    optimizer_bytes: int
+    peak_step: str
+    peak_activations_bytes: int
+    peak_gradients_bytes: int
+    peak_transient_bytes: int
+    training_peak_bytes: int
+    inference_transient_bytes: int
+    checkpoint_training_peak_bytes: int
+    activations_by_node: _containers.RepeatedCompositeFieldContainer[NodeMemory]
+    checkpoint_budget_bytes: int
+    checkpoint_predicted_activations_peak_bytes: int
+    checkpoint_kept: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, parameters_bytes: _Optional[int] = ..., gradients_bytes: _Optional[int] = ..., activations_peak_bytes: _Optional[int] = ..., live_peak_bytes: _Optional[int] = ..., inference_peak_bytes: _Optional[int] = ..., op_evaluations: _Optional[int] = ..., memory_source: _Optional[str] = ..., checkpoint: _Optional[str] = ..., checkpoint_profile: _Optional[str] = ..., checkpoint_segments: _Optional[int] = ..., checkpoint_kept_values: _Optional[int] = ..., checkpoint_activations_peak_bytes: _Optional[int] = ..., checkpoint_live_peak_bytes: _Optional[int] = ..., checkpoint_op_evaluations: _Optional[int] = ..., checkpoint_gradients_equal: _Optional[bool] = ..., data_bytes: _Optional[int] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ..., optimizer_bytes: _Optional[int] = ..., peak_step: _Optional[str] = ..., peak_activations_bytes: _Optional[int] = ..., peak_gradients_bytes: _Optional[int] = ..., peak_transient_bytes: _Optional[int] = ..., training_peak_bytes: _Optional[int] = ..., inference_transient_bytes: _Optional[int] = ..., checkpoint_training_peak_bytes: _Optional[int] = ..., activations_by_node: _Optional[_Iterable[_Union[NodeMemory, _Mapping]]] = ..., checkpoint_budget_bytes: _Optional[int] = ..., checkpoint_predicted_activations_peak_bytes: _Optional[int] = ..., checkpoint_kept: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class NodeMemory(_message.Message):
+    __slots__ = ("node", "op", "bytes")
+    NODE_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    BYTES_FIELD_NUMBER: _ClassVar[int]
+    node: str
+    op: str
+    bytes: int
+    def __init__(self, node: _Optional[str] = ..., op: _Optional[str] = ..., bytes: _Optional[int] = ...) -> None: ...
 
 class MemoryTimeline(_message.Message):
-    __slots__ = ("run", "steps", "live_bytes")
+    __slots__ = ("run", "steps", "live_bytes", "peak_bytes")
     RUN_FIELD_NUMBER: _ClassVar[int]
     STEPS_FIELD_NUMBER: _ClassVar[int]
     LIVE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    PEAK_BYTES_FIELD_NUMBER: _ClassVar[int]
     run: str
     steps: _containers.RepeatedScalarFieldContainer[str]
     live_bytes: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, run: _Optional[str] = ..., steps: _Optional[_Iterable[str]] = ..., live_bytes: _Optional[_Iterable[int]] = ...) -> None: ...
+    peak_bytes: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, run: _Optional[str] = ..., steps: _Optional[_Iterable[str]] = ..., live_bytes: _Optional[_Iterable[int]] = ..., peak_bytes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Report(_message.Message):
     __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "text")

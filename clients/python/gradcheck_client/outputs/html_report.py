@@ -20,6 +20,7 @@ import numpy as np
 
 from ..graph_view import build_view
 from .html import h, script_json
+from .text import clip
 
 HEATMAP_COLUMNS = 32  # a 1-D parameter wraps after this many cells
 CELL = 12  # heatmap cell size, px
@@ -122,21 +123,71 @@ def _heatmap(p: dict) -> str:
             f"<svg class='heatmap' width='{cols * CELL}' height='{rows * CELL}'>{''.join(cells)}</svg></figure>")
 
 
-MEMORY_FIGURES = ("parameters_bytes", "gradients_bytes", "activations_peak_bytes", "live_peak_bytes",
-                  "inference_peak_bytes", "checkpoint_activations_peak_bytes", "checkpoint_live_peak_bytes")
+MEMORY_FIGURES = ("training_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "data_bytes", "parameters_bytes",
+                  "gradients_bytes", "optimizer_bytes", "activations_peak_bytes", "checkpoint_activations_peak_bytes",
+                  "checkpoint_live_peak_bytes", "checkpoint_training_peak_bytes")
+# the parts of the training and inference peaks (docs/memory.md: one accounting)
+TRAINING_PARTS = (("data", "data_bytes"), ("params", "parameters_bytes"), ("grads", "peak_gradients_bytes"),
+                  ("optimizer", "optimizer_bytes"), ("activations", "peak_activations_bytes"),
+                  ("transients", "peak_transient_bytes"))
+INFERENCE_PARTS = (("data", "data_bytes"), ("params", "parameters_bytes"), ("transients", "inference_transient_bytes"))
+PART_COLORS = {"data": "#8c8c8c", "params": "#1f77b4", "grads": "#2ca02c", "optimizer": "#9467bd",
+               "activations": "#d62728", "transients": "#ff7f0e"}
+MAX_NODE_BARS = 20
+
+
+def _bar_rows(rows: list, unit_text: str = " B") -> str:
+    """Horizontal bars, one per (label, value), scaled to the largest."""
+    top = max([v for _, v in rows if math.isfinite(v)] + [1.0])
+    bars = [f"<g class='bar' transform='translate(0,{i * 20})'><text x='0' y='13'>{h(k, 60)}</text>"
+            f"<rect x='250' y='3' height='13' width='{300 * v / top if math.isfinite(v) else 0:.1f}' "
+            f"fill='#6b8cc7'></rect><text x='{256 + 300 * v / top if math.isfinite(v) else 256:.1f}' y='13'>"
+            f"{h(int(v) if math.isfinite(v) else v, 30)}{unit_text}</text></g>" for i, (k, v) in enumerate(rows)]
+    return f"<svg class='memory' width='700' height='{20 * len(rows) + 4}'>{''.join(bars)}</svg>"
+
+
+def _stacked(mem: dict) -> str:
+    """Training and inference side by side, each a bar split into its parts."""
+    rows = [("training", TRAINING_PARTS, "training_peak_bytes"), ("inference", INFERENCE_PARTS, "inference_peak_bytes")]
+    top = max(_finite(mem.get(total)) for _, _, total in rows)
+    if not math.isfinite(top) or top <= 0:
+        return ""
+    out = []
+    for i, (name, parts, total) in enumerate(rows):
+        x, cells = 100.0, []
+        for part, key in parts:
+            v = _finite(mem.get(key))
+            if not math.isfinite(v) or v <= 0:
+                continue
+            w = 500 * v / top
+            cells.append(f"<rect class='part' data-part='{part}' x='{x:.1f}' y='{i * 24 + 3}' width='{w:.1f}' "
+                         f"height='16' fill='{PART_COLORS[part]}'><title>{part} {int(v)} B</title></rect>")
+            x += w
+        out.append(f"<text x='0' y='{i * 24 + 16}'>{name}</text>{''.join(cells)}"
+                   f"<text x='{x + 6:.1f}' y='{i * 24 + 16}'>{h(int(_finite(mem.get(total))), 30)} B</text>")
+    legend = " ".join(f"<span style='border-color:{c}'>{p}</span>" for p, c in PART_COLORS.items())
+    detail = " + ".join(f"{p} {h(mem.get(k), 30)}" for p, k in TRAINING_PARTS)
+    return (f"<p class='legend'>{legend}</p><svg class='memory-parts' width='700' height='52'>{''.join(out)}</svg>"
+            f"<p class='mono'>training {h(mem.get('training_peak_bytes'), 30)} B = {detail} "
+            f"(optimizer {h(mem.get('optimizer'), 20)}, {h(mem.get('optimizer_dtype'), 20)}; parts at the live "
+            f"peak, during {h(mem.get('peak_step'), 120)})</p>")
 
 
 def _memory(report: dict, timelines: dict) -> str:
     mem = report.get("memory") or {}
     figures = [(k, _finite(mem.get(k))) for k in MEMORY_FIGURES if k in mem]
     out = []
+    if "training_peak_bytes" in mem:
+        out.append(_stacked(mem))
     if figures:
-        top = max([v for _, v in figures if math.isfinite(v)] + [1.0])
-        bars = [f"<g transform='translate(0,{i * 20})'><text x='0' y='13'>{h(k, 60)}</text>"
-                f"<rect x='250' y='3' height='13' width='{300 * v / top if math.isfinite(v) else 0:.1f}' "
-                f"fill='#6b8cc7'></rect><text x='{256 + 300 * v / top if math.isfinite(v) else 256:.1f}' y='13'>"
-                f"{h(int(v) if math.isfinite(v) else v, 30)} B</text></g>" for i, (k, v) in enumerate(figures)]
-        out.append(f"<svg class='memory' width='700' height='{20 * len(figures) + 4}'>{''.join(bars)}</svg>")
+        out.append(_bar_rows(figures))
+    nodes = [d for d in mem.get("activations_by_node") or [] if isinstance(d, dict)]
+    if nodes:
+        more = f" (the largest {MAX_NODE_BARS} of {len(nodes)})" if len(nodes) > MAX_NODE_BARS else ""
+        out.append(f"<h4>Activation bytes by node{more}</h4>")
+        rows = [(f"{clip(d.get('node'), 40)} ({clip(d.get('op'), 20)})", _finite(d.get("bytes")))
+                for d in nodes[:MAX_NODE_BARS]]
+        out.append(_bar_rows(rows).replace("class='memory'", "class='memory-nodes'", 1))
     if timelines:
         out.append(_timeline(timelines))
     else:
@@ -145,7 +196,8 @@ def _memory(report: dict, timelines: dict) -> str:
 
 
 def _timeline(timelines: dict) -> str:
-    """Live bytes per forward/backward step, one line per run (plain, checkpointed, inference)."""
+    """The most bytes held during each forward/backward step, one line per run (plain,
+    checkpointed, inference): each line's maximum is the run's live peak in the report."""
     width, height, colors = 640, 200, ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
     steps = max((len(v) for v in timelines.values()), default=0)
     top = max((b for v in timelines.values() for _, b in v), default=1) or 1
@@ -195,8 +247,10 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
         heat = "".join(_heatmap(p) for p in report.get("parameters") or [])
         if heat:
             body.append("<h3>Error per element</h3>" + heat)
-        timelines = item.timelines or {t.get("run", ""): list(zip(t.get("steps") or [], t.get("live_bytes") or []))
-                                       for t in report.get("memory_timelines") or []}
+        # each step's most bytes held (peak_bytes; reports before it had live_bytes only)
+        timelines = item.timelines or {
+            t.get("run", ""): list(zip(t.get("steps") or [], t.get("peak_bytes") or t.get("live_bytes") or []))
+            for t in report.get("memory_timelines") or []}
         body.append("<h3>Memory</h3>" + _memory(report, timelines))
         sections.append("<section>" + "".join(body) + "</section>")
     needs_dagre = any(g["view"]["layout"] == "dagre" for g in graphs)
