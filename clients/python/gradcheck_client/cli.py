@@ -129,8 +129,10 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
     out = {}
     client = Client(args.server, token=token, tls=args.tls, root_certificates=ca, timeout=args.timeout)
     try:
+        # --timeout is per graph: the stream may take that per graph in all, and never waits longer
+        # than that for its next answer (a dead or stopped server ends the run in --timeout)
         results = client.verify_many(graphs, raise_errors=False, timeout=args.timeout * max(1, len(graphs)),
-                                     **_options(args))
+                                     idle_timeout=args.timeout, **_options(args))
         for item in results:
             if isinstance(item, Report):  # the server's own time for this graph
                 out[item.id] = Outcome(item.id, report=item, seconds=float(item.timings.get("total_s", 0.0)))
@@ -138,11 +140,22 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
                 out[item.id] = Outcome(item.id, error=item.message, invalid=item.invalid_input)
             progress.step(item.id)
     except VerifyError as exc:  # the stream itself failed: every graph without a result shares the error
+        error = f"{exc.code.name}: {exc.message}"
+        if exc.kind == "transport":  # said once here; each graph's outcome points to it
+            print(f"gradcheck: error: {unreachable_message(args.server, error)}", file=sys.stderr)
+            error = f"not verified: no answer from the server at {args.server} ({exc.code.name})"
         for path in graphs:
-            out.setdefault(path, Outcome(path, error=f"{exc.code.name}: {exc.message}", invalid=exc.invalid_input))
+            out.setdefault(path, Outcome(path, error=error, invalid=exc.invalid_input))
     finally:
         client.close()
     return out
+
+
+def unreachable_message(server: str, error: str) -> str:
+    """One line for a server that did not answer: the address tried, where it came from, how to set another."""
+    source = " (from $GRADCHECK_SERVER)" if server == os.environ.get("GRADCHECK_SERVER") else ""
+    return (f"no answer from the gradcheck server at {server}{source} ({error}); check that it is running "
+            "there, or point --server HOST:PORT (or $GRADCHECK_SERVER) at another")
 
 
 def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
