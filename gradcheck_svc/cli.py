@@ -105,7 +105,9 @@ def _verify(args) -> int:
     from .errors import LimitError, OptionError
     from .graph import load_graph
     from .graph.decode import parse_graph
-    from .limits import ServerLimits, limit_flag_values
+    from gradcheck_client.client import make_request
+
+    from .limits import ServerLimits, check_request_size, limit_flag_values, request_time_limit
     from .server.execute import verify_options
     from .verify import verify
     from .verify.memory_profile import write_timeline_plot
@@ -126,11 +128,16 @@ def _verify(args) -> int:
     if options.symbolic.max_edges > limits.max_symbolic_partials:
         raise LimitError(f"{options.symbolic.max_edges} is over the limit of {limits.max_symbolic_partials} "
                          "(raise it with --max-symbolic-partials)", field="--symbolic-max-partials")
-    check_file_size(args.graph, limits.max_message_bytes)
-    # decoded once: the HTML report draws the same message that was verified
-    message = _onnx_graph(args.graph, args) if is_onnx(args.graph) else parse_graph(args.graph)
-    graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
-    report = verify(graph, options)
+    if not args.graph.lower().endswith(".json"):  # a binary file is (about) the request: refused unread
+        check_file_size(args.graph, limits.max_message_bytes)
+    # the server's limits, the same way: the request's size, then the whole request within max_request_seconds
+    with request_time_limit(limits.max_request_seconds):
+        # decoded once: the HTML report draws the same message that was verified
+        message = _onnx_graph(args.graph, args) if is_onnx(args.graph) else parse_graph(args.graph)
+        if not is_onnx(args.graph):  # an ONNX request is the model's bytes: check_file_size measured them
+            check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
+        graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
+        report = verify(graph, options)
     if args.memory_plot is not None:
         try:
             write_timeline_plot(args.memory_plot, report.timelines, graph.name)

@@ -7,9 +7,11 @@ show them from here. Light on purpose: the CLI imports it to build its parser.
 """
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, make_dataclass
 
-from .errors import OptionError
+from .errors import LimitError, OptionError, TimeLimitError
 
 FORMULA_MAX_DEPTH = 64  # the formula parser's own hard cap (ops/formula.py reads it from here)
 
@@ -98,3 +100,48 @@ def limit_flag_values(args) -> dict:
     return {spec.name: getattr(args, spec.name, None) for spec in LIMITS}
 
 
+
+
+# -- enforced alike by the server and in-process (`gradcheck-svc verify`, the client's in-process mode) --
+
+def _raise_hint(name: str, hint: bool) -> str:
+    return f" (raise it with --{name.replace('_', '-')})" if hint else ""
+
+
+def check_request_size(size: int, limit: int, hint: bool = False) -> None:
+    """LimitError for a serialized VerifyRequest over max_message_bytes (the server measures the bytes it
+    received; in-process, the request the CI command would send)."""
+    if size > limit:
+        raise LimitError(f"request is {size} bytes, the limit is {limit}{_raise_hint('max_message_bytes', hint)}",
+                         field="request")
+
+
+def over_time_message(seconds: float) -> str:
+    """What a verification stopped at max_request_seconds says, from the server and in-process alike."""
+    return f"verification exceeded the per-request limit of {seconds:g} s"
+
+
+class _OverTime(BaseException):  # raised by SIGALRM; no `except Exception` in the verifier may swallow it
+    pass
+
+
+@contextmanager
+def request_time_limit(seconds: float, hint: str | None = "max_request_seconds"):
+    """In-process max_request_seconds: TimeLimitError once `seconds` have passed in the block. The server
+    kills the worker instead; here SIGALRM stops Python code at its next bytecode (a single long NumPy
+    call finishes first). Where the process's one interval timer is not free (another thread, a timer
+    already running) a block that ran over is refused when it ends: never a result past the limit."""
+    from .alarm import alarm, timer_free
+
+    message = over_time_message(seconds) + (_raise_hint(hint, True) if hint else "")
+    start = time.monotonic()
+    try:
+        if timer_free():
+            with alarm(seconds, _OverTime):
+                yield
+        else:
+            yield
+    except _OverTime:
+        raise TimeLimitError(message) from None
+    if time.monotonic() - start > seconds:
+        raise TimeLimitError(message)
