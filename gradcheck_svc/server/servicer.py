@@ -32,6 +32,7 @@ from .pool import WorkerPool
 from .status import failure_for
 
 SERVICE = "gradcheck.v1.GradCheckService"
+EMPTY_REQUEST_WAIT = 0.2  # seconds a Verify call without a request message waits for its cancellation
 log = logging.getLogger("gradcheck.server")
 
 
@@ -197,11 +198,21 @@ class GradCheckServicer:
     # -- RPCs ---------------------------------------------------------------------------
 
     async def verify(self, requests, context) -> bytes:
+        call = CallInfo(context)
+
         async def receive():
             payload = await context.read()
-            return None if payload is grpc.aio.EOF else payload
+            if payload is not grpc.aio.EOF:
+                return payload
+            # No message: a client that sent none, or far likelier a call that is ending -- its deadline
+            # or a cancel arrives as end-of-request a moment before gRPC cancels this task. Give the
+            # cancellation that moment, so that the call is logged with its true code.
+            await asyncio.sleep(EMPTY_REQUEST_WAIT)
+            if context.cancelled() or call.ended_code() == "DEADLINE_EXCEEDED":
+                raise asyncio.CancelledError()
+            return None
 
-        response, failure, _ = await self._verify_one(receive, CallInfo(context), "Verify")
+        response, failure, _ = await self._verify_one(receive, call, "Verify")
         if failure is not None:
             await context.abort_with_status(failure.rich_status())
         return response
