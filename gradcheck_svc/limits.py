@@ -121,23 +121,55 @@ def over_time_message(seconds: float) -> str:
     return f"verification exceeded the per-request limit of {seconds:g} s"
 
 
-class _OverTime(BaseException):  # raised by SIGALRM; no `except Exception` in the verifier may swallow it
+class _OverTime(BaseException):  # raised in the main thread; no `except Exception` in the verifier may swallow it
     pass
+
+
+_TIMER_SIGNAL = "SIGUSR2"  # not SIGALRM: the expr check keeps the one interval timer (alarm.py) for its own budget
+
+
+@contextmanager
+def _interrupt_main_after(seconds: float):
+    """Raise _OverTime in the main thread once `seconds` have passed in the block: a timer thread sends
+    the main thread a signal whose handler raises (Python code stops at its next bytecode; a single
+    long NumPy call finishes first)."""
+    import signal
+    import threading
+
+    sig = getattr(signal, _TIMER_SIGNAL)
+    main = threading.main_thread().ident
+    state = {"inside": True}
+
+    def expired(signum, frame):
+        if state["inside"]:
+            raise _OverTime
+
+    previous = signal.signal(sig, expired)
+    timer = threading.Timer(seconds, signal.pthread_kill, (main, sig))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        state["inside"] = False
+        timer.cancel()
+        timer.join()  # a signal it sent has been delivered (to `expired`, now a no-op) before the restore
+        signal.signal(sig, previous)
 
 
 @contextmanager
 def request_time_limit(seconds: float, hint: str | None = "max_request_seconds"):
-    """In-process max_request_seconds: TimeLimitError once `seconds` have passed in the block. The server
-    kills the worker instead; here SIGALRM stops Python code at its next bytecode (a single long NumPy
-    call finishes first). Where the process's one interval timer is not free (another thread, a timer
-    already running) a block that ran over is refused when it ends: never a result past the limit."""
-    from .alarm import alarm, timer_free
+    """In-process max_request_seconds: TimeLimitError once `seconds` have passed in the block (the
+    server kills the worker instead). Off the main thread, where no signal can stop the work, a block
+    that ran over is refused when it ends: never a result past the limit."""
+    import signal
+    import threading
 
     message = over_time_message(seconds) + (_raise_hint(hint, True) if hint else "")
     start = time.monotonic()
     try:
-        if timer_free():
-            with alarm(seconds, _OverTime):
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
+            with _interrupt_main_after(seconds):
                 yield
         else:
             yield

@@ -248,3 +248,22 @@ def test_grpc_retry_policy_names_only_the_unary_methods():
     names = {n["method"] for n in method_config["name"]}
     assert names == set(UNARY_METHODS) == {"Verify", "ListOps", "GetServerInfo"}
     assert all(n["service"] == SERVICE for n in method_config["name"])
+
+
+def test_in_process_run_ends_at_its_timeout(slow_pb, tmp_path):
+    """Without a server the CI command holds each graph to --timeout too, with the outcome a server's
+    deadline has (exit 3); the graphs after it are still verified."""
+    seed = tmp_path / "seed.json"
+    save_graph(seed_graph(), seed)
+    timeout = 2
+    start = time.monotonic()
+    proc = subprocess.Popen([sys.executable, "-c", CODE, "verify", str(slow_pb), str(seed), "--fd", "full",
+                             "--timeout", str(timeout), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, env=_env(), cwd=ROOT)
+    code, out, err = _finish(proc, 2 * timeout + MARGIN + 30)  # the seed graph's symbolic check included
+    assert code == 3, err
+    slow, ok = json.loads(out)
+    assert slow["status"] == "error" and ok["status"] == "pass"
+    assert slow["error"] == ("DEADLINE_EXCEEDED: verification exceeded the per-request limit of 2 s "
+                             "(raise it with --timeout)")
+    assert time.monotonic() - start < 2 * timeout + MARGIN + 30

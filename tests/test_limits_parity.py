@@ -156,3 +156,48 @@ def test_symbolic_partials_are_capped_alike(server, tmp_path):
     [skipped] = [w for w in remote.warnings if "symbolic oracle skipped" in w]
     assert "more than 5 non-zero local partial derivatives" in skipped
     assert [w for w in local["warnings"] if "symbolic oracle skipped" in w] == [skipped]
+
+
+def test_in_process_time_limit_stops_python_code_and_leaves_the_interval_timer_free():
+    """The in-process limit interrupts the main thread without the one interval timer, which the expr
+    check keeps for its own simplify budget (else it would fall back to a SymPy subprocess)."""
+    import time
+
+    from gradcheck_svc.alarm import timer_free
+    from gradcheck_svc.errors import TimeLimitError
+    from gradcheck_svc.limits import request_time_limit
+
+    start = time.monotonic()
+    with pytest.raises(TimeLimitError) as info:
+        with request_time_limit(0.3):
+            assert timer_free()
+            while time.monotonic() - start < 60:
+                sum(range(1000))
+    assert time.monotonic() - start < 30
+    assert info.value.message == ("verification exceeded the per-request limit of 0.3 s "
+                                  "(raise it with --max-request-seconds)")
+    with request_time_limit(5):  # within the limit: nothing happens, during or after
+        pass
+    time.sleep(0.1)
+
+
+def test_off_the_main_thread_a_block_over_the_limit_is_refused_when_it_ends():
+    import threading
+    import time
+
+    from gradcheck_svc.errors import TimeLimitError
+    from gradcheck_svc.limits import request_time_limit
+
+    box = {}
+
+    def run():
+        try:
+            with request_time_limit(0.1, hint="timeout"):
+                time.sleep(0.3)
+        except TimeLimitError as exc:
+            box["error"] = exc.message
+
+    t = threading.Thread(target=run)
+    t.start()
+    t.join()
+    assert box["error"] == "verification exceeded the per-request limit of 0.1 s (raise it with --timeout)"

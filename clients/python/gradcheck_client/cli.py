@@ -159,7 +159,8 @@ def unreachable_message(server: str, error: str) -> str:
 
 
 def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
-    from gradcheck_svc.errors import GradcheckError
+    from gradcheck_svc.errors import GradcheckError, TimeLimitError
+    from gradcheck_svc.limits import request_time_limit
     from gradcheck_svc.server.execute import verify_request
 
     from .client import make_request
@@ -168,9 +169,12 @@ def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
     for path, graph in graphs.items():
         start = time.perf_counter()
         try:
-            response = verify_request(make_request(graph, path, **_options(args)),
-                                      on_phase=lambda phase, path=path: progress.phase(path, phase))
+            with request_time_limit(args.timeout, hint="timeout"):  # --timeout per graph, as with a server
+                response = verify_request(make_request(graph, path, **_options(args)),
+                                          on_phase=lambda phase, path=path: progress.phase(path, phase))
             out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
+        except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
+            out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
         except GradcheckError as exc:
             out[path] = Outcome(path, error=exc.message, invalid=True)
         except Exception as exc:  # an internal fault of the verifier: one line, no traceback
