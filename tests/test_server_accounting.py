@@ -179,3 +179,32 @@ def test_a_call_without_a_request_message_is_invalid(server, channel):
     assert info.value.details() == "request: malformed VerifyRequest: no request message"
     [line], codes = ledger.added(1)
     assert line["code"] == "INVALID_ARGUMENT" and codes == {"INVALID_ARGUMENT": 1}
+
+
+def _stream_lines(server) -> list[dict]:
+    return [line for line in server.log_lines() if line.get("msg") == "request" and line.get("method") == "VerifyStream"]
+
+
+def test_a_cancelled_stream_logs_each_item_it_read_once(server, channel):
+    """One worker: item 'a' runs, 'b' (read ahead, when it has arrived) waits for the worker. The
+    stream is cancelled: every item the server read is logged and counted once, CANCELLED."""
+    from gradcheck.v1 import service_pb2_grpc
+
+    from gradcheck_client.client import make_request
+
+    _idle(server)
+    lines_before = len(_stream_lines(server))
+    cancelled_before = server.metric("gradcheck_requests_total", method="VerifyStream", code="CANCELLED")
+    stub = service_pb2_grpc.GradCheckServiceStub(channel)
+    call = stub.VerifyStream(iter([make_request(slow_graph(), id="a", fd_mode="full"),
+                                   make_request(seed_graph(), id="b")]), timeout=60)
+    server.wait_in_flight(1)
+    call.cancel()
+    wait_for(lambda: any(line["id"] == "a" for line in _stream_lines(server)[lines_before:]), what="item a's line")
+    _idle(server)
+    lines = _stream_lines(server)[lines_before:]
+    ids = [line["id"] for line in lines]
+    assert "a" in ids and sorted(ids) == sorted(set(ids)) and set(ids) <= {"a", "b"}
+    assert all(line["code"] == "CANCELLED" for line in lines)
+    counted = server.metric("gradcheck_requests_total", method="VerifyStream", code="CANCELLED") - cancelled_before
+    assert counted == len(lines)

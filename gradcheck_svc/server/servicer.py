@@ -189,11 +189,14 @@ class GradCheckServicer:
             return response, None, request.id
         finally:
             self.active -= 1
-            seconds = time.perf_counter() - t0
-            self.metrics.request(method, outcome.get("code", "UNKNOWN"), seconds)
-            log.info("request", extra={"fields": {
-                "method": method, "peer": call.peer, "id": clip(request.id) if request else None,
-                **_what(request), "duration_ms": round(seconds * 1000, 3), **outcome}})
+            self._account(method, call, request, outcome, time.perf_counter() - t0)
+
+    def _account(self, method: str, call: "CallInfo", request, outcome: dict, seconds: float) -> None:
+        """The one log line and the one count of a request."""
+        self.metrics.request(method, outcome.get("code", "UNKNOWN"), seconds)
+        log.info("request", extra={"fields": {
+            "method": method, "peer": call.peer, "id": clip(request.id) if request else None,
+            **_what(request), "duration_ms": round(seconds * 1000, 3), **outcome}})
 
     # -- RPCs ---------------------------------------------------------------------------
 
@@ -228,7 +231,8 @@ class GradCheckServicer:
         tasks: set[asyncio.Task] = set()
         slots = asyncio.Semaphore(self.pool.size)
 
-        async def one(payload: bytes):
+        async def one(payload: bytes, started: list):
+            started.append(True)
             try:
                 response, failure, rid = await self._verify_one(lambda: _ready(payload), call, "VerifyStream",
                                                                 received=payload)
@@ -238,12 +242,23 @@ class GradCheckServicer:
                 response = service_pb2.VerifyResponse(id=rid, error=failure.stream_error()).SerializeToString()
             await done.put(response)
 
+        def ended(task: asyncio.Task, started: list) -> None:
+            tasks.discard(task)
+            if not started:  # cancelled with the stream before it began: still a request, logged once
+                slots.release()
+                self._account("VerifyStream", call, None, {"code": call.ended_code()}, 0.0)
+
         async def reader():
             async for payload in requests:
-                await slots.acquire()
-                t = asyncio.create_task(one(payload))
+                try:
+                    await slots.acquire()
+                except asyncio.CancelledError:  # the stream ended with this item read but not begun
+                    self._account("VerifyStream", call, _parse_or_none(payload), {"code": call.ended_code()}, 0.0)
+                    raise
+                started: list = []
+                t = asyncio.create_task(one(payload, started))
                 tasks.add(t)
-                t.add_done_callback(tasks.discard)
+                t.add_done_callback(lambda t, started=started: ended(t, started))
 
         read = asyncio.create_task(reader())
         getter = None
