@@ -242,11 +242,11 @@ class GradCheckServicer:
                 response = service_pb2.VerifyResponse(id=rid, error=failure.stream_error()).SerializeToString()
             await done.put(response)
 
-        def ended(task: asyncio.Task, started: list) -> None:
+        def ended(task: asyncio.Task, payload: bytes, started: list) -> None:
             tasks.discard(task)
             if not started:  # cancelled with the stream before it began: still a request, logged once
                 slots.release()
-                self._account("VerifyStream", call, None, {"code": call.ended_code()}, 0.0)
+                self._account("VerifyStream", call, _parse_or_none(payload), {"code": call.ended_code()}, 0.0)
 
         async def reader():
             async for payload in requests:
@@ -258,7 +258,7 @@ class GradCheckServicer:
                 started: list = []
                 t = asyncio.create_task(one(payload, started))
                 tasks.add(t)
-                t.add_done_callback(lambda t, started=started: ended(t, started))
+                t.add_done_callback(lambda t, payload=payload, started=started: ended(t, payload, started))
 
         read = asyncio.create_task(reader())
         getter = None

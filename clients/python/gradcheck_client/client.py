@@ -141,8 +141,8 @@ class _Watch:
     """The time a call may take: `timeout` in all (gRPC's deadline, which the watchdog enforces GRACE
     seconds later should gRPC not), and for a stream `idle` seconds between answers."""
 
-    def __init__(self, target: str, timeout: float | None, idle: float | None = None):
-        self.target, self.timeout, self.idle = target, timeout, idle
+    def __init__(self, timeout: float | None, idle: float | None = None):
+        self.timeout, self.idle = timeout, idle
         self.start = self.last = time.monotonic()
         self.fired = False
 
@@ -274,7 +274,7 @@ class Client(_Core):
 
     def _unary(self, method, request, timeout, id: str = ""):
         """One unary call, ended by the watchdog should gRPC not end it at its deadline."""
-        watch = _Watch(self.target, self._timeout(timeout))
+        watch = _Watch(self._timeout(timeout))
         with _answers(id):
             future = method.future(request, **self._call_args(timeout))
             left = watch.left()
@@ -295,7 +295,7 @@ class Client(_Core):
         tells which). With raise_errors=False a failed item yields its VerifyError instead of raising.
         `timeout` bounds the whole stream, `idle_timeout` the wait for each next answer."""
         requests = _requests(graphs, options)
-        watch = _Watch(self.target, timeout, idle_timeout)
+        watch = _Watch(timeout, idle_timeout)
         for attempt in range(self.stream_attempts):
             answered = False
             call = self.stub.VerifyStream(iter(requests), timeout=watch.remaining(), metadata=self._metadata)
@@ -342,7 +342,7 @@ class AsyncClient(_Core):
         self.stub = service_pb2_grpc.GradCheckServiceStub(self.channel)
 
     async def _unary(self, method, request, timeout, id: str = ""):
-        watch = _Watch(self.target, self._timeout(timeout))
+        watch = _Watch(self._timeout(timeout))
         with _answers(id):
             call = method(request, **self._call_args(timeout))
             left = watch.left()
@@ -359,7 +359,7 @@ class AsyncClient(_Core):
     async def verify_many(self, graphs, *, timeout: float | None = None, idle_timeout: float | None = None,
                           raise_errors: bool = True, **options):
         requests = _requests(graphs, options)
-        watch = _Watch(self.target, timeout, idle_timeout)
+        watch = _Watch(timeout, idle_timeout)
         for attempt in range(self.stream_attempts):
             answered = False
             call = self.stub.VerifyStream(iter(requests), timeout=watch.remaining(), metadata=self._metadata)
