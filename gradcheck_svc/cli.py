@@ -99,14 +99,13 @@ def build_parser() -> argparse.ArgumentParser:
 def _verify(args) -> int:
     import dataclasses
 
+    from gradcheck_client.client import make_request
     from gradcheck_client.onnx_options import is_onnx
     from gradcheck_client.options import flag_of, values_from_args
 
     from .errors import LimitError, OptionError
     from .graph import load_graph
     from .graph.decode import parse_graph
-    from gradcheck_client.client import make_request
-
     from .limits import ServerLimits, check_request_size, limit_flag_values, request_time_limit
     from .server.execute import verify_options
     from .verify import verify

@@ -100,19 +100,18 @@ def limit_flag_values(args) -> dict:
     return {spec.name: getattr(args, spec.name, None) for spec in LIMITS}
 
 
-
-
 # -- enforced alike by the server and in-process (`gradcheck-svc verify`, the client's in-process mode) --
 
-def _raise_hint(name: str, hint: bool) -> str:
-    return f" (raise it with --{name.replace('_', '-')})" if hint else ""
+def _raise_hint(limit: str | None) -> str:
+    """' (raise it with --FLAG)' for the command line, where the limit (or a flag) is the user's to raise."""
+    return f" (raise it with --{limit.replace('_', '-')})" if limit else ""
 
 
 def check_request_size(size: int, limit: int, hint: bool = False) -> None:
     """LimitError for a serialized VerifyRequest over max_message_bytes (the server measures the bytes it
     received; in-process, the request the CI command would send)."""
     if size > limit:
-        raise LimitError(f"request is {size} bytes, the limit is {limit}{_raise_hint('max_message_bytes', hint)}",
+        raise LimitError(f"request is {size} bytes, the limit is {limit}{_raise_hint('max_message_bytes' if hint else None)}",
                          field="request")
 
 
@@ -142,9 +141,10 @@ def _interrupt_main_after(seconds: float):
 
     def expired(signum, frame):
         if state["inside"]:
+            state["inside"] = False  # once: the cleanup below is never interrupted
             raise _OverTime
 
-    previous = signal.signal(sig, expired)
+    previous = signal.signal(sig, expired)  # (the first statement of `finally` disarms it before any call)
     timer = threading.Timer(seconds, signal.pthread_kill, (main, sig))
     timer.daemon = True
     timer.start()
@@ -165,7 +165,7 @@ def request_time_limit(seconds: float, hint: str | None = "max_request_seconds")
     import signal
     import threading
 
-    message = over_time_message(seconds) + (_raise_hint(hint, True) if hint else "")
+    message = over_time_message(seconds) + _raise_hint(hint)
     start = time.monotonic()
     try:
         if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
