@@ -142,7 +142,7 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
     except VerifyError as exc:  # the stream itself failed: every graph without a result shares the error
         error = f"{exc.code.name}: {exc.message}"
         if exc.kind == "transport":  # said once here; each graph's outcome points to it
-            print(f"gradcheck: error: {unreachable_message(args.server, error)}", file=sys.stderr)
+            print(f"gradcheck: error: {unreachable_message(args.server, error, bool(out))}", file=sys.stderr)
             error = f"not verified: no answer from the server at {args.server} ({exc.code.name})"
         for path in graphs:
             out.setdefault(path, Outcome(path, error=error, invalid=exc.invalid_input))
@@ -151,11 +151,12 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
     return out
 
 
-def unreachable_message(server: str, error: str) -> str:
+def unreachable_message(server: str, error: str, answered: bool = False) -> str:
     """One line for a server that did not answer: the address tried, where it came from, how to set another."""
     source = " (from $GRADCHECK_SERVER)" if server == os.environ.get("GRADCHECK_SERVER") else ""
-    return (f"no answer from the gradcheck server at {server}{source} ({error}); check that it is running "
-            "there, or point --server HOST:PORT (or $GRADCHECK_SERVER) at another")
+    what = "stopped answering" if answered else "did not answer"
+    return (f"the gradcheck server at {server}{source} {what} ({error}); check that it is running there, or "
+            "point --server HOST:PORT (or $GRADCHECK_SERVER) at another")
 
 
 def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
