@@ -283,6 +283,9 @@ class Client(_Core):
             except grpc.FutureTimeoutError:
                 future.cancel()
                 raise watch.error() from None
+            except KeyboardInterrupt:  # Ctrl-C: the server stops the work too
+                future.cancel()
+                raise
 
     def verify(self, graph, *, id: str = "", timeout: float | None = ..., **options) -> Report:
         """Verify one graph (a Graph message, a .json/.pb path, or a JSON dict)."""
