@@ -74,71 +74,88 @@ def server(tmp_path):
 
 def test_server_killed_mid_request(server, slow_pb):
     timeout = 30
-    start = time.monotonic()
     proc = _ci(slow_pb, server.target, timeout)
     server.wait_in_flight(1)
     for pid in (server.pid, *descendants(server.pid)):  # the whole tree, as an OOM kill or a node loss would
         os.kill(pid, signal.SIGKILL)
+    killed = time.monotonic()
     code, out, err = _finish(proc, timeout + MARGIN)
     assert code == 3, (out, err)
     # a dead server is seen at once (connection reset, then refused), not at the deadline
-    assert time.monotonic() - start < timeout
+    assert time.monotonic() - killed < timeout
     _assert_said_once(err, server.target)
     assert out.count("not verified: no answer from the server") == 1
 
 
 def test_server_stopped_mid_request(server, slow_pb):
     timeout = 5
-    start = time.monotonic()
     proc = _ci(slow_pb, server.target, timeout)
     server.wait_in_flight(1)
     os.kill(server.pid, signal.SIGSTOP)  # hung: the connection stays open, nothing answers
-    code, out, err = _finish(proc, timeout + MARGIN)
+    stopped = time.monotonic()
+    code, out, err = _finish(proc, timeout + MARGIN + 30)
     assert code == 3, (out, err)
-    assert time.monotonic() - start < timeout + MARGIN
+    assert time.monotonic() - stopped < timeout + MARGIN
     _assert_said_once(err, server.target)
     assert "DEADLINE_EXCEEDED" in out
 
 
-@pytest.fixture
-def silent_listener():
-    """A TCP port that accepts connections and never says a word (no HTTP/2 settings, no answer)."""
-    srv = socket.create_server(("127.0.0.1", 0))
-    held = []
-    stop = threading.Event()
+class SilentListener:
+    """A TCP port that accepts connections and never says a word (no HTTP/2 settings, no answer);
+    `first_accept` is when the first connection came (time.monotonic())."""
 
-    def accept():
-        srv.settimeout(0.1)
-        while not stop.is_set():
+    def __init__(self):
+        self.srv = socket.create_server(("127.0.0.1", 0))
+        self.srv.settimeout(0.1)
+        self.target = f"127.0.0.1:{self.srv.getsockname()[1]}"
+        self.held, self.first_accept = [], None
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self._accept, daemon=True)
+        self.thread.start()
+
+    def _accept(self):
+        while not self.stop.is_set():
             try:
-                held.append(srv.accept()[0])
+                self.held.append(self.srv.accept()[0])
             except OSError:
-                pass
-    t = threading.Thread(target=accept, daemon=True)
-    t.start()
-    yield f"127.0.0.1:{srv.getsockname()[1]}"
-    stop.set()
-    t.join()
-    for c in held:
-        c.close()
-    srv.close()
+                continue
+            self.first_accept = self.first_accept or time.monotonic()
+
+    def close(self):
+        self.stop.set()
+        self.thread.join()
+        for c in self.held:
+            c.close()
+        self.srv.close()
 
 
-def test_listener_that_never_speaks_http2(silent_listener, tmp_path):
-    timeout = 4
-    graphs = [tmp_path / f"g{i}.json" for i in range(3)]
+@pytest.fixture
+def silent():
+    s = SilentListener()
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def silent_listener(silent):
+    return silent.target
+
+
+def test_listener_that_never_speaks_http2(silent, tmp_path):
+    timeout, n = 3, 5
+    graphs = [tmp_path / f"g{i}.json" for i in range(n)]
     for g in graphs:
         save_graph(seed_graph(), g)
-    start = time.monotonic()
-    # three graphs: the run still ends after --timeout (no answer for that long), not 3 x --timeout
+    # five graphs: the run ends once no answer has come for --timeout, not after 5 x --timeout
     proc = subprocess.Popen([sys.executable, "-c", CODE, "verify", *map(str, graphs), "--timeout", str(timeout)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-                            env=_env({"GRADCHECK_SERVER": silent_listener}), cwd=ROOT)
-    code, out, err = _finish(proc, 3 * timeout + MARGIN)
+                            env=_env({"GRADCHECK_SERVER": silent.target}), cwd=ROOT)
+    code, out, err = _finish(proc, n * timeout + MARGIN)
     assert code == 3, (out, err)
-    assert time.monotonic() - start < 2 * timeout + MARGIN / 2
-    _assert_said_once(err, silent_listener, from_env=True)
-    assert out.count("not verified: no answer from the server") == 3
+    assert silent.first_accept is not None
+    assert time.monotonic() - silent.first_accept < timeout + 8 < n * timeout
+    _assert_said_once(err, silent.target, from_env=True)
+    assert out.count("not verified: no answer from the server") == n
 
 
 def test_nobody_listening_is_said_once_with_the_address(tmp_path):

@@ -135,7 +135,8 @@ class GradCheckServicer:
         self._ops = None
         self._info = server_info(config)
         self.active = 0  # calls of Verify/VerifyStream items not yet logged (shutdown waits for 0)
-        metrics.gauge("gradcheck_in_flight", "Verifications running or queued", lambda: pool.pending)
+        metrics.gauge("gradcheck_in_flight", "Verifications running, queued or being received",
+                      lambda: pool.pending)
         metrics.gauge("gradcheck_workers", "Worker processes", lambda: pool.size)
 
     # -- one verification, shared by Verify and VerifyStream --------------------------
