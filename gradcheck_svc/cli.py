@@ -114,13 +114,14 @@ def build_parser() -> argparse.ArgumentParser:
 def _verify(args) -> int:
     import dataclasses
 
+    from gradcheck_client.client import make_request
     from gradcheck_client.onnx_options import is_onnx
     from gradcheck_client.options import flag_of, values_from_args
 
     from .errors import LimitError, OptionError
     from .graph import load_graph
     from .graph.decode import parse_graph
-    from .limits import ServerLimits, limit_flag_values
+    from .limits import ServerLimits, check_request_size, limit_flag_values, request_time_limit
     from .onnx_import.folding import FoldBudget
     from .server.execute import verify_options
     from .verify import verify
@@ -142,12 +143,20 @@ def _verify(args) -> int:
     if options.symbolic.max_edges > limits.max_symbolic_partials:
         raise LimitError(f"{options.symbolic.max_edges} is over the limit of {limits.max_symbolic_partials} "
                          "(raise it with --max-symbolic-partials)", field="--symbolic-max-partials")
+    # the server's limits, the same way: the request's size (a file the server's transport would not even
+    # take is refused unread), then the whole request within max_request_seconds
     check_file_size(args.graph, limits.max_message_bytes)
-    # decoded once: the HTML report draws the same message that was verified
-    message = _onnx_graph(args.graph, args, FoldBudget.from_limits(limits)) if is_onnx(args.graph) \
-        else parse_graph(args.graph)
-    graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
-    report = verify(graph, options)
+    with request_time_limit(limits.max_request_seconds):
+        if is_onnx(args.graph):  # the request is the model's bytes, checked before it is imported
+            check_request_size(make_request(_onnx_model(args), "", **values).ByteSize(), limits.max_message_bytes,
+                               hint=True)
+            # decoded once: the HTML report draws what was verified
+            message = _onnx_graph(args.graph, args, FoldBudget.from_limits(limits))
+        else:
+            message = parse_graph(args.graph)
+            check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
+        graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
+        report = verify(graph, options)
     if args.memory_plot is not None:
         try:
             write_memory_plot(args.memory_plot, report.timelines, report.memory, graph.name)
@@ -173,6 +182,22 @@ def write_html_report(path: str, graph_path: str, message, report, integrity: st
             fh.write(build_html([item], title=f"gradcheck: {report.graph or graph_path}", integrity=integrity))
     except OSError as exc:
         raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
+
+
+def _onnx_model(args):
+    """The model as the CI command sends it (bytes and import options), to measure the request."""
+    from pathlib import Path
+
+    from gradcheck_client.onnx_options import OnnxFlagError, OnnxModel, onnx_import_message
+
+    from .errors import OptionError
+
+    try:
+        return OnnxModel(Path(args.graph).read_bytes(), onnx_import_message(args))
+    except OnnxFlagError as exc:
+        raise OptionError(str(exc)) from None
+    except OSError:
+        return OnnxModel(b"", None)  # the importer says what is wrong with the path
 
 
 def _onnx_graph(path: str, args, budget):
@@ -251,6 +276,8 @@ def _import_onnx(args) -> int:
 
 
 def check_file_size(path: str, limit: int) -> None:
+    """A file so far over max_message_bytes that the server's transport would refuse it (it admits twice
+    the limit, so that the servicer answers the rest exactly): refused before it is read."""
     import os
 
     from .errors import LimitError
@@ -259,9 +286,9 @@ def check_file_size(path: str, limit: int) -> None:
         size = os.path.getsize(path)
     except OSError:
         return  # the loader says what is wrong with the path
-    if size > limit:
-        raise LimitError(f"graph file is {size} bytes, the limit is {limit} (raise it with --max-message-bytes)",
-                         field="graph")
+    if size > 2 * limit + 2**20:
+        raise LimitError(f"graph file is {size} bytes, far over the limit of {limit} (raise it with "
+                         "--max-message-bytes)", field="graph")
 
 
 def _ops(args) -> int:

@@ -51,6 +51,12 @@ class LimitError(GradcheckError):
     kind = "limit"
 
 
+class TimeLimitError(LimitError):
+    """A verification ran past its time limit (in-process; the server answers DEADLINE_EXCEEDED)."""
+
+    kind = "timeout"
+
+
 class BackendUnavailable(GradcheckError):
     """The requested device/backend cannot be used on this machine."""
 

@@ -7,9 +7,11 @@ show them from here. Light on purpose: the CLI imports it to build its parser.
 """
 from __future__ import annotations
 
+import time
+from contextlib import contextmanager
 from dataclasses import dataclass, make_dataclass
 
-from .errors import OptionError
+from .errors import LimitError, OptionError, TimeLimitError
 
 FORMULA_MAX_DEPTH = 64  # the formula parser's own hard cap (ops/formula.py reads it from here)
 
@@ -98,3 +100,80 @@ def limit_flag_values(args) -> dict:
     return {spec.name: getattr(args, spec.name, None) for spec in LIMITS}
 
 
+# -- enforced alike by the server and in-process (`gradcheck-svc verify`, the client's in-process mode) --
+
+def _raise_hint(limit: str | None) -> str:
+    """' (raise it with --FLAG)' for the command line, where the limit (or a flag) is the user's to raise."""
+    return f" (raise it with --{limit.replace('_', '-')})" if limit else ""
+
+
+def check_request_size(size: int, limit: int, hint: bool = False) -> None:
+    """LimitError for a serialized VerifyRequest over max_message_bytes (the server measures the bytes it
+    received; in-process, the request the CI command would send)."""
+    if size > limit:
+        raise LimitError(f"request is {size} bytes, the limit is {limit}{_raise_hint('max_message_bytes' if hint else None)}",
+                         field="request")
+
+
+def over_time_message(seconds: float) -> str:
+    """What a verification stopped at max_request_seconds says, from the server and in-process alike."""
+    return f"verification exceeded the per-request limit of {seconds:g} s"
+
+
+class _OverTime(BaseException):  # raised in the main thread; no `except Exception` in the verifier may swallow it
+    pass
+
+
+_TIMER_SIGNAL = "SIGUSR2"  # not SIGALRM: the expr check keeps the one interval timer (alarm.py) for its own budget
+
+
+@contextmanager
+def _interrupt_main_after(seconds: float):
+    """Raise _OverTime in the main thread once `seconds` have passed in the block: a timer thread sends
+    the main thread a signal whose handler raises (Python code stops at its next bytecode; a single
+    long NumPy call finishes first)."""
+    import signal
+    import threading
+
+    sig = getattr(signal, _TIMER_SIGNAL)
+    main = threading.main_thread().ident
+    state = {"inside": True}
+
+    def expired(signum, frame):
+        if state["inside"]:
+            state["inside"] = False  # once: the cleanup below is never interrupted
+            raise _OverTime
+
+    previous = signal.signal(sig, expired)  # (the first statement of `finally` disarms it before any call)
+    timer = threading.Timer(seconds, signal.pthread_kill, (main, sig))
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        state["inside"] = False
+        timer.cancel()
+        timer.join()  # a signal it sent has been delivered (to `expired`, now a no-op) before the restore
+        signal.signal(sig, previous)
+
+
+@contextmanager
+def request_time_limit(seconds: float, hint: str | None = "max_request_seconds"):
+    """In-process max_request_seconds: TimeLimitError once `seconds` have passed in the block (the
+    server kills the worker instead). Off the main thread, where no signal can stop the work, a block
+    that ran over is refused when it ends: never a result past the limit."""
+    import signal
+    import threading
+
+    message = over_time_message(seconds) + _raise_hint(hint)
+    start = time.monotonic()
+    try:
+        if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
+            with _interrupt_main_after(seconds):
+                yield
+        else:
+            yield
+    except _OverTime:
+        raise TimeLimitError(message) from None
+    if time.monotonic() - start > seconds:
+        raise TimeLimitError(message)

@@ -9,7 +9,7 @@ import pytest
 
 from gradcheck_client import Client, VerifyError
 from gradcheck_client.tracer import Tracer
-from grpc_helpers import module_server, seed_graph, slow_graph
+from grpc_helpers import module_server, seed_graph, slow_graph, wait_for
 
 TIME_LIMIT = 10  # long enough that a loaded machine cannot free the worker mid-test by timeout
 
@@ -101,7 +101,8 @@ def test_queue_full_is_refused_at_once_and_cancel_frees_the_worker(server, clien
         client.verify(seed_graph())
     assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and info.value.kind == "busy"
     assert not info.value.invalid_input
-    slow.cancel()
+    slow.cancel()  # the cancel reaches the server on its own time: the place is free once it has
+    wait_for(lambda: server.metric("gradcheck_in_flight") == 0, what="the cancelled call to free its place")
     assert client.verify(seed_graph(), timeout=15).passed
     channel.close()
 

@@ -19,6 +19,7 @@ from ..backend import USER_DEVICES
 from ..engine import parse_fault
 from ..errors import LimitError, OptionError
 from ..graph import validate
+from ..limits import check_request_size
 from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FDOptions
 from ..oracles.symbolic import SymbolicOptions
@@ -150,6 +151,7 @@ def verify_report(request: service_pb2.VerifyRequest, limits: ServerLimits | Non
 
     Raises GradcheckError for anything the user can fix."""
     limits = limits or ServerLimits()
+    check_request_size(request.ByteSize(), limits.max_message_bytes)  # the server's own check, for in-process callers
     options = options_from_proto(request.options, limits)
     message = request.graph
     if request.onnx_model:  # an ONNX model: imported here, in the worker, like any other decoding

@@ -2,7 +2,8 @@
 
 One request per worker at a time, so a slow request never stalls the event
 loop, other clients or the health check. Requests beyond `size + max_queue`
-in flight are refused at once (PoolBusy -> RESOURCE_EXHAUSTED).
+in flight are refused at once (PoolBusy -> RESOURCE_EXHAUSTED): a request takes
+its place with admitted() before its bytes are read or parsed.
 
 A worker is a forkserver child (cheap to replace: the forkserver has already
 imported NumPy and the engine). The pool watches each worker's pipe from the
@@ -18,6 +19,7 @@ import multiprocessing
 import os
 import signal
 import threading
+from contextlib import contextmanager
 
 from .config import ServerLimits
 from .worker import worker_main
@@ -147,28 +149,35 @@ class WorkerPool:
     def pids(self) -> list[int]:
         return sorted(w.pid for w in self._workers if not w.dead)
 
-    async def run(self, payload: bytes) -> tuple:
-        """Run one request on a worker; raises PoolBusy, WorkerDied, or CancelledError."""
+    @contextmanager
+    def admitted(self):
+        """One place, running or queued, held for the block; PoolBusy at once when there is none.
+        Taken when a call arrives, before its request is received and parsed, so that a busy server
+        refuses a large request without reading it."""
         if self.pending >= self.size + self.max_queue:
             raise PoolBusy(f"server busy: {self.size} workers busy and {self.max_queue} requests queued; "
                            "retry later")
         self.pending += 1
         try:
-            worker = await self._idle.get()
-            while worker.dead:
-                worker = await self._idle.get()
-            healthy = False
-            try:
-                result = await worker.call(payload)
-                healthy = True
-                return result
-            finally:
-                if healthy:
-                    self._idle.put_nowait(worker)
-                else:  # died, cancelled or timed out mid-request: a fresh worker takes its place
-                    self._replace(worker)
+            yield
         finally:
             self.pending -= 1
+
+    async def run(self, payload: bytes) -> tuple:
+        """Run one request on a worker, inside admitted(); raises WorkerDied or CancelledError."""
+        worker = await self._idle.get()
+        while worker.dead:
+            worker = await self._idle.get()
+        healthy = False
+        try:
+            result = await worker.call(payload)
+            healthy = True
+            return result
+        finally:
+            if healthy:
+                self._idle.put_nowait(worker)
+            else:  # died, cancelled or timed out mid-request: a fresh worker takes its place
+                self._replace(worker)
 
     async def close(self) -> None:
         self._closed = True

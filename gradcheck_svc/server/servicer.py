@@ -3,6 +3,13 @@
 Verify and VerifyStream take raw request bytes (no deserializer in the method
 handler) so that a malformed payload becomes INVALID_ARGUMENT here, not an
 opaque error inside gRPC, and so the worker receives the bytes untouched.
+
+Verify is served as a client-streaming method (the wire format of a unary call is
+the same): its handler runs when the call arrives, so a busy server refuses
+before it receives and parses up to max_message_bytes, and a call whose deadline
+passes or that is cancelled while its request is still arriving is logged and
+counted like any other. Every Verify call and VerifyStream item is logged and
+counted exactly once, with the code it ended with.
 """
 from __future__ import annotations
 
@@ -17,6 +24,7 @@ from google.protobuf.message import DecodeError
 from gradcheck.v1 import service_pb2
 
 from .. import __version__, errors
+from ..limits import check_request_size
 from ..text import clip
 from .config import ServerConfig
 from .metrics import Metrics
@@ -24,6 +32,7 @@ from .pool import WorkerPool
 from .status import failure_for
 
 SERVICE = "gradcheck.v1.GradCheckService"
+EMPTY_REQUEST_WAIT = 0.2  # seconds a Verify call without a request message waits for its cancellation
 log = logging.getLogger("gradcheck.server")
 
 
@@ -33,18 +42,33 @@ class CallInfo:
     A call's context must not be touched once the call has ended (gRPC's core frees it: calling
     peer() then crashed the server), and a stream's items outlive it when the client goes away."""
 
-    __slots__ = ("peer", "deadline")
+    __slots__ = ("peer", "deadline", "slack")
 
     def __init__(self, context):
         self.peer = context.peer()
         remaining = context.time_remaining()
         self.deadline = None if remaining is None else time.monotonic() + remaining
+        # the client's deadline ends the call a little before the server's copy of it (grpc-timeout is
+        # measured from the client's send, the server's deadline from receipt of the headers): a cancel
+        # this close to the deadline is the deadline (a loaded machine delays the headers by tens of ms)
+        self.slack = 0.0 if remaining is None else min(1.0, 0.1 + 0.01 * remaining)
 
     def ended_code(self) -> str:
         """Why a call ended early: the client's deadline passed, or it cancelled (or went away)."""
-        if self.deadline is not None and time.monotonic() >= self.deadline - 0.005:
+        if self.deadline is not None and time.monotonic() >= self.deadline - self.slack:
             return "DEADLINE_EXCEEDED"
         return "CANCELLED"
+
+
+async def _ready(payload: bytes) -> bytes:
+    return payload
+
+
+def _parse_or_none(payload: bytes):
+    try:
+        return service_pb2.VerifyRequest.FromString(payload)
+    except DecodeError:
+        return None
 
 
 def _request_id(request) -> str:
@@ -111,13 +135,19 @@ class GradCheckServicer:
         self._ops = None
         self._info = server_info(config)
         self.active = 0  # calls of Verify/VerifyStream items not yet logged (shutdown waits for 0)
-        metrics.gauge("gradcheck_in_flight", "Verifications running or queued", lambda: pool.pending)
+        metrics.gauge("gradcheck_in_flight", "Verifications running, queued or being received",
+                      lambda: pool.pending)
         metrics.gauge("gradcheck_workers", "Worker processes", lambda: pool.size)
 
     # -- one verification, shared by Verify and VerifyStream --------------------------
 
-    async def _verify_one(self, payload: bytes, call: "CallInfo", method: str):
+    async def _verify_one(self, receive, call: "CallInfo", method: str, received: bytes | None = None):
         """-> (response bytes or None, Failure or None, request id).
+
+        `receive()` gives the request's bytes: for Verify it reads them from the call, after a place
+        in the pool is taken (a busy server refuses without reading them); for a VerifyStream item it
+        has them already as `received` (the stream's own backpressure bounds what it reads), and the
+        busy check still comes before they are parsed (then only for the id the busy answer carries).
 
         Never touches the call's context: a stream's context may be gone (client cancel, deadline,
         disconnect) while its items are still in the pool, and gRPC's core frees it with the call.
@@ -128,25 +158,27 @@ class GradCheckServicer:
         self.active += 1
         try:
             try:
-                try:  # parsed even when over the limit (the transport admits 2x): the answer carries its id
-                    request = service_pb2.VerifyRequest.FromString(payload)
-                except DecodeError:
-                    request = None
-                if len(payload) > self.config.limits.max_message_bytes:
-                    raise errors.LimitError(f"request is {len(payload)} bytes, the limit is "
-                                            f"{self.config.limits.max_message_bytes}", field="request")
-                if request is None:
-                    raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
-                                            field="request")
-                # the server's own time limit; the client's deadline or cancel arrives as CancelledError
-                # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
-                result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
+                with self.pool.admitted():
+                    payload = await receive()
+                    if payload is None:
+                        raise errors.GraphError("malformed VerifyRequest: no request message", field="request")
+                    # parsed even when over the limit (the transport admits 2x): the answer carries its id
+                    request = _parse_or_none(payload)
+                    check_request_size(len(payload), self.config.limits.max_message_bytes)
+                    if request is None:
+                        raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
+                                                field="request")
+                    # the server's own time limit; the client's deadline or cancel arrives as CancelledError
+                    # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
+                    result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
                 if result[0] != "ok":
                     raise _error_from_worker(result)
             except asyncio.CancelledError:
                 outcome = {"code": call.ended_code()}
                 raise
             except Exception as exc:
+                if request is None and received is not None:  # a stream item's answer names its id
+                    request = _parse_or_none(received)
                 failure = failure_for(exc, self.config.limits.max_request_seconds)
                 if failure.kind == "internal":
                     log.error("internal error", exc_info=exc)
@@ -158,16 +190,33 @@ class GradCheckServicer:
             return response, None, request.id
         finally:
             self.active -= 1
-            seconds = time.perf_counter() - t0
-            self.metrics.request(method, outcome.get("code", "UNKNOWN"), seconds)
-            log.info("request", extra={"fields": {
-                "method": method, "peer": call.peer, "id": clip(request.id) if request else None,
-                **_what(request), "duration_ms": round(seconds * 1000, 3), **outcome}})
+            self._account(method, call, request, outcome, time.perf_counter() - t0)
+
+    def _account(self, method: str, call: "CallInfo", request, outcome: dict, seconds: float) -> None:
+        """The one log line and the one count of a request."""
+        self.metrics.request(method, outcome.get("code", "UNKNOWN"), seconds)
+        log.info("request", extra={"fields": {
+            "method": method, "peer": call.peer, "id": clip(request.id) if request else None,
+            **_what(request), "duration_ms": round(seconds * 1000, 3), **outcome}})
 
     # -- RPCs ---------------------------------------------------------------------------
 
-    async def verify(self, payload: bytes, context) -> bytes:
-        response, failure, _ = await self._verify_one(payload, CallInfo(context), "Verify")
+    async def verify(self, requests, context) -> bytes:
+        call = CallInfo(context)
+
+        async def receive():
+            payload = await context.read()
+            if payload is not grpc.aio.EOF:
+                return payload
+            # No message: a client that sent none, or far likelier a call that is ending -- its deadline
+            # or a cancel arrives as end-of-request a moment before gRPC cancels this task. Give the
+            # cancellation that moment, so that the call is logged with its true code.
+            await asyncio.sleep(EMPTY_REQUEST_WAIT)
+            if context.cancelled() or call.ended_code() == "DEADLINE_EXCEEDED":
+                raise asyncio.CancelledError()
+            return None
+
+        response, failure, _ = await self._verify_one(receive, call, "Verify")
         if failure is not None:
             await context.abort_with_status(failure.rich_status())
         return response
@@ -183,21 +232,34 @@ class GradCheckServicer:
         tasks: set[asyncio.Task] = set()
         slots = asyncio.Semaphore(self.pool.size)
 
-        async def one(payload: bytes):
+        async def one(payload: bytes, started: list):
+            started.append(True)
             try:
-                response, failure, rid = await self._verify_one(payload, call, "VerifyStream")
+                response, failure, rid = await self._verify_one(lambda: _ready(payload), call, "VerifyStream",
+                                                                received=payload)
             finally:
                 slots.release()
             if failure is not None:
                 response = service_pb2.VerifyResponse(id=rid, error=failure.stream_error()).SerializeToString()
             await done.put(response)
 
+        def ended(task: asyncio.Task, payload: bytes, started: list) -> None:
+            tasks.discard(task)
+            if not started:  # cancelled with the stream before it began: still a request, logged once
+                slots.release()
+                self._account("VerifyStream", call, _parse_or_none(payload), {"code": call.ended_code()}, 0.0)
+
         async def reader():
             async for payload in requests:
-                await slots.acquire()
-                t = asyncio.create_task(one(payload))
+                try:
+                    await slots.acquire()
+                except asyncio.CancelledError:  # the stream ended with this item read but not begun
+                    self._account("VerifyStream", call, _parse_or_none(payload), {"code": call.ended_code()}, 0.0)
+                    raise
+                started: list = []
+                t = asyncio.create_task(one(payload, started))
                 tasks.add(t)
-                t.add_done_callback(tasks.discard)
+                t.add_done_callback(lambda t, payload=payload, started=started: ended(t, payload, started))
 
         read = asyncio.create_task(reader())
         getter = None
@@ -230,7 +292,7 @@ class GradCheckServicer:
     def handlers(self) -> grpc.GenericRpcHandler:
         ser = lambda m: m.SerializeToString()  # noqa: E731
         return grpc.method_handlers_generic_handler(SERVICE, {
-            "Verify": grpc.unary_unary_rpc_method_handler(self.verify),
+            "Verify": grpc.stream_unary_rpc_method_handler(self.verify),  # see the module's doc
             "VerifyStream": grpc.stream_stream_rpc_method_handler(self.verify_stream),
             "ListOps": grpc.unary_unary_rpc_method_handler(
                 self.list_ops, request_deserializer=service_pb2.ListOpsRequest.FromString,

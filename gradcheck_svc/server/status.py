@@ -24,7 +24,8 @@ from grpc_status import rpc_status
 
 from gradcheck.v1 import service_pb2
 
-from ..errors import BackendUnavailable, GradcheckError, LimitError
+from ..errors import BackendUnavailable, GradcheckError, LimitError, TimeLimitError
+from ..limits import over_time_message
 from .pool import PoolBusy, WorkerDied
 
 KIND_KEY = "gradcheck-error-kind"
@@ -57,6 +58,8 @@ class Failure:
 
 
 def failure_for(exc: BaseException, time_limit: float | None = None) -> Failure:
+    if isinstance(exc, TimeLimitError):  # the in-process form of the server's own time limit
+        return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout", exc.message)
     if isinstance(exc, LimitError):
         return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "limit", exc.message, exc.where)
     if isinstance(exc, MemoryError):  # a request too big for the memory there is: a limit, not a fault
@@ -69,8 +72,7 @@ def failure_for(exc: BaseException, time_limit: float | None = None) -> Failure:
     if isinstance(exc, PoolBusy):
         return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", str(exc))
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
-        return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout",
-                       f"verification exceeded the server's per-request limit of {time_limit:g} s")
+        return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout", over_time_message(time_limit))
     if isinstance(exc, WorkerDied):
         return Failure(grpc.StatusCode.INTERNAL, "worker_died", str(exc))
     return Failure(grpc.StatusCode.INTERNAL, "internal", "internal error (details are in the server log)")

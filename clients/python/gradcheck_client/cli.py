@@ -110,8 +110,10 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
     out = {}
     client = Client(args.server, token=token, tls=args.tls, root_certificates=ca, timeout=args.timeout)
     try:
+        # --timeout is per graph: the stream may take that per graph in all, and never waits longer
+        # than that for its next answer (a dead or stopped server ends the run in --timeout)
         results = client.verify_many(graphs, raise_errors=False, timeout=args.timeout * max(1, len(graphs)),
-                                     **_options(args))
+                                     idle_timeout=args.timeout, **_options(args))
         for item in results:
             if isinstance(item, Report):  # the server's own time for this graph
                 out[item.id] = Outcome(item.id, report=item, seconds=float(item.timings.get("total_s", 0.0)))
@@ -119,15 +121,28 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
                 out[item.id] = Outcome(item.id, error=item.message, invalid=item.invalid_input)
             progress.step(item.id)
     except VerifyError as exc:  # the stream itself failed: every graph without a result shares the error
+        error = f"{exc.code.name}: {exc.message}"
+        if exc.kind == "transport":  # said once here; each graph's outcome points to it
+            print(f"gradcheck: error: {unreachable_message(args.server, error, bool(out))}", file=sys.stderr)
+            error = f"not verified: no answer from the server at {args.server} ({exc.code.name})"
         for path in graphs:
-            out.setdefault(path, Outcome(path, error=f"{exc.code.name}: {exc.message}", invalid=exc.invalid_input))
+            out.setdefault(path, Outcome(path, error=error, invalid=exc.invalid_input))
     finally:
         client.close()
     return out
 
 
+def unreachable_message(server: str, error: str, answered: bool = False) -> str:
+    """One line for a server that did not answer: the address tried, where it came from, how to set another."""
+    source = " (from $GRADCHECK_SERVER)" if server == os.environ.get("GRADCHECK_SERVER") else ""
+    what = "stopped answering" if answered else "did not answer"
+    return (f"the gradcheck server at {server}{source} {what} ({error}); check that it is running there, or "
+            "point --server HOST:PORT (or $GRADCHECK_SERVER) at another")
+
+
 def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
-    from gradcheck_svc.errors import GradcheckError
+    from gradcheck_svc.errors import GradcheckError, TimeLimitError
+    from gradcheck_svc.limits import request_time_limit
     from gradcheck_svc.server.execute import verify_request
 
     from .client import make_request
@@ -136,9 +151,12 @@ def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
     for path, graph in graphs.items():
         start = time.perf_counter()
         try:
-            response = verify_request(make_request(graph, path, **_options(args)),
-                                      on_phase=lambda phase, path=path: progress.phase(path, phase))
+            with request_time_limit(args.timeout, hint="timeout"):  # --timeout per graph, as with a server
+                response = verify_request(make_request(graph, path, **_options(args)),
+                                          on_phase=lambda phase, path=path: progress.phase(path, phase))
             out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
+        except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
+            out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
         except GradcheckError as exc:
             out[path] = Outcome(path, error=exc.message, invalid=True)
         except Exception as exc:  # an internal fault of the verifier: one line, no traceback
