@@ -85,7 +85,7 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
                           "arguments to check with wrt=)")
     t = Tracer(name)
     traced = [t.param(names[i], np.asarray(a, dtype=np.float64)) if i in which else a for i, a in enumerate(args)]
-    out = f(*traced)
+    out = _call(f, traced)
     if isinstance(out, (tuple, list)):
         raise TracerError(f"{name} returned a {type(out).__name__}: check one output (return a single array)")
     if not isinstance(out, Value):
@@ -100,6 +100,22 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
     if "loss" not in names:
         out = out.named("loss")
     return Traced(t.graph(out), [names[i] for i in which], note)
+
+
+def _call(f, traced):
+    """f(*traced); a TracerError that NumPy wrapped in its own error (storing a traced value into an array
+    element: "setting an array element with a sequence", with ours as the cause) is raised as itself."""
+    try:
+        return f(*traced)
+    except TracerError:
+        raise
+    except Exception as exc:
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and not isinstance(cause, TracerError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause.with_traceback(None) from None
 
 
 def check_options(options: dict) -> dict:
