@@ -108,7 +108,7 @@ def test_shape_ndim_len_right_for_every_op():
             t = Tracer(f"{op.name}_{k}")
             y = ops.__getattr__(op.name)(*_traced_inputs(t, case), **case.attrs) if case.inputs else \
                 t.apply(op.name, **case.attrs)
-            server = validate(t.graph(y.sum() if y.shape else y)).specs[y.name].shape
+            server = validate(t.graph(y.sum() if y.shape else y), require_parameters=False).specs[y.name].shape
             assert y.shape == tuple(server), (op.name, case.attrs)
             assert y.ndim == len(server)
             if server:

@@ -237,7 +237,14 @@ def _check_finite(inp: GraphInput, allow: bool) -> None:
                          field=f"input '{inp.name}'")
 
 
-def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False) -> Graph:
+def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
+             require_parameters: bool = True) -> Graph:
+    """The graph message as a checked Graph, or GraphError/LimitError naming the node or field.
+
+    A graph with no parameter (no input with requires_grad) checks nothing: it is invalid input, so that a
+    verification (CLI, server, CI command, batch) cannot pass without checking a gradient. Tools that only
+    convert or inspect graphs (ONNX import, shape inference, the op audit's one-op graphs) pass
+    require_parameters=False."""
     if msg.opset_version > OPSET_VERSION:
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
@@ -260,6 +267,9 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False) -
         elements += value.size
         inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype)
         _check_finite(inputs[inp.name], allow_nonfinite)
+
+    if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
+        raise GraphError("no parameters: nothing to check (no input has requires_grad)", field="inputs")
 
     producers: dict[str, int] = {}
     for i, node in enumerate(msg.nodes):
