@@ -289,15 +289,27 @@ binary("div", lambda xp, a, b: a / b, lambda xp, g, s: (g / s[1], -g * s[0] / (s
        onnx="Div", doc='a / b, broadcast')
 
 
+# NOTE pow at a == 0 (as PyTorch's pow_backward): d/da a**b = 0 where b == 0 (x**0 is the constant 1, not
+# 0 * 0**-1 = NaN), and d/db a**b = 0 where a == 0 and b >= 0 (0**b is 0 or 1 there, not 0 * log 0 = NaN).
 def _pow_grads(xp, g, s):
     a, b, y = s
-    return g * b * a ** (b - 1.0), g * y * xp.log(a)
+    da = xp.where(b == 0, 0.0, b * a ** (b - 1.0))
+    db = xp.where((a == 0) & (b >= 0), 0.0, y * xp.log(a))
+    return g * da, g * db
+
+
+def _pow_zero_distance(xs, attrs):
+    import numpy as np
+
+    return np.broadcast_to(np.abs(xs[0]), np.broadcast_shapes(np.shape(xs[0]), np.shape(xs[1])))
 
 
 # pow saves its output too: d/db = y * log(a) reuses it.
 binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=lambda sp, a, b: a**b,
        save=lambda xs, y, **_: (xs[0], xs[1], y), domain=(POSITIVE, Domain(-2.0, 2.0)),
-       doc="a ** b for a > 0 (both differentiable)", numpy="power", torch="torch.pow", onnx="Pow")
+       kinks=[Kink("a == 0", "d/da = 0 where b == 0; d/db = 0 where b >= 0 (as PyTorch)", _pow_zero_distance)],
+       doc="a ** b for a > 0 (both differentiable); at a == 0 PyTorch's convention", numpy="power",
+       torch="torch.pow", onnx="Pow")
 
 
 # NOTE prelu: derivative slope at x == 0 (as PyTorch); slope broadcasts to x (ONNX PRelu).
