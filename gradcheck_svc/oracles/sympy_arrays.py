@@ -117,6 +117,10 @@ class SympyArrays:
         return reduce_rows(x, axis, keepdims, _add)
 
     @staticmethod
+    def prod(x, axis=None, keepdims=False):
+        return reduce_rows(x, axis, keepdims, lambda row: sp.Mul(*row))
+
+    @staticmethod
     def max(x, axis=None, keepdims=False):
         return reduce_rows(x, axis, keepdims, _tree(sp.Max))
 

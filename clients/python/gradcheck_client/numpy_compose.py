@@ -67,12 +67,6 @@ def std(t, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
                                correction=correction))
 
 
-def prod(t, a, axis=None, dtype=None, out=None, keepdims=False, initial=None, where=True):
-    _refuse("prod", dtype=dtype, out=out, initial=initial, where=where)
-    x = _v(t, a)
-    return t.apply("prod", x, axis=list(_axes(axis, x.ndim)), keepdims=bool(keepdims))
-
-
 def cumsum(t, a, axis=None, dtype=None, out=None):
     """A matmul with the constant upper-triangular ones along the axis (its transpose is the gradient)."""
     _refuse("cumsum", dtype=dtype, out=out)
@@ -149,7 +143,7 @@ def clip(t, a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValu
     lo = min if min is not np._NoValue else a_min
     hi = max if max is not np._NoValue else a_max
     lo, hi = (None if b is np._NoValue else b for b in (lo, hi))
-    if all(b is None or np.ndim(b) == 0 and not hasattr(b, "tracer") for b in (lo, hi)):
+    if all(b is None or not hasattr(b, "tracer") and np.ndim(b) == 0 for b in (lo, hi)):
         return t.apply("clip", a, min=None if lo is None else float(lo), max=None if hi is None else float(hi))
     y = _v(t, a)
     if lo is not None:
@@ -476,6 +470,14 @@ def copy(t, a, order="K", subok=False):
     return Value(t, x._node)
 
 
+def solve(t, a, b):
+    """numpy.linalg.solve: op 'solve' takes b as [n, k]; NumPy's 1-D b is one column."""
+    y = _v(t, b)
+    if y.ndim == 1:
+        return t.apply("solve", a, y.reshape(-1, 1)).reshape(-1)
+    return t.apply("solve", a, y)
+
+
 def norm(t, x, ord=None, axis=None, keepdims=False):
     """Vector 2-norm and Frobenius norm as sqrt(sum(x^2)); ord=1 and inf of vectors as sum/max of |x|."""
     v = _v(t, x)
@@ -491,7 +493,7 @@ def norm(t, x, ord=None, axis=None, keepdims=False):
 
 
 COMPOSED = {getattr(np, name): fn for name, fn in [
-    ("var", var), ("std", std), ("prod", prod), ("cumsum", cumsum), ("tan", tan), ("sinh", sinh), ("cosh", cosh),
+    ("var", var), ("std", std), ("cumsum", cumsum), ("tan", tan), ("sinh", sinh), ("cosh", cosh),
     ("log2", log2), ("log10", log10), ("exp2", exp2), ("reciprocal", reciprocal), ("degrees", degrees),
     ("rad2deg", degrees), ("radians", radians), ("deg2rad", radians), ("logaddexp", logaddexp),
     ("positive", positive), ("clip", clip), ("tensordot", tensordot), ("dot", dot), ("vdot", vdot),
@@ -501,7 +503,7 @@ COMPOSED = {getattr(np, name): fn for name, fn in [
     ("repeat", repeat), ("tile", tile), ("pad", pad), ("sort", sort), ("split", split),
     ("array_split", array_split), ("stack", stack), ("hstack", hstack), ("vstack", vstack),
     ("column_stack", column_stack), ("ravel", ravel), ("copy", copy), ("fabs", lambda t, x: t.apply("abs", x)),
-]} | {np.linalg.norm: norm}
+]} | {np.linalg.norm: norm, np.linalg.solve: solve}
 
 
 def _astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
@@ -511,24 +513,20 @@ def _astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
     return globals()["copy"](x.tracer, x)
 
 
-def _method(fn):
-    return lambda x, *args, **kwargs: fn(x.tracer, x, *args, **kwargs)
+def _function(name: str):
+    return lambda x, *args, **kwargs: getattr(np, name)(x, *args, **kwargs)  # dispatched back to the tracer
 
 
 def _flatten(x, order="C"):
     return copy(x.tracer, ravel(x.tracer, x, order))  # a copy in NumPy: not a view of x
 
 
-def _squeeze(x, axis=None):
-    return np.squeeze(x, axis=axis)
-
-
 def _sort_in_place(x, *args, **kwargs):
     raise _error("x.sort() sorts a traced value in place: write `x = np.sort(x)`")
 
 
-# ndarray methods a traced value answers (Value.__getattr__): NumPy's function of the same name
-METHODS = {name: _method(fn) for name, fn in [
-    ("var", var), ("std", std), ("prod", prod), ("cumsum", cumsum), ("dot", dot), ("clip", clip),
-    ("trace", trace), ("diagonal", diagonal), ("repeat", repeat), ("swapaxes", swapaxes), ("ravel", ravel),
-    ("copy", copy)]} | {"astype": _astype, "flatten": _flatten, "squeeze": _squeeze, "sort": _sort_in_place}
+# ndarray methods a traced value answers (Value.__getattr__): NumPy's function of the same name, traced as a
+# NumPy call (a registry op by its NumPy name, or a composition above)
+METHODS = {name: _function(name) for name in (
+    "var", "std", "prod", "cumsum", "dot", "clip", "trace", "diagonal", "repeat", "swapaxes", "ravel", "copy",
+    "squeeze")} | {"astype": _astype, "flatten": _flatten, "sort": _sort_in_place}

@@ -16,8 +16,16 @@ from . import numpy_compose
 from .op_values import OPS
 from .trace_errors import TracerError, numpy_caller, user_site
 
+def _numpy_function(dotted: str):
+    """numpy.NAME, or numpy.linalg.NAME for 'linalg.NAME'."""
+    fn = numpy
+    for part in dotted.split("."):
+        fn = getattr(fn, part)
+    return fn
+
+
 # NumPy function (ufunc or array function) -> op name; aliases resolve to the same object
-BY_FUNCTION = {getattr(numpy, e["numpy"]): name for name, e in OPS.items() if e["numpy"]}
+BY_FUNCTION = {_numpy_function(e["numpy"]): name for name, e in OPS.items() if e["numpy"]}
 # comparisons give trace-time booleans by the documented rule (see tracer.py), not nodes
 COMPARISONS = (numpy.greater, numpy.greater_equal, numpy.less, numpy.less_equal, numpy.equal, numpy.not_equal)
 
