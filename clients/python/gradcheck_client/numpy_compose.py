@@ -16,6 +16,7 @@ import string
 import numpy as np
 
 from .trace_errors import TracerError, user_site
+from .traced import Traced
 
 
 def _error(message: str) -> TracerError:
@@ -143,7 +144,7 @@ def clip(t, a, a_min=np._NoValue, a_max=np._NoValue, out=None, *, min=np._NoValu
     lo = min if min is not np._NoValue else a_min
     hi = max if max is not np._NoValue else a_max
     lo, hi = (None if b is np._NoValue else b for b in (lo, hi))
-    if all(b is None or not hasattr(b, "tracer") and np.ndim(b) == 0 for b in (lo, hi)):
+    if all(b is None or not isinstance(b, Traced) and np.ndim(b) == 0 for b in (lo, hi)):
         return t.apply("clip", a, min=None if lo is None else float(lo), max=None if hi is None else float(hi))
     y = _v(t, a)
     if lo is not None:
@@ -464,10 +465,8 @@ def ravel(t, a, order="C"):
 def copy(t, a, order="K", subok=False):
     """A new array object holding the same values: a new Value on the same node (in-place updates of the
     copy do not reach the original, as in NumPy)."""
-    from .tracer import Value
-
     x = _v(t, a)
-    return Value(t, x._node)
+    return type(x)(t, x._node)
 
 
 def solve(t, a, b):

@@ -50,6 +50,7 @@ from .graphio import set_attrs
 from .op_values import OPS, REQUIRED, VALUES
 from .shapes import output_shape
 from .trace_errors import TracerError, TracerWarning, UnknownOpError, user_site
+from .traced import Traced
 
 __all__ = ["Tracer", "TracerError", "constant", "TracerWarning", "UnknownOpError", "Value", "exp", "log", "ops", "relu", "sigmoid",
            "tanh"]
@@ -93,7 +94,7 @@ _CONVERSION = ("converting a traced value to a Python or NumPy number or a plain
                "value into a constant and silently drop its gradient")
 
 
-class Value:
+class Value(Traced):
     """A traced value: a graph input or the output of a recorded node."""
 
     __array_priority__ = 1000  # numpy scalars/arrays on the left defer to our reflected operators
