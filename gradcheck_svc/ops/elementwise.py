@@ -69,7 +69,7 @@ _UNARY_RULES = {"": _rules_none, "x": _rules_x, "y": _rules_y, "xy": _rules_xy}
 
 
 def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc="", formula_name=None, numpy=None,
-          torch=None, onnx=None):
+          torch=None, onnx=None, differentiable=None):
     """Register an elementwise unary op y = f(x) with dy/dx = d(xp, x, y, **attrs).
 
     uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved.
@@ -98,6 +98,7 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
             numpy=numpy,
             torch=torch,
             onnx=onnx,
+            differentiable=differentiable,
         )
     )
 

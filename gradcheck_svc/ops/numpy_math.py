@@ -27,17 +27,21 @@ def _integer_distance(xs, attrs):
 
 
 # NOTE sign, floor, ceil: derivative 0 everywhere, at their jumps too (as PyTorch and autograd): the step's
-# derivative is zero almost everywhere, and at a jump no finite number is right.
+# derivative is zero almost everywhere, and at a jump no finite number is right. Their input is marked not
+# differentiable, so no gradient flows through them (the same zero, without a node of zeros to check).
 _STEPS = Domain(-2.0, 2.0, avoid=(-2.0, -1.0, 0.0, 1.0, 2.0), gap=0.1)
-unary("sign", lambda xp, x: xp.sign(x), lambda xp, x, y: 0.0 * x, uses="x", sympy=lambda sp, x: sp.sign(x),
+unary("sign", lambda xp, x: xp.sign(x), lambda xp, x, y: 0.0 * x, uses="x",
+      sympy=lambda sp, x: sp.Piecewise((1, x > 0), (-1, x < 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0 (a jump)", _abs_distance())],
-      numpy="sign", torch="torch.sign", onnx="Sign", doc="-1, 0 or 1 by the sign of x (derivative 0)")
-unary("floor", lambda xp, x: xp.floor(x), lambda xp, x, y: 0.0 * x, uses="x", sympy=lambda sp, x: sp.floor(x),
+      numpy="sign", torch="torch.sign", onnx="Sign", differentiable=(False,), doc="-1, 0 or 1 by the sign of x (derivative 0)")
+# SymPy leaves floor's and ceiling's derivatives unevaluated: no symbolic form (their graphs are checked by
+# finite differences, which see the zero slope between the integers)
+unary("floor", lambda xp, x: xp.floor(x), lambda xp, x, y: 0.0 * x, uses="x", sympy=None,
       domain=_STEPS, kinks=[Kink("x an integer", "derivative 0 (a jump)", _integer_distance)],
-      numpy="floor", torch="torch.floor", onnx="Floor", doc="largest integer <= x (derivative 0)")
-unary("ceil", lambda xp, x: xp.ceil(x), lambda xp, x, y: 0.0 * x, uses="x", sympy=lambda sp, x: sp.ceiling(x),
+      numpy="floor", torch="torch.floor", onnx="Floor", differentiable=(False,), doc="largest integer <= x (derivative 0)")
+unary("ceil", lambda xp, x: xp.ceil(x), lambda xp, x, y: 0.0 * x, uses="x", sympy=None,
       domain=_STEPS, kinks=[Kink("x an integer", "derivative 0 (a jump)", _integer_distance)],
-      numpy="ceil", torch="torch.ceil", onnx="Ceil", doc="smallest integer >= x (derivative 0)")
+      numpy="ceil", torch="torch.ceil", onnx="Ceil", differentiable=(False,), doc="smallest integer >= x (derivative 0)")
 
 
 def _arctan2_grads(xp, g, s):
@@ -82,7 +86,7 @@ def _prod_vjp(xp, g, s, axes, keepdims, in_shape, **_):
 
 register(OpDef(
     name="prod", forward=_prod, vjp=_prod_vjp, infer=_infer_reduce, arity=1, input_kinds=(FLOAT,),
-    attrs=REDUCE_ATTRS, save=save_inputs, cases=_reduce_cases, numpy="prod", torch="torch.prod",
+    attrs=REDUCE_ATTRS, save=save_inputs, cases=_reduce_cases, numpy="prod",  # torch.prod: one dim at a time
     doc="product over axes (numpy.prod); its gradient is the product of the other elements, zeros included"))
 
 
