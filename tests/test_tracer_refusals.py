@@ -158,3 +158,16 @@ def test_numpy_keeps_the_refusal_as_the_cause_outside_check():
     with pytest.raises(ValueError) as err:
         out[0] = x[0]  # NumPy wraps the refusal: "setting an array element with a sequence"
     assert isinstance(err.value.__cause__, TracerError) and "t.constant" in str(err.value.__cause__)
+
+
+def _scalar_copy_then_update(x):
+    first = x[0]  # a NumPy scalar: a copy, not a view
+    flat = x.flatten()  # a copy too
+    x *= 3.0
+    return np.sum(x) * first + np.sum(flat)
+
+
+def test_copies_are_not_views():
+    plain = _scalar_copy_then_update(X.copy())
+    report = gradcheck_svc.check(_scalar_copy_then_update, X.copy())
+    assert report.passed and report.loss == pytest.approx(plain, rel=1e-14)

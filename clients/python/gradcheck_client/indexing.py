@@ -25,6 +25,8 @@ def _is_array_index(k) -> bool:
 def getitem(x, key):
     parts = key if isinstance(key, tuple) else (key,)
     y = _record(x, parts)
+    if len(parts) == len(x.shape) and all(_is_int(k) for k in parts):
+        y.detach()  # one element by integers: NumPy gives a scalar, a copy, not a view of x
     traced = [k for k in parts if isinstance(k, Traced)]
     if x.value is not None and all(k.value is not None for k in traced):
         # the trace-time value by NumPy's own indexing: what the recorded ops reproduce

@@ -517,7 +517,9 @@ def _function(name: str):
 
 
 def _flatten(x, order="C"):
-    return copy(x.tracer, ravel(x.tracer, x, order))  # a copy in NumPy: not a view of x
+    y = ravel(x.tracer, x, order)
+    y.detach()  # a copy in NumPy: not a view of x
+    return y
 
 
 def _sort_in_place(x, *args, **kwargs):

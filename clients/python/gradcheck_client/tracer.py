@@ -20,7 +20,15 @@ re-decide the branch. Re-trace when the inputs change which way it goes.
 The NumPy values exist only to let Python decide branches at trace time;
 the server recomputes everything with its own engine. Ops without a local
 value (op_values.WITHOUT_VALUE: softmax, gelu, ...) still trace fine; only
-looking at their value (`bool()`, `float()`, comparisons) raises TracerError.
+looking at their value (`bool()`, comparisons) raises TracerError.
+
+The tracer refuses rather than lies: converting a traced value into a plain number or array
+(`float()`, `int()`, `np.float64()`, `math.exp()`, `np.asarray()`, storing it into a NumPy array)
+would freeze it into a constant and drop its gradient, so it raises TracerError naming the user's
+line and the fix (the NumPy function, or `t.constant(v)` when a constant is really meant; `v.value`
+reads the trace-time value on purpose). In-place operators follow NumPy's aliasing (`y = x; y += 1`
+moves both names to the new node); writes through views, or into an array a live view shares, are
+refused.
 
 Plain NumPy code traces too: `np.tanh(x @ w)`, `np.sum(x, axis=1, keepdims=True)`,
 `np.maximum(x, 0)`, `np.where(x > 0, x, 0)`, `np.concatenate([a, b])`, `x.T`, `x.reshape(...)`,
@@ -109,7 +117,9 @@ class Value(Traced):
         self.tracer = tracer
         self._node = node
         self._base = base  # the Value this one is a NumPy view of (in-place rules), or None
-        self._views = weakref.WeakSet()  # live views of this Value
+        # live views of this Value: id -> weak reference (not a WeakSet: that compares members with ==,
+        # which on traced values is the elementwise comparison rule)
+        self._views: dict[int, weakref.ref] = {}
 
     @property
     def name(self) -> str:
@@ -163,7 +173,7 @@ class Value(Traced):
             raise TracerError(f"in-place update of '{self.name}', a view of '{self._base.name}'{user_site()}: "
                               "NumPy would write through to the base array; the tracer does not follow views. "
                               "Write it without the view (e.g. np.where or np.concatenate on the whole array)")
-        live = [v for v in self._views]
+        live = [v for v in (r() for r in self._views.values()) if v is not None]
         if live:
             raise TracerError(f"in-place update of '{self.name}' while a view of it ('{live[0].name}') is in use"
                               f"{user_site()}: NumPy would change the view too; the tracer does not follow "
@@ -174,6 +184,12 @@ class Value(Traced):
                               f"{list(out.shape)}{user_site()} (NumPy refuses it too)")
         self._node = out._node
         return self
+
+    def detach(self) -> None:
+        """This Value is a copy in NumPy, not a view (x[0, 1] is a scalar): in-place updates are its own."""
+        if self._base is not None:
+            self._base._views.pop(id(self), None)
+            self._base = None
 
     def __setitem__(self, key, value):
         raise TracerError(f"assignment into the traced value '{self.name}'{user_site()} cannot be traced: build "
@@ -226,7 +242,8 @@ class Value(Traced):
 
     @property
     def dtype(self):
-        return np.dtype(np.float64)
+        v = self._node.value
+        return v.dtype if v is not None else np.dtype(np.float64)
 
     # looking at data: answered from the trace-time value (the branch gets baked in)
     def _known(self) -> np.ndarray:
@@ -388,7 +405,7 @@ class Tracer:
             base = xs[0]._base if xs[0]._base is not None else xs[0]
         out = Value(self, node, base)
         if base is not None:
-            base._views.add(out)
+            base._views[id(out)] = weakref.ref(out)
         self._shapes[node.name] = tuple(shape)
         self._nodes.append((node, op, [x._node for x in xs], attrs))
         return out
