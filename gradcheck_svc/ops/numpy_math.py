@@ -34,12 +34,27 @@ unary("sign", lambda xp, x: xp.sign(x), lambda xp, x, y: 0.0 * x, uses="x",
       sympy=lambda sp, x: sp.Piecewise((1, x > 0), (-1, x < 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0 (a jump)", _abs_distance())],
       numpy="sign", torch="torch.sign", onnx="Sign", differentiable=(False,), doc="-1, 0 or 1 by the sign of x (derivative 0)")
-# SymPy leaves floor's and ceiling's derivatives unevaluated: no symbolic form (their graphs are checked by
-# finite differences, which see the zero slope between the integers)
-unary("floor", lambda xp, x: xp.floor(x), lambda xp, x, y: 0.0 * x, uses="x", sympy=None,
+
+
+def _step_sympy(base):
+    """SymPy's floor/ceiling with derivative 0 (SymPy leaves theirs unevaluated, which no evaluator can
+    compute). The class keeps SymPy's name, so printers and the mpmath walker resolve it as SymPy's own."""
+    import sympy as sp
+
+    cls = _STEP_CLASSES.get(base)
+    if cls is None:
+        cls = _STEP_CLASSES[base] = type(getattr(sp, base).__name__, (getattr(sp, base),),
+                                         {"fdiff": lambda self, argindex=1: sp.S.Zero})
+    return cls
+
+
+_STEP_CLASSES: dict = {}
+unary("floor", lambda xp, x: xp.floor(x), lambda xp, x, y: 0.0 * x, uses="x",
+      sympy=lambda sp, x: _step_sympy("floor")(x),
       domain=_STEPS, kinks=[Kink("x an integer", "derivative 0 (a jump)", _integer_distance)],
       numpy="floor", torch="torch.floor", onnx="Floor", differentiable=(False,), doc="largest integer <= x (derivative 0)")
-unary("ceil", lambda xp, x: xp.ceil(x), lambda xp, x, y: 0.0 * x, uses="x", sympy=None,
+unary("ceil", lambda xp, x: xp.ceil(x), lambda xp, x, y: 0.0 * x, uses="x",
+      sympy=lambda sp, x: _step_sympy("ceiling")(x),
       domain=_STEPS, kinks=[Kink("x an integer", "derivative 0 (a jump)", _integer_distance)],
       numpy="ceil", torch="torch.ceil", onnx="Ceil", differentiable=(False,), doc="smallest integer >= x (derivative 0)")
 
