@@ -305,10 +305,22 @@ def _pow_zero_distance(xs, attrs):
     return np.broadcast_to(np.abs(xs[0]), np.broadcast_shapes(np.shape(xs[0]), np.shape(xs[1])))
 
 
+def _pow_sympy(sp, a, b):
+    """a ** b, with the convention at a == 0 written into the formula, so that SymPy's derivatives are the
+    engine's there (SymPy's own give 0 * log 0 = NaN): where a == 0 and b == 0 or b >= 1, a piece linear
+    in a whose value is 0 ** b and whose slope is PyTorch's b * 0 ** (b - 1) (0 at b == 0), constant in b.
+    Elsewhere (where 0 ** b or its slope is infinite) SymPy's own a ** b. Folds to a ** b for a known
+    nonzero base."""
+    ordinary = sp.Ne(a, 0) | (b < 0) | ((b > 0) & (b < 1))
+    at_zero = sp.Piecewise((1, sp.Eq(b, 0)), (0, True)) + a * sp.Piecewise((1, sp.Eq(b, 1)), (0, True))
+    return sp.Piecewise((a**b, ordinary), (at_zero, True))
+
+
 # pow saves its output too: d/db = y * log(a) reuses it.
-binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=lambda sp, a, b: a**b,
+binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=_pow_sympy,
        save=lambda xs, y, **_: (xs[0], xs[1], y), domain=(POSITIVE, Domain(-2.0, 2.0)),
-       kinks=[Kink("a == 0", "d/da = 0 where b == 0; d/db = 0 where b >= 0 (as PyTorch)", _pow_zero_distance)],
+       kinks=[Kink("a == 0", "d/da = 0 where b == 0; d/db = 0 where b >= 0 (as PyTorch; the symbolic reference "
+                   "has it where b == 0 or b >= 1, and NaN for 0 < b < 1, where d/da is infinite)", _pow_zero_distance)],
        doc="a ** b for a > 0 (both differentiable); at a == 0 PyTorch's convention", numpy="power",
        torch="torch.pow", onnx="Pow")
 
