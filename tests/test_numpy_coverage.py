@@ -91,6 +91,10 @@ CASES = {
     "det": (np.linalg.det, [_matrix(3)]),
     "solve": (np.linalg.solve, [_matrix(3), _a(3, 2)]),
     "solve_vector": (np.linalg.solve, [_matrix(2), _a(2)]),
+    # NumPy's argument forms the server's schema spells otherwise: a scalar for a list, a tuple of axes
+    "reshape_scalar": (lambda x: np.reshape(x, -1) * np.arange(6.0), [_a(2, 3)]),
+    "broadcast_to_scalar": (lambda x: np.broadcast_to(x, 4) * np.arange(4.0), [_a(1)]),
+    "expand_dims_tuple": (lambda x: np.expand_dims(x, (0, 3)) * np.arange(3.0).reshape(1, 1, 3, 1), [_a(2, 3)]),
     # ndarray methods, abs(), unary +
     "method_squeeze": (lambda x: (x * 2).squeeze(), [_a(1, 3, 1)]),
     "method_ravel": (lambda x: x.ravel() * np.arange(6.0), [_a(2, 3)]),

@@ -356,6 +356,16 @@ def moveaxis(t, a, source, destination):
     return _moveaxis(t, x, src, dst)
 
 
+def expand_dims(t, a, axis):
+    """NumPy's tuple of axes: one expand_dims per axis, in increasing order of the result's axes."""
+    x = _v(t, a)
+    if not isinstance(axis, (tuple, list)):
+        return t.apply("expand_dims", x, axis=int(axis))
+    for ax in sorted(_axes(axis, x.ndim + len(axis))):
+        x = t.apply("expand_dims", x, axis=ax)
+    return x
+
+
 def repeat(t, a, repeats, axis=None):
     """take() with the constant indices np.repeat(arange(n), repeats): each copy reads its source element."""
     x = _v(t, a)
@@ -499,7 +509,7 @@ COMPOSED = {getattr(np, name): fn for name, fn in [
     ("inner", inner), ("outer", outer), ("einsum", einsum), ("trace", trace), ("diag", diag),
     ("diagonal", diagonal), ("triu", triu), ("tril", tril), ("flip", flip), ("fliplr", fliplr),
     ("flipud", flipud), ("roll", roll), ("rot90", rot90), ("swapaxes", swapaxes), ("moveaxis", moveaxis),
-    ("repeat", repeat), ("tile", tile), ("pad", pad), ("sort", sort), ("split", split),
+    ("repeat", repeat), ("tile", tile), ("expand_dims", expand_dims), ("pad", pad), ("sort", sort), ("split", split),
     ("array_split", array_split), ("stack", stack), ("hstack", hstack), ("vstack", vstack),
     ("column_stack", column_stack), ("ravel", ravel), ("copy", copy), ("fabs", lambda t, x: t.apply("abs", x)),
 ]} | {np.linalg.norm: norm, np.linalg.solve: solve}

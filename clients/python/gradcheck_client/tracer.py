@@ -284,6 +284,21 @@ class Value(Traced):
         return f"<Value {self.name} shape={list(self.shape)}>"
 
 
+def _attr_form(op: str, key: str, kind: str, v):
+    """An attribute in the form the server's schema takes (graph/validate.py), decided here: NumPy's scalar for
+    a list of integers (np.reshape(x, -1), np.broadcast_to(x, 4)) becomes the one-element list; a sequence where
+    one integer is wanted is refused now, naming it, not later by the server."""
+    if isinstance(v, tuple):
+        v = list(v)
+    if kind == "ints" and isinstance(v, (int, np.integer)) and not isinstance(v, bool):
+        return [int(v)]
+    if kind == "int" and isinstance(v, list):
+        if len(v) == 1:
+            return int(v[0])
+        raise TracerError(f"op '{op}' takes one integer '{key}', got {v}{user_site()}")
+    return v
+
+
 def _plain(o):
     return o._known() if isinstance(o, Value) else o
 
@@ -387,6 +402,7 @@ class Tracer:
             raise TracerError(f"op '{op}': " + "; ".join(
                 ([f"unknown attribute(s) {', '.join(unknown)} (it takes: {', '.join(entry['attrs']) or 'none'})"]
                  if unknown else []) + ([f"missing attribute(s) {', '.join(missing)}"] if missing else [])))
+        attrs = {k: _attr_form(op, k, entry["kinds"][k], v) for k, v in attrs.items()}
         kinds = entry["inputs"]
         xs = [self._lift(x, kinds[min(i, len(kinds) - 1)] if kinds else "float") for i, x in enumerate(inputs)]
         full = {k: d for k, d in entry["attrs"].items() if d is not REQUIRED} | attrs
