@@ -62,9 +62,17 @@ def _freeze_int(x):
     return np.sum(x[: int(x[2])])
 
 
+def _freeze_item(x):
+    return np.sum(x) * x[0].item()
+
+
+def _freeze_tolist(x):
+    return np.sum(np.array(x.tolist()) * x)
+
+
 @pytest.mark.parametrize("f", [_freeze_float, _freeze_numpy_scalar, _freeze_math, _freeze_setitem,
                                _freeze_slice_setitem, _freeze_asarray, _freeze_array_list,
-                               _freeze_ndarray_inplace, _freeze_out, _freeze_int])
+                               _freeze_ndarray_inplace, _freeze_out, _freeze_int, _freeze_item, _freeze_tolist])
 def test_freezing_a_traced_value_is_refused_naming_the_line_and_the_fix(f):
     with pytest.raises(TracerError) as err:
         gradcheck_svc.check(f, X)

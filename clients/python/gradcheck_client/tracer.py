@@ -98,8 +98,12 @@ class _Node:
 VIEW_OPS = frozenset({"slice", "reshape", "transpose", "squeeze", "expand_dims", "broadcast_to"})
 
 _CONVERSION = ("converting a traced value to a Python or NumPy number or a plain array (float(), int(), "
-               "math.*, np.float64(), np.asarray(), storing it into a NumPy array) would freeze its trace-time "
+               "math.*, np.float64(), np.asarray(), .item(), .tolist(), storing it into a NumPy array) would freeze its trace-time "
                "value into a constant and silently drop its gradient")
+
+
+# ndarray methods that hand out plain numbers or bytes: the same refusal as float()
+_FREEZING_METHODS = frozenset({"item", "tolist", "tobytes", "itemset"})
 
 
 class Value(Traced):
@@ -216,6 +220,8 @@ class Value(Traced):
     def __getattr__(self, name):
         # the other ndarray methods (var, std, prod, ravel, squeeze, astype, copy...): NumPy's function of
         # the same name, traced as any NumPy call (numpy_protocol)
+        if name in _FREEZING_METHODS:
+            self._refuse_conversion()
         method = numpy_protocol.method(name)
         if method is None:
             raise AttributeError(f"traced values have no attribute '{name}'")
