@@ -14,29 +14,17 @@ from __future__ import annotations
 import difflib
 import heapq
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import GraphError, LimitError
-from ..limits import FORMULA_MAX_DEPTH
+from ..limits import FORMULA_MAX_DEPTH, Limits  # Limits: defined there, no import cycle
 from ..ops import OPSET_VERSION, REGISTRY
 from ..ops.base import FLOAT, REQUIRED, Attr, OpDef
 from .inplace import resolve_inplace
 from .ir import Graph, GraphInput, Node
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Size caps on a request's graph (the server's come from gradcheck_svc/limits.py's LIMITS)."""
-    max_nodes: int = 1_000_000
-    max_elements: int = 50_000_000  # total elements over all inputs and node outputs
-    max_name_length: int = 4096  # graph, input and node names (and the names nodes refer to)
-    max_attribute_values: int = 1_000_000  # JSON values in one node's attributes
-    max_formula_chars: int = 100_000  # one string attribute (formulas)
-    max_formula_depth: int = FORMULA_MAX_DEPTH  # parenthesis nesting in one string attribute
 
 
 def _check_name(name: str, where: str, limits: Limits) -> None:
