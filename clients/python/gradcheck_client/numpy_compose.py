@@ -204,9 +204,11 @@ def outer(t, a, b, out=None):
 
 
 def einsum(t, *operands, out=None, optimize=False, **kwargs):
-    """Explicit or implicit subscripts, each letter at most once per operand: every operand is laid out over
-    all letters (transpose, expand_dims), multiplied with broadcasting and summed over the contracted letters.
-    Repeated letters in one operand (diagonals, 'ii->i') and '...' are refused."""
+    """Explicit or implicit subscripts, each letter at most once per operand. Two operands: one matmul (shared
+    output letters its batch axes, contracted letters its inner axis, after transpose and reshape); one or
+    three and more: each operand laid out over all letters (transpose, expand_dims), multiplied with
+    broadcasting and summed over the contracted letters. Repeated letters in one operand (diagonals, 'ii->i')
+    and '...' are refused."""
     _refuse("einsum", out=out, **kwargs)
     if not operands or not isinstance(operands[0], str):
         raise _error("numpy.einsum: only the subscripts-string form can be traced")
@@ -219,27 +221,59 @@ def einsum(t, *operands, out=None, optimize=False, **kwargs):
         raise _error(f"numpy.einsum: {len(terms)} subscripts for {len(arrays)} operand(s)")
     if "->" not in spec:  # implicit mode: the letters seen once, alphabetically
         rhs = "".join(sorted(c for c in set(lhs) - {","} if lhs.count(c) == 1))
-    letters = sorted(set(lhs.replace(",", "")), key=lambda c: (c not in rhs, rhs.find(c), c))
-    if any(len(set(term)) != len(term) for term in terms) or not set(rhs) <= set(letters) \
+    if any(len(set(term)) != len(term) for term in terms + [rhs]) or not set(rhs) <= set(lhs) \
             or not set("".join(terms)) <= set(string.ascii_letters):
         raise _error(f"numpy.einsum: subscripts '{spec}' cannot be traced (each letter at most once per operand)")
-    total = None
-    for term, a in zip(terms, arrays):
-        x = _v(t, a)
+    xs = [_v(t, a) for a in arrays]
+    sizes = {}
+    for term, x in zip(terms, xs):
         if len(term) != x.ndim:
             raise _error(f"numpy.einsum: '{term}' for an operand of shape {list(x.shape)}")
-        present = [c for c in letters if c in term]
-        if present:
-            x = t.apply("transpose", x, axes=[term.index(c) for c in present])
+        for c, n in zip(term, x.shape):
+            if sizes.setdefault(c, n) != n:
+                raise _error(f"numpy.einsum: letter '{c}' has sizes {sizes[c]} and {n}")
+    if len(xs) == 2:
+        return _einsum_pair(t, terms, xs, rhs, sizes)
+    letters = sorted(set(lhs.replace(",", "")), key=lambda c: (c not in rhs, rhs.find(c), c))
+    total = None
+    for term, x in zip(terms, xs):
+        x = _permute(t, x, [term.index(c) for c in letters if c in term])
         for i, c in enumerate(letters):
             if c not in term:
                 x = t.apply("expand_dims", x, axis=i)
         total = x if total is None else total * x
     contracted = [i for i, c in enumerate(letters) if c not in rhs]
-    if contracted:
-        total = t.apply("sum", total, axis=contracted)
-    # letters were ordered as the output's first: the remaining axes are rhs in order
-    return total
+    # letters are ordered the output's first: what the sum leaves is rhs in order
+    return t.apply("sum", total, axis=contracted) if contracted else total
+
+
+def _permute(t, x, order):
+    return x if list(order) == list(range(len(order))) else t.apply("transpose", x, axes=list(order))
+
+
+def _reshape(x, shape):
+    return x if tuple(shape) == tuple(x.shape) else x.reshape(list(shape))
+
+
+def _einsum_pair(t, terms, xs, rhs, sizes):
+    (ta, tb), (x, y) = terms, xs
+    # a letter in one operand only and not in the output is summed away first
+    for k, (term, other) in enumerate(((ta, tb), (tb, ta))):
+        alone = [i for i, c in enumerate(term) if c not in other and c not in rhs]
+        if alone:
+            xs[k] = t.apply("sum", xs[k], axis=alone)
+            terms[k] = "".join(c for c in term if c in other or c in rhs)
+    (ta, tb), (x, y) = terms, xs
+    batch = [c for c in ta if c in tb and c in rhs]
+    inner = [c for c in ta if c in tb and c not in rhs]
+    free_a = [c for c in ta if c not in tb]
+    free_b = [c for c in tb if c not in ta]
+    size = lambda letters: math.prod(sizes[c] for c in letters)  # noqa: E731
+    lead = [sizes[c] for c in batch]
+    xm = _reshape(_permute(t, x, [ta.index(c) for c in batch + free_a + inner]), lead + [size(free_a), size(inner)])
+    ym = _reshape(_permute(t, y, [tb.index(c) for c in batch + inner + free_b]), lead + [size(inner), size(free_b)])
+    z = _reshape(t.apply("matmul", xm, ym), lead + [sizes[c] for c in free_a + free_b])
+    return _permute(t, z, [(batch + free_a + free_b).index(c) for c in rhs])
 
 
 # --- matrices ---------------------------------------------------------------------------------------
