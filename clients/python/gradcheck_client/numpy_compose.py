@@ -69,16 +69,21 @@ def std(t, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
 
 
 def cumsum(t, a, axis=None, dtype=None, out=None):
-    """A matmul with the constant upper-triangular ones along the axis (its transpose is the gradient)."""
+    """Prefix sums in log2(n) steps (Hillis-Steele): y += y shifted by 1, 2, 4, ... along the axis (a slice
+    padded with zeros in front). Linear, so its gradient is exact; n log n elements, not a matmul's n^2."""
     _refuse("cumsum", dtype=dtype, out=out)
     x = _v(t, a)
     if axis is None:
         x, axis = x.reshape(-1), 0
     (axis,) = _axes(axis, x.ndim)
-    n = x.shape[axis]
-    moved = _moveaxis(t, x, axis, x.ndim - 1)
-    summed = t.apply("matmul", moved, np.triu(np.ones((n, n))))
-    return _moveaxis(t, summed, x.ndim - 1, axis)
+    n, step = x.shape[axis], 1
+    while step < n:
+        head = x[tuple(slice(0, n - step) if i == axis else slice(None) for i in range(x.ndim))]
+        pads = [0] * (2 * x.ndim)
+        pads[axis] = step  # zeros in front along the axis: x shifted by `step`
+        x = x + t.apply("pad", head, pads=pads)
+        step *= 2
+    return x
 
 
 def _moveaxis(t, x, src: int, dst: int):
@@ -288,14 +293,14 @@ def trace(t, a, offset=0, axis1=0, axis2=1, dtype=None, out=None):
 
 
 def diag(t, v, k=0):
+    """1-D: w[:, None] * eye(n, k), w being v padded to n = len(v) + |k| on the side that lines it up with
+    the k-th diagonal (a constant 0/1 mask: exact); 2-D: its k-th diagonal (take)."""
     x = _v(t, v)
     if x.ndim == 1:
+        k = int(k)
         n = x.shape[0] + abs(k)
-        idx = np.arange(x.shape[0])
-        rows, cols = (idx, idx + k) if k >= 0 else (idx - k, idx)
-        weights = np.zeros((n * n, x.shape[0]))
-        weights[rows * n + cols, idx] = 1.0  # a constant 0/1 scatter matrix: exact
-        return t.apply("matmul", weights, x).reshape(n, n)
+        w = t.apply("pad", x, pads=[0, k] if k >= 0 else [-k, 0]) if k else x
+        return t.apply("expand_dims", w, axis=1) * np.eye(n, k=k)
     if x.ndim == 2:
         return diagonal(t, x, offset=k)
     raise _error("numpy.diag: input must be 1-D or 2-D")
