@@ -199,7 +199,8 @@ def test_ops_the_registry_lacks_fail_at_trace_time_by_name():
     with pytest.raises(TracerError, match="numpy.nancumsum has no op"):
         np.nancumsum(x)
     # NumPy's public names, not the function object's bare __name__; the user's line, too
-    with pytest.raises(TracerError, match=r"numpy.linalg.eigvals has no op.*test_tracer_numpy.py:\d+: `np.linalg.eigvals"):
+    with pytest.raises(TracerError,
+                       match=r"numpy.linalg.eigvals has no op.*test_tracer_numpy.py:\d+: `np.linalg.eigvals"):
         np.linalg.eigvals(x)
     with pytest.raises(TracerError, match=r"inside NumPy's AxisConcatenator.__getitem__.*`np.r_\[x, x\]`"):
         np.r_[x, x]

@@ -320,7 +320,8 @@ def _pow_sympy(sp, a, b):
 binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=_pow_sympy,
        save=lambda xs, y, **_: (xs[0], xs[1], y), domain=(POSITIVE, Domain(-2.0, 2.0)),
        kinks=[Kink("a == 0", "d/da = 0 where b == 0; d/db = 0 where b >= 0 (as PyTorch; the symbolic reference "
-                   "has it where b == 0 or b >= 1, and NaN for 0 < b < 1, where d/da is infinite)", _pow_zero_distance)],
+                   "has it where b == 0 or b >= 1, and NaN for 0 < b < 1, where d/da is infinite)",
+                   _pow_zero_distance)],
        doc="a ** b for a > 0 (both differentiable); at a == 0 PyTorch's convention", numpy="power",
        torch="torch.pow", onnx="Pow")
 

@@ -31,5 +31,6 @@ def __getattr__(name):
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
-__all__ = ["AsyncClient", "Client", "assert_gradients", "check", "Finding", "GradientMismatch", "GraphFileError", "OnnxModel", "Parameter", "Report",
+__all__ = ["AsyncClient", "Client", "assert_gradients", "check",
+           "Finding", "GradientMismatch", "GraphFileError", "OnnxModel", "Parameter", "Report",
            "Tracer", "VerifyError", "load_graph", "ops", "save_graph"]

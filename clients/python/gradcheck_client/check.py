@@ -89,7 +89,8 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
     if isinstance(out, (tuple, list)):
         raise TracerError(f"{name} returned a {type(out).__name__}: check one output (return a single array)")
     if not isinstance(out, Value):
-        raise TracerError(f"{name}'s output does not depend on any checked argument ({', '.join(names[i] for i in which)})")
+        checked = ", ".join(names[i] for i in which)
+        raise TracerError(f"{name}'s output does not depend on any checked argument ({checked})")
     note = {"function": name, "parameters": [names[i] for i in which], "output_shape": list(out.shape)}
     if out.size != 1:
         c = np.random.default_rng(seed).standard_normal(out.shape)

@@ -60,7 +60,8 @@ from .shapes import output_shape
 from .trace_errors import TracerError, TracerWarning, UnknownOpError, user_site
 from .traced import Traced
 
-__all__ = ["Tracer", "TracerError", "constant", "TracerWarning", "UnknownOpError", "Value", "exp", "log", "ops", "relu", "sigmoid",
+__all__ = ["Tracer", "TracerError", "constant",
+           "TracerWarning", "UnknownOpError", "Value", "exp", "log", "ops", "relu", "sigmoid",
            "tanh"]
 
 
@@ -98,8 +99,8 @@ class _Node:
 VIEW_OPS = frozenset({"slice", "reshape", "transpose", "squeeze", "expand_dims", "broadcast_to"})
 
 _CONVERSION = ("converting a traced value to a Python or NumPy number or a plain array (float(), int(), "
-               "math.*, np.float64(), np.asarray(), .item(), .tolist(), storing it into a NumPy array) would freeze its trace-time "
-               "value into a constant and silently drop its gradient")
+               "math.*, np.float64(), np.asarray(), .item(), .tolist(), storing it into a NumPy array) would "
+               "freeze its trace-time value into a constant and silently drop its gradient")
 
 
 # ndarray methods that hand out plain numbers or bytes: the same refusal as float()
