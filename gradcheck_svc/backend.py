@@ -6,13 +6,13 @@ so one op definition serves both backends.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 from .errors import BackendUnavailable
+from .host_erf import numpy_erf
 
 
 @dataclass(frozen=True)
@@ -91,18 +91,10 @@ def get_backend(device: str = "cpu") -> Backend:
 
 # --- special functions NumPy lacks -------------------------------------------------
 
-_np_erf = np.frompyfunc(math.erf, 1, 1)
-
-
 def erf(xp, x):
     """Error function on either backend, to full float64 accuracy."""
     if xp is np:
-        try:
-            from scipy.special import erf as sp_erf  # optional, much faster
-
-            return sp_erf(x)
-        except ImportError:
-            return np.asarray(_np_erf(x), dtype=x.dtype)
+        return numpy_erf(x)
     if xp.__name__ == "strict":  # the CPU stand-in for CuPy: numpy's erf on the unwrapped array
         return xp.strict_erf(x)
     from cupyx.scipy.special import erf as cp_erf  # noqa: PLC0415 - cupy side of the same door

@@ -17,6 +17,19 @@ FORMULA_MAX_DEPTH = 64  # the formula parser's own hard cap (ops/formula.py read
 
 
 @dataclass(frozen=True)
+class Limits:
+    """Size caps on a request's graph, as graph validation checks them (graph/validate.py; the server's come
+    from LIMITS below, through ServerLimits.graph). Defined here so that validation imports this module and
+    not the other way round."""
+    max_nodes: int = 1_000_000
+    max_elements: int = 50_000_000  # total elements over all inputs and node outputs
+    max_name_length: int = 4096  # graph, input and node names (and the names nodes refer to)
+    max_attribute_values: int = 1_000_000  # JSON values in one node's attributes
+    max_formula_chars: int = 100_000  # one string attribute (formulas)
+    max_formula_depth: int = FORMULA_MAX_DEPTH  # parenthesis nesting in one string attribute
+
+
+@dataclass(frozen=True)
 class LimitSpec:
     """One request-sized quantity the server caps: its name (a ServerLimits field, the proto
     Limits field and, dashed, the `--max-...` flag of `serve` and `verify`), default and meaning."""
@@ -54,8 +67,6 @@ class _LimitMethods:
     @property
     def graph(self) -> Limits:
         """The part graph validation checks."""
-        from .graph.validate import Limits
-
         return Limits(max_nodes=self.max_nodes, max_elements=self.max_elements,
                       max_name_length=self.max_name_length, max_attribute_values=self.max_attribute_values,
                       max_formula_chars=self.max_formula_chars, max_formula_depth=self.max_formula_depth)

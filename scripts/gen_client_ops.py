@@ -157,17 +157,18 @@ def source() -> str:
             entry["shape"] = _shape_rule(op, entry, op.name in exec_values["VALUES"])
             attrs = "{" + ", ".join(f"{k!r}: {'REQUIRED' if v == 'REQUIRED' else repr(v)}"
                                     for k, v in entry["attrs"].items()) + "}"
+            kinds = {k: a.kind for k, a in op.attrs.items()}
             table.append(f"    {op.name!r}: {{'name': {op.name!r}, 'arity': {op.arity!r}, "
-                         f"'inputs': {entry['inputs']!r}, 'attrs': {attrs}, 'numpy': {op.numpy!r}, "
-                         f"'shape': {entry['shape']!r}}},")
+                         f"'inputs': {entry['inputs']!r}, 'attrs': {attrs}, 'kinds': {kinds!r}, "
+                         f"'numpy': {op.numpy!r}, 'shape': {entry['shape']!r}}},")
     finally:
         current.VALUES = saved
     return (HEADER + "# op name -> its value from the inputs' values and the node's attributes\n"
             + "VALUES = {\n" + "\n".join(values) + "\n}\n\n"
             + "# ops traced without a value: looking at their data at trace time raises TracerError\n"
             + "WITHOUT_VALUE = (\n" + "".join(f"    {n!r},\n" for n in without) + ")\n\n"
-            + "# every op: arity (None: any number), input kinds, attributes and defaults, NumPy's function of\n"
-            + "# the same name, and the rule of gradcheck_client/shapes.py its output shape follows\n"
+            + "# every op: arity (None: any number), input kinds, attributes with defaults and kinds, NumPy's\n"
+            + "# function of the same name, and the rule of gradcheck_client/shapes.py its output shape follows\n"
             + "OPS = {\n" + "\n".join(table) + "\n}\n")
 
 

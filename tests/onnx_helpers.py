@@ -19,6 +19,6 @@ BIG = Limits(max_elements=10**9)  # VGG-19's fc6 alone holds 100M weights
 
 def engine_values(msg, dtype=np.float64) -> dict:
     """Every value of a plain forward of an imported graph (host arrays)."""
-    graph = load_graph(msg, limits=BIG)
+    graph = load_graph(msg, limits=BIG, require_parameters=False)  # a forward only: nothing is checked
     program = Program(graph, dtype)
     return forward(program, NUMPY, prepare_feeds(program, NUMPY), grad=False, keep_values=True).values

@@ -83,9 +83,11 @@ def test_ops_text_shows_attributes_formula_kinks_and_doc(capsys):
             assert "structural" in formula[0], name
         for k in d["kinks"]:
             assert f"kink: {k['where']}; convention: {k['convention']}" in body, name
+        assert (f"numpy: {d['numpy']}" in body) == bool(d["numpy"]), name  # the NumPy name it serves
     # spot checks against what a user would look for
     assert "kink: x == 0; convention: derivative 0" in blocks["relu"]
     assert any("axis (int, default -1)" in line for line in blocks["softmax"])
+    assert "numpy: numpy.linalg.solve" in blocks["solve"] and "numpy: numpy.tanh" in blocks["tanh"]
 
 
 def test_gpu_hint_names_the_package():

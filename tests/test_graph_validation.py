@@ -50,7 +50,7 @@ CASES = {
     "axis_range": (graph([{"name": "L", "op": "sum", "inputs": ["v"], "attrs": {"axis": 2}}]), "L",
                    "axis 2 is out of range for rank 2"),
     "broadcast": (graph([{"name": "a", "op": "add", "inputs": ["v", "u"]}, {"name": "L", "op": "sum", "inputs": ["a"]}],
-                        inputs=[{"name": "v", "value": {"shape": [2, 3], "data": [0] * 6}},
+                        inputs=[{"name": "v", "value": {"shape": [2, 3], "data": [0] * 6}, "requiresGrad": True},
                                 {"name": "u", "value": {"shape": [2], "data": [0, 0]}}]),
                   "a", "cannot broadcast shapes [2, 3], [2]"),
     "matmul_inner": (graph([{"name": "m", "op": "matmul", "inputs": ["v", "v"]}, {"name": "L", "op": "sum", "inputs": ["m"]}]),
@@ -59,7 +59,12 @@ CASES = {
                             {"name": "L", "op": "sum", "inputs": ["r"]}]), "r", "cannot reshape [2, 3] to [4]"),
     "non_scalar_output": (graph([{"name": "L", "op": "neg", "inputs": ["v"]}]), "output", "must be a float scalar"),
     "int_into_float": (graph([{"name": "L", "op": "neg", "inputs": ["i"]}],
-                             inputs=[{"name": "i", "value": {"dtype": "int64", "data": [1]}}]), "L", "must be float"),
+                             inputs=[{"name": "w", "value": {"data": [1.0]}, "requiresGrad": True},
+                                     {"name": "i", "value": {"dtype": "int64", "data": [1]}}]), "L", "must be float"),
+    # nothing checked is not a pass: a graph without a parameter is invalid input
+    "no_parameters": (graph([{"name": "L", "op": "sum", "inputs": ["v"]}],
+                            inputs=[{"name": "v", "value": {"shape": [2], "data": [1, 2]}}]),
+                      "inputs", "no parameters: nothing to check"),
     "data_length": (graph([{"name": "L", "op": "sum", "inputs": ["v"]}],
                           inputs=[{"name": "v", "value": {"shape": [2, 3], "data": [1, 2]}}]),
                     "input 'v'", "data has 2 values, shape [2, 3] needs 6"),
@@ -112,7 +117,7 @@ def test_undecodable_input(payload, needle):
     assert needle in exc.value.message
 
 
-@pytest.mark.parametrize("case", ["cycle", "unknown_op", "broadcast", "data_length"])
+@pytest.mark.parametrize("case", ["cycle", "unknown_op", "broadcast", "data_length", "no_parameters"])
 def test_cli_exit_2_one_line(tmp_path, case):
     g, where, needle = CASES[case]
     path = tmp_path / "g.json"

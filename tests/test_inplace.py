@@ -153,7 +153,8 @@ BAD = {
                    b.output(b.node("sum", b.node("add", "r1", "r2", name="s"), name="L"))),
         "node 'r2': in-place writers 'r1' and 'r2' race on the buffer of 'e'"),
     "nothing to write into": (
-        lambda b: b.output(b.node("sum", b.node("constant", name="k", value=[1.0], inplace=True), name="L")),
+        lambda b: b.output(b.node("sum", b.node("mul", b.node("constant", name="k", value=[1.0], inplace=True),
+                                                b.input("w", [1.0], requires_grad=True)), name="L")),
         "node 'k': op 'constant' has no input to write into in place"),
 }
 

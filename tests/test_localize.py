@@ -113,7 +113,10 @@ def at_kink(op, rng):
     """The op's first test case moved onto its kink: a domain's avoided point, a tie, a clip bound."""
     case = op.cases(rng)[0]
     xs = [np.array(x, dtype=np.float64) for x in case.inputs]
-    if op.domain_of(0).avoid:  # a point kink of the first input (relu, abs, clip, prelu's x == 0)
+    if op.name == "pow":  # its kink: a base of 0 (with an exponent >= 0, where PyTorch's convention applies)
+        xs = [np.array(x) for x in np.broadcast_arrays(*xs)]
+        xs[0].reshape(-1)[0], xs[1].reshape(-1)[0] = 0.0, 2.0
+    elif op.domain_of(0).avoid:  # a point kink of the first input (relu, abs, clip, prelu's x == 0)
         point = op.domain_of(0).avoid[0]
         xs[0].reshape(-1)[0] = point
     elif op.arity == 1:  # a reduction: every element tied for the extremum

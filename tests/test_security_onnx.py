@@ -176,9 +176,9 @@ def refused(stub, request, code=grpc.StatusCode.INVALID_ARGUMENT, timeout: float
     return said
 
 
-def onnx_request(m, **import_options):
+def onnx_request(m, params: str = "none", **import_options):
     return service_pb2.VerifyRequest(onnx_model=m.SerializeToString(),
-                                     onnx=service_pb2.OnnxImport(params="none", **import_options))
+                                     onnx=service_pb2.OnnxImport(params=params, **import_options))
 
 
 def test_no_tensor_in_a_model_can_name_a_file(stub, planted):
@@ -226,14 +226,16 @@ def _c(name, v):
 
 
 def _consume(name):
-    """y = x + sum(float(name)): the folded value reaches the loss."""
+    """y = (x + sum(float(name))) * w: the folded value reaches the loss, and w is a parameter (a graph with
+    none is refused before it runs: nothing to check)."""
     return [helper.make_node("Cast", [name], ["as_float"], to=TensorProto.FLOAT),
             helper.make_node("ReduceSum", ["as_float"], ["total"], keepdims=0),
-            helper.make_node("Add", ["x", "total"], ["y"])]
+            helper.make_node("Add", ["x", "total"], ["shifted"]),
+            helper.make_node("Mul", ["shifted", "w"], ["y"])]
 
 
 def _bomb(node, *inits):
-    return model([node] + _consume(node.output[0]), inits)
+    return model([node] + _consume(node.output[0]), (*inits, f32("w")))
 
 
 def bombs() -> dict:
@@ -277,7 +279,7 @@ def test_folding_bombs_over_grpc_are_refused_within_the_limits(server, stub):
     [worker] = server.worker_pids()
     before = peak_rss(worker)
     for name, (m, code) in bombs().items():
-        said = refused(stub, onnx_request(m), code)
+        said = refused(stub, onnx_request(m, params="w"), code)
         assert f"'{name}'" in said, said  # the node is named
         assert server.worker_pids() == [worker], name  # answered, not killed for time
     growth = peak_rss(worker) - before
@@ -290,7 +292,7 @@ def test_a_node_the_evaluator_fails_on_is_one_line_naming_it(stub):
            "zero_step": _bomb(helper.make_node("Range", ["a", "b", "d"], ["r"], name="zero_step"),
                               _c("a", np.int64(0)), _c("b", np.int64(5)), _c("d", np.int64(0)))}
     for name, m in bad.items():
-        said = refused(stub, onnx_request(m))
+        said = refused(stub, onnx_request(m, params="w"))
         op = m.graph.node[0].op_type
         assert f"{op} node '{name}'" in said and "import time" in said, said
 
@@ -325,10 +327,10 @@ def test_folding_bombs_on_the_command_line(tmp_path):
     """Each bomb after a tiny model, in one process: its peak RSS stays within 200 MB of the tiny one's."""
     tiny = tmp_path / "tiny.onnx"
     onnx.save(model([helper.make_node("Add", ["x", "w"], ["y"])], [f32("w")]), tiny)
-    commands = [["verify", tiny, "--params", "none"]]
+    commands = [["verify", tiny, "--params", "w"]]
     for name, (m, _) in bombs().items():
         onnx.save(m, tmp_path / f"{name}.onnx")
-        commands.append(["verify", tmp_path / f"{name}.onnx", "--params", "none"])
+        commands.append(["verify", tmp_path / f"{name}.onnx", "--params", "w"])
     (code, err, baseline), *results = cli(*commands)
     assert code == 0, err
     for name, (code, err, peak) in zip(bombs(), results):
@@ -345,16 +347,16 @@ def test_folding_has_a_time_budget(tmp_path, capsys):
     from gradcheck_svc.onnx_import.importer import ImportOptions
 
     nodes = [helper.make_node("Add", [f"k{i}", "one"], [f"k{i + 1}"], name=f"fold_{i}") for i in range(50)]
-    m = model(nodes + _consume("k50"), [_c("k0", np.int64(0)), _c("one", np.int64(1))])
+    m = model(nodes + _consume("k50"), [_c("k0", np.int64(0)), _c("one", np.int64(1)), f32("w")])
     path = tmp_path / "many_folds.onnx"
     onnx.save(m, path)
     with pytest.raises(GradcheckError, match="constant folding at import time took more than 0.0005 s"):
-        import_onnx(path, ImportOptions(params="none"), budget=FoldBudget(seconds=0.0005))
-    assert main(["verify", str(path), "--params", "none", "--max-request-seconds", "0.001"]) == 2
+        import_onnx(path, ImportOptions(params="w"), budget=FoldBudget(seconds=0.0005))
+    assert main(["verify", str(path), "--params", "w", "--max-request-seconds", "0.001"]) == 2
     err = capsys.readouterr().err.strip()
     assert len(err.splitlines()) == 1 and ("constant folding at import time took more than 0.0005 s" in err
                                            or "exceeded the per-request limit of 0.001 s" in err), err
-    assert main(["verify", str(path), "--params", "none", "--fd", "full"]) == 0  # within the default budget
+    assert main(["verify", str(path), "--params", "w", "--fd", "full"]) == 0  # within the default budget
 
 
 def input_values(graph_json: Path, name: str) -> list:
@@ -439,11 +441,11 @@ def test_out_of_memory_is_a_limit_over_grpc(tmp_path):
         with grpc.insecure_channel(srv.target) as channel:
             stub = service_pb2_grpc.GradCheckServiceStub(channel)
             for name, m in memory_bombs().items():
-                said = refused(stub, onnx_request(m), grpc.StatusCode.RESOURCE_EXHAUSTED)
+                said = refused(stub, onnx_request(m, params="w"), grpc.StatusCode.RESOURCE_EXHAUSTED)
                 assert "memory" in said, said
                 assert srv.worker_pids() == [worker], name
             ok = model([helper.make_node("Add", ["x", "w"], ["y"])], [f32("w")])
-            assert stub.Verify(onnx_request(ok), timeout=60).report.verdict == "pass"
+            assert stub.Verify(onnx_request(ok, params="w"), timeout=60).report.verdict == "pass"
         home = Path(os.readlink(f"/proc/{srv.pid}/cwd"))
         assert home.is_dir() and home != Path.cwd()
     assert not home.exists()  # the server's private directory goes with it
@@ -453,6 +455,6 @@ def test_out_of_memory_on_the_command_line_is_exit_2(tmp_path):
     commands = []
     for name, m in memory_bombs().items():
         onnx.save(m, tmp_path / f"{name}.onnx")
-        commands.append(["verify", tmp_path / f"{name}.onnx", "--params", "none", "--max-elements", "10000000000"])
+        commands.append(["verify", tmp_path / f"{name}.onnx", "--params", "w", "--max-elements", "10000000000"])
     for code, err, _ in cli(*commands, limit_as=3 * 1024 * MB):
         assert code == 2 and len(err.splitlines()) == 1 and "memory" in err, err

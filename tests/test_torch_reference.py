@@ -51,6 +51,13 @@ def _take(x, idx, axis=0):
     return x[(slice(None),) * a + (idx,)]
 
 
+def _prod(x, axis, keepdims):
+    """torch.prod reduces one dim at a time: the highest first, so the lower indices stay right."""
+    for d in sorted((a % x.ndim for a in _dims(axis, x.ndim)), reverse=True):
+        x = torch.prod(x, d, keepdim=keepdims)
+    return x
+
+
 def _squeeze(x, axis=None):
     return x.squeeze() if axis is None else x.squeeze(tuple(_dims(axis, x.ndim)))
 
@@ -100,6 +107,7 @@ ADAPTED = {
     "take": _take,
     "take_along_axis": lambda x, idx, axis: torch.take_along_dim(x, idx, axis),
     "constant": lambda value, dtype="float64": torch.tensor(value, dtype=torch.float64),
+    "prod": lambda x, axis=None, keepdims=False: _prod(x, axis, keepdims),
 }
 TORCH_OPS = {**FROM_REGISTRY, **ADAPTED}
 
@@ -224,6 +232,17 @@ def _binary(op):
         a = g.pick()
         return g.node(op, a, g.partner(a))
     return emit
+
+
+def _square_matrix(g):
+    """A well-conditioned 3x3 matrix from the graph: |entries| <= 1 (tanh) plus 4 I."""
+    x = g.pick(lambda s: s == (3, 3)) or g.param((3, 3))
+    return g.node("add", g.bounded(x, 1.0), g.data(4.0 * np.eye(3), "float64"))
+
+
+def _emit_solve(g):
+    b = g.pick(lambda s: len(s) == 2 and s[0] == 3) or g.param((3, 2))
+    return g.node("solve", _square_matrix(g), b)
 
 
 def _emit_exp(g):
@@ -411,6 +430,12 @@ EMIT = {
     "tile": _emit_tile,
     "expand_dims": _emit_expand_dims, "squeeze": _emit_squeeze, "concat": _emit_concat, "slice": _emit_slice,
     "take": _emit_take, "take_along_axis": _emit_take_along_axis, "constant": _emit_constant,
+    # the NumPy functions' ops (ops/numpy_math.py): steps (derivative 0), arctan2, prod, inv, det, solve
+    "floor": _unary("floor"), "ceil": _unary("ceil"), "arctan2": _binary("arctan2"),
+    "prod": lambda g: g.node("prod", g.bounded(g.pick(lambda s: len(s) >= 1), 1.5),
+                             axis=int(g.rng.integers(0, 1)), keepdims=bool(g.rng.random() < 0.5)),
+    "inv": lambda g: g.node("inv", _square_matrix(g)), "det": lambda g: g.node("det", _square_matrix(g)),
+    "solve": _emit_solve,
 }
 
 MAPPED = sorted(set(TORCH_OPS) & set(EMIT))  # a mapped op without an emitter fails a test below

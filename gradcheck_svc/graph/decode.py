@@ -46,7 +46,8 @@ def parse_graph(source, fmt: str | None = None) -> graph_pb2.Graph:
 
 
 def load_graph(source, fmt: str | None = None, limits: Limits | None = None, *,
-               allow_nonfinite: bool = False) -> Graph:
+               allow_nonfinite: bool = False, require_parameters: bool = True) -> Graph:
     """Decode and validate: the single door from the outside world to a Graph."""
-    return validate(parse_graph(source, fmt), limits or Limits(), allow_nonfinite=allow_nonfinite)
+    return validate(parse_graph(source, fmt), limits or Limits(), allow_nonfinite=allow_nonfinite,
+                    require_parameters=require_parameters)
 

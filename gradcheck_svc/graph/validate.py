@@ -14,29 +14,17 @@ from __future__ import annotations
 import difflib
 import heapq
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
 from ..errors import GraphError, LimitError
-from ..limits import FORMULA_MAX_DEPTH
+from ..limits import FORMULA_MAX_DEPTH, Limits  # Limits: defined there, no import cycle
 from ..ops import OPSET_VERSION, REGISTRY
 from ..ops.base import FLOAT, REQUIRED, Attr, OpDef
 from .inplace import resolve_inplace
 from .ir import Graph, GraphInput, Node
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
-
-
-@dataclass(frozen=True)
-class Limits:
-    """Size caps on a request's graph (the server's come from gradcheck_svc/limits.py's LIMITS)."""
-    max_nodes: int = 1_000_000
-    max_elements: int = 50_000_000  # total elements over all inputs and node outputs
-    max_name_length: int = 4096  # graph, input and node names (and the names nodes refer to)
-    max_attribute_values: int = 1_000_000  # JSON values in one node's attributes
-    max_formula_chars: int = 100_000  # one string attribute (formulas)
-    max_formula_depth: int = FORMULA_MAX_DEPTH  # parenthesis nesting in one string attribute
 
 
 def _check_name(name: str, where: str, limits: Limits) -> None:
@@ -237,7 +225,14 @@ def _check_finite(inp: GraphInput, allow: bool) -> None:
                          field=f"input '{inp.name}'")
 
 
-def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False) -> Graph:
+def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
+             require_parameters: bool = True) -> Graph:
+    """The graph message as a checked Graph, or GraphError/LimitError naming the node or field.
+
+    A graph with no parameter (no input with requires_grad) checks nothing: it is invalid input, so that a
+    verification (CLI, server, CI command, batch) cannot pass without checking a gradient. Tools that only
+    convert or inspect graphs (ONNX import, shape inference, the op audit's one-op graphs) pass
+    require_parameters=False."""
     if msg.opset_version > OPSET_VERSION:
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
@@ -260,6 +255,9 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False) -
         elements += value.size
         inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype)
         _check_finite(inputs[inp.name], allow_nonfinite)
+
+    if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
+        raise GraphError("no parameters: nothing to check (no input has requires_grad)", field="inputs")
 
     producers: dict[str, int] = {}
     for i, node in enumerate(msg.nodes):

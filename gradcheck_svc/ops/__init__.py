@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from . import elementwise, expr, linalg, nn, reduce, shape  # noqa: F401  (registration side effects)
 from . import conv, normalization, pad, pool  # noqa: F401  (the CNN op set, for ONNX models)
+from . import numpy_math  # noqa: F401  (the NumPy functions no composition gives exactly)
 from .base import OpDef
 from .registry import REGISTRY
 

@@ -24,6 +24,8 @@ def describe(op: OpDef) -> dict:
         "formula": formula,
         "kinks": [{"where": k.where, "convention": k.convention} for k in op.kinks],
         "doc": op.doc,
+        # the NumPy function the client tracer records as this op (more compose from it: docs/service.md)
+        "numpy": f"numpy.{op.numpy}" if op.numpy else None,
     }
 
 
@@ -50,6 +52,8 @@ def describe_text(d: dict) -> list[str]:
         lines.append("    formula: the node's own (its `formula` attribute)")
     else:
         lines.append("    formula: structural (moves, gathers or reduces elements; no scalar formula)")
+    if d.get("numpy"):
+        lines.append(f"    numpy: {d['numpy']}")
     for k in d["kinks"]:
         lines.append(f"    kink: {k['where']}; convention: {k['convention']}")
     if not d["kinks"]:

@@ -69,7 +69,7 @@ _UNARY_RULES = {"": _rules_none, "x": _rules_x, "y": _rules_y, "xy": _rules_xy}
 
 
 def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc="", formula_name=None, numpy=None,
-          torch=None, onnx=None):
+          torch=None, onnx=None, differentiable=None):
     """Register an elementwise unary op y = f(x) with dy/dx = d(xp, x, y, **attrs).
 
     uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved.
@@ -98,6 +98,7 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
             numpy=numpy,
             torch=torch,
             onnx=onnx,
+            differentiable=differentiable,
         )
     )
 
@@ -289,15 +290,40 @@ binary("div", lambda xp, a, b: a / b, lambda xp, g, s: (g / s[1], -g * s[0] / (s
        onnx="Div", doc='a / b, broadcast')
 
 
+# NOTE pow at a == 0 (as PyTorch's pow_backward): d/da a**b = 0 where b == 0 (x**0 is the constant 1, not
+# 0 * 0**-1 = NaN), and d/db a**b = 0 where a == 0 and b >= 0 (0**b is 0 or 1 there, not 0 * log 0 = NaN).
 def _pow_grads(xp, g, s):
     a, b, y = s
-    return g * b * a ** (b - 1.0), g * y * xp.log(a)
+    da = xp.where(b == 0, 0.0, b * a ** (b - 1.0))
+    db = xp.where((a == 0) & (b >= 0), 0.0, y * xp.log(a))
+    return g * da, g * db
+
+
+def _pow_zero_distance(xs, attrs):
+    import numpy as np
+
+    return np.broadcast_to(np.abs(xs[0]), np.broadcast_shapes(np.shape(xs[0]), np.shape(xs[1])))
+
+
+def _pow_sympy(sp, a, b):
+    """a ** b, with the convention at a == 0 written into the formula, so that SymPy's derivatives are the
+    engine's there (SymPy's own give 0 * log 0 = NaN): where a == 0 and b == 0 or b >= 1, a piece linear
+    in a whose value is 0 ** b and whose slope is PyTorch's b * 0 ** (b - 1) (0 at b == 0), constant in b.
+    Elsewhere (where 0 ** b or its slope is infinite) SymPy's own a ** b. Folds to a ** b for a known
+    nonzero base."""
+    ordinary = sp.Ne(a, 0) | (b < 0) | ((b > 0) & (b < 1))
+    at_zero = sp.Piecewise((1, sp.Eq(b, 0)), (0, True)) + a * sp.Piecewise((1, sp.Eq(b, 1)), (0, True))
+    return sp.Piecewise((a**b, ordinary), (at_zero, True))
 
 
 # pow saves its output too: d/db = y * log(a) reuses it.
-binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=lambda sp, a, b: a**b,
+binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=_pow_sympy,
        save=lambda xs, y, **_: (xs[0], xs[1], y), domain=(POSITIVE, Domain(-2.0, 2.0)),
-       doc="a ** b for a > 0 (both differentiable)", numpy="power", torch="torch.pow", onnx="Pow")
+       kinks=[Kink("a == 0", "d/da = 0 where b == 0; d/db = 0 where b >= 0 (as PyTorch; the symbolic reference "
+                   "has it where b == 0 or b >= 1, and NaN for 0 < b < 1, where d/da is infinite)",
+                   _pow_zero_distance)],
+       doc="a ** b for a > 0 (both differentiable); at a == 0 PyTorch's convention", numpy="power",
+       torch="torch.pow", onnx="Pow")
 
 
 # NOTE prelu: derivative slope at x == 0 (as PyTorch); slope broadcasts to x (ONNX PRelu).

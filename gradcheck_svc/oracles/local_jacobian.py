@@ -87,6 +87,8 @@ def derivative(e, s):
     if e.is_Pow and s not in e.exp.free_symbols:
         b, n = e.args
         return n * b ** (n - 1) * derivative(b, s)
+    if e.is_Piecewise:  # piece by piece, by these rules (SymPy's diff writes d a**b/da as a**b*b/a: inf/inf at inf)
+        return sp.Piecewise(*[(derivative(piece, s), cond) for piece, cond in e.args])
     if isinstance(e, (sp.Function, MinMaxBase)) and not e.is_Piecewise:
         return sp.Add(*[e.fdiff(i + 1) * derivative(a, s) for i, a in enumerate(e.args) if s in a.free_symbols])
     return e.diff(s)

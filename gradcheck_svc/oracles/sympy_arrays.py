@@ -68,6 +68,30 @@ def _tree(func):
 _add = lambda row: sp.Add(*row)  # noqa: E731
 
 
+def _per_matrix(f, *arrays):
+    """f on each (n, n) matrix of stacked object arrays (the last two axes), as sympy Matrices."""
+    a = np.asarray(arrays[0], dtype=object)
+    lead = a.shape[:-2]
+    outs = {}
+    for idx in np.ndindex(lead):
+        outs[idx] = f(*(sp.Matrix(np.asarray(x, dtype=object)[idx].tolist()) for x in arrays))
+    first = np.asarray(outs[next(iter(outs))], dtype=object) if outs else np.empty(0, dtype=object)
+    out = np.empty(lead + first.shape, dtype=object)
+    for idx, v in outs.items():
+        if isinstance(v, sp.MatrixBase):
+            out[idx] = np.asarray(v.tolist(), dtype=object)
+        else:
+            out[idx] = v  # a scalar (det): the element itself, not a 0-d array inside the object array
+    return out
+
+
+# numpy.linalg's square-matrix functions (ops inv, det, solve), by the adjugate: closed forms in the entries
+_LINALG = SimpleNamespace(
+    inv=lambda a: _per_matrix(lambda m: m.adjugate() / m.det(method="berkowitz"), a),
+    det=lambda a: _per_matrix(lambda m: m.det(method="berkowitz"), a),
+    solve=lambda a, b: _per_matrix(lambda m, v: m.adjugate() * v / m.det(method="berkowitz"), a, b))
+
+
 class SympyArrays:
     """The `xp` handed to op forwards by the symbolic oracle."""
 
@@ -88,6 +112,7 @@ class SympyArrays:
     pad = staticmethod(np.pad)
     # convolution and pooling windows are strided views; NumPy's work on object arrays too
     lib = SimpleNamespace(stride_tricks=SimpleNamespace(as_strided=np.lib.stride_tricks.as_strided))
+    linalg = _LINALG
     float32, float64, int64, bool_ = np.float32, np.float64, np.int64, np.bool_
 
     # NumPy's names for the registry's elementwise functions (exp, log, sqrt, tanh, maximum, ...)
@@ -115,6 +140,10 @@ class SympyArrays:
     @staticmethod
     def sum(x, axis=None, keepdims=False):
         return reduce_rows(x, axis, keepdims, _add)
+
+    @staticmethod
+    def prod(x, axis=None, keepdims=False):
+        return reduce_rows(x, axis, keepdims, lambda row: sp.Mul(*row))
 
     @staticmethod
     def max(x, axis=None, keepdims=False):

@@ -14,7 +14,8 @@ _LAZY = {
     "AsyncClient": "client", "Client": "client", "VerifyError": "client",
     "GraphFileError": "graphio", "load_graph": "graphio", "save_graph": "graphio",
     "Finding": "report", "GradientMismatch": "report", "Parameter": "report", "Report": "report",
-    "Tracer": "tracer", "ops": "tracer", "OnnxModel": "onnx_options",
+    "Tracer": "tracer", "ops": "tracer", "OnnxModel": "onnx_options", "check": "check",
+    "assert_gradients": "check",
 }
 
 
@@ -30,5 +31,6 @@ def __getattr__(name):
 def __dir__():
     return sorted(set(globals()) | set(_LAZY))
 
-__all__ = ["AsyncClient", "Client", "Finding", "GradientMismatch", "GraphFileError", "OnnxModel", "Parameter", "Report",
+__all__ = ["AsyncClient", "Client", "assert_gradients", "check",
+           "Finding", "GradientMismatch", "GraphFileError", "OnnxModel", "Parameter", "Report",
            "Tracer", "VerifyError", "load_graph", "ops", "save_graph"]

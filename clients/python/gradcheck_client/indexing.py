@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 
 from .trace_errors import TracerError
+from .traced import Traced
 
 
 def _error(message: str) -> Exception:
@@ -18,20 +19,18 @@ def _is_int(k) -> bool:
 
 
 def _is_array_index(k) -> bool:
-    from .tracer import Value
-
-    return isinstance(k, (list, np.ndarray, Value))
+    return isinstance(k, (list, np.ndarray, Traced))
 
 
 def getitem(x, key):
-    from .tracer import Value
-
     parts = key if isinstance(key, tuple) else (key,)
     y = _record(x, parts)
-    traced = [k for k in parts if isinstance(k, Value)]
+    if len(parts) == len(x.shape) and all(_is_int(k) for k in parts):
+        y.detach()  # one element by integers: NumPy gives a scalar, a copy, not a view of x
+    traced = [k for k in parts if isinstance(k, Traced)]
     if x.value is not None and all(k.value is not None for k in traced):
         # the trace-time value by NumPy's own indexing: what the recorded ops reproduce
-        plain = tuple(k.value.astype(np.int64) if isinstance(k, Value) else k for k in parts)
+        plain = tuple(k.value.astype(np.int64) if isinstance(k, Traced) else k for k in parts)
         y.value = np.asarray(x.value[plain if isinstance(key, tuple) else plain[0]], dtype=np.float64)
     return y
 
@@ -86,14 +85,12 @@ def _record(x, key):
 
 
 def _take(x, key, arrays, shape):
-    from .tracer import Value
-
     (i,) = arrays if len(arrays) == 1 else (None,)
     if i is None or any(k != slice(None) for j, k in enumerate(key) if j != i):
         raise _error("only one integer-array index, with every other axis whole (x[idx], x[:, idx]), "
                      "can be traced (it becomes op 'take')")
     idx = key[i]
-    if not isinstance(idx, Value):
+    if not isinstance(idx, Traced):
         idx = np.asarray(idx)
         if idx.dtype.kind == "b":
             raise _error("boolean mask indexing selects a data-dependent number of elements: it cannot be "

@@ -12,30 +12,60 @@ import inspect
 
 import numpy
 
+from . import numpy_compose
 from .op_values import OPS
-from .trace_errors import TracerError
+from .trace_errors import TracerError, numpy_caller, user_site
+
+def _numpy_function(dotted: str):
+    """numpy.NAME, or numpy.linalg.NAME for 'linalg.NAME'."""
+    fn = numpy
+    for part in dotted.split("."):
+        fn = getattr(fn, part)
+    return fn
+
 
 # NumPy function (ufunc or array function) -> op name; aliases resolve to the same object
-BY_FUNCTION = {getattr(numpy, e["numpy"]): name for name, e in OPS.items() if e["numpy"]}
+BY_FUNCTION = {_numpy_function(e["numpy"]): name for name, e in OPS.items() if e["numpy"]}
 # comparisons give trace-time booleans by the documented rule (see tracer.py), not nodes
 COMPARISONS = (numpy.greater, numpy.greater_equal, numpy.less, numpy.less_equal, numpy.equal, numpy.not_equal)
 
 
 def _error(message: str) -> Exception:
-    return TracerError(message)
+    return TracerError(message + user_site())
 
 
 def _function_name(fn) -> str:
-    return f"numpy.{getattr(fn, '__name__', fn)}"
+    """NumPy's public name of a function (numpy.linalg.norm, not numpy.norm), and the NumPy code that called
+    it when that is not the user's own line (np.r_[...] reaches us as numpy.ndim)."""
+    module = getattr(fn, "__module__", None) or "numpy"
+    name = f"{module}.{getattr(fn, '__name__', fn)}"
+    outer = numpy_caller()
+    return f"{name} (called inside NumPy's {outer})" if outer else name
+
+
+def method(name: str):
+    """An ndarray method a traced value answers as NumPy's function of the same name, or None."""
+    return numpy_compose.METHODS.get(name) if not name.startswith("_") else None
+
+
+def _out_refused(ufunc, kwargs) -> Exception:
+    return _error(f"{_function_name(ufunc)} with out=: writing a traced value into an existing array (out=, or an "
+                  "in-place operator on a NumPy array such as `a += x`) would freeze it into a constant. Build "
+                  "a new array instead (`a = a + x`), or use t.constant(x) when a constant is really meant")
 
 
 def ufunc_call(value, ufunc, method: str, inputs: tuple, kwargs: dict):
     if ufunc in COMPARISONS and method == "__call__" and not kwargs:
         return value.tracer.compare(ufunc, *inputs)
+    if "out" in kwargs:
+        raise _out_refused(ufunc, kwargs)
+    composed = numpy_compose.COMPOSED.get(ufunc)
+    if composed is not None and method == "__call__" and not kwargs:
+        return composed(value.tracer, *inputs)
     op = BY_FUNCTION.get(ufunc)
     if op is None:
-        raise _error(f"{_function_name(ufunc)} has no op in the server's registry: it cannot be traced "
-                     "(see `gradcheck-svc ops`)")
+        raise _error(f"{_function_name(ufunc)}{'' if method == '__call__' else '.' + method} has no op in the "
+                     "server's registry: it cannot be traced (see `gradcheck-svc ops`)")
     if method != "__call__" or kwargs:
         what = f"{_function_name(ufunc)}.{method}" if method != "__call__" else \
             f"{_function_name(ufunc)} with {', '.join(sorted(kwargs))}="
@@ -44,6 +74,13 @@ def ufunc_call(value, ufunc, method: str, inputs: tuple, kwargs: dict):
 
 
 def function_call(value, func, args: tuple, kwargs: dict):
+    composed = numpy_compose.COMPOSED.get(func)
+    if composed is not None:
+        try:
+            bound = inspect.signature(func).bind(*args, **kwargs)
+        except TypeError as exc:
+            raise _error(f"{_function_name(func)}: {exc}") from None
+        return composed(value.tracer, *bound.args, **bound.kwargs)
     op = BY_FUNCTION.get(func)
     if op is None:
         raise _error(f"{_function_name(func)} has no op in the server's registry: it cannot be traced "

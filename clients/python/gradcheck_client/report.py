@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+import numpy as np
 from google.protobuf import json_format
 
 
@@ -43,6 +44,32 @@ class Parameter:
         """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure)."""
         return self.status == "FAIL" if self.status else not self.passed
 
+    def _shaped(self, values, what: str) -> np.ndarray:
+        if self.data.get("truncated"):
+            raise ValueError(f"'{self.name}' has {int(np.prod(self.shape))} elements: the report lists only the "
+                             f"first {len(values)} {what} values (data['{what}'])")
+        return np.asarray(values, dtype=np.float64).reshape(self.shape)
+
+    @property
+    def gradient(self) -> np.ndarray:
+        """The engine's gradient, an array of the parameter's shape."""
+        return self._shaped(self.data.get("gradient", []), "gradient")
+
+    @property
+    def reference(self) -> np.ndarray:
+        """The reference gradient, an array of the parameter's shape: finite differences of every element
+        (fd_mode full), else the symbolic oracle's exact gradient. In projection mode without the symbolic
+        oracle there is no elementwise reference (data['reference'] holds the directional derivatives):
+        ValueError."""
+        if self.fd_mode == "full":
+            return self._shaped(self.data.get("reference", []), "reference")
+        sym = self.data.get("symbolic")
+        if isinstance(sym, dict):
+            return self._shaped(sym.get("gradient", []), "gradient")
+        raise ValueError(f"'{self.name}' was checked along random directions (fd_mode projection) without the "
+                         "symbolic oracle: no elementwise reference (data['reference'] holds the directional "
+                         "derivatives; use fd_mode='full')")
+
     @property
     def reference_name(self) -> str:
         return {"symbolic": "symbolic", "finite_differences": "finite differences"}.get(
@@ -77,6 +104,18 @@ class Finding:
         return f"node '{self.node}' ({self.op}): {self.cause} - {self.detail}"
 
 
+class Parameters(list):
+    """The report's parameter rows, in order; also indexed by name: report.parameters["w"]."""
+
+    def __getitem__(self, key):
+        if isinstance(key, str):
+            for p in self:
+                if p.name == key:
+                    return p
+            raise KeyError(key)
+        return super().__getitem__(key)
+
+
 class Report:
     def __init__(self, data: dict, *, id: str = "", text: str = ""):
         self.id = id
@@ -87,13 +126,13 @@ class Report:
         self.loss = data.get("loss")
         self.dtype: str = data.get("dtype", "")
         self.device: str = data.get("device", "")
-        self.parameters = [Parameter(
+        self.parameters = Parameters(Parameter(
             name=p.get("name", ""), shape=p.get("shape", []), passed=bool(p.get("passed")),
             max_abs_error=p.get("max_abs_error", 0.0), max_rel_error=p.get("max_rel_error", 0.0),
             worst_index=p.get("worst_index", []), engine_at_worst=p.get("engine_at_worst", 0.0),
             reference_at_worst=p.get("reference_at_worst", 0.0), fd_mode=p.get("fd_mode", ""),
             status=p.get("status", ""), data=p)
-            for p in data.get("parameters", [])]
+            for p in data.get("parameters", []))
         self.findings = [Finding(
             node=f.get("node", ""), op=f.get("op", ""), cause=f.get("cause", ""), severity=f.get("severity", ""),
             parameters=f.get("parameters", []), detail=f.get("detail", ""), data=f)

@@ -1,0 +1,169 @@
+"""Check a NumPy function's gradients in one call, through a server:
+
+    import numpy as np
+    from gradcheck_client import check
+    report = check(lambda x, w: np.tanh(x @ w), np.ones((2, 3)), np.eye(3), server="localhost:50051")
+    print(report.verdict, report.parameters["w"].gradient)   # an array of w's shape
+
+The function is traced on the given arrays (tracer.py): every float argument is a parameter (its
+gradient is checked) unless `wrt` names which are (positions or argument names); other arguments
+are passed to the function as they are. A non-scalar output is reduced to the scalar
+sum(output * c) with a cotangent c ~ N(0, 1) drawn from the `seed` option (0 unless given): the
+report says so (data["check"], and a line of its text). gradcheck_svc.check runs the same trace and
+the same verification in process and returns the same Report.
+"""
+from __future__ import annotations
+
+import inspect
+import sys
+import types
+from dataclasses import dataclass
+
+import numpy as np
+
+from .options import BY_NAME
+from .report import Report
+from .trace_errors import TracerError
+from .tracer import Tracer, Value
+
+
+@dataclass
+class Traced:
+    """A function traced for checking: its graph message, its parameters, and what was done to its output."""
+    graph: object  # gradcheck.v1.Graph
+    parameters: list
+    note: dict  # what the report states: function, parameters, output shape, cotangent
+
+
+def _argument_names(f, n: int) -> list[str]:
+    try:
+        params = list(inspect.signature(f).parameters.values())
+    except (TypeError, ValueError):
+        params = []
+    names = []
+    for i in range(n):
+        p = params[i] if i < len(params) else None
+        if p is None or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD, p.KEYWORD_ONLY):
+            names.append(f"arg{i}")
+        else:
+            names.append(p.name)
+    return names
+
+
+def _is_float(a) -> bool:
+    return isinstance(a, (float, np.floating)) or isinstance(a, np.ndarray) and a.dtype.kind == "f"
+
+
+def _which(wrt, names: list[str], args) -> list[int]:
+    if wrt is None:
+        return [i for i, a in enumerate(args) if _is_float(a)]
+    picks = wrt if isinstance(wrt, (list, tuple)) else [wrt]
+    out = []
+    for w in picks:
+        if isinstance(w, str):
+            if w not in names:
+                raise TracerError(f"wrt names '{w}', which is not an argument (arguments: {', '.join(names)})")
+            i = names.index(w)
+        elif isinstance(w, (int, np.integer)) and -len(args) <= w < len(args):
+            i = int(w) % len(args)
+        else:
+            raise TracerError(f"wrt {w!r}: expected an argument's position (0 to {len(args) - 1}) or name")
+        if not (_is_float(args[i]) or np.asarray(args[i]).dtype.kind in "iu"):
+            raise TracerError(f"wrt names '{names[i]}', which is not numeric data")
+        out.append(i)
+    return sorted(set(out))
+
+
+def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
+    """Trace f(*args) with the chosen arguments as parameters; reduce a non-scalar output with a seeded cotangent."""
+    name = getattr(f, "__name__", "f")
+    name = "f" if name == "<lambda>" else name
+    names = _argument_names(f, len(args))
+    which = _which(wrt, names, args)
+    if not which:
+        raise TracerError("no parameters: nothing to check (no float argument; pass float arrays, or name the "
+                          "arguments to check with wrt=)")
+    t = Tracer(name)
+    traced = [t.param(names[i], np.asarray(a, dtype=np.float64)) if i in which else a for i, a in enumerate(args)]
+    out = _call(f, traced)
+    if isinstance(out, (tuple, list)):
+        raise TracerError(f"{name} returned a {type(out).__name__}: check one output (return a single array)")
+    if not isinstance(out, Value):
+        checked = ", ".join(names[i] for i in which)
+        raise TracerError(f"{name}'s output does not depend on any checked argument ({checked})")
+    note = {"function": name, "parameters": [names[i] for i in which], "output_shape": list(out.shape)}
+    if out.size != 1:
+        c = np.random.default_rng(seed).standard_normal(out.shape)
+        out = t.apply("sum", out * c)
+        note["cotangent"] = {"distribution": "normal(0, 1)", "seed": int(seed)}
+    elif out.shape:
+        out = out.reshape(())
+    if "loss" not in names:
+        out = out.named("loss")
+    return Traced(t.graph(out), [names[i] for i in which], note)
+
+
+def _call(f, traced):
+    """f(*traced); a TracerError that NumPy wrapped in its own error (storing a traced value into an array
+    element: "setting an array element with a sequence", with ours as the cause) is raised as itself."""
+    try:
+        return f(*traced)
+    except TracerError:
+        raise
+    except Exception as exc:
+        cause = exc.__cause__ or exc.__context__
+        while cause is not None and not isinstance(cause, TracerError):
+            cause = cause.__cause__ or cause.__context__
+        if cause is None:
+            raise
+        raise cause.with_traceback(None) from None
+
+
+def check_options(options: dict) -> dict:
+    """The verification options by their one table's names (options.py); anything else is a TypeError."""
+    unknown = sorted(set(options) - set(BY_NAME))
+    if unknown:
+        raise TypeError(f"unknown option(s) {', '.join(unknown)}; the options are: {', '.join(BY_NAME)}")
+    return {k: v for k, v in options.items() if v is not None}
+
+
+def stated(report: Report, traced: Traced) -> Report:
+    """The report with what check() did to the function stated: data["check"] and a line of its text."""
+    report.data["check"] = traced.note
+    line = f"checked {traced.note['function']} with respect to {', '.join(traced.parameters)}"
+    if "cotangent" in traced.note:
+        line += (f"; its output of shape {traced.note['output_shape']} was reduced to sum(output * c), c ~ N(0, 1) "
+                 f"seeded with {traced.note['cotangent']['seed']}")
+    report.text = f"{line}\n{report.text}" if report.text else line
+    return report
+
+
+def check(f, *args, wrt=None, server, **options) -> Report:
+    """Trace f on args and verify its gradients on the server at `server` (an address or a Client)."""
+    from .client import Client
+
+    options = check_options(options)
+    traced = trace_function(f, args, wrt, seed=options.get("seed", 0))
+    if isinstance(server, Client):
+        return stated(server.verify(traced.graph, **options), traced)
+    with Client(server) as client:
+        return stated(client.verify(traced.graph, **options), traced)
+
+
+def assert_gradients(f, *args, wrt=None, server, **options) -> Report:
+    """check(), raising AssertionError with the text report unless every gradient verified (for pytest)."""
+    report = check(f, *args, wrt=wrt, server=server, **options)
+    if not report.passed:
+        raise AssertionError(str(report))
+    return report
+
+
+class _CallableModule(types.ModuleType):
+    """`gradcheck_client.check` is this module once it is imported (Python binds a submodule to its package's
+    attribute), and the function check() before: calling the module calls check(), so both spellings work."""
+
+    def __call__(self, *args, **kwargs):
+        return check(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

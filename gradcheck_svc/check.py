@@ -1,0 +1,54 @@
+"""Check a NumPy function's gradients in one call, in process:
+
+    import numpy as np
+    import gradcheck_svc
+    report = gradcheck_svc.check(lambda x, w: np.tanh(x @ w), np.ones((2, 3)), np.eye(3))
+    assert report.passed, report.text
+    gradcheck_svc.assert_gradients(np.linalg.norm, np.arange(1.0, 4.0))   # for pytest
+
+The same trace as gradcheck_client.check (every float argument a parameter unless `wrt` names which,
+a non-scalar output reduced with a seeded cotangent, stated in the report), verified by the request
+path a server's worker runs (server/execute.py: the same options table, limits and validation), and
+returned as the client's Report: in process and through a server, one call gives the same Report.
+"""
+from __future__ import annotations
+
+import sys
+import types
+
+from gradcheck.v1 import service_pb2
+from gradcheck_client.check import check_options, stated, trace_function
+from gradcheck_client.report import Report
+
+from .server.execute import verify_request
+
+__all__ = ["assert_gradients", "check"]
+
+
+def check(f, *args, wrt=None, **options) -> Report:
+    """Trace f on args and verify its gradients here; options are those of verify (gradcheck_client.options)."""
+    options = check_options(options)
+    traced = trace_function(f, args, wrt, seed=options.get("seed", 0))
+    if "faults" in options:
+        options["faults"] = list(options["faults"])
+    request = service_pb2.VerifyRequest(graph=traced.graph, options=service_pb2.VerifyOptions(**options))
+    return stated(Report.from_proto(verify_request(request).report), traced)
+
+
+def assert_gradients(f, *args, wrt=None, **options) -> Report:
+    """check(), raising AssertionError with the text report unless every gradient verified (for pytest)."""
+    report = check(f, *args, wrt=wrt, **options)
+    if not report.passed:
+        raise AssertionError(str(report))
+    return report
+
+
+class _CallableModule(types.ModuleType):
+    """`gradcheck_svc.check` is this module once it is imported (Python binds a submodule to its package's
+    attribute), and the function check() before: calling the module calls check(), so both spellings work."""
+
+    def __call__(self, *args, **kwargs):
+        return check(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

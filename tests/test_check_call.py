@@ -1,0 +1,80 @@
+"""check(f, *args) / assert_gradients: one call, in process (gradcheck_svc) and through a real loopback
+server (gradcheck_client), giving the same Report."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import gradcheck_client
+import gradcheck_svc
+from gradcheck_client.trace_errors import TracerError
+from grpc_helpers import module_server
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from module_server(tmp_path_factory, "--workers", "1")
+
+
+def layer(x, w, scale):
+    return np.tanh(x @ w) * scale  # a (2, 3) output: reduced with the seeded cotangent
+
+
+ARGS = (np.arange(6.0).reshape(2, 3) / 6, np.eye(3) * 0.5 + 0.1, 2)
+
+
+def _same(a, b):
+    assert a.verdict == b.verdict == "pass"
+    assert a.loss == pytest.approx(b.loss, rel=1e-15)
+    assert a.data["check"] == b.data["check"]
+    assert [p.name for p in a.parameters] == [p.name for p in b.parameters] == ["x", "w"]
+    for p, q in zip(a.parameters, b.parameters):
+        assert p.status == q.status and p.fd_mode == q.fd_mode
+        np.testing.assert_array_equal(p.gradient, q.gradient)
+        np.testing.assert_array_equal(p.reference, q.reference)
+    assert a.text.splitlines()[0] == b.text.splitlines()[0]
+
+
+def test_check_in_process_and_through_a_server_give_the_same_report(server):
+    here = gradcheck_svc.check(layer, *ARGS, fd_mode="full", seed=3)
+    there = gradcheck_client.check(layer, *ARGS, server=server.target, fd_mode="full", seed=3)
+    _same(here, there)
+    # the reduction is stated, and it is the one a user can recompute: sum(f(x) * c), c seeded
+    assert here.data["check"] == {"function": "layer", "parameters": ["x", "w"], "output_shape": [2, 3],
+                                  "cotangent": {"distribution": "normal(0, 1)", "seed": 3}}
+    assert "reduced to sum(output * c), c ~ N(0, 1) seeded with 3" in here.text
+    c = np.random.default_rng(3).standard_normal((2, 3))
+    assert here.loss == pytest.approx(np.sum(layer(*ARGS) * c), rel=1e-13)
+    # the gradient, an array of each parameter's shape, is the true one: d/dw sum(tanh(xw) * 2c)
+    x, w, s = ARGS
+    upstream = (1 - np.tanh(x @ w) ** 2) * s * c
+    np.testing.assert_allclose(here.parameters["w"].gradient, x.T @ upstream, rtol=1e-12)
+    np.testing.assert_allclose(here.parameters["x"].gradient, upstream @ w.T, rtol=1e-12)
+    assert here.parameters["w"].reference.shape == (3, 3)
+
+
+def test_assert_gradients_raises_with_the_text_report(server):
+    f = lambda x: np.sum(np.exp(x))  # noqa: E731  (nodes: exp_1, then the loss)
+    x = np.array([0.1, -0.4, 0.3])
+    assert gradcheck_svc.assert_gradients(f, x).passed
+    with pytest.raises(AssertionError, match=r"f: FAIL") as here:
+        gradcheck_svc.assert_gradients(f, x, faults=["exp_1:scale:2"])
+    with pytest.raises(AssertionError, match=r"f: FAIL") as there:
+        gradcheck_client.assert_gradients(f, x, server=server.target, faults=["exp_1:scale:2"])
+    assert str(here.value).splitlines()[:2] == str(there.value).splitlines()[:2]
+    assert "checked f with respect to x" in str(here.value)
+
+
+def test_wrt_scalar_outputs_and_refusals():
+    x, w = np.array([0.5, -1.0]), np.array([2.0, 3.0])
+    report = gradcheck_svc.check(lambda x, w: np.sum(x * w), x, w, wrt="w")
+    assert [p.name for p in report.parameters] == ["w"] and "cotangent" not in report.data["check"]
+    np.testing.assert_allclose(report.parameters["w"].gradient, x, rtol=1e-15)
+    report = gradcheck_svc.check(lambda k, w: np.sum(w ** k), np.array([2, 2]), w)  # ints pass through as data
+    np.testing.assert_allclose(report.parameters["w"].gradient, 2 * w, rtol=1e-13)
+    with pytest.raises(TracerError, match="no parameters: nothing to check"):
+        gradcheck_svc.check(lambda k: np.sum(k), np.array([1, 2]))
+    with pytest.raises(TypeError, match="unknown option"):
+        gradcheck_svc.check(lambda x: np.sum(x), x, fd="full")
+    with pytest.raises(TracerError, match="returned a tuple"):
+        gradcheck_svc.check(lambda x: (x, x), x)
