@@ -20,6 +20,8 @@ from pathlib import Path
 
 from gradcheck_client.options import add_option_flags, values_from_args
 
+from . import screen as screen_nodes
+
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 
 
@@ -75,6 +77,11 @@ def add_parsers(sub) -> None:
     m.add_argument("--allow-mixed", action="store_true",
                    help="merge results made under different options or gradcheck versions (default: exit 4, "
                         "naming them)")
+    m.add_argument("--shard-count", type=int, default=None, metavar="N",
+                   help="a batch's shard count: a unit made with another is named, exit 4 (default: the units' own)")
+    m.add_argument("--expect-nodes", default=None, metavar="NODES|@FILE",
+                   help="a screen's intended nodes, added to those its units recorded: each one not screened is "
+                        "named, exit 4 (the same syntax as screen's)")
 
     s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)")
     s.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all nodes")
@@ -89,6 +96,11 @@ def add_parsers(sub) -> None:
                    help="seed of the generated graphs (same on every node; default %(default)s)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: the node's GPU when one is usable, else the CPU (default auto)")
+    s.add_argument("--expect-nodes", default=os.environ.get("GRADCHECK_EXPECT_NODES"), metavar="NODES|@FILE",
+                   help="the nodes this screen is meant to cover, recorded for the merge (which names each one not "
+                        "screened): names separated by commas, spaces or newlines, as `kubectl get nodes -l SELECTOR "
+                        "-o name` prints them; @FILE reads them from FILE. This node must be one of them, else exit "
+                        "75 (retried elsewhere) (default $GRADCHECK_EXPECT_NODES; none: not checked)")
     _verify_options(s, exclude=("device",))  # screen's --device also takes auto (the node's GPU if any)
 
 
@@ -276,6 +288,38 @@ def build_suite(dest: Path, examples: Path | None, generated: int, size: int, se
         write_graphs(dest / "generated", generated, size=size, seed=seed)
 
 
+def _completion_index() -> int | None:
+    """A screen pod's completion index (None by hand): a node belongs to the first index that landed on it."""
+    from ..errors import OptionError
+
+    env = os.environ.get("JOB_COMPLETION_INDEX")
+    if env is None:
+        return None
+    try:
+        return int(env)
+    except ValueError:
+        raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer", field="screen") from None
+
+
+def _wrong_node(args, node: str, expected, index, run_id) -> str | None:
+    """Why this pod must not screen here (exit 75: the Job controller retries the index, elsewhere), or None."""
+    from ..text import clip
+    from .store import run_dir, unit_name
+
+    if expected is not None and node not in expected:
+        return (f"node {clip(node, 200)} is not among the {len(expected)} expected node(s) (--expect-nodes): "
+                "a pod landed outside the list written at launch; retry elsewhere")
+    if index is None:
+        return None
+    unit_dir = run_dir(Path(args.out), run_id) / unit_name(node=node)
+    owner = screen_nodes.claimed_by(unit_dir)
+    if owner is None or owner == index:
+        return None
+    screen_nodes.record_landing(unit_dir, node, index, owner)
+    return (f"node {clip(node, 200)} was screened by index {owner} in run {clip(run_id, 200)}; index {index} "
+            "landed on it again (its landing is recorded for the merge); retry elsewhere")
+
+
 def screen(args) -> int:
     import socket
     import tempfile
@@ -284,6 +328,7 @@ def screen(args) -> int:
     from .manifest import load_manifest
     from .runner import run_unit
     from .store import UnitStore, unit_name
+    from .verifiers import InfraError
 
     limits = _check_common(args)
     if args.generated < 0:
@@ -292,6 +337,8 @@ def screen(args) -> int:
         raise OptionError("must be at least 1", field="--size")
     node = args.node_name or socket.gethostname()
     run_id = _run_id(args)
+    expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+    index = _completion_index()
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":
         from ..backend import cuda_available
@@ -305,9 +352,13 @@ def screen(args) -> int:
         unit = unit_name(node=node)
 
         def run():
+            refused = _wrong_node(args, node, expected, index, run_id)
+            if refused:
+                raise InfraError(refused)
             verifier.check()
             plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed)
             plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
+            plan["expected_nodes"], plan["screen_index"] = expected, index
             run_unit(manifest, list(manifest.graphs), UnitStore(Path(args.out), run_id, unit), plan, verifier,
                      options, args.time_limit, faults_where_present=True)
 
@@ -316,9 +367,14 @@ def screen(args) -> int:
 
 def batch_merge(args) -> int:
     from ..text import clip
-    from .merge import markdown, merge, outcomes, problems
+    from ..errors import OptionError
+    from .merge import markdown, merge, notes, outcomes, problems, summary_line
 
-    m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed)
+    if args.shard_count is not None and args.shard_count < 1:
+        raise OptionError("must be at least 1", field="--shard-count")
+    expect = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+    m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
+              expect_nodes=expect)
     d = Path(m["run_directory"])
     outs = outcomes(m)
     _write(Path(args.json) if args.json else d / "merged.json", _json(m), "--json")
@@ -333,10 +389,12 @@ def batch_merge(args) -> int:
     if m["mode"] == "screen" and m["screen"]["disagreeing_nodes"]:
         print("gradcheck-svc batch-merge: nodes that disagree: "
               + clip(", ".join(m["screen"]["disagreeing_nodes"]), 2000), file=sys.stderr)
-    counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
-    print(f"gradcheck-svc batch-merge: {m['graphs']} graphs: {counts} (exit {m['exit_code']})", file=sys.stderr)
+    for line in notes(m):
+        print(f"gradcheck-svc batch-merge: {clip(line, 2000)}", file=sys.stderr)
+    summary = clip(summary_line(m), 2000)  # a screen's counts are per node: summed, they would say nothing
+    print(f"gradcheck-svc batch-merge: {summary} (exit {m['exit_code']})", file=sys.stderr)
     if args.verdict_file:
-        _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {m['graphs']} graphs: {counts}")
+        _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {summary}")
     return EXIT_OK if args.exit_zero else m["exit_code"]
 
 
