@@ -301,7 +301,7 @@ def _completion_index() -> int | None:
         raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer", field="screen") from None
 
 
-def _wrong_node(args, node: str, expected, index, run_id) -> str | None:
+def _wrong_node(out, node: str, expected, index, run_id) -> str | None:
     """Why this pod must not screen here (exit 75: the Job controller retries the index, elsewhere), or None."""
     from ..text import clip
     from .store import run_dir, unit_name
@@ -311,7 +311,7 @@ def _wrong_node(args, node: str, expected, index, run_id) -> str | None:
                 "a pod landed outside the list written at launch; retry elsewhere")
     if index is None:
         return None
-    unit_dir = run_dir(Path(args.out), run_id) / unit_name(node=node)
+    unit_dir = run_dir(out, run_id) / unit_name(node=node)
     owner = screen_nodes.claimed_by(unit_dir)
     if owner is None or owner == index:
         return None
@@ -352,7 +352,7 @@ def screen(args) -> int:
         unit = unit_name(node=node)
 
         def run():
-            refused = _wrong_node(args, node, expected, index, run_id)
+            refused = _wrong_node(Path(args.out), node, expected, index, run_id)
             if refused:
                 raise InfraError(refused)
             verifier.check()

@@ -59,7 +59,10 @@ def parse_nodes(text: str, field: str = "--expect-nodes") -> list[str]:
     return sorted(names)
 
 
-def claimed_by(unit_dir: Path) -> int | None:
+# unit_dir/rdir: a pathlib.Path, or any object with Path's `/`, read_bytes, is_dir, glob and mkdir (an object
+# store's location): nothing here wraps them in Path()
+
+def claimed_by(unit_dir) -> int | None:
     """The completion index that screened this node in this run, from its unit.json (None: none did, or by
     hand, or the file is unreadable -- then nothing is refused)."""
     from .schema import Damaged, check_unit, parse
@@ -73,7 +76,7 @@ def claimed_by(unit_dir: Path) -> int | None:
     return index if isinstance(index, int) and not isinstance(index, bool) else None
 
 
-def record_landing(unit_dir: Path, node: str, index: int, owner: int) -> Path:
+def record_landing(unit_dir, node: str, index: int, owner: int):
     from .store import atomic_write
 
     d = unit_dir / LANDINGS
@@ -84,19 +87,19 @@ def record_landing(unit_dir: Path, node: str, index: int, owner: int) -> Path:
     return path
 
 
-def read_landings(rdir: Path, units: list[str]) -> list[dict]:
+def read_landings(rdir, units: list[str]) -> list[dict]:
     """Every refused landing of a run: {node, index, screened_by}; unreadable files are left out (a landing
     is a note, not a result)."""
     out = []
     for unit in units:
-        d = Path(rdir) / unit / LANDINGS
+        d = rdir / unit / LANDINGS
         if not d.is_dir():
             continue
         for f in sorted(d.glob("index-*.json")):
             try:
-                x = json.loads(f.read_text(encoding="utf-8"))
+                x = json.loads(f.read_bytes().decode("utf-8"))
                 item = {"node": str(x["node"]), "index": int(x["index"]), "screened_by": int(x["screened_by"])}
-            except (OSError, ValueError, KeyError, TypeError):
+            except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
                 continue
             out.append(item)
     return sorted(out, key=lambda i: (i["node"], i["index"]))
