@@ -20,8 +20,6 @@ from pathlib import Path
 
 from gradcheck_client.options import add_option_flags, values_from_args
 
-from . import screen as screen_nodes
-
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 
 
@@ -304,6 +302,7 @@ def _completion_index() -> int | None:
 def _wrong_node(out, node: str, expected, index, run_id) -> str | None:
     """Why this pod must not screen here (exit 75: the Job controller retries the index, elsewhere), or None."""
     from ..text import clip
+    from . import screen as screen_nodes
     from .store import run_dir, unit_name
 
     if expected is not None and node not in expected:
@@ -328,6 +327,7 @@ def screen(args) -> int:
     from .manifest import load_manifest
     from .runner import run_unit
     from .store import UnitStore, unit_name
+    from . import screen as screen_nodes
     from .verifiers import InfraError
 
     limits = _check_common(args)
@@ -368,6 +368,7 @@ def screen(args) -> int:
 def batch_merge(args) -> int:
     from ..text import clip
     from ..errors import OptionError
+    from . import screen as screen_nodes
     from .merge import markdown, merge, notes, outcomes, problems, summary_line
 
     if args.shard_count is not None and args.shard_count < 1:
