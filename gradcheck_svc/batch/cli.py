@@ -79,7 +79,7 @@ def add_parsers(sub) -> None:
                    help="a batch's shard count: a unit made with another is named, exit 4 (default: the units' own)")
     m.add_argument("--expect-nodes", default=None, metavar="NODES|@FILE",
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
-                        "named, exit 4 (the same syntax as screen's)")
+                        "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
 
     s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)")
     s.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all nodes")
