@@ -1,4 +1,4 @@
-"""deploy/: every overlay renders with `kubectl kustomize`, validates against the Kubernetes 1.33 schemas
+"""deploy/: every overlay renders with `kubectl kustomize`, validates against the Kubernetes 1.30-1.35 schemas
 (strict: unknown fields are errors), and has the properties the service relies on; the Dockerfiles are
 multi-stage, non-root, and run the server."""
 from __future__ import annotations
@@ -27,6 +27,8 @@ JOBSET_SPEC = {"replicatedJobs", "network", "successPolicy", "failurePolicy", "s
                "coordinator", "managedBy", "ttlSecondsAfterFinished"}
 JOBSET_REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
 K8S_VERSION = "1.33.0"
+# the releases a platform team runs (Job's maxFailedIndexes, backoffLimitPerIndex and FailIndex are in all)
+K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0")
 APT_TIMEOUT = 300
 
 
@@ -90,7 +92,7 @@ def as_job(jobset: dict, replicated: dict) -> dict:
                          "namespace": jobset["metadata"]["namespace"]}}
 
 
-def validate_jobset(obj: dict) -> None:
+def validate_jobset(obj: dict, version: str = K8S_VERSION) -> None:
     """What can be checked without the CRD's schema: every field is one the API has, the references inside
     resolve, and each Job template validates strictly as the Job it becomes."""
     assert obj["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and set(obj) == {"apiVersion", "kind", "metadata", "spec"}
@@ -103,21 +105,22 @@ def validate_jobset(obj: dict) -> None:
         assert isinstance(r.get("replicas", 1), int) and r.get("replicas", 1) >= 1
         for d in r.get("dependsOn", []):  # only on a job listed before it, and only these two statuses
             assert set(d) == {"name", "status"} and d["name"] in names[:i] and d["status"] in ("Ready", "Complete")
-        kubernetes_validate.validate(as_job(obj, r), K8S_VERSION, strict=True)
+        kubernetes_validate.validate(as_job(obj, r), version, strict=True)
     success = spec.get("successPolicy", {})
     assert set(success) <= {"operator", "targetReplicatedJobs"} and success.get("operator", "All") in ("All", "Any")
     assert set(success.get("targetReplicatedJobs", [])) <= set(names)
     assert set(spec.get("failurePolicy", {})) <= {"maxRestarts", "restartStrategy", "rules"}
 
 
+@pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_object_validates_strictly_against_k8s_1_33(rendered, overlay):
+def test_every_object_validates_strictly(rendered, overlay, version):
     assert rendered[overlay]
     for obj in rendered[overlay]:
         if obj["kind"] == "JobSet":
-            validate_jobset(obj)
+            validate_jobset(obj, version)
         else:
-            kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+            kubernetes_validate.validate(obj, version, strict=True)
         assert obj["metadata"].get("namespace", "gradcheck") == "gradcheck"
         # a local-config object (the settings) is kustomize's input, never the cluster's
         assert "config.kubernetes.io/local-config" not in obj["metadata"].get("annotations", {})
