@@ -428,6 +428,8 @@ def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
         assert parse_nodes(nodes_of(objs)) == ["gpu-a", "gpu-b", "gpu-c"]
         job = one(objs, "Job", "screen-0601")
         assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+        # the count each pod checks its list against is the Job's own completions
+        assert env_of(pod_spec(job)["containers"][0])["GRADCHECK_NODE_COUNT"] == "3"
         _job_policy(job, "screen")
     _merge_job(one(render(kubectl, root / "overlays/screen/merge"), "Job"), job, "gradcheck-screen-results")
 
@@ -465,7 +467,8 @@ def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None
         else:
             ref = e["valueFrom"]["configMapKeyRef"]
             env[e["name"]] = config[ref["name"]][ref["key"]]
-    for k in ("JOB_COMPLETION_INDEX", "GRADCHECK_EXPECT_NODES", "GRADCHECK_RUN_ID", "NODE_NAME"):
+    for k in ("JOB_COMPLETION_INDEX", "GRADCHECK_EXPECT_NODES", "GRADCHECK_NODE_COUNT", "GRADCHECK_RUN_ID",
+              "NODE_NAME"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)

@@ -195,6 +195,21 @@ def test_bad_node_lists_are_refused_before_anything_runs(capsys, tmp_path, value
     assert not (tmp_path / "runs").exists()
 
 
+def test_a_node_list_of_another_length_than_the_pods_is_refused(monkeypatch, capsys, tmp_path):
+    """The Job's completions (settings.yaml `nodes`, as GRADCHECK_NODE_COUNT) and the list written at launch
+    must agree: each index refuses at once (exit 2: FailIndex) instead of pods waiting for nodes that do not
+    exist, or listed nodes left without a pod."""
+    monkeypatch.setenv("GRADCHECK_NODE_COUNT", "4")
+    assert _screen(monkeypatch, tmp_path, "a", 0, "--expect-nodes", "a,b,c") == 2
+    assert capsys.readouterr().err == ("gradcheck-svc: error: --node-count: 4 screen pod(s) for the 3 node(s) of "
+                                       "--expect-nodes: launch one pod per listed node (settings.yaml `nodes`)\n")
+    assert not (tmp_path / "runs").exists()
+    assert _screen(monkeypatch, tmp_path, "a", 0, "--expect-nodes", "a,b,c", "--node-count", "0") == 2
+    assert "--node-count: must be at least 1" in capsys.readouterr().err
+    monkeypatch.setenv("GRADCHECK_NODE_COUNT", "3")
+    assert _screen(monkeypatch, tmp_path, "a", 0, "--expect-nodes", "a,b,c") == 0
+
+
 def test_node_lists_as_kubectl_writes_them(tmp_path):
     f = tmp_path / "nodes.txt"
     f.write_text("# kubectl get nodes -l gradcheck.dev/screen=true -o name\nnode/b\nnode/a\n\nnode/a\n")

@@ -99,6 +99,10 @@ def add_parsers(sub) -> None:
                         "screened): names separated by commas, spaces or newlines, as `kubectl get nodes -l SELECTOR "
                         "-o name` prints them; @FILE reads them from FILE. This node must be one of them, else exit "
                         "75 (retried elsewhere) (default $GRADCHECK_EXPECT_NODES; none: not checked)")
+    s.add_argument("--node-count", type=int, default=os.environ.get("GRADCHECK_NODE_COUNT"), metavar="N",
+                   help="how many screen pods were launched (the Job's completions): with --expect-nodes, a list of "
+                        "another length is refused, exit 2 -- pods for nodes that do not exist would wait for ever, "
+                        "nodes without a pod would go unscreened (default $GRADCHECK_NODE_COUNT; none: not checked)")
     _verify_options(s, exclude=("device",))  # screen's --device also takes auto (the node's GPU if any)
 
 
@@ -338,6 +342,11 @@ def screen(args) -> int:
     node = args.node_name or socket.gethostname()
     run_id = _run_id(args)
     expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+    if args.node_count is not None and args.node_count < 1:  # (argparse converts $GRADCHECK_NODE_COUNT too)
+        raise OptionError("must be at least 1", field="--node-count")
+    if expected is not None and args.node_count is not None and len(expected) != args.node_count:
+        raise OptionError(f"{args.node_count} screen pod(s) for the {len(expected)} node(s) of --expect-nodes: "
+                          "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
     index = _completion_index()
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":
