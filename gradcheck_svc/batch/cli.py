@@ -4,12 +4,14 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   0   the unit finished; mismatches, invalid graphs and timeouts are results in the records
   2   bad usage or configuration (flags, an empty or missing manifest): retrying cannot help -> FailIndex
   75  infrastructure failure (unreadable volume, unwritable output, out of memory, server unreachable,
-      no GPU): retrying, possibly on another node, can -> counted against backoffLimitPerIndex
+      no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
+      possibly on another node, can -> counted against backoffLimitPerIndex
   3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
 `batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
   merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
-  present twice, from another manifest, damaged (each file named), made under other options or versions
-  (unless --allow-mixed), or no graphs at all (named on stderr). --exit-zero: 0 whenever the report is written.
+  present twice, from another manifest or shard count, damaged (each file named), made under other options
+  or versions (unless --allow-mixed), a screen's listed node not screened, or no graphs at all (named on
+  stderr). --exit-zero: 0 whenever the report is written.
 """
 from __future__ import annotations
 

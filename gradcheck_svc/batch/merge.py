@@ -11,7 +11,9 @@ recorded their sha256), the unit's options and gradcheck version; records of
 older bytes are *stale* and left out. Units (or records) made under different
 options or versions are *mixed*: refused unless --allow-mixed. Any of these is
 exit 4, naming the graphs, files or units, and so is a run that lists no graphs:
-nothing verified is not a pass.
+nothing verified is not a pass. A screen's units record the nodes it was meant to
+cover (--expect-nodes): a listed node with no unit is *not screened*, a screened
+node outside the list *unexpected* (exit 4, named); its counts are per node.
 """
 from __future__ import annotations
 

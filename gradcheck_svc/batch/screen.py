@@ -158,7 +158,8 @@ def compare(records: list[dict]) -> dict:
         per_node[d["node"]]["disagreements"] += 1
     from .schema import STATUSES
 
-    nodes = {k: {**v, "devices": sorted(v["devices"]), "counts": {s: v["counts"][s] for s in STATUSES if v["counts"][s]}}
+    nodes = {k: {**v, "devices": sorted(v["devices"]),
+                 "counts": {s: v["counts"][s] for s in STATUSES if v["counts"][s]}}  # each node's own, in order
              for k, v in sorted(per_node.items())}
     return {"nodes": nodes, "disagreeing_nodes": sorted({d["node"] for d in disagreements}),
             "disagreements": disagreements, "consistent_failures": consistent_failures}
