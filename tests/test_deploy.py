@@ -110,6 +110,7 @@ def validate_jobset(obj: dict, version: str = K8S_VERSION) -> None:
     assert set(success) <= {"operator", "targetReplicatedJobs"} and success.get("operator", "All") in ("All", "Any")
     assert set(success.get("targetReplicatedJobs", [])) <= set(names)
     assert set(spec.get("failurePolicy", {})) <= {"maxRestarts", "restartStrategy", "rules"}
+    assert set(spec.get("network", {})) <= {"enableDNSHostnames", "subdomain", "publishNotReadyAddresses"}
 
 
 @pytest.mark.parametrize("version", K8S_VERSIONS)
@@ -136,6 +137,7 @@ def test_the_jobset_check_is_strict(rendered):
                   lambda o: o["spec"]["replicatedJobs"][1]["dependsOn"][0].update(name="shardz"),
                   lambda o: o["spec"]["replicatedJobs"][1]["dependsOn"][0].update(status="Succeeded"),
                   lambda o: o["spec"]["successPolicy"].update(targetReplicatedJobs=["merged"]),
+                  lambda o: o["spec"]["network"].update(enableDNSHostname=False),
                   lambda o: o["spec"]["replicatedJobs"][0]["template"]["spec"].update(completion=3)):
         bad = copy.deepcopy(good)
         spoil(bad)
@@ -347,6 +349,7 @@ def test_the_jobset_is_one_object_for_the_whole_batch(rendered):
     assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["merge"]}
     assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 0}
     assert jobset["spec"]["ttlSecondsAfterFinished"] > 0
+    assert jobset["spec"]["network"] == {"enableDNSHostnames": False}  # no Service: shards never talk
     as_shards, as_merge = (as_job(jobset, r) for r in (shards, merge))
     _job_policy({**as_shards, "metadata": {"name": "gradcheck-batch"}}, "batch")
     claim = one(objs, "PersistentVolumeClaim")["metadata"]["name"]
