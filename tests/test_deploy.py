@@ -19,7 +19,7 @@ kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kuberne
 
 DEPLOY = ROOT / "deploy"
 OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "screen", "screen/merge",
-            "screen-gpu")
+            "screen-gpu", "screen-daemonset")
 CLUSTER_SCOPED = ("Namespace", "PriorityClass")
 # The JobSet API (jobset.x-k8s.io/v1alpha2, sigs.k8s.io/jobset api/jobset/v1alpha2/jobset_types.go): its schema is
 # a CRD's, not in kubernetes-validate; the fields it has, to check the rendered objects strictly by hand
@@ -173,7 +173,7 @@ def _assert_restricted(spec: dict) -> None:
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0
     assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
     assert spec["automountServiceAccountToken"] is False
-    for c in spec["containers"]:
+    for c in spec["containers"] + spec.get("initContainers", []):
         sc = c["securityContext"]
         assert sc["runAsNonRoot"] is True
         assert sc["allowPrivilegeEscalation"] is False
@@ -411,6 +411,33 @@ def test_screen_runs_one_pod_per_node(rendered):
     _merge_job(one(rendered["screen/merge"], "Job"), job, claim)
 
 
+def test_the_daemonset_screen_runs_the_job_s_screen_once_per_node(rendered):
+    """One pod per matching node by construction (no retried index can land on a screened node): the screen
+    Job's own container as the init container, a do-nothing container holding the pod once it is done."""
+    ds = one(rendered["screen-daemonset"], "DaemonSet", "gradcheck-screen")
+    job = one(rendered["screen"], "Job", "gradcheck-screen")
+    spec, jspec = pod_spec(ds), pod_spec(job)
+    _assert_restricted(spec)
+    (init,), (hold,) = spec["initContainers"], spec["containers"]
+    (screen,) = jspec["containers"]
+    # the same container, less the pod count a DaemonSet does not have
+    assert {k: v for k, v in init.items() if k != "env"} == {k: v for k, v in screen.items() if k != "env"}
+    ref = env_of(init)["GRADCHECK_EXPECT_NODES"]["configMapKeyRef"]  # its own list, written at launch
+    assert one(rendered["screen-daemonset"], "ConfigMap", ref["name"])["data"][ref["key"]]
+    job_ref = env_of(screen)["GRADCHECK_EXPECT_NODES"]["configMapKeyRef"]
+    assert ref["name"].rsplit("-", 1)[0] == job_ref["name"].rsplit("-", 1)[0] == "gradcheck-screen-nodes"
+    same = [e for e in screen["env"] if e["name"] not in ("GRADCHECK_NODE_COUNT", "GRADCHECK_EXPECT_NODES")]
+    assert [e for e in init["env"] if e["name"] != "GRADCHECK_EXPECT_NODES"] == same
+    assert hold["command"] == ["sleep", "infinity"] and "args" not in hold and hold["image"] == screen["image"]
+    assert spec.get("restartPolicy", "Always") == "Always"
+    for key in ("nodeSelector", "securityContext", "volumes"):
+        assert spec[key] == jspec[key], key
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    # its pods are not the Job's: the screen Job's anti-affinity and a merge's label selectors never see them
+    assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] != "screen"
+    assert not [o for o in rendered["screen-daemonset"] if o["kind"] == "Job"]
+
+
 def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
     """The node list written at launch reaches every pod as --expect-nodes (GRADCHECK_EXPECT_NODES from a
     ConfigMap of the same overlay); as shipped it lists none, so an unprepared screen is refused, not run."""
@@ -435,6 +462,8 @@ def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
         assert env_of(pod_spec(job)["containers"][0])["GRADCHECK_NODE_COUNT"] == "3"
         _job_policy(job, "screen")
     _merge_job(one(render(kubectl, root / "overlays/screen/merge"), "Job"), job, "gradcheck-screen-results")
+    ds = one(render(kubectl, root / "overlays/screen-daemonset"), "DaemonSet", "screen-0601")
+    assert env_of(pod_spec(ds)["initContainers"][0])["GRADCHECK_RUN_ID"] == "screen-0601"
 
 
 def test_documented_waits_end_on_failure_too():
@@ -545,6 +574,26 @@ def test_the_rendered_screen_names_the_node_it_did_not_reach(kubectl, monkeypatc
     assert "a (index 1; screened by index 0)" in err
     merged = json.loads((tmp_path / "results/runs/screen-7/merged.json").read_text())
     assert merged["nodes"]["unscreened"] == ["c"] and merged["exit_code"] == 4
+
+
+def test_the_rendered_daemonset_screen_names_the_node_it_did_not_reach(kubectl, monkeypatch, capsys, tmp_path):
+    """The DaemonSet variant's init container on two of three listed nodes (the third NotReady, say), then
+    the merge Job: the third node is named."""
+    root = _settings(tmp_path, "screen-run", run="screen-ds")
+    (root / "overlays/screen-daemonset/nodes.txt").write_text("node/a\nnode/b\nnode/c\n")
+    objs = render(kubectl, root / "overlays/screen-daemonset")
+    config = {o["metadata"]["name"]: o["data"] for o in objs if o["kind"] == "ConfigMap"}
+    (c,) = pod_spec(one(objs, "DaemonSet", "screen-ds"))["initContainers"]
+    c = {**c, "args": [a for a in c["args"] if not a.startswith(("--generated", "--size"))]
+         + ["--generated=2", "--size=2", "--examples=none"]}
+    (m,) = pod_spec(one(render(kubectl, root / "overlays/screen/merge"), "Job"))["containers"]
+    volumes = {"/results": tmp_path / "results", "/dev/termination-log": tmp_path / "message"}
+    for node in ("a", "b", "a"):  # a's pod recreated: it resumes (nothing to do), it is not refused
+        assert _run_container(monkeypatch, c, volumes, None, node=node, config=config) == 0
+    assert _run_container(monkeypatch, m, volumes) == 0
+    assert (tmp_path / "message").read_text() == (
+        "incomplete: run screen-ds: 2 graphs on each of 2 of 3 expected node(s): a: 2 pass; b: 2 pass; "
+        "c: not screened\n")
 
 
 # --- Dockerfiles: docker cannot run here, so their structure is checked -------------------------------
