@@ -330,10 +330,10 @@ def screen(args) -> int:
     import tempfile
 
     from ..errors import OptionError
+    from . import screen as screen_nodes
     from .manifest import load_manifest
     from .runner import run_unit
     from .store import UnitStore, unit_name
-    from . import screen as screen_nodes
     from .verifiers import InfraError
 
     limits = _check_common(args)
@@ -377,8 +377,8 @@ def screen(args) -> int:
 
 
 def batch_merge(args) -> int:
-    from ..text import clip
     from ..errors import OptionError
+    from ..text import clip
     from . import screen as screen_nodes
     from .merge import markdown, merge, notes, outcomes, problems, summary_line
 
