@@ -489,4 +489,4 @@ def test_a_screen_node_rerun_under_new_options_is_named_for_that_node_only(capsy
             f"--allow-mixed): {last['graph']} (node-node-a)") in err
     assert "differ in: seed" in err  # and the two nodes ran under different options
     code, _, err = run(capsys, "batch-merge", out, "--allow-mixed")
-    assert code == 0 and "3 graphs: 6 pass (exit 0)" in err
+    assert code == 0 and "3 graphs on each of 2 node(s): node-a: 3 pass; node-b: 3 pass (exit 0)" in err  # per node

@@ -131,14 +131,18 @@ def test_indexed_job_rerun_after_a_graph_and_an_option_changed(tmp_path):
         return subprocess.run(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(i), **job_env}),
                               capture_output=True, text=True, timeout=300, cwd=ROOT)
 
-    def merge() -> tuple[subprocess.CompletedProcess, dict]:
-        proc = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)],
+    def merge(*extra: str) -> tuple[subprocess.CompletedProcess, dict]:
+        proc = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), *extra],
                               capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
         return proc, json.loads((out / "runs" / "gradcheck-batch" / "merged.json").read_text())
 
     assert all(index(i).returncode == 0 for i in range(SHARDS))
-    proc, merged = merge()
+    proc, merged = merge("--shard-count", str(SHARDS))  # as the merge Job runs it: the count from the settings
     assert proc.returncode == 0 and merged["run_id"] == "gradcheck-batch" and merged["counts"]["pass"] == 24
+    # a merge told another shard count (the settings changed after the shards ran) names every unit
+    proc, merged = merge("--shard-count", str(SHARDS * 2))
+    assert proc.returncode == 4 and merged["inconsistent_units"] == [f"shard-{i:04d}" for i in range(SHARDS)]
+    assert "units recorded a different manifest, shard count or graph content: shard-0000, " in proc.stderr
 
     changed = "m-05.json"
     (corpus / changed).write_text(json.dumps(graph_dict(5, size=2, kind="mismatch")))

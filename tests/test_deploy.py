@@ -1,4 +1,4 @@
-"""deploy/: every overlay renders with `kubectl kustomize`, validates against the Kubernetes 1.33 schemas
+"""deploy/: every overlay renders with `kubectl kustomize`, validates against the Kubernetes 1.30-1.35 schemas
 (strict: unknown fields are errors), and has the properties the service relies on; the Dockerfiles are
 multi-stage, non-root, and run the server."""
 from __future__ import annotations
@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -17,8 +18,17 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra: pip inst
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the test extra")
 
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "screen", "screen/merge")
+OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "screen", "screen/merge",
+            "screen-gpu", "screen-daemonset")
+CLUSTER_SCOPED = ("Namespace", "PriorityClass")
+# The JobSet API (jobset.x-k8s.io/v1alpha2, sigs.k8s.io/jobset api/jobset/v1alpha2/jobset_types.go): its schema is
+# a CRD's, not in kubernetes-validate; the fields it has, to check the rendered objects strictly by hand
+JOBSET_SPEC = {"replicatedJobs", "network", "successPolicy", "failurePolicy", "startupPolicy", "suspend",
+               "coordinator", "managedBy", "ttlSecondsAfterFinished"}
+JOBSET_REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
 K8S_VERSION = "1.33.0"
+# the releases a platform team runs (Job's maxFailedIndexes, backoffLimitPerIndex and FailIndex are in all)
+K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0")
 APT_TIMEOUT = 300
 
 
@@ -53,15 +63,15 @@ def kubectl() -> str:
     return path
 
 
+def render(kubectl: str, path) -> list[dict]:
+    proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, f"{path}: {proc.stderr}"
+    return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+
 @pytest.fixture(scope="session")
 def rendered(kubectl) -> dict[str, list[dict]]:
-    out = {}
-    for overlay in OVERLAYS:
-        proc = subprocess.run([kubectl, "kustomize", str(DEPLOY / "overlays" / overlay)], capture_output=True,
-                              text=True, timeout=120)
-        assert proc.returncode == 0, f"{overlay}: {proc.stderr}"
-        out[overlay] = [d for d in yaml.safe_load_all(proc.stdout) if d]
-    return out
+    return {overlay: render(kubectl, DEPLOY / "overlays" / overlay) for overlay in OVERLAYS}
 
 
 def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
@@ -74,12 +84,65 @@ def pod_spec(obj: dict) -> dict:
     return obj["spec"]["template"]["spec"]
 
 
+def as_job(jobset: dict, replicated: dict) -> dict:
+    """A JobSet's Job template as the Job the JobSet controller creates from it (named as it names them)."""
+    t = replicated["template"]
+    return {"apiVersion": "batch/v1", "kind": "Job", "spec": t["spec"],
+            "metadata": {**t.get("metadata", {}), "name": f"{jobset['metadata']['name']}-{replicated['name']}-0",
+                         "namespace": jobset["metadata"]["namespace"]}}
+
+
+def validate_jobset(obj: dict, version: str = K8S_VERSION) -> None:
+    """What can be checked without the CRD's schema: every field is one the API has, the references inside
+    resolve, and each Job template validates strictly as the Job it becomes."""
+    assert obj["apiVersion"] == "jobset.x-k8s.io/v1alpha2" and set(obj) == {"apiVersion", "kind", "metadata", "spec"}
+    spec = obj["spec"]
+    assert set(spec) <= JOBSET_SPEC, set(spec) - JOBSET_SPEC
+    names = [r["name"] for r in spec["replicatedJobs"]]
+    assert len(set(names)) == len(names)
+    for i, r in enumerate(spec["replicatedJobs"]):
+        assert set(r) <= JOBSET_REPLICATED_JOB and set(r["template"]) <= {"metadata", "spec"}
+        assert isinstance(r.get("replicas", 1), int) and r.get("replicas", 1) >= 1
+        for d in r.get("dependsOn", []):  # only on a job listed before it, and only these two statuses
+            assert set(d) == {"name", "status"} and d["name"] in names[:i] and d["status"] in ("Ready", "Complete")
+        kubernetes_validate.validate(as_job(obj, r), version, strict=True)
+    success = spec.get("successPolicy", {})
+    assert set(success) <= {"operator", "targetReplicatedJobs"} and success.get("operator", "All") in ("All", "Any")
+    assert set(success.get("targetReplicatedJobs", [])) <= set(names)
+    assert set(spec.get("failurePolicy", {})) <= {"maxRestarts", "restartStrategy", "rules"}
+    assert set(spec.get("network", {})) <= {"enableDNSHostnames", "subdomain", "publishNotReadyAddresses"}
+
+
+@pytest.mark.parametrize("version", K8S_VERSIONS)
 @pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_object_validates_strictly_against_k8s_1_33(rendered, overlay):
+def test_every_object_validates_strictly(rendered, overlay, version):
     assert rendered[overlay]
     for obj in rendered[overlay]:
-        kubernetes_validate.validate(obj, K8S_VERSION, strict=True)
+        if obj["kind"] == "JobSet":
+            validate_jobset(obj, version)
+        else:
+            kubernetes_validate.validate(obj, version, strict=True)
         assert obj["metadata"].get("namespace", "gradcheck") == "gradcheck"
+        # a local-config object (the settings) is kustomize's input, never the cluster's
+        assert "config.kubernetes.io/local-config" not in obj["metadata"].get("annotations", {})
+
+
+def test_the_jobset_check_is_strict(rendered):
+    """A misspelt JobSet field, a dependency on an unknown job, or an invalid Job template must fail."""
+    import copy
+
+    good = one(rendered["batch-jobset"], "JobSet")
+    validate_jobset(good)
+    for spoil in (lambda o: o["spec"].update(replicatedJob=[]),
+                  lambda o: o["spec"]["replicatedJobs"][1]["dependsOn"][0].update(name="shardz"),
+                  lambda o: o["spec"]["replicatedJobs"][1]["dependsOn"][0].update(status="Succeeded"),
+                  lambda o: o["spec"]["successPolicy"].update(targetReplicatedJobs=["merged"]),
+                  lambda o: o["spec"]["network"].update(enableDNSHostname=False),
+                  lambda o: o["spec"]["replicatedJobs"][0]["template"]["spec"].update(completion=3)):
+        bad = copy.deepcopy(good)
+        spoil(bad)
+        with pytest.raises((AssertionError, kubernetes_validate.ValidationError)):
+            validate_jobset(bad)
 
 
 def test_the_validator_is_strict():
@@ -102,7 +165,7 @@ def test_every_overlay_creates_its_namespace_with_pod_security(rendered, overlay
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
         assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest"
-    assert all(o["metadata"]["namespace"] == "gradcheck" for o in rendered[overlay] if o["kind"] != "Namespace")
+    assert all(o["metadata"]["namespace"] == "gradcheck" for o in rendered[overlay] if o["kind"] not in CLUSTER_SCOPED)
 
 
 def _assert_restricted(spec: dict) -> None:
@@ -110,7 +173,7 @@ def _assert_restricted(spec: dict) -> None:
     assert pod["runAsNonRoot"] is True and pod["runAsUser"] != 0
     assert pod["seccompProfile"] == {"type": "RuntimeDefault"}
     assert spec["automountServiceAccountToken"] is False
-    for c in spec["containers"]:
+    for c in spec["containers"] + spec.get("initContainers", []):
         sc = c["securityContext"]
         assert sc["runAsNonRoot"] is True
         assert sc["allowPrivilegeEscalation"] is False
@@ -173,10 +236,15 @@ def test_server_deployment(rendered, overlay):
         assert "runtimeClassName" not in spec
 
 
+def env_of(container: dict) -> dict:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container.get("env", [])}
+
+
 def _job_policy(job: dict, container: str) -> None:
     spec = job["spec"]
     assert spec["completionMode"] == "Indexed"
     assert spec["backoffLimitPerIndex"] >= 1
+    assert spec["activeDeadlineSeconds"] > 0  # no Job runs (or waits Pending) for ever
     assert pod_spec(job)["restartPolicy"] == "Never"
     rules = spec["podFailurePolicy"]["rules"]
     by_action = {r["action"]: r for r in rules}
@@ -185,25 +253,33 @@ def _job_policy(job: dict, container: str) -> None:
     assert set(by_action["Count"]["onExitCodes"]["values"]) == {3, 75, 137}
     assert by_action["Ignore"]["onPodConditions"][0]["type"] == "DisruptionTarget"
     (c,) = pod_spec(job)["containers"]
-    node_env = next(e for e in c["env"] if e["name"] == "NODE_NAME")
-    assert node_env["valueFrom"]["fieldRef"]["fieldPath"] == "spec.nodeName"
-    # every run writes under its run ID: the Job's name, from the label the Job controller sets on its pods
-    run_env = next(e for e in c["env"] if e["name"] == "GRADCHECK_RUN_ID")
-    assert run_env["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.labels['batch.kubernetes.io/job-name']"
+    env = env_of(c)
+    assert env["NODE_NAME"]["fieldRef"]["fieldPath"] == "spec.nodeName"
+    # every run writes under its run ID, the name of the Job: a re-run is a new name, so a Job is never re-applied
+    assert env["GRADCHECK_RUN_ID"] == job["metadata"]["name"]
     _assert_restricted(pod_spec(job))
 
 
-def _merge_job(merge: dict, job: dict, claim: str) -> None:
+def _merge_job(merge: dict, job: dict, claim: str, shards: int | None = None) -> None:
     """The merge reads the run its Job wrote (the Job's name), and succeeds once its report is written: the
     verdict goes to the log, merged.json and the termination message, not to the Job's status."""
     spec = pod_spec(merge)
     _assert_restricted(spec)
     (c,) = spec["containers"]
-    assert c["args"] == ["batch-merge", "/results", f"--run-id={job['metadata']['name']}", "--exit-zero",
+    count = [] if shards is None else [f"--shard-count={shards}"]
+    assert c["args"] == ["batch-merge", "/results", "--run-id=$(GRADCHECK_RUN_ID)", *count, "--exit-zero",
                          "--verdict-file=/dev/termination-log"]
+    assert env_of(c)["GRADCHECK_RUN_ID"] == job["metadata"]["name"]
+    assert merge["metadata"]["name"] == job["metadata"]["name"] + "-merge"
+    assert merge["spec"]["activeDeadlineSeconds"] > 0 and merge["spec"]["backoffLimit"] == 0
     assert c.get("terminationMessagePath", "/dev/termination-log") == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "File"
     assert next(v for v in spec["volumes"] if v["name"] == "results")["persistentVolumeClaim"]["claimName"] == claim
+
+
+def _arg(c: dict, flag: str) -> str:
+    (value,) = [a.split("=", 1)[1] for a in c["args"] if a.startswith(flag + "=")]
+    return value
 
 
 def test_batch_is_an_indexed_job_with_a_failure_policy(rendered):
@@ -211,12 +287,113 @@ def test_batch_is_an_indexed_job_with_a_failure_policy(rendered):
     _job_policy(job, "batch")
     (c,) = pod_spec(job)["containers"]
     assert c["args"][0] == "batch"
-    assert f"--shard-count={job['spec']['completions']}" in c["args"]
+    shards = job["spec"]["completions"]
+    assert shards == job["spec"]["parallelism"] == int(_arg(c, "--shard-count")) == 8
+    assert 1 <= job["spec"]["maxFailedIndexes"] <= shards
     assert "--shard-index" not in " ".join(c["args"])  # JOB_COMPLETION_INDEX, set by Kubernetes
+    assert _arg(c, "--device") == "$(GRADCHECK_DEVICE)" and env_of(c)["GRADCHECK_DEVICE"] == "cpu"
     claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod_spec(job)["volumes"]
               if "persistentVolumeClaim" in v}
     assert claims["results"] == one(rendered["batch"], "PersistentVolumeClaim")["metadata"]["name"]
-    _merge_job(one(rendered["batch/merge"], "Job"), job, claims["results"])
+    _merge_job(one(rendered["batch/merge"], "Job"), job, claims["results"], shards)
+
+
+def _settings(tmp_path, component: str, **data) -> Path:
+    """A copy of deploy/ with the settings of one run changed, as a user changes them."""
+    root = tmp_path / "deploy"
+    shutil.copytree(DEPLOY, root)
+    path = root / "components" / component / "settings.yaml"
+    doc = yaml.safe_load(path.read_text())
+    doc["data"].update(data)
+    path.write_text(yaml.safe_dump(doc))
+    return root
+
+
+def test_the_run_id_and_shard_count_are_set_once(kubectl, tmp_path):
+    """One settings file; every overlay follows: the names of the Jobs (and the JobSet), completions,
+    parallelism, --shard-count of the shards and of the merge, the run ID each pod writes or reads."""
+    root = _settings(tmp_path, "batch-run", run="nightly-42", shards="3")
+    plain, merge = render(kubectl, root / "overlays/batch"), render(kubectl, root / "overlays/batch/merge")
+    job = one(plain, "Job", "nightly-42")
+    _job_policy(job, "batch")
+    assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+    assert _arg(pod_spec(job)["containers"][0], "--shard-count") == "3"
+    _merge_job(one(merge, "Job", "nightly-42-merge"), job, "gradcheck-results", 3)
+    for overlay in ("batch-jobset", "batch-kueue"):
+        jobset = one(render(kubectl, root / "overlays" / overlay), "JobSet", "nightly-42")
+        shards, merge_t = (r["template"] for r in jobset["spec"]["replicatedJobs"])
+        assert shards["spec"]["completions"] == shards["spec"]["parallelism"] == 3
+        for t in (shards, merge_t):
+            (c,) = t["spec"]["template"]["spec"]["containers"]
+            assert _arg(c, "--shard-count") == "3" and env_of(c)["GRADCHECK_RUN_ID"] == "nightly-42"
+    gpu = one(render(kubectl, root / "overlays/batch-gpu"), "Job", "nightly-42")
+    assert gpu["spec"]["completions"] == 3
+    # no other place in deploy/ holds a shard count or a batch run ID of its own
+    texts = {p: p.read_text() for p in (root / "batch").rglob("*.yaml")}
+    assert not [p for p, t in texts.items() if re.search(r"shard-count=(?!1\b)|completions: (?!1\b)", t)]
+
+
+def test_the_jobset_is_one_object_for_the_whole_batch(rendered):
+    """Shards fan out, the merge fans in when they complete, one status: the JobSet's templates are exactly
+    the plain Jobs' specs (copied, never a second copy to drift), and nothing else runs."""
+    objs = rendered["batch-jobset"]
+    assert not [o for o in objs if o["kind"] == "Job"]
+    jobset = one(objs, "JobSet", "gradcheck-batch")
+    shards, merge = jobset["spec"]["replicatedJobs"]
+    assert (shards["name"], merge["name"]) == ("shards", "merge")
+    assert shards.get("replicas", 1) == merge.get("replicas", 1) == 1
+    assert shards["template"]["spec"] == one(rendered["batch"], "Job", "gradcheck-batch")["spec"]
+    assert merge["template"]["spec"] == one(rendered["batch/merge"], "Job")["spec"]
+    assert merge["dependsOn"] == [{"name": "shards", "status": "Complete"}]
+    # Completed when the merge has written its report; Failed (once) when a shard index is out of retries
+    assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["merge"]}
+    assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 0}
+    assert jobset["spec"]["ttlSecondsAfterFinished"] > 0
+    assert jobset["spec"]["network"] == {"enableDNSHostnames": False}  # no Service: shards never talk
+    as_shards, as_merge = (as_job(jobset, r) for r in (shards, merge))
+    _job_policy({**as_shards, "metadata": {"name": "gradcheck-batch"}}, "batch")
+    claim = one(objs, "PersistentVolumeClaim")["metadata"]["name"]
+    _merge_job({**as_merge, "metadata": {"name": "gradcheck-batch-merge"}}, {"metadata": {"name": "gradcheck-batch"}},
+               claim, shards["template"]["spec"]["completions"])
+
+
+def test_the_kueue_variant_is_queued_suspended_and_prioritised(rendered):
+    objs = rendered["batch-kueue"]
+    jobset = one(objs, "JobSet", "gradcheck-batch")
+    assert jobset["metadata"]["labels"]["kueue.x-k8s.io/queue-name"] == "gradcheck"
+    assert jobset["spec"]["suspend"] is True  # Kueue admits it (unsuspends it) when its queue has quota
+    pc = one(objs, "PriorityClass")
+    assert pc["preemptionPolicy"] == "Never" and pc["globalDefault"] is False and pc["value"] < 0
+    for r in jobset["spec"]["replicatedJobs"]:
+        assert r["template"]["spec"]["template"]["spec"]["priorityClassName"] == pc["metadata"]["name"]
+    # otherwise the JobSet variant itself
+    plain = one(rendered["batch-jobset"], "JobSet")
+    for a, b in zip(jobset["spec"]["replicatedJobs"], plain["spec"]["replicatedJobs"]):
+        assert {k: v for k, v in a["template"]["spec"]["template"]["spec"].items() if k != "priorityClassName"} == \
+            b["template"]["spec"]["template"]["spec"]
+
+
+def _gpu(job: dict, cpu_job: dict, container: str) -> None:
+    spec, cpu = pod_spec(job), pod_spec(cpu_job)
+    (c,), (cc,) = spec["containers"], cpu["containers"]
+    assert spec["runtimeClassName"] == "nvidia"
+    assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
+    assert spec["nodeSelector"] == {**cpu.get("nodeSelector", {}), "nvidia.com/gpu.present": "true"}
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == 1
+    assert c["image"].endswith("-gpu") and cc["image"].endswith("-cpu")
+    # --device=cuda: an unusable GPU fails the pod (exit 75, retried) instead of verifying on the CPU
+    assert env_of(c)["GRADCHECK_DEVICE"] == "cuda" and _arg(c, "--device") == "$(GRADCHECK_DEVICE)"
+    assert c["args"] == cc["args"] and c["name"] == container
+    assert {k: v for k, v in env_of(c).items() if k != "GRADCHECK_DEVICE"} == \
+        {k: v for k, v in env_of(cc).items() if k != "GRADCHECK_DEVICE"}
+    _job_policy(job, container)
+
+
+def test_gpu_batch_and_gpu_screen(rendered):
+    _gpu(one(rendered["batch-gpu"], "Job"), one(rendered["batch"], "Job"), "batch")
+    _gpu(one(rendered["screen-gpu"], "Job"), one(rendered["screen"], "Job"), "screen")
+    assert pod_spec(one(rendered["screen-gpu"], "Job"))["nodeSelector"] == {
+        "gradcheck.dev/screen": "true", "nvidia.com/gpu.present": "true"}
 
 
 def test_screen_runs_one_pod_per_node(rendered):
@@ -228,21 +405,195 @@ def test_screen_runs_one_pod_per_node(rendered):
     assert term["topologyKey"] == "kubernetes.io/hostname"
     assert term["labelSelector"]["matchLabels"].items() <= job["spec"]["template"]["metadata"]["labels"].items()
     assert spec["nodeSelector"] == {"gradcheck.dev/screen": "true"}
-    assert spec["containers"][0]["args"][0] == "screen"
+    (c,) = spec["containers"]
+    assert c["args"][0] == "screen" and env_of(c)["GRADCHECK_DEVICE"] == "auto"
     claim = one(rendered["screen"], "PersistentVolumeClaim")["metadata"]["name"]
     _merge_job(one(rendered["screen/merge"], "Job"), job, claim)
 
 
+def test_the_daemonset_screen_runs_the_job_s_screen_once_per_node(rendered):
+    """One pod per matching node by construction (no retried index can land on a screened node): the screen
+    Job's own container as the init container, a do-nothing container holding the pod once it is done."""
+    ds = one(rendered["screen-daemonset"], "DaemonSet", "gradcheck-screen")
+    job = one(rendered["screen"], "Job", "gradcheck-screen")
+    spec, jspec = pod_spec(ds), pod_spec(job)
+    _assert_restricted(spec)
+    (init,), (hold,) = spec["initContainers"], spec["containers"]
+    (screen,) = jspec["containers"]
+    # the same container, less the pod count a DaemonSet does not have
+    assert {k: v for k, v in init.items() if k != "env"} == {k: v for k, v in screen.items() if k != "env"}
+    ref = env_of(init)["GRADCHECK_EXPECT_NODES"]["configMapKeyRef"]  # its own list, written at launch
+    assert one(rendered["screen-daemonset"], "ConfigMap", ref["name"])["data"][ref["key"]]
+    job_ref = env_of(screen)["GRADCHECK_EXPECT_NODES"]["configMapKeyRef"]
+    assert ref["name"].rsplit("-", 1)[0] == job_ref["name"].rsplit("-", 1)[0] == "gradcheck-screen-nodes"
+    same = [e for e in screen["env"] if e["name"] not in ("GRADCHECK_NODE_COUNT", "GRADCHECK_EXPECT_NODES")]
+    assert [e for e in init["env"] if e["name"] != "GRADCHECK_EXPECT_NODES"] == same
+    assert hold["command"] == ["sleep", "infinity"] and "args" not in hold and hold["image"] == screen["image"]
+    assert spec.get("restartPolicy", "Always") == "Always"
+    for key in ("nodeSelector", "securityContext", "volumes"):
+        assert spec[key] == jspec[key], key
+    assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
+    # its pods are not the Job's: the screen Job's anti-affinity and a merge's label selectors never see them
+    assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] != "screen"
+    assert not [o for o in rendered["screen-daemonset"] if o["kind"] == "Job"]
+
+
+def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
+    """The node list written at launch reaches every pod as --expect-nodes (GRADCHECK_EXPECT_NODES from a
+    ConfigMap of the same overlay); as shipped it lists none, so an unprepared screen is refused, not run."""
+    from gradcheck_svc.batch.screen import parse_nodes
+    from gradcheck_svc.errors import OptionError
+
+    def nodes_of(objs):
+        (c,) = pod_spec(one(objs, "Job"))["containers"]
+        ref = env_of(c)["GRADCHECK_EXPECT_NODES"]["configMapKeyRef"]
+        return one(objs, "ConfigMap", ref["name"])["data"][ref["key"]]
+
+    with pytest.raises(OptionError, match="lists no node"):
+        parse_nodes(nodes_of(rendered["screen"]))
+    root = _settings(tmp_path, "screen-run", run="screen-0601", nodes="3")
+    (root / "overlays/screen/nodes.txt").write_text("node/gpu-a\nnode/gpu-b\nnode/gpu-c\n")  # kubectl -o name
+    for overlay in ("screen", "screen-gpu"):
+        objs = render(kubectl, root / "overlays" / overlay)
+        assert parse_nodes(nodes_of(objs)) == ["gpu-a", "gpu-b", "gpu-c"]
+        job = one(objs, "Job", "screen-0601")
+        assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
+        # the count each pod checks its list against is the Job's own completions
+        assert env_of(pod_spec(job)["containers"][0])["GRADCHECK_NODE_COUNT"] == "3"
+        _job_policy(job, "screen")
+    _merge_job(one(render(kubectl, root / "overlays/screen/merge"), "Job"), job, "gradcheck-screen-results")
+    ds = one(render(kubectl, root / "overlays/screen-daemonset"), "DaemonSet", "screen-0601")
+    assert env_of(pod_spec(ds)["initContainers"][0])["GRADCHECK_RUN_ID"] == "screen-0601"
+
+
 def test_documented_waits_end_on_failure_too():
     """`kubectl wait --for=condition=complete` alone waits out its whole timeout when the Job fails: every
-    documented wait for a Job ends on Complete or Failed."""
+    documented wait for a Job ends on Complete or Failed (a JobSet's conditions: Completed or Failed)."""
     texts = [DEPLOY / "README.md", ROOT / "README.md", *DEPLOY.glob("overlays/**/kustomization.yaml")]
     lines = [ln for t in texts for ln in t.read_text().splitlines()]
     assert not [ln for ln in lines if "condition=complete" in ln.lower() and "failed" not in ln.lower()]
     waits = [ln for ln in lines if ln.startswith("until kubectl")]
-    assert len(waits) >= 3
+    assert len(waits) >= 4
     for line in waits:
-        assert """-o jsonpath='{.status.conditions[?(@.status=="True")].type}' | grep -qwE 'Complete|Failed'""" in line
+        kind = "Completed" if " jobset/" in line else "Complete"
+        assert (f"""-o jsonpath='{{.status.conditions[?(@.status=="True")].type}}' | grep -qwE '{kind}|Failed'"""
+                in line), line
+    assert [ln for ln in waits if " jobset/" in ln]
+
+
+# --- the rendered Jobs, run here as Kubernetes runs them ------------------------------------------------
+
+def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None, node: str = "node-1",
+                   config: dict | None = None) -> int:
+    """One container of a rendered pod, in-process: its env (literals, the downward API's node name, a
+    ConfigMap's key), JOB_COMPLETION_INDEX as the Job controller sets it, $(VAR) in its args expanded as the
+    kubelet expands them, and its mount paths mapped onto local folders."""
+    from gradcheck_svc.cli import main
+
+    env = {}
+    for e in c.get("env", []):
+        if "value" in e:
+            env[e["name"]] = e["value"]
+        elif e["valueFrom"].get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
+            env[e["name"]] = node
+        else:
+            ref = e["valueFrom"]["configMapKeyRef"]
+            env[e["name"]] = config[ref["name"]][ref["key"]]
+    for k in ("JOB_COMPLETION_INDEX", "GRADCHECK_EXPECT_NODES", "GRADCHECK_NODE_COUNT", "GRADCHECK_RUN_ID",
+              "NODE_NAME"):
+        monkeypatch.delenv(k, raising=False)
+    for k, v in env.items():
+        monkeypatch.setenv(k, v)
+    if index is not None:
+        monkeypatch.setenv("JOB_COMPLETION_INDEX", str(index))
+    args = [re.sub(r"\$\((\w+)\)", lambda m: env[m.group(1)], a) for a in c["args"]]
+    for mount, local in volumes.items():
+        args = [a.replace(mount, str(local)) for a in args]
+    return main(args)
+
+
+def test_the_rendered_jobset_runs_as_a_batch(kubectl, monkeypatch, capsys, tmp_path):
+    """The JobSet of a changed settings file (3 shards, run nightly-7): every shard index run as its
+    template says, then the merge with its own arguments -- before the last shard (incomplete, naming it)
+    and after (the verdict in the termination message, the merge itself succeeding)."""
+    import json
+
+    from gradcheck_svc.batch.generate import graph_dict
+    from gradcheck_svc.batch.manifest import shard_of
+
+    root = _settings(tmp_path, "batch-run", run="nightly-7", shards="3")
+    jobset = one(render(kubectl, root / "overlays/batch-jobset"), "JobSet", "nightly-7")
+    shards, merge = ((r["template"]["spec"], r["template"]["spec"]["template"]["spec"]["containers"][0])
+                     for r in jobset["spec"]["replicatedJobs"])
+    graphs = tmp_path / "graphs"
+    graphs.mkdir()
+    for i in range(6):
+        (graphs / f"g{i}.json").write_text(json.dumps(graph_dict(i, size=2, kind="mismatch" if i == 4 else "ok")))
+    volumes = {"/graphs": graphs, "/results": tmp_path / "results", "/dev/termination-log": tmp_path / "message"}
+    count = shards[0]["completions"]
+    last = shard_of("g4.json", count)
+    for index in range(count):
+        if index != last:
+            assert _run_container(monkeypatch, shards[0]["template"]["spec"]["containers"][0], volumes, index) == 0
+    assert _run_container(monkeypatch, merge[1], volumes) == 0  # the merge Job succeeds; the verdict says
+    assert (tmp_path / "message").read_text().startswith("incomplete: run nightly-7: 6 graphs: ")
+    err = capsys.readouterr().err
+    held = [f"g{i}.json" for i in range(6) if shard_of(f"g{i}.json", count) == last]
+    assert f"{len(held)} graph result(s) missing: " in err and all(f"{g} (shard {last})" in err for g in held)
+    assert _run_container(monkeypatch, shards[0]["template"]["spec"]["containers"][0], volumes, last) == 0
+    assert _run_container(monkeypatch, merge[1], volumes) == 0
+    assert (tmp_path / "message").read_text() == "fail: run nightly-7: 6 graphs: 5 pass, 1 fail\n"
+    merged = json.loads((tmp_path / "results/runs/nightly-7/merged.json").read_text())
+    assert merged["shard_count"] == 3 and merged["failed"] == ["g4.json"] and merged["exit_code"] == 1
+
+
+def test_the_rendered_screen_names_the_node_it_did_not_reach(kubectl, monkeypatch, capsys, tmp_path):
+    """The screen overlay as launched on three nodes (nodes.txt from `kubectl get nodes -o name`), its Job run
+    on two of them (the suite made small: --generated/--size), then its merge Job: the third node is named."""
+    import json
+
+    root = _settings(tmp_path, "screen-run", run="screen-7", nodes="3")
+    (root / "overlays/screen/nodes.txt").write_text("node/a\nnode/b\nnode/c\n")
+    objs = render(kubectl, root / "overlays/screen")
+    config = {o["metadata"]["name"]: o["data"] for o in objs if o["kind"] == "ConfigMap"}
+    (c,) = pod_spec(one(objs, "Job", "screen-7"))["containers"]
+    c = {**c, "args": [a for a in c["args"] if not a.startswith(("--generated", "--size"))]
+         + ["--generated=2", "--size=2", "--examples=none"]}
+    (m,) = pod_spec(one(render(kubectl, root / "overlays/screen/merge"), "Job"))["containers"]
+    volumes = {"/results": tmp_path / "results", "/dev/termination-log": tmp_path / "message"}
+    assert _run_container(monkeypatch, c, volumes, 0, node="a", config=config) == 0
+    assert _run_container(monkeypatch, c, volumes, 1, node="a", config=config) == 75  # retried elsewhere
+    assert _run_container(monkeypatch, c, volumes, 1, node="b", config=config) == 0
+    capsys.readouterr()
+    assert _run_container(monkeypatch, m, volumes) == 0
+    assert (tmp_path / "message").read_text() == (
+        "incomplete: run screen-7: 2 graphs on each of 2 of 3 expected node(s): a: 2 pass; b: 2 pass; "
+        "c: not screened\n")
+    err = capsys.readouterr().err
+    assert "1 of 3 expected node(s) not screened (no unit.json in this run): c" in err
+    assert "a (index 1; screened by index 0)" in err
+    merged = json.loads((tmp_path / "results/runs/screen-7/merged.json").read_text())
+    assert merged["nodes"]["unscreened"] == ["c"] and merged["exit_code"] == 4
+
+
+def test_the_rendered_daemonset_screen_names_the_node_it_did_not_reach(kubectl, monkeypatch, capsys, tmp_path):
+    """The DaemonSet variant's init container on two of three listed nodes (the third NotReady, say), then
+    the merge Job: the third node is named."""
+    root = _settings(tmp_path, "screen-run", run="screen-ds")
+    (root / "overlays/screen-daemonset/nodes.txt").write_text("node/a\nnode/b\nnode/c\n")
+    objs = render(kubectl, root / "overlays/screen-daemonset")
+    config = {o["metadata"]["name"]: o["data"] for o in objs if o["kind"] == "ConfigMap"}
+    (c,) = pod_spec(one(objs, "DaemonSet", "screen-ds"))["initContainers"]
+    c = {**c, "args": [a for a in c["args"] if not a.startswith(("--generated", "--size"))]
+         + ["--generated=2", "--size=2", "--examples=none"]}
+    (m,) = pod_spec(one(render(kubectl, root / "overlays/screen/merge"), "Job"))["containers"]
+    volumes = {"/results": tmp_path / "results", "/dev/termination-log": tmp_path / "message"}
+    for node in ("a", "b", "a"):  # a's pod recreated: it resumes (nothing to do), it is not refused
+        assert _run_container(monkeypatch, c, volumes, None, node=node, config=config) == 0
+    assert _run_container(monkeypatch, m, volumes) == 0
+    assert (tmp_path / "message").read_text() == (
+        "incomplete: run screen-ds: 2 graphs on each of 2 of 3 expected node(s): a: 2 pass; b: 2 pass; "
+        "c: not screened\n")
 
 
 # --- Dockerfiles: docker cannot run here, so their structure is checked -------------------------------

@@ -4,12 +4,14 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   0   the unit finished; mismatches, invalid graphs and timeouts are results in the records
   2   bad usage or configuration (flags, an empty or missing manifest): retrying cannot help -> FailIndex
   75  infrastructure failure (unreadable volume, unwritable output, out of memory, server unreachable,
-      no GPU): retrying, possibly on another node, can -> counted against backoffLimitPerIndex
+      no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
+      possibly on another node, can -> counted against backoffLimitPerIndex
   3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
 `batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
   merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
-  present twice, from another manifest, damaged (each file named), made under other options or versions
-  (unless --allow-mixed), or no graphs at all (named on stderr). --exit-zero: 0 whenever the report is written.
+  present twice, from another manifest or shard count, damaged (each file named), made under other options
+  or versions (unless --allow-mixed), a screen's listed node not screened, or no graphs at all (named on
+  stderr). --exit-zero: 0 whenever the report is written.
 """
 from __future__ import annotations
 
@@ -75,6 +77,11 @@ def add_parsers(sub) -> None:
     m.add_argument("--allow-mixed", action="store_true",
                    help="merge results made under different options or gradcheck versions (default: exit 4, "
                         "naming them)")
+    m.add_argument("--shard-count", type=int, default=None, metavar="N",
+                   help="a batch's shard count: a unit made with another is named, exit 4 (default: the units' own)")
+    m.add_argument("--expect-nodes", default=None, metavar="NODES|@FILE",
+                   help="a screen's intended nodes, added to those its units recorded: each one not screened is "
+                        "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
 
     s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)")
     s.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all nodes")
@@ -89,6 +96,15 @@ def add_parsers(sub) -> None:
                    help="seed of the generated graphs (same on every node; default %(default)s)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: the node's GPU when one is usable, else the CPU (default auto)")
+    s.add_argument("--expect-nodes", default=os.environ.get("GRADCHECK_EXPECT_NODES"), metavar="NODES|@FILE",
+                   help="the nodes this screen is meant to cover, recorded for the merge (which names each one not "
+                        "screened): names separated by commas, spaces or newlines, as `kubectl get nodes -l SELECTOR "
+                        "-o name` prints them; @FILE reads them from FILE. This node must be one of them, else exit "
+                        "75 (retried elsewhere) (default $GRADCHECK_EXPECT_NODES; none: not checked)")
+    s.add_argument("--node-count", type=int, default=os.environ.get("GRADCHECK_NODE_COUNT"), metavar="N",
+                   help="how many screen pods were launched (the Job's completions): with --expect-nodes, a list of "
+                        "another length is refused, exit 2 -- pods for nodes that do not exist would wait for ever, "
+                        "nodes without a pod would go unscreened (default $GRADCHECK_NODE_COUNT; none: not checked)")
     _verify_options(s, exclude=("device",))  # screen's --device also takes auto (the node's GPU if any)
 
 
@@ -276,14 +292,49 @@ def build_suite(dest: Path, examples: Path | None, generated: int, size: int, se
         write_graphs(dest / "generated", generated, size=size, seed=seed)
 
 
+def _completion_index() -> int | None:
+    """A screen pod's completion index (None by hand): a node belongs to the first index that landed on it."""
+    from ..errors import OptionError
+
+    env = os.environ.get("JOB_COMPLETION_INDEX")
+    if env is None:
+        return None
+    try:
+        return int(env)
+    except ValueError:
+        raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer", field="screen") from None
+
+
+def _wrong_node(out, node: str, expected, index, run_id) -> str | None:
+    """Why this pod must not screen here (exit 75: the Job controller retries the index, elsewhere), or None."""
+    from ..text import clip
+    from . import screen as screen_nodes
+    from .store import run_dir, unit_name
+
+    if expected is not None and node not in expected:
+        return (f"node {clip(node, 200)} is not among the {len(expected)} expected node(s) (--expect-nodes): "
+                "a pod landed outside the list written at launch; retry elsewhere")
+    if index is None:
+        return None
+    unit_dir = run_dir(out, run_id) / unit_name(node=node)
+    owner = screen_nodes.claimed_by(unit_dir)
+    if owner is None or owner == index:
+        return None
+    screen_nodes.record_landing(unit_dir, node, index, owner)
+    return (f"node {clip(node, 200)} was screened by index {owner} in run {clip(run_id, 200)}; index {index} "
+            "landed on it again (its landing is recorded for the merge); retry elsewhere")
+
+
 def screen(args) -> int:
     import socket
     import tempfile
 
     from ..errors import OptionError
+    from . import screen as screen_nodes
     from .manifest import load_manifest
     from .runner import run_unit
     from .store import UnitStore, unit_name
+    from .verifiers import InfraError
 
     limits = _check_common(args)
     if args.generated < 0:
@@ -292,6 +343,13 @@ def screen(args) -> int:
         raise OptionError("must be at least 1", field="--size")
     node = args.node_name or socket.gethostname()
     run_id = _run_id(args)
+    expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+    if args.node_count is not None and args.node_count < 1:  # (argparse converts $GRADCHECK_NODE_COUNT too)
+        raise OptionError("must be at least 1", field="--node-count")
+    if expected is not None and args.node_count is not None and len(expected) != args.node_count:
+        raise OptionError(f"{args.node_count} screen pod(s) for the {len(expected)} node(s) of --expect-nodes: "
+                          "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
+    index = _completion_index()
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":
         from ..backend import cuda_available
@@ -305,9 +363,13 @@ def screen(args) -> int:
         unit = unit_name(node=node)
 
         def run():
+            refused = _wrong_node(Path(args.out), node, expected, index, run_id)
+            if refused:
+                raise InfraError(refused)
             verifier.check()
             plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed)
             plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
+            plan["expected_nodes"], plan["screen_index"] = expected, index
             run_unit(manifest, list(manifest.graphs), UnitStore(Path(args.out), run_id, unit), plan, verifier,
                      options, args.time_limit, faults_where_present=True)
 
@@ -315,10 +377,16 @@ def screen(args) -> int:
 
 
 def batch_merge(args) -> int:
+    from ..errors import OptionError
     from ..text import clip
-    from .merge import markdown, merge, outcomes, problems
+    from . import screen as screen_nodes
+    from .merge import markdown, merge, notes, outcomes, problems, summary_line
 
-    m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed)
+    if args.shard_count is not None and args.shard_count < 1:
+        raise OptionError("must be at least 1", field="--shard-count")
+    expect = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+    m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
+              expect_nodes=expect)
     d = Path(m["run_directory"])
     outs = outcomes(m)
     _write(Path(args.json) if args.json else d / "merged.json", _json(m), "--json")
@@ -333,10 +401,12 @@ def batch_merge(args) -> int:
     if m["mode"] == "screen" and m["screen"]["disagreeing_nodes"]:
         print("gradcheck-svc batch-merge: nodes that disagree: "
               + clip(", ".join(m["screen"]["disagreeing_nodes"]), 2000), file=sys.stderr)
-    counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
-    print(f"gradcheck-svc batch-merge: {m['graphs']} graphs: {counts} (exit {m['exit_code']})", file=sys.stderr)
+    for line in notes(m):
+        print(f"gradcheck-svc batch-merge: {clip(line, 2000)}", file=sys.stderr)
+    summary = clip(summary_line(m), 2000)  # a screen's counts are per node: summed, they would say nothing
+    print(f"gradcheck-svc batch-merge: {summary} (exit {m['exit_code']})", file=sys.stderr)
     if args.verdict_file:
-        _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {m['graphs']} graphs: {counts}")
+        _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {summary}")
     return EXIT_OK if args.exit_zero else m["exit_code"]
 
 

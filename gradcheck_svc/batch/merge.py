@@ -11,7 +11,9 @@ recorded their sha256), the unit's options and gradcheck version; records of
 older bytes are *stale* and left out. Units (or records) made under different
 options or versions are *mixed*: refused unless --allow-mixed. Any of these is
 exit 4, naming the graphs, files or units, and so is a run that lists no graphs:
-nothing verified is not a pass.
+nothing verified is not a pass. A screen's units record the nodes it was meant to
+cover (--expect-nodes): a listed node with no unit is *not screened*, a screened
+node outside the list *unexpected* (exit 4, named); its counts are per node.
 """
 from __future__ import annotations
 
@@ -59,7 +61,12 @@ def _identity(x: dict) -> tuple:
     return x["options_sha256"], x["gradcheck_version"]
 
 
-def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> dict:
+def _node_list(v) -> bool:
+    return isinstance(v, list) and all(isinstance(n, str) and n for n in v)
+
+
+def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
+            expect_nodes: list[str] | None = None) -> dict:
     run = resolve_run(out, run_id)
     rdir = run_dir(out, run)
     try:
@@ -73,6 +80,10 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> 
         raise OptionError(f"mixes batch and screen results ({', '.join(sorted(modes))}); merge them apart",
                           field="DIR")
     mode = modes.pop() if modes else "batch"
+    if mode == "screen" and shard_count is not None:
+        raise OptionError("applies to a batch; this run is a screen", field="--shard-count")
+    if mode == "batch" and expect_nodes is not None:
+        raise OptionError("applies to a screen; this run is a batch", field="--expect-nodes")
     first = good[0].plan if good else {"graphs": [], "shard_count": 1}
     expected = first["graphs"]
     expected_set = set(expected)
@@ -80,7 +91,9 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> 
     for u in good:
         p = u.plan
         clash = any(contents.setdefault(g, sha) != sha for g, sha in p["contents"].items())
-        if p["graphs"] != expected or p["shard_count"] != first["shard_count"] or clash:
+        if (p["graphs"] != expected or p["shard_count"] != first["shard_count"] or clash
+                or (shard_count is not None and p["shard_count"] != shard_count)
+                or not _node_list(p.get("expected_nodes") or [])):
             inconsistent.append(u.name)
 
     identities = defaultdict(list)  # (options, version) -> units made under it
@@ -117,11 +130,21 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> 
         missing = [{"graph": g, "node": n} for n in nodes for g in expected
                    if (g, n) not in where and (g, n) not in waiting]
         duplicates = [{"graph": g, "node": n, "units": u} for (g, n), u in sorted(where.items()) if len(u) > 1]
+        # the nodes meant to be screened: what every unit recorded at launch, and the merge's --expect-nodes
+        intended = set(expect_nodes or [])
+        for u in good:
+            if _node_list(u.plan.get("expected_nodes")):
+                intended |= set(u.plan["expected_nodes"])
+        screen_nodes = {"expected": sorted(intended), "screened": nodes,
+                        "unscreened": sorted(intended - set(nodes)),
+                        "unexpected": sorted(set(nodes) - intended) if intended else [],
+                        "landings": screen.read_landings(rdir, [u.name for u in units])}
     else:
         waiting = {o["graph"] for o in other}
         count = first["shard_count"]
         missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in where and g not in waiting]
         duplicates = [{"graph": g, "units": sorted(u)} for g, u in sorted(where.items()) if len(u) > 1]
+        screen_nodes = None
     mixed = [] if len(identities) < 2 else [
         {"options_sha256": o, "gradcheck_version": v, "keyed_options": keyed[(o, v)], "units": sorted(names)}
         for (o, v), names in sorted(identities.items(), key=lambda kv: sorted(kv[1]))]
@@ -131,21 +154,28 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> 
             "missing": missing, "duplicates": duplicates, "unexpected": sorted(unexpected),
             "inconsistent_units": inconsistent, "damaged": damaged, "stale_records": stale,
             "other_options": sorted(other, key=lambda o: (o["graph"], o["unit"])), "mixed": mixed,
-            "allow_mixed": allow_mixed,
+            "allow_mixed": allow_mixed, "nodes": screen_nodes,
             "options": first.get("keyed_options") if len(identities) == 1 else None,
             "gradcheck_version": first.get("gradcheck_version") if len(identities) == 1 else None}
 
 
-def merge(out: Path, run_id: str | None = None, allow_mixed: bool = False) -> dict:
+def merge(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
+          expect_nodes: list[str] | None = None) -> dict:
     """The merged report (a JSON-able dict) with `exit_code` set."""
-    m = collect(out, run_id, allow_mixed)
+    m = collect(out, run_id, allow_mixed, shard_count, expect_nodes)
     records = m["records"]
     m["counts"] = {s: sum(r["status"] == s for r in records) for s in STATUSES} | {"missing": len(m["missing"])}
     m["failed"] = [_label(r, m["mode"]) for r in records if r["status"] != "pass"]
+    nodes = m["nodes"] or {}
     if m["mode"] == "screen":
         m["screen"] = screen.compare(records)
+        for i in m["missing"]:  # per node: a node's count says what that node answered, not the sum of all nodes
+            per = m["screen"]["nodes"].setdefault(i["node"], {"graphs": 0, "disagreements": 0, "devices": [],
+                                                                "counts": {}})
+            per["counts"]["missing"] = per["counts"].get("missing", 0) + 1
     incomplete = (m["missing"] or m["duplicates"] or m["unexpected"] or m["inconsistent_units"] or m["damaged"]
-                  or m["other_options"] or (m["mixed"] and not allow_mixed) or not m["graphs"])
+                  or m["other_options"] or (m["mixed"] and not allow_mixed) or not m["graphs"]
+                  or nodes.get("unscreened") or nodes.get("unexpected"))
     if incomplete:
         m["exit_code"] = EXIT_INCOMPLETE
     elif m["mode"] == "screen":  # a screen asks "which node disagrees"; a graph failing everywhere is listed
@@ -188,11 +218,50 @@ def problems(m: dict, limit: int = 10) -> list[str]:
         lines.append(f"results made under different options or gradcheck versions, {verb}: "
                      + "; ".join(f"{', '.join(i['units'][:limit])}: {_identity_text(i)}" for i in m["mixed"])
                      + _differences(m["mixed"]))
+    nodes = m.get("nodes") or {}
+    if nodes.get("unscreened"):
+        lines.append(f"{len(nodes['unscreened'])} of {len(nodes['expected'])} expected node(s) not screened (no "
+                     "unit.json in this run): " + names(nodes["unscreened"], str))
+    if nodes.get("unexpected"):
+        lines.append(f"{len(nodes['unexpected'])} node(s) screened but not in the expected list: "
+                     + names(nodes["unexpected"], str))
     if m["other_options"]:
         lines.append(f"{len(m['other_options'])} graph(s) answered only under other options or another version "
                      "(re-run their shard, or --allow-mixed): "
                      + names(m["other_options"], lambda i: f"{i['graph']} ({i['unit']})"))
     return lines
+
+
+def notes(m: dict, limit: int = 10) -> list[str]:
+    """What the merge saw that is not a gap in the results: indexes refused on a node already screened."""
+    lands = (m.get("nodes") or {}).get("landings") or []
+    if not lands:
+        return []
+    shown = ", ".join(f"{i['node']} (index {i['index']}; screened by index {i['screened_by']})" for i in lands[:limit])
+    more = f" and {len(lands) - limit} more" if len(lands) > limit else ""
+    return [f"{len(lands)} retried pod(s) landed on a node already screened, were refused there and retried "
+            f"elsewhere: {shown}{more}"]
+
+
+def per_node_summary(m: dict, limit: int = 20) -> str:
+    """A screen's counts per node ("node-a: 9 pass; node-b: 8 pass, 1 fail"), never summed across nodes."""
+    nodes = m["screen"]["nodes"]
+    parts = [f"{n}: " + (", ".join(f"{v} {k}" for k, v in c["counts"].items() if v) or "no results")
+             for n, c in list(nodes.items())[:limit]]
+    parts += [f"{n}: not screened" for n in (m.get("nodes") or {}).get("unscreened", [])[:limit]]
+    more = len(nodes) - limit
+    return "; ".join(parts) + (f"; and {more} more node(s) (merged.json)" if more > 0 else "")
+
+
+def summary_line(m: dict) -> str:
+    """The counts of the merge's last line and verdict: per graph for a batch, per node for a screen."""
+    if m["mode"] == "screen":
+        n = m.get("nodes") or {}
+        expected = f" of {len(n['expected'])} expected" if n.get("expected") else ""
+        return (f"{m['graphs']} graphs on each of {len(n.get('screened', []))}{expected} node(s): "
+                + (per_node_summary(m) or "no results"))
+    counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
+    return f"{m['graphs']} graphs: {counts}"
 
 
 def _identity_text(i: dict) -> str:
@@ -229,6 +298,8 @@ def outcomes(m: dict):
     for i in m["missing"]:
         label = f"{i['node']}: {i['graph']}" if "node" in i else i["graph"]
         out.append(Outcome(label, error=f"missing: no result from {_where(i)}"))
+    for n in (m.get("nodes") or {}).get("unscreened", []):
+        out.append(Outcome(f"{n}: (every graph)", error=f"not screened: node {n} was expected and left no result"))
     return out
 
 
@@ -238,14 +309,18 @@ def markdown(m: dict, outs) -> str:
 
     c = m["counts"]
     head = [f"## gradcheck {m['mode']}: {m['graphs']} graphs, {len(m['units'])} units", "",
-            ", ".join(f"{v} {k}" for k, v in c.items() if v) or "no results", ""]
+            code(summary_line(m), 2000, table=False) if m["mode"] == "screen"  # per node, not summed over nodes
+            else ", ".join(f"{v} {k}" for k, v in c.items() if v) or "no results", ""]
     head += [f"**Incomplete:** {code(line, 600, table=False)}" for line in problems(m)]
     head += [""] if problems(m) else []
     if m["mode"] == "screen":
         s = m["screen"]
-        head += ["### Nodes", "", "| Node | Devices | Graphs | Disagreements |", "|---|---|---|---|"]
-        head += [f"| {code(n)} | {code(', '.join(v['devices']))} | {v['graphs']} | {v['disagreements']} |"
+        head += ["### Nodes", "", "| Node | Devices | Graphs | Results | Disagreements |", "|---|---|---|---|---|"]
+        head += [f"| {code(n)} | {code(', '.join(v['devices']))} | {v['graphs']} | "
+                 f"{', '.join(f'{c} {k}' for k, c in v['counts'].items() if c) or 'none'} | {v['disagreements']} |"
                  for n, v in s["nodes"].items()]
+        head += [f"| {code(n)} | | 0 | not screened | |" for n in (m.get("nodes") or {}).get("unscreened", [])]
+        head += [f"*Note:* {code(line, 600, table=False)}" for line in notes(m)]
         head += ["", "**Disagreeing nodes:** " + (", ".join(code(n, table=False) for n in s["disagreeing_nodes"])
                                                   or "none"),
                  ""]

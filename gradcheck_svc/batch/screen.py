@@ -9,10 +9,100 @@ named, with the parameters whose bits differ or the verdict it reached
 instead. Without a majority (two nodes, two answers) every node of the group
 is named: there is no telling which is right. A graph that fails the same
 way on every node is the graph's problem, not a node's: it is listed apart.
+
+A screen also knows which nodes it was meant to cover: `--expect-nodes`, the
+list written at launch (`kubectl get nodes -l ... -o name`), is recorded in
+every node's unit.json, and the merge names each expected node with no unit
+(*not screened*) and each screened node outside the list. In an Indexed Job a
+node belongs to the first completion index that landed on it: a retried index
+that lands on a node another index screened leaves a *landing* file naming both
+and exits 75, so the Job controller retries it elsewhere, and the merge names
+every such landing.
 """
 from __future__ import annotations
 
+import json
+import re
 from collections import Counter, defaultdict
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ..errors import OptionError
+from ..text import clip
+
+LANDINGS = "landings"  # OUT/runs/<run>/node-<name>/landings/index-0003.json: an index refused on a screened node
+# a Kubernetes node name: a DNS subdomain (lower case in practice; upper case accepted for hand-made lists)
+_NODE = re.compile(r"[A-Za-z0-9]([A-Za-z0-9.-]{0,251}[A-Za-z0-9])?")
+
+
+def parse_nodes(text: str, field: str = "--expect-nodes") -> list[str]:
+    """The intended nodes: names separated by commas, spaces or newlines, each optionally `node/NAME` (as
+    `kubectl get nodes -o name` prints them), `#` comments ignored; `@FILE` reads them from FILE. Sorted,
+    distinct; a list naming no node, or anything that is not a node name, is refused."""
+    if text.startswith("@"):
+        try:
+            text = Path(text[1:]).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            why = exc.strerror if isinstance(exc, OSError) and exc.strerror else "not UTF-8 text"
+            raise OptionError(f"cannot read {clip(text[1:], 200)}: {why}", field=field) from None
+    names = set()
+    for line in text.splitlines():
+        for tok in re.split(r"[,\s]+", line.split("#", 1)[0]):
+            name = tok[len("node/"):] if tok.startswith("node/") else tok
+            if not tok:
+                continue
+            if not _NODE.fullmatch(name):
+                raise OptionError(f"'{clip(tok, 80)}' is not a node name", field=field)
+            names.add(name)
+    if not names:
+        raise OptionError("lists no node (write it at launch: kubectl get nodes -l SELECTOR -o name)", field=field)
+    return sorted(names)
+
+
+# unit_dir/rdir: a pathlib.Path, or any object with Path's `/`, read_bytes, is_dir, glob and mkdir (an object
+# store's location): nothing here wraps them in Path()
+
+def claimed_by(unit_dir) -> int | None:
+    """The completion index that screened this node in this run, from its unit.json (None: none did, or by
+    hand, or the file is unreadable -- then nothing is refused)."""
+    from .schema import Damaged, check_unit, parse
+    from .store import UNIT_FILE
+
+    try:
+        plan = check_unit(parse((unit_dir / UNIT_FILE).read_bytes()), unit_dir.name)
+    except (OSError, Damaged):
+        return None
+    index = plan.get("screen_index")
+    return index if isinstance(index, int) and not isinstance(index, bool) else None
+
+
+def record_landing(unit_dir, node: str, index: int, owner: int):
+    from .store import atomic_write
+
+    d = unit_dir / LANDINGS
+    d.mkdir(parents=True, exist_ok=True)
+    path = d / f"index-{index:04d}.json"
+    atomic_write(path, json.dumps({"node": node, "index": index, "screened_by": owner,
+                                   "at": datetime.now(timezone.utc).isoformat()}).encode("utf-8"))
+    return path
+
+
+def read_landings(rdir, units: list[str]) -> list[dict]:
+    """Every refused landing of a run: {node, index, screened_by}; unreadable files are left out (a landing
+    is a note, not a result)."""
+    out = []
+    for unit in units:
+        d = rdir / unit / LANDINGS
+        if not d.is_dir():
+            continue
+        for f in sorted(d.glob("index-*.json")):
+            try:
+                x = json.loads(f.read_bytes().decode("utf-8"))
+                item = {"node": str(x["node"]), "index": int(x["index"]), "screened_by": int(x["screened_by"])}
+            except (OSError, ValueError, KeyError, TypeError):  # UnicodeDecodeError is a ValueError
+                continue
+            out.append(item)
+    return sorted(out, key=lambda i: (i["node"], i["index"]))
 
 
 def _signature(r: dict) -> tuple:
@@ -59,12 +149,17 @@ def compare(records: list[dict]) -> dict:
                       else f"no majority among {len(rs)} nodes ({len(counts)} different answers)")
             disagreements.append({"node": r["node"], "graph": graph, "device": device, "dtype": dtype,
                                   "status": r["status"], "reason": reason})
-    per_node = defaultdict(lambda: {"graphs": 0, "disagreements": 0, "devices": set()})
+    per_node = defaultdict(lambda: {"graphs": 0, "disagreements": 0, "devices": set(), "counts": Counter()})
     for r in records:
         per_node[r["node"]]["graphs"] += 1
+        per_node[r["node"]]["counts"][r["status"]] += 1
         per_node[r["node"]]["devices"].add(str(r.get("device")))
     for d in disagreements:
         per_node[d["node"]]["disagreements"] += 1
-    nodes = {k: {**v, "devices": sorted(v["devices"])} for k, v in sorted(per_node.items())}
+    from .schema import STATUSES
+
+    nodes = {k: {**v, "devices": sorted(v["devices"]),
+                 "counts": {s: v["counts"][s] for s in STATUSES if v["counts"][s]}}  # each node's own, in order
+             for k, v in sorted(per_node.items())}
     return {"nodes": nodes, "disagreeing_nodes": sorted({d["node"] for d in disagreements}),
             "disagreements": disagreements, "consistent_failures": consistent_failures}
