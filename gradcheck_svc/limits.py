@@ -83,15 +83,17 @@ ServerLimits = make_dataclass("ServerLimits", [(spec.name, spec.type, spec.defau
 ServerLimits.__module__ = __name__  # (make_dataclass's own `module=` is Python 3.12+) so workers unpickle it
 
 
-def add_limit_flags(parser, *, server: bool, what: str) -> None:
+def add_limit_flags(parser, *, server: bool, what: str, exclude: tuple = ()) -> None:
     """`--max-...` for every limit that bounds a request (both `serve` and `verify`), and for the
-    server's own (server_only) when `server`."""
+    server's own (server_only) when `server`; but the flags in `exclude` (which `verify` takes as
+    the budgets they cap, gradcheck_client/options.py)."""
     group = parser.add_argument_group(f"limits ({what})")
     for spec in LIMITS:
-        if spec.server_only and not server:
+        flag = "--" + spec.name.replace("_", "-")
+        if (spec.server_only and not server) or flag in exclude:
             continue
-        group.add_argument("--" + spec.name.replace("_", "-"), type=spec.type, default=None,
-                           metavar="N", help=f"{spec.help} (default {spec.default:g})")
+        group.add_argument(flag, type=spec.type, default=None, metavar="SECONDS" if spec.type is float else "N",
+                           help=f"{spec.help} (default {spec.default})")  # 16777216, not 1.67772e+07
 
 
 def limit_flag_values(args) -> dict:
