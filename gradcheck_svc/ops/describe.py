@@ -90,5 +90,10 @@ def describe_text(d: dict, *, structural_note: bool = True) -> list[str]:
 
 def structural_footer(rows: list[dict]) -> list[str]:
     """The structural ops of a full listing, named once."""
+    import textwrap
+
     names = [d["name"] for d in rows if d["formula"] is None and d["name"] != "expr"]
-    return [f"formula of {', '.join(names)}: {STRUCTURAL}"] if names else []
+    if not names:
+        return []
+    return [f"formula {STRUCTURAL}:", *textwrap.wrap(", ".join(names), 96, initial_indent="    ",
+                                                     subsequent_indent="    ", break_on_hyphens=False)]
