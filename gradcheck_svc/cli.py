@@ -69,8 +69,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Verify the gradients of graphs in this process: the engine against "
                                    "finite differences and SymPy; prints a report per graph.",
                        epilog=VERIFY_EPILOG, usage="%(prog)s [options] PATH [PATH ...]")
-    add_verify_arguments(v, add_limits=lambda parser, exclude: add_limit_flags(
-        parser, server=False, what="the same as the server's; raise them here", exclude=exclude))
+    add_verify_arguments(v, add_limits=lambda parser, hidden: add_limit_flags(
+        parser, server=False, what="the same as the server's; raise them here", hidden=hidden))
 
     i = sub.add_parser("import-onnx", help="convert an ONNX model to a gradcheck graph (.pb or .json)",
                        description="Convert an ONNX model to a gradcheck graph file.",
@@ -138,9 +138,10 @@ def verify_setup(args):
     `verify` commands): OptionError / LimitError naming the flag, before any graph is read."""
     import dataclasses
 
-    from gradcheck_client.options import IN_PROCESS_OPTIONS, flag_of, in_process_values, values_from_args
+    from gradcheck_client.options import (IN_PROCESS_OPTIONS, VERIFY_HIDDEN_LIMITS, flag_of, in_process_values,
+                                          values_from_args)
 
-    from .errors import OptionError
+    from .errors import LimitError, OptionError
     from .limits import LIMIT_SPECS, ServerLimits, limit_flag_values
     from .server.execute import verify_options
 
@@ -149,15 +150,18 @@ def verify_setup(args):
         if o.name in local and not local[o.name] > 0:  # NaN too
             raise OptionError("must be positive", field=o.cli_flag)
     flags = limit_flag_values(args)
-    # a budget asked for here is allowed here (VERIFY_LIMIT_ALIASES): its cap rises to it
-    for budget, limit in (("symbolic_budget", "max_symbolic_budget"), ("symbolic_max_partials", "max_symbolic_partials")):
+    # a budget asked for here is allowed here, unless its (hidden) cap flag is given too: VERIFY_HIDDEN_LIMITS
+    for budget, limit in VERIFY_HIDDEN_LIMITS.items():
         asked = values.get(budget, local.get(budget))
-        if asked is not None and asked > LIMIT_SPECS[limit].default:
+        if asked is not None and flags.get(limit) is None and asked > LIMIT_SPECS[limit].default:
             flags[limit] = asked
     limits = ServerLimits.from_flags(flags)
     options = verify_options(values, limits, field=flag_of, hint=True)  # the server's own mapping
     symbolic = symbolic_budgets(local)
     options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
+    if options.symbolic.max_edges > limits.max_symbolic_partials:
+        raise LimitError(f"{options.symbolic.max_edges} is over the limit of {limits.max_symbolic_partials} "
+                         "(raise it with --max-symbolic-partials)", field="--symbolic-max-partials")
     if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
         raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
     # the memory plot and the page draw the timeline: have the verifier record it

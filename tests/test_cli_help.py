@@ -11,6 +11,7 @@ from gradcheck_client.cli import build_parser as client_parser
 from gradcheck_svc.cli import build_parser as service_parser
 from gradcheck_svc.cli import main
 from gradcheck_svc.ops import all_ops
+from grpc_helpers import ROOT, _env
 
 
 def _subparsers(parser):
@@ -114,8 +115,7 @@ def test_ops_one_line_listing_does_not_import_sympy():
     import subprocess
     import sys
 
-    from grpc_helpers import ROOT, _env
-
+    
     code = "import sys; from gradcheck_svc.cli import main; main(['ops']); assert 'sympy' not in sys.modules"
     done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=_env(), capture_output=True,
                           text=True, timeout=120)
@@ -188,9 +188,19 @@ def test_hidden_aliases_still_work(module):
     import importlib
 
     parse = importlib.import_module(module).build_parser().parse_args
-    args = parse(["verify", "g.json", "--no-localize", "--max-symbolic-budget", "9000", "--max-symbolic-partials", "7",
-                  "--json"])
-    assert (args.localize, args.symbolic_budget, args.symbolic_max_partials, args.format) == (False, 9000, 7, "json")
+    args = parse(["verify", "g.json", "--no-localize", "--symbolic-max-elements", "9000", "--max-symbolic-partials",
+                  "7", "--json"])
+    assert (args.localize, args.symbolic_budget, args.max_symbolic_partials, args.format) == (False, 9000, 7, "json")
+
+
+def test_a_symbolic_budget_alone_raises_its_cap_in_process(capsys):
+    seed = str(ROOT / "examples" / "graphs" / "seed.json")
+    assert main(["verify", seed, "--symbolic-budget", "9000", "--format", "json"]) == 0  # was: over the limit
+    assert json.loads(capsys.readouterr().out)["symbolic"]["status"] == "ok"
+    # with the cap given too, the cap holds (as a server's does)
+    assert main(["verify", seed, "--symbolic-budget", "9000", "--max-symbolic-budget", "100"]) == 2
+    assert "--symbolic-budget: 9000 is over the limit of 100 (raise it with --max-symbolic-budget)" in \
+        capsys.readouterr().err
 
 
 def test_serve_still_takes_max_message_mb():

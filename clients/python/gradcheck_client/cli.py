@@ -69,8 +69,8 @@ def _add_limits():
         from gradcheck_svc.limits import add_limit_flags
     except ImportError:
         return None
-    return lambda parser, exclude: add_limit_flags(
-        parser, server=False, what="in-process only; with --server, the server's own apply", exclude=exclude)
+    return lambda parser, hidden: add_limit_flags(
+        parser, server=False, what="in-process only; with --server, the server's own apply", hidden=hidden)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -154,9 +154,10 @@ IN_PROCESS_OPTIONS: tuple[Option, ...] = (
     Option("simplify_timeout", "time to prove a user derivative (an expr node's) equal to SymPy's", type=float,
            default=10.0, metavar="SECONDS"),
 )
-# In a verify run the limit on a budget and the budget are one thing (what is asked is what is allowed):
-# `serve`'s cap flags stay accepted by `verify` as hidden aliases of the budgets, and are no limit flags there.
-VERIFY_LIMIT_ALIASES = {"symbolic_budget": "--max-symbolic-budget", "symbolic_max_partials": "--max-symbolic-partials"}
+# In a verify run a symbolic budget and the limit on it overlap: the budget asked for is allowed (its cap
+# rises to it), so help shows the budget only; the cap flags stay accepted, hidden, and when given they
+# still cap the budget (scripts that mirror a server's limits keep their meaning).
+VERIFY_HIDDEN_LIMITS = {"symbolic_budget": "max_symbolic_budget", "symbolic_max_partials": "max_symbolic_partials"}
 OUTPUT_FORMATS = ("text", "json")
 
 
@@ -169,7 +170,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
 
 def add_verify_arguments(parser: argparse.ArgumentParser, *, add_limits=None) -> None:
     """Everything a `verify` command takes: paths, outputs, every verification option, the in-process
-    budgets, the limits (`add_limits(parser, exclude=...)`, when the verifier can run in this process) and
+    budgets, the limits (`add_limits(parser, hidden=...)`, when the verifier can run in this process) and
     the ONNX import options."""
     from .onnx_options import add_onnx_flags
     from .scan import DEFAULT_INCLUDE
@@ -203,10 +204,8 @@ def add_verify_arguments(parser: argparse.ArgumentParser, *, add_limits=None) ->
     group = parser.add_argument_group("symbolic oracle budgets (where the verification runs in this process)")
     for o in IN_PROCESS_OPTIONS:
         add_flag(group, o, o.name)
-    for name, flag in VERIFY_LIMIT_ALIASES.items():
-        parser.add_argument(flag, dest=name, type=int, default=None, help=argparse.SUPPRESS)
     if add_limits is not None:
-        add_limits(parser, exclude=tuple(VERIFY_LIMIT_ALIASES.values()))
+        add_limits(parser, hidden=tuple(VERIFY_HIDDEN_LIMITS.values()))
     add_onnx_flags(parser)
 
 
