@@ -50,7 +50,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all shards")
     b.add_argument("--server", default=None, metavar="TARGET",
                    help="verify on this server (e.g. dns:///gradcheck-headless:50051); default in-process")
-    b.add_argument("--token-file", default=None, metavar="FILE", help="bearer token for --server (default $GRADCHECK_TOKEN)")
+    b.add_argument("--token-file", default=None, metavar="FILE",
+                   help="bearer token for --server (default $GRADCHECK_TOKEN)")
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
