@@ -67,7 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     v = sub.add_parser("verify", help="verify graphs (.json, .pb, ONNX .onnx, or directories of them) in this process",
                        description="Verify the gradients of graphs in this process: the engine against "
-                                   "finite differences and SymPy; prints a report per graph.",
+                                   "finite differences\nand the exact SymPy gradient; prints a report per graph.",
                        epilog=VERIFY_EPILOG, usage="%(prog)s [options] PATH [PATH ...]")
     add_verify_arguments(v, add_limits=lambda parser, hidden: add_limit_flags(
         parser, server=False, what="the same as the server's; raise them here", hidden=hidden))
@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)",
                        description="Run the gRPC server: GradCheckService (Verify, VerifyStream, ListOps, "
-                                   "GetServerInfo), gRPC health and reflection, optional Prometheus metrics.",
+                                   "GetServerInfo),\ngRPC health and reflection, optional Prometheus metrics.",
                        epilog=SERVE_EPILOG)
     net = s.add_argument_group("network and security")
     net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")

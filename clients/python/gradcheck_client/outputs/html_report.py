@@ -354,7 +354,7 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
     order = sorted(range(len(items)), key=lambda k: _verdict(items[k]) not in FAILED)
     page = [f"<details id='item-{k}' class='item'{' open' if _verdict(items[k]) in FAILED else ''}>"
             f"<summary><h2 class='mono'>{_badge(_verdict(items[k]))} {h(items[k].label, 200)}</h2></summary>"
-            f"{sections[k]}</details>" for k in order]
+            f"<section>{sections[k]}</section></details>" for k in order]
     needs_dagre = any(g["view"]["layout"] == "dagre" for g in graphs)
     scripts = (f"<script>{_asset('vendor/dagre.min.js')}</script>" if needs_dagre else "") + \
         f"<script>{_asset('report_page/page.js')}</script>"
