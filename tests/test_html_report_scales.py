@@ -12,7 +12,8 @@ import pytest
 from browser import chromium, open_page
 from gradcheck_client import Tracer
 from gradcheck_client.graphio import load_graph, save_graph
-from gradcheck_client.outputs.html_report import HEATMAP_MAX_CELLS, HEATMAP_MAX_PARAMETERS, RunItem, build_html
+from gradcheck_client.outputs.html_report import (HEATMAP_MAX_CELLS, HEATMAP_MAX_PARAMETERS, PARAMETER_ROWS, RunItem,
+                                                  build_html)
 from grpc_helpers import EXAMPLES
 
 from gradcheck_svc.cli import main
@@ -26,12 +27,13 @@ def _report(capsys, *args) -> dict:
 
 
 def _wide(path):
-    """A graph with many parameters, one of 48 x 48 elements (more than the heatmap's cell budget)."""
+    """A graph with many parameters (W and PARAMETER_ROWS + 1 biases), W of 48 x 48 elements (more than the
+    heatmap's cell budget)."""
     t = Tracer("wide")
     rng = np.random.default_rng(0)
     x = t.input("x", rng.standard_normal((2, 48)))
     h = t.apply("tanh", x @ t.param("W", 0.2 * rng.standard_normal((48, 48))), name="h")
-    for i in range(HEATMAP_MAX_PARAMETERS + 3):
+    for i in range(PARAMETER_ROWS + 1):
         h = h + t.param(f"b{i}", 0.1 * rng.standard_normal(48))
     save_graph(t.graph((h * h).sum()), path)
     return path
@@ -56,7 +58,11 @@ def test_the_page_leads_with_failures_and_stays_small(tmp_path, capsys):
     heatmaps = re.findall(r"<svg class='heatmap'.*?</svg>", wide_section)
     assert len(heatmaps) == HEATMAP_MAX_PARAMETERS
     assert all(m.count("<rect") <= HEATMAP_MAX_CELLS for m in heatmaps)
-    assert "4 more parameters' heatmaps left out" in wide_section  # W and 9 biases: 6 shown
+    assert f"{PARAMETER_ROWS + 2 - HEATMAP_MAX_PARAMETERS} more parameters' heatmaps left out" in wide_section
+    # the parameter table: the failing W first, the rows past PARAMETER_ROWS collapsed
+    table = wide_section.split("class='parameters'", 1)[1]
+    assert re.findall(r"<tr><td class='mono'>([^<]+)</td>", table)[0] == "W"
+    assert "<details class='more'><summary>2 more parameters</summary>" in table
     assert "3×3 elements per cell" in wide_section  # W: the 1000 values the report lists, 21 x 48, in blocks
     # the fault and the worst element, as the text report says them; rounded numbers
     fault_section = body.split("<details id='item-3'", 1)[1].split("<details id='item-0'", 1)[0]

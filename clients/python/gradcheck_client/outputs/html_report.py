@@ -28,6 +28,7 @@ CELL = 12  # heatmap cell size, px
 # drawn in blocks, each the worst of its elements).
 HEATMAP_MAX_PARAMETERS = 6
 HEATMAP_MAX_CELLS = 256
+PARAMETER_ROWS = 20  # parameter table rows shown before the rest is collapsed
 FAILED = ("fail", "invalid", "error")  # verdicts listed first
 
 
@@ -94,10 +95,15 @@ def _parameter_table(report: dict) -> str:
     rows = report.get("parameters") or []
     if not rows:
         return "<p>No parameters (no input has requires_grad).</p>"
-    out = ["<table class='parameters'><tr><th>parameter</th><th>shape</th><th>status</th>"
-           "<th>judged against</th><th>max abs err (verdict reference)</th><th>max abs err vs FD</th>"
-           "<th>worst element</th></tr>"]
-    for p in rows:
+    head = ("<table class='parameters'><tr><th>parameter</th><th>shape</th><th>status</th>"
+            "<th>judged against</th><th>max abs err (verdict reference)</th><th>max abs err vs FD</th>"
+            "<th>worst element</th></tr>")
+    out = [head]
+    # failing parameters first (in the report's order otherwise); past PARAMETER_ROWS, the rest collapsed
+    rows = sorted(rows, key=lambda p: not str(p.get("status", "")).startswith("FAIL"))
+    for k, p in enumerate(rows):
+        if k == PARAMETER_ROWS:
+            out.append(f"</table><details class='more'><summary>{len(rows) - k} more parameters</summary>{head}")
         sym = p.get("symbolic")
         err = sym.get("max_abs_error") if isinstance(sym, dict) else p.get("max_abs_error")
         worst = {"index": p.get("worst_index"), "engine": p.get("engine_at_worst"),
@@ -106,7 +112,7 @@ def _parameter_table(report: dict) -> str:
                    f"<td>{h(p.get('status') or ('ok' if p.get('passed') else 'FAIL'), 40)}</td>"
                    f"<td>{h(label(p.get('verdict_reference', '')), 40)}</td><td>{h(num(err), 40)}</td>"
                    f"<td>{h(num(p.get('max_abs_error')), 40)}</td><td>{h(_worst(worst), 200)}</td></tr>")
-    out.append("</table>")
+    out.append("</table></details>" if len(rows) > PARAMETER_ROWS else "</table>")
     return "".join(out)
 
 
