@@ -13,7 +13,7 @@ import sys
 from . import __version__
 from .errors import GradcheckError
 from gradcheck_client.onnx_options import add_onnx_flags
-from gradcheck_client.options import add_option_flags
+from gradcheck_client.options import HelpFormatter, add_verify_arguments, suggest_flag
 
 from .limits import add_limit_flags
 
@@ -21,46 +21,60 @@ EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):  # usage errors: one line, exit 2
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
 
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with a did-you-mean for a mistyped flag of the subcommand given."""
+        args, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            sub = _subcommands(self).get(getattr(args, "command", None), self)
+            sub.error(f"unrecognized arguments: {' '.join(unknown)}{suggest_flag(sub, unknown)}")
+        return args
 
-def _symbolic():
-    """The symbolic oracle's default budgets (shown in the flags' help)."""
-    from .verify.options import VerifyOptions
 
-    return VerifyOptions().symbolic
+def _subcommands(parser) -> dict:
+    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
+
+
+VERIFY_EPILOG = """\
+examples:
+  gradcheck-svc verify examples/graphs/seed.json
+  gradcheck-svc verify examples/graphs/seed.json --fault z:overwrite:999 --format json
+  gradcheck-svc verify examples/graphs/ --html report.html --junit junit.xml
+
+exit codes: 0 every gradient verified, 1 a gradient mismatch, 2 invalid input or usage,
+3 internal error (several graphs: the highest)"""
+
+SERVE_EPILOG = """\
+examples:
+  gradcheck-svc serve                      # 127.0.0.1:50051, one worker per CPU
+  gradcheck-svc serve --host 0.0.0.0 --port 50051 --token-file token.txt --metrics-port 9090
+
+exit codes: 0 stopped by SIGTERM/SIGINT after draining, 2 invalid usage, 3 internal error"""
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gradcheck-svc", description="Verify the gradients of a computation graph.")
+    p = _Parser(prog="gradcheck-svc", description="Verify the gradients of a computation graph.",
+                epilog="exit codes: 0 ok, 1 a gradient mismatch, 2 invalid input or usage, 3 internal error "
+                       "(batch commands: see their help)")
     p.add_argument("--version", action="version", version=f"gradcheck-svc {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
 
-    v = sub.add_parser("verify", help="verify one graph (.json, .pb, or an ONNX model .onnx) and print a report")
-    v.add_argument("graph", help="graph file: .json (protobuf JSON) or .pb (binary protobuf), or an ONNX "
-                                 "model (.onnx, imported as import-onnx does)")
-    v.add_argument("--format", choices=["text", "json"], default="text", help="report format (default text)")
-    add_option_flags(v)
-    v.add_argument("--memory-plot", default=None, metavar="FILE",
-                   help="write live bytes per forward/backward step, with and without checkpointing "
-                        "(.svg, or .png with matplotlib; default none)")
-    v.add_argument("--html", default=None, metavar="FILE",
-                   help="write a self-contained HTML report: the graph with its findings, error heatmaps, "
-                        "the memory timeline (default none)")
-
-    v.add_argument("--symbolic-max-partials", type=int, default=None, metavar="N",
-                   help=f"symbolic oracle budget: non-zero local partial derivatives (default {_symbolic().max_edges})")
-    v.add_argument("--symbolic-timeout", type=float, default=_symbolic().timeout_s, metavar="SECONDS",
-                   help="symbolic oracle wall-clock budget (default %(default)s)")
-    v.add_argument("--simplify-timeout", type=float, default=_symbolic().simplify_timeout_s, metavar="SECONDS",
-                   help="time to prove a user derivative (expr op) equal to SymPy's (default %(default)s)")
-    add_limit_flags(v, server=False, what="the same as the server's; raise them here")
-    add_onnx_flags(v)
+    v = sub.add_parser("verify", help="verify graphs (.json, .pb, ONNX .onnx, or directories of them) in this process",
+                       description="Verify the gradients of graphs in this process: the engine against "
+                                   "finite differences\nand the exact SymPy gradient; prints a report per graph.",
+                       epilog=VERIFY_EPILOG, usage="%(prog)s [options] PATH [PATH ...]")
+    add_verify_arguments(v, add_limits=lambda parser, hidden: add_limit_flags(
+        parser, server=False, what="the same as the server's; raise them here", hidden=hidden))
 
     m = sub.add_parser("plan-memory", help="plan a training step's memory from one metering forward (no backward): "
                        "the whole formula, activations by node, checkpoints for a budget")
-    m.add_argument("graph", help="graph file (.json, .pb) or an ONNX model (.onnx, imported as import-onnx does)")
+    m.add_argument("graph", metavar="FILE", help="graph file (.json, .pb) or an ONNX model (.onnx, imported as import-onnx does)")
     m.add_argument("--budget", type=int, default=None, metavar="BYTES",
                    help="plan checkpoints keeping the activations under BYTES (chains; default: no plan)")
     m.add_argument("--dtype", choices=["float32", "float64"], default=None,
@@ -73,36 +87,59 @@ def build_parser() -> argparse.ArgumentParser:
     add_limit_flags(m, server=False, what="the same as the server's; raise them here")
     add_onnx_flags(m)
 
-    i = sub.add_parser("import-onnx", help="convert an ONNX model to a gradcheck graph (.pb or .json)")
-    i.add_argument("model", help="ONNX model file (.onnx)")
-    i.add_argument("-o", "--out", required=True, metavar="GRAPH", help="graph file to write: .pb or .json")
+    i = sub.add_parser("import-onnx", help="convert an ONNX model to a gradcheck graph (.pb or .json)",
+                       description="Convert an ONNX model to a gradcheck graph file.",
+                       epilog="example:\n  gradcheck-svc import-onnx model.onnx -o model.pb\n\n"
+                              "exit codes: 0 written, 2 invalid model or usage, 3 internal error")
+    i.add_argument("model", metavar="FILE", help="ONNX model file (.onnx)")
+    i.add_argument("-o", "--out", required=True, metavar="FILE", help="graph file to write: .pb or .json")
     add_onnx_flags(i)
 
-    s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)")
-    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
-    s.add_argument("--port", type=int, default=50051, help="gRPC port (0: pick a free one; default 50051)")
-    s.add_argument("--workers", type=int, default=None,
-                   help="worker processes (default: the CPUs this process may use: affinity and cgroup quota)")
-    s.add_argument("--max-message-mb", type=float, default=None,
-                   help="the same as --max-message-bytes, in MiB (default: that flag's default)")
-    s.add_argument("--token-file", default=None, help="require this bearer token (default: $GRADCHECK_TOKEN "
-                   "when set, else no auth)")
-    s.add_argument("--tls-cert", default=None, help="PEM certificate chain (enables TLS, with --tls-key; "
-                   "default: no TLS)")
-    s.add_argument("--tls-key", default=None, help="PEM private key (default: no TLS)")
-    s.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus metrics on this HTTP port "
-                   "(default: no metrics endpoint)")
-    s.add_argument("--grace", type=float, default=30.0,
-                   help="seconds in-flight requests get on SIGTERM (default %(default)s)")
+    s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)",
+                       description="Run the gRPC server: GradCheckService (Verify, VerifyStream, ListOps, "
+                                   "GetServerInfo),\ngRPC health and reflection, optional Prometheus metrics.",
+                       epilog=SERVE_EPILOG)
+    net = s.add_argument_group("network and security")
+    net.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1; 0.0.0.0 for all)")
+    net.add_argument("--port", type=int, default=50051, metavar="N",
+                     help="gRPC port (0: pick a free one; default 50051)")
+    net.add_argument("--token-file", default=None, metavar="FILE",
+                     help="require this bearer token (default: $GRADCHECK_TOKEN when set, else no auth)")
+    net.add_argument("--tls-cert", default=None, metavar="FILE",
+                     help="PEM certificate chain (enables TLS, with --tls-key; default: no TLS)")
+    net.add_argument("--tls-key", default=None, metavar="FILE", help="PEM private key (default: no TLS)")
+    net.add_argument("--metrics-port", type=int, default=None, metavar="N",
+                     help="serve Prometheus metrics on this HTTP port (default: no metrics endpoint)")
+    run = s.add_argument_group("workers")
+    run.add_argument("--workers", type=int, default=None, metavar="N",
+                     help="worker processes (default: the CPUs this process may use: affinity and cgroup quota)")
+    run.add_argument("--grace", type=float, default=30.0, metavar="SECONDS",
+                     help="seconds in-flight requests get on SIGTERM (default %(default)s)")
+    # an earlier spelling of --max-message-bytes, in MiB: still accepted, not shown
+    s.add_argument("--max-message-mb", type=float, default=None, help=argparse.SUPPRESS)
     add_limit_flags(s, server=True, what="server")
 
-    a = sub.add_parser("audit-ops", help="check every op's VJP against SymPy's derivative")
+    a = sub.add_parser("audit-ops", help="check every op's VJP against SymPy's derivative",
+                       description="Check every op's VJP against SymPy's derivative at random points.",
+                       epilog="example:\n  gradcheck-svc audit-ops --op tanh --op softmax\n\n"
+                              "exit codes: 0 every rule agrees, 1 a rule disagrees, 2 usage, 3 internal error")
     a.add_argument("--op", action="append", default=[], metavar="NAME",
                    help="audit only this op (repeatable; default every op)")
-    a.add_argument("--seed", type=int, default=0, help="seed for the random test points (default %(default)s)")
+    a.add_argument("--seed", type=int, default=0, metavar="N",
+                   help="seed for the random test points (default %(default)s)")
     a.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
 
-    o = sub.add_parser("ops", help="list the registered ops: attributes with defaults, formula, kinks, doc")
+    o = sub.add_parser("ops", help="list the registered ops (one line each), or describe one",
+                       description="List the registered ops, one line each (name, NumPy name, inputs, doc); "
+                                   "name one for its attributes, formula and kinks.",
+                       epilog="examples:\n  gradcheck-svc ops\n  gradcheck-svc ops relu\n"
+                              "  gradcheck-svc ops --long\n  gradcheck-svc ops --format json\n\n"
+                              "exit codes: 0 ok, 2 unknown op or usage")
+    o.add_argument("names", nargs="*", metavar="NAME", help="describe only these ops in full (default: list all)")
+    o.add_argument("--op", action="append", default=[], metavar="NAME", dest="op",
+                   help="the same as NAME (repeatable; default every op)")
+    o.add_argument("--long", action="store_true",
+                   help="every op in full: attributes, formula, kinks (default: one line each)")
     o.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
 
     from .batch.cli import add_parsers  # batch, batch-merge, screen (their exit codes: batch/cli.py)
@@ -111,80 +148,201 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
-def _verify(args) -> int:
+def verify_setup(args):
+    """The limits, options and symbolic budgets of an in-process verification, from the flags (both
+    `verify` commands): OptionError / LimitError naming the flag, before any graph is read."""
     import dataclasses
 
-    from gradcheck_client.client import make_request
-    from gradcheck_client.onnx_options import is_onnx
-    from gradcheck_client.options import flag_of, values_from_args
+    from gradcheck_client.options import (IN_PROCESS_OPTIONS, VERIFY_HIDDEN_LIMITS, flag_of, in_process_values,
+                                          values_from_args)
 
     from .errors import LimitError, OptionError
-    from .graph import load_graph
-    from .graph.decode import parse_graph
-    from .limits import ServerLimits, check_request_size, limit_flag_values, request_time_limit
-    from .onnx_import.folding import FoldBudget
+    from .limits import LIMIT_SPECS, ServerLimits, limit_flag_values
     from .server.execute import verify_options
-    from .verify import verify
-    from .verify.memory_profile import write_memory_plot
 
-    limits = ServerLimits.from_flags(limit_flag_values(args))
-    values = values_from_args(args)
+    values, local = values_from_args(args), in_process_values(args)
+    for o in IN_PROCESS_OPTIONS:
+        if o.name in local and not local[o.name] > 0:  # NaN too
+            raise OptionError("must be positive", field=o.cli_flag)
+    flags = limit_flag_values(args)
+    # a budget asked for here is allowed here, unless its (hidden) cap flag is given too: VERIFY_HIDDEN_LIMITS
+    for budget, limit in VERIFY_HIDDEN_LIMITS.items():
+        asked = values.get(budget, local.get(budget))
+        if asked is not None and flags.get(limit) is None and asked > LIMIT_SPECS[limit].default:
+            flags[limit] = asked
+    limits = ServerLimits.from_flags(flags)
     options = verify_options(values, limits, field=flag_of, hint=True)  # the server's own mapping
-    # what only the in-process command has: the symbolic oracle's other budgets, the memory plot
-    for flag in ("symbolic_max_partials", "symbolic_timeout", "simplify_timeout"):
-        if getattr(args, flag) is not None and not getattr(args, flag) > 0:  # NaN too
-            raise OptionError("must be positive", field="--" + flag.replace("_", "-"))
-    options.symbolic = dataclasses.replace(
-        options.symbolic, timeout_s=args.symbolic_timeout, simplify_timeout_s=args.simplify_timeout,
-        **({"max_edges": args.symbolic_max_partials} if args.symbolic_max_partials is not None else {}))
-    options.memory_timeline = options.memory_timeline or args.memory_plot is not None or args.html is not None
-    if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
-        raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
+    symbolic = symbolic_budgets(local)
+    options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
     if options.symbolic.max_edges > limits.max_symbolic_partials:
         raise LimitError(f"{options.symbolic.max_edges} is over the limit of {limits.max_symbolic_partials} "
                          "(raise it with --max-symbolic-partials)", field="--symbolic-max-partials")
+    if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
+        raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
+    # the memory plot and the page draw the timeline: have the verifier record it
+    options.memory_timeline = options.memory_timeline or args.memory_plot is not None or args.html is not None
+    return limits, values, options, symbolic
+
+
+def symbolic_budgets(local: dict) -> dict:
+    """SymbolicOptions fields from the in-process flags given (IN_PROCESS_OPTIONS)."""
+    names = {"symbolic_max_partials": "max_edges", "symbolic_timeout": "timeout_s",
+             "simplify_timeout": "simplify_timeout_s"}
+    return {names[k]: v for k, v in local.items()}
+
+
+def _verify(args) -> int:
+    from pathlib import Path
+
+    from .errors import OptionError
+
+    single = len(args.paths) == 1 and not Path(args.paths[0]).is_dir()
+    if single:  # one file: its report as it always was, an error exits 2
+        paths = [args.paths[0]]
+    else:
+        from gradcheck_client.scan import find_graphs
+
+        try:
+            scan = find_graphs(args.paths, args.include, args.exclude)
+        except FileNotFoundError as exc:
+            raise OptionError(str(exc), field="PATH") from None
+        for note in scan.skipped:
+            print(f"gradcheck-svc: {note}", file=sys.stderr)
+        paths = [str(p) for p in scan.graphs]
+        if not paths:
+            raise OptionError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths),
+                              field="PATH")
+    limits, values, options, _ = verify_setup(args)
+    runs = []  # (path, message, report, error)
+    for path in paths:
+        try:
+            message, report = _verify_one(path, args, limits, values, options, several=not single)
+            runs.append((path, message, report, ""))
+        except GradcheckError as exc:
+            if single:
+                raise
+            runs.append((path, None, None, exc.message))
+    if single:
+        path, message, report, _ = runs[0]
+        print(report.to_json() if args.format == "json" else report.to_text())
+    else:
+        _print_many(runs, args.format)
+    _write_outputs(args, runs, options.integrity)
+    codes = [EXIT_INVALID if report is None else EXIT_OK if report.passed else EXIT_MISMATCH
+             for _, _, report, _ in runs]
+    return max(codes)
+
+
+def _verify_one(path: str, args, limits, values, options, several: bool):
+    """Decode, validate and verify one graph file; write its memory plot. Returns (message, report)."""
+    from gradcheck_client.client import make_request
+    from gradcheck_client.onnx_options import is_onnx
+    from gradcheck_client.options import plot_path
+
+    from .errors import OptionError
+    from .graph import load_graph
+    from .graph.decode import parse_graph
+    from .limits import check_request_size, request_time_limit
+    from .onnx_import.folding import FoldBudget
+    from .verify import verify
+    from .verify.memory_profile import write_memory_plot
+
     # the server's limits, the same way: the request's size (a file the server's transport would not even
     # take is refused unread), then the whole request within max_request_seconds
-    check_file_size(args.graph, limits.max_message_bytes)
+    check_file_size(path, limits.max_message_bytes)
     with request_time_limit(limits.max_request_seconds):
-        if is_onnx(args.graph):  # the request is the model's bytes, checked before it is imported
-            check_request_size(make_request(_onnx_model(args), "", **values).ByteSize(), limits.max_message_bytes,
-                               hint=True)
-            # decoded once: the HTML report draws what was verified
-            message = _onnx_graph(args.graph, args, FoldBudget.from_limits(limits))
+        if is_onnx(path):  # the request is the model's bytes, checked before it is imported
+            check_request_size(make_request(_onnx_model(path, args), "", **values).ByteSize(),
+                               limits.max_message_bytes, hint=True)
+            # decoded once: the HTML report draws the same message that was verified
+            message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
         else:
-            message = parse_graph(args.graph)
+            message = parse_graph(path)
             check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
         graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
         report = verify(graph, options)
     if args.memory_plot is not None:
+        plot = plot_path(args.memory_plot, path, several)
         try:
-            write_memory_plot(args.memory_plot, report.timelines, report.memory, graph.name)
+            write_memory_plot(plot, report.to_dict())
         except OSError as exc:
-            raise OptionError(f"'{args.memory_plot}': cannot write: {exc.strerror or exc}",
-                              field="memory-plot") from None
+            raise OptionError(f"'{plot}': cannot write: {exc.strerror or exc}", field="memory-plot") from None
+    return message, report
+
+
+def _print_many(runs, format: str) -> None:
+    """Several graphs on stdout, as `gradcheck verify` prints them."""
+    import json
+
+    from .text import clip
+
+    if format == "json":
+        print(json.dumps([{"path": path, "status": _status(report), "report": report.to_dict() if report else None,
+                           "error": error or None} for path, _, report, error in runs], indent=2))
+        return
+    for path, _, report, error in runs:
+        print(f"== {clip(path, 1000)}")
+        print(report.to_text() if report else f"INVALID: {clip(error, 2000)}")
+        print()
+
+
+def _status(report) -> str:
+    return "invalid" if report is None else "pass" if report.passed else "fail"
+
+
+def _write_outputs(args, runs, integrity: str) -> None:
+    """--html, --junit, --summary-md (and $GITHUB_STEP_SUMMARY): the CI command's writers, for the same files."""
+    import os
+
+    from .errors import OptionError
+
     if args.html is not None:
-        write_html_report(args.html, args.graph, message, report, options.integrity)
-    print(report.to_json() if args.format == "json" else report.to_text())
-    return EXIT_OK if report.passed else EXIT_MISMATCH
+        write_html_report(args.html, runs, integrity)
+    if args.junit is None and args.summary_md is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
+        return
+    from gradcheck_client.outputs.junit import junit_xml
+    from gradcheck_client.outputs.markdown import summary_markdown
+    from gradcheck_client.outputs.outcome import Outcome
+    from gradcheck_client.report import Report
+
+    from .server.execute import report_to_proto
+
+    outcomes = [Outcome(path, report=Report.from_proto(report_to_proto(report), id=path), graph=message)
+                if report is not None else Outcome(path, error=error, invalid=True)
+                for path, message, report, error in runs]
+    md = summary_markdown(outcomes)
+    for file, text, flag in ((args.junit, lambda: junit_xml(outcomes), "--junit"),
+                             (args.summary_md, lambda: md, "--summary-md")):
+        if file is not None:
+            try:
+                with open(file, "w", encoding="utf-8") as fh:
+                    fh.write(text())
+            except OSError as exc:
+                raise OptionError(f"'{file}': cannot write: {exc.strerror or exc}", field=flag) from None
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
+            fh.write(md)
 
 
-def write_html_report(path: str, graph_path: str, message, report, integrity: str) -> None:
-    """The HTML page of one verification of the Graph `message` (gradcheck_client/outputs/html_report.py
-    draws it, as for the CI command)."""
+def write_html_report(path: str, runs, integrity: str) -> None:
+    """One HTML page for the graphs verified: (path, Graph message, report, error) each
+    (gradcheck_client/outputs/html_report.py draws it, as for the CI command)."""
     from gradcheck_client.outputs.html_report import RunItem, build_html
 
     from .errors import OptionError
 
-    item = RunItem(graph_path, message, report.to_dict())  # the page reads the JSON report's figures
+    items = [RunItem(graph_path, message, report.to_dict())  # the page reads the JSON report's figures
+             if report is not None else RunItem(graph_path, error=error)
+             for graph_path, message, report, error in runs]
+    title = f"gradcheck: {runs[0][2].graph or runs[0][0]}" if len(runs) == 1 and runs[0][2] else "gradcheck report"
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(build_html([item], title=f"gradcheck: {report.graph or graph_path}", integrity=integrity))
+            fh.write(build_html(items, title=title, integrity=integrity))
     except OSError as exc:
         raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
 
 
-def _onnx_model(args):
+def _onnx_model(path: str, args):
     """The model as the CI command sends it (bytes and import options), to measure the request."""
     from pathlib import Path
 
@@ -193,7 +351,7 @@ def _onnx_model(args):
     from .errors import OptionError
 
     try:
-        return OnnxModel(Path(args.graph).read_bytes(), onnx_import_message(args))
+        return OnnxModel(Path(path).read_bytes(), onnx_import_message(args))
     except OnnxFlagError as exc:
         raise OptionError(str(exc)) from None
     except OSError:
@@ -233,6 +391,7 @@ def _plan_memory(args) -> int:
     from .graph import load_graph
     from .graph.decode import parse_graph
     from .limits import ServerLimits, limit_flag_values
+    from .onnx_import.folding import FoldBudget
     from .verify.memory_plan import plan_memory, plan_text
 
     limits = ServerLimits.from_flags(limit_flag_values(args))
@@ -241,7 +400,8 @@ def _plan_memory(args) -> int:
 
         raise OptionError(f"{args.budget}: the budget must be a positive number of bytes", field="--budget")
     check_file_size(args.graph, limits.max_message_bytes)
-    message = _onnx_graph(args.graph, args) if is_onnx(args.graph) else parse_graph(args.graph)
+    message = (_onnx_graph(args.graph, args, FoldBudget.from_limits(limits)) if is_onnx(args.graph)
+               else parse_graph(args.graph))
     graph = load_graph(message, limits=limits.graph)
     plan = plan_memory(graph, dtype=args.dtype, optimizer=args.optimizer, optimizer_dtype=args.optimizer_dtype,
                        budget=args.budget)
@@ -293,16 +453,36 @@ def check_file_size(path: str, limit: int) -> None:
 
 
 def _ops(args) -> int:
+    """One line per op (fast: no SymPy); named ops, --long or JSON in full (with formulas)."""
     import json
 
+    from .errors import OptionError
     from .ops import all_ops
-    from .ops.describe import describe, describe_text
+    from .ops.describe import describe, describe_lines, describe_text, structural_footer
 
-    rows = [describe(op) for op in all_ops()]
+    ops = all_ops()
+    wanted = [*args.names, *args.op]
+    if wanted:
+        by_name = {op.name: op for op in ops}
+        for name in wanted:
+            if name not in by_name:
+                import difflib
+
+                close = difflib.get_close_matches(name, by_name, n=1)
+                hint = f" (did you mean '{close[0]}'?)" if close else " (gradcheck-svc ops lists them)"
+                raise OptionError(f"unknown op '{name}'{hint}", field="NAME")
+        ops = [by_name[name] for name in dict.fromkeys(wanted)]
+    full = bool(wanted) or args.long or args.format == "json"
+    rows = [describe(op, formula=full) for op in ops]
     if args.format == "json":
         print(json.dumps(rows, indent=2))
-    else:
+    elif not full:
+        print("\n".join(describe_lines(rows)))
+    elif wanted:
         print("\n".join(line for r in rows for line in describe_text(r)))
+    else:  # every op in full: the structural ones named once at the end
+        print("\n".join([*(line for r in rows for line in describe_text(r, structural_note=False)),
+                         *structural_footer(rows)]))
     return EXIT_OK
 
 

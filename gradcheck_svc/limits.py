@@ -96,15 +96,19 @@ ServerLimits = make_dataclass("ServerLimits", [(spec.name, spec.type, spec.defau
 ServerLimits.__module__ = __name__  # (make_dataclass's own `module=` is Python 3.12+) so workers unpickle it
 
 
-def add_limit_flags(parser, *, server: bool, what: str) -> None:
+def add_limit_flags(parser, *, server: bool, what: str, hidden: tuple = ()) -> None:
     """`--max-...` for every limit that bounds a request (both `serve` and `verify`), and for the
-    server's own (server_only) when `server`."""
+    server's own (server_only) when `server`; the limits named in `hidden` are accepted but not shown
+    (in `verify` the budgets they cap stand for them, gradcheck_client/options.py)."""
+    import argparse
+
     group = parser.add_argument_group(f"limits ({what})")
     for spec in LIMITS:
         if spec.server_only and not server:
             continue
+        text = argparse.SUPPRESS if spec.name in hidden else f"{spec.help} (default {spec.default})"  # not 1.6e+07
         group.add_argument("--" + spec.name.replace("_", "-"), type=spec.type, default=None,
-                           metavar="N", help=f"{spec.help} (default {spec.default:g})")
+                           metavar="SECONDS" if spec.type is float else "N", help=text)
 
 
 def limit_flag_values(args) -> dict:

@@ -149,4 +149,4 @@ def test_serve_help_shows_every_limit():
     serve = next(a for a in cli.build_parser()._actions if a.dest == "command").choices["serve"]
     text = serve.format_help()
     for spec in LIMITS:
-        assert "--" + spec.name.replace("_", "-") in text and f"(default {spec.default:g})" in " ".join(text.split())
+        assert "--" + spec.name.replace("_", "-") in text and f"(default {spec.default})" in " ".join(text.split())

@@ -95,7 +95,7 @@ def test_text_json_html_and_svg_agree(path, tmp_path):
     assert page.count("class='bar'") >= len(m["activations_by_node"][:20])
 
     svg = tmp_path / "mem.svg"
-    write_memory_plot(svg, report.timelines, m, graph.name)
+    write_memory_plot(svg, report.to_dict())
     root = ET.parse(svg).getroot()
     labels = [e.text or "" for e in root.iter() if e.tag.endswith("text")]
     assert f"no checkpointing: peak {m['live_peak_bytes']} B" in labels

@@ -79,3 +79,43 @@ def test_batch_commands_take_the_same_option_flags(command):
     for o in OPTIONS:
         for flag in o.flags:
             assert flag in by_flag and by_flag[flag].dest == o.name, (command, flag)
+
+
+# Flags only one `verify` command has, and why (README "Two front ends" says the same):
+ONLY_IN_THE_CI_COMMAND = {
+    # where to send the graphs: `gradcheck-svc verify` always verifies in its own process
+    "--server", "--token-file", "--tls", "--ca-file", "--timeout",
+}
+
+
+def _flags(module) -> set:
+    import importlib
+
+    return {flag for a in _verify_parser(importlib.import_module(module))._actions for flag in a.option_strings}
+
+
+def test_both_verify_commands_take_the_same_flags_but_the_listed_ones():
+    svc, ci = _flags("gradcheck_svc.cli"), _flags("gradcheck_client.cli")
+    assert svc - ci == set(), "only gradcheck-svc verify has these"
+    assert ci - svc == ONLY_IN_THE_CI_COMMAND
+    # the outputs, budgets and limits the README promises in both
+    assert {"--format", "--json", "--html", "--junit", "--summary-md", "--memory-plot", "--symbolic-timeout",
+            "--symbolic-max-partials", "--simplify-timeout", "--max-nodes", "--max-elements"} <= svc & ci
+
+
+@pytest.mark.parametrize("module", ["gradcheck_svc.cli", "gradcheck_client.cli"])
+def test_both_verify_commands_take_several_paths(module):
+    import importlib
+
+    args = importlib.import_module(module).build_parser().parse_args(["verify", "a.json", "b.pb", "dir/"])
+    assert args.paths == ["a.json", "b.pb", "dir/"] and args.format == "text"
+
+
+def test_the_in_process_budgets_defaults_are_the_oracles():
+    from gradcheck_client.options import IN_PROCESS_OPTIONS
+
+    from gradcheck_svc.cli import symbolic_budgets
+    from gradcheck_svc.oracles.symbolic import SymbolicOptions
+
+    defaults = symbolic_budgets({o.name: o.default for o in IN_PROCESS_OPTIONS})
+    assert defaults == {k: getattr(SymbolicOptions(), k) for k in defaults}

@@ -40,7 +40,10 @@ def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
 
 
 def add_parsers(sub) -> None:
-    b = sub.add_parser("batch", help="verify one shard of many graphs, one result file per graph (Indexed Jobs)")
+    b = sub.add_parser("batch", help="verify one shard of many graphs, one result file per graph (Indexed Jobs)",
+                       description="Verify one shard of a manifest's graphs, one result file per graph. "
+                                   "--fault applies to every graph of the manifest (a graph without that node is "
+                                   "recorded invalid): a canary run that checks the pipeline reports a bad gradient.")
     b.add_argument("--manifest", required=True, metavar="FILE|DIR|GLOB",
                    help="the graphs: a directory, a glob, one graph, or a list file (one path per line)")
     b.add_argument("--shard-index", type=int, default=None, metavar="I",
@@ -49,7 +52,8 @@ def add_parsers(sub) -> None:
     b.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all shards")
     b.add_argument("--server", default=None, metavar="TARGET",
                    help="verify on this server (e.g. dns:///gradcheck-headless:50051); default in-process")
-    b.add_argument("--token-file", default=None, help="bearer token for --server (default $GRADCHECK_TOKEN)")
+    b.add_argument("--token-file", default=None, metavar="FILE",
+                   help="bearer token for --server (default $GRADCHECK_TOKEN)")
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
@@ -83,7 +87,10 @@ def add_parsers(sub) -> None:
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
                         "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
 
-    s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)")
+    s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)",
+                       description="Run the screening suite (example and generated graphs) on this node. "
+                                   "--fault plants a fault in every graph of the suite that has that node "
+                                   "(deploy/README.md: it shows what a bad node looks like).")
     s.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all nodes")
     s.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="this node (default $NODE_NAME from the downward API, else the host name)")
@@ -91,8 +98,8 @@ def add_parsers(sub) -> None:
                    help="bundled example graphs to include (default $GRADCHECK_EXAMPLES, else the source "
                         "tree's examples/graphs when present; 'none' for none)")
     s.add_argument("--generated", type=int, default=16, metavar="N", help="generated graphs (default 16)")
-    s.add_argument("--size", type=int, default=8, metavar="S", help="generated graphs' width (default 8)")
-    s.add_argument("--suite-seed", type=int, default=0,
+    s.add_argument("--size", type=int, default=8, metavar="N", help="generated graphs' width (default 8)")
+    s.add_argument("--suite-seed", type=int, default=0, metavar="N",
                    help="seed of the generated graphs (same on every node; default %(default)s)")
     s.add_argument("--device", choices=["auto", "cpu", "cuda"], default="auto",
                    help="auto: the node's GPU when one is usable, else the CPU (default auto)")

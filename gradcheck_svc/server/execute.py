@@ -145,14 +145,18 @@ def _fill(msg, d: dict) -> None:
 
 
 def verify_report(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,
-                  on_phase=None) -> Report:
+                  on_phase=None, symbolic: dict | None = None) -> Report:
     """Validate the request's graph (or import its ONNX model) against the limits and verify it.
     on_phase(name) is told as each phase of the verification starts (in-process progress).
+
+    `symbolic`: SymbolicOptions fields no request carries (the in-process CI command's budget flags).
 
     Raises GradcheckError for anything the user can fix."""
     limits = limits or ServerLimits()
     check_request_size(request.ByteSize(), limits.max_message_bytes)  # the server's own check, for in-process callers
     options = options_from_proto(request.options, limits)
+    if symbolic:
+        options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
     message = request.graph
     if request.onnx_model:  # an ONNX model: imported here, in the worker, like any other decoding
         from ..onnx_import import graph_from_request
@@ -165,6 +169,7 @@ def verify_report(request: service_pb2.VerifyRequest, limits: ServerLimits | Non
 
 
 def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,
-                   on_phase=None) -> service_pb2.VerifyResponse:
+                   on_phase=None, symbolic: dict | None = None) -> service_pb2.VerifyResponse:
     """verify_report, tagged with the request's id, as the response message."""
-    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(verify_report(request, limits, on_phase)))
+    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(
+        verify_report(request, limits, on_phase, symbolic)))

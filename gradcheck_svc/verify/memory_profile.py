@@ -284,15 +284,18 @@ def run_peak(m: dict, run: str) -> int | None:
     return m.get("checkpoint_live_peak_bytes") if run == m.get("checkpoint_profile") else None
 
 
-def write_memory_plot(path, timelines: dict, memory: dict, graph_name: str = "") -> None:
+def write_memory_plot(path, report: dict) -> None:
     """The most bytes held during each step of forward, recompute and backward, one line per run
     (the maximum of each line is the run's live peak in the report); a dotted vertical marks
     where each run's backward pass begins; the optimizer's state, when there is one, as a
-    constant line (training = a gradient run's line + it). Below, the activation bytes per node."""
+    constant line (training = a gradient run's line + it). Below, the activation bytes per node.
+    Drawn from the JSON report (`memory_timelines`, `memory`): both verify commands draw a report
+    the same way, whether it was made here or came from a server."""
+    memory, graph_name = report.get("memory") or {}, report.get("graph", "")
     series = []
-    for run, marks in timelines.items():
-        ys = list(marks.columns[1])  # each step's high
-        start = next((i for i in range(len(marks)) if marks.kind(i) != "forward"), None)
+    for t in report.get("memory_timelines") or []:
+        run, ys = t.get("run", ""), list(t.get("peak_bytes") or [])  # each step's high
+        start = next((i for i, step in enumerate(t.get("steps") or []) if not step.startswith("forward ")), None)
         peak = run_peak(memory, run)
         series.append(Series(f"{run_name(run)}: peak {peak} B" if peak is not None else run_name(run),
                              list(range(len(ys))), ys, marks=[] if start is None else [start],

@@ -20,51 +20,77 @@ from pathlib import Path
 
 from . import __version__
 from .graphio import GraphFileError, load_graph
-from .onnx_options import OnnxFlagError, OnnxModel, add_onnx_flags, is_onnx, onnx_import_message
-from .options import BY_NAME, add_option_flags, values_from_args
+from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
+from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, add_verify_arguments, plot_path, suggest_flag, \
+    values_from_args
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
 from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome
 from .outputs.text import clip, escape_controls, lines
 from .report import Report
-from .scan import DEFAULT_INCLUDE, find_graphs
+from .scan import find_graphs
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
 
 
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
     def error(self, message):
         self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        """argparse's, with a did-you-mean for a mistyped flag of the subcommand given."""
+        args, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            subs = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+            sub = subs.get(getattr(args, "command", None), self)
+            sub.error(f"unrecognized arguments: {' '.join(unknown)}{suggest_flag(sub, unknown)}")
+        return args
+
+
+VERIFY_EPILOG = """\
+examples:
+  gradcheck verify examples/graphs/                       # in-process (gradcheck-svc installed)
+  gradcheck verify --server localhost:50051 graphs/ --junit junit.xml --html report.html
+  gradcheck verify model.onnx --format json
+
+exit codes: 0 every gradient verified, 1 a gradient mismatch, 2 invalid input or usage (bad graph,
+bad option, over a limit, bad token), 3 server unreachable or transport failure (the highest wins)"""
+
+
+def _add_limits():
+    """The --max-... limits, where the verifier can run in this process (gradcheck-svc installed); None
+    without it (a server applies its own)."""
+    try:
+        from gradcheck_svc.limits import add_limit_flags
+    except ImportError:
+        return None
+    return lambda parser, hidden: add_limit_flags(
+        parser, server=False, what="in-process only; with --server, the server's own apply", hidden=hidden)
 
 
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="gradcheck", description="Verify the gradients of computation graphs (CI command).")
     p.add_argument("--version", action="version", version=f"gradcheck {__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
-    v = sub.add_parser("verify", help="verify graph files (.json/.pb), ONNX models (.onnx) or directories of them")
-    v.add_argument("paths", nargs="+", metavar="PATH", help="graph files or ONNX models, or directories searched for them")
-    v.add_argument("--include", action="append", default=[], metavar="GLOB",
-                   help="in directories, take files matching GLOB (path below the directory or file name; "
-                        f"repeatable; default {' '.join(DEFAULT_INCLUDE)})")
-    v.add_argument("--exclude", action="append", default=[], metavar="GLOB",
-                   help="in directories, leave out files matching GLOB (repeatable; default none)")
-    v.add_argument("--server", default=os.environ.get("GRADCHECK_SERVER"), metavar="HOST:PORT",
-                   help="gradcheck server (default $GRADCHECK_SERVER; none: verify in-process)")
-    v.add_argument("--token-file", default=None, help="bearer token file (default: $GRADCHECK_TOKEN when set, "
-                   "else no token)")
-    v.add_argument("--tls", action="store_true", help="connect with TLS (system roots, or --ca-file; default off)")
-    v.add_argument("--ca-file", default=None, help="PEM root certificate(s) for TLS (default: the system's)")
-    v.add_argument("--timeout", type=float, default=300.0, help="seconds per graph (default 300)")
-    v.add_argument("--junit", metavar="FILE", help="write a JUnit XML report (one testcase per graph; default none)")
-    v.add_argument("--summary-md", metavar="FILE", help="write a Markdown summary table "
-                   "(also appended to $GITHUB_STEP_SUMMARY when set; default none)")
-    v.add_argument("--json", action="store_true", help="print one JSON document with every report "
-                   "(default: the text reports)")
-    v.add_argument("--html", metavar="FILE", help="write one self-contained HTML page for the run: each graph "
-                   "drawn with its findings, error heatmaps, memory (default none)")
-    add_option_flags(v)
-    add_onnx_flags(v)
+    v = sub.add_parser("verify", help="verify graph files (.json/.pb), ONNX models (.onnx) or directories of them",
+                       description="Verify graphs on a gradcheck server (--server) or in this process; "
+                                   "write JUnit, Markdown and HTML reports for CI.",
+                       epilog=VERIFY_EPILOG, usage="%(prog)s [options] PATH [PATH ...]")
+    add_verify_arguments(v, add_limits=_add_limits())
+    conn = v.add_argument_group("server connection (none: verify in this process)")
+    conn.add_argument("--server", default=os.environ.get("GRADCHECK_SERVER"), metavar="HOST:PORT",
+                      help="gradcheck server (default $GRADCHECK_SERVER; none: verify in-process)")
+    conn.add_argument("--token-file", default=None, metavar="FILE",
+                      help="bearer token file (default: $GRADCHECK_TOKEN when set, else no token)")
+    conn.add_argument("--tls", action="store_true", help="connect with TLS (system roots, or --ca-file; default off)")
+    conn.add_argument("--ca-file", default=None, metavar="FILE",
+                      help="PEM root certificate(s) for TLS (default: the system's)")
+    conn.add_argument("--timeout", type=float, default=300.0, metavar="SECONDS", help="seconds per graph (default 300)")
     return p
 
 
@@ -99,9 +125,48 @@ class Progress:
 
 def _options(args) -> dict:
     values = values_from_args(args)
-    if getattr(args, "html", None):  # the page draws the memory timeline: have the verifier record it
-        values.setdefault("memory_timeline", True)
+    if getattr(args, "html", None) or getattr(args, "memory_plot", None):  # they draw the memory timeline:
+        values.setdefault("memory_timeline", True)  # have the verifier record it
     return values
+
+
+def _in_process_only(args) -> list[str]:
+    """The flags given that only a verification in this process can honour (no request carries them)."""
+    given = [o.cli_flag for o in IN_PROCESS_OPTIONS if getattr(args, o.name, None) is not None]
+    return given + ["--" + k.replace("_", "-") for k, v in sorted(vars(args).items())
+                    if k.startswith("max_") and v is not None]
+
+
+def _local_setup(args):
+    """The in-process limits and symbolic budgets (gradcheck-svc verify's own mapping of the flags)."""
+    from gradcheck_svc.cli import verify_setup
+    from gradcheck_svc.errors import GradcheckError
+
+    try:
+        limits, _, _, symbolic = verify_setup(args)
+    except GradcheckError as exc:
+        raise UsageError(exc.message) from None
+    return limits, symbolic
+
+
+def _write_plots(args, ordered: list) -> None:
+    """--memory-plot: one file per graph with a report (gradcheck-svc's plot of its memory timelines)."""
+    try:
+        from gradcheck_svc.verify.memory_profile import write_memory_plot
+    except ImportError:
+        raise UsageError("--memory-plot: needs gradcheck-svc installed here (it draws the plot)") from None
+    from gradcheck_svc.errors import GradcheckError
+
+    for o in ordered:
+        if o.report is None:
+            continue
+        plot = plot_path(args.memory_plot, o.path, len(ordered) > 1)
+        try:
+            write_memory_plot(plot, o.report.data)
+        except GradcheckError as exc:
+            raise UsageError(exc.message) from None
+        except OSError as exc:
+            raise UsageError(f"cannot write --memory-plot {plot}: {exc.strerror or exc}") from None
 
 
 def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress) -> dict[str, Outcome]:
@@ -140,7 +205,7 @@ def unreachable_message(server: str, error: str, answered: bool = False) -> str:
             "point --server HOST:PORT (or $GRADCHECK_SERVER) at another")
 
 
-def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
+def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
     from gradcheck_svc.errors import GradcheckError, TimeLimitError
     from gradcheck_svc.limits import request_time_limit
     from gradcheck_svc.server.execute import verify_request
@@ -152,8 +217,9 @@ def _run_local(args, graphs: dict, progress: Progress) -> dict[str, Outcome]:
         start = time.perf_counter()
         try:
             with request_time_limit(args.timeout, hint="timeout"):  # --timeout per graph, as with a server
-                response = verify_request(make_request(graph, path, **_options(args)),
-                                          on_phase=lambda phase, path=path: progress.phase(path, phase))
+                response = verify_request(make_request(graph, path, **_options(args)), limits,
+                                          on_phase=lambda phase, path=path: progress.phase(path, phase),
+                                          symbolic=symbolic)
             out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
         except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
             out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
@@ -211,6 +277,12 @@ def _verify(args) -> int:
                          "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")
     if not args.timeout > 0:  # NaN too
         raise UsageError(f"--timeout: must be positive, got {args.timeout}")
+    if args.server and _in_process_only(args):  # silently ignored would be worse
+        raise UsageError(f"{_in_process_only(args)[0]}: applies in-process only: with --server, the server's "
+                         "own limits and budgets apply")
+    limits, symbolic = (None, None) if args.server else _local_setup(args)
+    if args.memory_plot and not args.memory_plot.lower().endswith((".svg", ".png")):
+        raise UsageError(f"--memory-plot: '{args.memory_plot}': the plot file must end in .svg or .png")
     token = _read_file(args.token_file, "token file").decode(errors="replace").strip() if args.token_file else None
     token = token or os.environ.get("GRADCHECK_TOKEN") or None
     ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
@@ -232,7 +304,8 @@ def _verify(args) -> int:
     progress = Progress(len(paths))
     try:
         if graphs:
-            run = _run_remote(args, graphs, token, ca, progress) if args.server else _run_local(args, graphs, progress)
+            run = _run_remote(args, graphs, token, ca, progress) if args.server else \
+                _run_local(args, graphs, progress, limits, symbolic)
             outcomes.update(run)
     finally:
         progress.close()
@@ -243,7 +316,7 @@ def _verify(args) -> int:
         graph = graphs.get(o.path)
         o.graph = None if isinstance(graph, OnnxModel) else graph
 
-    if args.json:
+    if args.format == "json":
         print(json.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
                            "error": o.error or None} for o in ordered], indent=2))
     else:
@@ -260,6 +333,8 @@ def _verify(args) -> int:
                          no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")
                  for o in ordered]
         _write_file(args.html, build_html(items, integrity=args.integrity or BY_NAME["integrity"].default), "--html")
+    if args.memory_plot:
+        _write_plots(args, ordered)
     md = summary_markdown(ordered)
     if args.summary_md:
         _write_file(args.summary_md, md, "--summary-md")

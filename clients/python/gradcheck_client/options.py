@@ -66,9 +66,9 @@ OPTIONS: tuple[Option, ...] = (
     Option("device", "engine device", default="cpu", choices=("cpu", "cuda")),
     Option("atol", "absolute tolerance (default per dtype)", type=float, metavar="X"),
     Option("rtol", "relative tolerance (default per dtype)", type=float, metavar="X"),
-    Option("directions", "random directions in projection mode", type=int, default=16, metavar="K"),
+    Option("directions", "random directions in projection mode", type=int, default=16, metavar="N"),
     Option("seed", "seed for the projection directions (0 or more)", type=non_negative_int, default=0,
-           metavar="S"),
+           metavar="N"),
     Option("faults", "corrupt NODE's cached value between forward and backward (KIND: overwrite, scale, zero, "
            "nan, bitflip, stale); repeatable", metavar="NODE:KIND[:VALUE]", flag="--fault", repeated=True),
     Option("symbolic_budget", "symbolic oracle budget: scalar elements (inputs plus node outputs)", type=int,
@@ -113,14 +113,18 @@ def _help(o: Option) -> str:
 def add_flag(group, o: Option, dest: str) -> None:
     """One option row as argparse flags (and its negation); an unset flag is None. The ONNX import
     options (onnx_options.py) are rows of the same kind."""
+    for flags, text in ((o.cli_flag,), _help(o)), (o.aliases, argparse.SUPPRESS):  # aliases: accepted, not shown
+        if not flags:
+            continue
+        if o.switch:
+            group.add_argument(*flags, dest=dest, action="store_const", const=True, default=None, help=text)
+        else:
+            group.add_argument(*flags, dest=dest, type=o.type, choices=o.choices, metavar=o.metavar,
+                               action="append" if o.repeated else "store", default=None, help=text)
     if o.switch:
-        group.add_argument(*o.flags, dest=dest, action="store_const", const=True, default=None, help=_help(o))
         return
-    group.add_argument(*o.flags, dest=dest, type=o.type, choices=o.choices, metavar=o.metavar,
-                       action="append" if o.repeated else "store", default=None, help=_help(o))
-    if o.negation:
-        group.add_argument(o.negation, dest=dest, action="store_const", const=False,
-                           help=f"the same as {o.cli_flag} off")
+    if o.negation:  # an earlier spelling, still accepted; hidden so that help shows one name per option
+        group.add_argument(o.negation, dest=dest, action="store_const", const=False, help=argparse.SUPPRESS)
 
 
 def add_option_flags(parser: argparse.ArgumentParser, exclude: tuple = ()) -> None:
@@ -139,3 +143,103 @@ def values_from_args(args) -> dict:
 
 def flag_of(name: str) -> str:
     return BY_NAME[name].cli_flag
+
+
+# --- the rest of a `verify` command: the same flags for `gradcheck verify` and `gradcheck-svc verify` -----------
+# Both commands build their verify parser with add_verify_arguments, so they take the same paths, outputs,
+# options and limits by construction; tests/test_options_table.py lists (and justifies) the few flags only
+# one of them has.
+
+# Budgets of the symbolic oracle that no request carries (no VerifyOptions field): they apply where the
+# verification runs in this process (gradcheck-svc verify; gradcheck verify without --server). Defaults
+# are SymbolicOptions' (oracles/symbolic.py; a test checks they agree).
+IN_PROCESS_OPTIONS: tuple[Option, ...] = (
+    Option("symbolic_max_partials", "symbolic oracle budget: non-zero local partial derivatives", type=int,
+           default=250_000, metavar="N"),
+    Option("symbolic_timeout", "symbolic oracle wall-clock budget", type=float, default=30.0, metavar="SECONDS"),
+    Option("simplify_timeout", "time to prove a user derivative (an expr node's) equal to SymPy's", type=float,
+           default=10.0, metavar="SECONDS"),
+)
+# In a verify run a symbolic budget and the limit on it overlap: the budget asked for is allowed (its cap
+# rises to it), so help shows the budget only; the cap flags stay accepted, hidden, and when given they
+# still cap the budget (scripts that mirror a server's limits keep their meaning).
+VERIFY_HIDDEN_LIMITS = {"symbolic_budget": "max_symbolic_budget", "symbolic_max_partials": "max_symbolic_partials"}
+OUTPUT_FORMATS = ("text", "json")
+
+
+class HelpFormatter(argparse.RawDescriptionHelpFormatter):
+    """Help with the description and epilog (examples, exit codes) laid out as written."""
+
+    def __init__(self, prog):
+        super().__init__(prog, max_help_position=32)
+
+
+def add_verify_arguments(parser: argparse.ArgumentParser, *, add_limits=None) -> None:
+    """Everything a `verify` command takes: paths, outputs, every verification option, the in-process
+    budgets, the limits (`add_limits(parser, hidden=...)`, when the verifier can run in this process) and
+    the ONNX import options."""
+    from .onnx_options import add_onnx_flags
+    from .scan import DEFAULT_INCLUDE
+
+    given = parser.add_argument_group("graphs")
+    given.add_argument("paths", nargs="+", metavar="PATH",
+                       help="graph files (.json, .pb), ONNX models (.onnx), or directories searched for them")
+    given.add_argument("--include", action="append", default=[], metavar="GLOB",
+                       help="in directories, take files matching GLOB (path below the directory or file name; "
+                            f"repeatable; default {' '.join(DEFAULT_INCLUDE)})")
+    given.add_argument("--exclude", action="append", default=[], metavar="GLOB",
+                       help="in directories, leave out files matching GLOB (repeatable; default none)")
+    out = parser.add_argument_group("output")
+    out.add_argument("--format", choices=OUTPUT_FORMATS, default="text",
+                     help="the reports on stdout: text, or JSON (one graph: its report; several: a list of "
+                          "{path, status, report, error}) (default text)")
+    out.add_argument("--json", dest="format", action="store_const", const="json",
+                     help="the same as --format json")
+    out.add_argument("--html", default=None, metavar="FILE",
+                     help="write one self-contained HTML page: each graph drawn with its findings, error "
+                          "heatmaps, memory (default none)")
+    out.add_argument("--junit", default=None, metavar="FILE",
+                     help="write a JUnit XML report, one testcase per graph (default none)")
+    out.add_argument("--summary-md", default=None, metavar="FILE",
+                     help="write a Markdown summary table (also appended to $GITHUB_STEP_SUMMARY when set; "
+                          "default none)")
+    out.add_argument("--memory-plot", default=None, metavar="FILE",
+                     help="plot live bytes per forward/backward step, with and without checkpointing (.svg, or "
+                          ".png with matplotlib); several graphs: one file each, FILE.GRAPH.svg (default none)")
+    add_option_flags(parser)
+    group = parser.add_argument_group("symbolic oracle budgets (where the verification runs in this process)")
+    for o in IN_PROCESS_OPTIONS:
+        add_flag(group, o, o.name)
+    if add_limits is not None:
+        add_limits(parser, hidden=tuple(VERIFY_HIDDEN_LIMITS.values()))
+    add_onnx_flags(parser)
+
+
+def in_process_values(args) -> dict:
+    """IN_PROCESS_OPTIONS name -> value for the flags given (unset ones left out)."""
+    return {o.name: getattr(args, o.name) for o in IN_PROCESS_OPTIONS if getattr(args, o.name, None) is not None}
+
+
+def plot_path(file: str, graph: str, several: bool) -> str:
+    """Where --memory-plot FILE draws one graph: FILE itself, or with several graphs FILE with the graph's
+    file name before its suffix (plot.svg, a/seed.json -> plot.seed.svg)."""
+    if not several:
+        return file
+    from pathlib import Path
+
+    f = Path(file)
+    return str(f.with_name(f"{f.stem}.{Path(graph).stem}{f.suffix}"))
+
+
+def suggest_flag(parser: argparse.ArgumentParser, unknown: list) -> str:
+    """' (did you mean --atol?)' for the first mistyped flag among `unknown`, from the parser's flags
+    (hidden aliases included), or ''."""
+    import difflib
+
+    flags = [f for a in parser._actions for f in a.option_strings if f.startswith("--")]
+    for word in unknown:
+        if word.startswith("--"):
+            close = difflib.get_close_matches(word.split("=", 1)[0], flags, n=1, cutoff=0.7)
+            if close:
+                return f" (did you mean {close[0]}?)"
+    return ""

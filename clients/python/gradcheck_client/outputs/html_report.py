@@ -24,6 +24,13 @@ from .text import clip
 
 HEATMAP_COLUMNS = 32  # a 1-D parameter wraps after this many cells
 CELL = 12  # heatmap cell size, px
+# The page stays small whatever the run (chain_256 alone drew 540 heatmaps, 7.7 MB): per graph the
+# heatmaps of the worst parameters only, and per heatmap at most this many cells (a larger parameter is
+# drawn in blocks, each the worst of its elements).
+HEATMAP_MAX_PARAMETERS = 6
+HEATMAP_MAX_CELLS = 256
+PARAMETER_ROWS = 20  # parameter table rows shown before the rest is collapsed
+FAILED = ("fail", "invalid", "error")  # verdicts listed first
 
 
 @dataclass
@@ -48,17 +55,39 @@ def _finite(x) -> float:
     return v
 
 
+def num(x, digits: int = 4) -> str:
+    """A number as people read it: integers as integers, others to `digits` significant digits
+    (1.1000622635037871e-10 -> 1.1e-10); anything else as it is."""
+    if isinstance(x, bool) or not isinstance(x, (int, float)):
+        return str(x)
+    if isinstance(x, int) or (math.isfinite(x) and x.is_integer() and abs(x) < 1e15):
+        return str(int(x))
+    return f"{x:.{digits}g}"
+
+
+def label(name) -> str:
+    """finite_differences -> finite differences."""
+    return str(name).replace("_", " ")
+
+
+def _worst(w: dict | None) -> str:
+    if not w:
+        return ""
+    return f"engine {num(w.get('engine'))} vs reference {num(w.get('reference'))} at {w.get('index')}"
+
+
 def _findings_table(report: dict) -> str:
     rows = report.get("findings") or []
     if not rows:
         return "<p>No findings.</p>"
     out = ["<table class='findings'><tr><th>severity</th><th>node</th><th>op</th><th>cause</th>"
-           "<th>parameters</th><th>detail</th></tr>"]
+           "<th>parameters</th><th>detail</th><th>worst element</th></tr>"]
     for f in rows:
         out.append(f"<tr class='{h(f.get('severity'), 20)}'><td>{h(f.get('severity'), 20)}</td>"
                    f"<td class='mono'>{h(f.get('node'), 80)}</td><td>{h(f.get('op'), 40)}</td>"
                    f"<td>{h(f.get('cause'), 40)}</td><td class='mono'>"
-                   f"{h(', '.join(map(str, f.get('parameters') or [])), 200)}</td><td>{h(f.get('detail'), 600)}</td></tr>")
+                   f"{h(', '.join(map(str, f.get('parameters') or [])), 200)}</td><td>{h(f.get('detail'), 600)}</td>"
+                   f"<td>{h(_worst(f.get('worst_element')), 200)}</td></tr>")
     out.append("</table>")
     return "".join(out)
 
@@ -67,21 +96,43 @@ def _parameter_table(report: dict) -> str:
     rows = report.get("parameters") or []
     if not rows:
         return "<p>No parameters (no input has requires_grad).</p>"
-    out = ["<table class='parameters'><tr><th>parameter</th><th>shape</th><th>status</th>"
-           "<th>judged against</th><th>max abs err (verdict reference)</th><th>max abs err vs FD</th></tr>"]
-    for p in rows:
+    head = ("<table class='parameters'><tr><th>parameter</th><th>shape</th><th>status</th>"
+            "<th>judged against</th><th>max abs err (verdict reference)</th><th>max abs err vs FD</th>"
+            "<th>worst element</th></tr>")
+    out = [head]
+    # failing parameters first (in the report's order otherwise); past PARAMETER_ROWS, the rest collapsed
+    rows = sorted(rows, key=lambda p: not str(p.get("status", "")).startswith("FAIL"))
+    for k, p in enumerate(rows):
+        if k == PARAMETER_ROWS:
+            out.append(f"</table><details class='more'><summary>{len(rows) - k} more parameters</summary>{head}")
         sym = p.get("symbolic")
         err = sym.get("max_abs_error") if isinstance(sym, dict) else p.get("max_abs_error")
+        worst = {"index": p.get("worst_index"), "engine": p.get("engine_at_worst"),
+                 "reference": p.get("reference_at_worst")} if "engine_at_worst" in p else None
         out.append(f"<tr><td class='mono'>{h(p.get('name'), 80)}</td><td>{h(p.get('shape'), 60)}</td>"
                    f"<td>{h(p.get('status') or ('ok' if p.get('passed') else 'FAIL'), 40)}</td>"
-                   f"<td>{h(p.get('verdict_reference', ''), 40)}</td><td>{h(err, 40)}</td>"
-                   f"<td>{h(p.get('max_abs_error'), 40)}</td></tr>")
-    out.append("</table>")
+                   f"<td>{h(label(p.get('verdict_reference', '')), 40)}</td><td>{h(num(err), 40)}</td>"
+                   f"<td>{h(num(p.get('max_abs_error')), 40)}</td><td>{h(_worst(worst), 200)}</td></tr>")
+    out.append("</table></details>" if len(rows) > PARAMETER_ROWS else "</table>")
     return "".join(out)
 
 
-def _heatmap(p: dict) -> str:
-    """|engine - reference| per element, as a fraction of the element's tolerance."""
+@dataclass
+class _Errors:
+    """One parameter's error per element (or per direction), as a fraction of its tolerance."""
+    engine: np.ndarray
+    ref: np.ndarray
+    err: np.ndarray
+    ratio: np.ndarray
+    shape: list
+    what: str
+
+    @property
+    def worst(self) -> float:  # non-finite counts as the worst
+        return float(np.nanmax(np.where(np.isfinite(self.ratio), self.ratio, np.inf))) if self.ratio.size else 0.0
+
+
+def _errors(p: dict) -> _Errors | None:
     sym = p.get("symbolic")
     if p.get("fd_mode") == "projection":
         engine, ref, what = p.get("engine_projection") or [], p.get("reference") or [], "directional derivatives"
@@ -92,7 +143,7 @@ def _heatmap(p: dict) -> str:
         what, shape = "elements", list(p.get("shape") or [])
     n = min(len(engine), len(ref))
     if not n:
-        return ""
+        return None
     e, r = np.array([_finite(v) for v in engine[:n]]), np.array([_finite(v) for v in ref[:n]])
     tol = p.get("tolerance") or {}
     atol, rtol = _finite(tol.get("atol", 0.0)), _finite(tol.get("rtol", 0.0))
@@ -103,24 +154,77 @@ def _heatmap(p: dict) -> str:
         err = np.abs(e - r)
         ratio = np.where(np.isfinite(err) & np.isfinite(bound) & (bound > 0), err / bound, np.inf)
         ratio = np.where(e == r, 0.0, ratio)
+    return _Errors(e, r, err, ratio, shape, what)
+
+
+def _color(x: float) -> str:
+    return "#5b2a86" if not math.isfinite(x) else "#b00020" if x > 1 else \
+        f"hsl({int(120 - 70 * min(1.0, x))}, 60%, {int(85 - 25 * min(1.0, x))}%)"
+
+
+def _heatmap(p: dict, errors: _Errors | None = None) -> str:
+    """|engine - reference| per element, as a fraction of the element's tolerance; a parameter of more
+    than HEATMAP_MAX_CELLS elements in square blocks, each colored by its worst element."""
+    errors = errors or _errors(p)
+    if errors is None:
+        return ""
+    e, r, err, ratio, shape = errors.engine, errors.ref, errors.err, errors.ratio, errors.shape
+    n = len(ratio)
     cols = shape[-1] if len(shape) >= 2 else min(HEATMAP_COLUMNS, n)
     cols = max(1, min(cols, n))
     rows = -(-n // cols)
+    block = max(1, math.ceil(math.sqrt(rows * cols / HEATMAP_MAX_CELLS)))
+    while block > 1 and -(-rows // block) * -(-cols // block) > HEATMAP_MAX_CELLS:  # the last blocks are partial
+        block += 1
+    grid = np.full(rows * cols, -1.0)  # -1: no element (the last row's padding)
+    grid[:n] = np.where(np.isfinite(ratio), ratio, np.inf)
+    grid = grid.reshape(rows, cols)
     cells = []
-    for k in range(n):
-        i, j = divmod(k, cols)
-        x = ratio[k]
-        color = "#5b2a86" if not math.isfinite(x) else "#b00020" if x > 1 else \
-            f"hsl({int(120 - 70 * min(1.0, x))}, 60%, {int(85 - 25 * min(1.0, x))}%)"
-        idx = [int(i) for i in np.unravel_index(k, shape)] if shape and len(engine) == math.prod(shape) else [k]
-        cells.append(f"<rect class='cell' x='{j * CELL}' y='{i * CELL}' width='{CELL}' height='{CELL}' "
-                     f"fill='{color}'><title>{h(idx, 80)}: engine {h(e[k], 30)} vs {h(r[k], 30)}, "
-                     f"|error| {h(err[k], 30)} = {h(f'{x:.3g}', 20)} of the tolerance</title></rect>")
+    if block == 1:
+        for k in range(n):
+            i, j = divmod(k, cols)
+            x = ratio[k]
+            idx = [int(i) for i in np.unravel_index(k, shape)] if shape and len(e) == math.prod(shape) else [k]
+            cells.append(f"<rect class='cell' x='{j * CELL}' y='{i * CELL}' width='{CELL}' height='{CELL}' "
+                         f"fill='{_color(x)}'><title>{h(idx, 80)}: engine {h(num(e[k]), 30)} vs "
+                         f"{h(num(r[k]), 30)}, |error| {h(num(err[k]), 30)} = {h(num(x, 3), 20)} of the tolerance"
+                         "</title></rect>")
+        width, height = cols * CELL, rows * CELL
+    else:
+        br, bc = -(-rows // block), -(-cols // block)
+        padded = np.full((br * block, bc * block), -1.0)
+        padded[:rows, :cols] = grid
+        worst = padded.reshape(br, block, bc, block).max(axis=(1, 3))
+        for i in range(br):
+            for j in range(bc):
+                x = float(worst[i, j])
+                if x < 0:
+                    continue
+                cells.append(f"<rect class='cell' x='{j * CELL}' y='{i * CELL}' width='{CELL}' height='{CELL}' "
+                             f"fill='{_color(x)}'><title>rows {i * block}-{min(rows, (i + 1) * block) - 1}, "
+                             f"columns {j * block}-{min(cols, (j + 1) * block) - 1}: worst |error| "
+                             f"{h(num(x, 3), 20)} of the tolerance</title></rect>")
+        width, height = bc * CELL, br * CELL
     more = "" if len(p.get("gradient") or []) >= math.prod(shape or [1]) or p.get("fd_mode") == "projection" \
         else " (the first values listed in the report)"
-    return (f"<figure><figcaption class='mono'>{h(p.get('name'), 80)}: {n} {what}{more}; "
+    blocks = f"; {block}×{block} elements per cell, each the worst of its block" if block > 1 else ""
+    return (f"<figure><figcaption class='mono'>{h(p.get('name'), 80)}: {n} {errors.what}{more}{blocks}; "
             "green within tolerance, red beyond it, purple non-finite</figcaption>"
-            f"<svg class='heatmap' width='{cols * CELL}' height='{rows * CELL}'>{''.join(cells)}</svg></figure>")
+            f"<svg class='heatmap' width='{width}' height='{height}'>{''.join(cells)}</svg></figure>")
+
+
+def _heatmaps(report: dict) -> str:
+    """The heatmaps of the HEATMAP_MAX_PARAMETERS worst parameters (failing ones first), with a note of
+    how many were left out."""
+    rated = [(p, _errors(p)) for p in report.get("parameters") or []]
+    rated = [(p, e) for p, e in rated if e is not None]
+    rated.sort(key=lambda pe: (bool(pe[0].get("passed", pe[0].get("status") == "ok")), -pe[1].worst))
+    shown = "".join(_heatmap(p, e) for p, e in rated[:HEATMAP_MAX_PARAMETERS])
+    left = len(rated) - HEATMAP_MAX_PARAMETERS
+    if left > 0:
+        shown += (f"<p class='note'>{left} more parameters' heatmaps left out: the {HEATMAP_MAX_PARAMETERS} "
+                  "worst are shown (the parameter table lists every one).</p>")
+    return shown
 
 
 MEMORY_FIGURES = ("training_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "data_bytes", "parameters_bytes",
@@ -216,19 +320,72 @@ def _timeline(timelines: dict) -> str:
             f"<svg class='timeline' width='{width}' height='{height}'>{axis}{''.join(lines)}</svg>")
 
 
+def _verdict(item: RunItem) -> str:
+    return str(item.report.get("verdict", "")) if item.report is not None else "invalid"
+
+
+def _badge(verdict: str) -> str:
+    return f"<span class='badge verdict-{h(verdict, 10)}'>{h(verdict.upper(), 10)}</span>"
+
+
+def _faults(report: dict) -> str:
+    """The injected faults, as the text report says them: what was changed, and which backward read it."""
+    rows = report.get("faults") or []
+    return "".join(f"<p class='fault'>fault <span class='mono'>{h(f.get('fault'), 120)}</span> "
+                   f"({h(num(f.get('before')), 30)} → {h(num(f.get('after')), 30)}), read in the backward of: "
+                   f"<span class='mono'>{h(', '.join(map(str, f.get('read_by') or [])) or 'no node', 300)}</span></p>"
+                   for f in rows)
+
+
+def _custom_ops(report: dict) -> str:
+    """Each expr node's formula and whether its hand-written derivative is right."""
+    rows = report.get("custom_ops") or []
+    if not rows:
+        return ""
+    out = ["<h3>Custom ops (expr)</h3><table class='custom-ops'><tr><th>node</th><th>formula</th>"
+           "<th>user derivative</th><th>detail</th></tr>"]
+    for c in rows:
+        ok = c.get("user_grad_matches")
+        verdict = "none given" if not c.get("user_grad") else "matches SymPy's" if ok else "WRONG"
+        out.append(f"<tr><td class='mono'>{h(c.get('node'), 80)}</td><td class='mono'>{h(c.get('formula'), 300)}"
+                   f"</td><td>{h(verdict, 20)}</td><td>{h(c.get('detail'), 400)}</td></tr>")
+    return "".join(out) + "</table>"
+
+
+def _index(items: list[RunItem], order: list[int]) -> str:
+    """What the page holds, failures first: verdict, a jump link, what failed and where."""
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[_verdict(item)] = counts.get(_verdict(item), 0) + 1
+    summary = ", ".join(f"{n} {v}" for v, n in sorted(counts.items(), key=lambda vn: vn[0] not in FAILED))
+    rows = []
+    for k in order:
+        item = items[k]
+        report = item.report or {}
+        failing = [str(p.get("name")) for p in report.get("parameters") or []
+                   if str(p.get("status", "")).startswith("FAIL")]
+        errors = [f for f in report.get("findings") or [] if f.get("severity") == "error"]
+        where = f"{errors[0].get('cause')} at node {errors[0].get('node')}" if errors else item.error
+        rows.append(f"<tr><td>{_badge(_verdict(item))}</td><td class='mono'><a href='#item-{k}'>"
+                    f"{h(item.label, 200)}</a></td><td class='mono'>{h(', '.join(failing), 200)}</td>"
+                    f"<td>{h(where, 300)}</td></tr>")
+    return (f"<nav class='index'><p><strong>{len(items)} graph{'s' if len(items) != 1 else ''}: "
+            f"{h(summary, 200)}</strong></p><table><tr><th>verdict</th><th>graph</th><th>failing parameters</th>"
+            f"<th>first error</th></tr>{''.join(rows)}</table></nav>")
+
+
 def build_html(items: list[RunItem], *, title: str = "gradcheck report", integrity: str = "check",
                layout: str = "auto") -> str:
-    sections, graphs = [], []
+    sections, graphs = {}, []
     for k, item in enumerate(items):
         report = item.report
-        head = f"<h2 class='mono'>{h(item.label, 200)}</h2>"
         if report is None:
-            sections.append(f"<section>{head}<p class='verdict-fail'>{h(item.error, 600)}</p></section>")
+            sections[k] = f"<p class='verdict-fail'>{h(item.error, 600)}</p>"
             continue
         verdict = str(report.get("verdict", ""))
-        body = [head, f"<p class='verdict-{h(verdict, 10)}'><strong>{h(verdict.upper(), 10)}</strong> "
-                f"(loss {h(report.get('loss'), 40)}, {h(report.get('dtype'), 20)}, {h(report.get('device'), 20)})"
-                "</p>"]
+        body = [f"<p class='verdict-{h(verdict, 10)}'><strong>{h(verdict.upper(), 10)}</strong> "
+                f"(loss {h(num(report.get('loss')), 40)}, {h(report.get('dtype'), 20)}, "
+                f"{h(report.get('device'), 20)})</p>", _faults(report), _custom_ops(report)]
         if item.graph is not None:
             view = build_view(item.graph, report, integrity=integrity, layout=layout)
             host = f"graph-{k}"
@@ -244,7 +401,7 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
             body.append(f"<h3>Graph</h3><p class='legend'>{h(item.no_graph, 200)}</p>")
         body.append("<h3>Findings</h3>" + _findings_table(report))
         body.append("<h3>Parameters</h3>" + _parameter_table(report))
-        heat = "".join(_heatmap(p) for p in report.get("parameters") or [])
+        heat = _heatmaps(report)
         if heat:
             body.append("<h3>Error per element</h3>" + heat)
         # each step's most bytes held (peak_bytes; reports before it had live_bytes only)
@@ -252,13 +409,18 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
             t.get("run", ""): list(zip(t.get("steps") or [], t.get("peak_bytes") or t.get("live_bytes") or []))
             for t in report.get("memory_timelines") or []}
         body.append("<h3>Memory</h3>" + _memory(report, timelines))
-        sections.append("<section>" + "".join(body) + "</section>")
+        sections[k] = "".join(body)
+    # failures first, each open; passing graphs collapsed below them
+    order = sorted(range(len(items)), key=lambda k: _verdict(items[k]) not in FAILED)
+    page = [f"<details id='item-{k}' class='item'{' open' if _verdict(items[k]) in FAILED else ''}>"
+            f"<summary><h2 class='mono'>{_badge(_verdict(items[k]))} {h(items[k].label, 200)}</h2></summary>"
+            f"<section>{sections[k]}</section></details>" for k in order]
     needs_dagre = any(g["view"]["layout"] == "dagre" for g in graphs)
     scripts = (f"<script>{_asset('vendor/dagre.min.js')}</script>" if needs_dagre else "") + \
         f"<script>{_asset('report_page/page.js')}</script>"
     return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'>"
             "<link rel='icon' href='data:,'>"
             f"<title>{h(title, 200)}</title><style>{_asset('report_page/page.css')}</style></head><body>"
-            f"<h1>{h(title, 200)}</h1>{''.join(sections)}<div id='gradcheck-tip' hidden></div>"
+            f"<h1>{h(title, 200)}</h1>{_index(items, order)}{''.join(page)}<div id='gradcheck-tip' hidden></div>"
             f"<script type='application/json' id='gradcheck-data'>{script_json({'graphs': graphs})}</script>"
             f"{scripts}</body></html>")

@@ -87,6 +87,19 @@
       g.addEventListener("mouseleave", function () { tip.hidden = true; });
     });
     host.setAttribute("data-drawn", view.layout);
+    focus(host, view, pad);
+    var details = host.closest("details");  // a collapsed graph has no size yet: focus when opened
+    if (details) { details.addEventListener("toggle", function () { focus(host, view, pad); }); }
+  }
+
+  // Long graphs are far wider or taller than their box (chain_256: its first node ~21,900 px to the
+  // right): scroll the box to the faulty node, else the loss, so the first screen shows what matters.
+  function focus(host, view, pad) {
+    var n = view.nodes.filter(function (m) { return m.faulty; })[0] ||
+            view.nodes.filter(function (m) { return m.output; })[0];
+    if (!n || !host.clientWidth) { return; }
+    host.scrollLeft = Math.max(0, n.x + pad - host.clientWidth / 2);
+    host.scrollTop = Math.max(0, n.y + pad - host.clientHeight / 2);
   }
 
   data.graphs.forEach(function (item) { if (item.view) { draw(item); } });
