@@ -30,6 +30,7 @@ from .diagnosis.context import Context
 from .diagnosis.diagnose import diagnose
 from .engine_run import EngineRun, run_engine
 from .fd_check import fd_check
+from .joint_check import joint_screen, usable
 from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions
 from .report import ParameterResult, Report
@@ -84,8 +85,13 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
     phase("finite differences")
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
+    joint = [p for p in graph.parameters if fd.mode_for(p) == "joint"]
+    screen = joint_screen(fd, engine.gradients, joint, tol) if usable(fd, engine.gradients, joint) else None
     results = []
     for name in graph.parameters:
+        if screen is not None and name in joint and name not in screen.flagged:
+            results.append(_joint_row(name, engine.gradients[name], screen, symbolic, tol))
+            continue
         ref = fd.gradient(name)
         g = engine.gradients[name]
         engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
@@ -112,7 +118,8 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
             passed=sym_cmp.passed if sym_cmp is not None else cmp.passed,
             evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
             fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
-            fd_undecidable=check.undecidable))
+            fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined),
+            checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
     t_fd = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -147,6 +154,28 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
         symbolic=symbolic, custom_ops=custom)
 
 
+def _joint_row(name: str, g: np.ndarray, screen, symbolic, tol: Tolerance) -> ParameterResult:
+    """A parameter the joint screen cleared: its row shows the whole graph's directional derivatives
+    (`reference` FD, `engine_projection` the engine's sum), the same for every such parameter."""
+    cmp = screen.comparison  # the whole's; where it failed, the bisection cleared this parameter's half
+    sym = sym_cmp = fd_sym = None
+    if symbolic.ran:
+        sym = symbolic.gradients[name]
+        sym_cmp = compare(g, sym, tol)
+        if screen.sym_of_fd is None:  # the exact directional derivatives, once
+            screen.sym_of_fd = sum(screen.directions.blocks[p] @ symbolic.gradients[p].reshape(-1)
+                                   for p in screen.params)
+        fd_sym = compare(screen.reference, screen.sym_of_fd, FD_VS_SYMBOLIC, screen.error)
+    return ParameterResult(
+        name=name, shape=tuple(g.shape), mode="joint", gradient=g, reference=screen.reference,
+        engine_projection=screen.engine, directions=screen.directions.blocks[name],
+        max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error, worst_index=cmp.worst_index,
+        engine_at_worst=cmp.engine_at_worst, reference_at_worst=cmp.reference_at_worst, atol=tol.atol,
+        rtol=tol.rtol, passed=sym_cmp.passed if sym_cmp is not None else True,
+        evaluations=screen.evaluations, fd_passed=True, symbolic=sym, symbolic_comparison=sym_cmp,
+        fd_vs_symbolic=fd_sym, fd_error=screen.error, fd_refined=screen.refined, checked_by="joint")
+
+
 def _wrong_user_derivatives(custom, findings, program) -> list:
     """A user derivative that disagrees with SymPy's is a rule_error at its node, whether or
     not the gradient check happened to localize it (e.g. a parameter-free branch)."""
@@ -162,21 +191,29 @@ def _wrong_user_derivatives(custom, findings, program) -> list:
 
 def undecidable_findings(results, program) -> list:
     """One warning per parameter with values finite differences could not decide: no step gave an
-    estimate whose error is within the tolerance (or a small fraction of the value)."""
+    estimate whose error is within the tolerance (or a small fraction of the value), or -- once
+    fd_check.REFINE_MAX values were refined -- the rest were never refined (say which, and how many)."""
     out = []
     for r in results:
         if not len(r.fd_undecidable):
             continue
         flat = r.reference.reshape(-1)
         first = int(r.fd_undecidable[0])
+        tried = len(r.fd_undecidable) - r.fd_unrefined
+        why = []
+        if tried:
+            why.append(f"{tried} with no trustworthy estimate at any step tried")
+        if r.fd_unrefined:
+            why.append(f"{r.fd_unrefined} still off on the first pass (its error estimate covers rounding only) "
+                       f"after {len(r.fd_refined)} values were refined, the most one check refines")
         label = ["direction", first] if r.mode == "projection" else \
             [int(i) for i in np.unravel_index(first, r.shape)] if r.shape else []
         engine = (r.engine_projection if r.mode == "projection" else r.gradient).reshape(-1)[first]
         what = "directional derivatives" if r.mode == "projection" else "elements"
         out.append(Finding(
             node=r.name, op="input", cause="fd_undecidable", severity="warning",
-            detail=f"finite differences cannot decide {len(r.fd_undecidable)} of its {what}, first {label}: the "
-                   f"best estimate {flat[first]:.8g} has error bound {float(r.fd_error.reshape(-1)[first]):.3g} at "
-                   f"every step tried (engine {engine:.8g}); not counted as a mismatch",
+            detail=f"finite differences cannot decide {len(r.fd_undecidable)} of its {what} ({'; '.join(why)}), "
+                   f"first {label}: the estimate {flat[first]:.8g} has error bound "
+                   f"{float(r.fd_error.reshape(-1)[first]):.3g} (engine {engine:.8g}); not counted as a mismatch",
             parameters=[r.name], worst=WorstElement(tuple(label), float(engine), float(flat[first]))))
     return out
