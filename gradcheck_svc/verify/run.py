@@ -27,7 +27,7 @@ from ..oracles.symbolic import symbolic_gradients
 from .compare import Tolerance, compare
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
-from .diagnosis.diagnose import diagnose
+from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
 from .fd_check import fd_check
 from .joint_check import joint_screen, usable
@@ -140,6 +140,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
     findings = engine.findings + diagnose(Context(graph, options, dtype, engine, results, fd, tol))
     findings += undecidable_findings(results, engine.program)
     findings += _wrong_user_derivatives(custom, findings, engine.program)
+    findings += unexplained_mismatches(results, findings, options.localize)
     t_diag = time.perf_counter() - t0
     verdict = settle(results, findings)  # each row's status and the verdict, from the same facts
     timings = {"engine_s": engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
@@ -189,6 +190,28 @@ def _wrong_user_derivatives(custom, findings, program) -> list:
     return out
 
 
+def unexplained_mismatches(results, findings, localized: bool) -> list:
+    """An error finding at each parameter whose comparison failed while no finding names it (as an
+    error, or as the explanation): the verdict's FAIL then always says where."""
+    named = {p for f in findings if f.severity == "error" or (f.cause, f.severity) in EXPLAINING
+             for p in f.parameters}
+    why = "no single node explains it" if localized else "localization is off"
+    out = []
+    for r in results:
+        if r.passed or r.name in named:
+            continue
+        c = r.verdict_comparison
+        against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
+        where = list(c.worst_index) if r.mode != "projection" and r.mode != "joint" else ["direction", *c.worst_index]
+        out.append(Finding(
+            node=r.name, op="input", cause="gradient_mismatch", severity="error",
+            detail=f"its gradient disagrees with {against} (worst {where}: engine {c.engine_at_worst:.8g}, "
+                   f"reference {c.reference_at_worst:.8g}; tolerance atol {r.atol:g}, rtol {r.rtol:g}) and {why}",
+            parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
+                                                     float(c.reference_at_worst))))
+    return out
+
+
 def undecidable_findings(results, program) -> list:
     """One warning per parameter with values finite differences could not decide: no step gave an
     estimate whose error is within the tolerance (or a small fraction of the value), or -- once
@@ -213,7 +236,8 @@ def undecidable_findings(results, program) -> list:
         out.append(Finding(
             node=r.name, op="input", cause="fd_undecidable", severity="warning",
             detail=f"finite differences cannot decide {len(r.fd_undecidable)} of its {what} ({'; '.join(why)}), "
-                   f"first {label}: the estimate {flat[first]:.8g} has error bound "
-                   f"{float(r.fd_error.reshape(-1)[first]):.3g} (engine {engine:.8g}); not counted as a mismatch",
+                   f"first {label}: the {'first-pass ' if first not in set(r.fd_refined) else ''}estimate "
+                   f"{flat[first]:.8g} (error bound {float(r.fd_error.reshape(-1)[first]):.3g}, engine {engine:.8g}); "
+                   "not counted as a mismatch",
             parameters=[r.name], worst=WorstElement(tuple(label), float(engine), float(flat[first]))))
     return out
