@@ -25,6 +25,7 @@ from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import Tolerance, compare
+from . import recompute_check
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
@@ -137,7 +138,8 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
         warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
     t0 = time.perf_counter()
     phase("diagnosis")
-    findings = engine.findings + diagnose(Context(graph, options, dtype, engine, results, fd, tol))
+    prior = recompute_check.attribute(engine.findings, results)
+    findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
     findings += undecidable_findings(results, engine.program)
     findings += _wrong_user_derivatives(custom, findings, engine.program)
     findings += unexplained_mismatches(results, findings, options.localize)
