@@ -106,7 +106,7 @@ def test_one_percent_error_in_one_of_512_tensors_is_found_and_localized(chain_do
     assert [(f.node, f.cause, f.parameters) for f in errors] == [(f"{target}_bug", "rule_error", [target])]
 
 
-def test_fd_joint_option_through_the_cli(tmp_path):
+def test_fd_joint_option_through_the_cli():
     p = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(EXAMPLES / "mlp_cross_entropy.json"),
                         "--fd", "joint", "--format", "json"], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
