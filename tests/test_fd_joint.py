@@ -43,6 +43,8 @@ def test_chain_256_is_screened_jointly_and_passes(chain_doc):
     # a joint row shows the whole graph's 16 directional derivatives: FD against the engine's sum
     assert len(row["reference"]) == len(row["engine_projection"]) == 16
     assert np.allclose(row["reference"], row["engine_projection"], rtol=1e-6, atol=1e-7)
+    assert (f"finite differences: {len(by['joint'])} parameters screened jointly (16 directions spanning them all), "
+            f"0 flagged and checked on their own; {len(by['full'])} full") in report.to_text()
 
 
 def test_joint_differences_are_the_sum_of_each_blocks_projection():
@@ -102,6 +104,8 @@ def test_one_percent_error_in_one_of_512_tensors_is_found_and_localized(chain_do
     assert failing == [target]
     row = next(p for p in report.parameters if p.name == target)
     assert row.checked_by in ("joint, then full", "full")
+    if row.checked_by != "full":
+        assert "1 flagged and checked on their own" in report.to_text()
     errors = [f for f in report.findings if f.severity == "error"]
     assert [(f.node, f.cause, f.parameters) for f in errors] == [(f"{target}_bug", "rule_error", [target])]
 

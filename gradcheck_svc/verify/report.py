@@ -216,6 +216,17 @@ class Report:
         for c in self.custom_ops:
             mark = {True: "ok  ", False: "FAIL", None: "??  "}[c.user_grad_matches]
             lines.append(f"  {mark} custom op node '{c.node}' ({c.formula}): {c.detail}")
+        by = {}
+        for p in self.parameters:
+            by.setdefault(p.checked_by or p.mode, []).append(p.name)
+        if any(k.startswith("joint") for k in by):
+            cleared = next((p for p in self.parameters if p.mode == "joint"), None)  # its reference: the k values
+            screened = sum(len(v) for k, v in by.items() if k.startswith("joint"))
+            flagged = sum(len(v) for k, v in by.items() if k.startswith("joint, then"))
+            rest = ", ".join(f"{len(v)} {k}" for k, v in by.items() if not k.startswith("joint"))
+            how = f" ({len(cleared.reference)} directions spanning them all)" if cleared is not None else ""
+            lines.append(f"  finite differences: {screened} parameters screened jointly{how}, {flagged} flagged and "
+                         "checked on their own" + (f"; {rest}" if rest else ""))
         if self.parameters:
             lines += ["  " + line for line in parameter_table(self.parameters, TEXT_ROWS)]
         else:
