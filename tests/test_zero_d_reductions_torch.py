@@ -1,0 +1,41 @@
+"""A 0-d tensor reduced over dim 0 or -1: PyTorch accepts it (the value itself, keepdim or not) where
+NumPy refuses the axis; the registry's reductions follow PyTorch, checked against torch autograd."""
+import numpy as np
+import pytest
+import torch
+
+from gradcheck_svc.errors import GraphError
+from gradcheck_svc.graph import load_graph
+from gradcheck_svc.graph.build import GraphBuilder
+from gradcheck_svc.verify import verify
+
+TORCH = {"sum": torch.sum, "mean": torch.mean, "max": torch.amax, "min": torch.amin}
+
+
+def _graph(op, axis, keepdims, x=1.7):
+    b = GraphBuilder("zero_d")
+    y = b.node(op, b.input("x", np.array(x), requires_grad=True), axis=axis, keepdims=keepdims, name="r")
+    b.output(b.node("mul", y, b.input("w", np.array(3.0)), name="L"))
+    return load_graph(b.build())
+
+
+@pytest.mark.parametrize("keepdims", [False, True])
+@pytest.mark.parametrize("axis", [0, -1, [0], [-1]], ids=str)
+@pytest.mark.parametrize("op", sorted(TORCH))
+def test_reducing_a_0d_tensor_over_dim_0_or_minus_1_matches_torch(op, axis, keepdims):
+    report = verify(_graph(op, axis, keepdims))
+    t = torch.tensor(1.7, dtype=torch.float64, requires_grad=True)
+    out = TORCH[op](t, dim=axis if isinstance(axis, int) else axis[0], keepdim=keepdims) * 3.0
+    out.backward()
+    assert out.shape == torch.Size([])
+    assert report.verdict == "pass" and not report.findings
+    assert report.loss == pytest.approx(float(out.detach()), abs=1e-15)
+    (row,) = report.parameters
+    assert row.shape == () and float(row.gradient) == pytest.approx(float(t.grad), abs=1e-15)
+
+
+@pytest.mark.parametrize("axis", [1, -2, [0, -1]], ids=str)
+def test_other_axes_of_a_0d_tensor_are_still_refused(axis):
+    with pytest.raises(GraphError) as e:
+        _graph("sum", axis, False)
+    assert e.value.node == "r"
