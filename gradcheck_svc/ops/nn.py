@@ -90,17 +90,32 @@ register(OpDef(
 
 def _infer_ce(node, specs, attrs):
     logits, labels = specs[0].shape, specs[1].shape
+    if len(logits) >= 3 and labels == logits[:1] + logits[2:]:
+        # K-dimensional (PyTorch): logits [N, C, d1..dk], labels [N, d1..dk]; the mean is over them all
+        return Spec((), FLOAT), {"reduction": attrs["reduction"], "n": int(np.prod(labels)), "rank": len(logits)}
     if len(logits) not in (1, 2) or labels != logits[:-1]:
         raise GraphError(
-            f"cross_entropy expects logits [N, C] with labels [N] (or [C] with a scalar label), "
-            f"got {list(logits)} and {list(labels)}", node=node)
+            f"cross_entropy expects logits [N, C] with labels [N] (or [C] with a scalar label, or "
+            f"[N, C, d1, ...] with labels [N, d1, ...]), got {list(logits)} and {list(labels)}", node=node)
     n = logits[0] if len(logits) == 2 else 1
     return Spec((), FLOAT), {"reduction": attrs["reduction"], "n": n, "rank": len(logits)}
+
+
+def _class_last(xp, logits, rank):
+    """K-dimensional logits with their class axis (1 of rank; negative, as leading batch axes may
+    come first) moved last."""
+    return xp.moveaxis(logits, 1 - rank, -1)
 
 
 def _ce(xp, logits, labels, reduction, n, rank):
     # -log_softmax(logits)[label] = logsumexp(logits) - logits[label], without forming
     # the whole log_softmax; the indexing also serves logits with leading batch axes
+    if rank >= 3:
+        last = _class_last(xp, logits, rank)
+        index = xp.broadcast_to(labels[..., None], last.shape[:-1] + (1,))
+        picked = _logsumexp(xp, last, -1, keepdims=False) - xp.take_along_axis(last, index, -1)[..., 0]
+        total = xp.sum(picked, axis=tuple(range(1 - rank, 0)))
+        return total / n if reduction == "mean" else total
     lse = _logsumexp(xp, logits, -1, keepdims=False)
     rows = (xp.arange(logits.shape[-2]),) if rank == 2 else ()
     picked = lse - logits[(Ellipsis,) + rows + (labels,)]
@@ -110,6 +125,13 @@ def _ce(xp, logits, labels, reduction, n, rank):
 
 def _ce_vjp(xp, g, s, reduction, n, rank):
     logits, labels = s
+    if rank >= 3:
+        last = _class_last(xp, logits, rank)
+        p = _softmax(xp, last, -1)
+        onehot = (xp.arange(last.shape[-1]) == labels[..., None]).astype(p.dtype)
+        g = xp.asarray(g / n if reduction == "mean" else g)
+        scale = xp.reshape(g, g.shape + (1,) * rank)
+        return (xp.moveaxis(scale * (p - onehot), -1, 1 - rank), None)
     p = _softmax(xp, logits, -1)
     onehot = (xp.arange(logits.shape[-1]) == labels[..., None]).astype(p.dtype)
     scale = g / n if reduction == "mean" else g
@@ -119,13 +141,16 @@ def _ce_vjp(xp, g, s, reduction, n, rank):
 def _ce_cases(rng):
     return [Case([REALS.sample(rng, (4, 3)), rng.integers(0, 3, size=4)], {"reduction": "mean"}),
             Case([REALS.sample(rng, (2, 5)), rng.integers(0, 5, size=2)], {"reduction": "sum"}),
-            Case([REALS.sample(rng, (3,)), np.array(2)], {})]
+            Case([REALS.sample(rng, (3,)), np.array(2)], {}),
+            Case([REALS.sample(rng, (2, 3, 4)), rng.integers(0, 3, size=(2, 4))], {"reduction": "mean"}),
+            Case([REALS.sample(rng, (2, 3, 2, 2)), rng.integers(0, 3, size=(2, 2, 2))], {"reduction": "sum"})]
 
 
 register(OpDef(
     name="cross_entropy", forward=_ce, vjp=_ce_vjp, infer=_infer_ce, arity=2, input_kinds=(FLOAT, INT),
     attrs={"reduction": Attr("str", "mean", ("mean", "sum"))}, save=save_inputs, cases=_ce_cases,
-    doc="softmax cross-entropy of logits [N, C] against int64 class labels [N]"))
+    doc="softmax cross-entropy of logits [N, C] against int64 class labels [N] (or [N, C, d1, ...] against "
+        "[N, d1, ...], the mean over all of them)"))
 
 
 def _infer_mse(node, specs, attrs):
