@@ -39,3 +39,35 @@ def test_other_axes_of_a_0d_tensor_are_still_refused(axis):
     with pytest.raises(GraphError) as e:
         _graph("sum", axis, False)
     assert e.value.node == "r"
+
+
+AXIS_OPS = {"softmax": lambda t, d, k: torch.softmax(t, d), "log_softmax": lambda t, d, k: torch.log_softmax(t, d),
+            "logsumexp": lambda t, d, k: torch.logsumexp(t, d, keepdim=k)}
+
+
+AXIS_CASES = [(op, axis, False) for op in sorted(AXIS_OPS) for axis in (0, -1)] + \
+    [("logsumexp", axis, True) for axis in (0, -1)]  # (softmax and log_softmax have no keepdims)
+
+
+@pytest.mark.parametrize("op, axis, keepdims", AXIS_CASES)
+def test_softmax_family_on_a_0d_tensor_matches_torch(op, axis, keepdims):
+    b = GraphBuilder("zero_d_softmax")
+    attrs = {"axis": axis, **({"keepdims": keepdims} if op == "logsumexp" else {})}
+    y = b.node(op, b.input("x", np.array(0.8), requires_grad=True), name="r", **attrs)
+    b.output(b.node("mul", y, b.input("w", np.array(3.0)), name="L"))
+    report = verify(load_graph(b.build()))
+    t = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    out = AXIS_OPS[op](t, axis, keepdims) * 3.0
+    out.backward()
+    assert out.shape == torch.Size([])
+    assert report.verdict == "pass" and not report.findings
+    assert report.loss == pytest.approx(float(out.detach()), abs=1e-15)
+    assert float(report.parameters[0].gradient) == pytest.approx(float(t.grad), abs=1e-15)
+
+
+def test_softmax_of_a_0d_tensor_over_another_axis_is_refused():
+    b = GraphBuilder("zero_d_bad")
+    b.output(b.node("softmax", b.input("x", np.array(0.8), requires_grad=True), axis=1, name="r"))
+    with pytest.raises(GraphError) as e:
+        load_graph(b.build())
+    assert e.value.node == "r" and "0-d" in str(e.value)
