@@ -38,7 +38,7 @@ def test_every_slice_rule_equals_the_dense_batched_forward(op):
         step = program.by_name["y"]
         for k, name in enumerate(step.inputs):
             x = np.asarray(base[name])
-            if x.dtype.kind != "f" or x.ndim == 0:
+            if x.dtype.kind != "f" or x.ndim == 0 or x.size == 0:  # (an empty value has no element to change)
                 continue
             for axis in range(-x.ndim, 0):
                 index = rng.integers(0, x.size, size=5)

@@ -196,22 +196,30 @@ register(OpDef(
 
 
 def _infer_concat(node, specs, attrs):
-    first = specs[0].shape
+    # NOTE PyTorch's legacy rule: a 1-D empty input (shape [0]) is skipped, whatever the others' rank
+    legacy = tuple(i for i, s in enumerate(specs) if tuple(s.shape) == (0,))
+    kept = [s for i, s in enumerate(specs) if i not in legacy]
+    if not kept or all(len(s.shape) == 1 for s in kept):  # all 1-D: an ordinary concatenation
+        legacy, kept = (), list(specs)
+    first = kept[0].shape
     r = len(first)
     if r == 0:
         raise GraphError("concat inputs must have at least 1 dimension", node=node)
     axis = norm_axis(node, attrs["axis"], r)
-    for s in specs[1:]:
+    for s in kept[1:]:
         if len(s.shape) != r or any(a != b for i, (a, b) in enumerate(zip(s.shape, first)) if i - r != axis):
             raise GraphError(
                 f"concat inputs differ outside axis {axis + r}: {list(first)} vs {list(s.shape)}", node=node
             )
     out = list(first)
-    out[axis] = sum(s.shape[axis] for s in specs)
-    return Spec(tuple(out), FLOAT), {"axis": axis, "sizes": tuple(s.shape[axis] for s in specs), "rank": r}
+    out[axis] = sum(s.shape[axis] for s in kept)
+    # sizes: per input along the axis, 0 for a skipped one (it contributes nothing)
+    sizes = tuple(0 if i in legacy else s.shape[axis] for i, s in enumerate(specs))
+    return Spec(tuple(out), FLOAT), {"axis": axis, "sizes": sizes, "rank": r, "legacy": legacy}
 
 
-def _concat(xp, *xs, axis, sizes, rank):
+def _concat(xp, *xs, axis, sizes, rank, legacy=()):
+    xs = [x for i, x in enumerate(xs) if i not in legacy]
     lead = max(x.ndim - rank for x in xs)
     if lead:
         lead_shape = np.broadcast_shapes(*[x.shape[: x.ndim - rank] for x in xs])
@@ -219,15 +227,16 @@ def _concat(xp, *xs, axis, sizes, rank):
     return xp.concatenate(xs, axis=axis)
 
 
-def _concat_vjp(xp, g, s, axis, sizes, rank):
-    bounds = np.cumsum(sizes)[:-1].tolist()
-    return tuple(xp.split(g, bounds, axis=axis))
+def _concat_vjp(xp, g, s, axis, sizes, rank, legacy=()):
+    kept = [n for i, n in enumerate(sizes) if i not in legacy]
+    parts = iter(xp.split(g, np.cumsum(kept)[:-1].tolist(), axis=axis))
+    return tuple(xp.zeros((0,), dtype=g.dtype) if i in legacy else next(parts) for i in range(len(sizes)))
 
 
 def _concat_sliced(xp, op, xs, base_out, attrs):
     """A change along the concatenation axis stays one slice, shifted past the inputs before it."""
     changed = [i for i, x in enumerate(xs) if isinstance(x, Sliced)]
-    if len(changed) != 1 or xs[changed[0]].axis != attrs["axis"]:
+    if len(changed) != 1 or xs[changed[0]].axis != attrs["axis"] or changed[0] in attrs.get("legacy", ()):
         return None
     x = xs[changed[0]]
     return Sliced(base_out, x.axis, x.index + sum(attrs["sizes"][:changed[0]]), x.values)
@@ -238,7 +247,7 @@ register(OpDef(
     input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing, sliced=_concat_sliced,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3)), REALS.sample(rng, (1, 3))], {"axis": 0}),
                        Case([REALS.sample(rng, (2, 1)), REALS.sample(rng, (2, 2)), REALS.sample(rng, (2, 3))],
-                            {"axis": -1})],
+                            {"axis": -1})],  # (the legacy empty input: tests/test_concat_legacy_empty_torch.py)
     doc="concatenate along an existing axis (numpy.concatenate)"))
 
 # --- slice -------------------------------------------------------------------------
