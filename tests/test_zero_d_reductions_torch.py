@@ -71,3 +71,47 @@ def test_softmax_of_a_0d_tensor_over_another_axis_is_refused():
     with pytest.raises(GraphError) as e:
         load_graph(b.build())
     assert e.value.node == "r" and "0-d" in str(e.value)
+
+
+INDEXING = [("take", np.array([0]), lambda t, i: torch.index_select(t, 0, i)),
+            ("take", np.array(-1), lambda t, i: torch.index_select(t, -1, i)),
+            ("take_along_axis", np.array(0), lambda t, i: torch.gather(t, 0, i))]
+
+
+@pytest.mark.parametrize("op, index, theirs", INDEXING, ids=lambda v: v if isinstance(v, str) else None)
+def test_indexing_a_0d_tensor_matches_torch(op, index, theirs):
+    axis = -1 if index.ndim == 0 and index == -1 else 0
+    b = GraphBuilder("zero_d_index")
+    y = b.node(op, b.input("x", np.array(0.8), requires_grad=True), b.input("i", index, dtype="int64"),
+               axis=axis, name="r")
+    b.output(b.node("mul", y, b.input("w", np.array(3.0)), name="L"))
+    report = verify(load_graph(b.build()))
+    t = torch.tensor(0.8, dtype=torch.float64, requires_grad=True)
+    out = theirs(t, torch.tensor(0 if index.ndim == 0 and op == "take" else index)) * 3.0
+    out.backward()
+    assert out.shape == torch.Size([])
+    assert report.verdict == "pass" and not report.findings
+    assert report.loss == pytest.approx(float(out.detach()), abs=1e-15)
+    assert float(report.parameters[0].gradient) == pytest.approx(float(t.grad), abs=1e-15)
+
+
+@pytest.mark.parametrize("op, index, axis", [("take", np.array([0, 0]), 0), ("take", np.array([0]), 1),
+                                             ("take_along_axis", np.array([0]), 0)])
+def test_indexing_a_0d_tensor_otherwise_is_refused(op, index, axis):
+    b = GraphBuilder("zero_d_index_bad")
+    y = b.node(op, b.input("x", np.array(0.8), requires_grad=True), b.input("i", index, dtype="int64"),
+               axis=axis, name="r")
+    b.output(b.node("sum", y, name="L"))
+    with pytest.raises(GraphError) as e:
+        load_graph(b.build())
+    assert e.value.node == "r"
+
+
+def test_an_index_other_than_0_or_minus_1_of_a_0d_tensor_is_a_user_error():
+    b = GraphBuilder("zero_d_index_value")
+    y = b.node("take", b.input("x", np.array(0.8), requires_grad=True), b.input("i", np.array([3]), dtype="int64"),
+               axis=0, name="r")
+    b.output(b.node("sum", y, name="L"))
+    with pytest.raises(GraphError) as e:
+        verify(load_graph(b.build()))
+    assert e.value.node == "r" and "index 3 is out of range for a 0-d input" in str(e.value)

@@ -294,10 +294,28 @@ register(OpDef(
 # --- take / take_along_axis (int64 indices) ---------------------------------------
 
 
+def _zero_d_index(node, what, attrs, idx_shape, allowed):
+    """A 0-d input indexed along dim 0 or -1 (PyTorch: index_select takes one index, gather a 0-d one,
+    the result is the value itself): the attrs that say so (axis None), or a one-line refusal."""
+    if attrs["axis"] not in (0, -1) or isinstance(attrs["axis"], bool) or tuple(idx_shape) not in allowed:
+        raise GraphError(f"{what}: a 0-d input takes axis 0 or -1 and a single index (shape "
+                         f"{' or '.join(str(list(a)) for a in allowed)}), got axis {attrs['axis']!r} and indices "
+                         f"{list(idx_shape)}", node=node)
+    return {"axis": None, "in_shape": ()}
+
+
+def _zero_d_pick(xp, x, idx):
+    """x itself, after checking that every index is 0 or -1 (the only position of a 0-d input)."""
+    bad = [int(i) for i in xp.asarray(idx).reshape(-1).tolist() if int(i) not in (0, -1)]
+    if bad:
+        raise IndexError(f"index {bad[0]} is out of range for a 0-d input")
+    return x.copy()
+
+
 def _infer_take(node, specs, attrs):
     src, idx = specs[0].shape, specs[1].shape
-    if not src:
-        raise GraphError("take: input must have at least 1 dimension", node=node)
+    if not src:  # NOTE as torch.index_select on a 0-d tensor (NumPy's take would flatten instead)
+        return Spec((), specs[0].dtype), {**_zero_d_index(node, "take", attrs, idx, ((), (1,))), "idx_rank": len(idx)}
     axis = norm_axis(node, attrs["axis"], len(src))
     a = axis + len(src)
     out = src[:a] + idx + src[a + 1:]
@@ -306,6 +324,8 @@ def _infer_take(node, specs, attrs):
 
 def _take_vjp(xp, g, s, axis, in_shape, idx_rank):
     (idx,) = s
+    if axis is None:  # a 0-d input: the value itself
+        return g, None
     a = axis + len(in_shape)
     n = in_shape[a]
     idx = xp.where(idx < 0, idx + n, idx)
@@ -317,7 +337,8 @@ def _take_vjp(xp, g, s, axis, in_shape, idx_rank):
 
 
 register(OpDef(
-    name="take", numpy="take", forward=lambda xp, x, idx, axis, in_shape, idx_rank: xp.take(x, idx, axis=axis),
+    name="take", numpy="take", forward=lambda xp, x, idx, axis, in_shape, idx_rank: (
+        _zero_d_pick(xp, x, idx) if axis is None else xp.take(x, idx, axis=axis)),
     vjp=_take_vjp, infer=_infer_take, arity=2, input_kinds=(FLOAT, INT),
     attrs={"axis": Attr("int", 0)}, save=lambda xs, y, **_: (xs[1],),
     cases=lambda rng: [Case([REALS.sample(rng, (5, 3)), np.array([0, 4, 4, 1])], {"axis": 0}),
@@ -327,6 +348,8 @@ register(OpDef(
 
 def _infer_take_along(node, specs, attrs):
     src, idx = specs[0].shape, specs[1].shape
+    if not src and not idx:  # NOTE as torch.gather on a 0-d tensor with a 0-d index
+        return Spec((), specs[0].dtype), _zero_d_index(node, "take_along_axis", attrs, idx, ((),))
     if len(src) != len(idx) or not src:
         raise GraphError(f"take_along_axis: indices rank {len(idx)} must equal input rank {len(src)}",
                          node=node)
@@ -342,6 +365,8 @@ def _infer_take_along(node, specs, attrs):
 
 
 def _take_along(xp, x, idx, axis, in_shape):
+    if axis is None:
+        return _zero_d_pick(xp, x, idx)
     lead = lead_of(x, len(in_shape))
     if lead:
         idx = xp.broadcast_to(idx, x.shape[:lead] + idx.shape)
@@ -350,6 +375,8 @@ def _take_along(xp, x, idx, axis, in_shape):
 
 def _take_along_vjp(xp, g, s, axis, in_shape):
     (idx,) = s
+    if axis is None:
+        return g, None
     r = len(in_shape)
     n = in_shape[axis]
     idx = xp.broadcast_to(xp.where(idx < 0, idx + n, idx), g.shape)
