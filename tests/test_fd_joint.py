@@ -193,3 +193,29 @@ def test_a_fail_verdict_always_names_a_node_or_parameter(case, localize):
         assert all(f.node in names for f in errors), report.to_text()
         failing_rows = {p.name for p in report.parameters if p.status == "FAIL"}
         assert failing_rows <= {p for f in errors for p in f.parameters}, report.to_text()
+
+
+@pytest.fixture(scope="module")
+def grpc_client(tmp_path_factory):
+    from grpc_helpers import module_server
+
+    from gradcheck_client import Client
+
+    gen = module_server(tmp_path_factory, "--workers", "1")
+    server = next(gen)
+    try:
+        with Client(server.target, timeout=120) as c:
+            yield c
+    finally:
+        gen.close()
+
+
+def test_fd_joint_and_checked_by_over_grpc(grpc_client):
+    report = grpc_client.verify(str(EXAMPLES / "mlp_cross_entropy.json"), fd_mode="joint")
+    assert report.verdict == "pass"
+    assert report.parameters and all(p.data["fd_checked_by"] == "joint" and p.fd_mode == "joint"
+                                     for p in report.parameters)
+    # the default on the many-tensor example: screened jointly, over the wire as well
+    report = grpc_client.verify(str(CHAIN))
+    assert report.verdict == "pass"
+    assert {p.data["fd_checked_by"] for p in report.parameters} == {"joint", "full"}
