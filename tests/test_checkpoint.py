@@ -304,3 +304,22 @@ def test_cupy_checkpoint_matches_and_reads_the_pool():
     assert all(np.array_equal(grads[p], base[p]) for p in base)
     report = verify(graph, VerifyOptions(device="cuda", checkpoint="sqrt"))
     assert report.memory["memory_source"] == "cupy_pool" and report.memory["live_peak_bytes"] > 0
+
+
+def test_the_recompute_checks_cheap_fingerprint_sees_any_changed_or_moved_word():
+    from gradcheck_svc.engine.fingerprint import pass_fingerprint
+
+    a = np.random.default_rng(0).random((256, 32))
+    fp = pass_fingerprint(np, a)
+    assert pass_fingerprint(np, a.copy()) == fp
+    swapped = a.copy()
+    swapped[[0, 1]] = swapped[[1, 0]]  # rows moved, the same words
+    flipped = a.copy()
+    flipped.view(np.uint64).reshape(-1)[77] ^= 1  # one bit
+    assert pass_fingerprint(np, swapped) != fp and pass_fingerprint(np, flipped) != fp
+    nan = a.copy()
+    nan[3, 3] = np.nan
+    assert pass_fingerprint(np, nan) == pass_fingerprint(np, nan.copy()) != fp
+    other = nan.copy()
+    other[4, 4] = np.inf  # a second non-finite word: the dot is NaN either way, the word sum is not
+    assert pass_fingerprint(np, other) != pass_fingerprint(np, nan)

@@ -97,7 +97,10 @@ def test_cli_json_findings_and_flags():
     r = run_cli("verify", str(SEED), "--fault", "z:scale:2", "--no-localize", "--integrity", "off",
                 "--format", "json")
     d = json.loads(r.stdout)
-    assert r.returncode == 1 and d["verdict"] == "fail" and d["findings"] == []
+    # nothing localized, yet a FAIL names where: the failing parameters, as gradient_mismatch
+    assert r.returncode == 1 and d["verdict"] == "fail"
+    assert {(f["node"], f["cause"]) for f in d["findings"]} == {(p["name"], "gradient_mismatch")
+                                                                for p in d["parameters"] if p["status"] == "FAIL"}
 
 
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA device on this machine")

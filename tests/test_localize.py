@@ -67,7 +67,11 @@ def test_planted_rule_error_in_large_values_uses_projections(buggy_square):
 
 def test_no_localize_gives_the_verdict_only(buggy_square):
     report = verify(chain(20, bad_at=5), VerifyOptions(localize=False))
-    assert report.verdict == "fail" and report.findings == []
+    # no node is localized; a FAIL still names where: the failing parameters
+    assert report.verdict == "fail" and report.findings
+    assert {f.cause for f in report.findings} == {"gradient_mismatch"}
+    assert all(f.parameters == [f.node] and "localization is off" in f.detail for f in report.findings)
+    assert {f.node for f in report.findings} == {p.name for p in report.parameters if p.status == "FAIL"}
 
 
 def test_two_independent_faults_are_both_named(buggy_square):

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 
 from ..errors import OptionError
 from .executor import run_step, save_for_backward
-from .fingerprint import CHUNK_WORDS, HOST_COPY_UP_TO, fingerprints
+from .fingerprint import CHUNK_WORDS, GROUP_WORDS, HOST_COPY_UP_TO, fingerprints, pass_fingerprint
 from .program import Program
 
 
@@ -187,14 +187,23 @@ BATCH_BYTES = CHUNK_WORDS * 8  # ... and at most this many bytes of them
 
 
 class _Pending:
-    """Values waiting to be fingerprinted together; held in the live meter meanwhile."""
+    """Values waiting to be fingerprinted together; held in the live meter meanwhile. On the host
+    a value larger than GROUP_WORDS is fingerprinted at once instead, with the cheaper
+    pass_fingerprint (both passes take prints here, so they always compare alike): holding it
+    only delayed its release."""
 
     def __init__(self, xp, live):
         self.xp, self.live = xp, live
-        self.items: list[tuple[str, object]] = []
+        self.host = xp.__name__ == "numpy"
+        self.items: list[tuple[str, object]] = []  # (name, array) or (name, None) when done: see prints
+        self.done: dict[str, tuple] = {}
         self.bytes = 0
 
     def add(self, name: str, y) -> bool:
+        if self.host and y.nbytes > GROUP_WORDS * 8:
+            self.done[name] = pass_fingerprint(self.xp, y)
+            self.items.append((name, None))
+            return len(self.items) >= BATCH
         self.items.append((name, y))
         self.live.hold(y)
         self.bytes += y.nbytes
@@ -202,16 +211,19 @@ class _Pending:
 
     def take(self) -> list[tuple[str, tuple]]:
         items, self.items, self.bytes = self.items, [], 0
-        if self.xp.__name__ == "numpy":
+        done, self.done = self.done, {}
+        held = [y for _, y in items if y is not None]
+        if self.host:
             # on the host a small value is its own fingerprint (exact, and cheaper than the
             # reductions); both passes take prints here, so they always compare alike
-            big = iter(fingerprints(self.xp, [y for _, y in items if y.nbytes > HOST_COPY_UP_TO]))
-            prints = [(y.tobytes(), y.shape, y.dtype) if y.nbytes <= HOST_COPY_UP_TO else next(big) for _, y in items]
+            big = iter(fingerprints(self.xp, [y for y in held if y.nbytes > HOST_COPY_UP_TO]))
+            prints = iter([(y.tobytes(), y.shape, y.dtype) if y.nbytes <= HOST_COPY_UP_TO else next(big)
+                           for y in held])
         else:
-            prints = fingerprints(self.xp, [y for _, y in items])
-        for _, y in items:
+            prints = iter(fingerprints(self.xp, held))
+        for y in held:
             self.live.drop(y)
-        return [(name, p) for (name, _), p in zip(items, prints)]
+        return [(name, done[name] if y is None else next(prints)) for name, y in items]
 
 
 @dataclass
@@ -254,8 +266,11 @@ class CheckpointRun:
             self.kept[step.name] = y
             self.live.hold_saved((y,))  # kept for backward: an activation like any saved tensor
         if self.plan.recomputed[s] and self.plan.check:
-            if self._pending.add(step.name, y) or step.index == self.plan.segments[s][-1]:
-                self.prints.update(self._pending.take())
+            pending = self._pending
+            if pending.host and not pending.items and y.nbytes > GROUP_WORDS * 8:  # at once, nothing to wait for
+                self.prints[step.name] = pass_fingerprint(self.xp, y)
+            elif pending.add(step.name, y) or step.index == self.plan.segments[s][-1]:
+                self.prints.update(pending.take())
 
     def before_backward(self, step) -> None:
         s = self.plan.segment_of[step.index]
@@ -278,8 +293,13 @@ class CheckpointRun:
                 live.hold(y)
                 if step.needs_grad:
                     save_for_backward(self.store, step, xs, y)
-                if plan.check and (self._pending.add(step.name, y) or i == plan.segments[s][-1]):
-                    self._check(s)
+                if plan.check:
+                    pending = self._pending
+                    if pending.host and not pending.items and y.nbytes > GROUP_WORDS * 8:
+                        if pass_fingerprint(xp, y) != self.prints.pop(step.name):  # in order: none pending
+                            self._differs(s, step.name)
+                    elif pending.add(step.name, y) or i == plan.segments[s][-1]:
+                        self._check(s)
                 for name in plan.recompute_release.get(i, ()):
                     live.drop(values.pop(name))
                 if live.marks:
@@ -290,16 +310,18 @@ class CheckpointRun:
 
     def _check(self, s: int) -> None:
         """Compare a batch of recomputed values (in topological order) with the first forward."""
-        origin = self._origin  # differing value -> the mismatch it stems from
-        by_name = self.plan.program.by_name
         for name, p in self._pending.take():
-            if p == self.prints.pop(name):
-                continue
-            step = by_name[name]
-            causes = [origin[n] for n in step.inputs if n in origin]
-            if causes:
-                causes[0].downstream.append(name)
-                origin[name] = causes[0]
-            else:
-                origin[name] = Mismatch(name, step.op.name, s)
-                self.mismatches.append(origin[name])
+            if p != self.prints.pop(name):
+                self._differs(s, name)
+
+    def _differs(self, s: int, name: str) -> None:
+        """A recomputed value differs from the first forward's (values are told in topological order)."""
+        origin = self._origin  # differing value -> the mismatch it stems from
+        step = self.plan.program.by_name[name]
+        causes = [origin[n] for n in step.inputs if n in origin]
+        if causes:
+            causes[0].downstream.append(name)
+            origin[name] = causes[0]
+        else:
+            origin[name] = Mismatch(name, step.op.name, s)
+            self.mismatches.append(origin[name])

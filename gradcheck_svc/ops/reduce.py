@@ -23,7 +23,14 @@ REDUCE_ATTRS = {
 
 def _infer_reduce(node, specs, attrs):
     shape = specs[0].shape
-    axes = norm_axes(node, attrs["axis"], len(shape))
+    axis = attrs["axis"]
+    one = [axis] if isinstance(axis, int) and not isinstance(axis, bool) else axis
+    if not shape and isinstance(one, list) and len(one) == 1 and one[0] in (0, -1) and not isinstance(one[0], bool):
+        # NOTE a 0-d tensor reduced over dim 0 or -1: PyTorch takes it as reducing over nothing (the
+        # value itself, keepdim or not), where NumPy refuses the axis; we follow PyTorch
+        axes = ()
+    else:
+        axes = norm_axes(node, axis, len(shape))
     keep = bool(attrs["keepdims"])
     out = tuple(1 if i - len(shape) in axes else d for i, d in enumerate(shape)) if keep else tuple(
         d for i, d in enumerate(shape) if i - len(shape) not in axes

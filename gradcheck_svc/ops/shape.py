@@ -196,22 +196,30 @@ register(OpDef(
 
 
 def _infer_concat(node, specs, attrs):
-    first = specs[0].shape
+    # NOTE PyTorch's legacy rule: a 1-D empty input (shape [0]) is skipped, whatever the others' rank
+    legacy = tuple(i for i, s in enumerate(specs) if tuple(s.shape) == (0,))
+    kept = [s for i, s in enumerate(specs) if i not in legacy]
+    if not kept or all(len(s.shape) == 1 for s in kept):  # all 1-D: an ordinary concatenation
+        legacy, kept = (), list(specs)
+    first = kept[0].shape
     r = len(first)
     if r == 0:
         raise GraphError("concat inputs must have at least 1 dimension", node=node)
     axis = norm_axis(node, attrs["axis"], r)
-    for s in specs[1:]:
+    for s in kept[1:]:
         if len(s.shape) != r or any(a != b for i, (a, b) in enumerate(zip(s.shape, first)) if i - r != axis):
             raise GraphError(
                 f"concat inputs differ outside axis {axis + r}: {list(first)} vs {list(s.shape)}", node=node
             )
     out = list(first)
-    out[axis] = sum(s.shape[axis] for s in specs)
-    return Spec(tuple(out), FLOAT), {"axis": axis, "sizes": tuple(s.shape[axis] for s in specs), "rank": r}
+    out[axis] = sum(s.shape[axis] for s in kept)
+    # sizes: per input along the axis, 0 for a skipped one (it contributes nothing)
+    sizes = tuple(0 if i in legacy else s.shape[axis] for i, s in enumerate(specs))
+    return Spec(tuple(out), FLOAT), {"axis": axis, "sizes": sizes, "rank": r, "legacy": legacy}
 
 
-def _concat(xp, *xs, axis, sizes, rank):
+def _concat(xp, *xs, axis, sizes, rank, legacy=()):
+    xs = [x for i, x in enumerate(xs) if i not in legacy]
     lead = max(x.ndim - rank for x in xs)
     if lead:
         lead_shape = np.broadcast_shapes(*[x.shape[: x.ndim - rank] for x in xs])
@@ -219,15 +227,16 @@ def _concat(xp, *xs, axis, sizes, rank):
     return xp.concatenate(xs, axis=axis)
 
 
-def _concat_vjp(xp, g, s, axis, sizes, rank):
-    bounds = np.cumsum(sizes)[:-1].tolist()
-    return tuple(xp.split(g, bounds, axis=axis))
+def _concat_vjp(xp, g, s, axis, sizes, rank, legacy=()):
+    kept = [n for i, n in enumerate(sizes) if i not in legacy]
+    parts = iter(xp.split(g, np.cumsum(kept)[:-1].tolist(), axis=axis))
+    return tuple(xp.zeros((0,), dtype=g.dtype) if i in legacy else next(parts) for i in range(len(sizes)))
 
 
 def _concat_sliced(xp, op, xs, base_out, attrs):
     """A change along the concatenation axis stays one slice, shifted past the inputs before it."""
     changed = [i for i, x in enumerate(xs) if isinstance(x, Sliced)]
-    if len(changed) != 1 or xs[changed[0]].axis != attrs["axis"]:
+    if len(changed) != 1 or xs[changed[0]].axis != attrs["axis"] or changed[0] in attrs.get("legacy", ()):
         return None
     x = xs[changed[0]]
     return Sliced(base_out, x.axis, x.index + sum(attrs["sizes"][:changed[0]]), x.values)
@@ -238,7 +247,7 @@ register(OpDef(
     input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing, sliced=_concat_sliced,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3)), REALS.sample(rng, (1, 3))], {"axis": 0}),
                        Case([REALS.sample(rng, (2, 1)), REALS.sample(rng, (2, 2)), REALS.sample(rng, (2, 3))],
-                            {"axis": -1})],
+                            {"axis": -1})],  # (the legacy empty input: tests/test_concat_legacy_empty_torch.py)
     doc="concatenate along an existing axis (numpy.concatenate)"))
 
 # --- slice -------------------------------------------------------------------------
@@ -285,10 +294,28 @@ register(OpDef(
 # --- take / take_along_axis (int64 indices) ---------------------------------------
 
 
+def _zero_d_index(node, what, attrs, idx_shape, allowed):
+    """A 0-d input indexed along dim 0 or -1 (PyTorch: index_select takes one index, gather a 0-d one,
+    the result is the value itself): the attrs that say so (axis None), or a one-line refusal."""
+    if attrs["axis"] not in (0, -1) or isinstance(attrs["axis"], bool) or tuple(idx_shape) not in allowed:
+        raise GraphError(f"{what}: a 0-d input takes axis 0 or -1 and a single index (shape "
+                         f"{' or '.join(str(list(a)) for a in allowed)}), got axis {attrs['axis']!r} and indices "
+                         f"{list(idx_shape)}", node=node)
+    return {"axis": None, "in_shape": ()}
+
+
+def _zero_d_pick(xp, x, idx):
+    """x itself, after checking that every index is 0 or -1 (the only position of a 0-d input)."""
+    bad = [int(i) for i in xp.asarray(idx).reshape(-1).tolist() if int(i) not in (0, -1)]
+    if bad:
+        raise IndexError(f"index {bad[0]} is out of range for a 0-d input")
+    return x.copy()
+
+
 def _infer_take(node, specs, attrs):
     src, idx = specs[0].shape, specs[1].shape
-    if not src:
-        raise GraphError("take: input must have at least 1 dimension", node=node)
+    if not src:  # NOTE as torch.index_select on a 0-d tensor (NumPy's take would flatten instead)
+        return Spec((), specs[0].dtype), {**_zero_d_index(node, "take", attrs, idx, ((), (1,))), "idx_rank": len(idx)}
     axis = norm_axis(node, attrs["axis"], len(src))
     a = axis + len(src)
     out = src[:a] + idx + src[a + 1:]
@@ -297,6 +324,8 @@ def _infer_take(node, specs, attrs):
 
 def _take_vjp(xp, g, s, axis, in_shape, idx_rank):
     (idx,) = s
+    if axis is None:  # a 0-d input: the value itself
+        return g, None
     a = axis + len(in_shape)
     n = in_shape[a]
     idx = xp.where(idx < 0, idx + n, idx)
@@ -308,7 +337,8 @@ def _take_vjp(xp, g, s, axis, in_shape, idx_rank):
 
 
 register(OpDef(
-    name="take", numpy="take", forward=lambda xp, x, idx, axis, in_shape, idx_rank: xp.take(x, idx, axis=axis),
+    name="take", numpy="take", forward=lambda xp, x, idx, axis, in_shape, idx_rank: (
+        _zero_d_pick(xp, x, idx) if axis is None else xp.take(x, idx, axis=axis)),
     vjp=_take_vjp, infer=_infer_take, arity=2, input_kinds=(FLOAT, INT),
     attrs={"axis": Attr("int", 0)}, save=lambda xs, y, **_: (xs[1],),
     cases=lambda rng: [Case([REALS.sample(rng, (5, 3)), np.array([0, 4, 4, 1])], {"axis": 0}),
@@ -318,6 +348,8 @@ register(OpDef(
 
 def _infer_take_along(node, specs, attrs):
     src, idx = specs[0].shape, specs[1].shape
+    if not src and not idx:  # NOTE as torch.gather on a 0-d tensor with a 0-d index
+        return Spec((), specs[0].dtype), _zero_d_index(node, "take_along_axis", attrs, idx, ((),))
     if len(src) != len(idx) or not src:
         raise GraphError(f"take_along_axis: indices rank {len(idx)} must equal input rank {len(src)}",
                          node=node)
@@ -333,6 +365,8 @@ def _infer_take_along(node, specs, attrs):
 
 
 def _take_along(xp, x, idx, axis, in_shape):
+    if axis is None:
+        return _zero_d_pick(xp, x, idx)
     lead = lead_of(x, len(in_shape))
     if lead:
         idx = xp.broadcast_to(idx, x.shape[:lead] + idx.shape)
@@ -341,6 +375,8 @@ def _take_along(xp, x, idx, axis, in_shape):
 
 def _take_along_vjp(xp, g, s, axis, in_shape):
     (idx,) = s
+    if axis is None:
+        return g, None
     r = len(in_shape)
     n = in_shape[axis]
     idx = xp.broadcast_to(xp.where(idx < 0, idx + n, idx), g.shape)

@@ -16,8 +16,16 @@ full: every element of every parameter. The 2n perturbed forwards of a
     only that slice (ops/slices.py): the unperturbed rest is computed once.
 projection: k random unit directions v_j, 2k forwards; compares the
     directional derivatives (g . v_j) instead of elements. Used automatically
-    for parameters above `projection_threshold` elements, and for the costliest
-    parameters while a full check of the graph would exceed `full_cost_budget`.
+    for parameters above `projection_threshold` elements.
+joint: k random directions spanning every parameter at once, 2k forwards of the
+    whole graph however many parameter tensors there are. Each direction is a
+    random unit vector per parameter block (so a 32-element bias moves as much as
+    a 10^5-element weight), and the whole graph's directional derivative
+    sum_p g_p . v_p is compared (verify/joint_check.py); blocks are split in
+    halves only where it disagrees, down to the parameters to check on their own.
+    Auto uses it when a per-parameter check of the graph would exceed
+    `full_cost_budget`; parameters cheap to check in full (together no more
+    than the joint pass costs) are still checked in full.
 
 The public API is every difference the verifier takes -- the one place central,
 one-sided and projected differences are computed:
@@ -26,6 +34,9 @@ one-sided and projected differences are computed:
     FiniteDifferences.one_sided(value, directions, steps)
                                           left/right second-order one-sided differences
     FiniteDifferences.losses(value, stack)  the loss at each perturbed copy of a value
+    FiniteDifferences.joint(directions, params, rows)
+                                          directional derivatives along JointDirections
+                                          restricted to some parameter blocks (and refine_joint)
     local_vjp(step, xs, k, adjoint, directions)
                                           J_k^T a of one op by differences of its forward
     local_one_sided(step, xs, k, adjoint, directions, steps)
@@ -60,17 +71,16 @@ from ..ops.slices import one_hot
 
 EPS = np.finfo(np.float64).eps
 STEP_SCALE = EPS ** (1.0 / 3.0)
-MODES = ("auto", "full", "projection")
+MODES = ("auto", "full", "projection", "joint")
 
 
 @dataclass
 class FDOptions:
-    mode: str = "auto"  # full | projection | auto
+    mode: str = "auto"  # full | projection | joint | auto
     projection_threshold: int = 100_000  # elements per parameter above which auto projects
-    # auto also projects the costliest parameters while the whole graph's full check would
-    # evaluate more than this many values (2 x elements x values downstream, summed: counted
-    # densely, and where that is over, measured on one sliced copy); ~1e9 is a few seconds of
-    # NumPy on one core
+    # auto screens the parameters jointly when checking each on its own would evaluate more than
+    # this many values (2 x elements x values downstream, summed: counted densely, and where that
+    # is over, measured on one sliced copy); ~1e9 is a few seconds of NumPy on one core
     full_cost_budget: float = 1e9
     directions: int = 16
     seed: int = 0
@@ -78,6 +88,10 @@ class FDOptions:
     # cache (bench/bench_fd.py: 8 MiB is ~2x faster than 128 MiB at 2,000 elements)
     chunk_bytes: int = 8 * 2**20
 
+
+# a copy of the whole graph is large and its steps many: per-step overhead, not cache misses, is
+# what the joint pass pays (chain_256: 32 copies in 4 chunks of 8 MiB 0.09 s, in one of 26 MiB 0.05 s)
+JOINT_CHUNK_BYTES = 32 * 2**20
 
 # the refinement ladder: steps H 2^-j, j = 0..J, with H the power of two just above 2h (so every
 # step is exact in binary and each halves the last); J reaches 1e-3 |x| below the smallest |x|
@@ -273,6 +287,19 @@ def _support_scale(flat: np.ndarray, directions: np.ndarray) -> np.ndarray:
     return np.min(np.where(big, np.abs(flat)[None, :], np.inf), axis=1)
 
 
+@dataclass
+class JointDirections:
+    """k directions spanning several parameters at once: per parameter a (k, n_p) block whose rows are
+    random unit vectors, so each block moves as much whatever its size; one step for them all."""
+
+    blocks: dict[str, np.ndarray]
+    step: float
+
+    @property
+    def k(self) -> int:
+        return len(next(iter(self.blocks.values()))) if self.blocks else 0
+
+
 class FiniteDifferences:
     def __init__(self, graph: Graph, options: FDOptions | None = None):
         self.graph = graph
@@ -282,36 +309,104 @@ class FiniteDifferences:
         self.base = base.values
         self.loss = float(np.asarray(base.loss).reshape(-1)[0])
         self._row_bytes: dict[str, int] = {}
-        self._auto_projected = self._over_budget()
+        self._sliced_cost: dict[str, float] = {}
+        self._to_loss: set[str] = set()  # parameters the loss depends on (_param_row_bytes)
+        self.joint_rows = 0  # perturbed copies joint_losses evaluated (the joint screen's cost)
+        self.plan = self._plan()
 
-    def _over_budget(self) -> set[str]:
-        """Parameters auto mode projects: above the size threshold, then the costliest
-        ones until a full check of the rest fits the cost budget."""
-        size = {p: math.prod(self.program.shapes[p]) for p in self.program.params}
-        cost = {p: 2 * size[p] * self.row_bytes(p) / 8 for p in self.program.params}
-        projected = {p for p in self.program.params if size[p] > self.options.projection_threshold}
-        total = sum(c for p, c in cost.items() if p not in projected)
-        if total > self.options.full_cost_budget:  # the dense bound is over: what do slices really cost?
-            for p in cost:
-                if p not in projected and size[p]:
-                    cost[p] = 2 * size[p] * self._sliced_row_values(p)
-            total = sum(c for p, c in cost.items() if p not in projected)
-        for p in sorted(cost, key=cost.get, reverse=True):
+    def _size(self, p: str) -> int:
+        return math.prod(self.program.shapes[p])
+
+    def full_cost(self, p: str) -> float:
+        """Values a full check of p evaluates: 2 x elements x values one copy evaluates, measured on
+        one sliced copy (slices make it far below the dense bound)."""
+        if p not in self._sliced_cost:
+            self._sliced_cost[p] = 2 * self._size(p) * self._sliced_row_values(p) if self._size(p) else 0.0
+        return self._sliced_cost[p]
+
+    def joint_cost(self) -> float:
+        """Values the joint pass evaluates: 2k copies of everything downstream of the parameters."""
+        params = list(self.program.params)
+        if not params:
+            return 0.0
+        return 2 * self.options.directions * max(1, sum(math.prod(self.program.shapes[v])
+                                                       for v in self.program.downstream(params)))
+
+    def _plan(self) -> dict[str, str]:
+        """Each parameter's mode. full / projection / joint: all of them so (projection, joint: the
+        tiny or huge ones too). auto: projection above the size threshold, full for the rest -- unless
+        that would evaluate more than the cost budget; then the joint screen for all but the
+        cheapest, checked in full while their cost together stays within the joint pass's."""
+        params = list(self.program.params)
+        mode = self.options.mode
+        if mode != "auto":
+            return {p: mode for p in params}
+        plan = {p: "projection" if self._size(p) > self.options.projection_threshold else "full" for p in params}
+        rest = [p for p in params if plan[p] == "full"]
+        dense = {p: 2 * self._size(p) * self.row_bytes(p) / 8 for p in rest}
+        if sum(dense.values()) <= self.options.full_cost_budget:
+            return plan
+        # the dense bound is over: what do slices really cost? Measured costliest first (one sliced
+        # copy each), until the rest fits (dense bounds for the unmeasured) or what is measured
+        # alone is over
+        total, measured = sum(dense.values()), 0.0
+        for p in sorted(rest, key=dense.get, reverse=True):
             if total <= self.options.full_cost_budget:
+                return plan
+            if measured > self.options.full_cost_budget:
                 break
-            if p not in projected:
-                projected.add(p)
-                total -= cost[p]
-        return projected
+            total += self.full_cost(p) - dense[p]
+            measured += self.full_cost(p)
+        if total <= self.options.full_cost_budget:
+            return plan
+        cheap, spent, budget = set(), 0.0, self.joint_cost()
+        for p in sorted(rest, key=dense.get):
+            if spent + dense[p] > budget:
+                break
+            cheap.add(p)
+            spent += dense[p]
+        return {p: "full" if p in cheap else "joint" for p in params}
 
     def mode_for(self, param: str) -> str:
-        mode = self.options.mode
-        if mode == "auto":
-            return "projection" if param in self._auto_projected else "full"
-        return mode
+        """The parameter's mode in the plan: full | projection | joint."""
+        return self.plan[param]
+
+    def own_mode(self, param: str) -> str:
+        """How to check one parameter on its own (a joint one the screen flagged): full unless it is
+        over the size threshold or its full check alone would exceed the cost budget."""
+        if self._size(param) > self.options.projection_threshold or \
+                self.full_cost(param) > self.options.full_cost_budget:
+            return "projection"
+        return "full"
+
+    def _reaches_loss(self, name: str) -> bool:
+        if name in self.program.params:
+            self.row_bytes(name)  # computes the parameters' reach, the loss's among it
+            return name in self._to_loss
+        return self.program.output in self.program.downstream([name])
+
+    def _param_row_bytes(self) -> None:
+        """row_bytes of every parameter in one pass over the steps (a reachability matrix: value x
+        parameter), not one pass per parameter -- a graph of 512 parameters spent 0.4 s here."""
+        params = list(self.program.params)
+        index = {p: i for i, p in enumerate(params)}
+        reach = {p: np.eye(1, len(params), index[p], dtype=bool)[0] for p in params}
+        total = np.array([math.prod(self.program.shapes[p]) for p in params], dtype=np.float64)
+        for step in self.program.steps:
+            rows = [reach[n] for n in step.inputs if n in reach]
+            if rows:
+                r = np.logical_or.reduce(rows) if len(rows) > 1 else rows[0]
+                reach[step.name] = r
+                total += math.prod(self.program.shapes[step.name]) * r
+        for p in params:
+            self._row_bytes[p] = 8 * max(1, int(total[index[p]]))
+        out = reach.get(self.program.output)
+        self._to_loss = {p for p in params if p == self.program.output or (out is not None and out[index[p]])}
 
     def row_bytes(self, name: str) -> int:
         """Bytes one batch row costs: every value downstream of `name`."""
+        if name not in self._row_bytes and name in self.program.params:
+            self._param_row_bytes()
         if name not in self._row_bytes:
             self._row_bytes[name] = 8 * max(1, sum(math.prod(self.program.shapes[v])
                                                    for v in self.program.downstream([name])))
@@ -379,10 +474,15 @@ class FiniteDifferences:
     def gradient(self, param: str, mode: str | None = None, directions: int | None = None) -> FDResult:
         """dL/d(param); param may also be an intermediate value (fault localization perturbs it and
         re-runs only what is downstream). mode/directions override the options for this call."""
-        if self.program.output not in self.program.downstream([param]):
+        if not self._reaches_loss(param):
             shape = self.program.shapes[param]  # the loss does not depend on it
             return FDResult("full", np.zeros(shape), np.zeros(shape))
-        if (mode or self.mode_for(param)) == "projection":
+        mode = mode or self.plan.get(param, self.options.mode)
+        if mode == "auto":  # an intermediate value
+            mode = "full"
+        elif mode == "joint":
+            mode = self.own_mode(param)
+        if mode == "projection":
             return self._projection(param, directions or self.options.directions)
         return self._full(param)
 
@@ -443,3 +543,76 @@ class FiniteDifferences:
             right = (-3 * self.loss + 4 * losses[0] - losses[1]) / (2 * steps)
             left = (3 * self.loss - 4 * losses[2] + losses[3]) / (2 * steps)
         return left, right
+
+    # -- joint: directions spanning several parameters, the whole graph evaluated once per copy --
+
+    def joint_directions(self, params: list[str], k: int | None = None) -> JointDirections:
+        """k directions over `params`: per block a random sign vector scaled to unit length (seeded
+        by the options' seed). Signs, not Gaussians: every element moves by 1/sqrt(n), so none is
+        all but left out of a direction, and 16 x 270,000 of them cost 14 ms, not 100."""
+        k = k or self.options.directions
+        rng = np.random.default_rng(self.options.seed)
+        sizes = [self._size(p) for p in params]
+        total = sum(sizes)
+        bits = np.unpackbits(np.frombuffer(rng.bytes((k * total + 7) // 8), np.uint8))[:k * total]
+        signs = bits.reshape(k, total).astype(np.float64)
+        signs *= 2.0
+        signs -= 1.0
+        blocks, lo = {}, 0
+        for p, n in zip(params, sizes):
+            blocks[p] = signs[:, lo:lo + n] / math.sqrt(n) if n else signs[:, lo:lo]
+            lo += n
+        flat = np.concatenate([np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params]) \
+            if params else np.zeros(0)
+        return JointDirections(blocks, projection_step(flat))
+
+    def _set_row_bytes(self, params) -> int:
+        key = tuple(params)
+        if key not in self._row_bytes:
+            self._row_bytes[key] = 8 * max(1, sum(math.prod(self.program.shapes[v])
+                                                  for v in self.program.downstream(list(params))))
+        return self._row_bytes[key]
+
+    def joint_losses(self, params: list[str], stacks: dict) -> np.ndarray:
+        """The loss for each row of the stacks (p -> (B, n_p), flat copies of each parameter), all
+        parameters perturbed together, in memory-bounded chunks."""
+        b = len(next(iter(stacks.values())))
+        self.joint_rows += b
+        rows = max(1, max(self.options.chunk_bytes, JOINT_CHUNK_BYTES) // self._set_row_bytes(params))
+        out = np.empty(b)
+        for s in range(0, b, rows):
+            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {
+                p: stacks[p][s:s + rows].reshape((-1,) + tuple(self.program.shapes[p])) for p in params})
+        return out
+
+    def joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray | None = None) -> FDResult:
+        """Central differences of L along the directions `rows` of dirs restricted to the blocks of
+        `params` (the others stay put): sum over those p of g_p . v_p, one value per row."""
+        rows = np.arange(dirs.k) if rows is None else np.asarray(rows, dtype=np.intp)
+        h, m = dirs.step, len(rows)
+        stacks = {}
+        for p in params:
+            x = np.asarray(self.base[p], dtype=np.float64).reshape(-1)
+            v = dirs.blocks[p][rows]
+            stacks[p] = np.concatenate([x + h * v, x - h * v])
+        losses = self.joint_losses(params, stacks)
+        with np.errstate(all="ignore"):
+            ref = (losses[:m] - losses[m:]) / (2 * h)
+        return FDResult("joint", ref, np.full(m, self._noise(h)), evaluations=2 * m)
+
+    def refine_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray, which: np.ndarray,
+                     settled=None) -> Refined:
+        """joint()'s values at positions `which` of `rows`, refined on the ladder of steps."""
+        which = np.asarray(which, dtype=np.intp)
+        sizes = [self._size(p) for p in params]
+        cuts = np.cumsum(sizes)[:-1]
+        flat = np.concatenate([np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params])
+        d = np.concatenate([dirs.blocks[p][np.asarray(rows)[which]] for p in params], axis=1)
+
+        def evaluate(stack):
+            losses = self.joint_losses(params, dict(zip(params, np.split(stack, cuts, axis=1))))
+            return losses, np.abs(losses)
+        out = _ladder(evaluate, self.loss, flat, np.full(which.size, dirs.step), _support_scale(flat, d),
+                      directions=d, settled=settled)
+        out.which = which
+        return out

@@ -5,7 +5,11 @@ refined by the oracle (finite_diff: a ladder of steps, Richardson, one-sided nea
 edge), worst first, in batches, until one is confirmed wrong or none is left; each is then
 held to the tolerance plus its estimated FD error. A refined value whose error estimate is
 neither within the tolerance nor a small fraction of the value (TRUST) decides nothing: it
-is *undecidable by FD*, reported as such and never counted as a mismatch.
+is *undecidable by FD*, reported as such and never counted as a mismatch. So is every value
+still failing on the first pass once REFINE_MAX values were refined without a confirmed
+mismatch (`unrefined`): the first pass's error estimate covers rounding only, so its verdict
+is no verdict (a correct graph whose 700 values all missed on the first pass once failed with
+no finding at all).
 
 Used for the parameters' gradients (run.py) and by localization for every adjoint and local
 derivative it checks, so no node is blamed for the oracle's own truncation error.
@@ -16,11 +20,12 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import Comparison, Tolerance, bounds, compare, within
+from .compare import Comparison, Tolerance, compare, within
+from .compare import bounds as _bounds
 
 TRUST = 1e-3  # an FD error estimate above this fraction of the value (and the tolerance) is no verdict
 REFINE_BATCH = 32  # values refined per ladder (its forwards run as stacked batches)
-REFINE_MAX = 512  # values refined per check at most: past it the first pass's verdict stands
+REFINE_MAX = 2048  # values refined per check at most: the rest still failing are undecidable (unrefined)
 
 
 @dataclass
@@ -30,6 +35,8 @@ class FDCheck:
     error: np.ndarray  # flat: each value's estimated FD error
     refined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
     undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
+    # flat indices left undecided because REFINE_MAX values were refined first (a subset of undecidable)
+    unrefined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
 
     @property
     def passed(self) -> bool:
@@ -42,16 +49,24 @@ def _over(engine, reference, allowed) -> np.ndarray:
         return ~within(engine, reference, np.abs(engine - reference), allowed)
 
 
-def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine) -> FDCheck:
+def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine, floor=None) -> FDCheck:
     """engine and reference in the reference's shape; noise its first-pass error estimate;
     refine(flat indices, settled) -> finite_diff.Refined for those values, where settled(values,
-    error) says which estimates already decide the comparison; None: the first pass stands."""
+    error) says which estimates already decide the comparison; None: the first pass stands.
+    floor: each value's allowed error besides its FD error, in place of the tolerance model's
+    (the joint screen's, verify/joint_check.py)."""
+    if floor is not None:
+        floor = np.array(np.broadcast_to(floor, np.shape(reference)), dtype=np.float64).reshape(-1)
+
+    def bounds(ref, tol, error=0.0):
+        return _bounds(ref, tol, error) if floor is None else floor + error
     shape = np.shape(reference)
     eng = np.asarray(engine, dtype=np.float64).reshape(-1)
     ref = np.array(reference, dtype=np.float64).reshape(-1)
     error = np.array(np.broadcast_to(noise, shape), dtype=np.float64).reshape(-1)
     refined = np.zeros(ref.size, bool)
     undecidable = np.zeros(ref.size, bool)
+    unrefined = np.zeros(ref.size, bool)
     while refine is not None and refined.sum() < REFINE_MAX:
         allowed = bounds(ref, tol, error)
         over = _over(eng, ref, allowed) & ~refined
@@ -60,17 +75,17 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
         with np.errstate(all="ignore"):
             ratio = np.where(over, np.nan_to_num(np.abs(eng - ref) / allowed, nan=np.inf), -1.0)
         batch = np.argsort(-ratio, kind="stable")[:min(REFINE_BATCH, int(over.sum()), REFINE_MAX - int(refined.sum()))]
-        floor, g = bounds(ref, tol)[batch], eng[batch]
+        least, g = bounds(ref, tol)[batch], eng[batch]
 
-        def trusted_at(values, err, floor=floor):
+        def trusted_at(values, err, least=least):
             with np.errstate(invalid="ignore"):
-                return np.isfinite(err) & (err <= np.maximum(floor, TRUST * np.abs(values)))
+                return np.isfinite(err) & (err <= np.maximum(least, TRUST * np.abs(values)))
 
-        def settled(values, err, floor=floor, g=g):
+        def settled(values, err, least=least, g=g):
             """Decided: agreeing with a bound within the tolerance, or disagreeing with a trusted one."""
             with np.errstate(invalid="ignore"):
                 off = np.abs(g - values)
-                return ((err <= floor) & (off <= floor + err)) | (trusted_at(values, err) & (off > floor + err))
+                return ((err <= least) & (off <= least + err)) | (trusted_at(values, err) & (off > least + err))
         r = refine(batch, settled)  # a value stops descending the ladder once it is decided
         ref[batch], error[batch] = r.values, r.error
         refined[batch] = True
@@ -78,6 +93,15 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
         undecidable[batch] = ~trusted
         if _over(eng[batch], ref[batch], bounds(ref, tol, error)[batch])[trusted].any():
             break  # a confirmed mismatch: the verdict is settled, localization takes it from here
+    else:
+        if refine is not None:  # the cap: what still fails on the first pass alone decides nothing
+            unrefined = _over(eng, ref, bounds(ref, tol, error)) & ~refined
+            undecidable |= unrefined
     # undecidable values are no verdict either way: left out of the comparison (compared with themselves)
-    cmp = compare(eng.reshape(shape), np.where(undecidable, eng, ref).reshape(shape), tol, error.reshape(shape))
-    return FDCheck(cmp, ref, error, np.flatnonzero(refined), np.flatnonzero(undecidable))
+    if floor is None:
+        cmp = compare(eng.reshape(shape), np.where(undecidable, eng, ref).reshape(shape), tol, error.reshape(shape))
+    else:
+        cmp = compare(eng.reshape(shape), np.where(undecidable, eng, ref).reshape(shape), Tolerance(0.0, 0.0),
+                      (floor + error).reshape(shape))
+    return FDCheck(cmp, ref, error, np.flatnonzero(refined), np.flatnonzero(undecidable),
+                   np.flatnonzero(unrefined))

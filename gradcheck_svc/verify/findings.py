@@ -15,6 +15,9 @@ Causes (the contract):
     recompute_mismatch      a recomputed (checkpointed) tensor differs from the first forward
     fd_undecidable          (a warning, at a parameter) finite differences could not decide some of
                             its values: no step gave a trustworthy error estimate
+    gradient_mismatch       (at a parameter) its gradient failed and no node was named for it
+                            (localization off, or no single node explains it): a FAIL never comes
+                            without an error finding naming where
 
 Severity: error (the verdict fails), warning (explained, not a failure),
 info (a note).
@@ -26,7 +29,7 @@ from dataclasses import dataclass, field
 from .jsonnum import json_float
 
 CAUSES = ("rule_error", "cache_corruption", "inplace_overwrite", "nondifferentiable_point", "precision",
-          "nonfinite", "recompute_mismatch", "fd_undecidable")
+          "nonfinite", "recompute_mismatch", "fd_undecidable", "gradient_mismatch")
 SEVERITIES = ("error", "warning", "info")
 
 

@@ -29,3 +29,15 @@ def findings(program: Program, run, policy: str, in_force: bool) -> list[Finding
                     f"fingerprint differs from the first forward's, from identical inputs: a "
                     f"nondeterministic op or randomness that is not replayed{more}; {why}")))
     return out
+
+
+def attribute(found: list[Finding], results) -> list[Finding]:
+    """One finding per cause: a recomputed value that differs from the first forward's (in force)
+    changes every value after it in that pass and so, through the backward, the gradient of every
+    parameter reaching the loss -- the failing parameters are its, not a cache_corruption or a
+    gradient_mismatch of their own at the readers (found: the engine's findings, extended in place)."""
+    failing = [r.name for r in results if not r.passed]
+    for f in found:
+        if f.cause == CAUSE and f.severity == "error":
+            f.parameters += [p for p in failing if p not in f.parameters]
+    return found

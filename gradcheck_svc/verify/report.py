@@ -11,7 +11,11 @@ gradient and engine vs symbolic errors, or null when it did not run) and
 `fd_vs_symbolic` (how far FD is from the exact gradient: how much to trust FD
 on this graph); `fd_error` the estimated error of each FD reference value
 (`fd_error_at_worst` beside `reference_at_worst`), `fd_refined` how many were
-refined on the ladder of steps, `fd_undecidable` the flat indices FD could not decide; `passed` is then engine vs symbolic, `fd_passed` engine vs
+refined on the ladder of steps, `fd_undecidable` the flat indices FD could not decide;
+`fd_checked_by` how FD checked the parameter: "full", "projection", "joint" (cleared by the
+joint screen of all parameters at once: `reference` and `engine_projection` are then the whole
+graph's directional derivatives) or "joint, then full|projection" (flagged by the screen and
+checked on its own); `passed` is then engine vs symbolic, `fd_passed` engine vs
 FD, and `verdict_reference` says which one decided. Top level: `symbolic`
 (status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
 `expr` node, with `user_grad_matches` true/false/null).
@@ -47,7 +51,7 @@ def _listed(a: np.ndarray) -> list:
 class ParameterResult:
     name: str
     shape: tuple
-    mode: str  # fd mode used: "full" | "projection"
+    mode: str  # fd mode used: "full" | "projection" | "joint"
     gradient: np.ndarray  # engine dL/dp (float64 copy on the host)
     reference: np.ndarray  # full: FD gradient; projection: FD directional derivatives
     engine_projection: np.ndarray | None  # projection mode: engine gradient . directions
@@ -68,6 +72,11 @@ class ParameterResult:
     fd_error: np.ndarray | None = None  # estimated error of each reference value (shape of reference)
     fd_refined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices refined
     fd_undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
+    fd_unrefined: int = 0  # of fd_undecidable, those left so by fd_check.REFINE_MAX
+    # how finite differences checked it: "full" | "projection" | "joint" (cleared by the joint screen:
+    # reference / engine_projection are the whole graph's directional derivatives) | "joint, then full" /
+    # "joint, then projection" (the joint screen flagged it, its own check decided)
+    checked_by: str = ""
     status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "FAIL"
     explained_by: str | None = None  # the finding cause that excuses a failed comparison
     failed_by: str | None = None  # the error finding's cause that fails this parameter
@@ -90,6 +99,7 @@ class ParameterResult:
             "name": self.name,
             "shape": list(self.shape),
             "fd_mode": self.mode,
+            "fd_checked_by": self.checked_by or self.mode,
             "gradient": _listed(self.gradient),
             "reference": _listed(self.reference),
             "max_abs_error": json_float(self.max_abs_error),
@@ -207,6 +217,17 @@ class Report:
         for c in self.custom_ops:
             mark = {True: "ok  ", False: "FAIL", None: "??  "}[c.user_grad_matches]
             lines.append(f"  {mark} custom op node '{c.node}' ({c.formula}): {c.detail}")
+        by = {}
+        for p in self.parameters:
+            by.setdefault(p.checked_by or p.mode, []).append(p.name)
+        if any(k.startswith("joint") for k in by):
+            cleared = next((p for p in self.parameters if p.mode == "joint"), None)  # its reference: the k values
+            screened = sum(len(v) for k, v in by.items() if k.startswith("joint"))
+            flagged = sum(len(v) for k, v in by.items() if k.startswith("joint, then"))
+            rest = ", ".join(f"{len(v)} {k}" for k, v in by.items() if not k.startswith("joint"))
+            how = f" ({len(cleared.reference)} directions spanning them all)" if cleared is not None else ""
+            lines.append(f"  finite differences: {screened} parameters screened jointly{how}, {flagged} flagged and "
+                         "checked on their own" + (f"; {rest}" if rest else ""))
         if self.parameters:
             lines += ["  " + line for line in parameter_table(self.parameters, TEXT_ROWS)]
         else:

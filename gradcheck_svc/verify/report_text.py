@@ -24,8 +24,9 @@ def _badness(p) -> tuple:
 
 
 def _worst(p) -> str:
-    what = "direction" if p.mode == "projection" else "index"
     c = p.verdict_comparison
+    what = "direction" if p.mode == "projection" else "joint direction" if p.mode == "joint" and \
+        p.symbolic_comparison is None else "index"
     text = f"{what} {list(c.worst_index)}: {c.engine_at_worst:.8g} vs {c.reference_at_worst:.8g}"
     if p.symbolic_comparison is None and p.fd_error is not None and p.fd_error.size:
         flat = np.ravel_multi_index(p.worst_index, p.fd_error.shape) if p.worst_index else 0

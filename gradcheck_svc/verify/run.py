@@ -25,11 +25,13 @@ from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import Tolerance, compare
+from . import recompute_check
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
-from .diagnosis.diagnose import diagnose
+from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
 from .fd_check import fd_check
+from .joint_check import joint_screen, usable
 from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions
 from .report import ParameterResult, Report
@@ -84,8 +86,13 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
     phase("finite differences")
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
+    joint = [p for p in graph.parameters if fd.mode_for(p) == "joint"]
+    screen = joint_screen(fd, engine.gradients, joint, tol) if usable(fd, engine.gradients, joint) else None
     results = []
     for name in graph.parameters:
+        if screen is not None and name in joint and name not in screen.flagged:
+            results.append(_joint_row(name, engine.gradients[name], screen, symbolic, tol))
+            continue
         ref = fd.gradient(name)
         g = engine.gradients[name]
         engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
@@ -112,7 +119,8 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
             passed=sym_cmp.passed if sym_cmp is not None else cmp.passed,
             evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
             fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
-            fd_undecidable=check.undecidable))
+            fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined),
+            checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
     t_fd = time.perf_counter() - t0
 
     t0 = time.perf_counter()
@@ -130,9 +138,11 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
         warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
     t0 = time.perf_counter()
     phase("diagnosis")
-    findings = engine.findings + diagnose(Context(graph, options, dtype, engine, results, fd, tol))
+    prior = recompute_check.attribute(engine.findings, results)
+    findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
     findings += undecidable_findings(results, engine.program)
     findings += _wrong_user_derivatives(custom, findings, engine.program)
+    findings += unexplained_mismatches(results, findings, options.localize)
     t_diag = time.perf_counter() - t0
     verdict = settle(results, findings)  # each row's status and the verdict, from the same facts
     timings = {"engine_s": engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
@@ -145,6 +155,28 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
         parameters=results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=symbolic, custom_ops=custom)
+
+
+def _joint_row(name: str, g: np.ndarray, screen, symbolic, tol: Tolerance) -> ParameterResult:
+    """A parameter the joint screen cleared: its row shows the whole graph's directional derivatives
+    (`reference` FD, `engine_projection` the engine's sum), the same for every such parameter."""
+    cmp = screen.comparison  # the whole's; where it failed, the bisection cleared this parameter's half
+    sym = sym_cmp = fd_sym = None
+    if symbolic.ran:
+        sym = symbolic.gradients[name]
+        sym_cmp = compare(g, sym, tol)
+        if screen.sym_of_fd is None:  # the exact directional derivatives, once
+            screen.sym_of_fd = sum(screen.directions.blocks[p] @ symbolic.gradients[p].reshape(-1)
+                                   for p in screen.params)
+        fd_sym = compare(screen.reference, screen.sym_of_fd, FD_VS_SYMBOLIC, screen.error)
+    return ParameterResult(
+        name=name, shape=tuple(g.shape), mode="joint", gradient=g, reference=screen.reference,
+        engine_projection=screen.engine, directions=screen.directions.blocks[name],
+        max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error, worst_index=cmp.worst_index,
+        engine_at_worst=cmp.engine_at_worst, reference_at_worst=cmp.reference_at_worst, atol=tol.atol,
+        rtol=tol.rtol, passed=sym_cmp.passed if sym_cmp is not None else True,
+        evaluations=screen.evaluations, fd_passed=True, symbolic=sym, symbolic_comparison=sym_cmp,
+        fd_vs_symbolic=fd_sym, fd_error=screen.error, fd_refined=screen.refined, checked_by="joint")
 
 
 def _wrong_user_derivatives(custom, findings, program) -> list:
@@ -160,23 +192,54 @@ def _wrong_user_derivatives(custom, findings, program) -> list:
     return out
 
 
+def unexplained_mismatches(results, findings, localized: bool) -> list:
+    """An error finding at each parameter whose comparison failed while no finding names it (as an
+    error, or as the explanation): the verdict's FAIL then always says where."""
+    named = {p for f in findings if f.severity == "error" or (f.cause, f.severity) in EXPLAINING
+             for p in f.parameters}
+    why = "no single node explains it" if localized else "localization is off"
+    out = []
+    for r in results:
+        if r.passed or r.name in named:
+            continue
+        c = r.verdict_comparison
+        against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
+        where = list(c.worst_index) if r.mode != "projection" and r.mode != "joint" else ["direction", *c.worst_index]
+        out.append(Finding(
+            node=r.name, op="input", cause="gradient_mismatch", severity="error",
+            detail=f"its gradient disagrees with {against} (worst {where}: engine {c.engine_at_worst:.8g}, "
+                   f"reference {c.reference_at_worst:.8g}; tolerance atol {r.atol:g}, rtol {r.rtol:g}) and {why}",
+            parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
+                                                     float(c.reference_at_worst))))
+    return out
+
+
 def undecidable_findings(results, program) -> list:
     """One warning per parameter with values finite differences could not decide: no step gave an
-    estimate whose error is within the tolerance (or a small fraction of the value)."""
+    estimate whose error is within the tolerance (or a small fraction of the value), or -- once
+    fd_check.REFINE_MAX values were refined -- the rest were never refined (say which, and how many)."""
     out = []
     for r in results:
         if not len(r.fd_undecidable):
             continue
         flat = r.reference.reshape(-1)
         first = int(r.fd_undecidable[0])
+        tried = len(r.fd_undecidable) - r.fd_unrefined
+        why = []
+        if tried:
+            why.append(f"{tried} with no trustworthy estimate at any step tried")
+        if r.fd_unrefined:
+            why.append(f"{r.fd_unrefined} still off on the first pass (its error estimate covers rounding only) "
+                       f"after {len(r.fd_refined)} values were refined, the most one check refines")
         label = ["direction", first] if r.mode == "projection" else \
             [int(i) for i in np.unravel_index(first, r.shape)] if r.shape else []
         engine = (r.engine_projection if r.mode == "projection" else r.gradient).reshape(-1)[first]
         what = "directional derivatives" if r.mode == "projection" else "elements"
         out.append(Finding(
             node=r.name, op="input", cause="fd_undecidable", severity="warning",
-            detail=f"finite differences cannot decide {len(r.fd_undecidable)} of its {what}, first {label}: the "
-                   f"best estimate {flat[first]:.8g} has error bound {float(r.fd_error.reshape(-1)[first]):.3g} at "
-                   f"every step tried (engine {engine:.8g}); not counted as a mismatch",
+            detail=f"finite differences cannot decide {len(r.fd_undecidable)} of its {what} ({'; '.join(why)}), "
+                   f"first {label}: the {'first-pass ' if first not in set(r.fd_refined) else ''}estimate "
+                   f"{flat[first]:.8g} (error bound {float(r.fd_error.reshape(-1)[first]):.3g}, engine {engine:.8g}); "
+                   "not counted as a mismatch",
             parameters=[r.name], worst=WorstElement(tuple(label), float(engine), float(flat[first]))))
     return out

@@ -60,8 +60,10 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("fd_mode", "finite differences: every element (full), random directions (projection), or by "
-           "cost (auto)", default="auto", choices=("auto", "full", "projection"), flag="--fd"),
+    Option("fd_mode", "finite differences: every element (full), random directions per parameter "
+           "(projection), random directions spanning all parameters at once, then per parameter only where "
+           "they disagree (joint), or by cost (auto)", default="auto", choices=("auto", "full", "projection", "joint"),
+           flag="--fd"),
     Option("dtype", "engine precision (default: the graph's float dtype)", choices=("float32", "float64")),
     Option("device", "engine device", default="cpu", choices=("cpu", "cuda")),
     Option("atol", "absolute tolerance (default per dtype)", type=float, metavar="X"),

@@ -23,14 +23,16 @@ EXPLAINING = {("nondifferentiable_point", "warning"), ("precision", "info")}
 MAX_ROUNDS = 3  # bisections per verification, for what the local sweep leaves unexplained
 
 
-def diagnose(ctx: Context) -> list[Finding]:
+def diagnose(ctx: Context, prior: list[Finding] = ()) -> list[Finding]:
+    """prior: findings made before the diagnosis (the engine's recompute mismatches): the parameters
+    they name are explained, their nodes named -- not reported again under another cause."""
     findings = integrity_findings(ctx)
     named = {f.node for f in findings if f.severity == "error"}
     # NaN/Inf that a corrupted or overwritten saved tensor explains is not a second finding
     nonfinite = [f for f in nonfinite_findings(ctx) if f.node not in named]
     findings += nonfinite
     if ctx.options.localize and not nonfinite:
-        findings += localization_findings(ctx, findings)
+        findings += localization_findings(ctx, list(prior) + findings)
     findings += exact_kink_notes(ctx, findings)
     order = {"error": 0, "warning": 1, "info": 2}
     return sorted(findings, key=lambda f: order[f.severity])
