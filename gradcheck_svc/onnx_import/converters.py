@@ -127,15 +127,6 @@ def _identity(ctx, node, a, opset):
     return x  # inference dropout is the identity: an alias, no node
 
 
-@converter("Cast")
-def _cast(ctx, node, a, opset):
-    from onnx import TensorProto
-
-    if a.get("to") not in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16):
-        raise Unsupported("Cast to a non-float type of a computed value")
-    return ctx.value(node.input[0])  # float -> float: the engine runs one float dtype
-
-
 def _chain(ctx, node, op, names):
     acc = names[0]
     for i, n in enumerate(names[1:]):
@@ -463,3 +454,7 @@ def constant_of_shape(ctx: Context, node, a):
     if fill.dtype.kind == "f":
         return Filled(shape, float(fill[0]))
     return np.full(shape, fill[0], dtype=fill.dtype)
+
+
+# the converters of other families register themselves into CONVERTERS on import
+from . import convert_masks, convert_nn, convert_rnn  # noqa: E402, F401

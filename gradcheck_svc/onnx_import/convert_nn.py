@@ -1,0 +1,91 @@
+"""Today's transformer and MobileNet ops: HardSigmoid, Gelu, LayerNormalization (with its stash outputs),
+GatherElements, Trilu. (Erf and HardSwish are registry ops ONNX names as they are: converters.py.)
+
+Where ONNX defines a function body for an op, the converter says whether it follows it.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+
+from .context import Unsupported
+from .converters import _axis, _ins, _present, converter
+
+
+@converter("HardSigmoid")
+def _hard_sigmoid(ctx, node, a, opset):
+    # ONNX's defaults are float32 attributes: 0.2 and 0.5 as stored (PyTorch exports alpha = 1/6)
+    attrs = {"alpha": a.get("alpha", float(np.float32(0.2))), "beta": a.get("beta", 0.5)}
+    return ctx.emit("hard_sigmoid", _ins(ctx, node), attrs, name=node.output[0])
+
+
+@converter("Gelu")
+def _gelu(ctx, node, a, opset):
+    """opset 20 Gelu: the registry's gelu (its function body: the erf or the tanh form, the same
+    formulas). PyTorch's exporters below opset 20 write the erf form out as Div, Erf, Add, Mul nodes,
+    which import op by op."""
+    approximate = a.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise Unsupported(f"Gelu with approximate '{approximate}'")
+    return ctx.emit("gelu", _ins(ctx, node), {"approximate": approximate}, name=node.output[0])
+
+
+@converter("LayerNormalization")
+def _layer_norm(ctx, node, a, opset):
+    """One layer_norm node (its own derivative rule, not ONNX's function body of ReduceMean, Sub, Pow,
+    Sqrt, Div nodes: the same formula). stash_type (the precision of the moments) is the engine's dtype.
+    The stash outputs Mean and InvStdDev, when a model reads them, are composed of registry ops."""
+    ins = _ins(ctx, node)
+    x = ins[0]
+    rank = len(ctx.shape(x))
+    axis = a.get("axis", -1)
+    eps = a.get("epsilon", 1e-5)
+    outs = [ctx.emit("layer_norm", ins, {"axis": axis, "epsilon": eps}, name=node.output[0])]
+    if any(o for o in node.output[1:]):
+        ax = _axis(axis, rank)
+        over = {"axis": list(range(ax, rank)), "keepdims": True}
+        mean = ctx.emit("mean", [x], over, name=node.output[1] or None)
+        centered = ctx.emit("sub", [x, mean])
+        var = ctx.emit("mean", [ctx.emit("square", [centered])], over)
+        std = ctx.emit("sqrt", [ctx.emit("add", [var, ctx.scalar(eps)])])
+        inv = ctx.emit("div", [ctx.scalar(1.0), std], name=node.output[2] if len(node.output) > 2 and
+                       node.output[2] else None)
+        outs += [mean, inv]
+    return outs
+
+
+@converter("GatherElements")
+def _gather_elements(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    shape = ctx.shape(x)
+    axis = _axis(a.get("axis", 0), len(shape))
+    idx = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64)
+    n = shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise Unsupported(f"GatherElements with an index out of range [-{n}, {n - 1}]")
+    idx = np.where(idx < 0, idx + n, idx)  # ONNX allows negative indices; take_along_axis's vjp does not
+    name = ctx.add_input(ctx.fresh(f"{node.output[0]}/indices"), idx, False, "int64")
+    return ctx.emit("take_along_axis", [x, name], {"axis": axis}, name=node.output[0])
+
+
+@converter("Trilu")
+def _trilu(ctx, node, a, opset):
+    """The kept triangle as a constant mask: where(mask, x, 0) (the k-th diagonal and below for
+    upper=0, on and above for upper=1; x's leading axes are a batch of matrices)."""
+    x = ctx.value(node.input[0])
+    shape = ctx.shape(x)
+    if len(shape) < 2:
+        raise Unsupported("Trilu of a value of rank < 2")
+    k = int(np.asarray(ctx.const(node.input[1], "k")).reshape(-1)[0]) if _present(node, 1) else 0
+    n, m = shape[-2:]
+    keep = np.triu(np.ones((n, m), bool), k) if a.get("upper", 1) else np.tril(np.ones((n, m), bool), k)
+    mask = ctx.add_input(ctx.fresh(f"{node.output[0]}/mask"), keep, False, "bool")
+    return ctx.emit("where", [mask, x, ctx.scalar(0.0)], name=node.output[0])
+
+
+
+
+@converter("Range")
+def _range(ctx, node, a, opset):
+    # constant start, limit and delta are folded at import time; computed ones set the output's length
+    raise Unsupported("Range of computed values (its length would depend on them)")
