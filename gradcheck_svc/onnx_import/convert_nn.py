@@ -87,5 +87,10 @@ def _trilu(ctx, node, a, opset):
 
 @converter("Range")
 def _range(ctx, node, a, opset):
-    # constant start, limit and delta are folded at import time; computed ones set the output's length
-    raise Unsupported("Range of computed values (its length would depend on them)")
+    """Constant float bounds: the values, as a constant (int ones are folded before any converter);
+    computed bounds would set the output's length by their values."""
+    if not all(ctx.is_const(n) for n in node.input):
+        raise Unsupported("Range of computed values (its length would depend on them)")
+    start, limit, delta = (np.asarray(ctx.const(n)).reshape(()) for n in node.input)
+    values = np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta))
+    return ctx.add_input(node.output[0], values, False, ctx.float_dtype)
