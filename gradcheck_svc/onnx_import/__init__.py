@@ -60,7 +60,7 @@ def options_from_proto(msg):
     import onnx
     from onnx import numpy_helper
 
-    from .importer import ImportOptions
+    from .importer import DEFAULT_PARAMS, ImportOptions
 
     def tensor(data: bytes, field: str):
         t = onnx.TensorProto()
@@ -72,7 +72,7 @@ def options_from_proto(msg):
                              field=field) from None
 
     return ImportOptions(
-        params=msg.params or "initializers",
+        params=msg.params or DEFAULT_PARAMS,
         inputs={name: tensor(data, f"onnx.inputs[{name}]") for name, data in msg.inputs.items()},
         input_seed=msg.input_seed, output=msg.loss_output or None, loss=msg.loss or "sum",
         cotangent=tensor(msg.cotangent, "onnx.cotangent") if msg.cotangent else None,

@@ -1,11 +1,15 @@
 """ModelProto -> gradcheck.v1.Graph: parameters, inputs, nodes in order, the loss.
 
 Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
-  initializers  every float initializer (the default: a model's weights)
+  weights       every float initializer of rank >= 1 (the default: a model's weights; scalar
+                initializers -- exponents, epsilons, the 0.5 of a GELU, as the dynamo exporter
+                stores them -- stay constants: d/d(exponent) of x**p is NaN at negative x)
+  initializers  every float initializer, scalars too
   inputs        every float graph input that is not an initializer
   constants     every float value known at import time that a node makes
                 (Constant, ConstantOfShape -- the light models' weights -- and
                 values folded from them)
+  all           initializers, inputs and constants
   none          nothing but what is named
   NAME          one value of the model, by its ONNX name
 Graph inputs take the given values (TensorProto files) or are drawn from a
@@ -30,13 +34,14 @@ from .converters import CONVERTERS, constant_of_shape, constant_value
 from .model import default_opset
 
 LOSSES = ("sum", "mean", "cotangent")
-PARAM_GROUPS = ("initializers", "inputs", "constants", "none")
+PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
+DEFAULT_PARAMS = "weights"
 LOSS_NAME = "loss"
 
 
 @dataclass
 class ImportOptions:
-    params: str = "initializers"
+    params: str = DEFAULT_PARAMS
     inputs: dict = field(default_factory=dict)  # ONNX input name -> np.ndarray
     input_seed: int = 0
     output: str | None = None
@@ -90,6 +95,8 @@ class Importer:
         self.ctx = Context(name or g.name or "onnx", float_dtype, names)
         tokens = [t.strip() for t in options.params.split(",") if t.strip()]
         self.groups = {t for t in tokens if t in PARAM_GROUPS}
+        if "all" in self.groups:
+            self.groups |= {"initializers", "inputs", "constants"}
         self.named = [t for t in tokens if t not in PARAM_GROUPS]
         self.made_params: set[str] = set()
         self.unsupported: dict[str, list] = {}  # reason -> [count, first node]
@@ -152,7 +159,8 @@ class Importer:
         for name, value in self.inits.items():
             if name in self.ctx.emitted:
                 continue
-            if value.dtype.kind == "f" and self._wants(name, "initializers"):
+            if value.dtype.kind == "f" and (self._wants(name, "initializers") or
+                                            (value.ndim >= 1 and "weights" in self.groups)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
