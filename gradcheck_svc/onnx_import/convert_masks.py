@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from ..ops.base import BOOL, FLOAT
-from .context import Unsupported
+from .context import Filled, Unsupported
 from .converters import _ins, converter
 
 
@@ -68,6 +68,13 @@ def _cast(ctx, node, a, opset):
 def _cast_like(ctx, node, a, opset):
     """Cast to the type of the second input, a constant (its dtype) or a computed value (its class)."""
     target = node.input[1]
+    if ctx.is_const(node.input[0]):  # a constant cast like a computed value: still a constant
+        v = ctx.consts[node.input[0]]
+        like = ctx.dtype(ctx.value(target))
+        if isinstance(v, Filled) or like != FLOAT:
+            raise Unsupported("CastLike of a constant to a computed non-float type")
+        ctx.consts[node.output[0]] = np.asarray(v, dtype=np.float64)
+        return [None]
     if ctx.is_const(target):
         to = np.asarray(ctx.const(target)).dtype
     else:

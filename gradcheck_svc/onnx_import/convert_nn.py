@@ -12,10 +12,19 @@ from .context import Unsupported
 from .converters import _axis, _ins, _present, converter
 
 
+def simple_fraction(v: float) -> float:
+    """A float32 attribute that is the rounding of a fraction with a small denominator (PyTorch's
+    HardSigmoid alpha 1/6, ONNX's default 0.2), read as that fraction: ONNX stores attributes in float32,
+    and the exporter's model meant the exact value; any other value is taken as stored."""
+    from fractions import Fraction
+
+    f = Fraction(v).limit_denominator(64)
+    return float(f) if np.float32(float(f)) == np.float32(v) else v
+
+
 @converter("HardSigmoid")
 def _hard_sigmoid(ctx, node, a, opset):
-    # ONNX's defaults are float32 attributes: 0.2 and 0.5 as stored (PyTorch exports alpha = 1/6)
-    attrs = {"alpha": a.get("alpha", float(np.float32(0.2))), "beta": a.get("beta", 0.5)}
+    attrs = {"alpha": simple_fraction(a.get("alpha", 0.2)), "beta": simple_fraction(a.get("beta", 0.5))}
     return ctx.emit("hard_sigmoid", _ins(ctx, node), attrs, name=node.output[0])
 
 

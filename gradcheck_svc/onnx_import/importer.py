@@ -238,7 +238,7 @@ class Importer:
                 raise Unsupported(node.op_type)
             outs = conv(ctx, node, a, self.opset)
             for out, gc in zip(node.output, [outs] if isinstance(outs, str) else outs):
-                if out:
+                if out and gc is not None:  # None: the converter stored a constant (ctx.consts) itself
                     ctx.set_output(out, gc)
         except Unsupported as exc:
             self._unsupported(exc.reason, node)

@@ -1,0 +1,98 @@
+"""Today's architectures through both PyTorch exporters with their defaults: torch.onnx.export(model,
+args, f) (the TorchScript exporter) and torch.onnx.export(..., dynamo=True) (with its optimizer, the
+default, and without). Each model (tests/model_zoo.py: tiny, random weights, float64) imports with the
+default import options (only its input's value is given, so torch sees the same one), its loss and
+gradients equal torch autograd's on the same loss (sum(output * c)) within 1e-10 relative, and a full
+verification (finite differences, the symbolic oracle where the graph is small enough) says PASS.
+
+Gradients are compared for the input and for every initializer that is a torch parameter (its name,
+shape and value; the exporters rename MatMul weights, merge the RNNs' into W, R, B, and fold BatchNorm
+into the Conv before it under the Conv weight's name: those gradients the verification checks)."""
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+from model_zoo import ZOO, exact_reference  # noqa: E402
+
+from gradcheck_svc.graph import load_graph  # noqa: E402
+from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
+from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
+from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
+from gradcheck_svc.verify.run import run_engine  # noqa: E402
+
+EXPORTERS = ["legacy", "dynamo", "dynamo-unoptimized"]
+
+# parameters the exporter folded into a constant in part: the ONNX model depends on them less than the
+# torch module does, and the engine's gradient is that model's (verified PASS below)
+FOLDED = {
+    # the first step's h0 @ W_hh^T + b_hh with h0 = 0 becomes the constant initializer 'linear_1'
+    ("rnn_tanh", "dynamo"): {"rnn.bias_hh_l0"},
+}
+
+
+def export(model, x, exporter: str) -> bytes:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        if exporter == "legacy":
+            f = io.BytesIO()
+            torch.onnx.export(model, (x,), f, dynamo=False)
+            return f.getvalue()
+        pytest.importorskip("onnxscript")  # the dynamo exporter's dependency
+        import logging
+
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+        program = torch.onnx.export(model, (x,), dynamo=True, optimize=exporter == "dynamo", verbose=False)
+        return program.model_proto.SerializeToString()
+
+
+def _input_name(blob: bytes) -> str:
+    import onnx
+
+    m = onnx.load_from_string(blob)
+    inits = {t.name for t in m.graph.initializer}
+    (name,) = [vi.name for vi in m.graph.input if vi.name not in inits]
+    return name
+
+
+@pytest.mark.parametrize("exporter", EXPORTERS)
+@pytest.mark.parametrize("build", ZOO, ids=lambda b: b.__name__)
+def test_model_zoo(build, exporter):
+    model, x = build()
+    blob = export(model, x, exporter)
+    xname = _input_name(blob)
+    y = model(x)
+    c = np.random.default_rng(1).standard_normal(tuple(y.shape))
+    # the defaults (--params weights), plus the input as a parameter: its gradient needs no name mapping
+    msg = import_onnx(blob, ImportOptions(params=f"weights,{xname}", inputs={xname: x.numpy()},
+                                          loss="cotangent", cotangent=c))
+    graph = load_graph(msg)
+
+    reference = exact_reference(model)
+    xt = x.clone().requires_grad_(True)
+    loss = (reference(xt) * torch.from_numpy(c)).sum()
+    params = dict(reference.named_parameters())
+    grads = torch.autograd.grad(loss, [xt] + list(params.values()))
+    want = {xname: grads[0].numpy()} | {n: g.numpy() for n, g in zip(params, grads[1:])}
+
+    engine = run_engine(graph, VerifyOptions(dtype="float64"), "float64")
+    assert engine.loss == pytest.approx(float(loss), rel=1e-10)
+    # an initializer is a torch parameter when it has its name, shape and value: the exporters fold
+    # BatchNorm into the preceding Conv's weights and keep the Conv's name for the folded tensor
+    values = {n: p.detach().numpy() for n, p in params.items()} | {xname: x.numpy()}
+    compared = [n for n in want if n in graph.inputs and np.shape(graph.inputs[n].value) == want[n].shape
+                and np.array_equal(graph.inputs[n].value, values[n]) and n not in FOLDED.get((build.__name__, exporter), ())]
+    assert xname in compared
+    for n in compared:
+        scale = max(np.abs(want[n]).max(), 1e-300)
+        np.testing.assert_allclose(engine.gradients[n], want[n], rtol=1e-10, atol=1e-10 * scale,
+                                   err_msg=f"{build.__name__} ({exporter}): {n}")
+
+    report = verify(graph, VerifyOptions())
+    assert report.verdict == "pass", report.to_text()
