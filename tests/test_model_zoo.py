@@ -96,3 +96,54 @@ def test_model_zoo(build, exporter):
 
     report = verify(graph, VerifyOptions())
     assert report.verdict == "pass", report.to_text()
+
+
+class _Powers(torch.nn.Module):
+    """x ** 2 and x ** 3 on values of both signs: the dynamo exporter stores 2.0 and 3.0 as 0-d
+    initializers, and d/d(exponent) of x ** p at a negative x is NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y ** 2 + 0.5 * y ** 3
+
+
+def test_dynamo_scalar_initializers_are_constants_by_default():
+    import onnx
+
+    torch.manual_seed(0)
+    model = _Powers().double().eval()
+    x = torch.randn(2, 3, dtype=torch.float64)
+    assert (model.lin(x) < 0).any()  # negative bases: the exponent's derivative would be NaN
+    blob = export(model, x, "dynamo")
+    scalars = [t.name for t in onnx.load_from_string(blob).graph.initializer
+               if not t.dims and t.data_type == onnx.TensorProto.DOUBLE]
+    assert scalars  # what the exporter does today; the default must cope with it
+    graph = load_graph(import_onnx(blob))
+    assert set(graph.parameters) == {"lin.weight", "lin.bias"}
+    assert verify(graph, VerifyOptions()).verdict == "pass"
+    # asked for, a scalar initializer is a parameter like any other
+    everything = load_graph(import_onnx(blob, ImportOptions(params="initializers")))
+    assert set(scalars) <= set(everything.parameters)
+
+
+def test_fault_on_a_value_layer_norm_saves_is_caught_at_that_node():
+    """nn.TransformerEncoderLayer through the dynamo exporter: LayerNormalization saves its input for
+    the backward; scaling that saved copy is caught, and the finding names the layer_norm node."""
+    import onnx
+
+    from gradcheck_svc.engine.faults import parse_fault
+    from model_zoo import transformer_encoder_layer
+
+    model, x = transformer_encoder_layer()
+    blob = export(model, x, "dynamo")
+    norm = [n for n in onnx.load_from_string(blob).graph.node if n.op_type == "LayerNormalization"][0]
+    graph = load_graph(import_onnx(blob, ImportOptions(loss="cotangent")))
+    assert graph.node(norm.output[0]).op.name == "layer_norm"
+    report = verify(graph, VerifyOptions(faults=(parse_fault(f"{norm.input[0]}:scale:1.5"),), integrity="off"))
+    assert report.verdict == "fail"
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert errors and errors[0].node == norm.output[0] and errors[0].op == "layer_norm", report.to_text()
