@@ -17,14 +17,10 @@ def _infer_mask(node, specs, attrs):
     return Spec(broadcast_shapes(node, [s.shape for s in specs]), BOOL), attrs
 
 
-def _densify(*args, **kwargs):
-    return None  # full-Jacobian finite differences: a stack of changes reaches a mask densified
-
-
 def _mask(name, forward, sympy, *, arity, input_kind, cases, doc, numpy=None, torch=None, onnx=None, kinks=()):
     register(OpDef(
         name=name, forward=forward, vjp=None, infer=_infer_mask, arity=arity, input_kinds=(input_kind,) * arity,
-        broadcast=arity > 1, sympy=sympy, cases=cases, kinks=tuple(kinks), sliced=_densify, doc=doc,
+        broadcast=arity > 1, sympy=sympy, cases=cases, kinks=tuple(kinks), doc=doc,
         numpy=numpy, torch=torch, onnx=onnx))
 
 
