@@ -39,7 +39,7 @@ def _corner_distance(alpha, beta):
     return distance
 
 
-_WIDE = Domain(-4.0, 4.0, avoid=(-3.0, -2.5, 2.5, 3.0))
+_WIDE = Domain(-4.0, 4.0, avoid=(-2.5, 2.5, -3.0, 3.0))  # the default corners first
 
 
 def _hard_sigmoid_cases(rng):

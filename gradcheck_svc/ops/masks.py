@@ -45,7 +45,7 @@ for _name, _op, _onnx, _np in (("equal", "==", "Equal", "equal"), ("less", "<", 
     _mask(_name, (lambda op: lambda xp, a, b: {"==": a == b, "<": a < b, ">": a > b, "<=": a <= b,
                                                ">=": a >= b}[op])(_op),
           (lambda op: lambda sp, a, b: sp.Piecewise((1, sp.Rel(a, b, op)), (0, True)))(_op),
-          arity=2, input_kind=FLOAT, cases=_comparison_cases, onnx=_onnx,
+          arity=2, input_kind=FLOAT, cases=_comparison_cases, onnx=_onnx, numpy=_np,
           kinks=[Kink("a == b", "the mask steps; derivative 0 on both sides", _tie)],
           doc=f"the bool mask a {_op} b, broadcast (no gradient)")
 
@@ -59,17 +59,17 @@ def _bool_cases(arity):
 
 # on 0/1 values: not, and, or, xor as arithmetic (the symbolic oracle reads bool inputs as 0/1)
 _mask("logical_not", lambda xp, a: ~a, lambda sp, a: 1 - a, arity=1, input_kind=BOOL, cases=_bool_cases(1),
-      onnx="Not", doc="the negation of a bool mask")
+      onnx="Not", numpy="logical_not", doc="the negation of a bool mask")
 _mask("logical_and", lambda xp, a, b: a & b, lambda sp, a, b: a * b, arity=2, input_kind=BOOL,
-      cases=_bool_cases(2), onnx="And", doc="a and b, bool masks, broadcast")
+      cases=_bool_cases(2), onnx="And", numpy="logical_and", doc="a and b, bool masks, broadcast")
 _mask("logical_or", lambda xp, a, b: a | b, lambda sp, a, b: a + b - a * b, arity=2, input_kind=BOOL,
-      cases=_bool_cases(2), onnx="Or", doc="a or b, bool masks, broadcast")
+      cases=_bool_cases(2), onnx="Or", numpy="logical_or", doc="a or b, bool masks, broadcast")
 _mask("logical_xor", lambda xp, a, b: a ^ b, lambda sp, a, b: a + b - 2 * a * b, arity=2, input_kind=BOOL,
-      cases=_bool_cases(2), onnx="Xor", doc="a xor b, bool masks, broadcast")
+      cases=_bool_cases(2), onnx="Xor", numpy="logical_xor", doc="a xor b, bool masks, broadcast")
 
 # isnan / isinf: their SymPy form is 0 (SymPy's symbols stand for finite reals), so the registry's
 # points are finite; ONNX's node tests (tests/test_onnx_node_tests.py) check NaN and infinities.
 _mask("isnan", lambda xp, x: xp.isnan(x), lambda sp, x: sp.Integer(0), arity=1, input_kind=FLOAT,
-      cases=lambda rng: unary_case(rng, REALS), onnx="IsNaN", doc="the bool mask of NaN elements")
+      cases=lambda rng: unary_case(rng, REALS), onnx="IsNaN", numpy="isnan", doc="the bool mask of NaN elements")
 _mask("isinf", lambda xp, x: xp.isinf(x), lambda sp, x: sp.Integer(0), arity=1, input_kind=FLOAT,
-      cases=lambda rng: unary_case(rng, REALS), doc="the bool mask of infinite elements (either sign)")
+      cases=lambda rng: unary_case(rng, REALS), numpy="isinf", doc="the bool mask of infinite elements (either sign)")

@@ -151,6 +151,8 @@ def _outer_unevaluated(function):
     built once on placeholders; each call substitutes the arguments below the top."""
     holes = [sp.Dummy() for _ in range(function.arity)]
     template = function.sympy(*holes)
+    if template.is_Atom:  # a constant form (isnan of a symbol standing for a finite real: 0)
+        return _vectorize(lambda *args: template, function.arity)
 
     def build(*args):
         sub = dict(zip(holes, args))
