@@ -103,3 +103,8 @@ def _range(ctx, node, a, opset):
     start, limit, delta = (np.asarray(ctx.const(n)).reshape(()) for n in node.input)
     values = np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta))
     return ctx.add_input(node.output[0], values, False, ctx.float_dtype)
+
+
+@converter("Einsum")
+def _einsum(ctx, node, a, opset):
+    return ctx.emit("einsum", _ins(ctx, node), {"equation": a["equation"]}, name=node.output[0])

@@ -81,6 +81,7 @@ class SympyArrays:
     concatenate = staticmethod(np.concatenate)
     take = staticmethod(np.take)
     take_along_axis = staticmethod(np.take_along_axis)
+    einsum = staticmethod(np.einsum)  # object arrays: products and flat sums of SymPy terms
     moveaxis = staticmethod(np.moveaxis)
     swapaxes = staticmethod(np.swapaxes)
     where = staticmethod(np.where)
