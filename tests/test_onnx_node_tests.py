@@ -16,7 +16,7 @@ from gradcheck_svc.onnx_import.importer import ImportOptions, import_model
 
 OPS = ["LayerNormalization", "Erf", "Gelu", "HardSwish", "HardSigmoid", "CastLike", "Where", "Equal", "Less",
        "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "GatherElements",
-       "Trilu", "Expand", "Range", "Einsum", "LSTM", "GRU", "RNN"]
+       "Trilu", "Expand", "Range", "Einsum", "ScatterElements", "LSTM", "GRU", "RNN"]
 
 
 @functools.cache

@@ -22,7 +22,14 @@ def _layer_norm(x, scale, bias=None, *, axis, epsilon, x_rank, p_ranks):
     return F.layer_norm(x, shape, scale.expand(shape), None if bias is None else bias.expand(shape), epsilon)
 
 
+def _scatter_elements(data, upd, *, axis, reduction, indices, flat, data_rank, upd_shape, targets, inverse):
+    idx = torch.tensor(indices, dtype=torch.int64)
+    idx = torch.where(idx < 0, idx + data.shape[axis], idx)
+    return data.scatter_add(axis, idx, upd) if reduction == "add" else data.scatter(axis, idx, upd)
+
+
 TORCH = {
+    "scatter_elements": _scatter_elements,
     "hard_sigmoid": lambda x, alpha=0.2, beta=0.5: torch.clamp(alpha * x + beta, 0.0, 1.0),
     "layer_norm": _layer_norm,
     "einsum": lambda *xs, equation: torch.einsum(equation, *xs),

@@ -108,3 +108,15 @@ def _range(ctx, node, a, opset):
 @converter("Einsum")
 def _einsum(ctx, node, a, opset):
     return ctx.emit("einsum", _ins(ctx, node), {"equation": a["equation"]}, name=node.output[0])
+
+
+@converter("ScatterElements")
+def _scatter_elements(ctx, node, a, opset):
+    """Constant indices (an attribute of the registry op, checked there); reduction none or add."""
+    reduction = a.get("reduction", "none")
+    if reduction not in ("none", "add"):
+        raise Unsupported(f"ScatterElements with reduction {reduction}")
+    data, upd = ctx.value(node.input[0]), ctx.value(node.input[2])
+    indices = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64).tolist()
+    attrs = {"axis": a.get("axis", 0), "indices": indices, "reduction": reduction}
+    return ctx.emit("scatter_elements", [data, upd], attrs, name=node.output[0])

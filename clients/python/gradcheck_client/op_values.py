@@ -107,6 +107,7 @@ WITHOUT_VALUE = (
     'max_pool',
     'mse_loss',
     'pad',
+    'scatter_elements',
     'slice',
     'softmax',
 )
@@ -171,6 +172,7 @@ OPS = {
     'prelu': {'name': 'prelu', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'numpy': None, 'shape': 'numpy'},
     'relu': {'name': 'relu', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': None, 'shape': 'numpy'},
     'reshape': {'name': 'reshape', 'arity': 1, 'inputs': ('float',), 'attrs': {'shape': REQUIRED}, 'numpy': 'reshape', 'shape': 'numpy'},
+    'scatter_elements': {'name': 'scatter_elements', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {'indices': REQUIRED, 'axis': 0, 'reduction': 'none'}, 'numpy': None, 'shape': 'same'},
     'sigmoid': {'name': 'sigmoid', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': None, 'shape': 'numpy'},
     'sin': {'name': 'sin', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'numpy': 'sin', 'shape': 'numpy'},
     'slice': {'name': 'slice', 'arity': 1, 'inputs': ('float',), 'attrs': {'starts': REQUIRED, 'ends': REQUIRED, 'axes': None, 'steps': None}, 'numpy': None, 'shape': 'slice'},
