@@ -147,3 +147,19 @@ def test_fault_on_a_value_layer_norm_saves_is_caught_at_that_node():
     assert report.verdict == "fail"
     errors = [f for f in report.findings if f.severity == "error"]
     assert errors and errors[0].node == norm.output[0] and errors[0].op == "layer_norm", report.to_text()
+
+
+def test_a_faults_before_and_after_show_an_element_it_changed():
+    """A fault scaling a ReLU's output: element 0 is 0 there (scaled, still 0); the record shows one
+    the fault changed."""
+    from gradcheck_svc.engine.faults import parse_fault
+    from gradcheck_svc.graph.build import GraphBuilder
+
+    b = GraphBuilder("relu_fault")
+    x = b.input("x", np.array([-1.0, 2.0, 3.0]), requires_grad=True)
+    r = b.node("relu", x, name="r")
+    b.output(b.node("sum", b.node("square", r, name="sq"), name="L"))
+    report = verify(load_graph(b.build()), VerifyOptions(faults=(parse_fault("r:scale:1.5"),), integrity="off"))
+    (record,) = report.faults
+    assert (record.before, record.after, record.index) == (2.0, 3.0, 1)
+    assert "element 1: 2 -> 3" in report.to_text()

@@ -140,6 +140,8 @@ class FaultRecord:
     readers: list[str]
     before: float | None
     after: float | None
+    index: int | None = None  # the flat index of the element `before` and `after` show (one the fault changed;
+    # in the text only: the JSON keys mirror the proto's FaultRecord)
 
     def to_dict(self) -> dict:
         return {"fault": self.fault, "read_by": self.readers,
@@ -194,7 +196,8 @@ class Report:
                  f"{self.device})"]
         lines += [f"  {f.to_text()}" for f in self.findings]
         for f in self.faults:
-            change = f" ({f.before:g} -> {f.after:g})" if f.before is not None else ""
+            at = f"element {f.index}: " if f.index else ""
+            change = f" ({at}{f.before:g} -> {f.after:g})" if f.before is not None else ""
             who = ", ".join(f.readers) if f.readers else "nothing saved this value: no effect"
             lines.append(f"  fault {f.fault}{change}, read in the backward of: {who}")
         for w in self.warnings:
