@@ -163,3 +163,27 @@ def test_a_faults_before_and_after_show_an_element_it_changed():
     (record,) = report.faults
     assert (record.before, record.after, record.index) == (2.0, 3.0, 1)
     assert "element 1: 2 -> 3" in report.to_text()
+
+
+def test_a_parameter_named_by_a_fault_finding_whose_gradient_checks_out_reads_affected():
+    """A relu's output scaled after the forward: the relu's mask is unchanged, so w1 (upstream) keeps
+    its right gradient and w2 (read with the scaled value) does not. Had the finding named w1 too (as a
+    finding at a node whose input is a chain of parameters does), w1 reads "affected", not FAIL."""
+    from gradcheck_svc.engine.faults import parse_fault
+    from gradcheck_svc.graph.build import GraphBuilder
+    from gradcheck_svc.verify.findings import Finding
+    from gradcheck_svc.verify.verdict import settle
+
+    b = GraphBuilder("relu_fault")
+    x = b.input("x", np.array([0.5, -1.0, 2.0, 1.0]))
+    w1 = b.input("w1", np.array([1.5, 0.3, -0.7, 0.8]), requires_grad=True)
+    w2 = b.input("w2", np.array([[0.2, 0.4], [0.9, -0.3], [0.1, 0.5], [0.7, 0.2]]), requires_grad=True)
+    r = b.node("relu", b.node("mul", x, w1, name="m1"), name="r")
+    b.output(b.node("sum", b.node("tanh", b.node("matmul", r, w2, name="m2"), name="t"), name="L"))
+    report = verify(load_graph(b.build()), VerifyOptions(faults=(parse_fault("r:scale:1.5"),), integrity="off"))
+    rows = {p.name: p for p in report.parameters}
+    assert report.verdict == "fail" and rows["w2"].status == "FAIL" and rows["w1"].status == "ok"
+    wide = Finding("m2", "matmul", "cache_corruption", "error", "a finding naming both", ["w2", "w1"])
+    assert settle(report.parameters, [wide]) == "fail"
+    assert (rows["w1"].status, rows["w1"].failed_by) == ("affected", "cache_corruption")
+    assert rows["w2"].status == "FAIL"

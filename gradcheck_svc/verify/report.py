@@ -17,7 +17,8 @@ FD, and `verdict_reference` says which one decided. Top level: `symbolic`
 `expr` node, with `user_grad_matches` true/false/null).
 
 `status` is the row as the verdict sees it (verdict.py): "ok", "ok (precision)" or
-"ok (kink)" (a mismatch a finding explains: `explained_by` names its cause) or "FAIL" (the
+"ok (kink)" (a mismatch a finding explains: `explained_by` names its cause), "affected" (an error
+finding names it, `failed_by`, but its own comparison passed) or "FAIL" (the
 comparison failed unexplained, or an error finding names the parameter: `failed_by`). The
 verdict is "pass" exactly when no row is FAIL and no finding is an error. Every `*_s` timing
 is in seconds, in the text as well.
