@@ -2,11 +2,11 @@
 the gate activations, mul, concat, reshape, transpose), so each step keeps the derivative rules of the
 ops it is made of and a fault is named at the step and gate it hits.
 
-Covered: every gate and its bias, peepholes (LSTM), input_forget (LSTM), linear_before_reset (GRU),
-the three directions, layout 0 and 1, initial states (zeros when absent), the cell clip, the
-activations Sigmoid, Tanh, Relu, HardSigmoid, LeakyRelu, Elu and Softplus, and all three outputs
-(Y, Y_h, Y_c). sequence_lens must be constant and equal to the sequence length for every batch entry
-(shorter sequences would need masking of the padded steps: refused).
+Covered: every gate and its bias, peepholes (LSTM), linear_before_reset (GRU), the three directions,
+layout 0 and 1, initial states (zeros when absent), the activations Sigmoid, Tanh, Relu, HardSigmoid,
+LeakyRelu, Elu and Softplus, and all three outputs (Y, Y_h, Y_c). Refused: sequence_lens shorter than
+the sequence (padded steps would need masking), and `clip` and `input_forget`, whose exact placement
+runtimes disagree on and no reference checks (ONNX's reference evaluator ignores both).
 
 The input projections of all steps are one matmul per direction (X @ W^T over the whole sequence),
 as cuDNN and PyTorch compute them; the recurrent ones are one matmul per step.
@@ -40,7 +40,9 @@ class _Unroll:
         self.ctx, self.node, self.a, self.kind = ctx, node, a, kind
         self.hidden = int(a["hidden_size"]) if "hidden_size" in a else None
         self.layout = int(a.get("layout", 0))
-        self.clip = a.get("clip")
+        for refused in ("clip", "input_forget"):
+            if a.get(refused):
+                raise Unsupported(f"{kind} with {refused}")
         direction = a.get("direction", "forward")
         if direction not in ("forward", "reverse", "bidirectional"):
             raise Unsupported(f"{kind} with direction {direction}")
@@ -65,8 +67,6 @@ class _Unroll:
         return self.ctx.emit(op, inputs, attrs, name=name)
 
     def act(self, d: int, i: int, x: str) -> str:
-        if self.clip is not None:
-            x = self.emit("clip", [x], {"min": -float(self.clip), "max": float(self.clip)})
         op, attrs = self.acts[d * self.per + i]
         return self.emit(op, [x], attrs)
 
@@ -102,8 +102,6 @@ class _Unroll:
                 states[what] = self.emit("transpose", [s], {"axes": [1, 0, 2]}) if self.layout else s
         if kind == "LSTM" and 7 in inputs:
             states["p"] = ctx.value(inputs[7])
-        if kind != "LSTM" and self.a.get("input_forget"):
-            raise Unsupported(f"{kind} with input_forget")
         ys, hs, cs = [], [], []
         for d, direction in enumerate(self.directions):
             y, hn, cn = self.direction(d, direction, x, w, r, inputs.get(3), states, seq, batch, h)
@@ -160,11 +158,7 @@ class _Unroll:
         if peep is not None:
             gi = self.emit("add", [gi, self.emit("mul", [peep[0], cp])])
             gf = self.emit("add", [gf, self.emit("mul", [peep[2], cp])])
-        i = self.act(d, 0, gi)
-        if self.a.get("input_forget"):
-            f = self.emit("sub", [self.ctx.scalar(1.0), i])  # coupled gates: f = 1 - i
-        else:
-            f = self.act(d, 0, gf)
+        i, f = self.act(d, 0, gi), self.act(d, 0, gf)
         c = self.emit("add", [self.emit("mul", [f, cp]), self.emit("mul", [i, self.act(d, 1, gc)])])
         if peep is not None:
             go = self.emit("add", [go, self.emit("mul", [peep[1], c])])
