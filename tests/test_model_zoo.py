@@ -187,3 +187,30 @@ def test_a_parameter_named_by_a_fault_finding_whose_gradient_checks_out_reads_af
     assert settle(report.parameters, [wide]) == "fail"
     assert (rows["w1"].status, rows["w1"].failed_by) == ("affected", "cache_corruption")
     assert rows["w2"].status == "FAIL"
+
+
+@pytest.mark.parametrize("opset", [16, 17, 20])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_layer_norm_at_each_opset(opset, approximate):
+    """The legacy exporter below opset 20 writes GELU out (Erf, or Tanh and Pow for the tanh form), and
+    LayerNorm below 17 as ReduceMean, Sub, Pow, Sqrt, Div; at 20 both are single nodes (Gelu,
+    LayerNormalization). Every form imports and its gradients equal torch's."""
+    import onnx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.GELU(approximate=approximate),
+                                torch.nn.Linear(6, 2)).double().eval()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), f, dynamo=False, opset_version=opset, input_names=["x"])
+    ops = {n.op_type for n in onnx.load_from_string(f.getvalue()).graph.node}
+    assert ("Gelu" in ops) == (opset >= 20) and ("LayerNormalization" in ops) == (opset >= 17)
+    c = np.random.default_rng(2).standard_normal((3, 2))
+    graph = load_graph(import_onnx(f.getvalue(), ImportOptions(params="weights,x", inputs={"x": x.numpy()},
+                                                               loss="cotangent", cotangent=c)))
+    xt = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad((model(xt) * torch.from_numpy(c)).sum(), [xt])
+    engine = run_engine(graph, VerifyOptions(dtype="float64"), "float64")
+    np.testing.assert_allclose(engine.gradients["x"], g.numpy(), rtol=1e-10, atol=1e-12)
