@@ -80,3 +80,20 @@ def _cast_like(ctx, node, a, opset):
     else:
         to = np.dtype({FLOAT: np.float64, BOOL: np.bool_}.get(ctx.dtype(ctx.value(target)), np.int64))
     return _cast_to(ctx, node, ctx.value(node.input[0]), to)
+
+
+COMPARISONS = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",
+               "GreaterOrEqual": "greater_equal"}
+
+
+@converter(*COMPARISONS)
+def _comparison(ctx, node, a, opset):
+    """Of float values: the mask op; Equal of two masks: not xor. (Int values are import-time constants,
+    folded before any converter.)"""
+    x, y = _ins(ctx, node)
+    kinds = {ctx.dtype(x), ctx.dtype(y)}
+    if kinds == {FLOAT}:
+        return ctx.emit(COMPARISONS[node.op_type], [x, y], name=node.output[0])
+    if kinds == {BOOL} and node.op_type == "Equal":
+        return ctx.emit("logical_not", [ctx.emit("logical_xor", [x, y])], name=node.output[0])
+    raise Unsupported(f"{node.op_type} of {' and '.join(sorted(kinds))} values")
