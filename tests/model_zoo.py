@@ -168,3 +168,26 @@ def exact_reference(model):
             if isinstance(child, nn.Hardsigmoid):
                 setattr(m, child_name, _ExactHardsigmoid())
     return ref
+
+
+class CausalSelfAttention(nn.Module):
+    """GPT-2's attention: one head, a causal mask built in forward (tril of ones, masked_fill with the
+    float64 minimum), softmax, then the output projection."""
+
+    def __init__(self, d=8):
+        super().__init__()
+        self.qkv, self.proj = nn.Linear(d, 3 * d), nn.Linear(d, d)
+
+    def forward(self, x):
+        t, d = x.shape[1], x.shape[2]
+        q, k, v = self.qkv(x).split(d, dim=2)
+        scores = q @ k.transpose(1, 2) / d ** 0.5
+        causal = torch.tril(torch.ones(t, t, dtype=torch.bool))
+        scores = scores.masked_fill(~causal, torch.finfo(scores.dtype).min)
+        return self.proj(torch.softmax(scores, -1) @ v)
+
+
+@_seeded
+def causal_attention():
+    return CausalSelfAttention(), torch.randn(2, 4, 8)
+
