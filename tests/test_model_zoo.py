@@ -219,13 +219,14 @@ def test_gelu_and_layer_norm_at_each_opset(opset, approximate):
     np.testing.assert_allclose(engine.gradients["x"], g.numpy(), rtol=1e-10, atol=1e-12)
 
 
-def test_causal_attention_from_dynamo_needs_allow_nonfinite():
+@pytest.mark.parametrize("exporter", ["dynamo", "dynamo-unoptimized"])
+def test_causal_attention_from_dynamo_needs_allow_nonfinite(exporter):
     """masked_fill(finfo(float64).min) reaches the dynamo export as a -inf constant: graph data must be
     finite unless allowed, so the default says so in one line naming the flag; allowed, it verifies."""
     from gradcheck_svc.errors import GraphError
 
     model, x = causal_attention()
-    msg = import_onnx(export(model, x, "dynamo"))
+    msg = import_onnx(export(model, x, exporter))  # unoptimized: split as SplitToSequence + SequenceAt
     with pytest.raises(GraphError, match="allow-nonfinite") as err:
         load_graph(msg)
     assert "\n" not in str(err.value)

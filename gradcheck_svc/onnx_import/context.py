@@ -52,6 +52,7 @@ class Context:
         self.shapes: dict[str, tuple] = {}  # gradcheck value name -> static shape
         self.dtypes: dict[str, str] = {}  # gradcheck value name -> "float" | "int64" | "bool" (ops.base)
         self.poisoned: set[str] = set()
+        self.sequences: dict[str, list[str]] = {}  # ONNX sequence value -> its elements' gradcheck names
         self.taken = set(taken_names)
         self.onnx_name = ""  # the node being converted (for messages)
 

@@ -57,29 +57,39 @@ def _cast_to(ctx, node, x: str, to: np.dtype):
     raise Unsupported(f"{node.op_type} of a computed {src} value to {to}")
 
 
+def _cast_constant(ctx, node, to: np.dtype):
+    """A constant cast is a constant (the importer folds only non-float work itself): [None], the output
+    stored; None when the input is computed."""
+    v = ctx.consts.get(node.input[0])  # (a parameter is no constant: it is not in consts)
+    if v is None:
+        return None
+    if isinstance(v, Filled):
+        if to.kind != "f":
+            v = v.materialize(np.float64)
+        else:
+            ctx.consts[node.output[0]] = v
+            return [None]
+    ctx.consts[node.output[0]] = np.asarray(v).astype(np.float64 if to.kind == "f" else to)
+    return [None]
+
+
 @converter("Cast")
 def _cast(ctx, node, a, opset):
     from onnx import helper
 
-    return _cast_to(ctx, node, ctx.value(node.input[0]), np.dtype(helper.tensor_dtype_to_np_dtype(a.get("to"))))
+    to = np.dtype(helper.tensor_dtype_to_np_dtype(a.get("to")))
+    return _cast_constant(ctx, node, to) or _cast_to(ctx, node, ctx.value(node.input[0]), to)
 
 
 @converter("CastLike")
 def _cast_like(ctx, node, a, opset):
     """Cast to the type of the second input, a constant (its dtype) or a computed value (its class)."""
     target = node.input[1]
-    if ctx.is_const(node.input[0]):  # a constant cast like a computed value: still a constant
-        v = ctx.consts[node.input[0]]
-        like = ctx.dtype(ctx.value(target))
-        if isinstance(v, Filled) or like != FLOAT:
-            raise Unsupported("CastLike of a constant to a computed non-float type")
-        ctx.consts[node.output[0]] = np.asarray(v, dtype=np.float64)
-        return [None]
     if ctx.is_const(target):
         to = np.asarray(ctx.const(target)).dtype
     else:
         to = np.dtype({FLOAT: np.float64, BOOL: np.bool_}.get(ctx.dtype(ctx.value(target)), np.int64))
-    return _cast_to(ctx, node, ctx.value(node.input[0]), to)
+    return _cast_constant(ctx, node, to) or _cast_to(ctx, node, ctx.value(node.input[0]), to)
 
 
 COMPARISONS = {"Equal": "equal", "Less": "less", "Greater": "greater", "LessOrEqual": "less_equal",

@@ -120,3 +120,45 @@ def _scatter_elements(ctx, node, a, opset):
     indices = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64).tolist()
     attrs = {"axis": a.get("axis", 0), "indices": indices, "reduction": reduction}
     return ctx.emit("scatter_elements", [data, upd], attrs, name=node.output[0])
+
+
+# --- sequences of a static length (the dynamo exporter's split without its optimizer) ----------------
+
+
+@converter("SplitToSequence")
+def _split_to_sequence(ctx, node, a, opset):
+    """Slices of the input along `axis`, kept as a list of values (no node of its own)."""
+    x = ctx.value(node.input[0])
+    shape = ctx.shape(x)
+    axis = _axis(a.get("axis", 0), len(shape))
+    n = shape[axis]
+    if _present(node, 1):
+        split = np.asarray(ctx.const(node.input[1], "split")).astype(np.int64)
+        sizes = [int(split)] * (n // int(split)) + ([n % int(split)] if n % int(split) else []) \
+            if split.ndim == 0 else [int(v) for v in split]
+    else:
+        sizes = [1] * n
+    if sum(sizes) != n:
+        raise Unsupported(f"SplitToSequence with split sizes {sizes} for an axis of {n}")
+    keep = a.get("keepdims", 1) or _present(node, 1)  # keepdims applies only without `split`
+    parts, start = [], 0
+    for size in sizes:
+        part = ctx.emit("slice", [x], {"starts": [start], "ends": [start + size], "axes": [axis]})
+        if not keep:
+            part = ctx.emit("squeeze", [part], {"axis": [axis]})
+        parts.append(part)
+        start += size
+    ctx.sequences[node.output[0]] = parts
+    return [None]
+
+
+@converter("SequenceAt")
+def _sequence_at(ctx, node, a, opset):
+    parts = ctx.sequences.get(node.input[0])
+    if parts is None:
+        raise Unsupported("SequenceAt of a sequence not made by SplitToSequence")
+    i = int(np.asarray(ctx.const(node.input[1], "position")).reshape(-1)[0])
+    if not -len(parts) <= i < len(parts):
+        raise Unsupported(f"SequenceAt position {i} of a sequence of {len(parts)}")
+    part = parts[i]  # a node under the output's name (an alias would leave the name to another value)
+    return ctx.emit("reshape", [part], {"shape": list(ctx.shape(part))}, name=node.output[0])

@@ -358,6 +358,8 @@ def _concat(ctx, node, a, opset):
 @converter("Expand")
 def _expand(ctx, node, a, opset):
     x = ctx.value(node.input[0])
+    if ctx.dtype(x) != "float":
+        raise Unsupported(f"Expand of a computed {ctx.dtype(x)} value")
     target = np.broadcast_shapes(ctx.shape(x), tuple(_ints(ctx.const(node.input[1], "shape"))))
     return ctx.emit("broadcast_to", [x], {"shape": list(target)}, name=node.output[0])
 
