@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from gradcheck_svc.ops import get_op
-from gradcheck_svc.verify.audit import _mask_shape, op_graph
+from gradcheck_svc.verify.audit import mask_shape, op_graph
 from gradcheck_svc.verify.run import VerifyOptions, run_engine
 
 torch = pytest.importorskip("torch")
@@ -48,7 +48,7 @@ def test_op_matches_torch(name, rng):
         xs = [torch.tensor(np.asarray(x, dtype=np.float64), requires_grad=True) if np.asarray(x).dtype.kind == "f"
               else torch.tensor(np.asarray(x)) for x in case.inputs]
         y = TORCH[name](*xs, **attrs)
-        mask = _mask_shape(op, case) is not None
+        mask = mask_shape(op, case) is not None
         weights = rng.uniform(0.5, 1.5, size=tuple(y.shape))
         w = torch.from_numpy(weights)
         loss = torch.where(y, w, -w).sum() if mask else (y * w).sum()

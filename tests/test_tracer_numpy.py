@@ -102,7 +102,7 @@ def _traced_inputs(t, case):
 
 def test_shape_ndim_len_right_for_every_op():
     """Each op on each of its registry test cases: the traced shape is the server's inferred one."""
-    from gradcheck_svc.verify.audit import _mask_shape
+    from gradcheck_svc.verify.audit import mask_shape
 
     checked = set()
     for op in REGISTRY.values():
@@ -110,7 +110,7 @@ def test_shape_ndim_len_right_for_every_op():
             t = Tracer(f"{op.name}_{k}")
             y = ops.__getattr__(op.name)(*_traced_inputs(t, case), **case.attrs) if case.inputs else \
                 t.apply(op.name, **case.attrs)
-            if _mask_shape(op, case) is not None:  # a bool mask: a float loss reads it through where
+            if mask_shape(op, case) is not None:  # a bool mask: a float loss reads it through where
                 ones = t.input("ones", np.ones(y.shape))
                 loss = ops.where(y, ones, -ones).sum()
             else:

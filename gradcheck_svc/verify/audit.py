@@ -78,7 +78,7 @@ def near_kink_cases(op: OpDef, cases: list[Case], rng) -> list[Case]:
     return out
 
 
-def _mask_shape(op: OpDef, case: Case):
+def mask_shape(op: OpDef, case: Case):
     """The output shape when the op makes a bool mask, else None."""
     from ..graph.validate import convert_attrs
 
@@ -98,7 +98,7 @@ def op_graph(op: OpDef, case: Case, weights=None) -> Graph:
         diff = x.dtype.kind == "f" and op.is_differentiable(i)
         names.append(b.input(f"in{i}", x, requires_grad=diff))
     y = b.node(op.name, *names, name="y", **case.attrs)
-    mask = _mask_shape(op, case)
+    mask = mask_shape(op, case)
     if mask is not None:  # a bool output (a mask) is read as where(mask, r, -r): each element counts
         r = np.ones(mask) if weights is None else weights
         y = b.node("where", y, b.input("r", r), b.input("-r", -r), name="yr")
