@@ -17,8 +17,9 @@ DATA = Path(onnx.__file__).parent / "backend" / "test" / "data"
 BIG = Limits(max_elements=10**9)  # VGG-19's fc6 alone holds 100M weights
 
 
-def engine_values(msg, dtype=np.float64) -> dict:
+def engine_values(msg, dtype=np.float64, allow_nonfinite: bool = False) -> dict:
     """Every value of a plain forward of an imported graph (host arrays)."""
-    graph = load_graph(msg, limits=BIG, require_parameters=False)  # a forward only: nothing is checked
+    # a forward only: nothing is checked, so a graph without parameters is fine
+    graph = load_graph(msg, limits=BIG, allow_nonfinite=allow_nonfinite, require_parameters=False)
     program = Program(graph, dtype)
     return forward(program, NUMPY, prepare_feeds(program, NUMPY), grad=False, keep_values=True).values

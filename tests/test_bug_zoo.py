@@ -54,9 +54,9 @@ def test_clean_examples_have_no_error_findings(path, dtype):
 
 
 # smooth ops from the registry (no kinks, defined on all reals): the random graphs' vocabulary
-SMOOTH_UNARY = [op.name for op in all_ops() if op.arity == 1 and op.sympy is not None and not op.kinks
+SMOOTH_UNARY = [op.name for op in all_ops() if op.arity == 1 and op.sympy is not None and op.vjp and not op.kinks
                 and not op.attrs and op.domain_of(0).lo <= -2 and not op.domain_of(0).avoid]
-SMOOTH_BINARY = [op.name for op in all_ops() if op.arity == 2 and op.broadcast and op.sympy is not None
+SMOOTH_BINARY = [op.name for op in all_ops() if op.arity == 2 and op.broadcast and op.sympy is not None and op.vjp
                  and not op.kinks and all(op.domain_of(i).lo <= -2 and not op.domain_of(i).avoid for i in (0, 1))]
 
 

@@ -38,11 +38,13 @@ def test_every_slice_rule_equals_the_dense_batched_forward(op):
         step = program.by_name["y"]
         for k, name in enumerate(step.inputs):
             x = np.asarray(base[name])
-            if x.dtype.kind != "f" or x.ndim == 0 or x.size == 0:  # (an empty value has no element to change)
+            if x.dtype.kind not in "fb" or x.ndim == 0 or x.size == 0:  # (an empty value has no element to change)
                 continue
             for axis in range(-x.ndim, 0):
                 index = rng.integers(0, x.size, size=5)
-                new = x.reshape(-1)[index] + rng.uniform(0.1, 0.5, size=5)
+                # a float changed a little; a bool mask (computed from changed floats upstream) flipped
+                new = ~x.reshape(-1)[index] if x.dtype.kind == "b" else \
+                    x.reshape(-1)[index] + rng.uniform(0.1, 0.5, size=5)
                 stack = one_hot(np, x, axis, index, new)
                 dense_stack = stack.dense(np)
                 expect_stack = np.broadcast_to(x, (5,) + x.shape).copy()  # copy j: x with element index[j] = new[j]

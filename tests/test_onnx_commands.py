@@ -75,7 +75,7 @@ def test_inputs_from_tensor_files_and_seed(tmp_path):
     assert main(["import-onnx", str(path), "-o", str(out), "--input", f"x={tmp_path / 'x.pb'}"]) == 0
     graph = load_graph(read_graph_file(out))
     np.testing.assert_array_equal(graph.inputs["x"].value, x)
-    assert graph.parameters == ["W1", "b1", "W2"]  # initializers by default
+    assert graph.parameters == ["W1", "b1", "W2"]  # float initializers of rank >= 1 by default (--params weights)
     seeded = [load_graph(import_onnx(path, ImportOptions(input_seed=s))).inputs["x"].value for s in (3, 3, 4)]
     np.testing.assert_array_equal(seeded[0], seeded[1])
     assert not np.array_equal(seeded[0], seeded[2]) and 0 <= seeded[0].min() and seeded[0].max() < 1

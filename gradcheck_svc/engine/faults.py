@@ -85,8 +85,9 @@ def corrupt(xp, a, fault: Fault, earlier=None):
 class FaultEffect:
     fault: Fault
     readers: list[str]  # nodes whose backward reads the corrupted value
-    before: float | None  # first element before and after
+    before: float | None  # one element the fault changed (the first one), before and after
     after: float | None
+    index: int | None = None  # its flat index (element 0 when the fault changed nothing)
 
 
 def inject(xp, store: SavedStore, fault: Fault, to_host, earlier: dict | None = None) -> FaultEffect:
@@ -102,8 +103,12 @@ def inject(xp, store: SavedStore, fault: Fault, to_host, earlier: dict | None = 
         if key not in replaced:
             replaced[key] = corrupt(xp, slot.tensor, fault, None if earlier is None else earlier[fault.node])
             if effect.before is None and slot.tensor.size:
-                effect.before = float(to_host(slot.tensor).reshape(-1)[0])
-                effect.after = float(to_host(replaced[key]).reshape(-1)[0])
+                a = np.asarray(to_host(slot.tensor)).reshape(-1)
+                b = np.asarray(to_host(replaced[key])).reshape(-1)
+                # not element 0 blindly: after a ReLU it is often 0, and 0 scaled reads "0.0 -> 0.0"
+                changed = np.flatnonzero(~((a == b) | (np.isnan(a) & np.isnan(b))))
+                effect.index = int(changed[0]) if changed.size else 0
+                effect.before, effect.after = float(a[effect.index]), float(b[effect.index])
         store.replace(node, slot, replaced[key])
         effect.readers.append(node)
     return effect

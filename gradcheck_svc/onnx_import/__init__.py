@@ -81,11 +81,11 @@ def options_from_proto(msg):
     """gradcheck.v1.OnnxImport -> ImportOptions (tensors arrive as serialized TensorProtos; one that
     names a file is refused before anything is read)."""
     _require_onnx()
-    from .importer import ImportOptions
+    from .importer import DEFAULT_PARAMS, ImportOptions
     from .tensors import parse_tensor
 
     return ImportOptions(
-        params=msg.params or "initializers",
+        params=msg.params or DEFAULT_PARAMS,
         inputs={name: parse_tensor(data, f"onnx.inputs[{name}]") for name, data in msg.inputs.items()},
         input_seed=msg.input_seed, output=msg.loss_output or None, loss=msg.loss or "sum",
         cotangent=parse_tensor(msg.cotangent, "onnx.cotangent") if msg.cotangent else None,

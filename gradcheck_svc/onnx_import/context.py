@@ -21,7 +21,7 @@ from ..errors import GraphError
 from ..graph.build import GraphBuilder
 from ..graph.validate import convert_attrs
 from ..ops import get_op
-from ..ops.base import Spec
+from ..ops.base import FLOAT, Spec
 
 
 class Unsupported(Exception):
@@ -44,13 +44,18 @@ class Filled:
 
 
 class Context:
-    def __init__(self, name: str, float_dtype: str, taken_names: set[str]):
+    def __init__(self, name: str, float_dtype: str, taken_names: set[str], charge=None):
         self.builder = GraphBuilder(name)
+        # charge(n, what): count n elements a converter computes at import time against the folding
+        # budget (folding.Folder.charge), before it computes them
+        self.charge = charge or (lambda n, what: None)
         self.float_dtype = float_dtype  # declared dtype of importer-made float constants
         self.consts: dict[str, object] = {}  # ONNX name -> np.ndarray | Filled
         self.emitted: dict[str, str] = {}  # ONNX name -> gradcheck value name
         self.shapes: dict[str, tuple] = {}  # gradcheck value name -> static shape
+        self.dtypes: dict[str, str] = {}  # gradcheck value name -> "float" | "int64" | "bool" (ops.base)
         self.poisoned: set[str] = set()
+        self.sequences: dict[str, list[str]] = {}  # ONNX sequence value -> its elements' gradcheck names
         self.taken = set(taken_names)
         self.onnx_name = ""  # the node being converted (for messages)
 
@@ -96,6 +101,7 @@ class Context:
     def add_input(self, name: str, value: np.ndarray, requires_grad: bool, dtype: str) -> str:
         self.builder.input(name, value, requires_grad=requires_grad, dtype=dtype)
         self.shapes[name] = tuple(np.shape(value))
+        self.dtypes[name] = FLOAT if dtype.startswith("float") else dtype
         self.taken.add(name)
         return name
 
@@ -106,6 +112,10 @@ class Context:
     def shape(self, gc_name: str) -> tuple:
         return self.shapes[gc_name]
 
+    def dtype(self, gc_name: str) -> str:
+        """The dtype class of an emitted value: "float", "int64" or "bool" (a mask)."""
+        return self.dtypes[gc_name]
+
     # --- nodes ------------------------------------------------------------------------
 
     def emit_node(self, op_name: str, inputs: list[str], attrs: dict, name: str) -> str:
@@ -113,8 +123,9 @@ class Context:
         op = get_op(op_name)
         self.builder.node(op_name, *inputs, name=name, **attrs)
         normalized = convert_attrs(name, op, attrs)
-        spec, _ = op.infer(name, [Spec(self.shapes[i]) for i in inputs], normalized)
+        spec, _ = op.infer(name, [Spec(self.shapes[i], self.dtypes[i]) for i in inputs], normalized)
         self.shapes[name] = tuple(spec.shape)
+        self.dtypes[name] = spec.dtype
         self.taken.add(name)
         return name
 

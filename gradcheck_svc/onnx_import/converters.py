@@ -127,15 +127,6 @@ def _identity(ctx, node, a, opset):
     return x  # inference dropout is the identity: an alias, no node
 
 
-@converter("Cast")
-def _cast(ctx, node, a, opset):
-    from onnx import TensorProto
-
-    if a.get("to") not in (TensorProto.FLOAT, TensorProto.DOUBLE, TensorProto.FLOAT16):
-        raise Unsupported("Cast to a non-float type of a computed value")
-    return ctx.value(node.input[0])  # float -> float: the engine runs one float dtype
-
-
 def _chain(ctx, node, op, names):
     acc = names[0]
     for i, n in enumerate(names[1:]):
@@ -367,6 +358,8 @@ def _concat(ctx, node, a, opset):
 @converter("Expand")
 def _expand(ctx, node, a, opset):
     x = ctx.value(node.input[0])
+    if ctx.dtype(x) != "float":
+        raise Unsupported(f"Expand of a computed {ctx.dtype(x)} value")
     target = np.broadcast_shapes(ctx.shape(x), tuple(_ints(ctx.const(node.input[1], "shape"))))
     return ctx.emit("broadcast_to", [x], {"shape": list(target)}, name=node.output[0])
 
@@ -463,3 +456,7 @@ def constant_of_shape(ctx: Context, node, a):
     if fill.dtype.kind == "f":
         return Filled(shape, float(fill[0]))
     return np.full(shape, fill[0], dtype=fill.dtype)
+
+
+# the converters of other families register themselves into CONVERTERS on import
+from . import convert_masks, convert_nn, convert_rnn  # noqa: E402, F401

@@ -1,11 +1,15 @@
 """ModelProto -> gradcheck.v1.Graph: parameters, inputs, nodes in order, the loss.
 
 Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
-  initializers  every float initializer (the default: a model's weights)
+  weights       every float initializer of rank >= 1 (the default: a model's weights; scalar
+                initializers -- exponents, epsilons, the 0.5 of a GELU, as the dynamo exporter
+                stores them -- stay constants: d/d(exponent) of x**p is NaN at negative x)
+  initializers  every float initializer, scalars too
   inputs        every float graph input that is not an initializer
   constants     every float value known at import time that a node makes
                 (Constant, ConstantOfShape -- the light models' weights -- and
                 values folded from them)
+  all           initializers, inputs and constants
   none          nothing but what is named
   NAME          one value of the model, by its ONNX name
 Graph inputs take the given values (TensorProto files) or are drawn from a
@@ -31,13 +35,14 @@ from .folding import FoldBudget, Folder
 from .model import default_opset
 
 LOSSES = ("sum", "mean", "cotangent")
-PARAM_GROUPS = ("initializers", "inputs", "constants", "none")
+PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
+DEFAULT_PARAMS = "weights"
 LOSS_NAME = "loss"
 
 
 @dataclass
 class ImportOptions:
-    params: str = "initializers"
+    params: str = DEFAULT_PARAMS
     inputs: dict = field(default_factory=dict)  # ONNX input name -> np.ndarray
     input_seed: int = 0
     output: str | None = None
@@ -89,9 +94,11 @@ class Importer:
         float_dtype = "float64" if any(d == np.float64 for d in floats) else "float32"
         names = {n for node in g.node for n in list(node.input) + list(node.output)}
         names |= {vi.name for vi in g.input} | set(self.inits)
-        self.ctx = Context(name or g.name or "onnx", float_dtype, names)
+        self.ctx = Context(name or g.name or "onnx", float_dtype, names, charge=self.folder.charge)
         tokens = [t.strip() for t in options.params.split(",") if t.strip()]
         self.groups = {t for t in tokens if t in PARAM_GROUPS}
+        if "all" in self.groups:
+            self.groups |= {"initializers", "inputs", "constants"}
         self.named = [t for t in tokens if t not in PARAM_GROUPS]
         self.made_params: set[str] = set()
         self.unsupported: dict[str, list] = {}  # reason -> [count, first node]
@@ -154,7 +161,8 @@ class Importer:
         for name, value in self.inits.items():
             if name in self.ctx.emitted:
                 continue
-            if value.dtype.kind == "f" and self._wants(name, "initializers"):
+            if value.dtype.kind == "f" and (self._wants(name, "initializers") or
+                                            (value.ndim >= 1 and "weights" in self.groups)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
@@ -234,7 +242,7 @@ class Importer:
                 raise Unsupported(node.op_type)
             outs = conv(ctx, node, a, self.opset)
             for out, gc in zip(node.output, [outs] if isinstance(outs, str) else outs):
-                if out:
+                if out and gc is not None:  # None: the converter stored a constant (ctx.consts) itself
                     ctx.set_output(out, gc)
         except Unsupported as exc:
             self._unsupported(exc.reason, node)

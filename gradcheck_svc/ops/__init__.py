@@ -4,6 +4,7 @@ from __future__ import annotations
 from . import elementwise, expr, linalg, nn, reduce, shape  # noqa: F401  (registration side effects)
 from . import conv, normalization, pad, pool  # noqa: F401  (the CNN op set, for ONNX models)
 from . import numpy_math  # noqa: F401  (the NumPy functions no composition gives exactly)
+from . import activations, einsum, layer_norm, masks, scatter  # noqa: F401  (transformers', MobileNets' and masks' ops)
 from .base import OpDef
 from .registry import REGISTRY
 

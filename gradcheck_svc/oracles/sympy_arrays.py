@@ -105,6 +105,7 @@ class SympyArrays:
     concatenate = staticmethod(np.concatenate)
     take = staticmethod(np.take)
     take_along_axis = staticmethod(np.take_along_axis)
+    einsum = staticmethod(np.einsum)  # object arrays: products and flat sums of SymPy terms
     moveaxis = staticmethod(np.moveaxis)
     swapaxes = staticmethod(np.swapaxes)
     where = staticmethod(np.where)
@@ -180,6 +181,8 @@ def _outer_unevaluated(function):
     built once on placeholders; each call substitutes the arguments below the top."""
     holes = [sp.Dummy() for _ in range(function.arity)]
     template = function.sympy(*holes)
+    if template.is_Atom:  # a constant form (isnan of a symbol standing for a finite real: 0)
+        return _vectorize(lambda *args: template, function.arity)
 
     def build(*args):
         sub = dict(zip(holes, args))

@@ -20,7 +20,7 @@ from ..errors import OptionError
 from ..graph import Graph, load_graph
 from ..graph.build import GraphBuilder
 from ..ops import all_ops, get_op
-from ..ops.base import Case, OpDef
+from ..ops.base import BOOL, FLOAT, INT, Case, OpDef, Spec
 from ..oracles.symbolic import SymbolicOptions, symbolic_gradients
 from .compare import Tolerance, compare
 from .engine_run import run_engine
@@ -78,6 +78,16 @@ def near_kink_cases(op: OpDef, cases: list[Case], rng) -> list[Case]:
     return out
 
 
+def mask_shape(op: OpDef, case: Case):
+    """The output shape when the op makes a bool mask, else None."""
+    from ..graph.validate import convert_attrs
+
+    kinds = {"f": FLOAT, "b": BOOL}
+    specs = [Spec(np.shape(x), kinds.get(np.asarray(x).dtype.kind, INT)) for x in case.inputs]
+    spec, _ = op.infer("y", specs, convert_attrs("y", op, dict(case.attrs)))
+    return spec.shape if spec.dtype == BOOL else None
+
+
 def op_graph(op: OpDef, case: Case, weights=None) -> Graph:
     """The one-op graph  loss = sum(op(inputs) * weights)  (plain sum without weights), so every
     output element matters differently; float inputs the op differentiates require gradients."""
@@ -88,7 +98,11 @@ def op_graph(op: OpDef, case: Case, weights=None) -> Graph:
         diff = x.dtype.kind == "f" and op.is_differentiable(i)
         names.append(b.input(f"in{i}", x, requires_grad=diff))
     y = b.node(op.name, *names, name="y", **case.attrs)
-    if weights is not None:
+    mask = mask_shape(op, case)
+    if mask is not None:  # a bool output (a mask) is read as where(mask, r, -r): each element counts
+        r = np.ones(mask) if weights is None else weights
+        y = b.node("where", y, b.input("r", r), b.input("-r", -r), name="yr")
+    elif weights is not None:
         y = b.node("mul", y, b.input("r", weights), name="yr")
     b.output(b.node("sum", y, name="loss"))
     return load_graph(b.build(), require_parameters=False)  # an op with no differentiable input is audited too

@@ -64,7 +64,7 @@ def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoint
     records = []
     for f in faults:
         eff = inject(backend.xp, tape.store, f, backend.to_host, earlier)
-        records.append(FaultRecord(str(f), eff.readers, eff.before, eff.after))
+        records.append(FaultRecord(str(f), eff.readers, eff.before, eff.after, eff.index))
     grads = backward(tape, keep_adjoints=keep_adjoints)
     backend.synchronize()
     return tape, grads, records, time.perf_counter() - t0

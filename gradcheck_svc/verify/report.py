@@ -21,7 +21,8 @@ FD, and `verdict_reference` says which one decided. Top level: `symbolic`
 `expr` node, with `user_grad_matches` true/false/null).
 
 `status` is the row as the verdict sees it (verdict.py): "ok", "ok (precision)" or
-"ok (kink)" (a mismatch a finding explains: `explained_by` names its cause) or "FAIL" (the
+"ok (kink)" (a mismatch a finding explains: `explained_by` names its cause), "affected" (an error
+finding names it, `failed_by`, but its own comparison passed) or "FAIL" (the
 comparison failed unexplained, or an error finding names the parameter: `failed_by`). The
 verdict is "pass" exactly when no row is FAIL and no finding is an error. Every `*_s` timing
 is in seconds, in the text as well.
@@ -150,6 +151,8 @@ class FaultRecord:
     readers: list[str]
     before: float | None
     after: float | None
+    index: int | None = None  # the flat index of the element `before` and `after` show (one the fault changed;
+    # in the text only: the JSON keys mirror the proto's FaultRecord)
 
     def to_dict(self) -> dict:
         return {"fault": self.fault, "read_by": self.readers,
@@ -205,7 +208,8 @@ class Report:
                  f"{self.device})"]
         lines += [f"  {f.to_text()}" for f in self.findings]
         for f in self.faults:
-            change = f" ({f.before:g} -> {f.after:g})" if f.before is not None else ""
+            at = f"element {f.index}: " if f.index else ""
+            change = f" ({at}{f.before:g} -> {f.after:g})" if f.before is not None else ""
             who = ", ".join(f.readers) if f.readers else "nothing saved this value: no effect"
             lines.append(f"  fault {f.fault}{change}, read in the backward of: {who}")
         for w in self.warnings:

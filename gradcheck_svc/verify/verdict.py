@@ -2,8 +2,11 @@
 same comparison and the same findings, so that no row can contradict the verdict.
 
 A row is
-    FAIL            an error finding names the parameter, or its comparison failed and no
-                    finding explains it;
+    FAIL            an error finding names the parameter and its comparison failed, or its
+                    comparison failed and no finding explains it;
+    affected        a finding of corrupted saved values (cache_corruption, inplace_overwrite,
+                    recompute_mismatch) names the parameter but its own comparison passed: an
+                    effect of that fault, not a second cause (the verdict fails on the finding);
     ok (precision)  the comparison failed but a precision finding explains it (float32
                     rounding tolerated);
     ok (kink)       the comparison failed at a declared kink whose convention was checked;
@@ -15,7 +18,8 @@ from __future__ import annotations
 
 from .diagnosis.diagnose import EXPLAINING, overall_verdict
 
-OK, FAIL = "ok", "FAIL"
+OK, FAIL, AFFECTED = "ok", "FAIL", "affected"
+CORRUPTION = ("cache_corruption", "inplace_overwrite", "recompute_mismatch")  # a fault upstream, not the row's
 EXPLAINED_AS = {"precision": "ok (precision)", "nondifferentiable_point": "ok (kink)"}
 # EXPLAINING: the (cause, severity) pairs of findings that excuse a parameter's mismatch
 assert {cause for cause, _ in EXPLAINING} == set(EXPLAINED_AS), "a cause that excuses a mismatch needs its row label"
@@ -36,7 +40,8 @@ def settle(results, findings) -> str:
     for r in results:
         r.explained_by = r.failed_by = None
         if r.name in blamed:
-            r.status, r.failed_by = FAIL, blamed[r.name]
+            r.status = AFFECTED if r.passed and blamed[r.name] in CORRUPTION else FAIL
+            r.failed_by = blamed[r.name]
         elif r.passed:
             r.status = OK
         elif r.name in explained:

@@ -22,9 +22,10 @@ ONNX_SUFFIX = ".onnx"
 
 
 ONNX_FLAGS: tuple[Option, ...] = (  # the rows of options.py's kind; each name is an OnnxImport field
-    Option("params", "which values become parameters: comma-separated initializers, inputs, constants "
-           "(values nodes make at import time, e.g. ConstantOfShape weights), none, or value names",
-           default="initializers", metavar="SPEC"),
+    Option("params", "which values become parameters: comma-separated weights (float initializers of "
+           "rank >= 1; scalar ones stay constants), initializers (all float ones), inputs, constants (values "
+           "nodes make at import time, e.g. ConstantOfShape weights), all, none, or value names",
+           default="weights", metavar="SPEC"),
     Option("inputs", "a graph input's value from a TensorProto file (repeatable; default: generated from "
            "--input-seed)", metavar="NAME=FILE.pb", flag="--input", repeated=True),
     Option("input_seed", "seed for graph inputs not given (uniform in [0, 1); default 0)", type=int, default=0,

@@ -36,7 +36,7 @@ class Parameter:
     engine_at_worst: float
     reference_at_worst: float
     fd_mode: str
-    status: str = ""  # "ok", "ok (precision)", "ok (kink)" or "FAIL": the row as the verdict sees it
+    status: str = ""  # "ok", "ok (precision)", "ok (kink)", "affected" or "FAIL": the row as the verdict sees it
     data: dict = field(repr=False, default_factory=dict)
 
     @property

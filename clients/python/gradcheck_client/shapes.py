@@ -123,9 +123,20 @@ def transposed_window(shapes, attrs, entry):
     return (x[0], w[1] * int(attrs.get("group") or 1)) + out
 
 
+def einsum(shapes, attrs, entry):
+    """The output letters' sizes (implicit form: the letters that appear once, sorted)."""
+    lhs, arrow, out = attrs["equation"].replace(" ", "").partition("->")
+    ins = lhs.split(",")
+    dims = {c: d for sub, shape in zip(ins, shapes) for c, d in zip(sub, shape)}
+    if not arrow:
+        letters = "".join(ins)
+        out = "".join(sorted(c for c in set(letters) if letters.count(c) == 1))
+    return tuple(dims[c] for c in out)
+
+
 RULES = {"numpy": numpy_rule, "broadcast": broadcast, "same": same, "scalar": scalar, "reduce": reduce,
          "constant": constant, "slice": onnx_slice, "attr_shape": attr_shape, "padded": padded, "window": window,
-         "transposed_window": transposed_window}
+         "transposed_window": transposed_window, "einsum": einsum}
 
 
 def output_shape(entry: dict, shapes: list, attrs: dict) -> tuple:

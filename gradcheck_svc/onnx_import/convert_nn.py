@@ -1,0 +1,171 @@
+"""Today's transformer and MobileNet ops: HardSigmoid, Gelu, LayerNormalization (with its stash outputs),
+GatherElements, Trilu. (Erf and HardSwish are registry ops ONNX names as they are: converters.py.)
+
+Where ONNX defines a function body for an op, the converter says whether it follows it.
+"""
+from __future__ import annotations
+
+
+import numpy as np
+
+from ..errors import GraphError
+from .context import Unsupported
+from .converters import _axis, _ins, _present, converter
+
+
+def simple_fraction(v: float) -> float:
+    """A float32 attribute that is the rounding of a fraction with a small denominator (PyTorch's
+    HardSigmoid alpha 1/6, ONNX's default 0.2), read as that fraction: ONNX stores attributes in float32,
+    and the exporter's model meant the exact value; any other value is taken as stored."""
+    from fractions import Fraction
+
+    f = Fraction(v).limit_denominator(64)
+    return float(f) if np.float32(float(f)) == np.float32(v) else v
+
+
+@converter("HardSigmoid")
+def _hard_sigmoid(ctx, node, a, opset):
+    attrs = {"alpha": simple_fraction(a.get("alpha", 0.2)), "beta": simple_fraction(a.get("beta", 0.5))}
+    return ctx.emit("hard_sigmoid", _ins(ctx, node), attrs, name=node.output[0])
+
+
+@converter("Gelu")
+def _gelu(ctx, node, a, opset):
+    """opset 20 Gelu: the registry's gelu (its function body: the erf or the tanh form, the same
+    formulas). PyTorch's exporters below opset 20 write the erf form out as Div, Erf, Add, Mul nodes,
+    which import op by op."""
+    approximate = a.get("approximate", "none")
+    if approximate not in ("none", "tanh"):
+        raise Unsupported(f"Gelu with approximate '{approximate}'")
+    return ctx.emit("gelu", _ins(ctx, node), {"approximate": approximate}, name=node.output[0])
+
+
+@converter("LayerNormalization")
+def _layer_norm(ctx, node, a, opset):
+    """One layer_norm node (its own derivative rule, not ONNX's function body of ReduceMean, Sub, Pow,
+    Sqrt, Div nodes: the same formula). stash_type (the precision of the moments) is the engine's dtype.
+    The stash outputs Mean and InvStdDev, when a model reads them, are composed of registry ops."""
+    ins = _ins(ctx, node)
+    x = ins[0]
+    rank = len(ctx.shape(x))
+    axis = a.get("axis", -1)
+    eps = a.get("epsilon", 1e-5)
+    outs = [ctx.emit("layer_norm", ins, {"axis": axis, "epsilon": eps}, name=node.output[0])]
+    if any(o for o in node.output[1:]):
+        ax = _axis(axis, rank)
+        over = {"axis": list(range(ax, rank)), "keepdims": True}
+        mean = ctx.emit("mean", [x], over, name=node.output[1] or None)
+        centered = ctx.emit("sub", [x, mean])
+        var = ctx.emit("mean", [ctx.emit("square", [centered])], over)
+        std = ctx.emit("sqrt", [ctx.emit("add", [var, ctx.scalar(eps)])])
+        inv = ctx.emit("div", [ctx.scalar(1.0), std], name=node.output[2] if len(node.output) > 2 and
+                       node.output[2] else None)
+        outs += [mean, inv]
+    return outs
+
+
+@converter("GatherElements")
+def _gather_elements(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    shape = ctx.shape(x)
+    axis = _axis(a.get("axis", 0), len(shape))
+    idx = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64)
+    n = shape[axis]
+    if idx.size and (idx.min() < -n or idx.max() >= n):
+        raise Unsupported(f"GatherElements with an index out of range [-{n}, {n - 1}]")
+    idx = np.where(idx < 0, idx + n, idx)  # ONNX allows negative indices; take_along_axis's vjp does not
+    name = ctx.add_input(ctx.fresh(f"{node.output[0]}/indices"), idx, False, "int64")
+    return ctx.emit("take_along_axis", [x, name], {"axis": axis}, name=node.output[0])
+
+
+@converter("Trilu")
+def _trilu(ctx, node, a, opset):
+    """The kept triangle as a constant mask: where(mask, x, 0) (the k-th diagonal and below for
+    upper=0, on and above for upper=1; x's leading axes are a batch of matrices)."""
+    x = ctx.value(node.input[0])
+    shape = ctx.shape(x)
+    if len(shape) < 2:
+        raise Unsupported("Trilu of a value of rank < 2")
+    k = int(np.asarray(ctx.const(node.input[1], "k")).reshape(-1)[0]) if _present(node, 1) else 0
+    n, m = shape[-2:]
+    keep = np.triu(np.ones((n, m), bool), k) if a.get("upper", 1) else np.tril(np.ones((n, m), bool), k)
+    mask = ctx.add_input(ctx.fresh(f"{node.output[0]}/mask"), keep, False, "bool")
+    return ctx.emit("where", [mask, x, ctx.scalar(0.0)], name=node.output[0])
+
+
+
+
+@converter("Range")
+def _range(ctx, node, a, opset):
+    """Constant float bounds: the values, as a constant (int ones are folded before any converter);
+    computed bounds would set the output's length by their values."""
+    if not all(ctx.is_const(n) for n in node.input):
+        raise Unsupported("Range of computed values (its length would depend on them)")
+    start, limit, delta = (np.asarray(ctx.const(n)).reshape(()) for n in node.input)
+    if delta == 0 or not np.isfinite([start, limit, delta]).all():
+        raise GraphError(f"Range node '{ctx.onnx_name}': delta {delta} from {start} to {limit} has no length",
+                         node=ctx.onnx_name)
+    # ONNX's length, max(ceil((limit - start) / delta), 0), known before a value is made
+    n = max(int(np.ceil((float(limit) - float(start)) / float(delta))), 0)
+    ctx.charge(n, f"the output of Range node '{ctx.onnx_name}'")
+    values = np.arange(start, limit, delta, dtype=np.result_type(start, limit, delta))
+    return ctx.add_input(node.output[0], values, False, ctx.float_dtype)
+
+
+@converter("Einsum")
+def _einsum(ctx, node, a, opset):
+    return ctx.emit("einsum", _ins(ctx, node), {"equation": a["equation"]}, name=node.output[0])
+
+
+@converter("ScatterElements")
+def _scatter_elements(ctx, node, a, opset):
+    """Constant indices (an attribute of the registry op, checked there); reduction none or add."""
+    reduction = a.get("reduction", "none")
+    if reduction not in ("none", "add"):
+        raise Unsupported(f"ScatterElements with reduction {reduction}")
+    data, upd = ctx.value(node.input[0]), ctx.value(node.input[2])
+    indices = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64).tolist()
+    attrs = {"axis": a.get("axis", 0), "indices": indices, "reduction": reduction}
+    return ctx.emit("scatter_elements", [data, upd], attrs, name=node.output[0])
+
+
+# --- sequences of a static length (the dynamo exporter's split without its optimizer) ----------------
+
+
+@converter("SplitToSequence")
+def _split_to_sequence(ctx, node, a, opset):
+    """Slices of the input along `axis`, kept as a list of values (no node of its own)."""
+    x = ctx.value(node.input[0])
+    shape = ctx.shape(x)
+    axis = _axis(a.get("axis", 0), len(shape))
+    n = shape[axis]
+    if _present(node, 1):
+        split = np.asarray(ctx.const(node.input[1], "split")).astype(np.int64)
+        sizes = [int(split)] * (n // int(split)) + ([n % int(split)] if n % int(split) else []) \
+            if split.ndim == 0 else [int(v) for v in split]
+    else:
+        sizes = [1] * n
+    if sum(sizes) != n:
+        raise Unsupported(f"SplitToSequence with split sizes {sizes} for an axis of {n}")
+    keep = a.get("keepdims", 1) or _present(node, 1)  # keepdims applies only without `split`
+    parts, start = [], 0
+    for size in sizes:
+        part = ctx.emit("slice", [x], {"starts": [start], "ends": [start + size], "axes": [axis]})
+        if not keep:
+            part = ctx.emit("squeeze", [part], {"axis": [axis]})
+        parts.append(part)
+        start += size
+    ctx.sequences[node.output[0]] = parts
+    return [None]
+
+
+@converter("SequenceAt")
+def _sequence_at(ctx, node, a, opset):
+    parts = ctx.sequences.get(node.input[0])
+    if parts is None:
+        raise Unsupported("SequenceAt of a sequence not made by SplitToSequence")
+    i = int(np.asarray(ctx.const(node.input[1], "position")).reshape(-1)[0])
+    if not -len(parts) <= i < len(parts):
+        raise Unsupported(f"SequenceAt position {i} of a sequence of {len(parts)}")
+    part = parts[i]  # a node under the output's name (an alias would leave the name to another value)
+    return ctx.emit("reshape", [part], {"shape": list(ctx.shape(part))}, name=node.output[0])

@@ -1,0 +1,233 @@
+"""Today's architectures through both PyTorch exporters with their defaults: torch.onnx.export(model,
+args, f) (the TorchScript exporter) and torch.onnx.export(..., dynamo=True) (with its optimizer, the
+default, and without). Each model (tests/model_zoo.py: tiny, random weights, float64) imports with the
+default import options (only its input's value is given, so torch sees the same one), its loss and
+gradients equal torch autograd's on the same loss (sum(output * c)) within 1e-10 relative, and a full
+verification (finite differences, the symbolic oracle where the graph is small enough) says PASS.
+
+Gradients are compared for the input and for every initializer that is a torch parameter (its name,
+shape and value; the exporters rename MatMul weights, merge the RNNs' into W, R, B, and fold BatchNorm
+into the Conv before it under the Conv weight's name: those gradients the verification checks)."""
+from __future__ import annotations
+
+import io
+import warnings
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("onnx")
+
+from model_zoo import ZOO, causal_attention, exact_reference  # noqa: E402
+
+from gradcheck_svc.graph import load_graph  # noqa: E402
+from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
+from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
+from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
+from gradcheck_svc.verify.run import run_engine  # noqa: E402
+
+EXPORTERS = ["legacy", "dynamo", "dynamo-unoptimized"]
+
+# parameters the exporter folded into a constant in part: the ONNX model depends on them less than the
+# torch module does, and the engine's gradient is that model's (verified PASS below)
+FOLDED = {
+    # the first step's h0 @ W_hh^T + b_hh with h0 = 0 becomes the constant initializer 'linear_1'
+    ("rnn_tanh", "dynamo"): {"rnn.bias_hh_l0"},
+}
+
+
+def export(model, x, exporter: str) -> bytes:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
+        if exporter == "legacy":
+            f = io.BytesIO()
+            torch.onnx.export(model, (x,), f, dynamo=False)
+            return f.getvalue()
+        pytest.importorskip("onnxscript")  # the dynamo exporter's dependency
+        import logging
+
+        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+        program = torch.onnx.export(model, (x,), dynamo=True, optimize=exporter == "dynamo", verbose=False)
+        return program.model_proto.SerializeToString()
+
+
+def _input_name(blob: bytes) -> str:
+    import onnx
+
+    m = onnx.load_from_string(blob)
+    inits = {t.name for t in m.graph.initializer}
+    (name,) = [vi.name for vi in m.graph.input if vi.name not in inits]
+    return name
+
+
+# GPT-2's causal attention: the dynamo exporter stores its masked_fill value as -inf (see the test below)
+CASES = [(b, e) for b in ZOO for e in EXPORTERS] + [(causal_attention, "legacy")]
+
+
+@pytest.mark.parametrize(("build", "exporter"), CASES, ids=[f"{b.__name__}-{e}" for b, e in CASES])
+def test_model_zoo(build, exporter):
+    model, x = build()
+    blob = export(model, x, exporter)
+    xname = _input_name(blob)
+    y = model(x)
+    c = np.random.default_rng(1).standard_normal(tuple(y.shape))
+    # the defaults (--params weights), plus the input as a parameter: its gradient needs no name mapping
+    msg = import_onnx(blob, ImportOptions(params=f"weights,{xname}", inputs={xname: x.numpy()},
+                                          loss="cotangent", cotangent=c))
+    graph = load_graph(msg)
+
+    reference = exact_reference(model)
+    xt = x.clone().requires_grad_(True)
+    loss = (reference(xt) * torch.from_numpy(c)).sum()
+    params = dict(reference.named_parameters())
+    grads = torch.autograd.grad(loss, [xt] + list(params.values()))
+    want = {xname: grads[0].numpy()} | {n: g.numpy() for n, g in zip(params, grads[1:])}
+
+    engine = run_engine(graph, VerifyOptions(dtype="float64"), "float64")
+    assert engine.loss == pytest.approx(float(loss), rel=1e-10)
+    # an initializer is a torch parameter when it has its name, shape and value: the exporters fold
+    # BatchNorm into the preceding Conv's weights and keep the Conv's name for the folded tensor
+    values = {n: p.detach().numpy() for n, p in params.items()} | {xname: x.numpy()}
+    compared = [n for n in want if n in graph.inputs and np.shape(graph.inputs[n].value) == want[n].shape
+                and np.array_equal(graph.inputs[n].value, values[n]) and n not in FOLDED.get((build.__name__, exporter), ())]
+    assert xname in compared
+    for n in compared:
+        scale = max(np.abs(want[n]).max(), 1e-300)
+        np.testing.assert_allclose(engine.gradients[n], want[n], rtol=1e-10, atol=1e-10 * scale,
+                                   err_msg=f"{build.__name__} ({exporter}): {n}")
+
+    report = verify(graph, VerifyOptions())
+    assert report.verdict == "pass", report.to_text()
+
+
+class _Powers(torch.nn.Module):
+    """x ** 2 and x ** 3 on values of both signs: the dynamo exporter stores 2.0 and 3.0 as 0-d
+    initializers, and d/d(exponent) of x ** p at a negative x is NaN."""
+
+    def __init__(self):
+        super().__init__()
+        self.lin = torch.nn.Linear(3, 4)
+
+    def forward(self, x):
+        y = self.lin(x)
+        return y ** 2 + 0.5 * y ** 3
+
+
+def test_dynamo_scalar_initializers_are_constants_by_default():
+    import onnx
+
+    torch.manual_seed(0)
+    model = _Powers().double().eval()
+    x = torch.randn(2, 3, dtype=torch.float64)
+    assert (model.lin(x) < 0).any()  # negative bases: the exponent's derivative would be NaN
+    blob = export(model, x, "dynamo")
+    scalars = [t.name for t in onnx.load_from_string(blob).graph.initializer
+               if not t.dims and t.data_type == onnx.TensorProto.DOUBLE]
+    assert scalars  # what the exporter does today; the default must cope with it
+    graph = load_graph(import_onnx(blob))
+    assert set(graph.parameters) == {"lin.weight", "lin.bias"}
+    assert verify(graph, VerifyOptions()).verdict == "pass"
+    # asked for, a scalar initializer is a parameter like any other
+    everything = load_graph(import_onnx(blob, ImportOptions(params="initializers")))
+    assert set(scalars) <= set(everything.parameters)
+
+
+def test_fault_on_a_value_layer_norm_saves_is_caught_at_that_node():
+    """nn.TransformerEncoderLayer through the dynamo exporter: LayerNormalization saves its input for
+    the backward; scaling that saved copy is caught, and the finding names the layer_norm node."""
+    import onnx
+
+    from gradcheck_svc.engine.faults import parse_fault
+    from model_zoo import transformer_encoder_layer
+
+    model, x = transformer_encoder_layer()
+    blob = export(model, x, "dynamo")
+    norm = [n for n in onnx.load_from_string(blob).graph.node if n.op_type == "LayerNormalization"][0]
+    graph = load_graph(import_onnx(blob, ImportOptions(loss="cotangent")))
+    assert graph.node(norm.output[0]).op.name == "layer_norm"
+    report = verify(graph, VerifyOptions(faults=(parse_fault(f"{norm.input[0]}:scale:1.5"),), integrity="off"))
+    assert report.verdict == "fail"
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert errors and errors[0].node == norm.output[0] and errors[0].op == "layer_norm", report.to_text()
+
+
+def test_a_faults_before_and_after_show_an_element_it_changed():
+    """A fault scaling a ReLU's output: element 0 is 0 there (scaled, still 0); the record shows one
+    the fault changed."""
+    from gradcheck_svc.engine.faults import parse_fault
+    from gradcheck_svc.graph.build import GraphBuilder
+
+    b = GraphBuilder("relu_fault")
+    x = b.input("x", np.array([-1.0, 2.0, 3.0]), requires_grad=True)
+    r = b.node("relu", x, name="r")
+    b.output(b.node("sum", b.node("square", r, name="sq"), name="L"))
+    report = verify(load_graph(b.build()), VerifyOptions(faults=(parse_fault("r:scale:1.5"),), integrity="off"))
+    (record,) = report.faults
+    assert (record.before, record.after, record.index) == (2.0, 3.0, 1)
+    assert "element 1: 2 -> 3" in report.to_text()
+
+
+def test_a_parameter_named_by_a_fault_finding_whose_gradient_checks_out_reads_affected():
+    """A relu's output scaled after the forward: the relu's mask is unchanged, so w1 (upstream) keeps
+    its right gradient and w2 (read with the scaled value) does not. Had the finding named w1 too (as a
+    finding at a node whose input is a chain of parameters does), w1 reads "affected", not FAIL."""
+    from gradcheck_svc.engine.faults import parse_fault
+    from gradcheck_svc.graph.build import GraphBuilder
+    from gradcheck_svc.verify.findings import Finding
+    from gradcheck_svc.verify.verdict import settle
+
+    b = GraphBuilder("relu_fault")
+    x = b.input("x", np.array([0.5, -1.0, 2.0, 1.0]))
+    w1 = b.input("w1", np.array([1.5, 0.3, -0.7, 0.8]), requires_grad=True)
+    w2 = b.input("w2", np.array([[0.2, 0.4], [0.9, -0.3], [0.1, 0.5], [0.7, 0.2]]), requires_grad=True)
+    r = b.node("relu", b.node("mul", x, w1, name="m1"), name="r")
+    b.output(b.node("sum", b.node("tanh", b.node("matmul", r, w2, name="m2"), name="t"), name="L"))
+    report = verify(load_graph(b.build()), VerifyOptions(faults=(parse_fault("r:scale:1.5"),), integrity="off"))
+    rows = {p.name: p for p in report.parameters}
+    assert report.verdict == "fail" and rows["w2"].status == "FAIL" and rows["w1"].status == "ok"
+    wide = Finding("m2", "matmul", "cache_corruption", "error", "a finding naming both", ["w2", "w1"])
+    assert settle(report.parameters, [wide]) == "fail"
+    assert (rows["w1"].status, rows["w1"].failed_by) == ("affected", "cache_corruption")
+    assert rows["w2"].status == "FAIL"
+
+
+@pytest.mark.parametrize("opset", [16, 17, 20])
+@pytest.mark.parametrize("approximate", ["none", "tanh"])
+def test_gelu_and_layer_norm_at_each_opset(opset, approximate):
+    """The legacy exporter below opset 20 writes GELU out (Erf, or Tanh and Pow for the tanh form), and
+    LayerNorm below 17 as ReduceMean, Sub, Pow, Sqrt, Div; at 20 both are single nodes (Gelu,
+    LayerNormalization). Every form imports and its gradients equal torch's."""
+    import onnx
+
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(4, 6), torch.nn.LayerNorm(6), torch.nn.GELU(approximate=approximate),
+                                torch.nn.Linear(6, 2)).double().eval()
+    x = torch.randn(3, 4, dtype=torch.float64)
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), f, dynamo=False, opset_version=opset, input_names=["x"])
+    ops = {n.op_type for n in onnx.load_from_string(f.getvalue()).graph.node}
+    assert ("Gelu" in ops) == (opset >= 20) and ("LayerNormalization" in ops) == (opset >= 17)
+    c = np.random.default_rng(2).standard_normal((3, 2))
+    graph = load_graph(import_onnx(f.getvalue(), ImportOptions(params="weights,x", inputs={"x": x.numpy()},
+                                                               loss="cotangent", cotangent=c)))
+    xt = x.clone().requires_grad_(True)
+    (g,) = torch.autograd.grad((model(xt) * torch.from_numpy(c)).sum(), [xt])
+    engine = run_engine(graph, VerifyOptions(dtype="float64"), "float64")
+    np.testing.assert_allclose(engine.gradients["x"], g.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("exporter", ["dynamo", "dynamo-unoptimized"])
+def test_causal_attention_from_dynamo_needs_allow_nonfinite(exporter):
+    """masked_fill(finfo(float64).min) reaches the dynamo export as a -inf constant: graph data must be
+    finite unless allowed, so the default says so in one line naming the flag; allowed, it verifies."""
+    from gradcheck_svc.errors import GraphError
+
+    model, x = causal_attention()
+    msg = import_onnx(export(model, x, exporter))  # unoptimized: split as SplitToSequence + SequenceAt
+    with pytest.raises(GraphError, match="allow-nonfinite") as err:
+        load_graph(msg)
+    assert "\n" not in str(err.value)
+    assert verify(load_graph(msg, allow_nonfinite=True), VerifyOptions()).verdict == "pass"
