@@ -65,7 +65,7 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
                 counts["skipped"] += 1
                 continue
         try:
-            graph = decode(data, path, onnx_import)
+            graph = decode(data, str(path), onnx_import)  # a local path or an object store URL
         except GraphFileError as exc:
             outcome = {"status": "invalid", "error": str(exc)}
         else:
