@@ -75,7 +75,8 @@ def _filesystem(scheme: str, env: tuple):
     import fsspec
 
     try:
-        return fsspec.filesystem(scheme, skip_instance_cache=True)
+        # no listings cache: other pods write the same prefixes, and a listing remembered is a record missed
+        return fsspec.filesystem(scheme, skip_instance_cache=True, use_listings_cache=False)
     except Exception as exc:  # a backend that refuses its configuration (no credentials, a bad account name)
         raise OptionError(f"{scheme}://: {clip(str(exc), 300)}") from None
 
