@@ -21,6 +21,7 @@ from pathlib import Path
 from ..errors import OptionError
 from . import screen
 from .manifest import shard_of
+from .location import is_url
 from .schema import STATUSES
 from .store import LATEST, as_path, list_runs, read_run, run_dir
 
@@ -36,7 +37,7 @@ def resolve_run(out: Path, run_id: str | None) -> str:
     except OSError as exc:
         raise OptionError(f"cannot read results under {out}: {exc.strerror or exc}", field="DIR") from None
     if not is_dir:
-        raise OptionError(f"not a directory: {out}", field="DIR")
+        raise OptionError(f"no results under {out}" if is_url(str(out)) else f"not a directory: {out}", field="DIR")
     try:
         runs = list_runs(out)
     except OSError as exc:
