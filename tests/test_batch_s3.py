@@ -197,7 +197,8 @@ def test_manifest_forms_in_a_bucket_name_the_graphs_a_local_tree_names(capsys, s
                                                  "graphs/nope.json"),
                           ("s3://forms/escape/list.txt", "is outside the manifest root s3://forms/escape"),
                           ("s3://forms/nothing-here", "no such object, prefix or matching glob"),
-                          ("s3://forms/graphs/**/*.pb", "no graphs (*.json, *.pb, *.onnx) in s3://forms/graphs/**/*.pb")):
+                          ("s3://forms/graphs/**/*.pb",
+                           "no graphs (*.json, *.pb, *.onnx) in s3://forms/graphs/**/*.pb")):
         code, _, err = run(capsys, "batch", "--manifest", spec, "--shard-index", 0, "--out", tmp_path / "o")
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (spec, err)
 
@@ -223,6 +224,8 @@ def test_missing_backend_or_unknown_scheme_is_one_line_exit_2(capsys, monkeypatc
     monkeypatch.setitem(sys.modules, "adlfs", None)
     code, _, err = run(capsys, "batch-merge", "az://container/results")
     assert code == 2 and "DIR: az:// needs fsspec and adlfs" in err and "gradcheck-svc[azure]" in err
+    code, _, err = run(capsys, "batch-merge", f"file://{tmp_path}/none")  # file:// is a local path
+    assert code == 2 and f"DIR: not a directory: {tmp_path}/none" in err
     code, _, err = run(capsys, "screen", "--out", "ftp://host/x", "--examples", "none", "--generated", 1)
     assert code == 2 and "--out: 'ftp://' is not a storage this batch reads or writes" in err
     assert len(err.strip().splitlines()) == 1

@@ -246,7 +246,8 @@ def test_batch_s3_needs_no_volume_and_names_its_bucket_once(rendered):
         config = one(objs, "ConfigMap", "gradcheck-s3")["data"]
         assert config["GRADCHECK_MANIFEST"].startswith("s3://") and config["GRADCHECK_OUT"].startswith("s3://")
         sa = one(objs, "ServiceAccount", "gradcheck-batch-s3")
-        assert sa["automountServiceAccountToken"] is False and "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
+        assert sa["automountServiceAccountToken"] is False
+        assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
     for obj in (job, merge):
         spec = pod_spec(obj)
         assert spec["serviceAccountName"] == "gradcheck-batch-s3" and spec["automountServiceAccountToken"] is False
@@ -288,7 +289,8 @@ def test_batch_volume_takes_a_storage_class_and_loads_its_graphs(rendered):
     assert {"name": "graphs", "mountPath": "/load"} in init["volumeMounts"]
     assert {"name": "graphs", "mountPath": "/graphs", "readOnly": True} in c["volumeMounts"]
     assert "--manifest=/graphs" in c["args"] and f"--shard-count={job['spec']['completions']}" in c["args"]
-    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+              if "persistentVolumeClaim" in v}
     assert claims == {"results": "gradcheck-results"}
     _merge_job(one(rendered["batch-volume/merge"], "Job"), job, "gradcheck-results")
 

@@ -51,9 +51,11 @@ def location(spec, field: str):
         return spec if isinstance(spec, ObjectPath) else Path(spec)
     scheme, rest = _URL.match(spec).groups()
     scheme = scheme.lower()
+    if scheme == "file":  # file:///data/graphs is a local path, and gets the local path's code
+        return Path("/" + rest.lstrip("/"))
     if scheme not in BACKENDS:
-        raise OptionError(f"'{scheme}://' is not a storage this batch reads or writes (a local path, s3://, gs:// "
-                          "or az://)", field=field)
+        raise OptionError(f"'{scheme[:20]}://' is not a storage this batch reads or writes (a local path, s3://, "
+                          "gs:// or az://)", field=field)
     module, extra = BACKENDS[scheme]
     try:  # the backend first: fsspec alone would name a module, not what to install
         importlib.import_module(module)
