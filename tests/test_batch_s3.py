@@ -18,6 +18,7 @@ from collections import Counter
 import pytest
 
 from grpc_helpers import ROOT, _env, slow_graph
+from test_deploy import kubectl  # noqa: F401 -- the fixture: kubectl, installed if it can be
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.cli import main
@@ -247,3 +248,58 @@ def test_unreachable_endpoint_is_an_infrastructure_failure_exit_75(capsys, monke
     assert code == 75 and "infrastructure failure, retry (exit 75): s3://gradcheck-job/graphs" in err
     code, _, err = run(capsys, "batch-merge", "s3://gradcheck-job/results")
     assert code == 2 and "DIR: cannot read results under s3://gradcheck-job/results" in err
+
+
+def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3, kubectl, tmp_path):
+    """deploy/overlays/batch-s3 as a cluster would run it: every completion index with the container's args
+    (their $(VAR)s expanded from its ConfigMap, as the kubelet does), the pod's downward-API environment and
+    the Secret's keys; then the merge Job's args. Only the bucket is changed, as a user edits the ConfigMap."""
+    import yaml
+
+    fs, env = s3
+    bucket = "rendered"
+    fs.mkdir(bucket)
+    write_graphs(tmp_path / "g" / "team", 7, size=2, kinds=lambda i: "mismatch" if i == 2 else "ok")
+    fs.put(str(tmp_path / "g") + "/", f"{bucket}/graphs/", recursive=True)
+
+    def render(overlay):
+        proc = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy" / "overlays" / overlay)],
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 0, proc.stderr
+        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+
+    def pod(objs, kind, name):
+        (obj,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
+        return obj
+
+    objs = render("batch-s3")
+    job = pod(objs, "Job", "gradcheck-batch-s3")
+    config = dict(pod(objs, "ConfigMap", "gradcheck-s3")["data"])
+    config.update(GRADCHECK_MANIFEST=f"s3://{bucket}/graphs/", GRADCHECK_OUT=f"s3://{bucket}/results")
+    (c,) = job["spec"]["template"]["spec"]["containers"]
+    assert [e["configMapRef"]["name"] for e in c["envFrom"] if "configMapRef" in e] == ["gradcheck-s3"]
+
+    def expand(args, environ):  # the kubelet's $(VAR) expansion
+        return [re.sub(r"\$\((\w+)\)", lambda m: environ.get(m.group(1), m.group(0)), a) for a in args]
+
+    for k, v in config.items():
+        monkeypatch.setenv(k, v)
+    monkeypatch.setenv("GRADCHECK_RUN_ID", job["metadata"]["name"])  # the job-name label, downward API
+    for index in range(job["spec"]["completions"]):
+        monkeypatch.setenv("JOB_COMPLETION_INDEX", str(index))
+        monkeypatch.setenv("NODE_NAME", f"node-{index}")
+        code, _, err = run(capsys, *expand(c["args"], config))
+        assert code == 0, err
+
+    merge = pod(render("batch-s3/merge"), "Job", "gradcheck-batch-s3-merge")
+    (m,) = merge["spec"]["template"]["spec"]["containers"]
+    verdict = tmp_path / "termination-log"  # the kubelet's /dev/termination-log
+    args = [f"--verdict-file={verdict}" if a == "--verdict-file=/dev/termination-log" else a
+            for a in expand(m["args"], config)]
+    code, _, err = run(capsys, *args)
+    assert code == 0, err  # --exit-zero: the merge Job succeeds once the report is written
+    assert verdict.read_text() == "fail: run gradcheck-batch-s3: 7 graphs: 6 pass, 1 fail\n"
+    merged = json.loads(fs.cat_file(f"{bucket}/results/runs/gradcheck-batch-s3/merged.json"))
+    assert merged["shard_count"] == job["spec"]["completions"] and merged["missing"] == []
+    assert merged["failed"] == ["team/gen-00002.json"]
+    assert {r["node"] for r in merged["records"]} <= {f"node-{i}" for i in range(job["spec"]["completions"])}
