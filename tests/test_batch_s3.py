@@ -236,6 +236,10 @@ def test_unreachable_endpoint_is_an_infrastructure_failure_exit_75(capsys, monke
     """A bucket that cannot be reached is the platform's fault: exit 75, retried by the Job; one line."""
     fs, _ = s3
     write_graphs(tmp_path / "g", 2, size=2)
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out",
+                       "s3://no-such-bucket/out")
+    assert code == 75 and len(err.strip().splitlines()) == 1, err
+    assert "infrastructure failure, retry (exit 75): s3://no-such-bucket/out/runs/default/shard-0000/" in err
     monkeypatch.setenv("AWS_ENDPOINT_URL", f"http://127.0.0.1:{_free_port()}")  # nothing listens there
     monkeypatch.setenv("AWS_MAX_ATTEMPTS", "1")
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out",

@@ -149,8 +149,9 @@ class ObjectPath:
         except OSError as exc:
             if exc.filename is not None and exc.strerror:
                 raise
-            kind = next((k for k in (FileNotFoundError, PermissionError) if isinstance(exc, k)), OSError)
-            raise kind(exc.errno or errno.EIO, _one_line(exc.strerror or exc), str(self)) from None
+            kind, code = next(((k, c) for k, c in ((FileNotFoundError, errno.ENOENT), (PermissionError, errno.EACCES))
+                               if isinstance(exc, k)), (OSError, errno.EIO))
+            raise kind(exc.errno or code, _one_line(exc.strerror or exc), str(self)) from None
         except Exception as exc:
             raise OSError(errno.EIO, _one_line(f"{type(exc).__name__}: {exc}"), str(self)) from None
 
