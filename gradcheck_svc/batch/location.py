@@ -156,9 +156,11 @@ class ObjectPath:
             raise OSError(errno.EIO, _one_line(f"{type(exc).__name__}: {exc}"), str(self)) from None
 
     def read_bytes(self) -> bytes:
-        if self._data is not None:
-            data, self._data = self._data, None  # prefetched (prefetch()): handed out once, then read afresh
-            return data
+        got, self._data = self._data, None  # prefetched (prefetch()): handed out once, then read afresh
+        if isinstance(got, bytes):
+            return got
+        if isinstance(got, FileNotFoundError):
+            raise FileNotFoundError(errno.ENOENT, "no such object", str(self))
         return self._call(self.fs.cat_file, self.key)
 
     def write_bytes(self, data: bytes) -> None:
@@ -235,5 +237,5 @@ def prefetch(paths) -> None:
     got = paths[0]._call(fs.cat, [p.key for p in paths], on_error="return")
     for p in paths:
         data = got.get(p.key) if isinstance(got, dict) else None
-        if isinstance(data, bytes):
-            p._data = data  # an error is left for read_bytes to meet (and name) on its own
+        if isinstance(data, (bytes, FileNotFoundError)):
+            p._data = data  # any other error is left for read_bytes to meet (and name) on its own
