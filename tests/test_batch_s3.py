@@ -178,10 +178,11 @@ def test_manifest_forms_in_a_bucket_name_the_graphs_a_local_tree_names(capsys, s
     write_graphs(local / "a", 3, size=2)
     write_graphs(local / "b" / "c", 2, size=2)
     (local / "notes.txt").write_text("not a graph\n")
+    (local / "top.json").write_bytes((local / "a" / "gen-00000.json").read_bytes())  # `**` matches no folder too
     fs.mkdir("forms")
     fs.put(str(local) + "/", "forms/graphs/", recursive=True)
     names = load_manifest(str(local)).graphs
-    assert len(names) == 5
+    assert len(names) == 6 and load_manifest(f"file://{local}").graphs == names
     listing = "# a list file\n" + "\n".join(reversed(names)) + "\n"
     fs.pipe_file("forms/graphs/list.txt", listing.encode())
     for spec in ("s3://forms/graphs", "s3://forms/graphs/", "s3://forms/graphs/**/*.json",

@@ -77,7 +77,10 @@ def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
     if not spec:
         raise OptionError("is empty", field=field)
     if is_url(spec):
-        return _load_objects(location(spec, field), spec, field)
+        where = location(spec, field)
+        if isinstance(where, ObjectPath):
+            return _load_objects(where, spec, field)
+        spec = str(where)  # file:///...: a local path
     p = Path(spec)
     if any(c in spec for c in GLOB_CHARS) and not p.exists():
         root = _glob_root(spec)
