@@ -18,8 +18,9 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra: pip inst
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the test extra")
 
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "screen", "screen/merge",
-            "screen-gpu", "screen-daemonset")
+OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "batch-s3",
+            "batch-s3/merge", "batch-volume", "batch-volume/merge", "screen", "screen/merge", "screen-gpu",
+            "screen-daemonset")
 CLUSTER_SCOPED = ("Namespace", "PriorityClass")
 # The JobSet API (jobset.x-k8s.io/v1alpha2, sigs.k8s.io/jobset api/jobset/v1alpha2/jobset_types.go): its schema is
 # a CRD's, not in kubernetes-validate; the fields it has, to check the rendered objects strictly by hand
@@ -466,6 +467,67 @@ def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
     assert env_of(pod_spec(ds)["initContainers"][0])["GRADCHECK_RUN_ID"] == "screen-0601"
 
 
+def test_batch_s3_needs_no_volume_and_names_its_bucket_once(rendered):
+    """The object storage variant: no claim anywhere; --manifest, --out and the merge's DIR all come from one
+    ConfigMap; credentials from an optional Secret or the ServiceAccount's workload identity."""
+    job = one(rendered["batch-s3"], "Job", "gradcheck-batch-s3")
+    _job_policy(job, "batch")
+    merge = one(rendered["batch-s3/merge"], "Job", "gradcheck-batch-s3-merge")
+    _assert_restricted(pod_spec(merge))
+    for objs in (rendered["batch-s3"], rendered["batch-s3/merge"]):
+        assert not [o for o in objs if o["kind"] == "PersistentVolumeClaim"]
+        config = one(objs, "ConfigMap", "gradcheck-s3")["data"]
+        assert config["GRADCHECK_MANIFEST"].startswith("s3://") and config["GRADCHECK_OUT"].startswith("s3://")
+        sa = one(objs, "ServiceAccount", "gradcheck-batch-s3")
+        assert sa["automountServiceAccountToken"] is False
+        assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
+    for obj in (job, merge):
+        spec = pod_spec(obj)
+        assert spec["serviceAccountName"] == "gradcheck-batch-s3" and spec["automountServiceAccountToken"] is False
+        assert not [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        (c,) = spec["containers"]
+        assert c["envFrom"] == [{"configMapRef": {"name": "gradcheck-s3"}},
+                                {"secretRef": {"name": "gradcheck-s3-credentials", "optional": True}}]
+    (c,) = pod_spec(job)["containers"]
+    assert c["args"][:2] == ["batch", "--manifest=$(GRADCHECK_MANIFEST)"] and "--out=$(GRADCHECK_OUT)" in c["args"]
+    assert f"--shard-count={job['spec']['completions']}" in c["args"]
+    (m,) = pod_spec(merge)["containers"]
+    assert m["args"] == ["batch-merge", "$(GRADCHECK_OUT)", f"--run-id={job['metadata']['name']}", "--exit-zero",
+                         "--verdict-file=/dev/termination-log"]
+    assert m["terminationMessagePolicy"] == "File"
+
+
+def test_batch_volume_takes_a_storage_class_and_loads_its_graphs(rendered):
+    """The volume variant: the results claim of the class set in parameters.yaml (which is not rendered), and
+    an init container that copies the graphs image's /graphs into the emptyDir the shard reads."""
+    objs = rendered["batch-volume"]
+    params = yaml.safe_load((DEPLOY / "overlays" / "batch-volume" / "parameters.yaml").read_text())["data"]
+    assert not [o for o in objs if o["kind"] == "ConfigMap"]  # local-config: kustomize's input only
+    pvc = one(objs, "PersistentVolumeClaim", "gradcheck-results")
+    assert pvc["spec"]["storageClassName"] == params["storageClassName"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == params["resultsSize"]
+    job = one(objs, "Job", "gradcheck-batch-volume")
+    _job_policy(job, "batch")
+    spec = pod_spec(job)
+    (init,) = spec["initContainers"]
+    assert init["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                       "readOnlyRootFilesystem": True, "privileged": False,
+                                       "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert init["resources"]["limits"]["ephemeral-storage"] and init["resources"]["requests"]["cpu"]
+    assert init["command"] == ["cp", "-R", "/graphs/.", "/load/"] and "gradcheck-graphs" in init["image"]
+    (c,) = spec["containers"]
+    graphs = next(v for v in spec["volumes"] if v["name"] == "graphs")
+    assert graphs["emptyDir"]["sizeLimit"] == params["graphsSize"]
+    assert {"name": "graphs", "mountPath": "/load"} in init["volumeMounts"]
+    assert {"name": "graphs", "mountPath": "/graphs", "readOnly": True} in c["volumeMounts"]
+    assert "--manifest=/graphs" in c["args"] and f"--shard-count={job['spec']['completions']}" in c["args"]
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert claims == {"results": "gradcheck-results"}
+    _merge_job(one(rendered["batch-volume/merge"], "Job"), job, "gradcheck-results")
+
+
 def test_documented_waits_end_on_failure_too():
     """`kubectl wait --for=condition=complete` alone waits out its whole timeout when the Job fails: every
     documented wait for a Job ends on Complete or Failed (a JobSet's conditions: Completed or Failed)."""
@@ -641,8 +703,9 @@ def test_dockerfile_structure(name, base):
         if op == "COPY" and not rest.startswith("--from"):
             for src in rest.split()[:-1]:
                 assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
-    # everything the commands need: the onnx extra (verify MODEL.onnx, import-onnx, .onnx in a batch)
-    extras = '".[gpu,onnx]"' if name == "Dockerfile.gpu" else '".[onnx]"'
+    # everything the commands need: the onnx extra (verify MODEL.onnx, import-onnx, .onnx in a batch), the s3
+    # extra (batch --manifest/--out s3://..., deploy/overlays/batch-s3)
+    extras = '".[gpu,onnx,s3]"' if name == "Dockerfile.gpu" else '".[onnx,s3]"'
     assert extras in " ".join(rest for s in stages for op, rest in s if op == "RUN")
     # an empty working directory owned by the user; HOME somewhere writable (the pods mount /tmp)
     env = " ".join(rest for op, rest in final if op == "ENV")
