@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from grpc_helpers import ROOT, _env, slow_graph
-from test_deploy import kubectl  # noqa: F401 -- the fixture: kubectl, installed if it can be
+from test_deploy import _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture, installed if it can be
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.cli import main
@@ -205,17 +205,35 @@ def test_manifest_forms_in_a_bucket_name_the_graphs_a_local_tree_names(capsys, s
         assert code == 2 and message in err and len(err.strip().splitlines()) == 1, (spec, err)
 
 
-def test_screen_writes_to_a_bucket_and_merges_from_it(capsys, s3):
+def test_screen_writes_to_a_bucket_and_merges_from_it(capsys, monkeypatch, s3):
+    """A screen of three listed nodes in a bucket, as its Indexed Job runs it: index 0 on n1, index 1 landing
+    on n1 too (refused, exit 75, its landing recorded in the bucket), then on n2; n3 never reached. The
+    merge reads it all back from the bucket and names the landing and the node not screened."""
     fs, _ = s3
     fs.mkdir("screens")
-    for node in ("n1", "n2"):
-        code, _, err = run(capsys, "screen", "--out", "s3://screens/out", "--node-name", node, "--examples", "none",
-                           "--generated", 2, "--size", 2, "--run-id", "scr")
-        assert code == 0, err
+
+    def screen(node, index):
+        monkeypatch.setenv("JOB_COMPLETION_INDEX", str(index))
+        return run(capsys, "screen", "--out", "s3://screens/out", "--node-name", node, "--examples", "none",
+                   "--generated", 2, "--size", 2, "--run-id", "scr", "--expect-nodes", "node/n1,node/n2,node/n3")
+
+    code, _, err = screen("n1", 0)
+    assert code == 0, err
+    code, _, err = screen("n1", 1)
+    assert code == 75 and "node n1 was screened by index 0 in run scr; index 1 landed on it again" in err, err
+    landing = json.loads(fs.cat_file("screens/out/runs/scr/node-n1/landings/index-0001.json"))
+    assert (landing["node"], landing["index"], landing["screened_by"]) == ("n1", 1, 0)
+    code, _, err = screen("n2", 1)
+    assert code == 0, err
     code, _, err = run(capsys, "batch-merge", "s3://screens/out")
-    assert code == 0 and "2 graphs: 4 pass" in err, err
+    assert code == 4, err
+    assert "2 graphs on each of 2 of 3 expected node(s): n1: 2 pass; n2: 2 pass; n3: not screened (exit 4)" in err
+    assert "1 of 3 expected node(s) not screened (no unit.json in this run): n3" in err
+    assert "n1 (index 1; screened by index 0)" in err
     merged = json.loads(fs.cat_file("screens/out/runs/scr/merged.json"))
     assert merged["mode"] == "screen" and sorted(merged["screen"]["nodes"]) == ["n1", "n2"]
+    assert merged["nodes"]["unscreened"] == ["n3"]
+    assert merged["nodes"]["landings"] == [{"node": "n1", "index": 1, "screened_by": 0}]
 
 
 def test_missing_backend_or_unknown_scheme_is_one_line_exit_2(capsys, monkeypatch, tmp_path):
@@ -256,55 +274,63 @@ def test_unreachable_endpoint_is_an_infrastructure_failure_exit_75(capsys, monke
 
 
 def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3, kubectl, tmp_path):
-    """deploy/overlays/batch-s3 as a cluster would run it: every completion index with the container's args
-    (their $(VAR)s expanded from its ConfigMap, as the kubelet does), the pod's downward-API environment and
-    the Secret's keys; then the merge Job's args. Only the bucket is changed, as a user edits the ConfigMap."""
-    import yaml
-
+    """deploy/overlays/batch-s3 as a cluster would run it, with the batch settings changed as a user changes
+    them (run ID and shard count, once, in deploy/components/batch-run/settings.yaml) and the bucket edited
+    in its ConfigMap: every completion index with the container's environment (the ConfigMap's keys by
+    envFrom, then the container's own env, which wins, as the kubelet orders them) and its args ($(VAR)
+    expanded from that environment), then the merge Job's args."""
     fs, env = s3
     bucket = "rendered"
     fs.mkdir(bucket)
     write_graphs(tmp_path / "g" / "team", 7, size=2, kinds=lambda i: "mismatch" if i == 2 else "ok")
     fs.put(str(tmp_path / "g") + "/", f"{bucket}/graphs/", recursive=True)
 
-    def render(overlay):
-        proc = subprocess.run([kubectl, "kustomize", str(ROOT / "deploy" / "overlays" / overlay)],
-                              capture_output=True, text=True, timeout=120)
-        assert proc.returncode == 0, proc.stderr
-        return [d for d in yaml.safe_load_all(proc.stdout) if d]
+    root = _settings(tmp_path, "batch-run", run="s3-nightly", shards="3")
 
     def pod(objs, kind, name):
         (obj,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]
         return obj
 
-    objs = render("batch-s3")
-    job = pod(objs, "Job", "gradcheck-batch-s3")
+    objs = render(kubectl, root / "overlays/batch-s3")
+    job = pod(objs, "Job", "s3-nightly")
+    assert job["spec"]["completions"] == 3
     config = dict(pod(objs, "ConfigMap", "gradcheck-s3")["data"])
     config.update(GRADCHECK_MANIFEST=f"s3://{bucket}/graphs/", GRADCHECK_OUT=f"s3://{bucket}/results")
-    (c,) = job["spec"]["template"]["spec"]["containers"]
-    assert [e["configMapRef"]["name"] for e in c["envFrom"] if "configMapRef" in e] == ["gradcheck-s3"]
+
+    def environment(c, node: str) -> dict:
+        assert [e["configMapRef"]["name"] for e in c["envFrom"] if "configMapRef" in e] == ["gradcheck-s3"]
+        environ = dict(config)
+        for e in c.get("env", []):
+            if "value" in e:
+                environ[e["name"]] = e["value"]
+            else:  # the downward API: the only valueFrom these containers use
+                assert e["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, e
+                environ[e["name"]] = node
+        return environ
 
     def expand(args, environ):  # the kubelet's $(VAR) expansion
         return [re.sub(r"\$\((\w+)\)", lambda m: environ.get(m.group(1), m.group(0)), a) for a in args]
 
-    for k, v in config.items():
-        monkeypatch.setenv(k, v)
-    monkeypatch.setenv("GRADCHECK_RUN_ID", job["metadata"]["name"])  # the job-name label, downward API
+    (c,) = job["spec"]["template"]["spec"]["containers"]
     for index in range(job["spec"]["completions"]):
-        monkeypatch.setenv("JOB_COMPLETION_INDEX", str(index))
-        monkeypatch.setenv("NODE_NAME", f"node-{index}")
-        code, _, err = run(capsys, *expand(c["args"], config))
+        environ = environment(c, f"node-{index}")
+        for k, v in environ.items():
+            monkeypatch.setenv(k, v)
+        monkeypatch.setenv("JOB_COMPLETION_INDEX", str(index))  # as the Job controller sets it
+        code, _, err = run(capsys, *expand(c["args"], environ))
         assert code == 0, err
 
-    merge = pod(render("batch-s3/merge"), "Job", "gradcheck-batch-s3-merge")
+    merge = pod(render(kubectl, root / "overlays/batch-s3/merge"), "Job", "s3-nightly-merge")
     (m,) = merge["spec"]["template"]["spec"]["containers"]
+    environ = environment(m, "node-m")
+    for k, v in environ.items():
+        monkeypatch.setenv(k, v)
     verdict = tmp_path / "termination-log"  # the kubelet's /dev/termination-log
     args = [f"--verdict-file={verdict}" if a == "--verdict-file=/dev/termination-log" else a
-            for a in expand(m["args"], config)]
+            for a in expand(m["args"], environ)]
     code, _, err = run(capsys, *args)
     assert code == 0, err  # --exit-zero: the merge Job succeeds once the report is written
-    assert verdict.read_text() == "fail: run gradcheck-batch-s3: 7 graphs: 6 pass, 1 fail\n"
-    merged = json.loads(fs.cat_file(f"{bucket}/results/runs/gradcheck-batch-s3/merged.json"))
-    assert merged["shard_count"] == job["spec"]["completions"] and merged["missing"] == []
-    assert merged["failed"] == ["team/gen-00002.json"]
-    assert {r["node"] for r in merged["records"]} <= {f"node-{i}" for i in range(job["spec"]["completions"])}
+    assert verdict.read_text() == "fail: run s3-nightly: 7 graphs: 6 pass, 1 fail\n"
+    merged = json.loads(fs.cat_file(f"{bucket}/results/runs/s3-nightly/merged.json"))
+    assert merged["shard_count"] == 3 and merged["missing"] == [] and merged["failed"] == ["team/gen-00002.json"]
+    assert {r["node"] for r in merged["records"]} <= {f"node-{i}" for i in range(3)}
