@@ -18,8 +18,9 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra: pip inst
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the test extra")
 
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "screen", "screen/merge",
-            "screen-gpu", "screen-daemonset")
+OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "batch-s3",
+            "batch-s3/merge", "batch-volume", "batch-volume/merge", "screen", "screen/merge", "screen-gpu",
+            "screen-daemonset")
 CLUSTER_SCOPED = ("Namespace", "PriorityClass")
 # The JobSet API (jobset.x-k8s.io/v1alpha2, sigs.k8s.io/jobset api/jobset/v1alpha2/jobset_types.go): its schema is
 # a CRD's, not in kubernetes-validate; the fields it has, to check the rendered objects strictly by hand
@@ -184,7 +185,10 @@ def _assert_restricted(spec: dict) -> None:
         assert c["resources"]["requests"]["cpu"] and c["resources"]["limits"]["memory"]
         # the emptyDirs and logs count against ephemeral storage: requested, so the scheduler places it
         assert c["resources"]["requests"]["ephemeral-storage"] and c["resources"]["limits"]["ephemeral-storage"]
-        # the image's WORKDIR is an empty writable directory of the pod's own (the root filesystem is read-only)
+        # our image's WORKDIR is an empty writable directory of the pod's own (the root filesystem is read-only);
+        # another image (batch-volume's graphs loader, yours) has a WORKDIR of its own
+        if c["image"].split(":")[0].rsplit("/", 1)[-1] != "gradcheck":
+            continue
         mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
         work = mounts[_workdir()]
         assert not work.get("readOnly") and "emptyDir" in next(v for v in spec["volumes"] if v["name"] == work["name"])
@@ -260,21 +264,51 @@ def _job_policy(job: dict, container: str) -> None:
     _assert_restricted(pod_spec(job))
 
 
-def _merge_job(merge: dict, job: dict, claim: str, shards: int | None = None) -> None:
+def _merge_job(merge: dict, job: dict, claim: str | None, shards: int | None = None, out: str = "/results") -> None:
     """The merge reads the run its Job wrote (the Job's name), and succeeds once its report is written: the
-    verdict goes to the log, merged.json and the termination message, not to the Job's status."""
+    verdict goes to the log, merged.json and the termination message, not to the Job's status. Its results
+    are the claim's (mounted at `out`), or with no claim at all the object store URL `out`."""
     spec = pod_spec(merge)
     _assert_restricted(spec)
     (c,) = spec["containers"]
     count = [] if shards is None else [f"--shard-count={shards}"]
-    assert c["args"] == ["batch-merge", "/results", "--run-id=$(GRADCHECK_RUN_ID)", *count, "--exit-zero",
+    assert c["args"] == ["batch-merge", out, "--run-id=$(GRADCHECK_RUN_ID)", *count, "--exit-zero",
                          "--verdict-file=/dev/termination-log"]
     assert env_of(c)["GRADCHECK_RUN_ID"] == job["metadata"]["name"]
     assert merge["metadata"]["name"] == job["metadata"]["name"] + "-merge"
     assert merge["spec"]["activeDeadlineSeconds"] > 0 and merge["spec"]["backoffLimit"] == 0
     assert c.get("terminationMessagePath", "/dev/termination-log") == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "File"
-    assert next(v for v in spec["volumes"] if v["name"] == "results")["persistentVolumeClaim"]["claimName"] == claim
+    claims = [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v]
+    if claim is None:
+        assert not claims
+    else:
+        assert next(v for v in spec["volumes"] if v["name"] == "results")["persistentVolumeClaim"]["claimName"] == claim
+
+
+_ABSENT = object()
+_POD = "spec.template.spec."
+# what each storage variant changes in deploy/batch's Jobs (the shards', the merge's), and nothing else
+STORAGE_CHANGES = {
+    "batch-s3": {_POD + f for f in ("serviceAccountName", "containers.0.envFrom", "containers.0.args.1",
+                                    "containers.0.args.3", "containers.0.volumeMounts", "volumes")},
+    "batch-s3/merge": {_POD + f for f in ("serviceAccountName", "containers.0.envFrom", "containers.0.args.1",
+                                          "containers.0.volumeMounts", "volumes")},
+    "batch-volume": {_POD + f for f in ("securityContext.fsGroupChangePolicy", "initContainers",
+                                        "containers.0.resources.limits.ephemeral-storage",
+                                        "volumes.0.persistentVolumeClaim", "volumes.0.emptyDir")},
+    "batch-volume/merge": set(),
+}
+
+
+def _diff(a, b, path: str = "") -> set[str]:
+    """The dotted paths where two rendered objects differ (a list of another length differs as a whole)."""
+    if isinstance(a, dict) and isinstance(b, dict):
+        return set().union(*(_diff(a.get(k, _ABSENT), b.get(k, _ABSENT), f"{path}.{k}".lstrip("."))
+                             for k in set(a) | set(b)))
+    if isinstance(a, list) and isinstance(b, list) and len(a) == len(b):
+        return set().union(*(_diff(x, y, f"{path}.{i}") for i, (x, y) in enumerate(zip(a, b))))
+    return set() if a == b else {path}
 
 
 def _arg(c: dict, flag: str) -> str:
@@ -328,8 +362,17 @@ def test_the_run_id_and_shard_count_are_set_once(kubectl, tmp_path):
             assert _arg(c, "--shard-count") == "3" and env_of(c)["GRADCHECK_RUN_ID"] == "nightly-42"
     gpu = one(render(kubectl, root / "overlays/batch-gpu"), "Job", "nightly-42")
     assert gpu["spec"]["completions"] == 3
+    # the storage variants: the same settings, the same way (deploy/batch and the batch-run component), and
+    # their own changes still made under another run ID
+    for overlay, out in (("batch-s3", "$(GRADCHECK_OUT)"), ("batch-volume", "/results")):
+        job = one(render(kubectl, root / "overlays" / overlay), "Job", "nightly-42")
+        assert _diff(job, one(plain, "Job", "nightly-42")) == STORAGE_CHANGES[overlay]
+        merge_v = one(render(kubectl, root / "overlays" / overlay / "merge"), "Job", "nightly-42-merge")
+        assert _diff(merge_v, one(merge, "Job", "nightly-42-merge")) == STORAGE_CHANGES[overlay + "/merge"]
+        _merge_job(merge_v, job, None if overlay == "batch-s3" else "gradcheck-results", 3, out)
     # no other place in deploy/ holds a shard count or a batch run ID of its own
-    texts = {p: p.read_text() for p in (root / "batch").rglob("*.yaml")}
+    texts = {p: p.read_text() for d in ("batch", "overlays/batch-s3", "overlays/batch-volume")
+             for p in (root / d).rglob("*.yaml")}
     assert not [p for p, t in texts.items() if re.search(r"shard-count=(?!1\b)|completions: (?!1\b)", t)]
 
 
@@ -464,6 +507,76 @@ def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
     _merge_job(one(render(kubectl, root / "overlays/screen/merge"), "Job"), job, "gradcheck-screen-results")
     ds = one(render(kubectl, root / "overlays/screen-daemonset"), "DaemonSet", "screen-0601")
     assert env_of(pod_spec(ds)["initContainers"][0])["GRADCHECK_RUN_ID"] == "screen-0601"
+
+
+def test_batch_s3_is_deploy_batch_on_a_bucket_named_once(rendered):
+    """The object storage variant: deploy/batch's Jobs (run ID and shard count from the batch-run settings),
+    changed only where a bucket replaces the claims: --manifest, --out and the merge's DIR from one ConfigMap,
+    credentials from an optional Secret or the ServiceAccount's workload identity, no claim anywhere."""
+    plain, plain_merge = one(rendered["batch"], "Job", "gradcheck-batch"), one(rendered["batch/merge"], "Job")
+    job = one(rendered["batch-s3"], "Job", plain["metadata"]["name"])
+    merge = one(rendered["batch-s3/merge"], "Job", plain_merge["metadata"]["name"])
+    _job_policy(job, "batch")
+    assert _diff(job, plain) == STORAGE_CHANGES["batch-s3"]
+    assert _diff(merge, plain_merge) == STORAGE_CHANGES["batch-s3/merge"]
+    _merge_job(merge, job, None, job["spec"]["completions"], "$(GRADCHECK_OUT)")
+    for objs in (rendered["batch-s3"], rendered["batch-s3/merge"]):
+        assert not [o for o in objs if o["kind"] == "PersistentVolumeClaim"]
+        config = one(objs, "ConfigMap", "gradcheck-s3")["data"]
+        assert config["GRADCHECK_MANIFEST"].startswith("s3://") and config["GRADCHECK_OUT"].startswith("s3://")
+        sa = one(objs, "ServiceAccount", "gradcheck-batch-s3")
+        assert sa["automountServiceAccountToken"] is False
+        assert "eks.amazonaws.com/role-arn" in sa["metadata"]["annotations"]
+    for obj in (job, merge):
+        spec = pod_spec(obj)
+        assert spec["serviceAccountName"] == "gradcheck-batch-s3" and spec["automountServiceAccountToken"] is False
+        assert not [v for v in spec["volumes"] if "persistentVolumeClaim" in v]
+        (c,) = spec["containers"]
+        assert c["envFrom"] == [{"configMapRef": {"name": "gradcheck-s3"}},
+                                {"secretRef": {"name": "gradcheck-s3-credentials", "optional": True}}]
+        # no mount left without its volume, nor a volume without a mount
+        emptydirs = {"work"} if obj is merge else {"tmp", "work"}
+        assert {m["name"] for m in c["volumeMounts"]} == {v["name"] for v in spec["volumes"]} == emptydirs
+    (c,) = pod_spec(job)["containers"]
+    assert _arg(c, "--manifest") == "$(GRADCHECK_MANIFEST)" and _arg(c, "--out") == "$(GRADCHECK_OUT)"
+    assert _arg(c, "--shard-count") == str(job["spec"]["completions"])
+
+
+def test_batch_volume_is_deploy_batch_with_a_storage_class_and_loaded_graphs(rendered):
+    """The volume variant: deploy/batch's Job and results claim (run ID and shard count from the batch-run
+    settings), the claim of the class set in storage/parameters.yaml (which is not rendered), and an init
+    container that copies the graphs image's /graphs into the emptyDir the shard reads; its merge is the
+    plain batch's."""
+    objs = rendered["batch-volume"]
+    params = yaml.safe_load((DEPLOY / "overlays/batch-volume/storage/parameters.yaml").read_text())["data"]
+    assert not [o for o in objs if o["kind"] == "ConfigMap"]  # local-config: kustomize's input only
+    pvc = one(objs, "PersistentVolumeClaim", "gradcheck-results")
+    assert _diff(pvc, one(rendered["batch"], "PersistentVolumeClaim")) == {"spec.storageClassName"}
+    assert pvc["spec"]["storageClassName"] == params["storageClassName"]
+    assert pvc["spec"]["accessModes"] == ["ReadWriteMany"]
+    assert pvc["spec"]["resources"]["requests"]["storage"] == params["resultsSize"]
+    plain = one(rendered["batch"], "Job", "gradcheck-batch")
+    job = one(objs, "Job", plain["metadata"]["name"])
+    _job_policy(job, "batch")
+    assert _diff(job, plain) == STORAGE_CHANGES["batch-volume"]
+    spec = pod_spec(job)
+    (init,) = spec["initContainers"]
+    assert init["securityContext"] == {"runAsNonRoot": True, "allowPrivilegeEscalation": False,
+                                       "readOnlyRootFilesystem": True, "privileged": False,
+                                       "capabilities": {"drop": ["ALL"]}, "seccompProfile": {"type": "RuntimeDefault"}}
+    assert init["resources"]["limits"]["ephemeral-storage"] and init["resources"]["requests"]["cpu"]
+    assert init["command"] == ["cp", "-R", "/graphs/.", "/load/"] and "gradcheck-graphs" in init["image"]
+    (c,) = spec["containers"]
+    graphs = next(v for v in spec["volumes"] if v["name"] == "graphs")
+    assert graphs == {"name": "graphs", "emptyDir": {"sizeLimit": params["graphsSize"]}}
+    assert {"name": "graphs", "mountPath": "/load"} in init["volumeMounts"]
+    assert {"name": "graphs", "mountPath": "/graphs", "readOnly": True} in c["volumeMounts"]
+    assert _arg(c, "--manifest") == "/graphs" and _arg(c, "--shard-count") == str(job["spec"]["completions"])
+    claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
+              if "persistentVolumeClaim" in v}
+    assert claims == {"results": "gradcheck-results"}
+    assert rendered["batch-volume/merge"] == rendered["batch/merge"]
+    _merge_job(one(rendered["batch-volume/merge"], "Job"), job, "gradcheck-results", job["spec"]["completions"])
 
 
 def test_documented_waits_end_on_failure_too():
@@ -641,8 +754,9 @@ def test_dockerfile_structure(name, base):
         if op == "COPY" and not rest.startswith("--from"):
             for src in rest.split()[:-1]:
                 assert (ROOT / src).exists(), f"COPY {src}: not in the repository"
-    # everything the commands need: the onnx extra (verify MODEL.onnx, import-onnx, .onnx in a batch)
-    extras = '".[gpu,onnx]"' if name == "Dockerfile.gpu" else '".[onnx]"'
+    # everything the commands need: the onnx extra (verify MODEL.onnx, import-onnx, .onnx in a batch), the s3
+    # extra (batch --manifest/--out s3://..., deploy/overlays/batch-s3)
+    extras = '".[gpu,onnx,s3]"' if name == "Dockerfile.gpu" else '".[onnx,s3]"'
     assert extras in " ".join(rest for s in stages for op, rest in s if op == "RUN")
     # an empty working directory owned by the user; HOME somewhere writable (the pods mount /tmp)
     env = " ".join(rest for op, rest in final if op == "ENV")

@@ -45,11 +45,13 @@ def add_parsers(sub) -> None:
                                    "--fault applies to every graph of the manifest (a graph without that node is "
                                    "recorded invalid): a canary run that checks the pipeline reports a bad gradient.")
     b.add_argument("--manifest", required=True, metavar="FILE|DIR|GLOB",
-                   help="the graphs: a directory, a glob, one graph, or a list file (one path per line)")
+                   help="the graphs: a directory, a glob, one graph, or a list file (one path per line); local, "
+                        "or an s3://, gs:// or az:// URL")
     b.add_argument("--shard-index", type=int, default=None, metavar="I",
                    help="this shard (default: $JOB_COMPLETION_INDEX, as an Indexed Job sets it)")
     b.add_argument("--shard-count", type=int, default=1, metavar="N", help="number of shards (default 1)")
-    b.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all shards")
+    b.add_argument("--out", required=True, metavar="DIR|URL",
+                   help="results directory shared by all shards, or an s3://, gs:// or az:// URL (a prefix)")
     b.add_argument("--server", default=None, metavar="TARGET",
                    help="verify on this server (e.g. dns:///gradcheck-headless:50051); default in-process")
     b.add_argument("--token-file", default=None, metavar="FILE",
@@ -62,7 +64,7 @@ def add_parsers(sub) -> None:
     add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
 
     m = sub.add_parser("batch-merge", help="merge batch or screen results into JSON, JUnit and Markdown")
-    m.add_argument("dir", metavar="DIR", help="the --out directory of the batch or screen")
+    m.add_argument("dir", metavar="DIR", help="the --out directory (or URL) of the batch or screen")
     m.add_argument("--json", default=None, metavar="FILE",
                    help="merged JSON report (default DIR/runs/ID/merged.json)")
     m.add_argument("--junit", default=None, metavar="FILE", help="JUnit XML (default DIR/runs/ID/junit.xml)")
@@ -91,7 +93,8 @@ def add_parsers(sub) -> None:
                        description="Run the screening suite (example and generated graphs) on this node. "
                                    "--fault plants a fault in every graph of the suite that has that node "
                                    "(deploy/README.md: it shows what a bad node looks like).")
-    s.add_argument("--out", required=True, metavar="DIR", help="results directory shared by all nodes")
+    s.add_argument("--out", required=True, metavar="DIR|URL",
+                   help="results directory shared by all nodes, or an s3://, gs:// or az:// URL (a prefix)")
     s.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="this node (default $NODE_NAME from the downward API, else the host name)")
     s.add_argument("--examples", default=os.environ.get("GRADCHECK_EXAMPLES"), metavar="DIR",
@@ -203,11 +206,14 @@ def _plan(mode, unit, label, index, count, node, manifest, verifier, options, ru
 
 def batch(args) -> int:
     from ..errors import OptionError
+    from .location import location
     from .manifest import load_manifest
     from .runner import run_unit
     from .store import UnitStore, unit_name
 
     limits = _check_common(args)
+    location(args.manifest, "--manifest")  # a URL whose backend is missing: exit 2 before anything runs
+    out = location(args.out, "--out")
     onnx_import = _onnx_import(args)
     index = args.shard_index
     if index is None:
@@ -232,7 +238,7 @@ def batch(args) -> int:
         verifier.check()  # first: against a server, its version is part of every record's key
         plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
                      run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None))
-        run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(Path(args.out), run_id, unit), plan,
+        run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(out, run_id, unit), plan,
                  verifier, options, args.time_limit, onnx_import=onnx_import)
 
     try:
@@ -338,12 +344,14 @@ def screen(args) -> int:
 
     from ..errors import OptionError
     from . import screen as screen_nodes
+    from .location import location
     from .manifest import load_manifest
     from .runner import run_unit
     from .store import UnitStore, unit_name
     from .verifiers import InfraError
 
     limits = _check_common(args)
+    out = location(args.out, "--out")
     if args.generated < 0:
         raise OptionError("must be 0 or more", field="--generated")
     if args.size < 1:
@@ -370,14 +378,14 @@ def screen(args) -> int:
         unit = unit_name(node=node)
 
         def run():
-            refused = _wrong_node(Path(args.out), node, expected, index, run_id)
+            refused = _wrong_node(out, node, expected, index, run_id)
             if refused:
                 raise InfraError(refused)
             verifier.check()
             plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed)
             plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
             plan["expected_nodes"], plan["screen_index"] = expected, index
-            run_unit(manifest, list(manifest.graphs), UnitStore(Path(args.out), run_id, unit), plan, verifier,
+            run_unit(manifest, list(manifest.graphs), UnitStore(out, run_id, unit), plan, verifier,
                      options, args.time_limit, faults_where_present=True)
 
         return _run(run, "screen")
@@ -387,20 +395,26 @@ def batch_merge(args) -> int:
     from ..errors import OptionError
     from ..text import clip
     from . import screen as screen_nodes
+    from .location import location
     from .merge import markdown, merge, notes, outcomes, problems, summary_line
+    from .store import run_dir
 
     if args.shard_count is not None and args.shard_count < 1:
         raise OptionError("must be at least 1", field="--shard-count")
     expect = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
-    m = merge(Path(args.dir), run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
+    # each output is checked before the merge reads anything: a URL without its backend is exit 2 at once
+    out = location(args.dir, "DIR")
+    files = {flag: location(given, flag) for flag, given in
+             (("--json", args.json), ("--junit", args.junit), ("--summary-md", args.summary_md)) if given}
+    m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
               expect_nodes=expect)
-    d = Path(m["run_directory"])
+    d = run_dir(out, m["run_id"])  # beside the run's units, in the same store
     outs = outcomes(m)
-    _write(Path(args.json) if args.json else d / "merged.json", _json(m), "--json")
+    _write(files.get("--json", d / "merged.json"), _json(m), "--json")
     from gradcheck_client.outputs.junit import junit_xml
 
-    _write(Path(args.junit) if args.junit else d / "junit.xml", junit_xml(outs), "--junit")
-    _write(Path(args.summary_md) if args.summary_md else d / "summary.md", markdown(m, outs), "--summary-md")
+    _write(files.get("--junit", d / "junit.xml"), junit_xml(outs), "--junit")
+    _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")
     print(f"gradcheck-svc batch-merge: run {clip(m['run_id'], 300)}: {len(m['units'])} unit(s) in "
           f"{clip(str(d), 2000)}", file=sys.stderr)
     for line in problems(m):  # names come from files and directories: terminal text, escaped, one line each

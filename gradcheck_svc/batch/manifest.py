@@ -4,12 +4,17 @@ A graph is named by its path relative to the manifest root (POSIX form), and
 its shard is a hash of that name modulo N: each graph belongs to exactly one
 shard, independent of listing order, of the other graphs, and of the machine
 (sha256, not Python's salted hash()).
+
+The manifest may be an object store URL (s3://bucket/graphs/, a glob under
+one, a graph or a list file there; location.py): the same four forms, each
+listed with one recursive listing of the prefix.
 """
 from __future__ import annotations
 
 import glob
 import hashlib
 import os
+import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,6 +22,7 @@ from gradcheck_client.graphio import SUFFIXES as GRAPH_SUFFIXES
 from gradcheck_client.onnx_options import ONNX_SUFFIX
 
 from ..errors import OptionError
+from .location import ObjectPath, is_url, location
 
 GLOB_CHARS = "*?["
 SUFFIXES = (*GRAPH_SUFFIXES, ONNX_SUFFIX)  # graphs, and ONNX models (imported with the batch's --params etc.)
@@ -24,10 +30,10 @@ SUFFIXES = (*GRAPH_SUFFIXES, ONNX_SUFFIX)  # graphs, and ONNX models (imported w
 
 @dataclass(frozen=True)
 class Manifest:
-    root: Path
+    root: Path | ObjectPath
     graphs: tuple[str, ...]  # relative POSIX paths, sorted, unique
 
-    def path(self, rel: str) -> Path:
+    def path(self, rel: str) -> Path | ObjectPath:
         return self.root / rel
 
     def shard(self, index: int, count: int) -> list[str]:
@@ -70,6 +76,11 @@ def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
     `#` comments)."""
     if not spec:
         raise OptionError("is empty", field=field)
+    if is_url(spec):
+        where = location(spec, field)
+        if isinstance(where, ObjectPath):
+            return _load_objects(where, spec, field)
+        spec = str(where)  # file:///...: a local path
     p = Path(spec)
     if any(c in spec for c in GLOB_CHARS) and not p.exists():
         root = _glob_root(spec)
@@ -96,4 +107,49 @@ def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
     graphs = _relative(files, root, field)
     if not graphs:
         raise OptionError(f"no graphs (*.json, *.pb, *.onnx) in {spec}", field=field)
+    return Manifest(root, graphs)
+
+
+def _load_objects(p: ObjectPath, spec: str, field: str) -> Manifest:
+    """load_manifest's four forms in an object store, where a "directory" is a prefix (a store failure is an
+    OSError: retried, exit 75)."""
+    if any(c in p.key for c in GLOB_CHARS) and not p.exists():
+        fixed = []
+        for part in p.parts:
+            if any(c in part for c in GLOB_CHARS):
+                break
+            fixed.append(part)
+        if not fixed:
+            raise OptionError(f"'{spec[:200]}': a glob needs a bucket before its first wildcard", field=field)
+        root = ObjectPath(p.fs, p.scheme, "/".join(fixed))
+        files = [f for f in root.glob("/".join(p.parts[len(fixed):])) if f.is_file()]
+    elif p.is_dir():
+        root = p
+        files = [f for f in p.find() if f.suffix in SUFFIXES]
+    elif p.is_file() and p.suffix in SUFFIXES:
+        root, files = p.parent, [p]
+    elif p.is_file():
+        root = p.parent
+        try:
+            lines = p.read_bytes().decode("utf-8").splitlines()
+        except UnicodeDecodeError:
+            raise OptionError(f"list file {spec[:200]} is not UTF-8 text", field=field) from None
+        present = {f.key for f in root.find()}
+        files = []
+        for n, entry in enumerate((ln.split("#", 1)[0].strip() for ln in lines), 1):
+            if not entry:
+                continue
+            key = posixpath.normpath(f"{root.key}/{entry}")
+            if not key.startswith(root.key + "/"):
+                raise OptionError(f"list file {spec[:200]}, line {n}: '{entry[:200]}' is outside the manifest root "
+                                  f"{root}", field=field)
+            if key not in present:
+                raise OptionError(f"list file {spec[:200]}, line {n}: no such graph object: {entry[:200]}",
+                                  field=field)
+            files.append(ObjectPath(p.fs, p.scheme, key))
+    else:
+        raise OptionError(f"no such object, prefix or matching glob: {spec[:200]}", field=field)
+    graphs = tuple(sorted({f.relative_to(root).as_posix() for f in files}))
+    if not graphs:
+        raise OptionError(f"no graphs (*.json, *.pb, *.onnx) in {spec[:200]}", field=field)
     return Manifest(root, graphs)

@@ -23,8 +23,9 @@ from pathlib import Path
 from ..errors import OptionError
 from . import screen
 from .manifest import shard_of
+from .location import is_url
 from .schema import STATUSES
-from .store import LATEST, list_runs, read_run, run_dir
+from .store import LATEST, as_path, list_runs, read_run, run_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
 VERDICTS = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_INCOMPLETE: "incomplete"}
@@ -32,9 +33,13 @@ VERDICTS = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_INCOMPLETE: "incomplete"}
 
 def resolve_run(out: Path, run_id: str | None) -> str:
     """The run to merge: the one given, the newest for 'latest', or the only one."""
-    out = Path(out)
-    if not out.is_dir():
-        raise OptionError(f"not a directory: {out}", field="DIR")
+    out = as_path(out)
+    try:  # an object store answers over the network: it may not answer
+        is_dir = out.is_dir()
+    except OSError as exc:
+        raise OptionError(f"cannot read results under {out}: {exc.strerror or exc}", field="DIR") from None
+    if not is_dir:
+        raise OptionError(f"no results under {out}" if is_url(str(out)) else f"not a directory: {out}", field="DIR")
     try:
         runs = list_runs(out)
     except OSError as exc:

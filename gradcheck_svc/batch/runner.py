@@ -44,7 +44,9 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
     contents = plan["contents"] = scan(manifest, mine)
     store.open(plan)
     label = clip(plan["label"], 300)  # names a node (screen): echoed to the log as terminal text, escaped
-    answered = {rel for rel, sha in contents.items() if store.done(record_key(rel, sha, opts_sha, version))}
+    keys = {rel: record_key(rel, sha, opts_sha, version) for rel, sha in contents.items()}
+    done = store.done_many(keys.values())  # one concurrent batch of reads in an object store
+    answered = {rel for rel, key in keys.items() if key in done}
     todo = [g for g in mine if g not in answered]
     counts = dict.fromkeys(STATUSES, 0) | {"skipped": len(answered)}
     print(f"{label}: {len(mine)} graphs, {len(answered)} already done, {len(todo)} to verify "
@@ -65,7 +67,7 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
                 counts["skipped"] += 1
                 continue
         try:
-            graph = decode(data, path, onnx_import)
+            graph = decode(data, str(path), onnx_import)  # a local path or an object store URL
         except GraphFileError as exc:
             outcome = {"status": "invalid", "error": str(exc)}
         else:

@@ -123,9 +123,17 @@ def parse(data: bytes):
     except RecursionError:
         raise Damaged("not JSON: nested too deeply") from None
     except json.JSONDecodeError as exc:
-        cut = exc.pos >= len(exc.doc.rstrip()) or exc.msg.startswith("Unterminated string")  # ends mid-value
+        cut = exc.msg.startswith("Unterminated string") or (  # ends mid-value
+            exc.msg != "Extra data" and _cut_token(exc.doc[exc.pos:].rstrip()))
         what = "empty" if not data.strip() else "truncated" if cut else "malformed"
         raise Damaged(f"not JSON ({what}): {exc.msg} (line {exc.lineno}, column {exc.colno})") from None
+
+
+def _cut_token(rest: str) -> bool:
+    """What follows the parser's complaint is nothing, or the start of a number or literal the file ends in
+    (`1e-`, `tru`): the file was cut there, not written wrong."""
+    return (not rest or re.fullmatch(r"[0-9.eE+-]+", rest) is not None
+            or any(w.startswith(rest) for w in ("true", "false", "null")))
 
 
 def check_unit(obj, unit_dir: str) -> dict:

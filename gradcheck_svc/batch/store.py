@@ -14,8 +14,10 @@ a changed option or an upgraded image finds no record under its key and is
 verified again -- never reported from an older answer -- and the merge can tell
 which question every record answered.
 
-Every file is written to a temporary name, fsync'ed, renamed over its final
-name and the directory fsync'ed: a reader (the merge, or the same shard
+OUT is a local directory or an object store URL (s3://, gs://, az://; see
+location.py). Locally every file is written to a temporary name, fsync'ed,
+renamed over its final name and the directory fsync'ed; in an object store it
+is one PUT of one object. Either way a reader (the merge, or the same shard
 restarted after SIGKILL or OOM) sees either nothing or the whole file, never
 half of one. A restarted shard skips graphs whose record exists and is whole
 (schema.py); a damaged one is verified again and replaced.
@@ -30,6 +32,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .location import ObjectPath, prefetch
 from .schema import Damaged, check_record, check_unit, parse
 
 RUNS = "runs"
@@ -41,7 +44,10 @@ LATEST = "latest"
 RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 
 
-def atomic_write(path: Path, data: bytes) -> None:
+def atomic_write(path: Path | ObjectPath, data: bytes) -> None:
+    if isinstance(path, ObjectPath):  # a PUT is atomic per object: no temporary name to rename
+        path.write_bytes(data)
+        return
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
@@ -70,7 +76,9 @@ def bytes_sha256(data: bytes) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def file_sha256(path: Path) -> str:
+def file_sha256(path: Path | ObjectPath) -> str:
+    if isinstance(path, ObjectPath):
+        return bytes_sha256(path.read_bytes())
     h = hashlib.sha256()
     with open(path, "rb") as fh:
         for block in iter(lambda: fh.read(1 << 20), b""):
@@ -128,15 +136,20 @@ def unit_name(shard_index: int | None = None, node: str | None = None) -> str:
     return f"shard-{shard_index:04d}"
 
 
-def run_dir(out: Path, run_id: str) -> Path:
-    return Path(out) / RUNS / run_id
+def as_path(out):
+    """A local directory as a Path; an object store location (location.py) as it is."""
+    return out if isinstance(out, ObjectPath) else Path(out)
+
+
+def run_dir(out: Path | ObjectPath, run_id: str) -> Path | ObjectPath:
+    return as_path(out) / RUNS / run_id
 
 
 def list_runs(out: Path) -> dict[str, int]:
     """Run ID -> when its newest unit started (unit.json's mtime in ns; a unit that lost its unit.json counts
     by its results directory), for every run holding a unit."""
     runs = {}
-    root = Path(out) / RUNS
+    root = as_path(out) / RUNS
     if not root.is_dir():
         return runs
     for run in root.iterdir():
@@ -176,7 +189,16 @@ class UnitStore:
 
     def done(self, key: str) -> bool:
         """A whole, valid record answers this key (a damaged one does not: the graph is verified again)."""
-        path = self.record_path(key)
+        return self._whole(self.record_path(key), key)
+
+    def done_many(self, keys) -> set[str]:
+        """The keys that done() says are answered, their records fetched together from an object store."""
+        paths = {key: self.record_path(key) for key in keys}
+        prefetch(paths.values())
+        return {key for key, path in paths.items() if self._whole(path, key)}
+
+    @staticmethod
+    def _whole(path, key: str) -> bool:
         try:
             record = check_record(parse(path.read_bytes()))
         except FileNotFoundError:
@@ -209,7 +231,7 @@ def read_run(rdir: Path) -> list[Unit]:
     """Every unit directory of a run, each file schema-checked; temporary files are ignored (unfinished
     writes). A record is read only when its unit.json is valid: without the plan nothing says what it answers."""
     units = []
-    for unit_dir in sorted(p for p in Path(rdir).iterdir() if p.is_dir()):
+    for unit_dir in sorted(p for p in as_path(rdir).iterdir() if p.is_dir()):
         plan_file = unit_dir / UNIT_FILE
         results = unit_dir / RESULTS
         if not plan_file.is_file():
@@ -222,9 +244,9 @@ def read_run(rdir: Path) -> list[Unit]:
             units.append(Unit(unit_dir.name, None, damaged=[(plan_file, str(exc))]))
             continue
         if results.is_dir():
-            for f in sorted(results.iterdir()):
-                if f.name.startswith(".") or f.suffix != ".json":
-                    continue
+            files = [f for f in sorted(results.iterdir()) if not f.name.startswith(".") and f.suffix == ".json"]
+            prefetch(files)  # an object store: all of them in one concurrent batch of GETs
+            for f in files:
                 try:
                     record = check_record(_read(f))
                     if key_of(record) != f.stem:
