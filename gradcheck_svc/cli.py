@@ -13,7 +13,8 @@ import sys
 from . import __version__
 from .errors import GradcheckError
 from gradcheck_client.onnx_options import add_onnx_flags
-from gradcheck_client.options import HelpFormatter, add_verify_arguments, suggest_flag
+from gradcheck_client.options import HelpFormatter, suggest_flag
+from gradcheck_client.verify_args import add_verify_arguments
 
 from .limits import add_limit_flags
 

@@ -56,5 +56,5 @@ def test_batch_records_it_invalid(capsys, tmp_path):
     out = tmp_path / "out"
     main(["batch", "--manifest", str(graphs), "--shard-index", "0", "--out", str(out)])
     capsys.readouterr()
-    [record] = [json.loads(p.read_text()) for p in (out / "shard-0000" / "results").glob("*.json")]
+    [record] = [json.loads(p.read_text()) for p in (out / "runs" / "default" / "shard-0000" / "results").glob("*.json")]
     assert record["status"] == "invalid" and NEEDLE in record["error"]

@@ -457,6 +457,3 @@ def constant_of_shape(ctx: Context, node, a):
         return Filled(shape, float(fill[0]))
     return np.full(shape, fill[0], dtype=fill.dtype)
 
-
-# the converters of other families register themselves into CONVERTERS on import
-from . import convert_masks, convert_nn, convert_rnn  # noqa: E402, F401

@@ -30,6 +30,7 @@ import numpy as np
 
 from ..errors import GraphError
 from .context import Context, Filled, Unsupported
+from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value
 from .folding import FoldBudget, Folder
 from .model import default_opset

@@ -19,6 +19,7 @@ import numpy as np
 from ..errors import OptionError
 from ..graph import Graph, load_graph
 from ..graph.build import GraphBuilder
+from ..graph.validate import convert_attrs
 from ..ops import all_ops, get_op
 from ..ops.base import BOOL, FLOAT, INT, Case, OpDef, Spec
 from ..oracles.symbolic import SymbolicOptions, symbolic_gradients
@@ -80,8 +81,6 @@ def near_kink_cases(op: OpDef, cases: list[Case], rng) -> list[Case]:
 
 def mask_shape(op: OpDef, case: Case):
     """The output shape when the op makes a bool mask, else None."""
-    from ..graph.validate import convert_attrs
-
     kinds = {"f": FLOAT, "b": BOOL}
     specs = [Spec(np.shape(x), kinds.get(np.asarray(x).dtype.kind, INT)) for x in case.inputs]
     spec, _ = op.infer("y", specs, convert_attrs("y", op, dict(case.attrs)))

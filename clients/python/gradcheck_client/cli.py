@@ -21,13 +21,13 @@ from pathlib import Path
 from . import __version__
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
-from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, add_verify_arguments, plot_path, suggest_flag, \
-    values_from_args
+from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
 from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome
 from .outputs.text import clip, escape_controls, lines
 from .report import Report
+from .verify_args import add_verify_arguments
 from .scan import find_graphs
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
