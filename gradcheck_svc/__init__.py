@@ -6,7 +6,7 @@ gRPC or CuPy; each subpackage imports what it needs.
 __version__ = "0.1.0"
 
 # check(f, *args) and assert_gradients: resolved on first use (PEP 562), so `import gradcheck_svc` stays light
-_LAZY = {"check": "check", "assert_gradients": "check"}
+_LAZY = {"check": "check_call", "assert_gradients": "check_call"}
 
 
 def __getattr__(name):

@@ -14,8 +14,8 @@ _LAZY = {
     "AsyncClient": "client", "Client": "client", "VerifyError": "client",
     "GraphFileError": "graphio", "load_graph": "graphio", "save_graph": "graphio",
     "Finding": "report", "GradientMismatch": "report", "Parameter": "report", "Report": "report",
-    "Tracer": "tracer", "ops": "tracer", "OnnxModel": "onnx_options", "check": "check",
-    "assert_gradients": "check",
+    "Tracer": "tracer", "ops": "tracer", "OnnxModel": "onnx_options", "check": "check_call",
+    "assert_gradients": "check_call",
 }
 
 

@@ -13,11 +13,8 @@ returned as the client's Report: in process and through a server, one call gives
 """
 from __future__ import annotations
 
-import sys
-import types
-
 from gradcheck.v1 import service_pb2
-from gradcheck_client.check import check_options, stated, trace_function
+from gradcheck_client.check_call import check_options, stated, trace_function
 from gradcheck_client.report import Report
 
 from .server.execute import verify_request
@@ -42,13 +39,3 @@ def assert_gradients(f, *args, wrt=None, **options) -> Report:
         raise AssertionError(str(report))
     return report
 
-
-class _CallableModule(types.ModuleType):
-    """`gradcheck_svc.check` is this module once it is imported (Python binds a submodule to its package's
-    attribute), and the function check() before: calling the module calls check(), so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return check(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule

@@ -15,8 +15,6 @@ the same verification in process and returns the same Report.
 from __future__ import annotations
 
 import inspect
-import sys
-import types
 from dataclasses import dataclass
 
 import numpy as np
@@ -157,13 +155,3 @@ def assert_gradients(f, *args, wrt=None, server, **options) -> Report:
         raise AssertionError(str(report))
     return report
 
-
-class _CallableModule(types.ModuleType):
-    """`gradcheck_client.check` is this module once it is imported (Python binds a submodule to its package's
-    attribute), and the function check() before: calling the module calls check(), so both spellings work."""
-
-    def __call__(self, *args, **kwargs):
-        return check(*args, **kwargs)
-
-
-sys.modules[__name__].__class__ = _CallableModule
