@@ -22,7 +22,7 @@ from ..limits import FORMULA_MAX_DEPTH, Limits  # Limits: defined there, no impo
 from ..ops import OPSET_VERSION, REGISTRY
 from ..ops.base import FLOAT, REQUIRED, Attr, OpDef
 from .inplace import resolve_inplace
-from .ir import Graph, GraphInput, Node
+from .ir import SOURCE_RELATIONS, Graph, GraphInput, Node, SourceName
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
 
@@ -31,6 +31,20 @@ def _check_name(name: str, where: str, limits: Limits) -> None:
     if len(name) > limits.max_name_length:
         raise LimitError(f"name is {len(name)} characters long, the limit is {limits.max_name_length}",
                          field=where)
+
+
+def _source_names(inp, where: str, limits: Limits) -> tuple:
+    """An input's source_names, every string within the name length (they are echoed in reports)."""
+    out = []
+    for j, sn in enumerate(inp.source_names):
+        at = f"{where}.source_names[{j}]"
+        if sn.relation not in SOURCE_RELATIONS:
+            raise GraphError(f"unknown relation '{sn.relation[:40]}' (expected one of {', '.join(SOURCE_RELATIONS)})",
+                             field=at)
+        for text in (sn.name, sn.onnx_name, *sn.read_by):
+            _check_name(text, at, limits)
+        out.append(SourceName(sn.name, sn.relation, sn.onnx_name, tuple(sn.read_by)))
+    return tuple(out)
 
 
 def _paren_depth(text: str) -> int:
@@ -253,7 +267,8 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         if inp.requires_grad and not dtype.startswith("float"):
             raise GraphError(f"requires_grad needs a float dtype, got {dtype}", field=f"input '{inp.name}'")
         elements += value.size
-        inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype)
+        inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype,
+                                      _source_names(inp, f"inputs[{k}]", limits))
         _check_finite(inputs[inp.name], allow_nonfinite)
 
     if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
