@@ -142,7 +142,8 @@ def test_source_names_reach_the_proto_and_the_text(exported):
     matmul = next(p for p in report.parameters if p.name.startswith("onnx::MatMul_") and
                   p.source_names[0].name == "fc1.weight")
     assert f"{matmul.name} = fc1.weight transposed; read by /fc1/MatMul" in text
-    assert "= computed from conv4.weight: its gradient is no torch parameter's; read by /conv4/Conv" in text
+    assert "= the exporter's tensor in conv4.weight's place: its gradient is no torch parameter's; read by " \
+        "/conv4/Conv" in text
 
 
 def test_source_names_are_checked_on_load():

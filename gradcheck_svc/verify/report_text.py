@@ -70,7 +70,9 @@ def _names(entry: dict) -> str:
     name = entry["name"] or f"a tensor the exporter made ('{entry['onnx_name']}')"
     if entry["relation"] == "transposed":
         return f"{name} transposed"
-    return f"computed from {name}" if entry["relation"] == "derived" and entry["name"] else name
+    # derived: the tensor takes that parameter's place, computed by the exporter (the module may not even
+    # have it: a bias-free Conv with BatchNorm folded in gets a bias)
+    return f"the exporter's tensor in {name}'s place" if entry["relation"] == "derived" and entry["name"] else name
 
 
 def source_name_lines(params: list, max_rows: int, max_readers: int = 6) -> list[str]:
