@@ -56,7 +56,8 @@ def _module(node) -> tuple[str, bool]:
     scopes = meta.get("pkg.torch.onnx.name_scopes")
     if scopes is not None:  # the dynamo exporter: qualified names, the last one the op's own
         try:
-            scopes, classes = ast.literal_eval(scopes), ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
+            scopes = ast.literal_eval(scopes)
+            classes = ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
         except (ValueError, SyntaxError):
             return "", False
         module = scopes[-2] if isinstance(scopes, list) and len(scopes) >= 3 else ""
