@@ -31,6 +31,7 @@ ROLES = {
 }
 # initializers an exporter made (no torch parameter has this name): TorchScript's onnx::Op_N, dynamo's val_N
 MADE = re.compile(r"onnx::|val_\d+$")
+MAX_META = 20_000  # characters of a node's scope metadata read at most (a real one: a few hundred)
 
 
 def _legacy_module(node_name: str) -> str:
@@ -55,10 +56,12 @@ def _module(node) -> tuple[str, bool]:
     meta = _meta(node)
     scopes = meta.get("pkg.torch.onnx.name_scopes")
     if scopes is not None:  # the dynamo exporter: qualified names, the last one the op's own
-        try:
-            scopes = ast.literal_eval(scopes)
-            classes = ast.literal_eval(meta.get("pkg.torch.onnx.class_hierarchy", "[]"))
-        except (ValueError, SyntaxError):
+        classes = meta.get("pkg.torch.onnx.class_hierarchy", "[]")
+        if len(scopes) + len(classes) > MAX_META:
+            return "", False
+        try:  # a model's strings are hostile: literals only, and any failure means "not known"
+            scopes, classes = ast.literal_eval(scopes), ast.literal_eval(classes)
+        except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
             return "", False
         module = scopes[-2] if isinstance(scopes, list) and len(scopes) >= 3 else ""
         nn = isinstance(classes, list) and len(classes) >= 2 and str(classes[-2]).startswith("torch.nn.modules.")
