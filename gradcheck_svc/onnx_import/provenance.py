@@ -31,6 +31,7 @@ ROLES = {
 }
 # initializers an exporter made (no torch parameter has this name): TorchScript's onnx::Op_N, dynamo's val_N
 MADE = re.compile(r"onnx::|val_\d+$")
+MAX_NAME = 256  # characters of a name or node label in source_names (the report echoes them)
 MAX_META = 20_000  # characters of a node's scope metadata read at most (a real one: a few hundred)
 
 
@@ -116,6 +117,10 @@ def source_names(model, params, ndims: dict) -> dict:
     for param, entries in readings.items():
         if list(entries) == [(param, "same", param)]:
             continue  # read by its own name only: nothing to add
-        out[param] = [{"name": n, "relation": r, "onnx_name": a, "read_by": list(by)}
-                      for (n, r, a), by in entries.items()]
+        # names past MAX_NAME are left out rather than cut (a cut name would name nothing), so that
+        # what only informs never makes a graph fail its name-length limit
+        found = [{"name": n, "relation": r, "onnx_name": a, "read_by": [b for b in by if len(b) <= MAX_NAME]}
+                 for (n, r, a), by in entries.items() if len(n) <= MAX_NAME and len(a) <= MAX_NAME]
+        if found:
+            out[param] = found
     return out
