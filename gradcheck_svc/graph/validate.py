@@ -30,7 +30,7 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool
 def _check_name(name: str, where: str, limits: Limits) -> None:
     if len(name) > limits.max_name_length:
         raise LimitError(f"name is {len(name)} characters long, the limit is {limits.max_name_length}",
-                         field=where)
+                         field=where, limit="max_name_length")
 
 
 def _source_names(inp, where: str, limits: Limits) -> tuple:
@@ -66,7 +66,8 @@ def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
         v = stack.pop()
         count += 1
         if count > limits.max_attribute_values:
-            raise LimitError(f"attributes hold more than {limits.max_attribute_values} values", node=node)
+            raise LimitError(f"attributes hold more than {limits.max_attribute_values} values", node=node,
+                             limit="max_attribute_values")
         if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, list):
@@ -74,7 +75,7 @@ def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
         elif isinstance(v, str):
             if len(v) > limits.max_formula_chars:
                 raise LimitError(f"a string attribute is {len(v)} characters long, the limit is "
-                                 f"{limits.max_formula_chars}", node=node)
+                                 f"{limits.max_formula_chars}", node=node, limit="max_formula_chars")
             # at the parser's own cap (the default) the parser says it, naming the column
             if limits.max_formula_depth < FORMULA_MAX_DEPTH and _paren_depth(v) > limits.max_formula_depth:
                 raise LimitError(f"a formula is nested {_paren_depth(v)} levels deep, the limit is "
@@ -251,7 +252,8 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
     if len(msg.nodes) > limits.max_nodes:
-        raise LimitError(f"graph has {len(msg.nodes)} nodes, the limit is {limits.max_nodes}", field="nodes")
+        raise LimitError(f"graph has {len(msg.nodes)} nodes, the limit is {limits.max_nodes}", field="nodes",
+                         limit="max_nodes")
     _check_name(msg.name, "name", limits)
     _check_name(msg.output, "output", limits)
 
@@ -324,7 +326,8 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
             raise GraphError(f"invalid attributes for op '{op.name}': {exc}", node=pb.name) from None
         elements += spec.size
         if elements > limits.max_elements:
-            raise LimitError(f"graph holds more than {limits.max_elements} elements", node=pb.name)
+            raise LimitError(f"graph holds more than {limits.max_elements} elements", node=pb.name,
+                             limit="max_elements")
         specs[pb.name] = spec
         nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec))
 
@@ -334,5 +337,6 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
                          f"{list(out_spec.shape)}", field="output")
     if elements > limits.max_elements:
-        raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph")
+        raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph",
+                         limit="max_elements")
     return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs)
