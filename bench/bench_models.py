@@ -133,7 +133,7 @@ def run_model(name: str, size: int, reps: int):
         rows.append([name, case, torch.get_num_threads(),
                      f"{len(report.parameters)} / {elements / 1e6:.2f} M" if mine else
                      f"{len(params)} / {torch_elements / 1e6:.2f} M",
-                     len(ts), fmt_s(min(ts)), fmt_s(median(ts)), "-" if not mine else f"{t / median(ts):.1f}x"])
+                     len(ts), fmt_s(min(ts)), fmt_s(median(ts)), "-" if not mine else f"{t / median(ts):.2g}x"])
     timings = {k: round(v, 2) for k, v in report.timings.items()}
     notes = (f"{name}: {len(blob) / 1e6:.1f} MB ONNX, {sum(s.size for s in graph.specs.values()) / 1e6:.1f} M elements "
              f"in the graph; first verification {first:.1f} s (timings {timings}); fd_checked_by {modes}; "
