@@ -161,3 +161,32 @@ def test_source_names_are_checked_on_load():
         load_graph(msg)
     inp.source_names[0].read_by[0] = "y"
     assert load_graph(msg).inputs["w"].source_names[0].name == "fc.weight"
+
+
+@pytest.fixture(scope="module")
+def grpc_client(tmp_path_factory):
+    from grpc_helpers import module_server
+
+    from gradcheck_client import Client
+
+    gen = module_server(tmp_path_factory, "--workers", "1")
+    server = next(gen)
+    try:
+        with Client(server.target, timeout=120) as c:
+            yield c
+    finally:
+        gen.close()
+
+
+def test_source_names_over_grpc(grpc_client, exported):
+    """The exported model sent as bytes to a real server: the client's report has the same source_names."""
+    from gradcheck.v1 import service_pb2
+    from gradcheck_client.onnx_options import OnnxModel
+
+    graph, report, grads = exported
+    model, x = _net()
+    local = {p["name"]: p["source_names"] for p in report.to_dict()["parameters"]}
+    remote = grpc_client.verify(OnnxModel(_export(model, x), service_pb2.OnnxImport()), symbolic=False)
+    assert remote.verdict == "pass"
+    got = {p.name: p.data["source_names"] for p in remote.parameters}
+    assert got == local and any(got.values())
