@@ -190,3 +190,23 @@ def test_source_names_over_grpc(grpc_client, exported):
     assert remote.verdict == "pass"
     got = {p.name: p.data["source_names"] for p in remote.parameters}
     assert got == local and any(got.values())
+
+
+def test_dynamo_export_transposed_and_folded():
+    """The dynamo exporter: Linear weights as MatMul's `val_N` (transposed), BatchNorm folded into conv4
+    under conv4's own names (the node marked FuseBatchNormIntoConv: derived); its optimizer drops the
+    all-zero conv biases altogether (nothing to name)."""
+    pytest.importorskip("onnxscript")
+    import logging
+
+    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
+    model, x = _net()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        blob = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto.SerializeToString()
+    graph = load_graph(import_onnx(blob))
+    found = {n: [(s.name, s.relation) for s in i.source_names] for n, i in graph.inputs.items() if i.source_names}
+    transposed = {v[0] for n, v in found.items() if n.startswith("val_")}
+    assert transposed == {("fc1.weight", "transposed"), ("fc2.weight", "transposed")}
+    assert found["conv4.weight"] == [("conv4.weight", "derived")]
+    assert "conv1.weight" not in found and "conv1.bias" not in graph.inputs
