@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
+from contextlib import contextmanager
 
 from . import __version__
 from .errors import GradcheckError
@@ -251,7 +252,7 @@ def _verify_one(path: str, args, limits, values, options, several: bool):
     # the server's limits, the same way: the request's size (a file the server's transport would not even
     # take is refused unread), then the whole request within max_request_seconds
     check_file_size(path, limits.max_message_bytes)
-    with request_time_limit(limits.max_request_seconds):
+    with request_time_limit(limits.max_request_seconds), limit_hints(is_onnx(path)):
         if is_onnx(path):  # the request is the model's bytes, checked before it is imported
             check_request_size(make_request(_onnx_model(path, args), "", **values).ByteSize(),
                                limits.max_message_bytes, hint=True)
@@ -269,6 +270,23 @@ def _verify_one(path: str, args, limits, values, options, several: bool):
         except OSError as exc:
             raise OptionError(f"'{plot}': cannot write: {exc.strerror or exc}", field="memory-plot") from None
     return message, report
+
+
+@contextmanager
+def limit_hints(enabled: bool = True):
+    """A LimitError from importing or validating an ONNX model names its limit; here, where the limit is
+    the user's to raise (a model is not edited to fit), its one line also says which flag raises it. A
+    graph file's refusal stays the server's message word for word (tests/test_bad_input_corpus.py)."""
+    from .errors import LimitError, TimeLimitError
+    from .limits import _raise_hint
+
+    try:
+        yield
+    except LimitError as exc:
+        if not enabled or getattr(exc, "limit", None) is None or isinstance(exc, TimeLimitError) or "raise it with" in exc.reason:
+            raise
+        raise LimitError(exc.reason + _raise_hint(exc.limit), node=exc.node, field=exc.field,
+                         limit=exc.limit) from None
 
 
 def _print_many(runs, format: str) -> None:

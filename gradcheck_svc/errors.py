@@ -46,9 +46,14 @@ class OptionError(GradcheckError):
 
 
 class LimitError(GradcheckError):
-    """The request is valid but exceeds a configured limit."""
+    """The request is valid but exceeds a configured limit; `limit` names it (limits.py's LIMITS name,
+    e.g. "max_elements") where a flag raises it, so the command line can say which."""
 
     kind = "limit"
+
+    def __init__(self, reason: str, *, node: str | None = None, field: str | None = None, limit: str | None = None):
+        super().__init__(reason, node=node, field=field)
+        self.limit = limit
 
 
 class TimeLimitError(LimitError):

@@ -8,12 +8,29 @@ import numpy as np
 from ..ops.base import FLOAT, OpDef, Spec
 
 
+SOURCE_RELATIONS = ("same", "transposed", "derived")
+
+
+@dataclass(frozen=True)
+class SourceName:
+    """One name a parameter has in the framework that made the model (graph.proto's SourceName)."""
+    name: str  # e.g. "fc1.weight"; "" when it cannot be told
+    relation: str  # one of SOURCE_RELATIONS
+    onnx_name: str  # the name the model reads it by
+    read_by: tuple[str, ...]  # the model's nodes that read it by that name
+
+    def to_dict(self) -> dict:
+        return {"name": self.name, "relation": self.relation, "onnx_name": self.onnx_name,
+                "read_by": list(self.read_by)}
+
+
 @dataclass(frozen=True)
 class GraphInput:
     name: str
     value: np.ndarray  # host array as given (float64/float32/int64/bool)
     requires_grad: bool
     declared_dtype: str  # "float32" | "float64" | "int64" | "bool"
+    source_names: tuple[SourceName, ...] = ()  # shown in reports; the verification does not read it
 
     @property
     def spec(self) -> Spec:

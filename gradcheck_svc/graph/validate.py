@@ -22,7 +22,7 @@ from ..limits import FORMULA_MAX_DEPTH, Limits  # Limits: defined there, no impo
 from ..ops import OPSET_VERSION, REGISTRY
 from ..ops.base import FLOAT, REQUIRED, Attr, OpDef
 from .inplace import resolve_inplace
-from .ir import Graph, GraphInput, Node
+from .ir import SOURCE_RELATIONS, Graph, GraphInput, Node, SourceName
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
 
@@ -30,7 +30,21 @@ DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool
 def _check_name(name: str, where: str, limits: Limits) -> None:
     if len(name) > limits.max_name_length:
         raise LimitError(f"name is {len(name)} characters long, the limit is {limits.max_name_length}",
-                         field=where)
+                         field=where, limit="max_name_length")
+
+
+def _source_names(inp, where: str, limits: Limits) -> tuple:
+    """An input's source_names, every string within the name length (they are echoed in reports)."""
+    out = []
+    for j, sn in enumerate(inp.source_names):
+        at = f"{where}.source_names[{j}]"
+        if sn.relation not in SOURCE_RELATIONS:
+            raise GraphError(f"unknown relation '{sn.relation[:40]}' (expected one of {', '.join(SOURCE_RELATIONS)})",
+                             field=at)
+        for text in (sn.name, sn.onnx_name, *sn.read_by):
+            _check_name(text, at, limits)
+        out.append(SourceName(sn.name, sn.relation, sn.onnx_name, tuple(sn.read_by)))
+    return tuple(out)
 
 
 def _paren_depth(text: str) -> int:
@@ -52,7 +66,8 @@ def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
         v = stack.pop()
         count += 1
         if count > limits.max_attribute_values:
-            raise LimitError(f"attributes hold more than {limits.max_attribute_values} values", node=node)
+            raise LimitError(f"attributes hold more than {limits.max_attribute_values} values", node=node,
+                             limit="max_attribute_values")
         if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, list):
@@ -60,7 +75,7 @@ def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
         elif isinstance(v, str):
             if len(v) > limits.max_formula_chars:
                 raise LimitError(f"a string attribute is {len(v)} characters long, the limit is "
-                                 f"{limits.max_formula_chars}", node=node)
+                                 f"{limits.max_formula_chars}", node=node, limit="max_formula_chars")
             # at the parser's own cap (the default) the parser says it, naming the column
             if limits.max_formula_depth < FORMULA_MAX_DEPTH and _paren_depth(v) > limits.max_formula_depth:
                 raise LimitError(f"a formula is nested {_paren_depth(v)} levels deep, the limit is "
@@ -237,7 +252,8 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
     if len(msg.nodes) > limits.max_nodes:
-        raise LimitError(f"graph has {len(msg.nodes)} nodes, the limit is {limits.max_nodes}", field="nodes")
+        raise LimitError(f"graph has {len(msg.nodes)} nodes, the limit is {limits.max_nodes}", field="nodes",
+                         limit="max_nodes")
     _check_name(msg.name, "name", limits)
     _check_name(msg.output, "output", limits)
 
@@ -253,7 +269,8 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         if inp.requires_grad and not dtype.startswith("float"):
             raise GraphError(f"requires_grad needs a float dtype, got {dtype}", field=f"input '{inp.name}'")
         elements += value.size
-        inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype)
+        inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype,
+                                      _source_names(inp, f"inputs[{k}]", limits))
         _check_finite(inputs[inp.name], allow_nonfinite)
 
     if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
@@ -309,7 +326,8 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
             raise GraphError(f"invalid attributes for op '{op.name}': {exc}", node=pb.name) from None
         elements += spec.size
         if elements > limits.max_elements:
-            raise LimitError(f"graph holds more than {limits.max_elements} elements", node=pb.name)
+            raise LimitError(f"graph holds more than {limits.max_elements} elements", node=pb.name,
+                             limit="max_elements")
         specs[pb.name] = spec
         nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec))
 
@@ -319,5 +337,6 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
                          f"{list(out_spec.shape)}", field="output")
     if elements > limits.max_elements:
-        raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph")
+        raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph",
+                         limit="max_elements")
     return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs)

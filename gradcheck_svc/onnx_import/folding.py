@@ -81,7 +81,7 @@ class Folder:
         if self.used + n > self.budget.max_elements:
             total = f"{n}" if not self.used else f"{n} more (after {self.used} already)"
             raise LimitError(f"{what} would hold {total} elements at import time, over the limit of "
-                             f"{self.budget.max_elements} (max_elements)", field="model")
+                             f"{self.budget.max_elements} (max_elements)", field="model", limit="max_elements")
         self.used += n
 
     def materialize(self, value):

@@ -34,6 +34,7 @@ from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their conve
 from .converters import CONVERTERS, constant_of_shape, constant_value
 from .folding import FoldBudget, Folder
 from .model import default_opset
+from .provenance import source_names
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -297,7 +298,17 @@ class Importer:
             raise GraphError(f"'{missing[0]}' is not a float initializer, input or constant of the model, so it "
                              "cannot be a parameter", field="params")
         self._loss()
-        return self.ctx.builder.build()
+        msg = self.ctx.builder.build()
+        self._source_names(msg)
+        return msg
+
+    def _source_names(self, msg) -> None:
+        """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py)."""
+        params = self.made_params & set(self.inits)
+        found = source_names(self.model, params, {n: self.inits[n].ndim for n in params})
+        for inp in msg.inputs:
+            for entry in found.get(inp.name, ()):
+                inp.source_names.add(**entry)
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):

@@ -95,7 +95,8 @@ def _data_bytes(t, where_t: str, field: str, max_elements: int | None) -> int:
             raise GraphError(f"{where_t} has a negative dimension {d}", field=field)
         n *= d
     if max_elements is not None and n > max_elements:
-        raise LimitError(f"{where_t} holds {n} elements, the limit is {max_elements}", field=field)
+        raise LimitError(f"{where_t} holds {n} elements, the limit is {max_elements}", field=field,
+                         limit="max_elements")
     if t.data_type == TensorProto.STRING:
         raise GraphError(f"{where_t}: string tensors cannot be stored as external data", field=field)
     packed = {getattr(TensorProto, k) for k in ("INT4", "UINT4", "FLOAT4E2M1") if hasattr(TensorProto, k)}

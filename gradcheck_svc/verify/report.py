@@ -16,7 +16,10 @@ refined on the ladder of steps, `fd_undecidable` the flat indices FD could not d
 joint screen of all parameters at once: `reference` and `engine_projection` are then the whole
 graph's directional derivatives) or "joint, then full|projection" (flagged by the screen and
 checked on its own); `passed` is then engine vs symbolic, `fd_passed` engine vs
-FD, and `verdict_reference` says which one decided. Top level: `symbolic`
+FD, and `verdict_reference` says which one decided. `source_names`: the names the parameter has in
+the framework that made the model, when the ONNX importer can tell and they say more than its own
+name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed" or "derived"; `onnx_name`, the
+name the model reads it by; `read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic`
 (status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
 `expr` node, with `user_grad_matches` true/false/null).
 
@@ -38,7 +41,7 @@ from ..text import escape_controls
 from .compare import Comparison
 from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
-from .report_text import parameter_table, timings_line
+from .report_text import parameter_table, source_name_lines, timings_line
 
 MAX_LISTED = 1000  # gradient/reference values included per parameter
 TEXT_ROWS = 20  # parameter rows in the text report: the worst ones, then a count (JSON has all)
@@ -81,6 +84,9 @@ class ParameterResult:
     status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "FAIL"
     explained_by: str | None = None  # the finding cause that excuses a failed comparison
     failed_by: str | None = None  # the error finding's cause that fails this parameter
+    # graph.ir.SourceName: the names it has in the framework that made the model (merged, transposed or
+    # derived initializers of an ONNX export; empty when its own name says it all)
+    source_names: list = field(default_factory=list)
 
     @property
     def verdict_reference(self) -> str:
@@ -128,6 +134,7 @@ class ParameterResult:
         d["status"] = self.status or ("ok" if self.passed else "FAIL")
         d["explained_by"] = self.explained_by
         d["failed_by"] = self.failed_by
+        d["source_names"] = [s.to_dict() for s in self.source_names]
         d["symbolic"] = None
         d["fd_vs_symbolic"] = None
         if self.symbolic_comparison is not None:
@@ -234,6 +241,7 @@ class Report:
                          "checked on their own" + (f"; {rest}" if rest else ""))
         if self.parameters:
             lines += ["  " + line for line in parameter_table(self.parameters, TEXT_ROWS)]
+            lines += ["  " + line for line in source_name_lines(self.parameters, TEXT_ROWS)]
         else:
             lines.append("  no parameters (no input has requires_grad)")
         lines.extend("  " + line for line in memory_summary(self.memory))

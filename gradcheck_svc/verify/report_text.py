@@ -66,6 +66,40 @@ def parameter_table(params: list, max_rows: int) -> list[str]:
     return lines
 
 
+def _names(entry: dict) -> str:
+    name = entry["name"] or f"a tensor the exporter made ('{entry['onnx_name']}')"
+    if entry["relation"] == "transposed":
+        return f"{name} transposed"
+    # derived: the tensor takes that parameter's place, computed by the exporter (the module may not even
+    # have it: a bias-free Conv with BatchNorm folded in gets a bias)
+    return f"the exporter's tensor in {name}'s place" if entry["relation"] == "derived" and entry["name"] else name
+
+
+def source_name_lines(params: list, max_rows: int, max_readers: int = 6) -> list[str]:
+    """One line per parameter whose names in the model's framework say more than its own: which torch
+    parameters it stands for (merged: its gradient is the sum of theirs; transposed; derived: none of
+    theirs), and the nodes that read it."""
+    rows = [p for p in params if p.source_names]
+    if not rows:
+        return []
+    lines = ["names in the framework that made the model (source_names; docs/onnx.md):"]
+    for p in rows[:max_rows]:
+        entries = [s.to_dict() for s in p.source_names]
+        shown = list(dict.fromkeys(_names(e) for e in entries))
+        readers = list(dict.fromkeys(n for e in entries for n in e["read_by"]))
+        what = " + ".join(shown)
+        kept = [e for e in entries if e["relation"] != "derived"]
+        if len({(e["name"], e["relation"]) for e in kept}) > 1:
+            what += ": merged by the exporter, its gradient is the sum of theirs"
+        elif any(e["relation"] == "derived" for e in entries):
+            what += ": its gradient is no torch parameter's"
+        more = f" and {len(readers) - max_readers} more" if len(readers) > max_readers else ""
+        lines.append(f"  {p.name} = {what}; read by {', '.join(readers[:max_readers])}{more}")
+    if len(rows) > max_rows:
+        lines.append(f"  ... {len(rows) - max_rows} more (the JSON report lists every one)")
+    return lines
+
+
 def timings_line(timings: dict) -> str:
     """`*_s` keys are seconds: printed as seconds, so the text and the JSON say the same."""
     return "timings: " + ", ".join(f"{k} {v:.3g}" for k, v in timings.items()) + " (seconds)"

@@ -122,6 +122,8 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
             fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined),
             checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
     t_fd = time.perf_counter() - t0
+    for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
+        r.source_names = list(graph.inputs[r.name].source_names)
 
     t0 = time.perf_counter()
     custom = check_custom_ops(graph, symbolic.mp_values if symbolic.ran else fd.base,

@@ -20,14 +20,28 @@ class Tensor(_message.Message):
     def __init__(self, dtype: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., data: _Optional[_Iterable[float]] = ..., raw: _Optional[bytes] = ...) -> None: ...
 
 class Input(_message.Message):
-    __slots__ = ("name", "value", "requires_grad")
+    __slots__ = ("name", "value", "requires_grad", "source_names")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VALUE_FIELD_NUMBER: _ClassVar[int]
     REQUIRES_GRAD_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_NAMES_FIELD_NUMBER: _ClassVar[int]
     name: str
     value: Tensor
     requires_grad: bool
-    def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ..., requires_grad: _Optional[bool] = ...) -> None: ...
+    source_names: _containers.RepeatedCompositeFieldContainer[SourceName]
+    def __init__(self, name: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ..., requires_grad: _Optional[bool] = ..., source_names: _Optional[_Iterable[_Union[SourceName, _Mapping]]] = ...) -> None: ...
+
+class SourceName(_message.Message):
+    __slots__ = ("name", "relation", "onnx_name", "read_by")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    RELATION_FIELD_NUMBER: _ClassVar[int]
+    ONNX_NAME_FIELD_NUMBER: _ClassVar[int]
+    READ_BY_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    relation: str
+    onnx_name: str
+    read_by: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, name: _Optional[str] = ..., relation: _Optional[str] = ..., onnx_name: _Optional[str] = ..., read_by: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Node(_message.Message):
     __slots__ = ("name", "op", "inputs", "attrs", "inplace")

@@ -1,0 +1,56 @@
+"""Issue 22 item 3: an ONNX model over a limit is refused in one line that says which flag raises it
+(in-process, where the limit is the user's to raise); the server's refusal names the limit in the
+error (LimitError.limit) but no flag."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+
+onnx = pytest.importorskip("onnx")
+from onnx import TensorProto, helper  # noqa: E402
+
+from gradcheck.v1 import service_pb2  # noqa: E402
+from gradcheck_svc.errors import LimitError  # noqa: E402
+from gradcheck_svc.limits import ServerLimits  # noqa: E402
+from gradcheck_svc.server.execute import verify_report  # noqa: E402
+from grpc_helpers import ROOT, _env  # noqa: E402
+
+
+def _model() -> bytes:
+    """y = x @ W, x [1, 4], W [4, 3]: 19 elements with the loss."""
+    w = helper.make_tensor("W", TensorProto.DOUBLE, [4, 3], [0.1 * i for i in range(12)])
+    graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "small",
+                              [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [1, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [1, 3])], [w])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]).SerializeToString()
+
+
+def _cli(path, *flags):
+    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path), *flags],
+                          capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+
+
+@pytest.mark.parametrize(("flags", "expected"), [
+    (("--max-elements", "10"), "graph holds more than 10 elements (raise it with --max-elements)"),
+    (("--max-message-bytes", "100"), "the limit is 100 (raise it with --max-message-bytes)"),
+    (("--max-nodes", "1"), "nodes, the limit is 1 (raise it with --max-nodes)"),
+])
+def test_in_process_refusal_names_the_flag_in_one_line(tmp_path, flags, expected):
+    path = tmp_path / "small.onnx"
+    path.write_bytes(_model())
+    r = _cli(path, *flags)
+    assert r.returncode == 2, r.stderr
+    [line] = r.stderr.splitlines()
+    assert line.startswith("gradcheck-svc: error: ") and line.endswith(expected), line
+    assert line.count("raise it with") == 1
+    assert _cli(path).returncode == 0  # within the defaults it verifies
+
+
+def test_the_server_names_the_limit_not_a_flag():
+    request = service_pb2.VerifyRequest(onnx_model=_model())
+    with pytest.raises(LimitError) as err:
+        verify_report(request, ServerLimits(max_elements=10))
+    assert err.value.limit == "max_elements"
+    assert "graph holds more than 10 elements" in err.value.message and "raise it" not in err.value.message
