@@ -154,3 +154,22 @@ def test_gitlab_template_runs_as_written(tmp_path, server, where):
     [folder] = [repo / p for p in artifacts["paths"]]
     _assert_outputs(junit, folder / "report.html", folder / "summary.md")
     assert junit.parent == folder
+
+
+# -- docs/ci.md: the examples use these files as they are -------------------------------------------------------
+
+def test_docs_examples_match_the_action_and_the_template():
+    docs = (ROOT / "docs" / "ci.md").read_text()
+    blocks = [yaml.safe_load(b) for b in re.findall(r"^```yaml\n(.*?)^```$", docs, flags=re.S | re.M)]
+    action = yaml.safe_load(ACTION.read_text())
+    [workflow] = [b for b in blocks if isinstance(b, dict) and "jobs" in b]
+    steps = workflow["jobs"]["gradients"]["steps"]
+    [uses] = [s for s in steps if s.get("uses") == "./.github/actions/gradcheck"]
+    assert set(uses["with"]) <= set(action["inputs"])
+    [reporter] = [s for s in steps if s.get("uses", "").startswith("dorny/test-reporter@")]
+    assert reporter["if"] == "always()" and reporter["with"]["reporter"] == "java-junit"
+    assert reporter["with"]["path"] == f"{action['inputs']['output-dir']['default']}/junit.xml"
+    [included] = [b for b in blocks if isinstance(b, dict) and "include" in b]
+    assert included["include"] == [{"local": "ci/gitlab/gradcheck.yml"}]
+    assert included["gradcheck"]["extends"] in yaml.safe_load(GITLAB.read_text())
+    assert set(included["gradcheck"]["variables"]) <= set(yaml.safe_load(GITLAB.read_text())[".gradcheck"]["variables"])

@@ -56,8 +56,11 @@ def neighbourhood_mermaid(graph, report: dict) -> str | None:
         ids.setdefault(name, f"m{len(ids)}")
     lines = ["```mermaid", "flowchart TD"]
     injected = fault_labels(report)
-    lines += [f'  {i}["{label(name)}<br/>{label(ops[name])}' + (f'<br/>{label("fault " + injected[name])}' if name in injected
-                                                                else "") + '"]' for name, i in ids.items()]
+
+    def box(name: str) -> str:  # name, op, and the fault injected there
+        fault = f"<br/>{label('fault ' + injected[name])}" if name in injected else ""
+        return f'["{label(name)}<br/>{label(ops[name])}{fault}"]'
+    lines += [f"  {i}{box(name)}" for name, i in ids.items()]
     edges = {(a, faulty) for a in producers.get(faulty, [])[:MAX_NEIGHBOURS]}
     edges |= {(faulty, r) for r in readers[:MAX_NEIGHBOURS]} | set(zip(path, path[1:]))
     for a, b in sorted(edges, key=lambda e: (ids[e[0]], ids[e[1]])):
@@ -70,8 +73,7 @@ def neighbourhood_mermaid(graph, report: dict) -> str | None:
         lines.append('  subgraph failing["failing parameters"]')
         for name in params:
             ids.setdefault(name, f"m{len(ids)}")
-            lines.append(f'    {ids[name]}["{label(name)}<br/>{label(ops[name])}"]' if name not in shown
-                         else f"    {ids[name]}")
+            lines.append(f"    {ids[name]}{box(name)}" if name not in shown else f"    {ids[name]}")
         lines.append("  end")
     lines += ["  classDef error fill:#fde2e1,stroke:#b00020,stroke-width:3px",
               "  classDef path stroke:#d9480f,stroke-width:2px",
