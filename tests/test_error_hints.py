@@ -96,3 +96,13 @@ def test_the_server_says_the_same_as_invalid_argument(server):
                 c.verify(graph, timeout=60, **options)
             assert err.value.code == grpc.StatusCode.INVALID_ARGUMENT, err.value
             assert err.value.message.endswith(needle), err.value.message
+
+
+def test_a_misspelt_field_in_a_dict_given_to_the_client_names_the_valid_one():
+    from gradcheck_client.graphio import GraphFileError, to_graph
+
+    graph = _seed()
+    graph["inputs"][0]["requireGrad"] = graph["inputs"][0].pop("requiresGrad")
+    with pytest.raises(GraphFileError) as err:
+        to_graph(graph)
+    assert str(err.value).endswith(FIELD) and "\n" not in str(err.value)

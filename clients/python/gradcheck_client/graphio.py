@@ -99,10 +99,11 @@ def to_graph(graph) -> graph_pb2.Graph:
     """Accept a Graph message, a path, a JSON dict or JSON text."""
     if isinstance(graph, graph_pb2.Graph):
         return graph
+    # a dict or JSON text is decoded as a file is, so a misspelt field reads the same (GraphFileError)
     if isinstance(graph, dict):
-        return json_format.ParseDict(graph, graph_pb2.Graph())
+        return decode_graph(json.dumps(graph).encode(), "json")
     if isinstance(graph, str) and graph.lstrip().startswith("{"):
-        return json_format.ParseDict(json.loads(graph), graph_pb2.Graph())
+        return decode_graph(graph.encode(), "json")
     if isinstance(graph, (str, Path)):
         return load_graph(graph)
     raise TypeError(f"expected a gradcheck.v1.Graph, a path or a JSON dict, got {type(graph).__name__}")
