@@ -82,9 +82,11 @@ def test_mermaid_diagrams_hold_only_generated_ids_and_coded_labels(ci_run):
     md = out["md"].read_text()
     blocks = re.findall(r"^```mermaid\n(.*?)^```$", md, flags=re.S | re.M)
     assert len(blocks) == len(CORPUS)
-    node = re.compile(r'  (m\d+)\["([A-Za-z0-9 _.#;]*)<br/>([A-Za-z0-9 _.#;]*)"\]')
-    edge = re.compile(r"  m\d+ (-->|==>) m\d+")
-    style = re.compile(r"  (classDef (error|path) [a-z0-9:#,-]+|class m\d+(,m\d+)* (error|path))")
+    # (a failing parameter's node may stand, indented, in the "failing parameters" box; an injected
+    # fault's source carries a third, coded, label line)
+    node = re.compile(r' {2,4}(m\d+)\["([A-Za-z0-9 _.#;]*)<br/>([A-Za-z0-9 _.#;]*)(<br/>[A-Za-z0-9 _.#;]*)?"\]')
+    edge = re.compile(r'  m\d+ (-->|==>|-\. "fault" \.->) m\d+|    m\d+|  subgraph failing\["failing parameters"\]|  end')
+    style = re.compile(r"  (classDef (error|path|fault|param) [a-z0-9:#,-]+|class m\d+(,m\d+)* (error|path|fault|param))")
     labels = set()
     for block in blocks:
         lines = block.splitlines()

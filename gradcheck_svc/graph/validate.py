@@ -11,11 +11,11 @@ so a 100,000-node chain loads like any other graph.
 """
 from __future__ import annotations
 
-import difflib
 import heapq
 import math
 
 import numpy as np
+from gradcheck_client.hints import hint, nearest
 
 from ..errors import GraphError, LimitError
 from ..limits import FORMULA_MAX_DEPTH, Limits  # Limits: defined there, no import cycle
@@ -288,16 +288,17 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         producers[node.name] = i
     for node in msg.nodes:
         if node.op not in REGISTRY:
-            close = difflib.get_close_matches(node.op, list(REGISTRY), n=1)
-            hint = f" (did you mean '{close[0]}'?)" if close else ""
-            raise GraphError(f"unknown op '{node.op}'{hint}", node=node.name)
+            close = nearest(node.op, REGISTRY, n=1)  # nothing close: no list (the registry is long)
+            did_you_mean = f" (did you mean '{close[0]}'?)" if close else ""
+            raise GraphError(f"unknown op '{node.op}'{did_you_mean}", node=node.name)
         for name in node.inputs:
             if name not in inputs and name not in producers:
                 raise GraphError(f"unknown input '{name}'", node=node.name)
     if not msg.output:
         raise GraphError("graph has no output (set 'output' to the loss value's name)", field="output")
     if msg.output not in inputs and msg.output not in producers:
-        raise GraphError(f"output '{msg.output}' is not an input or node", field="output")
+        raise GraphError(f"output '{msg.output}' is not an input or node"
+                         f"{hint(msg.output, [*inputs, *producers])}", field="output")
 
     order = topological_order(list(msg.nodes), producers)
     specs = {name: gi.spec for name, gi in inputs.items()}
@@ -334,8 +335,10 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
     nodes, output = resolve_inplace(nodes, inputs, specs, msg.output)
     out_spec = specs[output]
     if out_spec.size != 1 or out_spec.dtype != FLOAT:
+        fix = (f" (add a 'sum' or 'mean' node reading '{output}' and make it the output)"
+               if out_spec.dtype == FLOAT else "")
         raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
-                         f"{list(out_spec.shape)}", field="output")
+                         f"{list(out_spec.shape)}{fix}", field="output")
     if elements > limits.max_elements:
         raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph",
                          limit="max_elements")

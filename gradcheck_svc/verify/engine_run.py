@@ -8,6 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
+from gradcheck_client.hints import hint
 
 from ..backend import get_backend
 from ..engine import Program, backward, checkpoint_plan, forward, inject, parse_policy, prepare_feeds
@@ -92,7 +93,8 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
         raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)", field="integrity")
     for f in options.faults:
         if f.node not in program.shapes:
-            raise OptionError(f"fault names unknown value '{f.node}'", field="fault")
+            raise OptionError(f"fault names unknown value '{f.node}'{hint(f.node, program.shapes, what='values')}",
+                              field="fault")
     memory_profile.optimizer_state_bytes(options.optimizer, options.optimizer_dtype or dtype, 0)  # (its errors, now)
     policy = parse_policy(options.checkpoint)
     metered = chosen = None

@@ -5,6 +5,7 @@ GraphFileError to its GraphError), so both sides read a file the same way."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -12,6 +13,8 @@ from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
 from gradcheck.v1 import graph_pb2
+
+from .hints import hint
 
 SUFFIXES = (".json", ".pb")
 
@@ -48,9 +51,29 @@ def decode_graph(data: bytes, fmt: str, path=None) -> graph_pb2.Graph:
     except RecursionError:
         raise GraphFileError("nested too deeply", path=path, fmt=fmt) from None
     except (json_format.ParseError, DecodeError) as exc:
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else "malformed"
-        raise GraphFileError(first, path=path, fmt=fmt) from None
+        raise GraphFileError(_parse_reason(str(exc)), path=path, fmt=fmt) from None
     return msg
+
+
+# protobuf's json_format: 'Message type "gradcheck.v1.Input" has no field named "requireGrad" at
+# "Graph.inputs[0]".\n Available Fields...' (prefixed by "Failed to parse X field: " per level)
+_UNKNOWN_FIELD = re.compile(r'Message type "([\w.]+)" has no field named "([^"]*)" at "([^"]*)"')
+
+
+def _parse_reason(text: str) -> str:
+    """The parser's message in one line; an unknown field named with its place and the nearest
+    valid field (JSON name, as the file spells them) instead of protobuf's field dump."""
+    m = _UNKNOWN_FIELD.search(text)
+    if m:
+        type_name, field, where = m.groups()
+        field = field[:60].encode("unicode_escape").decode("ascii")  # one line, whatever the key holds
+        try:
+            desc = graph_pb2.DESCRIPTOR.pool.FindMessageTypeByName(type_name)
+            valid = [f.json_name for f in desc.fields]
+        except KeyError:
+            valid = []
+        return f"unknown field '{field}' at {where}{hint(field, valid, n=1, what='valid fields')}"
+    return text.strip().splitlines()[0] if text.strip() else "malformed"
 
 
 def load_graph(path, fmt: str | None = None) -> graph_pb2.Graph:
@@ -76,10 +99,11 @@ def to_graph(graph) -> graph_pb2.Graph:
     """Accept a Graph message, a path, a JSON dict or JSON text."""
     if isinstance(graph, graph_pb2.Graph):
         return graph
+    # a dict or JSON text is decoded as a file is, so a misspelt field reads the same (GraphFileError)
     if isinstance(graph, dict):
-        return json_format.ParseDict(graph, graph_pb2.Graph())
+        return decode_graph(json.dumps(graph).encode(), "json")
     if isinstance(graph, str) and graph.lstrip().startswith("{"):
-        return json_format.ParseDict(json.loads(graph), graph_pb2.Graph())
+        return decode_graph(graph.encode(), "json")
     if isinstance(graph, (str, Path)):
         return load_graph(graph)
     raise TypeError(f"expected a gradcheck.v1.Graph, a path or a JSON dict, got {type(graph).__name__}")

@@ -1,4 +1,5 @@
-"""JUnit XML: <testsuites> around one <testsuite>, one <testcase> per graph with its time in seconds.
+"""JUnit XML: <testsuites> around one <testsuite>, one <testcase> per graph with its time in seconds
+and its file; the report once, in the <failure> of a failing graph or the <system-out> of a passing one.
 
 Written by ElementTree (which escapes markup); every string goes through `xml.chars` first.
 """
@@ -29,15 +30,21 @@ def junit_xml(outcomes: list) -> str:
     root = ET.Element("testsuites", name="gradcheck", **counts)
     suite = ET.SubElement(root, "testsuite", name="gradcheck", **counts)
     for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=chars(o.path), time=f"{o.seconds:.6f}")
+        # file: the graph's path, which GitHub's and GitLab's reporters link to (no line: a graph file's
+        # nodes are not located by line)
+        case = ET.SubElement(suite, "testcase", classname="gradcheck", name=chars(o.path), file=chars(o.path),
+                             time=f"{o.seconds:.6f}")
         if o.report is None:
             error = chars(o.error, 2000)
             ET.SubElement(case, "error", message=error, type="invalid" if o.invalid else "transport").text = error
             continue
         _properties(case, o)
         report = chars(str(o.report), MAX_TEXT, multiline=True)
+        # the report once: a failure's body, else the passing case's output (GitLab shows both,
+        # so a failing report in <system-out> too would be read twice)
         if not o.report.passed:
             ET.SubElement(case, "failure", message=chars(o.report.summary(), 2000),
                           type="gradient_mismatch").text = report
-        ET.SubElement(case, "system-out").text = report
+        else:
+            ET.SubElement(case, "system-out").text = report
     return ET.tostring(root, encoding="unicode", xml_declaration=True)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-from .mermaid import neighbourhood_mermaid
+from .mermaid import failing_parameters, fault_labels, neighbourhood_mermaid
 from .text import clip
 
 MAX_ITEMS = 10  # findings listed per graph in the table (the rest counted)
@@ -46,6 +46,17 @@ def _findings(o) -> str:
     return "; ".join(items[:MAX_ITEMS]) + more or "-"
 
 
+def _cause_line(report: dict) -> str:
+    """What the diagram below shows, in words: the failing parameters and where faults were injected."""
+    params = failing_parameters(report)
+    said = [f"failing parameters: {', '.join(code(p, 80, table=False) for p in params[:MAX_ITEMS])}"
+            + (f" and {len(params) - MAX_ITEMS} more" if len(params) > MAX_ITEMS else "") if params
+            else "no parameter fails (the verdict fails on a finding)"]
+    said += [f"fault {code(spec, 120, table=False)} injected at {code(node, 80, table=False)}"
+             for node, spec in fault_labels(report).items()]
+    return "; ".join(said)
+
+
 def summary_markdown(outcomes: list) -> str:
     """The CI summary: a table of graphs, verdicts and findings, then where each failing graph
     broke (the faulty node's neighbourhood as Mermaid, which GitHub renders)."""
@@ -59,5 +70,5 @@ def summary_markdown(outcomes: list) -> str:
         diagram = neighbourhood_mermaid(o.graph, o.report.data) if o.report is not None and o.graph is not None \
             else None
         if diagram:
-            lines += ["", f"#### {code(o.path, 300, table=False)}", "", diagram]
+            lines += ["", f"#### {code(o.path, 300, table=False)}", "", _cause_line(o.report.data), "", diagram]
     return "\n".join(lines) + "\n"
