@@ -154,14 +154,16 @@ def add_fd_shard_flags(parser) -> None:
     g = parser.add_argument_group("one graph's finite differences across processes (a Job's indices)")
     g.add_argument("--fd-shard-count", type=int, default=None, metavar="N",
                    help="compute only this shard's share of the per-parameter finite differences, write it to "
-                        "--fd-out and print no report")
+                        "--fd-out and print no report (default: all of them, and the report)")
     g.add_argument("--fd-shard-index", type=int, default=None, metavar="I",
                    help="this shard, 0..N-1 (default: $JOB_COMPLETION_INDEX, as an Indexed Job sets it)")
     g.add_argument("--fd-out", default=None, metavar="DIR",
-                   help="directory (or s3://, gs://, az:// URL) the shard's file is written to")
+                   help="directory (or s3://, gs://, az:// URL) the shard's file is written to (default none; "
+                        "needed with --fd-shard-count)")
     g.add_argument("--fd-from", default=None, metavar="DIR",
                    help="verify with the finite differences of every shard in DIR (all N of them, made from this "
-                        "graph with these options and this gradcheck): the report one process would print")
+                        "graph with these options and this gradcheck): the report one process would print "
+                        "(default: compute them here)")
 
 
 def _fd_mode(args, single: bool):

@@ -39,8 +39,9 @@ import re
 
 import numpy as np
 
+from ..batch.store import as_path, atomic_write, code_version, options_sha256
 from ..errors import OptionError
-from ..oracles.finite_diff import FDResult, random_directions
+from ..oracles.finite_diff import FDResult, FiniteDifferences, random_directions
 from .compare import Comparison, Tolerance
 from .engine_run import run_engine
 from .fd_check import FDCheck
@@ -65,8 +66,6 @@ def options_key(options) -> dict:
 
 
 def identity(graph_sha256: str, options) -> dict:
-    from ..batch.store import code_version, options_sha256
-
     return {"graph_sha256": graph_sha256, "options_sha256": options_sha256(options_key(options)),
             "gradcheck_version": code_version()}
 
@@ -110,8 +109,6 @@ def assign(costs: list[float], count: int) -> list[int]:
 
 
 def _setup(graph, options):
-    from ..oracles.finite_diff import FiniteDifferences
-
     check_options(options)
     dtype = options.dtype or graph.declared_float_dtype
     engine = run_engine(graph, options, dtype)
@@ -124,8 +121,6 @@ def _setup(graph, options):
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
-    from ..batch.store import as_path, atomic_write
-
     engine, fd, tol, screen, own = _setup(graph, options)
     where = assign([_cost(fd, p) for p in own], count)
     mine = [p for p, s in zip(own, where) if s == index]
@@ -174,8 +169,6 @@ def _load(path) -> tuple[dict, dict]:
 def read_shards(src, graph_sha256: str, options) -> dict:
     """Every shard under `src`, checked to be one whole set made from this graph, these options and this
     gradcheck: name -> (meta of its parameter, arrays, shard meta). OptionError naming what is wrong."""
-    from ..batch.store import as_path
-
     root = as_path(src)
     if not root.is_dir():
         raise OptionError(f"'{src}' is not a directory of finite-difference shards", field="--fd-from")
