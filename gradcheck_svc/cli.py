@@ -48,7 +48,8 @@ examples:
   gradcheck-svc verify examples/graphs/ --html report.html --junit junit.xml
 
 exit codes: 0 every gradient verified, 1 a gradient mismatch, 2 invalid input or usage,
-3 internal error (several graphs: the highest)"""
+3 internal error (several graphs: the highest); with --fd-shard-count: 0 the shard's file is
+written, 75 it could not be (retry)"""
 
 SERVE_EPILOG = """\
 examples:
@@ -276,7 +277,14 @@ def _verify(args) -> int:
     if fd_mode is not None and fd_mode[0] == "shard":
         from .text import clip
 
-        _, summary = _verify_one(paths[0], args, limits, values, options, several=False, fd_mode=fd_mode)
+        try:
+            _, summary = _verify_one(paths[0], args, limits, values, options, several=False, fd_mode=fd_mode)
+        except OSError as exc:  # the shard's file could not be written (volume full, store unreachable): retry
+            from .batch.cli import EXIT_RETRY
+
+            print(f"gradcheck-svc: fd shard {fd_mode[1]}/{fd_mode[2]}: infrastructure failure, retry (exit "
+                  f"{EXIT_RETRY}): {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_RETRY
         names = ", ".join(summary["parameters"]) or "none"
         print(f"fd shard {fd_mode[1]}/{fd_mode[2]}: {len(summary['parameters'])} of the "
               f"{summary['checked_on_own']} parameters checked on their own ({clip(names, 2000)}) -> {summary['file']}")
