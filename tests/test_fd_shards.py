@@ -14,12 +14,13 @@ import numpy as np
 import pytest
 
 from grpc_helpers import ROOT, _env
+from test_batch_s3 import s3  # noqa: F401 -- the fixture: a moto S3 server on loopback
 from gradcheck_svc.graph.build import GraphBuilder, graph_json
 from gradcheck_svc.verify.fd_shards import assign
 
 
 def mlp(layers: int = 3, seed: int = 0) -> str:
-    """x -> (matmul, add bias, tanh) x layers -> sum(sin): 2 x layers parameters of different sizes."""
+    """x -> (matmul, add bias, tanh) x layers -> * scale -> sum(sin): 2 x layers + 1 parameters of different sizes."""
     rng = np.random.default_rng(seed)
     b = GraphBuilder("mlp_shards")
     h = b.input("x", rng.uniform(-1, 1, (5, 6)))
@@ -30,6 +31,8 @@ def mlp(layers: int = 3, seed: int = 0) -> str:
         h = b.node("tanh", b.node("add", h, b.input(f"b{i}", rng.uniform(-0.5, 0.5, out), requires_grad=True)),
                    name=f"h{i}")
         width = out
+    # a 0-d parameter too: its differences, error and indices are 0-d and empty arrays in a shard's file
+    h = b.node("mul", h, b.input("scale", np.array(0.7), requires_grad=True))
     b.output(b.node("sum", b.node("sin", h), name="L"))
     return graph_json(b.build())
 
@@ -200,3 +203,25 @@ def test_assignment_is_balanced_and_deterministic():
     loads = [sum(c for c, s in zip(costs, where) if s == k) for k in range(2)]
     assert loads == [12.0, 13.0] or loads == [13.0, 12.0]
     assert assign(costs, 3)[0] == 0 and assign(costs, 3)[3] == 1  # costliest first, lowest index on ties
+
+
+def test_shards_through_object_storage(tmp_path, s3):  # noqa: F811 -- the fixture
+    """--fd-out and --fd-from as S3 URLs (a real S3 API server on loopback, reached through s3fs and the
+    standard AWS_* environment): one PUT per shard file; the merged report is the single process's."""
+    fs, _ = s3
+    fs.mkdir("fd-shards")
+    graph = tmp_path / "mlp.json"
+    graph.write_text(mlp())
+    want = json.loads(cli(str(graph), "--format", "json").stdout)
+    url = "s3://fd-shards/runs/model-1"
+    for i in range(2):
+        r = cli(str(graph), "--fd-shard-count", "2", "--fd-out", url, index=i)
+        assert r.returncode == 0 and f"-> {url}/fd-shard-000{i}-of-0002.npz" in r.stdout, r.stderr
+    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("fd-shards/runs/model-1")) == [
+        "fd-shard-0000-of-0002.npz", "fd-shard-0001-of-0002.npz"]
+    merged = cli(str(graph), "--fd-from", url, "--format", "json")
+    assert merged.returncode == 0, merged.stderr
+    assert without_timings(json.loads(merged.stdout)) == without_timings(want)
+    fs.rm("fd-shards/runs/model-1/fd-shard-0001-of-0002.npz")
+    r = cli(str(graph), "--fd-from", url)
+    assert r.returncode == 2 and "shard 1 of 2 missing" in r.stderr, r.stderr
