@@ -8,8 +8,8 @@ the default here is a quarter, so that it runs in minutes on a small machine), i
 weights; exported by torch.onnx.export (the TorchScript exporter, BatchNorm folded into the convs) and verified as
 `gradcheck-svc verify MODEL.onnx` verifies it (every weight a parameter, the loss the sum of the logits).
 
-Timed, each as its own process, one at a time (a shard's time is what its pod would take; run concurrently on a
-machine with fewer cores than shards, their wall times would only measure the sharing):
+Timed, each as its own process, one at a time, in CPU seconds with one BLAS thread (what a 1-CPU pod's wall time
+would be; on a shared machine wall times measure the other load as much as these processes):
   single   gradcheck-svc verify MODEL.onnx --format json
   shard i  gradcheck-svc verify MODEL.onnx --fd-shard-count N --fd-out DIR   (JOB_COMPLETION_INDEX=i)
   merge    gradcheck-svc verify MODEL.onnx --fd-from DIR --format json
@@ -23,10 +23,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 import torch
@@ -75,14 +75,22 @@ def export(path: Path, widths, size: int) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
+def _children_cpu() -> float:
+    u = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return u.ru_utime + u.ru_stime
+
+
 def run(args, env_index=None) -> tuple[float, subprocess.CompletedProcess]:
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]))
+    """(CPU seconds of the process, its result): one BLAS thread, as a 1-CPU pod runs it. CPU time rather than
+    wall time: on a shared machine the wall time measures the other load as much as this process."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")]),
+               OMP_NUM_THREADS="1", OPENBLAS_NUM_THREADS="1", MKL_NUM_THREADS="1")
     if env_index is not None:
         env["JOB_COMPLETION_INDEX"] = str(env_index)
-    t0 = time.perf_counter()
+    t0 = _children_cpu()
     r = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", *args], capture_output=True, text=True,
                        env=env, cwd=ROOT)
-    seconds = time.perf_counter() - t0
+    seconds = _children_cpu() - t0
     if r.returncode not in (0, 1):
         sys.exit(f"verify {' '.join(args)}: exit {r.returncode}: {r.stderr.strip()}")
     return seconds, r
@@ -115,9 +123,9 @@ def main() -> None:
             by[p["fd_checked_by"]] = by.get(p["fd_checked_by"], 0) + 1
         print(f"ResNet-18 layout (--fd {a.fd or 'auto'}), widths {widths}, input 1x3x{a.size}x{a.size}, {n:,} weights in "
               f"{len(single['parameters'])} tensors (checked by: {by}); verdict {single['verdict']}")
-        print(f"single process: {t_single:.1f} s (finite differences {single['timings']['finite_differences_s']:.1f} s)")
+        print(f"single process: {t_single:.1f} CPU s")
         print()
-        print("| shards | slowest shard | all shards (sum) | merge | slowest shard + merge | vs single | report equal |")
+        print("| shards | slowest shard | all shards (sum) | merge | slowest shard + merge | single / that | report equal |")
         print("|---|---|---|---|---|---|---|")
         for count in (int(c) for c in a.shards.split(",")):
             out = Path(tmp) / f"fd-{count}"

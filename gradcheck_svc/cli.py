@@ -182,8 +182,9 @@ def _fd_mode(args, single: bool):
     if not single:
         raise OptionError("splits one graph's finite differences: give one graph file", field="PATH")
     if args.fd_from is not None:
-        if args.fd_shard_count is not None or args.fd_out is not None:
-            raise OptionError("merges shards: not with --fd-shard-count or --fd-out", field="--fd-from")
+        if args.fd_shard_count is not None or args.fd_shard_index is not None or args.fd_out is not None:
+            raise OptionError("merges shards: not with --fd-shard-count, --fd-shard-index or --fd-out",
+                              field="--fd-from")
         return ("merge", location(args.fd_from, "--fd-from"))
     if args.fd_shard_count < 1:
         raise OptionError("must be at least 1", field="--fd-shard-count")

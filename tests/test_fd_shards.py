@@ -185,6 +185,7 @@ def test_shard_flags_refused_as_usage_errors(tmp_path):
         ((str(graph), "--fd-out", str(tmp_path)), None, "--fd-out", "needs --fd-shard-count"),
         ((str(tmp_path), "--fd-from", str(tmp_path)), None, "PATH", "one graph file"),
         ((str(graph), "--fd-from", str(tmp_path / "none")), None, "--fd-from", "not a directory"),
+        ((str(graph), "--fd-from", str(tmp_path), "--fd-shard-index", "1"), None, "--fd-from", "merges shards"),
         ((str(graph), "--fd-shard-count", "2", "--fd-out", str(tmp_path), "--html", "x.html"), 0, "--html",
          "a shard writes no report"),
     ]

@@ -170,13 +170,16 @@ def read_shards(src, graph_sha256: str, options) -> dict:
     """Every shard under `src`, checked to be one whole set made from this graph, these options and this
     gradcheck: name -> (meta of its parameter, arrays, shard meta). OptionError naming what is wrong."""
     root = as_path(src)
-    if not root.is_dir():
-        raise OptionError(f"'{src}' is not a directory of finite-difference shards", field="--fd-from")
     found = {}
-    for f in sorted(root.iterdir()):
-        m = FILE.fullmatch(f.name)
-        if m:
-            found[f.name] = (int(m.group(1)), int(m.group(2)), f)
+    try:
+        if not root.is_dir():
+            raise OptionError(f"'{src}' is not a directory of finite-difference shards", field="--fd-from")
+        for f in sorted(root.iterdir()):
+            m = FILE.fullmatch(f.name)
+            if m:
+                found[f.name] = (int(m.group(1)), int(m.group(2)), f)
+    except OSError as exc:  # an object store unreachable or denied
+        raise OptionError(f"'{src}': cannot list: {exc.strerror or exc}", field="--fd-from") from None
     if not found:
         raise OptionError(f"no fd-shard-*-of-*.npz files in '{src}'", field="--fd-from")
     counts = sorted({c for _, c, _ in found.values()})
