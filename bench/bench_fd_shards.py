@@ -16,7 +16,8 @@ would be; on a shared machine wall times measure the other load as much as these
 The critical path of N pods is the slowest shard plus the merge. Each merged report is compared with the
 single one, every field but the timings.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd_shards.py [--widths 16,32,64,128] [--size 32] [--fd MODE]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_fd_shards.py [--widths 64,128,256,512] [--size 32] \
+        [--fd MODE] [--shards 1,2,4]
 """
 from __future__ import annotations
 
@@ -111,7 +112,10 @@ def main() -> None:
     ap.add_argument("--shards", default="1,2,4")
     ap.add_argument("--fd", default=None, help="verify's --fd for every run (default: its own, auto)")
     a = ap.parse_args()
-    opts = [] if a.fd is None else ["--fd", a.fd]
+    # the model's bytes and its values are over the service's default limits at full width: raised, as the
+    # error messages say
+    opts = ["--max-message-bytes", "1000000000", "--max-elements", "100000000",
+            *([] if a.fd is None else ["--fd", a.fd])]
     widths = tuple(int(w) for w in a.widths.split(","))
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "resnet18.onnx"
@@ -121,11 +125,12 @@ def main() -> None:
         by = {}
         for p in single["parameters"]:
             by[p["fd_checked_by"]] = by.get(p["fd_checked_by"], 0) + 1
-        print(f"ResNet-18 layout (--fd {a.fd or 'auto'}), widths {widths}, input 1x3x{a.size}x{a.size}, {n:,} weights in "
-              f"{len(single['parameters'])} tensors (checked by: {by}); verdict {single['verdict']}")
+        print(f"ResNet-18 layout (--fd {a.fd or 'auto'}), widths {widths}, input 1x3x{a.size}x{a.size}, {n:,} weights "
+              f"in {len(single['parameters'])} tensors (checked by: {by}); verdict {single['verdict']}")
         print(f"single process: {t_single:.1f} CPU s")
         print()
-        print("| shards | slowest shard | all shards (sum) | merge | slowest shard + merge | single / that | report equal |")
+        print("| shards | slowest shard | all shards (sum) | merge | slowest shard + merge | single / that "
+              "| report equal |")
         print("|---|---|---|---|---|---|---|")
         for count in (int(c) for c in a.shards.split(",")):
             out = Path(tmp) / f"fd-{count}"
