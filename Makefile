@@ -11,7 +11,7 @@ LOCK := constraints.txt
 CONSTRAINTS ?= -c $(LOCK)
 PIP := $(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS)
 
-.PHONY: install run serve test test-latest lock proto client-ops bench clean
+.PHONY: install run serve test test-latest lock proto client-ops bench clean image image-push
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -56,6 +56,31 @@ client-ops: $(STAMP)
 bench: $(STAMP)
 	$(PIP) -e '.[bench]'  # onnxruntime: a benchmark-only reference
 	$(PY) bench/run_all.py
+
+# The images (deploy/docker): `make image` builds the CPU one, `make image VARIANT=gpu` the GPU one, as
+# $(IMAGE):$(VERSION)-$(VARIANT) from the repository root, with the locked dependency set (constraints.txt);
+# `make image-push` pushes that tag. BASE_IMAGE=NAME@sha256:DIGEST pins the base image by digest (a tag
+# moves; the Dockerfiles name tags only because a digest cannot be looked up offline -- see deploy/README.md).
+# DOCKER=podman works too; DOCKER_BUILD_ARGS passes more (--platform, --push with buildx...).
+IMAGE ?= ghcr.io/gradcheck/gradcheck
+VARIANT ?= cpu
+VERSION := $(shell sed -n 's/^version = "\(.*\)"/\1/p' pyproject.toml)
+TAG ?= $(VERSION)-$(VARIANT)
+DOCKER ?= docker
+DOCKERFILE_cpu := deploy/docker/Dockerfile
+DOCKERFILE_gpu := deploy/docker/Dockerfile.gpu
+BASE_ARG_cpu := PYTHON_IMAGE
+BASE_ARG_gpu := CUDA_IMAGE
+REVISION := $(shell git rev-parse HEAD 2>/dev/null)
+
+image:
+	@test -n "$(DOCKERFILE_$(VARIANT))" || { echo "make image: VARIANT must be cpu or gpu, not '$(VARIANT)'" >&2; exit 2; }
+	$(DOCKER) build -f $(DOCKERFILE_$(VARIANT)) $(if $(BASE_IMAGE),--build-arg $(BASE_ARG_$(VARIANT))=$(BASE_IMAGE)) \
+	  --label org.opencontainers.image.version=$(VERSION) $(if $(REVISION),--label org.opencontainers.image.revision=$(REVISION)) \
+	  -t $(IMAGE):$(TAG) $(DOCKER_BUILD_ARGS) .
+
+image-push:
+	$(DOCKER) push $(IMAGE):$(TAG)
 
 clean:
 	rm -rf $(VENV) .venv-latest build *.egg-info

@@ -50,7 +50,8 @@ examples:
   gradcheck-svc verify examples/graphs/ --html report.html --junit junit.xml
 
 exit codes: 0 every gradient verified, 1 a gradient mismatch, 2 invalid input or usage,
-3 internal error (several graphs: the highest)"""
+3 internal error (several graphs: the highest); with --fd-shard-count: 0 the shard's file is
+written, 75 it could not be (retry)"""
 
 SERVE_EPILOG = """\
 examples:
@@ -73,6 +74,7 @@ def build_parser() -> argparse.ArgumentParser:
                        epilog=VERIFY_EPILOG, usage="%(prog)s [options] PATH [PATH ...]")
     add_verify_arguments(v, add_limits=lambda parser, hidden: add_limit_flags(
         parser, server=False, what="the same as the server's; raise them here", hidden=hidden))
+    add_fd_shard_flags(v)
 
     m = sub.add_parser("plan-memory", help="plan a training step's memory from one metering forward (no backward): "
                        "the whole formula, activations by node, checkpoints for a budget")
@@ -150,6 +152,65 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def add_fd_shard_flags(parser) -> None:
+    """One graph's finite differences over several processes (verify/fd_shards.py): CLI-only flags."""
+    g = parser.add_argument_group("one graph's finite differences across processes (a Job's indices)")
+    g.add_argument("--fd-shard-count", type=int, default=None, metavar="N",
+                   help="compute only this shard's share of the per-parameter finite differences, write it to "
+                        "--fd-out and print no report (default: all of them, and the report)")
+    g.add_argument("--fd-shard-index", type=int, default=None, metavar="I",
+                   help="this shard, 0..N-1 (default: $JOB_COMPLETION_INDEX, as an Indexed Job sets it)")
+    g.add_argument("--fd-out", default=None, metavar="DIR",
+                   help="directory (or s3://, gs://, az:// URL) the shard's file is written to (default none; "
+                        "needed with --fd-shard-count)")
+    g.add_argument("--fd-from", default=None, metavar="DIR",
+                   help="verify with the finite differences of every shard in DIR (all N of them, made from this "
+                        "graph with these options and this gradcheck): the report one process would print "
+                        "(default: compute them here)")
+
+
+def _fd_mode(args, single: bool):
+    """None (verify in one process), or ("shard", index, count, out) / ("merge", src): the fd flags checked."""
+    import os
+
+    from .batch.location import location
+    from .errors import OptionError
+
+    if args.fd_shard_count is None and args.fd_from is None:
+        for flag, value in (("--fd-shard-index", args.fd_shard_index), ("--fd-out", args.fd_out)):
+            if value is not None:
+                raise OptionError("needs --fd-shard-count", field=flag)
+        return None
+    if not single:
+        raise OptionError("splits one graph's finite differences: give one graph file", field="PATH")
+    if args.fd_from is not None:
+        if args.fd_shard_count is not None or args.fd_shard_index is not None or args.fd_out is not None:
+            raise OptionError("merges shards: not with --fd-shard-count, --fd-shard-index or --fd-out",
+                              field="--fd-from")
+        return ("merge", location(args.fd_from, "--fd-from"))
+    if args.fd_shard_count < 1:
+        raise OptionError("must be at least 1", field="--fd-shard-count")
+    if args.fd_out is None:
+        raise OptionError("a shard needs --fd-out DIR to write to", field="--fd-shard-count")
+    for flag, value in (("--html", args.html), ("--junit", args.junit), ("--summary-md", args.summary_md),
+                        ("--memory-plot", args.memory_plot)):
+        if value is not None:
+            raise OptionError("a shard writes no report (the merge, --fd-from, does)", field=flag)
+    index = args.fd_shard_index
+    if index is None:
+        env = os.environ.get("JOB_COMPLETION_INDEX")
+        if env is None:
+            raise OptionError("not given and $JOB_COMPLETION_INDEX is not set", field="--fd-shard-index")
+        try:
+            index = int(env)
+        except ValueError:
+            raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer",
+                              field="--fd-shard-index") from None
+    if not 0 <= index < args.fd_shard_count:
+        raise OptionError(f"{index} is not in 0..{args.fd_shard_count - 1}", field="--fd-shard-index")
+    return ("shard", index, args.fd_shard_count, location(args.fd_out, "--fd-out"))
+
+
 def verify_setup(args):
     """The limits, options and symbolic budgets of an in-process verification, from the flags (both
     `verify` commands): OptionError / LimitError naming the flag, before any graph is read."""
@@ -214,11 +275,27 @@ def _verify(args) -> int:
         if not paths:
             raise OptionError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths),
                               field="PATH")
+    fd_mode = _fd_mode(args, single)
     limits, values, options, _ = verify_setup(args)
+    if fd_mode is not None and fd_mode[0] == "shard":
+        from .text import clip
+
+        try:
+            _, summary = _verify_one(paths[0], args, limits, values, options, several=False, fd_mode=fd_mode)
+        except OSError as exc:  # the shard's file could not be written (volume full, store unreachable): retry
+            from .batch.cli import EXIT_RETRY
+
+            print(f"gradcheck-svc: fd shard {fd_mode[1]}/{fd_mode[2]}: infrastructure failure, retry (exit "
+                  f"{EXIT_RETRY}): {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+            return EXIT_RETRY
+        names = ", ".join(summary["parameters"]) or "none"
+        print(f"fd shard {fd_mode[1]}/{fd_mode[2]}: {len(summary['parameters'])} of the "
+              f"{summary['checked_on_own']} parameters checked on their own ({clip(names, 2000)}) -> {summary['file']}")
+        return EXIT_OK
     runs = []  # (path, message, report, error)
     for path in paths:
         try:
-            message, report = _verify_one(path, args, limits, values, options, several=not single)
+            message, report = _verify_one(path, args, limits, values, options, several=not single, fd_mode=fd_mode)
             runs.append((path, message, report, ""))
         except GradcheckError as exc:
             if single:
@@ -235,8 +312,9 @@ def _verify(args) -> int:
     return max(codes)
 
 
-def _verify_one(path: str, args, limits, values, options, several: bool):
-    """Decode, validate and verify one graph file; write its memory plot. Returns (message, report)."""
+def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode=None):
+    """Decode, validate and verify one graph file; write its memory plot. Returns (message, report); a
+    finite-difference shard (fd_mode, _fd_mode's) returns (message, its summary) instead."""
     from gradcheck_client.client import make_request
     from gradcheck_client.onnx_options import is_onnx
     from gradcheck_client.options import plot_path
@@ -262,7 +340,17 @@ def _verify_one(path: str, args, limits, values, options, several: bool):
             message = parse_graph(path)
             check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
         graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
-        report = verify(graph, options)
+        if fd_mode is None:
+            report = verify(graph, options)
+        else:
+            from .batch.store import bytes_sha256
+            from .verify import fd_shards
+
+            content = bytes_sha256(message.SerializeToString(deterministic=True))
+            if fd_mode[0] == "shard":
+                return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
+            report = verify(graph, options, fd_source=fd_shards.shard_source(
+                fd_shards.read_shards(fd_mode[1], content, options)))
     if args.memory_plot is not None:
         plot = plot_path(args.memory_plot, path, several)
         try:

@@ -766,3 +766,41 @@ def test_dockerfile_structure(name, base):
         assert "-runtime-" in text
         # CuPy's kernel cache defaults to ~/.cupy: under /tmp instead (read-only root filesystem, no home)
         assert "CUPY_CACHE_DIR=/tmp/" in env
+
+
+@pytest.mark.parametrize("name", ["Dockerfile", "Dockerfile.gpu"])
+def test_images_install_the_locked_dependency_set(name):
+    """The build stage copies constraints.txt and installs under it: the image holds what `make test` tested."""
+    build = _stages(DEPLOY / "docker" / name)[0]
+    assert any(op == "COPY" and "constraints.txt" in rest.split()[:-1] for op, rest in build)
+    installs = [rest for op, rest in build if op == "RUN" and "pip install" in rest]
+    assert installs and all("-c constraints.txt" in rest for rest in installs)
+
+
+def test_make_image_builds_each_variant_from_its_dockerfile():
+    """`make image` with DOCKER=echo: the command it would run (docker itself cannot run here; `make test`
+    runs under make, so make is there)."""
+    version = re.search(r'^version = "(.*)"', (ROOT / "pyproject.toml").read_text(), re.M).group(1)
+
+    def make(*args):
+        return subprocess.run(["make", "-s", "--no-print-directory", "image", "DOCKER=echo", *args], cwd=ROOT,
+                              capture_output=True, text=True, timeout=60)
+    cpu = make()
+    assert cpu.returncode == 0, cpu.stderr
+    words = cpu.stdout.split()
+    assert words[:3] == ["build", "-f", "deploy/docker/Dockerfile"] and words[-1] == "."
+    assert words[words.index("-t") + 1] == f"ghcr.io/gradcheck/gradcheck:{version}-cpu"
+    assert f"org.opencontainers.image.version={version}" in words and "--build-arg" not in words
+    pinned = "nvidia/cuda:12.6.3-runtime-ubuntu24.04@sha256:" + "a" * 64
+    gpu = make("VARIANT=gpu", f"BASE_IMAGE={pinned}", "IMAGE=registry.example/team/gc")
+    words = gpu.stdout.split()
+    assert words[:3] == ["build", "-f", "deploy/docker/Dockerfile.gpu"], gpu.stderr
+    assert words[words.index("--build-arg") + 1] == f"CUDA_IMAGE={pinned}"
+    assert words[words.index("-t") + 1] == f"registry.example/team/gc:{version}-gpu"
+    # the build argument each Dockerfile really declares
+    for variant, dockerfile, arg in (("cpu", "Dockerfile", "PYTHON_IMAGE"), ("gpu", "Dockerfile.gpu", "CUDA_IMAGE")):
+        assert re.search(rf"^ARG {arg}=", (DEPLOY / "docker" / dockerfile).read_text(), re.M)
+        out = make(f"VARIANT={variant}", "BASE_IMAGE=x@sha256:" + "b" * 64).stdout.split()
+        assert out[out.index("--build-arg") + 1].startswith(f"{arg}=x@sha256:")
+    bad = make("VARIANT=tpu")
+    assert bad.returncode != 0 and "VARIANT must be cpu or gpu, not 'tpu'" in bad.stderr and "build" not in bad.stdout

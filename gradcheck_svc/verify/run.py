@@ -67,8 +67,10 @@ def check_options(options: VerifyOptions, field=lambda name: name) -> None:
         raise OptionError(exc.reason, field=field("checkpoint")) from None
 
 
-def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) -> Report:
-    """on_phase(name), when given, is called as each phase starts (a progress display's hook)."""
+def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd_source=None) -> Report:
+    """on_phase(name), when given, is called as each phase starts (a progress display's hook).
+    fd_source(fd, screen, own, tol) -> lookup(name, g) -> (FDResult, FDCheck): where each parameter checked on its
+    own gets its finite differences (default local_fd: computed here; fd_shards.py: read from shards)."""
     phase = on_phase or (lambda name: None)
     options = options or VerifyOptions()
     check_options(options)
@@ -86,22 +88,16 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
     phase("finite differences")
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
-    joint = [p for p in graph.parameters if fd.mode_for(p) == "joint"]
-    screen = joint_screen(fd, engine.gradients, joint, tol) if usable(fd, engine.gradients, joint) else None
+    joint, screen, own = fd_plan(fd, engine.gradients, graph, tol)
+    lookup = (fd_source or local_fd)(fd, screen, own, tol)
     results = []
     for name in graph.parameters:
         if screen is not None and name in joint and name not in screen.flagged:
             results.append(_joint_row(name, engine.gradients[name], screen, symbolic, tol))
             continue
-        ref = fd.gradient(name)
         g = engine.gradients[name]
+        ref, check = lookup(name, g)
         engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
-        # a NaN/Inf loss leaves differences nothing to refine: the non-finite diagnosis takes it
-        refine = None
-        if math.isfinite(fd.loss):
-            def refine(which, settled, name=name, ref=ref):
-                return fd.refine(name, ref, which, settled)
-        check = fd_check(g if engine_proj is None else engine_proj, ref.reference, ref.noise, tol, refine)
         cmp = check.comparison
         reference = check.reference.reshape(np.shape(ref.reference))
         sym = sym_cmp = fd_sym = None
@@ -157,6 +153,33 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None) ->
         parameters=results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=symbolic, custom_ops=custom)
+
+
+def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):
+    """(the parameters the plan screens jointly, the joint screen or None, the parameters checked on their own:
+    every one the screen did not clear), in the graph's order."""
+    joint = [p for p in graph.parameters if fd.mode_for(p) == "joint"]
+    screen = joint_screen(fd, gradients, joint, tol) if usable(fd, gradients, joint) else None
+    own = [p for p in graph.parameters if screen is None or p not in joint or p in screen.flagged]
+    return joint, screen, own
+
+
+def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
+    """One parameter's finite differences against its engine gradient g: (FDResult, FDCheck), refined
+    where the first pass misses."""
+    ref = fd.gradient(name)
+    engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
+    # a NaN/Inf loss leaves differences nothing to refine: the non-finite diagnosis takes it
+    refine = None
+    if math.isfinite(fd.loss):
+        def refine(which, settled):
+            return fd.refine(name, ref, which, settled)
+    return ref, fd_check(g if engine_proj is None else engine_proj, ref.reference, ref.noise, tol, refine)
+
+
+def local_fd(fd, screen, own, tol: Tolerance):
+    """verify()'s default fd_source: every parameter's differences computed in this process."""
+    return lambda name, g: parameter_fd(fd, name, g, tol)
 
 
 def _joint_row(name: str, g: np.ndarray, screen, symbolic, tol: Tolerance) -> ParameterResult:
