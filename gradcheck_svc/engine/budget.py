@@ -172,7 +172,13 @@ def plan_for_budget(program, metering, budget: int) -> BudgetPlan:
     for q, p in starts:
         peaks.append(int(best[q] + prefix[p] + extra[q] + not_saved[q] - prefix[q]) if q else int(prefix[p]))
     kept = [program.steps[q - 1].name for q, _ in starts if q > 0]
-    return BudgetPlan(ends, max(peaks), sum(1 for i in range(f) if program.steps[i].needs_grad), kept)
+    return BudgetPlan(ends, max(peaks), recomputed_steps(program, ends), kept)
+
+
+def recomputed_steps(program, ends: list[int]) -> int:
+    """Op evaluations the segmentation `ends` adds: the steps of its recomputed segments."""
+    cp = checkpoint.plan(program, checkpoint.Policy("budget", k=1), check=False, ends=ends)
+    return 0 if cp is None else sum(len(seg) for j, seg in enumerate(cp.segments) if cp.recomputed[j])
 
 
 # --- general DAGs: a DP over a conservative bound, every plan evaluated exactly --------------------
@@ -218,16 +224,14 @@ def evaluate(program, tokens: _Tokens, ends: list[int]):
     for i in cp.segments[cp.final]:
         final.update(tokens.saves[i])
     peak = tokens.bytes(final | set(kept.values()))  # the end of the forward
-    recomputed = 0
     for j, seg in enumerate(cp.segments):
         if not cp.recomputed[j]:
             continue
-        recomputed += len(seg)
         held = {t for name, t in kept.items() if cp.kept[name] <= j}  # not yet dropped
         for i in seg:
             held.update(tokens.saves[i])
         peak = max(peak, tokens.bytes(held))
-    return peak, recomputed, list(cp.kept)
+    return peak, recomputed_steps(program, ends), list(cp.kept)
 
 
 def _candidates(program, tokens: _Tokens) -> list[int]:
