@@ -6,6 +6,7 @@ check), and at sqrt's measured peak it recomputes no more than sqrt."""
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -105,3 +106,100 @@ def test_an_infeasible_dag_budget_names_the_smallest_feasible_one(name, tmp_path
     assert m["checkpoint_activations_peak_bytes"] <= smallest
     with pytest.raises(OptionError, match=f"smallest feasible budget is {smallest} bytes"):
         _run(graph, f"budget:{smallest - 1}")
+
+
+# --- plan-memory from shapes alone (engine/shape_meter.py) -----------------------------------------
+
+def _plans(graph, **kw):
+    """The plan from the metering forward and from shapes, or the error each gives."""
+    from gradcheck_svc.verify.memory_plan import plan_memory
+
+    out = []
+    for shapes_only in (False, True):
+        try:
+            out.append(plan_memory(graph, optimizer="adam", shapes_only=shapes_only, **kw))
+        except OptionError as exc:
+            out.append(str(exc))
+    return out
+
+
+def _example_graphs():
+    from conftest import EXAMPLES
+
+    return sorted(p for p in EXAMPLES.glob("*.json") if p.stem != "inplace_relu")  # (in-place: refused by both)
+
+
+@pytest.mark.parametrize("path", _example_graphs(), ids=lambda p: p.stem)
+def test_a_plan_from_shapes_equals_the_metered_one(path):
+    graph = load_graph(path)
+    metered, from_shapes = _plans(graph)
+    assert metered["planned_from"] == "metering forward" and from_shapes["planned_from"] == "shapes"
+    assert {**metered, "planned_from": "shapes"} == from_shapes
+    everything = metered["activations_peak_bytes"]
+    for budget in (everything, everything * 2 // 3, everything // 3):
+        a, b = _plans(graph, budget=budget)
+        if isinstance(a, dict):
+            a["planned_from"] = "shapes"
+        assert a == b, budget
+
+
+def test_plans_from_shapes_on_the_dag_graphs_and_on_its_own_over_max_run_bytes():
+    from gradcheck_svc.verify.memory_plan import plan_memory
+
+    for make in GRAPHS.values():
+        graph = make()
+        metered, from_shapes = _plans(graph, budget=2000)
+        if isinstance(metered, dict):
+            metered["planned_from"] = "shapes"
+        assert metered == from_shapes
+    graph = unet()
+    assert plan_memory(graph)["planned_from"] == "metering forward"
+    assert plan_memory(graph, max_run_bytes=1)["planned_from"] == "shapes"
+
+
+LIGHT_RESNET50 = None
+try:
+    import onnx as _onnx
+
+    LIGHT_RESNET50 = (Path(_onnx.__file__).parent / "backend/test/data/light/light_resnet50.onnx")
+except ImportError:  # the onnx extra: required by the ONNX tests of this suite as well
+    pass
+
+
+def _resnet50():
+    """ONNX's light ResNet-50 (weights made by ConstantOfShape: parameters with --params constants),
+    imported with the element limit raised as `--max-elements` does (25.6M weights)."""
+    from gradcheck.v1 import service_pb2
+
+    from gradcheck_svc.limits import Limits
+    from gradcheck_svc.onnx_import import import_onnx, options_from_proto
+    from gradcheck_svc.onnx_import.folding import FoldBudget
+
+    message = import_onnx(str(LIGHT_RESNET50), options_from_proto(service_pb2.OnnxImport(params="constants")),
+                          budget=FoldBudget(max_elements=200_000_000))
+    return load_graph(message, limits=Limits(max_elements=200_000_000))
+
+
+@pytest.mark.skipif(LIGHT_RESNET50 is None, reason="needs the onnx extra")
+def test_resnet50_is_planned_from_shapes_without_allocating_its_activations():
+    import tracemalloc
+
+    from gradcheck_svc.verify.memory_plan import plan_memory
+
+    graph = _resnet50()
+    tracemalloc.start()
+    try:
+        plan = plan_memory(graph, dtype="float32", optimizer="adam", budget=40_000_000, shapes_only=True)
+        _, traced_peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    assert plan["planned_from"] == "shapes"
+    assert plan["activations_peak_bytes"] > 80_000_000  # ~84 MB at batch 1, float32
+    assert traced_peak < plan["activations_peak_bytes"] // 20, traced_peak  # nothing of that size was allocated
+    assert plan["parameters_bytes"] == plan["gradients_bytes"] == 102_433_440  # 25.6M float32 weights
+    assert plan["optimizer_bytes"] == 2 * plan["parameters_bytes"]
+    assert plan["checkpoint_predicted_activations_peak_bytes"] <= 40_000_000
+    assert plan["checkpoint_recomputed_steps"] > 0
+    metered = plan_memory(graph, dtype="float32", optimizer="adam", budget=40_000_000)  # ... and it is exact
+    assert metered["planned_from"] == "metering forward"
+    assert {**metered, "planned_from": "shapes"} == plan
