@@ -47,7 +47,9 @@ def ours(run: bool) -> None:
         from gradcheck_svc.verify import VerifyOptions
         from gradcheck_svc.verify.engine_run import run_engine
 
-        for policy in (f"budget:{BUDGETS[1]}", "sqrt"):
+        sqrt_peak = run_engine(graph, VerifyOptions(checkpoint="sqrt"), "float32").memory[
+            "checkpoint_activations_peak_bytes"]
+        for policy in ("sqrt", *(f"budget:{b}" for b in BUDGETS[:2]), f"budget:{sqrt_peak}"):
             t0 = time.perf_counter()
             m = run_engine(graph, VerifyOptions(checkpoint=policy, optimizer="adam"), "float32").memory
             predicted = m.get("checkpoint_predicted_activations_peak_bytes")
