@@ -157,6 +157,27 @@ def test_plans_from_shapes_on_the_dag_graphs_and_on_its_own_over_max_run_bytes()
     assert plan_memory(graph, max_run_bytes=1)["planned_from"] == "shapes"
 
 
+def test_plan_memory_cli_from_shapes(tmp_path, capsys):
+    import json
+
+    from google.protobuf import json_format
+
+    path = tmp_path / "unet.json"
+    path.write_text(json_format.MessageToJson(unet(as_message=True)))
+    assert cli.main(["plan-memory", str(path), "--format", "json", "--budget", "3000"]) == 0
+    metered = json.loads(capsys.readouterr().out)
+    assert cli.main(["plan-memory", str(path), "--format", "json", "--budget", "3000", "--shapes-only"]) == 0
+    from_shapes = json.loads(capsys.readouterr().out)
+    assert (metered["planned_from"], from_shapes["planned_from"]) == ("metering forward", "shapes")
+    assert {**metered, "planned_from": "shapes"} == from_shapes
+    assert cli.main(["plan-memory", str(path), "--max-run-bytes", "0", "--budget", "3000"]) == 0
+    text = capsys.readouterr().out
+    assert "from shapes, nothing run" in text and "steps recomputed (" in text
+    assert cli.main(["plan-memory", str(path), "--max-run-bytes", "-1"]) == 2
+    (err,) = capsys.readouterr().err.strip().splitlines()
+    assert "--max-run-bytes" in err
+
+
 LIGHT_RESNET50 = None
 try:
     import onnx as _onnx

@@ -121,7 +121,7 @@ def plan_text(p: dict) -> str:
         kept = ", ".join(p["checkpoint_kept"][:8]) + (" ..." if len(p["checkpoint_kept"]) > 8 else "")
         lines.append(f"  budget {f(p['budget_bytes'])} {unit}: {p['checkpoint_segments']} segments, keeps "
                      f"{kept or 'nothing'}; activations {f(p['checkpoint_predicted_activations_peak_bytes'])} {unit} "
-                     f"(predicted), {p['checkpoint_recomputed_steps']} steps recomputed ({p['checkpoint_budget_method']}); "
-                     "training (formula) "
+                     f"(predicted), {p['checkpoint_recomputed_steps']} steps recomputed "
+                     f"({p['checkpoint_budget_method']}); training (formula) "
                      f"{f(p['checkpoint_formula_training_bytes'])} {unit}")
     return "\n".join(lines)
