@@ -76,11 +76,16 @@ def build_parser() -> argparse.ArgumentParser:
         parser, server=False, what="the same as the server's; raise them here", hidden=hidden))
     add_fd_shard_flags(v)
 
-    m = sub.add_parser("plan-memory", help="plan a training step's memory from one metering forward (no backward): "
+    m = sub.add_parser("plan-memory", help="plan a training step's memory from one metering forward or from shapes: "
                        "the whole formula, activations by node, checkpoints for a budget")
     m.add_argument("graph", metavar="FILE", help="graph file (.json, .pb) or an ONNX model (.onnx, imported as import-onnx does)")
     m.add_argument("--budget", type=int, default=None, metavar="BYTES",
-                   help="plan checkpoints keeping the activations under BYTES (chains; default: no plan)")
+                   help="plan checkpoints keeping the activations under BYTES (default: no plan)")
+    m.add_argument("--shapes-only", action="store_true",
+                   help="plan from the values' shapes alone, running nothing (automatic when the metering "
+                        "forward's live peak would exceed --max-run-bytes)")
+    m.add_argument("--max-run-bytes", type=int, default=None, metavar="BYTES",
+                   help="the most memory the metering forward may hold (default: a quarter of physical memory)")
     m.add_argument("--dtype", choices=["float32", "float64"], default=None,
                    help="engine precision (default: the graph's float dtype)")
     m.add_argument("--optimizer", choices=["none", "sgd", "momentum", "adam", "adamw"], default="none",
@@ -506,12 +511,16 @@ def _plan_memory(args) -> int:
         from .errors import OptionError
 
         raise OptionError(f"{args.budget}: the budget must be a positive number of bytes", field="--budget")
+    if args.max_run_bytes is not None and args.max_run_bytes < 0:
+        from .errors import OptionError
+
+        raise OptionError(f"{args.max_run_bytes}: must be a number of bytes", field="--max-run-bytes")
     check_file_size(args.graph, limits.max_message_bytes)
     message = (_onnx_graph(args.graph, args, FoldBudget.from_limits(limits)) if is_onnx(args.graph)
                else parse_graph(args.graph))
     graph = load_graph(message, limits=limits.graph)
     plan = plan_memory(graph, dtype=args.dtype, optimizer=args.optimizer, optimizer_dtype=args.optimizer_dtype,
-                       budget=args.budget)
+                       budget=args.budget, shapes_only=args.shapes_only, max_run_bytes=args.max_run_bytes)
     print(json.dumps(plan, indent=2) if args.format == "json" else plan_text(plan))
     return EXIT_OK
 

@@ -276,8 +276,6 @@ def test_an_infeasible_budget_names_the_smallest_feasible_one(tmp_path, capsys):
 def test_budget_refuses_what_it_cannot_plan(capsys):
     from gradcheck_svc.errors import OptionError
 
-    with pytest.raises(OptionError, match="plans chains only: node '.*' reads"):
-        _run(residual(), "budget:100000")
     with pytest.raises(OptionError, match="budget:BYTES needs a positive integer"):
         _run(residual(), "budget:lots")
 

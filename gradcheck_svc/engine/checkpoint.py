@@ -6,7 +6,8 @@ A policy cuts the program's steps (topological order) into segments:
   sqrt       about sqrt(n) segments of equal length
   every:K    segments of K steps
   a,b,c      explicit: a segment ends at each named node
-  budget:B   the least recomputation keeping the activations under B bytes (chains: budget.py)
+  budget:B   the least recomputation keeping the activations under B bytes (budget.py: exact
+             on chains, a stated heuristic on DAGs)
 
 The last segment runs as usual: it would be recomputed at once, so its steps
 save in the first forward. The other segments save nothing; the values that

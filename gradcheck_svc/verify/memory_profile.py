@@ -48,6 +48,9 @@ gradients, so it can never exceed training. The JSON keys:
                           under budget:BYTES: the budget, the plan's predicted activation
                           peak (to set beside checkpoint_activations_peak_bytes, measured)
                           and the values it keeps
+  checkpoint_recomputed_steps, checkpoint_budget_method
+                          ... the op evaluations it adds, and how it was chosen (chain DP,
+                          or the DAG heuristic's pick: engine/budget.py)
 
 The figures before `checkpoint` describe the run without checkpointing. Without a policy
 that run is the reported one. Under a policy it is never made (holding every activation
@@ -210,6 +213,8 @@ def profile(program, feeds: dict, plain, plain_grads: dict, inference, *, policy
                 "checkpoint_budget_bytes": int(profile_plan.policy.k),
                 "checkpoint_predicted_activations_peak_bytes": int(budget_plan.predicted_peak),
                 "checkpoint_kept": list(budget_plan.kept),
+                "checkpoint_recomputed_steps": int(budget_plan.recomputed_steps),
+                "checkpoint_budget_method": budget_plan.method,
             })
     return memory, timelines
 
@@ -252,7 +257,8 @@ def summary(m: dict) -> list[str]:
             kept = ", ".join(m["checkpoint_kept"][:8]) + (" ..." if len(m["checkpoint_kept"]) > 8 else "")
             lines.append(f"  budget {f(m['checkpoint_budget_bytes'])} {unit}: predicted activations "
                          f"{f(m['checkpoint_predicted_activations_peak_bytes'])} {unit}, measured "
-                         f"{f(m['checkpoint_activations_peak_bytes'])} {unit}; keeps {kept or 'nothing'}")
+                         f"{f(m['checkpoint_activations_peak_bytes'])} {unit}; keeps {kept or 'nothing'}; "
+                         f"{m['checkpoint_recomputed_steps']} steps recomputed ({m['checkpoint_budget_method']})")
         lines.append(f"  {m['checkpoint_profile']} checkpointing{verb}: activations "
                      f"{f(m['checkpoint_activations_peak_bytes'])} {unit} for {work:.2f}x the forward work "
                      f"({m['checkpoint_segments']} segments, {m['checkpoint_kept_values']} values kept, live "

@@ -78,8 +78,8 @@ OPTIONS: tuple[Option, ...] = (
     Option("localize", "find the faulty node and its cause when a gradient fails", type=on_off, default=True,
            metavar="on|off", negation="--no-localize"),
     Option("checkpoint", "gradient checkpointing for the verified gradients: none, sqrt, every:K, budget:BYTES "
-           "(the least recomputation keeping the activations under BYTES; chains), or a comma-separated list of "
-           "node names to keep", default="none", metavar="POLICY"),
+           "(the least recomputation keeping the activations under BYTES; exact on chains, a heuristic on DAGs), "
+           "or a comma-separated list of node names to keep", default="none", metavar="POLICY"),
     Option("integrity", "fingerprint tensors saved for backward and check them when read", default="check",
            choices=("off", "check")),
     Option("allow_inplace_hazards", "when an in-place node overwrote a value the backward needs, compute the "
