@@ -82,7 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--budget", type=int, default=None, metavar="BYTES",
                    help="plan checkpoints keeping the activations under BYTES (default: no plan)")
     m.add_argument("--shapes-only", action="store_true",
-                   help="plan from the values' shapes alone, running nothing (automatic when the metering "
+                   help="plan from the values' shapes alone, running nothing (default: only when the metering "
                         "forward's live peak would exceed --max-run-bytes)")
     m.add_argument("--max-run-bytes", type=int, default=None, metavar="BYTES",
                    help="the most memory the metering forward may hold (default: a quarter of physical memory)")
