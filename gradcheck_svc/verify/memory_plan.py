@@ -18,6 +18,8 @@ the graph's inputs. From either:
 """
 from __future__ import annotations
 
+import os
+
 import numpy as np
 
 from ..backend import get_backend
@@ -33,7 +35,6 @@ from .options import DTYPES
 def default_max_run_bytes() -> int:
     """A quarter of this machine's physical memory (the metering forward's live peak above it: plan
     from shapes)."""
-    import os
 
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
