@@ -35,7 +35,6 @@ from .options import DTYPES
 def default_max_run_bytes() -> int:
     """A quarter of this machine's physical memory (the metering forward's live peak above it: plan
     from shapes)."""
-
     try:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") // 4
     except (ValueError, OSError, AttributeError):
