@@ -211,3 +211,19 @@ def test_shown_lines_matching_can_fail():
     assert _shown_in(["symbolic oracle: ok ...", "memory: a ..."], real) is None
     assert _shown_in(["seed: FAIL (loss 9, float64, cpu)", "memory: a b c"], real) == "memory: a b c"  # a gap
     assert _shown_in(["seed: PASS (loss 9, float64, cpu)"], real) == "seed: PASS (loss 9, float64, cpu)"
+
+
+def test_json_blocks_that_name_an_example_file_show_it_as_it_is():
+    import json
+
+    shown = 0
+    for b in BLOCKS:
+        if b.lang != "json":
+            continue
+        text = b.doc.read_text()
+        before = text[:text.index(f"```json\n{b.code}")].rstrip().splitlines()[-1]
+        m = re.match(r"`(examples/\S+\.json)`", before)  # a paragraph that opens with the file's name
+        if m:
+            assert json.loads(b.code) == json.loads((ROOT / m.group(1)).read_text()), b.where
+            shown += 1
+    assert shown >= 1  # README's seed.json
