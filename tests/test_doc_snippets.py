@@ -84,6 +84,14 @@ def test_every_block_has_a_language_and_markers_have_reasons():
             assert text[m.end():].startswith("```"), f"{doc.name}: marker at {m.group(0)!r} is not before a fence"
 
 
+def test_the_docs_have_the_blocks_this_test_runs():
+    """Guards the extraction itself: a broken fence pattern would otherwise run nothing and pass."""
+    runs = [b for b in BLOCKS if b.lang in RUN and not (b.marker and b.marker[0] == "not-run")]
+    assert sum(b.lang == "python" for b in runs) >= 8 and sum(b.lang == "console" for b in runs) >= 5
+    assert sum(b.lang in ("bash", "sh") for b in runs) >= 3
+    assert any(b.doc.name == "README.md" and "gradcheck verify" in b.code for b in runs)  # the quick start
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     yield from module_server(tmp_path_factory, "--workers", "1")
@@ -177,6 +185,8 @@ def test_doc_snippets_run(doc, server, reader):
             skipped.append(b)
             print(f"not run: {b.where} ({b.lang}): {b.marker[1]}")
             continue
+        if b.marker:
+            print(f"run without the lines beginning {b.marker[1]}: {b.where}")
         code = _code(b, server)
         if b.lang in ("bash", "sh"):
             r = _run(["bash", "-c", _bash(code)], cwd, env)
