@@ -12,7 +12,9 @@ every ```python, ```bash/```sh and ```console block is executed here, as a reade
 
 A block that cannot run here says why in an HTML comment right before its fence: `<!-- not-run: needs a cluster -->`
 (the reason is printed); `<!-- run-without: pip install | gradcheck-svc serve -->` drops the lines that begin so
-(the test's venv is installed; its server stands in for the one the block starts). ```text, ```json and ```yaml
+(the test's venv is installed; its server stands in for the one the block starts); a ```json block after
+`<!-- output-of: COMMAND -->` must be part of COMMAND's JSON output, or of a value nested in it (each shown key with its value; a
+shown object against a list: part of one of its items). ```text, ```json and ```yaml
 blocks are synopses, outputs and data: never run (yaml only with a not-run marker, being CI configuration)."""
 from __future__ import annotations
 
@@ -31,7 +33,7 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 RUN = {"python", "bash", "sh", "console"}
 DATA = {"text", "json"}
 FENCE = re.compile(r"^```(\S*)\n(.*?)^```$", re.S | re.M)
-MARKER = re.compile(r"<!--\s*(not-run|run-without):\s*((?:(?!-->).)*?)\s*-->\s*\Z", re.S)
+MARKER = re.compile(r"<!--\s*(not-run|run-without|output-of):\s*((?:(?!-->).)*?)\s*-->\s*\Z", re.S)
 READERS_GRAPHS = ["seed.json", "shared_value.json", "inplace_relu.json"]  # graphs/ in the docs: the reader's folder
 
 # What a document's Python blocks print, as their comments say (regexes, each matching some line of stdout),
@@ -77,10 +79,13 @@ def test_every_block_has_a_language_and_markers_have_reasons():
             assert b.marker and b.marker[0] == "not-run", f"{b.where}: CI yaml needs a not-run marker saying why"
         if b.marker:
             assert b.marker[1], f"{b.where}: a marker needs a reason"
-            assert b.lang not in DATA, f"{b.where}: a marker on a block that never runs"
+            if b.marker[0] == "output-of":
+                assert b.lang == "json", f"{b.where}: output-of is for json blocks"
+            else:
+                assert b.lang not in DATA, f"{b.where}: a marker on a block that never runs"
     for doc in DOCS:  # a marker not right before a fence would silently mark nothing
         text = doc.read_text()
-        for m in re.finditer(r"<!--\s*(not-run|run-without):.*?-->\s*", text, re.S):
+        for m in re.finditer(r"<!--\s*(not-run|run-without|output-of):.*?-->\s*", text, re.S):
             assert text[m.end():].startswith("```"), f"{doc.name}: marker at {m.group(0)!r} is not before a fence"
 
 
@@ -237,3 +242,35 @@ def test_json_blocks_that_name_an_example_file_show_it_as_it_is():
             assert json.loads(b.code) == json.loads((ROOT / m.group(1)).read_text()), b.where
             shown += 1
     assert shown >= 1  # README's seed.json
+
+
+def _part_of(shown, real) -> bool:
+    if isinstance(shown, dict):
+        if isinstance(real, dict):
+            return all(k in real and _part_of(v, real[k]) for k, v in shown.items())
+        return isinstance(real, list) and any(_part_of(shown, item) for item in real)
+    return shown == real
+
+
+def _within(shown, real) -> bool:
+    """`shown` is part of `real` or of a value nested anywhere in it (the docs show a finding, a node)."""
+    children = real.values() if isinstance(real, dict) else real if isinstance(real, list) else []
+    return _part_of(shown, real) or any(_within(shown, c) for c in children)
+
+
+def test_json_blocks_marked_output_of_are_part_of_that_output(reader):
+    import json
+
+    cwd, env = reader
+    marked = [b for b in BLOCKS if b.marker and b.marker[0] == "output-of"]
+    assert len(marked) >= 2  # diagnosis.md's finding, symbolic.md's expr node
+    for b in marked:
+        r = _run(["bash", "-c", b.marker[1]], cwd, env)
+        assert _within(json.loads(b.code), json.loads(r.stdout)), (b.where, b.marker[1], r.stdout[-3000:])
+
+
+def test_part_of_can_fail():
+    real = {"findings": [{"node": "a", "cause": "x"}, {"node": "b"}], "verdict": "fail"}
+    assert _part_of({"node": "b"}, real["findings"]) and _part_of({"verdict": "fail"}, real)
+    assert not _part_of({"node": "a", "cause": "y"}, real) and not _part_of({"verdict": "pass"}, real)
+    assert _within({"node": "a", "cause": "x"}, real) and not _within({"node": "a", "cause": "y"}, real)
