@@ -5,17 +5,18 @@ every ```python, ```bash/```sh and ```console block is executed here, as a reade
   graph files: a few passing examples), with `gradcheck`/`gradcheck-svc` on PATH running this checkout's code;
 - against a real loopback server started here, whose address replaces `localhost:50051`;
 - python: one subprocess per document, its blocks exec'd in order in one namespace (later blocks use earlier
-  imports, as in a reader's session); bash/sh: each block by `bash -e`, a line ending in `# exit N ...` must exit N;
-- console: `$ COMMAND` then the output the docs show; every shown line must appear in the real output, in order,
-  modulo whitespace and durations (`0.353 s`); a shown line ending in `...` matches a line it begins; a line `...`
-  stands for any lines.
+  imports, as in a reader's session); bash/sh: each block by `bash -e`, a line whose comment says `exit N` must
+  exit N;
+- console: `$ COMMAND` then the output the docs show; the shown lines must appear in the real output, in order and
+  adjacent, modulo whitespace and durations (`0.353 s`); a shown line ending in `...` matches a line it begins;
+  a line `...` stands for any lines.
 
 A block that cannot run here says why in an HTML comment right before its fence: `<!-- not-run: needs a cluster -->`
 (the reason is printed); `<!-- run-without: pip install | gradcheck-svc serve -->` drops the lines that begin so
 (the test's venv is installed; its server stands in for the one the block starts); a ```json block after
-`<!-- output-of: COMMAND -->` must be part of COMMAND's JSON output, or of a value nested in it (each shown key with its value; a
-shown object against a list: part of one of its items). ```text, ```json and ```yaml
-blocks are synopses, outputs and data: never run (yaml only with a not-run marker, being CI configuration)."""
+`<!-- output-of: COMMAND -->` must be part of COMMAND's JSON output or of a value nested in it (each shown key
+with its value; a shown object against a list: part of one of its items). ```text, ```json and ```yaml blocks
+are synopses, outputs and data: never run (yaml only with a not-run marker, being CI configuration)."""
 from __future__ import annotations
 
 import re
