@@ -201,16 +201,9 @@ def _fd_mode(args, single: bool):
                         ("--memory-plot", args.memory_plot)):
         if value is not None:
             raise OptionError("a shard writes no report (the merge, --fd-from, does)", field=flag)
-    index = args.fd_shard_index
-    if index is None:
-        env = os.environ.get("JOB_COMPLETION_INDEX")
-        if env is None:
-            raise OptionError("not given and $JOB_COMPLETION_INDEX is not set", field="--fd-shard-index")
-        try:
-            index = int(env)
-        except ValueError:
-            raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer",
-                              field="--fd-shard-index") from None
+    from .batch.cli import completion_index
+
+    index = completion_index(args.fd_shard_index, "--fd-shard-index")
     if not 0 <= index < args.fd_shard_count:
         raise OptionError(f"{index} is not in 0..{args.fd_shard_count - 1}", field="--fd-shard-index")
     return ("shard", index, args.fd_shard_count, location(args.fd_out, "--fd-out"))

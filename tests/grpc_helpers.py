@@ -31,6 +31,20 @@ def module_server(tmp_path_factory, *args: str, env: dict | None = None):
     assert s.stop() == 0
 
 
+def module_client(tmp_path_factory, *args: str, timeout: float = 120):
+    """A module fixture's body: a Client of a module_server started with `args`, yielded, then closed
+    with the server."""
+    from gradcheck_client import Client
+
+    gen = module_server(tmp_path_factory, *args)
+    server = next(gen)
+    try:
+        with Client(server.target, timeout=timeout) as c:
+            yield c
+    finally:
+        gen.close()
+
+
 class ServerProcess(LocalServer):
     """A real server for a test module, with its metrics port, log file and worker processes at hand."""
 

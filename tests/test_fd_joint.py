@@ -197,17 +197,9 @@ def test_a_fail_verdict_always_names_a_node_or_parameter(case, localize):
 
 @pytest.fixture(scope="module")
 def grpc_client(tmp_path_factory):
-    from grpc_helpers import module_server
+    from grpc_helpers import module_client
 
-    from gradcheck_client import Client
-
-    gen = module_server(tmp_path_factory, "--workers", "1")
-    server = next(gen)
-    try:
-        with Client(server.target, timeout=120) as c:
-            yield c
-    finally:
-        gen.close()
+    yield from module_client(tmp_path_factory, "--workers", "1")
 
 
 def test_fd_joint_and_checked_by_over_grpc(grpc_client):

@@ -165,17 +165,9 @@ def test_source_names_are_checked_on_load():
 
 @pytest.fixture(scope="module")
 def grpc_client(tmp_path_factory):
-    from grpc_helpers import module_server
+    from grpc_helpers import module_client
 
-    from gradcheck_client import Client
-
-    gen = module_server(tmp_path_factory, "--workers", "1")
-    server = next(gen)
-    try:
-        with Client(server.target, timeout=120) as c:
-            yield c
-    finally:
-        gen.close()
+    yield from module_client(tmp_path_factory, "--workers", "1")
 
 
 def test_source_names_over_grpc(grpc_client, exported):

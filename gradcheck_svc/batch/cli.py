@@ -215,15 +215,7 @@ def batch(args) -> int:
     location(args.manifest, "--manifest")  # a URL whose backend is missing: exit 2 before anything runs
     out = location(args.out, "--out")
     onnx_import = _onnx_import(args)
-    index = args.shard_index
-    if index is None:
-        env = os.environ.get("JOB_COMPLETION_INDEX")
-        if env is None:
-            raise OptionError("not given and $JOB_COMPLETION_INDEX is not set", field="--shard-index")
-        try:
-            index = int(env)
-        except ValueError:
-            raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer", field="--shard-index") from None
+    index = completion_index(args.shard_index, "--shard-index")
     if args.shard_count < 1:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
@@ -305,17 +297,22 @@ def build_suite(dest: Path, examples: Path | None, generated: int, size: int, se
         write_graphs(dest / "generated", generated, size=size, seed=seed)
 
 
-def _completion_index() -> int | None:
-    """A screen pod's completion index (None by hand): a node belongs to the first index that landed on it."""
+def completion_index(given: int | None, field: str, *, required: bool = True) -> int | None:
+    """The index a flag gives, else $JOB_COMPLETION_INDEX (an Indexed Job's pod); without either, an
+    OptionError naming the flag, or None when not `required` (a screen run by hand)."""
     from ..errors import OptionError
 
+    if given is not None:
+        return given
     env = os.environ.get("JOB_COMPLETION_INDEX")
     if env is None:
-        return None
+        if not required:
+            return None
+        raise OptionError("not given and $JOB_COMPLETION_INDEX is not set", field=field)
     try:
         return int(env)
     except ValueError:
-        raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer", field="screen") from None
+        raise OptionError(f"$JOB_COMPLETION_INDEX '{env[:40]}' is not an integer", field=field) from None
 
 
 def _wrong_node(out, node: str, expected, index, run_id) -> str | None:
@@ -364,7 +361,7 @@ def screen(args) -> int:
     if expected is not None and args.node_count is not None and len(expected) != args.node_count:
         raise OptionError(f"{args.node_count} screen pod(s) for the {len(expected)} node(s) of --expect-nodes: "
                           "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
-    index = _completion_index()
+    index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":
         from ..backend import cuda_available
