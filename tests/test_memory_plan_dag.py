@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from graphs_memory import residual
+from graphs_memory import chain, mlp, residual
 
 from gradcheck_svc import cli
 from gradcheck_svc.errors import OptionError
@@ -47,16 +47,20 @@ def _run(graph, policy):
     return run_engine(graph, VerifyOptions(checkpoint=policy), "float64")
 
 
-GRAPHS = {"residual": lambda: residual(blocks=8), "unet": unet}
+# chains and MLPs (the exact DP) and graphs with skip connections (the heuristic): one contract
+GRAPHS = {"chain": lambda: chain(64, width=4, batch=3), "mlp_dropout": mlp, "mlp": lambda: mlp(dropout=False),
+          "residual": lambda: residual(blocks=8), "unet": unet}
 
 
 @pytest.mark.parametrize("name", sorted(GRAPHS))
-def test_a_dag_budget_plan_predicts_its_peak_and_recomputes_no_more_than_sqrt(name):
+def test_a_budget_plan_predicts_its_peak_and_recomputes_no_more_than_sqrt(name):
     graph = GRAPHS[name]()
     plain, sqrt = _run(graph, "none"), _run(graph, "sqrt")
     everything = plain.memory["activations_peak_bytes"]
     at_sqrt = sqrt.memory["checkpoint_activations_peak_bytes"]
-    assert at_sqrt < everything  # sqrt does save memory here: the budgets below ask for a real plan
+    # sqrt saves memory on all but the small MLP (its peak is one layer's): there the budgets below ask for a
+    # real plan
+    assert at_sqrt < everything or name == "mlp"
     for budget in (everything, at_sqrt, (at_sqrt + everything) // 2):
         run = _run(graph, f"budget:{budget}")
         m = run.memory
@@ -67,6 +71,7 @@ def test_a_dag_budget_plan_predicts_its_peak_and_recomputes_no_more_than_sqrt(na
         assert not run.findings
         for p in plain.gradients:  # bit for bit those without checkpointing
             assert np.array_equal(plain.gradients[p], run.gradients[p])
+        assert len(m["checkpoint_kept"]) == m["checkpoint_kept_values"]
         recomputed = m["checkpoint_op_evaluations"] - plain.memory["op_evaluations"]
         assert m["checkpoint_recomputed_steps"] == recomputed
         assert m["checkpoint_budget_method"]
