@@ -14,6 +14,7 @@ from gradcheck_svc.oracles.symbolic import SymbolicOptions
 from gradcheck_svc.ops.registry import REGISTRY
 from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.compare import Tolerance, bounds
+from gradcheck_svc.verify.fd_check import fd_check
 
 from test_bug_zoo import SMOOTH_BINARY, SMOOTH_UNARY
 from test_diagnosis_registry import DIFFERENTIABLE, op_graph, registered_scaled_rule
@@ -204,3 +205,42 @@ def test_a_one_percent_wrong_div_rule_next_to_the_pole_is_still_caught():
         report = verify(div_graph(1e-5, op=bad.name), FD_ONLY)
     assert report.verdict == "fail"
     assert errors(report) == [("q", "rule_error")], report.to_text()
+
+
+def kink_graph(t: float):
+    """L = sum(w * relu(x + b)), one input of relu t below 0 (t far below every step of the ladder): a
+    ReLU kink no difference resolves, as in a folded BatchNorm bias under many activations near 0."""
+    g = GraphBuilder("kink_below_the_ladder")
+    x = np.array([0.3, -0.2, 0.7, -0.1 - t, 0.45])
+    z = g.node("add", g.input("x", x), g.input("b", np.array([0.1]), True), name="z")
+    y = g.node("relu", z, name="y")
+    g.output(g.node("sum", g.node("mul", y, g.input("w", np.array([1.0, 0.5, 2.0, 1e-3, 1.5])), name="wy"),
+                    name="L"))
+    return load_graph(g.build())
+
+
+@pytest.mark.parametrize("t", [1e-9, 1e-11])
+def test_a_kink_nearer_than_every_step_widens_the_bound_to_hold_the_exact_value(t):
+    """Central differences straddle the kink on every rung and converge, with a tiny gap, to the mean of
+    the one-sided slopes (4.5005 +- 1e-9 here, where the exact gradient is 4.5): a correct gradient was
+    confirmed wrong (the ResNet-18 of bench/bench_fd_shards.py failed on a folded BatchNorm bias). The
+    one-sided differences, each converging to its own side's slope, disagree with it beyond both bounds:
+    the bound must reach them, and the first value settled may not be one before they have a bound."""
+    exact = 1.0 + 2.0 + 1.5  # relu'(z) = 1 where z > 0, 0 at z = -t
+    fd = FiniteDifferences(kink_graph(t))
+    first = fd.gradient("b")
+    assert abs(first.reference[0] - exact) > 1e-4  # the first pass is off by half the kink's slope
+    tol = Tolerance(rtol=1e-6, atol=1e-9)
+    chk = fd_check(np.array([exact]), first.reference, first.noise, tol,
+                   lambda which, settled: fd.refine("b", first, which, settled))
+    assert chk.refined.tolist() == [0]
+    assert abs(chk.reference[0] - exact) <= chk.error[0] <= 1e-3 * exact
+    assert chk.passed and not len(chk.undecidable)
+    # the whole ladder (no early stop) holds it too
+    full = fd.refine("b", first, np.array([0]))
+    assert abs(full.values[0] - exact) <= full.error[0]
+    # and the verifier's verdict: the parameter agrees, nothing is an error
+    report = verify(kink_graph(t), FD_ONLY)
+    assert report.verdict == "pass" and not errors(report), report.to_text()
+    (grad_b,) = report.parameters
+    assert abs(grad_b.reference[0] - exact) <= grad_b.fd_error[0]
