@@ -234,8 +234,9 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
         f, size = evaluate(stack)
         plus[j, rows], minus[j, rows] = f[:k], f[k:]
         mag[j, rows] = np.fmax(np.fmax(size[:k], size[k:]), abs(base))  # a NaN side leaves the other
-        # not before every kind has a bounded estimate (one-sided ones: levels 1-3): central differences
-        # alone converge, with a tiny bound, to the mean of the slopes of a kink nearer than every step
+        # not before every kind has a bounded estimate (one-sided ones: levels 1-3): across a kink a few
+        # steps away, central differences are off by s/2 (1 - t/h), gaps that level off rather than shrink,
+        # so alone they underestimate their error (a ResNet's correct bias gradient was confirmed wrong)
         if settled is not None and SETTLE_LEVEL <= j < depth:
             values, error, _ = _best(plus, minus, mag, steps, base)
             active &= ~np.asarray(settled(values, error), dtype=bool)
