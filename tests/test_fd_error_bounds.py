@@ -14,6 +14,7 @@ from gradcheck_svc.oracles.symbolic import SymbolicOptions
 from gradcheck_svc.ops.registry import REGISTRY
 from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.compare import Tolerance, bounds
+from gradcheck_svc.verify.fd_check import fd_check
 
 from test_bug_zoo import SMOOTH_BINARY, SMOOTH_UNARY
 from test_diagnosis_registry import DIFFERENTIABLE, op_graph, registered_scaled_rule
@@ -204,3 +205,46 @@ def test_a_one_percent_wrong_div_rule_next_to_the_pole_is_still_caught():
         report = verify(div_graph(1e-5, op=bad.name), FD_ONLY)
     assert report.verdict == "fail"
     assert errors(report) == [("q", "rule_error")], report.to_text()
+
+
+def kink_graph(t: float):
+    """L = sum(w * relu(x + b)), one input of relu t below 0: a ReLU kink a few steps away or nearer than
+    every step of the ladder, as in a folded BatchNorm bias under many activations near 0."""
+    g = GraphBuilder("kink_near_the_ladder")
+    x = np.array([0.3, -0.2, 0.7, -0.1 - t, 0.45])
+    z = g.node("add", g.input("x", x), g.input("b", np.array([0.1]), True), name="z")
+    y = g.node("relu", z, name="y")
+    g.output(g.node("sum", g.node("mul", y, g.input("w", np.array([1.0, 0.5, 2.0, 1e-3, 1.5])), name="wy"),
+                    name="L"))
+    return load_graph(g.build())
+
+
+@pytest.mark.parametrize("t", [3e-6, 1e-9, 1e-11])
+def test_a_kink_under_the_steps_never_confirms_a_correct_gradient_wrong(t):
+    """Central differences straddling a kink are off by s/2 (1 - t/h) (s: the change of slope): their
+    gaps do not shrink 4x per halving, they level off, so the distance to neighbours is no bound there.
+    t = 3e-6: the ladder settled at level 2, on central differences alone (the one-sided ones had no
+    bound yet), 0.0003 off with a bound of 0.0002 -- a correct gradient confirmed wrong (the
+    ResNet-18 of bench/bench_fd_shards.py failed so on a folded BatchNorm bias, its other values left
+    with first-pass bounds of 2e-10). t below every step: central differences converge, with a tiny
+    gap, to the mean of the slopes (4.5005 +- 1e-9, where the exact gradient is 4.5); the one-sided
+    ones, each to its side's slope, disagree with them beyond both bounds, and the bound must reach
+    them. The exact value: relu'(z) = 1 where z > 0, 0 at z = -t."""
+    exact = 1.0 + 2.0 + 1.5
+    fd = FiniteDifferences(kink_graph(t))
+    first = fd.gradient("b")
+    assert abs(first.reference[0] - exact) > 1e-4  # the first pass straddles the kink
+    tol = Tolerance(rtol=1e-6, atol=1e-9)
+    chk = fd_check(np.array([exact]), first.reference, first.noise, tol,
+                   lambda which, settled: fd.refine("b", first, which, settled))
+    assert chk.refined.tolist() == [0]
+    assert abs(chk.reference[0] - exact) <= chk.error[0] <= 1e-3 * exact
+    assert chk.passed
+    # the whole ladder (no early stop) holds it too
+    full = fd.refine("b", first, np.array([0]))
+    assert abs(full.values[0] - exact) <= full.error[0]
+    # and the verifier's verdict: the parameter agrees, nothing is an error
+    report = verify(kink_graph(t), FD_ONLY)
+    assert report.verdict == "pass" and not errors(report), report.to_text()
+    (grad_b,) = report.parameters
+    assert abs(grad_b.reference[0] - exact) <= grad_b.fd_error[0]

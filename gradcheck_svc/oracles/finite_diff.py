@@ -99,6 +99,7 @@ JOINT_CHUNK_BYTES = 32 * 2**20
 LADDER_MIN = 10
 LADDER_MAX = 30
 LADDER_REACH = 1e-3
+SETTLE_LEVEL = 3  # the first level a value may stop at: the one-sided estimates' first bound needs levels 1-3
 
 
 @dataclass
@@ -207,7 +208,7 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
     magnitude for the rounding term), base = F(flat), h0 (m,) the first pass's steps, scale (m,)
     the smallest |x| each direction touches. settled(values, error) -> mask: directions whose
     estimate is good enough for the caller; they stop descending the ladder (a mismatch far
-    beyond the truncation error is confirmed in three levels, not thirty)."""
+    beyond the truncation error is confirmed in four levels, not thirty)."""
     m = len(h0)
     if m == 0:
         return Refined(np.zeros(0, np.intp), np.zeros(0), np.zeros(0), np.zeros(0), [])
@@ -233,7 +234,10 @@ def _ladder(evaluate, base: float, flat: np.ndarray, h0: np.ndarray, scale: np.n
         f, size = evaluate(stack)
         plus[j, rows], minus[j, rows] = f[:k], f[k:]
         mag[j, rows] = np.fmax(np.fmax(size[:k], size[k:]), abs(base))  # a NaN side leaves the other
-        if settled is not None and 2 <= j < depth:
+        # not before every kind has a bounded estimate (one-sided ones: levels 1-3): across a kink a few
+        # steps away, central differences are off by s/2 (1 - t/h), gaps that level off rather than shrink,
+        # so alone they underestimate their error (a ResNet's correct bias gradient was confirmed wrong)
+        if settled is not None and SETTLE_LEVEL <= j < depth:
             values, error, _ = _best(plus, minus, mag, steps, base)
             active &= ~np.asarray(settled(values, error), dtype=bool)
             if not active.any():
@@ -272,6 +276,11 @@ def _best(plus, minus, mag, steps, base):
         est = np.stack(candidates)  # (4, J+1, m)
         err = np.stack(bounds)
         err = np.where(np.isfinite(err) & np.isfinite(est), err, np.inf)
+        # the four kinds estimate one derivative: where their best estimates disagree beyond their bounds,
+        # the bounds do not hold for all of them -- a kink nearer than every step of the ladder: central
+        # differences converge (to the mean of the one-sided slopes) with a tiny gap, the one-sided ones
+        # each to their side's slope -- and an estimate's bound must reach the others'
+        err = np.maximum(err, _disagreement(est, err))
     m = est.shape[-1]
     flat_err = err.reshape(-1, m)
     pick = np.argmin(flat_err, axis=0)
@@ -279,6 +288,22 @@ def _best(plus, minus, mag, steps, base):
     error = flat_err[pick, cols]
     values = np.where(np.isfinite(error), est.reshape(-1, m)[pick, cols], np.nan)
     return values, error, pick
+
+
+def _disagreement(est: np.ndarray, err: np.ndarray) -> np.ndarray:
+    """est, err (K kinds, J+1 levels, m): for each estimate, the error it has if another kind's best
+    estimate best_k (bound bound_k) disagrees with it beyond both bounds -- the truth may be best_k, so
+    |estimate - best_k| + bound_k, the largest over such kinds; -inf where none disagrees (the kinds
+    agree within their bounds: nothing changes)."""
+    level = np.argmin(err, axis=1)[:, None, :]  # (K, 1, m): each kind's best level
+    best = np.take_along_axis(est, level, axis=1)[:, 0]  # (K, m)
+    bound = np.take_along_axis(err, level, axis=1)[:, 0]
+    out = np.full(est.shape, -np.inf)
+    with np.errstate(invalid="ignore"):
+        for b, e in zip(best, bound):
+            off = np.abs(est - b)
+            out = np.fmax(out, np.where(np.isfinite(e) & (off > err + e), off + e, -np.inf))
+    return out
 
 
 def _support_scale(flat: np.ndarray, directions: np.ndarray) -> np.ndarray:

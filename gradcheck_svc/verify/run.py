@@ -138,7 +138,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     phase("diagnosis")
     prior = recompute_check.attribute(engine.findings, results)
     findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
-    findings += undecidable_findings(results, engine.program)
+    findings += undecidable_findings(results, engine.program, findings)
     findings += _wrong_user_derivatives(custom, findings, engine.program)
     findings += unexplained_mismatches(results, findings, options.localize)
     t_diag = time.perf_counter() - t0
@@ -239,13 +239,17 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
     return out
 
 
-def undecidable_findings(results, program) -> list:
+def undecidable_findings(results, program, findings=()) -> list:
     """One warning per parameter with values finite differences could not decide: no step gave an
     estimate whose error is within the tolerance (or a small fraction of the value), or -- once
-    fd_check.REFINE_MAX values were refined -- the rest were never refined (say which, and how many)."""
+    fd_check.REFINE_MAX values were refined -- the rest were never refined (say which, and how many).
+    None for a parameter a kink finding (nondifferentiable_point, warning or error) already covers: the
+    kink is why no step decides it, and the one-sided differences there have settled it."""
+    kinked = {p for f in findings if f.cause == "nondifferentiable_point" and f.severity != "info"
+              for p in f.parameters}
     out = []
     for r in results:
-        if not len(r.fd_undecidable):
+        if not len(r.fd_undecidable) or r.name in kinked:
             continue
         flat = r.reference.reshape(-1)
         first = int(r.fd_undecidable[0])

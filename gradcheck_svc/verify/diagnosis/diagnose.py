@@ -51,8 +51,10 @@ def localization_findings(ctx: Context, known: list[Finding]) -> list[Finding]:
     failing = [r.name for r in ctx.results if not r.passed and r.name not in covered]
     # Parameters whose engine gradient matches the exact symbolic one while finite differences
     # disagree: the engine is right, so only explanations (a kink, rounding) are worth reporting.
-    fd_only = [r.name for r in ctx.results if r.passed and not getattr(r, "fd_passed", True)
-               and r.name not in covered]
+    # So are parameters that pass with values finite differences could not decide (a kink nearer than
+    # every step): the walk finds the kink, whose one-sided differences say whether the engine is right.
+    fd_only = [r.name for r in ctx.results if r.passed and r.name not in covered and
+               (not getattr(r, "fd_passed", True) or len(r.fd_undecidable) > r.fd_unrefined)]
     failing += fd_only
     if not failing:
         return []

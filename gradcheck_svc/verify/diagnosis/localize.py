@@ -96,31 +96,34 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
                 if want:
                     consumers_of.setdefault(i, []).append((s, k))
     checks: dict[str, Comparison] = {}
+    shown: dict[str, bool] = {}  # the adjoint shown right: agreeing, and no value undecidable
 
-    def check(v: str) -> Comparison:
+    def check(v: str) -> bool:
         if v not in checks:
             engine = np.asarray(adjoints.get(v, np.zeros(program.shapes[v])), dtype=np.float64)
             engine = np.broadcast_to(engine, program.shapes[v])
             ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection", directions=DIRECTIONS)
             eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
-            checks[v] = fd_check(eng, ref.reference, ref.noise, tol,
-                                 lambda which, settled: fd.refine(v, ref, which, settled)).comparison
-        return checks[v]
+            chk = fd_check(eng, ref.reference, ref.noise, tol, lambda which, settled: fd.refine(v, ref, which, settled))
+            # an undecidable value (differences straddling a kink nearer than every step) clears nothing:
+            # the walk goes on to the node whose kink it is, where the one-sided differences decide
+            checks[v], shown[v] = chk.comparison, chk.passed and not len(chk.undecidable)
+        return shown[v]
 
     # bisect: lo is right (or the loss side), hi is wrong
-    hi = next((position[p] for p in reversed(params) if not check(p).passed), None)
+    hi = next((position[p] for p in reversed(params) if not check(p)), None)
     if hi is None:
         return None
     lo = -1
     while hi - lo > 1:
         mid = (lo + hi) // 2
-        if check(order[mid]).passed:
+        if check(order[mid]):
             lo = mid
         else:
             hi = mid
     u = order[hi]
     while True:  # walk towards the loss while a consumer's own adjoint is wrong
-        nxt = next((s.name for s, _ in consumers_of.get(u, ()) if s.name in position and not check(s.name).passed),
+        nxt = next((s.name for s, _ in consumers_of.get(u, ()) if s.name in position and not check(s.name)),
                    None)
         if nxt is None:
             break
