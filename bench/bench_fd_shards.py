@@ -34,6 +34,8 @@ import torch
 from torch import nn
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import machine  # noqa: E402
 
 
 class Basic(nn.Module):
@@ -117,6 +119,7 @@ def main() -> None:
     opts = ["--max-message-bytes", "1000000000", "--max-elements", "100000000",
             *([] if a.fd is None else ["--fd", a.fd])]
     widths = tuple(int(w) for w in a.widths.split(","))
+    print(f"machine: {machine()}", flush=True)
     with tempfile.TemporaryDirectory() as tmp:
         model = Path(tmp) / "resnet18.onnx"
         n = export(model, widths, a.size)
