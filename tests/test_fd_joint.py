@@ -58,14 +58,15 @@ def test_joint_differences_are_the_sum_of_each_blocks_projection():
     fd = FiniteDifferences(graph, FDOptions(mode="joint", directions=6))
     assert fd.mode_for("W") == fd.mode_for("c") == "joint"
     dirs = fd.joint_directions(["W", "c"])
-    assert np.allclose(np.linalg.norm(dirs.blocks["W"], axis=1), 1) and np.allclose(
-        np.linalg.norm(dirs.blocks["c"], axis=1), 1)
+    assert np.allclose(np.linalg.norm(dirs.block("W"), axis=1), 1) and np.allclose(
+        np.linalg.norm(dirs.block("c"), axis=1), 1)
     full = {p: fd.gradient(p, mode="full").reference.reshape(-1) for p in ("W", "c")}
+    assert np.allclose(dirs.project("W", full["W"]), dirs.block("W") @ full["W"], rtol=1e-12, atol=1e-15)
     both = fd.joint(dirs, ["W", "c"]).reference
     only_c = fd.joint(dirs, ["c"], rows=np.array([1, 4])).reference
-    expected = dirs.blocks["W"] @ full["W"] + dirs.blocks["c"] @ full["c"]
+    expected = dirs.block("W") @ full["W"] + dirs.block("c") @ full["c"]
     assert np.allclose(both, expected, rtol=1e-7, atol=1e-8)
-    assert np.allclose(only_c, (dirs.blocks["c"] @ full["c"])[[1, 4]], rtol=1e-7, atol=1e-8)
+    assert np.allclose(only_c, (dirs.block("c") @ full["c"])[[1, 4]], rtol=1e-7, atol=1e-8)
 
 
 def _one_percent_op():

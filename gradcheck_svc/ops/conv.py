@@ -81,7 +81,12 @@ def _conv(xp, x, w, b=None, *, geo, group, bias):
     if lw:  # perturbed weights: give W an N axis and X the same number of leading axes
         wm = wm.reshape(wm.shape[:lw] + (1,) + wm.shape[lw:])
         cols = cols.reshape((1,) * max(0, lw - lx) + cols.shape)
-    y = xp.matmul(cols, wm)  # (*L, N, G, P, Mg): the one GEMM
+    if lw == 0 and group == 1:
+        # one weight for every copy: one GEMM with all copies' windows as its rows (a matmul broadcast
+        # over the copies calls one small GEMM per copy, each re-reading the weight from memory)
+        y = xp.matmul(cols.reshape(-1, cols.shape[-1]), wm[0]).reshape(cols.shape[:-1] + wm.shape[-1:])
+    else:
+        y = xp.matmul(cols, wm)  # (*L, N, G, P, Mg): the one GEMM
     y = xp.swapaxes(y, -1, -2)
     y = y.reshape(y.shape[:-3] + (y.shape[-3] * y.shape[-2],) + geo.out)
     if b is not None:

@@ -25,7 +25,7 @@ joint: k random directions spanning every parameter at once, 2k forwards of the
     halves only where it disagrees, down to the parameters to check on their own.
     Auto uses it when a per-parameter check of the graph would exceed
     `full_cost_budget`; parameters cheap to check in full (together no more
-    than the joint pass costs) are still checked in full.
+    than JOINT_FULL_SHARE of what the joint pass costs) are still checked in full.
 
 The public API is every difference the verifier takes -- the one place central,
 one-sided and projected differences are computed:
@@ -92,6 +92,13 @@ class FDOptions:
 # a copy of the whole graph is large and its steps many: per-step overhead, not cache misses, is
 # what the joint pass pays (chain_256: 32 copies in 4 chunks of 8 MiB 0.09 s, in one of 26 MiB 0.05 s)
 JOINT_CHUNK_BYTES = 32 * 2**20
+
+# auto's full checks next to the joint screen: the cheapest parameters, while their values together
+# stay within this share of the joint pass's. Counted in values, a full check's one-element copies
+# cost more per value than the joint pass's whole-graph ones (ResNet-18: its 16 cheapest tensors,
+# within the joint pass's values, took 6x its time; 4 within an eighth, 60% of it); the screen covers them all the same, the full
+# checks add element-wise detail where it is cheap (chain_256: its last layers' biases)
+JOINT_FULL_SHARE = 1 / 16
 
 # the refinement ladder: steps H 2^-j, j = 0..J, with H the power of two just above 2h (so every
 # step is exact in binary and each halves the last); J reaches 1e-3 |x| below the smallest |x|
@@ -312,17 +319,55 @@ def _support_scale(flat: np.ndarray, directions: np.ndarray) -> np.ndarray:
     return np.min(np.where(big, np.abs(flat)[None, :], np.inf), axis=1)
 
 
+# columns per piece when a sign block is widened to float64 (JointDirections.project): 16 rows x
+# 8,192 columns is 1 MiB, a piece that stays in cache; the whole (k, n) float64 block never exists
+PROJECT_COLUMNS = 8192
+
+
 @dataclass
 class JointDirections:
-    """k directions spanning several parameters at once: per parameter a (k, n_p) block whose rows are
-    random unit vectors, so each block moves as much whatever its size; one step for them all."""
+    """k directions spanning several parameters at once. Per parameter a (k, n_p) block of random
+    signs (int8 +-1) times one weight per block, 1/sqrt(n_p) to begin with, so each row of a block
+    is a unit vector and each block moves as much whatever its size; one step for them all.
+    Signs, not Gaussians: one byte per element (ResNet-18's 11.7 M parameters x 16 directions as
+    float64 were 1.5 GB, and building them and the perturbed copies from them took 15 s against
+    0.6 s for the forwards themselves), a copy is one multiply and one add per element, and every
+    element moves by the same amount, so none is all but left out of a direction."""
 
-    blocks: dict[str, np.ndarray]
+    signs: dict[str, np.ndarray]  # p -> (k, n_p) int8, +-1
+    weight: dict[str, float]  # p -> |v| of every element of the block
     step: float
 
     @property
     def k(self) -> int:
-        return len(next(iter(self.blocks.values()))) if self.blocks else 0
+        return len(next(iter(self.signs.values()))) if self.signs else 0
+
+    def block(self, p: str, rows=None) -> np.ndarray:
+        """The (rows of the) block as float64 directions (len(rows), n_p)."""
+        s = self.signs[p] if rows is None else self.signs[p][np.asarray(rows)]
+        return np.multiply(s, self.weight[p], dtype=np.float64)
+
+    def project(self, p: str, values: np.ndarray) -> np.ndarray:
+        """(k,) the block's directions times values (n_p,): sum_i v_ji values_i, in float64 pieces
+        (the whole (k, n_p) float64 block never exists)."""
+        values = np.asarray(values, dtype=np.float64).reshape(-1)
+        s, out = self.signs[p], np.zeros(self.k)
+        for lo in range(0, values.size, PROJECT_COLUMNS):
+            out += s[:, lo:lo + PROJECT_COLUMNS].astype(np.float64) @ values[lo:lo + PROJECT_COLUMNS]
+        return out * self.weight[p]
+
+    def perturbed(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, negative: np.ndarray,
+                  out: np.ndarray | None = None) -> np.ndarray:
+        """(len(rows), n_p): copy c is x + h v_j with j = rows[c], or x - h v_j where negative[c]. h v is
+        +-fl(h |v|) at every element, exactly, so these are the float64 values x + fl(h v) gives.
+        out: a float64 buffer of at least that many rows to write into (a fresh 100 MB array per
+        copy spends more on page faults than on the arithmetic)."""
+        hv = h * self.weight[p]
+        out = np.empty((len(rows), x.size)) if out is None else out[:len(rows)]
+        for c, (j, neg) in enumerate(zip(rows, negative)):  # row by row: a scalar factor is the fast loop
+            np.multiply(self.signs[p][j], -hv if neg else hv, out=out[c], dtype=np.float64)
+            out[c] += x
+        return out
 
 
 class FiniteDifferences:
@@ -361,7 +406,8 @@ class FiniteDifferences:
         """Each parameter's mode. full / projection / joint: all of them so (projection, joint: the
         tiny or huge ones too). auto: projection above the size threshold, full for the rest -- unless
         that would evaluate more than the cost budget; then the joint screen for all but the
-        cheapest, checked in full while their cost together stays within the joint pass's."""
+        cheapest, checked in full while their cost together stays within JOINT_FULL_SHARE of the
+        joint pass's."""
         params = list(self.program.params)
         mode = self.options.mode
         if mode != "auto":
@@ -384,7 +430,7 @@ class FiniteDifferences:
             measured += self.full_cost(p)
         if total <= self.options.full_cost_budget:
             return plan
-        cheap, spent, budget = set(), 0.0, self.joint_cost()
+        cheap, spent, budget = set(), 0.0, JOINT_FULL_SHARE * self.joint_cost()
         for p in sorted(rest, key=dense.get):
             if spent + dense[p] > budget:
                 break
@@ -572,24 +618,24 @@ class FiniteDifferences:
     # -- joint: directions spanning several parameters, the whole graph evaluated once per copy --
 
     def joint_directions(self, params: list[str], k: int | None = None) -> JointDirections:
-        """k directions over `params`: per block a random sign vector scaled to unit length (seeded
-        by the options' seed). Signs, not Gaussians: every element moves by 1/sqrt(n), so none is
-        all but left out of a direction, and 16 x 270,000 of them cost 14 ms, not 100."""
+        """k directions over `params`: per block random signs (seeded by the options' seed), each row
+        a unit vector."""
         k = k or self.options.directions
         rng = np.random.default_rng(self.options.seed)
         sizes = [self._size(p) for p in params]
         total = sum(sizes)
         bits = np.unpackbits(np.frombuffer(rng.bytes((k * total + 7) // 8), np.uint8))[:k * total]
-        signs = bits.reshape(k, total).astype(np.float64)
-        signs *= 2.0
-        signs -= 1.0
-        blocks, lo = {}, 0
+        bits = bits.reshape(k, total).view(np.int8)
+        bits *= 2
+        bits -= 1  # the signs, +-1
+        signs, weight, lo, top = {}, {}, 0, 0.0
         for p, n in zip(params, sizes):
-            blocks[p] = signs[:, lo:lo + n] / math.sqrt(n) if n else signs[:, lo:lo]
+            signs[p] = bits[:, lo:lo + n]
+            weight[p] = 1.0 / math.sqrt(n) if n else 0.0
             lo += n
-        flat = np.concatenate([np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params]) \
-            if params else np.zeros(0)
-        return JointDirections(blocks, projection_step(flat))
+            if n:  # projection_step of all the blocks together, without concatenating them
+                top = max(top, float(np.max(np.abs(np.asarray(self.base[p], dtype=np.float64)))))
+        return JointDirections(signs, weight, projection_step(np.array([top])))
 
     def _set_row_bytes(self, params) -> int:
         key = tuple(params)
@@ -598,16 +644,20 @@ class FiniteDifferences:
                                                   for v in self.program.downstream(list(params))))
         return self._row_bytes[key]
 
-    def joint_losses(self, params: list[str], stacks: dict) -> np.ndarray:
-        """The loss for each row of the stacks (p -> (B, n_p), flat copies of each parameter), all
-        parameters perturbed together, in memory-bounded chunks."""
-        b = len(next(iter(stacks.values())))
+    def joint_losses(self, params: list[str], b: int, rows_of) -> np.ndarray:
+        """The loss for each of b copies, all `params` perturbed together: rows_of(s, e) -> p ->
+        (e - s, n_p), the flat copies s..e-1 of each parameter, made one memory-bounded chunk at a time
+        (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
+        done with it when the next is asked for (joint() writes them into one buffer)."""
         self.joint_rows += b
-        rows = max(1, max(self.options.chunk_bytes, JOINT_CHUNK_BYTES) // self._set_row_bytes(params))
+        row = self._set_row_bytes(params) + 8 * sum(self._size(p) for p in params)
+        rows = max(1, max(self.options.chunk_bytes, JOINT_CHUNK_BYTES) // row)
         out = np.empty(b)
         for s in range(0, b, rows):
-            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {
-                p: stacks[p][s:s + rows].reshape((-1,) + tuple(self.program.shapes[p])) for p in params})
+            e = min(b, s + rows)
+            chunk = rows_of(s, e)
+            out[s:e] = forward_batched(self.program, NUMPY, self.base, {
+                p: chunk[p].reshape((-1,) + tuple(self.program.shapes[p])) for p in params})
         return out
 
     def joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray | None = None) -> FDResult:
@@ -615,12 +665,16 @@ class FiniteDifferences:
         `params` (the others stay put): sum over those p of g_p . v_p, one value per row."""
         rows = np.arange(dirs.k) if rows is None else np.asarray(rows, dtype=np.intp)
         h, m = dirs.step, len(rows)
-        stacks = {}
-        for p in params:
-            x = np.asarray(self.base[p], dtype=np.float64).reshape(-1)
-            v = dirs.blocks[p][rows]
-            stacks[p] = np.concatenate([x + h * v, x - h * v])
-        losses = self.joint_losses(params, stacks)
+        flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
+        buffers: dict = {}  # p -> one chunk's copies, written over by the next chunk
+
+        def rows_of(s, e):  # copy c < m is row c's x + h v, copy m + c its x - h v
+            c = np.arange(s, e)
+            for p in params:
+                if p not in buffers or len(buffers[p]) < len(c):
+                    buffers[p] = np.empty((len(c), flat[p].size))
+            return {p: dirs.perturbed(p, flat[p], h, rows[c % m], c >= m, buffers[p]) for p in params}
+        losses = self.joint_losses(params, 2 * m, rows_of)
         with np.errstate(all="ignore"):
             ref = (losses[:m] - losses[m:]) / (2 * h)
         return FDResult("joint", ref, np.full(m, self._noise(h)), evaluations=2 * m)
@@ -632,10 +686,11 @@ class FiniteDifferences:
         sizes = [self._size(p) for p in params]
         cuts = np.cumsum(sizes)[:-1]
         flat = np.concatenate([np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params])
-        d = np.concatenate([dirs.blocks[p][np.asarray(rows)[which]] for p in params], axis=1)
+        d = np.concatenate([dirs.block(p, np.asarray(rows)[which]) for p in params], axis=1)
 
         def evaluate(stack):
-            losses = self.joint_losses(params, dict(zip(params, np.split(stack, cuts, axis=1))))
+            losses = self.joint_losses(params, len(stack),
+                                       lambda s, e: dict(zip(params, np.split(stack[s:e], cuts, axis=1))))
             return losses, np.abs(losses)
         out = _ladder(evaluate, self.loss, flat, np.full(which.size, dirs.step), _support_scale(flat, d),
                       directions=d, settled=settled)

@@ -53,31 +53,31 @@ class JointScreen:
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
 
-def _block_terms(gradients: dict, dirs, tol: Tolerance, params: list[str]):
-    """Per parameter: the engine's projections c (k,) and the squared allowed errors a^2 (k,)."""
-    c, a2 = {}, {}
+def _allowed(gradients: dict, tol: Tolerance, params: list[str]) -> dict:
+    """Per parameter sum(b * b) / n: a^2 (k,) is that times the block's weight squared -- (v * v) @
+    (b * b) / n, every element of a sign block moving by the weight."""
+    out = {}
     for p in params:
         g = np.asarray(gradients[p], dtype=np.float64).reshape(-1)
-        v = dirs.blocks[p]
-        c[p] = v @ g
         b = tol.atol * max(1.0, float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
-        a2[p] = (v * v) @ (b * b) / max(1, g.size)
-    return c, a2
+        out[p] = float(b @ b) / max(1, g.size)
+    return out
 
 
 def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> JointScreen:
     dirs = fd.joint_directions(params)
-    _, a2 = _block_terms(gradients, dirs, tol, params)
+    allowed = _allowed(gradients, tol, params)
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
     # a bug past its own tolerance shows as much in a block whose gradient is 1e-5 as in one whose
     # gradient is 10, rather than drowning in the large blocks' allowance. No block moves more than
     # a unit direction would.
-    scale = {p: math.sqrt(float(np.mean(a2[p]))) for p in params}
+    scale = {p: dirs.weight[p] * math.sqrt(allowed[p]) for p in params}
     least = min((v for v in scale.values() if v > 0), default=1.0)
     for p in params:
         if scale[p] > 0:
-            dirs.blocks[p] *= least / scale[p]
-    c, a2 = _block_terms(gradients, dirs, tol, params)
+            dirs.weight[p] *= least / scale[p]
+    a2 = {p: np.full(dirs.k, dirs.weight[p] ** 2 * allowed[p]) for p in params}
+    c = {p: dirs.project(p, gradients[p]) for p in params}  # the engine's projections (k,)
     before = fd.joint_rows
 
     def check(group, rows, ceiling):
