@@ -7,7 +7,7 @@ Timed, per repetition:
   ours   verify(graph) with the default options (in process): engine forward+backward, the
          symbolic oracle's size check (skipped: over its budget), finite differences by cost --
          `auto` screens the parameters jointly (verify/joint_check.py: 16 directions spanning all
-         512 tensors, 32 forwards of the graph, the cheapest 30 tensors checked in full) -- and
+         512 tensors, 32 forwards of the graph, the cheapest tensors checked in full) -- and
          the diagnosis; and with --fd projection (16 directions per tensor, 2 x 16 forwards of
          each tensor's downstream graph: the per-parameter plan before the joint screen)
   torch  torch.autograd.gradcheck(f, (W_0, b_0, ..., W_255, b_255), fast_mode=True): one random

@@ -22,8 +22,7 @@ within every repetition (interleaved); min and median; 1 thread first (numpy's B
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_models.py [--quick] [--reps N] [--resnet-reps N]
         [--size S] [--threads 1,2]
 
-BENCHMARKS.md's table: no options (size 64, 1 thread; SqueezeNet 3 repetitions, ResNet-18 1: a verification
-takes minutes there). The agreement check's calls (one verification, one torch forward and backward) are the
+BENCHMARKS.md's table: no options (size 64, 1 thread, 5 repetitions of each model). The agreement check's calls (one verification, one torch forward and backward) are the
 warm-up. --quick: SqueezeNet only, 1 repetition, size 32.
 """
 from __future__ import annotations
@@ -144,8 +143,8 @@ def run_model(name: str, size: int, reps: int):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="SqueezeNet only, 1 repetition, 32x32 (smoke run)")
-    ap.add_argument("--reps", type=int, default=3, help="SqueezeNet's repetitions (default 3)")
-    ap.add_argument("--resnet-reps", type=int, default=1, help="ResNet-18's repetitions (default 1)")
+    ap.add_argument("--reps", type=int, default=5, help="SqueezeNet's repetitions (default 5)")
+    ap.add_argument("--resnet-reps", type=int, default=5, help="ResNet-18's repetitions (default 5)")
     ap.add_argument("--size", type=int, default=64, help="input height and width (default 64)")
     ap.add_argument("--threads", default="1", help="comma-separated thread counts, 1 first (default 1)")
     args = ap.parse_args(argv)

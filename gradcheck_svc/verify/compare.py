@@ -11,6 +11,16 @@ reference's own estimated rounding error (for finite differences,
 atol 1e-7 / rtol 1e-6; float32 engines to atol 1e-4 / rtol 1e-3, about
 1,000 float32 ulps, which leaves room for accumulated rounding in long
 reductions while still catching wrong rules (errors of order 1%).
+
+A vanishing gradient is held to its own size (float64 engines): where a parameter's
+largest |ref| M is below VANISHING (1e-4, where atol is 0.1% of it), atol's term is
+atol * M / VANISHING -- 0.1% of the parameter's largest gradient -- rather than atol
+itself, which would let a 1% error in the first layers of a deep chain (gradients
+~1e-6, chain_256) pass unseen. It stops shrinking at ZERO_SHARE of atol (1e-13), the
+rounding of a gradient that cancels to zero. Finite differences resolve such
+gradients (their rounding, ~eps |L| / h, is in `noise`); float64 rounding in the
+engine is ~1e-16 relative, far inside. float32 engines keep the absolute floor.
+
 A NaN or Inf where the reference is finite always fails, and so does any element whose
 allowed error is itself infinite or NaN (the same non-finite value on both sides agrees).
 """
@@ -21,17 +31,27 @@ from dataclasses import dataclass
 import numpy as np
 
 DEFAULT_TOLERANCES = {"float64": (1e-7, 1e-6), "float32": (1e-4, 1e-3)}
+VANISHING = {"float64": 1e-4, "float32": 0.0}  # see the module's doc; 0: atol's term never shrinks
+ZERO_SHARE = 1e-6
 
 
 @dataclass(frozen=True)
 class Tolerance:
     atol: float
     rtol: float
+    vanishing: float = 0.0  # a parameter's largest |ref| below which atol's term shrinks with it
 
     @classmethod
     def for_dtype(cls, dtype: str, atol: float | None = None, rtol: float | None = None) -> "Tolerance":
         a, r = DEFAULT_TOLERANCES[dtype]
-        return cls(a if atol is None else atol, r if rtol is None else rtol)
+        return cls(a if atol is None else atol, r if rtol is None else rtol, VANISHING[dtype])
+
+    def absolute(self, magnitude: float) -> float:
+        """atol's term for a parameter whose largest finite |ref| is `magnitude`."""
+        a = self.atol * max(1.0, magnitude)
+        if magnitude < self.vanishing:
+            a *= max(magnitude / self.vanishing, ZERO_SHARE)
+        return a
 
 
 @dataclass
@@ -49,12 +69,12 @@ def bounds(ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> 
     ref = np.asarray(ref, dtype=np.float64)
     with np.errstate(all="ignore"):
         finite_ref = np.abs(ref[np.isfinite(ref)])
-        return _bound(ref, max(1.0, float(finite_ref.max()) if finite_ref.size else 1.0), tol, noise)
+        return _bound(ref, float(finite_ref.max()) if finite_ref.size else 0.0, tol, noise)
 
 
-def _bound(ref, scale: float, tol: Tolerance, noise):
-    """The tolerance model's one formula; scale = max(1, max |finite ref|)."""
-    return tol.atol * scale + tol.rtol * np.abs(ref) + noise
+def _bound(ref, magnitude: float, tol: Tolerance, noise):
+    """The tolerance model's one formula; magnitude = max |finite ref|."""
+    return tol.absolute(magnitude) + tol.rtol * np.abs(ref) + noise
 
 
 def within(g, ref, err, bound) -> np.ndarray:
@@ -81,9 +101,10 @@ def _compare_finite(g, ref, err, tol: Tolerance, noise) -> Comparison:
     """compare() when every value and error is finite (nearly always): the same numbers as the general
     rule below without its NaN/inf bookkeeping, which costs more than the comparison on small tensors
     (tests/test_compare.py checks the two agree)."""
-    scale = max(1.0, float(np.abs(ref).max()))
+    magnitude = float(np.abs(ref).max())
+    scale = max(1.0, magnitude)
     with np.errstate(all="ignore"):
-        bound = _bound(ref, scale, tol, noise)
+        bound = _bound(ref, magnitude, tol, noise)
         rel = err / np.maximum(np.maximum(np.abs(ref), np.abs(g)), np.finfo(np.float64).eps * scale)
         ratio = err / bound
         ok = (np.isfinite(bound) & (err <= bound)) | (g == ref)

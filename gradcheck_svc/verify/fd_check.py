@@ -9,7 +9,9 @@ is *undecidable by FD*, reported as such and never counted as a mismatch. So is 
 still failing on the first pass once REFINE_MAX values were refined without a confirmed
 mismatch (`unrefined`): the first pass's error estimate covers rounding only, so its verdict
 is no verdict (a correct graph whose 700 values all missed on the first pass once failed with
-no finding at all).
+no finding at all). Once a mismatch is confirmed the verdict is settled and refining stops;
+the values still off on the first pass alone are `unconfirmed`: left out of the comparison
+(a mismatch shown with a rounding-only bound would show a bound that is not one) and counted.
 
 Used for the parameters' gradients (run.py) and by localization for every adjoint and local
 derivative it checks, so no node is blamed for the oracle's own truncation error.
@@ -37,6 +39,8 @@ class FDCheck:
     undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
     # flat indices left undecided because REFINE_MAX values were refined first (a subset of undecidable)
     unrefined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
+    # flat indices off on the first pass, never refined: a confirmed mismatch settled the verdict first
+    unconfirmed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
 
     @property
     def passed(self) -> bool:
@@ -67,6 +71,7 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
     refined = np.zeros(ref.size, bool)
     undecidable = np.zeros(ref.size, bool)
     unrefined = np.zeros(ref.size, bool)
+    unconfirmed = np.zeros(ref.size, bool)
     while refine is not None and refined.sum() < REFINE_MAX:
         allowed = bounds(ref, tol, error)
         over = _over(eng, ref, allowed) & ~refined
@@ -92,16 +97,20 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
         trusted = trusted_at(r.values, r.error)
         undecidable[batch] = ~trusted
         if _over(eng[batch], ref[batch], bounds(ref, tol, error)[batch])[trusted].any():
-            break  # a confirmed mismatch: the verdict is settled, localization takes it from here
+            # a confirmed mismatch: the verdict is settled, localization takes it from here
+            unconfirmed = _over(eng, ref, bounds(ref, tol, error)) & ~refined
+            break
     else:
         if refine is not None:  # the cap: what still fails on the first pass alone decides nothing
             unrefined = _over(eng, ref, bounds(ref, tol, error)) & ~refined
             undecidable |= unrefined
-    # undecidable values are no verdict either way: left out of the comparison (compared with themselves)
+    # undecidable and unconfirmed values are no verdict either way: left out of the comparison
+    # (compared with themselves)
+    out = undecidable | unconfirmed
     if floor is None:
-        cmp = compare(eng.reshape(shape), np.where(undecidable, eng, ref).reshape(shape), tol, error.reshape(shape))
+        cmp = compare(eng.reshape(shape), np.where(out, eng, ref).reshape(shape), tol, error.reshape(shape))
     else:
-        cmp = compare(eng.reshape(shape), np.where(undecidable, eng, ref).reshape(shape), Tolerance(0.0, 0.0),
+        cmp = compare(eng.reshape(shape), np.where(out, eng, ref).reshape(shape), Tolerance(0.0, 0.0),
                       (floor + error).reshape(shape))
     return FDCheck(cmp, ref, error, np.flatnonzero(refined), np.flatnonzero(undecidable),
-                   np.flatnonzero(unrefined))
+                   np.flatnonzero(unrefined), np.flatnonzero(unconfirmed))

@@ -138,7 +138,7 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
                            "reference_at_worst": float(c.reference_at_worst), "passed": bool(c.passed)}})
         for field, a in (("fd_reference", ref.reference), ("fd_noise", ref.noise), ("reference", check.reference),
                          ("error", check.error), ("refined", check.refined), ("undecidable", check.undecidable),
-                         ("unrefined", check.unrefined)):
+                         ("unrefined", check.unrefined), ("unconfirmed", check.unconfirmed)):
             arrays[f"{i}.{field}"] = np.asarray(a)
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
             "shard_count": count, "work": _screen_digest(fd, screen, own), "parameters": params}
@@ -244,6 +244,7 @@ def shard_source(shards: dict):
             c = p["comparison"]
             cmp = Comparison(c["max_abs_error"], c["max_rel_error"], tuple(c["worst_index"]), c["engine_at_worst"],
                              c["reference_at_worst"], c["passed"])
-            return ref, FDCheck(cmp, a["reference"], a["error"], a["refined"], a["undecidable"], a["unrefined"])
+            return ref, FDCheck(cmp, a["reference"], a["error"], a["refined"], a["undecidable"], a["unrefined"],
+                                   a["unconfirmed"])
         return lookup
     return source

@@ -4,7 +4,7 @@ k random directions span all the screened parameters together (finite_diff.Joint
 random unit vector per parameter block, then weighted as below), so the whole graph's directional derivative
 D_j = sum_p g_p . v_jp costs 2 forwards per direction however many parameter tensors there are.
 The engine's side is known per block, c_jp = g_p . v_jp, and so is what the tolerance model
-allows each block: with b_i = atol * max(1, max |g_p|) + rtol * |g_i| per element, a_jp =
+allows each block: with b_i = tol.absolute(max |g_p|) + rtol * |g_i| per element (compare.py), a_jp =
 sqrt(sum_i (b_i v_jpi)^2 / n_p), the typical size of the projection of errors within tolerance
 divided by sqrt(n_p): one element past its tolerance b_i moves a random unit projection by
 about b_i / sqrt(n_p), and the screen is to see it (legitimate rounding, far inside the
@@ -59,7 +59,7 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str]) -> dict:
     out = {}
     for p in params:
         g = np.asarray(gradients[p], dtype=np.float64).reshape(-1)
-        b = tol.atol * max(1.0, float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
+        b = tol.absolute(float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
         out[p] = float(b @ b) / max(1, g.size)
     return out
 

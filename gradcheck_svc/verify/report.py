@@ -11,7 +11,8 @@ gradient and engine vs symbolic errors, or null when it did not run) and
 `fd_vs_symbolic` (how far FD is from the exact gradient: how much to trust FD
 on this graph); `fd_error` the estimated error of each FD reference value
 (`fd_error_at_worst` beside `reference_at_worst`), `fd_refined` how many were
-refined on the ladder of steps, `fd_undecidable` the flat indices FD could not decide;
+refined on the ladder of steps, `fd_undecidable` the flat indices FD could not decide,
+`fd_unconfirmed` those off on the first pass and never refined once a mismatch was confirmed;
 `fd_checked_by` how FD checked the parameter: "full", "projection", "joint" (cleared by the
 joint screen of all parameters at once: `reference` and `engine_projection` are then the whole
 graph's directional derivatives) or "joint, then full|projection" (flagged by the screen and
@@ -77,6 +78,9 @@ class ParameterResult:
     fd_refined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices refined
     fd_undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
     fd_unrefined: int = 0  # of fd_undecidable, those left so by fd_check.REFINE_MAX
+    # flat indices off on the first pass and never refined: a confirmed mismatch settled the verdict
+    # first; left out of the comparison (fd_check.py)
+    fd_unconfirmed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
     # how finite differences checked it: "full" | "projection" | "joint" (cleared by the joint screen:
     # reference / engine_projection are the whole graph's directional derivatives) | "joint, then full" /
     # "joint, then projection" (the joint screen flagged it, its own check decided)
@@ -125,6 +129,7 @@ class ParameterResult:
             d["fd_error_at_worst"] = json_float(self.fd_error.reshape(-1)[worst]) if self.fd_error.size else 0.0
             d["fd_refined"] = int(len(self.fd_refined))
             d["fd_undecidable"] = [int(i) for i in self.fd_undecidable]  # flat, like reference
+            d["fd_unconfirmed"] = [int(i) for i in self.fd_unconfirmed]
         if self.gradient.size > MAX_LISTED:
             d["truncated"] = True
         if self.engine_projection is not None:

@@ -31,6 +31,8 @@ def _worst(p) -> str:
     if p.symbolic_comparison is None and p.fd_error is not None and p.fd_error.size:
         flat = np.ravel_multi_index(p.worst_index, p.fd_error.shape) if p.worst_index else 0
         text += f" ± {float(p.fd_error.reshape(-1)[flat]):.2g}"  # the FD reference's own error bound
+    if len(p.fd_unconfirmed):
+        text += f"; {len(p.fd_unconfirmed)} more off on the first pass, not refined (not compared)"
     return text
 
 

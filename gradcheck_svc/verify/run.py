@@ -115,7 +115,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
             passed=sym_cmp.passed if sym_cmp is not None else cmp.passed,
             evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
             fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
-            fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined),
+            fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined), fd_unconfirmed=check.unconfirmed,
             checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
     t_fd = time.perf_counter() - t0
     for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report

@@ -136,7 +136,7 @@ def _one_sided(ctx: Context, r):
         labels = [("direction", j) for j in range(len(dirs))]
     else:
         g, ref = r.gradient.reshape(-1), np.asarray(r.reference).reshape(-1)
-        bound = ctx.tol.atol * max(1.0, float(np.max(np.abs(ref)))) + ctx.tol.rtol * np.abs(ref)
+        bound = ctx.tol.absolute(float(np.max(np.abs(ref)))) + ctx.tol.rtol * np.abs(ref)
         failing = np.flatnonzero(~(np.abs(g - ref) <= bound))[:ONE_SIDED_MAX]
         dirs = np.zeros((failing.size, x.size))
         dirs[np.arange(failing.size), failing] = 1.0

@@ -212,7 +212,7 @@ class CustomOp(_message.Message):
     def __init__(self, node: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., formula: _Optional[str] = ..., user_grad: _Optional[_Mapping[str, str]] = ..., user_grad_matches: _Optional[bool] = ..., detail: _Optional[str] = ..., per_input: _Optional[_Mapping[str, CustomOpInput]] = ...) -> None: ...
 
 class ParameterResult(_message.Message):
-    __slots__ = ("name", "shape", "fd_mode", "gradient", "reference", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "reference_at_worst", "tolerance", "passed", "gradient_norm", "fd_evaluations", "truncated", "engine_projection", "symbolic", "fd_vs_symbolic", "fd_passed", "verdict_reference", "fd_error", "fd_error_at_worst", "fd_refined", "fd_undecidable", "status", "explained_by", "failed_by", "fd_checked_by", "source_names")
+    __slots__ = ("name", "shape", "fd_mode", "gradient", "reference", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "reference_at_worst", "tolerance", "passed", "gradient_norm", "fd_evaluations", "truncated", "engine_projection", "symbolic", "fd_vs_symbolic", "fd_passed", "verdict_reference", "fd_error", "fd_error_at_worst", "fd_refined", "fd_undecidable", "status", "explained_by", "failed_by", "fd_checked_by", "source_names", "fd_unconfirmed")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
@@ -242,6 +242,7 @@ class ParameterResult(_message.Message):
     FAILED_BY_FIELD_NUMBER: _ClassVar[int]
     FD_CHECKED_BY_FIELD_NUMBER: _ClassVar[int]
     SOURCE_NAMES_FIELD_NUMBER: _ClassVar[int]
+    FD_UNCONFIRMED_FIELD_NUMBER: _ClassVar[int]
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     fd_mode: str
@@ -271,7 +272,8 @@ class ParameterResult(_message.Message):
     failed_by: str
     fd_checked_by: str
     source_names: _containers.RepeatedCompositeFieldContainer[_graph_pb2.SourceName]
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fd_mode: _Optional[str] = ..., gradient: _Optional[_Iterable[float]] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., reference_at_worst: _Optional[float] = ..., tolerance: _Optional[_Union[Tolerance, _Mapping]] = ..., passed: _Optional[bool] = ..., gradient_norm: _Optional[float] = ..., fd_evaluations: _Optional[int] = ..., truncated: _Optional[bool] = ..., engine_projection: _Optional[_Iterable[float]] = ..., symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ..., fd_vs_symbolic: _Optional[_Union[FdVsSymbolic, _Mapping]] = ..., fd_passed: _Optional[bool] = ..., verdict_reference: _Optional[str] = ..., fd_error: _Optional[_Iterable[float]] = ..., fd_error_at_worst: _Optional[float] = ..., fd_refined: _Optional[int] = ..., fd_undecidable: _Optional[_Iterable[int]] = ..., status: _Optional[str] = ..., explained_by: _Optional[str] = ..., failed_by: _Optional[str] = ..., fd_checked_by: _Optional[str] = ..., source_names: _Optional[_Iterable[_Union[_graph_pb2.SourceName, _Mapping]]] = ...) -> None: ...
+    fd_unconfirmed: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fd_mode: _Optional[str] = ..., gradient: _Optional[_Iterable[float]] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., reference_at_worst: _Optional[float] = ..., tolerance: _Optional[_Union[Tolerance, _Mapping]] = ..., passed: _Optional[bool] = ..., gradient_norm: _Optional[float] = ..., fd_evaluations: _Optional[int] = ..., truncated: _Optional[bool] = ..., engine_projection: _Optional[_Iterable[float]] = ..., symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ..., fd_vs_symbolic: _Optional[_Union[FdVsSymbolic, _Mapping]] = ..., fd_passed: _Optional[bool] = ..., verdict_reference: _Optional[str] = ..., fd_error: _Optional[_Iterable[float]] = ..., fd_error_at_worst: _Optional[float] = ..., fd_refined: _Optional[int] = ..., fd_undecidable: _Optional[_Iterable[int]] = ..., status: _Optional[str] = ..., explained_by: _Optional[str] = ..., failed_by: _Optional[str] = ..., fd_checked_by: _Optional[str] = ..., source_names: _Optional[_Iterable[_Union[_graph_pb2.SourceName, _Mapping]]] = ..., fd_unconfirmed: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class FaultRecord(_message.Message):
     __slots__ = ("fault", "read_by", "before", "after")
