@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
+import sympy as sp
 import pytest
 import torch
 
@@ -139,6 +140,14 @@ def test_cuda_source_is_built_from_the_tree():
     program = graph.node("act").attrs["program"]
     src = cuda_source(program.tree, program.symbols)
     assert "in0" in src and "exp(" in src and "x" not in src.replace("exp", "")
+
+
+def test_cuda_source_writes_non_finite_constants_as_c_can_read_them():
+    x = sp.Symbol("x")
+    for value, text in ((sp.oo, "((T)(1.0 / 0.0))"), (-sp.oo, "((T)(-1.0 / 0.0))"), (sp.nan, "((T)(0.0 / 0.0))")):
+        src = cuda_source(sp.Piecewise((value, x > 0), (x, True)), [x])
+        assert text in src and "inf)" not in src and "nan)" not in src, src
+    assert "((T)0.5)" in cuda_source(x + sp.Rational(1, 2), [x])
 
 
 @pytest.mark.skipif(not cuda_available(), reason="no CUDA device")

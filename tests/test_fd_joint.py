@@ -97,7 +97,7 @@ def _planted(doc, target):
 
 # the first layers, whose gradients vanish (~1e-6: a 1% error is 1e-8, under atol; held to their own
 # size, compare.py), a mid-depth bias, weights, the last bias (cheap: checked in full)
-@pytest.mark.parametrize("target", ["W0", "b0", "W7", "b40", "W100", "b255"])
+@pytest.mark.parametrize("target", ["W0", "b0", "b5", "W7", "b40", "W100", "b255"])
 def test_one_percent_error_in_one_of_512_tensors_is_found_and_localized(chain_doc, one_percent_op, target):
     report = verify(_planted(chain_doc, target))
     assert report.verdict == "fail"

@@ -38,6 +38,7 @@ def test_ipv6_loopback_serves_grpc_and_metrics(host):
         assert 'gradcheck_requests_total{code="OK",method="Verify"} 1.0' in body
     finally:
         proc.terminate()
+        proc.stdout.close()  # else its pipe is still open when the interpreter exits (a ResourceWarning)
         assert proc.wait(60) == 0
 
 

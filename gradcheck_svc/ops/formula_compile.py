@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import builtins
 import dis
+import math
 
 from functools import lru_cache
 
@@ -61,7 +62,10 @@ class _KernelPrinter(C99CodePrinter):
 
     def _print(self, expr, **kwargs):
         if isinstance(expr, (sp.Number, sp.NumberSymbol)):
-            return f"((T){float(expr)!r})"
+            value = float(expr)
+            if not math.isfinite(value):  # repr gives inf / nan, which C does not know: IEEE division
+                return {math.inf: "((T)(1.0 / 0.0))", -math.inf: "((T)(-1.0 / 0.0))"}.get(value, "((T)(0.0 / 0.0))")
+            return f"((T){value!r})"
         return super()._print(expr, **kwargs)
 
     def _print_Float(self, flt):  # reached directly for 1/x ("1.0/x")

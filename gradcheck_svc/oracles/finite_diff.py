@@ -539,7 +539,8 @@ class FiniteDifferences:
             rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
 
-    def _noise(self, h) -> np.ndarray:
+    def noise(self, h) -> np.ndarray:
+        """The first pass's error estimate at step h: the rounding of the loss, ~eps |L| / h."""
         return 4 * EPS * (abs(self.loss) + 1.0) / h
 
     def gradient(self, param: str, mode: str | None = None, directions: int | None = None) -> FDResult:
@@ -567,7 +568,7 @@ class FiniteDifferences:
             losses = self.one_hot_losses(param, np.concatenate([every, every]), np.concatenate([flat + h, flat - h]))
         with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
             ref = (losses[:n] - losses[n:]) / (2 * h)
-        return FDResult("full", ref.reshape(x.shape), self._noise(h).reshape(x.shape), evaluations=2 * n)
+        return FDResult("full", ref.reshape(x.shape), self.noise(h).reshape(x.shape), evaluations=2 * n)
 
     def _projection(self, param: str, k: int) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64)
@@ -578,7 +579,7 @@ class FiniteDifferences:
         losses = self.losses(param, stack)
         with np.errstate(all="ignore"):
             ref = (losses[:k] - losses[k:]) / (2 * h)
-        return FDResult("projection", ref, np.full(k, self._noise(h)), directions=v, evaluations=2 * k)
+        return FDResult("projection", ref, np.full(k, self.noise(h)), directions=v, evaluations=2 * k)
 
     def refine(self, param: str, result: FDResult, which: np.ndarray, settled=None) -> Refined:
         """The values of `result` (a gradient of param) at flat indices `which`, refined on the ladder
@@ -677,7 +678,7 @@ class FiniteDifferences:
         losses = self.joint_losses(params, 2 * m, rows_of)
         with np.errstate(all="ignore"):
             ref = (losses[:m] - losses[m:]) / (2 * h)
-        return FDResult("joint", ref, np.full(m, self._noise(h)), evaluations=2 * m)
+        return FDResult("joint", ref, np.full(m, self.noise(h)), evaluations=2 * m)
 
     def refine_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray, which: np.ndarray,
                      settled=None) -> Refined:

@@ -25,6 +25,9 @@ class LocalServer:
         if not line:
             self.proc.kill()
             self.proc.wait()
+            self.proc.stdout.close()
+            if self._log is not subprocess.DEVNULL:
+                self._log.close()
             raise RuntimeError(f"gradcheck-svc serve did not start (exit status {self.proc.returncode})")
         self.info = json.loads(line)
         self.port = self.info["port"]

@@ -70,12 +70,15 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> Join
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
     # a bug past its own tolerance shows as much in a block whose gradient is 1e-5 as in one whose
     # gradient is 10, rather than drowning in the large blocks' allowance. No block moves more than
-    # a unit direction would.
+    # a unit direction would, and none is weighted below the differences' own rounding: a block held
+    # to 1e-11 (chain_256's first layers, compare.py's vanishing gradients) would otherwise shrink every
+    # other block's signal under what finite differences resolve, and a 1% error in b5 went unseen
     scale = {p: dirs.weight[p] * math.sqrt(allowed[p]) for p in params}
     least = min((v for v in scale.values() if v > 0), default=1.0)
+    target = max(least, float(fd.noise(dirs.step)))
     for p in params:
-        if scale[p] > 0:
-            dirs.weight[p] *= least / scale[p]
+        if scale[p] > target:
+            dirs.weight[p] *= target / scale[p]
     a2 = {p: np.full(dirs.k, dirs.weight[p] ** 2 * allowed[p]) for p in params}
     c = {p: dirs.project(p, gradients[p]) for p in params}  # the engine's projections (k,)
     before = fd.joint_rows
