@@ -117,7 +117,9 @@ def test_per_graph_time_limit(capsys, tmp_path):
     assert code == 0, err
     records = [json.loads(p.read_text()) for p in (tmp_path / "out" / RUN / "shard-0000" / "results").glob("*.json")]
     status = {r["graph"]: r for r in records}
-    assert status["slow.json"]["status"] == "timeout" and status["slow.json"]["seconds"] < 5
+    # the status says the limit stopped it; the seconds, that it stopped soon after (generously: a loaded
+    # machine took 6 s to wind down once, against tens of seconds for the whole run)
+    assert status["slow.json"]["status"] == "timeout" and status["slow.json"]["seconds"] < 15
     assert status["slow.json"]["error"] == "over the per-graph time limit of 1 s"
     assert status["quick.json"]["status"] == "pass"  # the shard carried on after the timeout
 

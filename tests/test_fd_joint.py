@@ -212,6 +212,9 @@ def test_fd_joint_and_checked_by_over_grpc(grpc_client):
     report = grpc_client.verify(str(CHAIN))
     assert report.verdict == "pass"
     assert {p.data["fd_checked_by"] for p in report.parameters} == {"joint", "full"}
+    # the absolute term each row was held to comes over the wire too (the rows the screen cleared have none)
+    assert all(("absolute" in p.data["tolerance"]) == (p.data["fd_checked_by"] != "joint") for p in report.parameters)
+    assert all(p.data["tolerance"]["absolute"] > 0 for p in report.parameters if p.data["fd_checked_by"] == "full")
 
 
 def test_after_a_confirmed_mismatch_unrefined_values_are_unconfirmed_not_shown_with_a_rounding_bound(one_percent_op):
@@ -235,3 +238,30 @@ def test_after_a_confirmed_mismatch_unrefined_values_are_unconfirmed_not_shown_w
     data = report.to_dict()["parameters"][0]
     assert sorted(data["fd_unconfirmed"]) == sorted(unconfirmed)
     assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [("bug", "rule_error")]
+
+
+@pytest.mark.parametrize("planted", [False, True], ids=["right", "one-percent-off"])
+def test_a_vanishing_gradient_is_held_to_its_own_size(one_percent_op, planted):
+    """Gradients of ~1e-7 (the loss scaled by 1e-6): a 1% error is 1e-9, far under atol 1e-7, and fails
+    all the same (against SymPy and against finite differences); the right gradient passes against
+    both. The row says the absolute term it was held to, and so does the finding."""
+    rng = np.random.default_rng(5)
+    b = GraphBuilder("vanishing")
+    w = b.input("W", rng.uniform(-1, 1, (4, 3)), requires_grad=True)
+    if planted:
+        w = b.node("test_grad_one_percent", w, name="bug")
+    h = b.node("tanh", b.node("matmul", b.input("x", rng.uniform(-1, 1, (2, 4))), w))
+    b.output(b.node("mul", b.node("sum", h), b.input("tiny", np.array(1e-6)), name="L"))
+    graph = load_graph(b.build())
+    for symbolic in (True, False):
+        report = verify(graph, VerifyOptions(symbolic=SymbolicOptions(enabled=symbolic), localize=False))
+        (row,) = report.parameters
+        assert 1e-8 < float(np.abs(row.gradient).max()) < 1e-6
+        assert row.verdict_reference == ("symbolic" if symbolic else "finite_differences")
+        absolute = row.to_dict()["tolerance"]["absolute"]
+        assert 0 < absolute < 1e-3 * float(np.abs(row.gradient).max()) * 1.01 and absolute < row.atol
+        assert report.verdict == ("fail" if planted else "pass"), report.to_text()
+        if planted:
+            (f,) = [f for f in report.findings if f.severity == "error"]
+            assert f.cause == "gradient_mismatch" and f.parameters == ["W"]
+            assert f"absolute term {absolute:.3g}" in f.detail

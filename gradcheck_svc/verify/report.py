@@ -81,6 +81,9 @@ class ParameterResult:
     # flat indices off on the first pass and never refined: a confirmed mismatch settled the verdict
     # first; left out of the comparison (fd_check.py)
     fd_unconfirmed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
+    # atol's term as applied (compare.Tolerance.absolute): atol * max(1, max|ref|), or less for a float64
+    # gradient that vanishes (held to its own size); None for a row the joint screen cleared
+    absolute: float | None = None
     # how finite differences checked it: "full" | "projection" | "joint" (cleared by the joint screen:
     # reference / engine_projection are the whole graph's directional derivatives) | "joint, then full" /
     # "joint, then projection" (the joint screen flagged it, its own check decided)
@@ -118,7 +121,8 @@ class ParameterResult:
             "worst_index": list(self.worst_index),
             "engine_at_worst": json_float(self.engine_at_worst),
             "reference_at_worst": json_float(self.reference_at_worst),
-            "tolerance": {"atol": self.atol, "rtol": self.rtol},
+            "tolerance": {"atol": self.atol, "rtol": self.rtol,
+                          **({} if self.absolute is None else {"absolute": json_float(self.absolute)})},
             "passed": self.passed,
             "gradient_norm": json_float(np.linalg.norm(self.gradient)),
             "fd_evaluations": self.evaluations,

@@ -116,6 +116,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
             evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
             fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
             fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined), fd_unconfirmed=check.unconfirmed,
+            absolute=tol.absolute(_magnitude(sym if sym is not None else reference)),
             checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
     t_fd = time.perf_counter() - t0
     for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
@@ -153,6 +154,12 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
         parameters=results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=symbolic, custom_ops=custom)
+
+
+def _magnitude(ref: np.ndarray) -> float:
+    """The largest finite |value| of a reference: what the tolerance's absolute term scales with."""
+    ref = np.abs(np.asarray(ref, dtype=np.float64))
+    return float(np.max(ref[np.isfinite(ref)], initial=0.0))
 
 
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):
@@ -232,10 +239,19 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
         out.append(Finding(
             node=r.name, op="input", cause="gradient_mismatch", severity="error",
             detail=f"its gradient disagrees with {against} (worst {where}: engine {c.engine_at_worst:.8g}, "
-                   f"reference {c.reference_at_worst:.8g}; tolerance atol {r.atol:g}, rtol {r.rtol:g}) and {why}",
+                   f"reference {c.reference_at_worst:.8g}; tolerance atol {r.atol:g}, rtol {r.rtol:g}"
+                   f"{_held_to_size(r)}) and {why}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))
     return out
+
+
+def _held_to_size(r) -> str:
+    """', absolute term A: held to the gradient's size' where a vanishing gradient's absolute term is below
+    atol (compare.py), so that a mismatch smaller than atol does not read as a contradiction."""
+    if r.absolute is None or not r.absolute < r.atol:
+        return ""
+    return f", absolute term {r.absolute:.3g}: a gradient this small is held to 0.1% of its largest value"
 
 
 def undecidable_findings(results, program, findings=()) -> list:

@@ -110,12 +110,14 @@ class VerifyResponse(_message.Message):
     def __init__(self, id: _Optional[str] = ..., report: _Optional[_Union[Report, _Mapping]] = ..., error: _Optional[_Union[VerifyError, _Mapping]] = ...) -> None: ...
 
 class Tolerance(_message.Message):
-    __slots__ = ("atol", "rtol")
+    __slots__ = ("atol", "rtol", "absolute")
     ATOL_FIELD_NUMBER: _ClassVar[int]
     RTOL_FIELD_NUMBER: _ClassVar[int]
+    ABSOLUTE_FIELD_NUMBER: _ClassVar[int]
     atol: float
     rtol: float
-    def __init__(self, atol: _Optional[float] = ..., rtol: _Optional[float] = ...) -> None: ...
+    absolute: float
+    def __init__(self, atol: _Optional[float] = ..., rtol: _Optional[float] = ..., absolute: _Optional[float] = ...) -> None: ...
 
 class SymbolicComparison(_message.Message):
     __slots__ = ("gradient", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "symbolic_at_worst", "passed")
