@@ -22,8 +22,9 @@ within every repetition (interleaved); min and median; 1 thread first (numpy's B
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_models.py [--quick] [--reps N] [--resnet-reps N]
         [--size S] [--threads 1,2]
 
-BENCHMARKS.md's table: no options (size 64, 1 thread, 5 repetitions of each model). The agreement check's calls (one verification, one torch forward and backward) are the
-warm-up. --quick: SqueezeNet only, 1 repetition, size 32.
+BENCHMARKS.md's table: no options (size 64, 1 thread, 5 repetitions of each model). The agreement check's
+calls (one verification, one torch forward and backward) are the warm-up. --quick: SqueezeNet only, 1
+repetition, size 32.
 """
 from __future__ import annotations
 

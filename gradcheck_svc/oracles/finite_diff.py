@@ -96,8 +96,8 @@ JOINT_CHUNK_BYTES = 32 * 2**20
 # auto's full checks next to the joint screen: the cheapest parameters, while their values together
 # stay within this share of the joint pass's. Counted in values, a full check's one-element copies
 # cost more per value than the joint pass's whole-graph ones (ResNet-18: its 16 cheapest tensors,
-# within the joint pass's values, took 6x its time; 4 within an eighth, 60% of it); the screen covers them all the same, the full
-# checks add element-wise detail where it is cheap (chain_256: its last layers' biases)
+# within the joint pass's values, took 6x its time; 4 within an eighth, 60% of it). The screen covers
+# them all the same; full checks add element-wise detail where it is cheap (chain_256's last biases)
 JOINT_FULL_SHARE = 1 / 16
 
 # the refinement ladder: steps H 2^-j, j = 0..J, with H the power of two just above 2h (so every

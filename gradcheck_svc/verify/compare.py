@@ -13,11 +13,11 @@ atol 1e-7 / rtol 1e-6; float32 engines to atol 1e-4 / rtol 1e-3, about
 reductions while still catching wrong rules (errors of order 1%).
 
 A vanishing gradient is held to its own size (float64 engines): where a parameter's
-largest |ref| M is below VANISHING (1e-4, where atol is 0.1% of it), atol's term is
-atol * M / VANISHING -- 0.1% of the parameter's largest gradient -- rather than atol
-itself, which would let a 1% error in the first layers of a deep chain (gradients
-~1e-6, chain_256) pass unseen. It stops shrinking at ZERO_SHARE of atol (1e-13), the
-rounding of a gradient that cancels to zero. Finite differences resolve such
+largest |ref| M is below VANISHING (1e-4), atol's term is atol * M / VANISHING -- at
+the default atol, 0.1% of the parameter's largest gradient -- rather than atol itself,
+which would let a 1% error in the first layers of a deep chain (gradients ~1e-6,
+chain_256) pass unseen. It stops shrinking at ZERO_SHARE of atol (1e-13 at the
+default), the rounding of a gradient that cancels to zero. Finite differences resolve such
 gradients (their rounding, ~eps |L| / h, is in `noise`); float64 rounding in the
 engine is ~1e-16 relative, far inside. float32 engines keep the absolute floor.
 
@@ -64,12 +64,17 @@ class Comparison:
     passed: bool
 
 
+def magnitude(ref) -> float:
+    """A reference's largest finite |value|: what the tolerance's absolute term scales with."""
+    ref = np.abs(np.asarray(ref, dtype=np.float64))
+    return float(np.max(ref[np.isfinite(ref)], initial=0.0))
+
+
 def bounds(ref: np.ndarray, tol: Tolerance, noise: np.ndarray | float = 0.0) -> np.ndarray:
     """Each element's allowed |g - ref|: the tolerance model above (NaN where ref is not finite)."""
     ref = np.asarray(ref, dtype=np.float64)
     with np.errstate(all="ignore"):
-        finite_ref = np.abs(ref[np.isfinite(ref)])
-        return _bound(ref, float(finite_ref.max()) if finite_ref.size else 0.0, tol, noise)
+        return _bound(ref, magnitude(ref), tol, noise)
 
 
 def _bound(ref, magnitude: float, tol: Tolerance, noise):

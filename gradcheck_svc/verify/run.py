@@ -24,7 +24,7 @@ from ..graph.ir import Graph
 from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
-from .compare import Tolerance, compare
+from .compare import VANISHING, Tolerance, compare, magnitude
 from . import recompute_check
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
@@ -116,7 +116,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
             evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
             fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
             fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined), fd_unconfirmed=check.unconfirmed,
-            absolute=tol.absolute(_magnitude(sym if sym is not None else reference)),
+            absolute=tol.absolute(magnitude(sym if sym is not None else reference)),
             checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
     t_fd = time.perf_counter() - t0
     for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
@@ -154,12 +154,6 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
         parameters=results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=symbolic, custom_ops=custom)
-
-
-def _magnitude(ref: np.ndarray) -> float:
-    """The largest finite |value| of a reference: what the tolerance's absolute term scales with."""
-    ref = np.abs(np.asarray(ref, dtype=np.float64))
-    return float(np.max(ref[np.isfinite(ref)], initial=0.0))
 
 
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):
@@ -251,7 +245,7 @@ def _held_to_size(r) -> str:
     atol (compare.py), so that a mismatch smaller than atol does not read as a contradiction."""
     if r.absolute is None or not r.absolute < r.atol:
         return ""
-    return f", absolute term {r.absolute:.3g}: a gradient this small is held to 0.1% of its largest value"
+    return f", absolute term {r.absolute:.3g}: a float64 gradient under {VANISHING['float64']:g} is held to its own size"
 
 
 def undecidable_findings(results, program, findings=()) -> list:
