@@ -107,7 +107,10 @@ def test_float32_run_passes_with_float32_tolerance():
     assert rc == 0
     report = json.loads(out)
     assert report["dtype"] == "float32"
-    assert report["parameters"][0]["tolerance"] == {"atol": 1e-4, "rtol": 1e-3}
+    row = report["parameters"][0]
+    # float32 keeps the absolute floor: atol * max(1, max |reference|), never less than atol
+    magnitude = max(abs(v) for v in row["reference"])
+    assert row["tolerance"] == {"atol": 1e-4, "rtol": 1e-3, "absolute": pytest.approx(1e-4 * max(1.0, magnitude))}
 
 
 def test_ops_listing_comes_from_registry():

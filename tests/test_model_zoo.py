@@ -85,7 +85,7 @@ def test_model_zoo(build, exporter):
     want = {xname: grads[0].numpy()} | {n: g.numpy() for n, g in zip(params, grads[1:])}
 
     engine = run_engine(graph, VerifyOptions(dtype="float64"), "float64")
-    assert engine.loss == pytest.approx(float(loss), rel=1e-10)
+    assert engine.loss == pytest.approx(float(loss.detach()), rel=1e-10)
     # an initializer is a torch parameter when it has its name, shape and value: the exporters fold
     # BatchNorm into the preceding Conv's weights and keep the Conv's name for the folded tensor
     values = {n: p.detach().numpy() for n, p in params.items()} | {xname: x.numpy()}
