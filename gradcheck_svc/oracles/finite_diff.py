@@ -357,13 +357,13 @@ class JointDirections:
         return out * self.weight[p]
 
     def perturbed(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, negative: np.ndarray,
-                  out: np.ndarray | None = None) -> np.ndarray:
+                  out: np.ndarray) -> np.ndarray:
         """(len(rows), n_p): copy c is x + h v_j with j = rows[c], or x - h v_j where negative[c]. h v is
         +-fl(h |v|) at every element, exactly, so these are the float64 values x + fl(h v) gives.
-        out: a float64 buffer of at least that many rows to write into (a fresh 100 MB array per
+        out: a float64 buffer of at least that many rows, written into (a fresh 100 MB array per
         copy spends more on page faults than on the arithmetic)."""
         hv = h * self.weight[p]
-        out = np.empty((len(rows), x.size)) if out is None else out[:len(rows)]
+        out = out[:len(rows)]
         for c, (j, neg) in enumerate(zip(rows, negative)):  # row by row: a scalar factor is the fast loop
             np.multiply(self.signs[p][j], -hv if neg else hv, out=out[c], dtype=np.float64)
             out[c] += x
