@@ -1,6 +1,8 @@
-"""The error function on host NumPy arrays, to full float64 accuracy (NumPy has none): SciPy's when
-installed, else math.erf per element. Its own module so that both backend.py and the strict test
-backend use it without importing each other."""
+"""The error function on host NumPy arrays, to full float64 accuracy (NumPy has none): SciPy's, a
+dependency (one vectorized pass; the exact GELU's forward and derivative each call it). math.erf per
+element stays only for an environment without SciPy -- the GPU machine's, where the engine's erf is
+cupyx's and only host references take this path. Its own module so that both backend.py and the strict
+test backend use it without importing each other."""
 from __future__ import annotations
 
 import math
