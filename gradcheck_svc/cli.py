@@ -377,13 +377,13 @@ def limit_hints(enabled: bool = True):
 
 def _print_many(runs, format: str) -> None:
     """Several graphs on stdout, as `gradcheck verify` prints them."""
-    import json
+    from gradcheck_client.json_text import dumps
 
     from .text import clip
 
     if format == "json":
-        print(json.dumps([{"path": path, "status": _status(report), "report": report.to_dict() if report else None,
-                           "error": error or None} for path, _, report, error in runs], indent=2))
+        print(dumps([{"path": path, "status": _status(report), "report": report.to_dict() if report else None,
+                      "error": error or None} for path, _, report, error in runs]))
         return
     for path, _, report, error in runs:
         print(f"== {clip(path, 1000)}")

@@ -33,10 +33,10 @@ is in seconds, in the text as well.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 
 import numpy as np
+from gradcheck_client import json_text
 
 from ..text import escape_controls
 from .compare import Comparison
@@ -49,7 +49,8 @@ TEXT_ROWS = 20  # parameter rows in the text report: the worst ones, then a coun
 
 
 def _listed(a: np.ndarray) -> list:
-    return [json_float(v) for v in np.asarray(a, dtype=np.float64).reshape(-1)[:MAX_LISTED]]
+    v = np.asarray(a, dtype=np.float64).reshape(-1)[:MAX_LISTED]
+    return v.tolist() if np.isfinite(v).all() else [json_float(x) for x in v.tolist()]
 
 
 @dataclass
@@ -217,7 +218,7 @@ class Report:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json_text.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_text(self) -> str:
         lines = [f"{self.graph or 'graph'}: {self.verdict.upper()}  (loss {self.loss:.10g}, {self.dtype}, "

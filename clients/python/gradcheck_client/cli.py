@@ -12,13 +12,12 @@ they are verified in-process when the gradcheck-svc package is installed.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import sys
 import time
 from pathlib import Path
 
-from . import __version__
+from . import __version__, json_text
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
@@ -317,8 +316,8 @@ def _verify(args) -> int:
         o.graph = None if isinstance(graph, OnnxModel) else graph
 
     if args.format == "json":
-        print(json.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
-                           "error": o.error or None} for o in ordered], indent=2))
+        print(json_text.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
+                                "error": o.error or None} for o in ordered]))
     else:
         for o in ordered:  # paths, reports and errors echo user strings: escaped for the terminal
             print(f"== {clip(o.path, 1000)}")
