@@ -107,7 +107,10 @@ def test_cuda_source_computes_what_numpy_computes(tmp_path):
     """The kernel bodies, compiled as host C++ in double (CUDA's math functions have the same
     names and meaning), give NumPy's values at every case's point."""
     bodies, calls, want = [], [], []
-    for label, syms, trees, point in CASES:
+    x = sp.Symbol("x", real=True)
+    negative_root = ("x**(1/3) at a negative x: NaN on both backends (C's cbrt would be real)", (x,),
+                     [x ** sp.Rational(1, 3)], [-8.0])
+    for label, syms, trees, point in CASES + [negative_root]:
         for tree in trees:
             k = len(bodies)
             params = ", ".join(f"T in{i}" for i in range(3))
