@@ -1,8 +1,8 @@
 """Compile the CUDA C the project emits the way CuPy compiles it, on a machine without a GPU.
 
-The compiler: NVRTC (what CuPy calls), through ctypes from the first libnvrtc found (the loader's
-path, $CUDA_PATH or /usr/local/cuda, the nvidia-cuda-nvrtc wheel); else `nvcc --ptx` for the same
-architecture. The headers: CuPy's own (cupy/_core/include, found without importing CuPy, which
+The compiler: NVRTC (what CuPy calls), through ctypes from the first libnvrtc found (where CuPy's
+cuda-pathfinder finds it, the loader's path, $CUDA_PATH or /usr/local/cuda, the nvidia-cuda-nvrtc
+wheel); else `nvcc --ptx` for the same architecture (development and CI machines have nvcc). The headers: CuPy's own (cupy/_core/include, found without importing CuPy, which
 needs a device) where CuPy is installed; else a stand-in for the three names CuPy's wrapper around
 an ElementwiseKernel body uses (CArray, CIndexer, CUPY_FOR), nothing more -- so a body that needs
 anything else from CuPy's headers fails here too.
@@ -72,6 +72,12 @@ def cupy_include() -> Path | None:
 
 
 def _nvrtc_candidates():
+    try:  # where CuPy itself finds it (cuda-pathfinder, installed with CuPy 14)
+        from cuda.pathfinder import load_nvidia_dynamic_lib
+
+        yield load_nvidia_dynamic_lib("nvrtc").abs_path
+    except Exception:  # not installed, or it finds none
+        pass
     yield from ("libnvrtc.so", "libnvrtc.so.13", "libnvrtc.so.12")  # the loader's own search path
     root = cuda_root()
     if root:
