@@ -10,7 +10,8 @@ anything else from CuPy's headers fails here too.
 The wrapper is CuPy's own (cupy/_core/_kernel.pyx, _get_elementwise_kernel_code): `typedef <type>
 T;`, an `extern "C" __global__` function of `const CArray<...> _raw_in0, ..., CArray<...> _raw_y,
 CIndexer<...> _ind` whose CUPY_FOR loop binds `const T &in0 = _raw_in0[_ind.get()]; ... T &y = ...`
-and then runs the body. Many kernels share one translation unit (one compiler start), each in a
+and then runs the body; where CuPy is installed, test_cuda_kernels.py holds it to CuPy's own code
+generation, token for token. Many kernels share one translation unit (one compiler start), each in a
 namespace of its own so that each has its own T.
 """
 from __future__ import annotations
@@ -170,17 +171,21 @@ def elementwise_unit(kernels, headers: Path | None) -> str:
     (label, ElementwiseSource, dtype name) with inputs and output of that dtype, contiguous, 1-d (the
     shape CuPy's reduce_dims gives contiguous arrays), 32-bit indexing."""
     prelude = "".join(f"#include <{h}>\n" for h in CUPY_HEADERS) if headers else STAND_IN
-    return prelude + "".join(f"\n// kernel {k}: {label.replace(chr(10), ' ')} ({dtype})" + _wrapped(k, src, dtype)
+    return prelude + "".join(f"\n// kernel {k}: {label.replace(chr(10), ' ')} ({dtype})\nnamespace kernel{k} {{\n"
+                             + cupy_kernel_code(src, dtype, f"{src.name}_{k}") + "}\n"
                              for k, (label, src, dtype) in enumerate(kernels))
 
 
-def _wrapped(k: int, src, dtype: str) -> str:
+def cupy_kernel_code(src, dtype: str, name: str | None = None) -> str:
+    """The translation unit CuPy generates for one ElementwiseKernel (less its headers), as
+    cupy/_core/_kernel.pyx's _get_elementwise_kernel_code writes it (test_cuda_kernels.py compares
+    the two where CuPy is installed)."""
     ins = [p.split()[-1] for p in src.in_params.split(",")] if src.in_params.strip() else []
     outs = [p.split()[-1] for p in src.out_params.split(",")]
     arr = "CArray<{}, 1, 1, 1>".format(CTYPES[dtype])  # CuPy 14's four parameters (later ones add a defaulted fifth)
     params = [f"const {arr} _raw_{n}" for n in ins] + [f"{arr} _raw_{n}" for n in outs] + ["CIndexer<1, 1> _ind"]
     binds = [f"const T &{n} = _raw_{n}[_ind.get()];" for n in ins] + [f"T &{n} = _raw_{n}[_ind.get()];" for n in outs]
     body = "\n    ".join(binds + [src.operation])
-    return (f"\nnamespace kernel{k} {{\ntypedef {CTYPES[dtype]} T;\n"
-            f"extern \"C\" __global__ void {src.name}_{k}({', '.join(params)}) {{\n  ;\n  #pragma unroll 1\n"
-            f"  CUPY_FOR(i, _ind.size()) {{\n    _ind.set(i);\n    {body};\n  }}\n  ;\n}}\n}}\n")
+    return (f"typedef {CTYPES[dtype]} T;\n"
+            f"extern \"C\" __global__ void {name or src.name}({', '.join(params)}) {{\n  ;\n  #pragma unroll 1\n"
+            f"  CUPY_FOR(i, _ind.size()) {{\n    _ind.set(i);\n    {body};\n  }}\n  ;\n}}\n")

@@ -17,7 +17,7 @@ import numpy as np
 import pytest
 import sympy as sp
 
-from cuda_compile import CompileFailed, compile_ptx, compiler, cupy_include, elementwise_unit
+from cuda_compile import CompileFailed, compile_ptx, compiler, cupy_include, cupy_kernel_code, elementwise_unit
 from gradcheck_svc.ops import REGISTRY
 from gradcheck_svc.ops.expr import ExprProgram
 from gradcheck_svc.ops.formula_compile import ElementwiseSource, cuda_kernel
@@ -94,3 +94,22 @@ def test_a_kernel_that_does_not_compile_fails_naming_itself():
     with pytest.raises(CompileFailed, match=r"kernel 1: the broken one \(float64\)"):
         compile_ptx(elementwise_unit([("a good one", KERNELS[0][1], "float32"), ("the broken one", bad, "float64")],
                                      cupy_include()), cupy_include())
+
+
+def test_the_wrapper_is_the_code_cupy_generates():
+    """Where CuPy is installed (the GPU machine, `make gpu-rehearse`), CuPy's own code generation
+    (no device needed) gives the wrapper above, kernel by kernel, token for token. Its internals
+    (_ArgInfo's kinds: 1 an array, 2 the indexer) are CuPy 14's."""
+    cupy = pytest.importorskip("cupy", reason="CuPy not installed (no GPU environment)")
+    from cupy._core import _carray, _kernel
+
+    for label, src in KERNELS:
+        for dtype in DTYPES:
+            kernel = cupy.ElementwiseKernel(*src)
+            dt = np.dtype(dtype)
+            _, _, type_map = kernel._decide_params_type((dt,) * kernel.nin, ())
+            arrays = tuple(_kernel._ArgInfo(1, cupy.ndarray, dt, 1, True, True) for _ in range(kernel.nargs))
+            infos = arrays + (_kernel._ArgInfo(2, _carray.Indexer, None, 1, True, True),)
+            theirs = _kernel._get_elementwise_kernel_code(infos, type_map, kernel.params, kernel.operation,
+                                                          kernel.name, kernel.preamble)
+            assert theirs.split() == cupy_kernel_code(src, dtype).split(), label
