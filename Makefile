@@ -77,6 +77,7 @@ gpu-bundle: $(STAMP)
 	test $$total -le $(TREE_LIMIT) || { echo "gpu-bundle: over the 64 MiB the GPU machine receives" >&2; exit 1; }
 
 $(GPU_VENV)/.installed: bench/gpu_machine.txt
+	@command -v $(PYTHON312) >/dev/null || { echo "gpu-rehearse: needs a Python 3.12: PYTHON312=/path/to/python3.12" >&2; exit 2; }
 	rm -rf $(GPU_VENV)
 	$(PYTHON312) -m venv $(GPU_VENV)
 	$(GPU_VENV)/bin/python -m pip install -q --disable-pip-version-check -r bench/gpu_machine.txt

@@ -7,6 +7,10 @@ needs a device) where CuPy is installed; else a stand-in for the three names CuP
 an ElementwiseKernel body uses (CArray, CIndexer, CUPY_FOR), nothing more -- so a body that needs
 anything else from CuPy's headers fails here too.
 
+Not CuPy's own compiler: cupy.cuda.compiler asks the CUDA driver even to compile
+(cudaErrorInsufficientDriver without one), and CuPy with NVRTC is ~130 MB of wheels, ~340 MB
+installed, for every development and CI machine.
+
 The wrapper is CuPy's own (cupy/_core/_kernel.pyx, _get_elementwise_kernel_code): `typedef <type>
 T;`, an `extern "C" __global__` function of `const CArray<...> _raw_in0, ..., CArray<...> _raw_y,
 CIndexer<...> _ind` whose CUPY_FOR loop binds `const T &in0 = _raw_in0[_ind.get()]; ... T &y = ...`
