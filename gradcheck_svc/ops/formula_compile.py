@@ -12,7 +12,7 @@ SymPy's C99 printer: the inputs are named in0, in1, ... by position (no user
 text reaches the C source) and constants are cast to the kernel's type T, so
 a float32 kernel computes in float32 as the NumPy path does. `cuda_kernel`
 is the whole ElementwiseKernel definition the engine builds (ops/expr.py) and
-tests/test_cuda_kernels_compile.py compiles with NVRTC on every commit.
+tests/test_cuda_kernels.py compiles with NVRTC (or nvcc) on every commit.
 """
 from __future__ import annotations
 
