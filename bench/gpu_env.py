@@ -59,7 +59,8 @@ def satisfies(version: str, spec: str) -> bool:
 
 def installed(name: str) -> str | None:
     if name == "cupy":  # whichever CUDA build: cupy-cuda13x on the GPU machine
-        names = [d.metadata["Name"] for d in md.distributions() if re.match(r"cupy(-cuda\d+x)?$", d.metadata["Name"] or "")]
+        names = [d.metadata["Name"] for d in md.distributions()
+                 if re.match(r"cupy(-cuda\d+x)?$", d.metadata["Name"] or "")]
         name = names[0] if names else name
     try:
         return md.version(name)
@@ -80,7 +81,8 @@ def main() -> int:
     for module in IMPORTS:
         try:
             m = importlib.import_module(module)
-            print(f"  import {module:40s} {Path(getattr(m, '__file__', '') or '').parent}")  # the bundle's or the machine's
+            where = Path(getattr(m, "__file__", "") or "").parent  # the bundle's folder or the machine's
+            print(f"  import {module:40s} {where}")
         except Exception as exc:  # ImportError, a protobuf runtime/gencode mismatch (VersionError)...
             problems.append(f"import {module}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
     if problems:

@@ -2,8 +2,9 @@
 
 The compiler: NVRTC (what CuPy calls), through ctypes from the first libnvrtc found (where CuPy's
 cuda-pathfinder finds it, the loader's path, $CUDA_PATH or /usr/local/cuda, the nvidia-cuda-nvrtc
-wheel); else `nvcc --ptx` for the same architecture (development and CI machines have nvcc). The headers: CuPy's own (cupy/_core/include, found without importing CuPy, which
-needs a device) where CuPy is installed; else a stand-in for the three names CuPy's wrapper around
+wheel); else `nvcc --ptx` for the same architecture (development and CI machines have nvcc).
+The headers: CuPy's own (cupy/_core/include, found without importing CuPy) where CuPy is
+installed, with the CCCL it bundles; else a stand-in for the three names CuPy's wrapper around
 an ElementwiseKernel body uses (CArray, CIndexer, CUPY_FOR), nothing more -- so a body that needs
 anything else from CuPy's headers fails here too.
 

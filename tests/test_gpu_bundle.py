@@ -35,7 +35,8 @@ def _requires(name: str) -> set[str]:
         reqs = md.requires(name) or []
     except md.PackageNotFoundError:
         return set()
-    return {_norm(r.name) for r in map(Requirement, reqs) if r.marker is None or r.marker.evaluate({**TARGET, "extra": ""})}
+    env = {**TARGET, "extra": ""}
+    return {_norm(r.name) for r in map(Requirement, reqs) if r.marker is None or r.marker.evaluate(env)}
 
 
 def _closure(names) -> set[str]:
