@@ -117,7 +117,8 @@ def test_cuda_source_computes_what_numpy_computes(tmp_path):
             bodies.append(f"template <typename T> T f{k}({params}) {{ return {cuda_source(tree, syms)}; }}")
             args = ", ".join(repr(float(v)) for v in (list(point) + [0.0, 0.0, 0.0])[:3])
             calls.append(f'    std::printf("%.17g\\n", (double)f{k}<double>({args}));')
-            value = array_function(tree, syms, np)(*[np.array([v]) for v in point])
+            with np.errstate(invalid="ignore"):  # the negative root's NaN is the value wanted
+                value = array_function(tree, syms, np)(*[np.array([v]) for v in point])
             want.append(float(np.broadcast_to(value, (1,))[0]))
     src = tmp_path / "kernels.cpp"
     src.write_text("#include <cmath>\n#include <cstdio>\nusing namespace std;\n" + "\n".join(bodies)
