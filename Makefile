@@ -11,7 +11,7 @@ LOCK := constraints.txt
 CONSTRAINTS ?= -c $(LOCK)
 PIP := $(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS)
 
-.PHONY: install run serve test test-latest lock proto client-ops bench clean image image-push
+.PHONY: install run serve test test-latest lock proto client-ops bench gpu-bundle gpu-rehearse clean image image-push
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,35 @@ bench: $(STAMP)
 	$(PIP) -e '.[bench]'  # onnxruntime: a benchmark-only reference
 	$(PY) bench/run_all.py
 
+# The one GPU run (docs/benchmarks.md, "The GPU run"): `make gpu-bundle` downloads the wheels the GPU
+# machine lacks (bench/gpu_bundle.txt: cp312 manylinux, the lock's versions) into bench/gpu_wheels/ and
+# checks that they and the working tree fit the 64 MiB the machine receives; `make gpu-rehearse` runs
+# bench/gpu_check.sh here in .venv-gpu, a Python 3.12 with the GPU machine's distributions
+# (bench/gpu_machine.txt: CuPy installed, no device), so that only the GPU itself is untried.
+GPU_WHEELS := bench/gpu_wheels
+GPU_VENV := .venv-gpu
+PYTHON312 ?= python3.12
+TREE_LIMIT := 67108864
+
+gpu-bundle: $(STAMP)
+	rm -rf $(GPU_WHEELS) && mkdir -p $(GPU_WHEELS)
+	$(PY) -m pip download -q --disable-pip-version-check --only-binary=:all: --no-deps --python-version 3.12 \
+	  --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 -c $(LOCK) -r bench/gpu_bundle.txt -d $(GPU_WHEELS)
+	@tree=$$(git ls-files -z -co --exclude-standard | xargs -0 stat -c %s 2>/dev/null | awk '{s += $$1} END {print s}'); \
+	wheels=$$(cat $(GPU_WHEELS)/*.whl | wc -c); total=$$((tree + wheels)); \
+	echo "gpu-bundle: working tree $$((tree / 1024)) KiB + $(GPU_WHEELS) $$((wheels / 1024)) KiB = $$((total / 1048576)) MiB of 64"; \
+	test $$total -le $(TREE_LIMIT) || { echo "gpu-bundle: over the 64 MiB the GPU machine receives" >&2; exit 1; }
+
+$(GPU_VENV)/.installed: bench/gpu_machine.txt
+	@command -v $(PYTHON312) >/dev/null || { echo "gpu-rehearse: needs a Python 3.12: PYTHON312=/path/to/python3.12" >&2; exit 2; }
+	rm -rf $(GPU_VENV)
+	$(PYTHON312) -m venv $(GPU_VENV)
+	$(GPU_VENV)/bin/python -m pip install -q --disable-pip-version-check -r bench/gpu_machine.txt
+	touch $@
+
+gpu-rehearse: gpu-bundle $(GPU_VENV)/.installed
+	PYTHON=$(GPU_VENV)/bin/python OUT=$(CURDIR)/bench/gpu_check_logs/rehearsal bash bench/gpu_check.sh
+
 # The images (deploy/docker): `make image` builds the CPU one, `make image VARIANT=gpu` the GPU one, as
 # $(IMAGE):$(VERSION)-$(VARIANT) from the repository root, with the locked dependency set (constraints.txt);
 # `make image-push` pushes that tag. BASE_IMAGE=NAME@sha256:DIGEST pins the base image by digest (a tag
@@ -83,4 +112,4 @@ image-push:
 	$(DOCKER) push $(IMAGE):$(TAG)
 
 clean:
-	rm -rf $(VENV) .venv-latest build *.egg-info
+	rm -rf $(VENV) .venv-latest $(GPU_VENV) $(GPU_WHEELS) build *.egg-info

@@ -107,14 +107,18 @@ def test_cuda_source_computes_what_numpy_computes(tmp_path):
     """The kernel bodies, compiled as host C++ in double (CUDA's math functions have the same
     names and meaning), give NumPy's values at every case's point."""
     bodies, calls, want = [], [], []
-    for label, syms, trees, point in CASES:
+    x = sp.Symbol("x", real=True)
+    negative_root = ("x**(1/3) at a negative x: NaN on both backends (C's cbrt would be real)", (x,),
+                     [x ** sp.Rational(1, 3)], [-8.0])
+    for label, syms, trees, point in CASES + [negative_root]:
         for tree in trees:
             k = len(bodies)
             params = ", ".join(f"T in{i}" for i in range(3))
             bodies.append(f"template <typename T> T f{k}({params}) {{ return {cuda_source(tree, syms)}; }}")
             args = ", ".join(repr(float(v)) for v in (list(point) + [0.0, 0.0, 0.0])[:3])
             calls.append(f'    std::printf("%.17g\\n", (double)f{k}<double>({args}));')
-            value = array_function(tree, syms, np)(*[np.array([v]) for v in point])
+            with np.errstate(invalid="ignore"):  # the negative root's NaN is the value wanted
+                value = array_function(tree, syms, np)(*[np.array([v]) for v in point])
             want.append(float(np.broadcast_to(value, (1,))[0]))
     src = tmp_path / "kernels.cpp"
     src.write_text("#include <cmath>\n#include <cstdio>\nusing namespace std;\n" + "\n".join(bodies)

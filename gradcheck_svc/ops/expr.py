@@ -84,11 +84,9 @@ class ExprProgram:
         if xp is not np and hasattr(xp, "ElementwiseKernel"):  # CuPy: one fused kernel per tree
             kernel = self._cache.get(("cuda", tree))
             if kernel is None:
-                from .formula_compile import cuda_source
+                from .formula_compile import cuda_kernel
 
-                params = ", ".join(f"T in{k}" for k in range(len(xs)))
-                kernel = xp.ElementwiseKernel(params, "T y", f"y = {cuda_source(tree, self.symbols)};",
-                                              "gradcheck_expr")
+                kernel = xp.ElementwiseKernel(*cuda_kernel(tree, self.symbols))
                 self._cache[("cuda", tree)] = kernel
             return kernel(*[x.astype(dtype, copy=False) for x in xs])
         from .formula_compile import array_function

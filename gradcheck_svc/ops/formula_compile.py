@@ -10,7 +10,9 @@ prints through NumPy's printer; tests/test_function_tables.py holds it to that.
 `cuda_source(tree, symbols)` emits the body of a CuPy ElementwiseKernel with
 SymPy's C99 printer: the inputs are named in0, in1, ... by position (no user
 text reaches the C source) and constants are cast to the kernel's type T, so
-a float32 kernel computes in float32 as the NumPy path does.
+a float32 kernel computes in float32 as the NumPy path does. `cuda_kernel`
+is the whole ElementwiseKernel definition the engine builds (ops/expr.py) and
+tests/test_cuda_kernels.py compiles with NVRTC (or nvcc) on every commit.
 """
 from __future__ import annotations
 
@@ -19,6 +21,7 @@ import dis
 import math
 
 from functools import lru_cache
+from typing import NamedTuple
 
 import sympy as sp
 from sympy.printing.c import C99CodePrinter
@@ -57,7 +60,9 @@ class _KernelPrinter(C99CodePrinter):
     """C99 for `y = <expr>;` in a kernel over inputs in0..inN-1 of type T."""
 
     def __init__(self, symbols):
-        super().__init__({"strict": True})
+        # no math macros: SymPy would print sqrt(2) as M_SQRT2, which <math.h> defines (nvcc and the
+        # host compiler have it) and NVRTC, what CuPy compiles with, does not
+        super().__init__({"strict": True, "math_macros": {}})
         self._names = {s: f"in{k}" for k, s in enumerate(symbols)}
 
     def _print(self, expr, **kwargs):
@@ -70,6 +75,13 @@ class _KernelPrinter(C99CodePrinter):
 
     def _print_Float(self, flt):  # reached directly for 1/x ("1.0/x")
         return self._print(flt)
+
+    def _print_Pow(self, expr):
+        # C99's printer writes x**(1/3) as cbrt(x), real for x < 0, where NumPy's x**(1/3) is NaN:
+        # pow() gives NaN there too, so both backends compute the same function
+        if expr.exp == sp.Rational(1, 3):
+            return f"pow({self._print(expr.base)}, {self._print(expr.exp)})"
+        return super()._print_Pow(expr)
 
     def _print_Symbol(self, s):
         return self._names[s]
@@ -87,3 +99,17 @@ def cuda_source(tree, symbols) -> str:
         return _KernelPrinter(symbols).doprint(tree)
     except (ValueError, TypeError, NotImplementedError) as exc:  # strict: an unprintable function raises
         raise CompileError(f"no CUDA form for {tree}: {exc}") from None
+
+
+class ElementwiseSource(NamedTuple):
+    """The arguments of cupy.ElementwiseKernel(in_params, out_params, operation, name)."""
+    in_params: str
+    out_params: str
+    operation: str
+    name: str
+
+
+def cuda_kernel(tree, symbols) -> ElementwiseSource:
+    """The ElementwiseKernel computing `tree` of the symbols (inputs in0.. and output y, all of type T)."""
+    params = ", ".join(f"T in{k}" for k in range(len(symbols)))
+    return ElementwiseSource(params, "T y", f"y = {cuda_source(tree, symbols)};", "gradcheck_expr")
