@@ -1,7 +1,7 @@
 """The error function on host NumPy arrays, to full float64 accuracy (NumPy has none): SciPy's, a
 dependency (one vectorized pass; the exact GELU's forward and derivative each call it). math.erf per
-element stays only for an environment without SciPy -- the GPU machine's, where the engine's erf is
-cupyx's and only host references take this path. Its own module so that both backend.py and the strict
+element stays only for an environment that lacks SciPy (a hand-made one: the GPU run brings SciPy in
+bench/gpu_bundle.txt); it is exact, only slower. Its own module so that both backend.py and the strict
 test backend use it without importing each other."""
 from __future__ import annotations
 
