@@ -83,7 +83,13 @@ def cumsum(t, a, axis=None, dtype=None, out=None):
         pads[axis] = step  # zeros in front along the axis: x shifted by `step`
         x = x + t.apply("pad", head, pads=pads)
         step *= 2
-    return x
+    return _new_array(t, x)  # NumPy's cumsum is a new array, also along an axis of length 1
+
+
+def _new_array(t, x):
+    """x as a new array of its own (what NumPy returns): not the input itself nor a view of it, when a
+    composition ended without recording an op of its own (a roll by n, a cumsum of one element)."""
+    return copy(t, x)
 
 
 def _moveaxis(t, x, src: int, dst: int):
@@ -349,21 +355,29 @@ def flipud(t, m):
 
 
 def roll(t, a, shift, axis=None):
+    """NumPy's pairing: shift and axis broadcast against each other and the shifts on one axis add up
+    (np.roll(x, (1, 2), axis=0) rolls by 3; axis=None rolls the flattened array by their sum). Always a new
+    array, as NumPy's (a roll by a multiple of n too)."""
     x = _v(t, a)
     if axis is None:
-        return roll(t, x.reshape(-1), shift, 0).reshape(x.shape)
-    shifts = shift if isinstance(shift, (tuple, list)) else (shift,)
-    axes = _axes(axis, x.ndim)
-    if len(shifts) == 1 and len(axes) > 1:
-        shifts = shifts * len(axes)
-    for s, ax in zip(shifts, axes):
+        return _new_array(t, roll(t, x.reshape(-1), shift, 0).reshape(x.shape))
+    try:
+        pairs = np.broadcast(np.asarray(shift, dtype=np.int64), np.asarray(axis, dtype=np.int64))
+    except ValueError:
+        raise _error(f"numpy.roll: 'shift' {shift!r} and 'axis' {axis!r} should be scalars or the same "
+                     "length") from None
+    total = {}
+    for s, ax in pairs:
+        (ax,) = _axes(int(ax), x.ndim)
+        total[ax] = total.get(ax, 0) + int(s)
+    for ax, s in total.items():
         n = x.shape[ax]
-        s = int(s) % n if n else 0
+        s = s % n if n else 0
         if s:
             head = tuple(slice(n - s, None) if i == ax else slice(None) for i in range(x.ndim))
             tail = tuple(slice(None, n - s) if i == ax else slice(None) for i in range(x.ndim))
             x = t.apply("concat", x[head], x[tail], axis=ax)
-    return x
+    return _new_array(t, x)
 
 
 def rot90(t, m, k=1, axes=(0, 1)):
@@ -373,7 +387,7 @@ def rot90(t, m, k=1, axes=(0, 1)):
     order = list(range(x.ndim))
     order[a0], order[a1] = order[a1], order[a0]
     if k == 0:
-        return copy(t, x)
+        return x  # NumPy's m[:], a view of all of x: the same array for every later update
     if k == 2:
         return flip(t, flip(t, x, a0), a1)
     if k == 1:
@@ -460,7 +474,7 @@ def array_split(t, ary, indices_or_sections, axis=0):
         size, extra = divmod(n, k)
         bounds = np.cumsum([0] + extra * [size + 1] + (k - extra) * [size]).tolist()
     else:
-        bounds = [0] + [min(max(int(i), 0), n) for i in indices_or_sections] + [n]
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]  # Python's slice rules, as NumPy's
     return _split_at(t, x, bounds, axis)
 
 
@@ -558,7 +572,7 @@ def _astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
     if np.dtype(dtype) != np.float64:
         raise _error(f"astype({np.dtype(dtype)}) of a traced value: the trace computes in float64 (the server's "
                      "dtype option sets the engine's precision); only astype(float) can be traced")
-    return globals()["copy"](x.tracer, x)
+    return globals()["copy"](x.tracer, x) if copy else x  # copy=False: NumPy's same array, not a copy
 
 
 def _function(name: str):
