@@ -46,6 +46,7 @@ are still hashable by identity (they are graph nodes).
 """
 from __future__ import annotations
 
+import re
 import warnings
 import weakref
 from collections.abc import Callable
@@ -97,6 +98,9 @@ class _Node:
 # ops whose NumPy counterpart returns a view of its input (basic slicing, reshape, transpose...):
 # an in-place update through such a result, or of its base while it lives, would write both in NumPy
 VIEW_OPS = frozenset({"slice", "reshape", "transpose", "squeeze", "expand_dims", "broadcast_to"})
+
+# the user's line converts with np.asarray/np.array (and kin): the fix is to drop the call
+_ASARRAY = re.compile(r"\b(asarray|asanyarray|ascontiguousarray|asfarray|array)\(")
 
 _CONVERSION = ("converting a traced value to a Python or NumPy number or a plain array (float(), int(), "
                "math.*, np.float64(), np.asarray(), .item(), .tolist(), storing it into a NumPy array) would "
@@ -265,6 +269,13 @@ class Value(Traced):
         return bool(known)
 
     def _refuse_conversion(self, *args, **kwargs):
+        site = user_site()
+        if _ASARRAY.search(site):  # np.asarray(x) cannot hand back x (NumPy does not dispatch it): say to drop it
+            raise TracerError(f"np.asarray()/np.array() of the traced value '{self.name}'{site} would freeze it "
+                              "into a constant and drop its gradient: drop the call, a traced value already is "
+                              "an array to NumPy's functions (np.asarray(x) -> x, np.array(x) -> x.copy(), a "
+                              "list of traced values -> np.stack(...)), or use t.constant(x) when a constant "
+                              "is really meant")
         raise TracerError(f"'{self.name}' is a traced value: {_CONVERSION}{user_site()}. Use the NumPy function "
                           "on the traced value instead (np.exp(x), not math.exp(x); np.stack/np.concatenate, not "
                           "filling an array), or t.constant(x) (gradcheck_client.tracer.constant(x)) when a "
