@@ -92,14 +92,6 @@ def _new_array(t, x):
     return copy(t, x)
 
 
-def _moveaxis(t, x, src: int, dst: int):
-    if src == dst:
-        return x
-    order = [i for i in range(x.ndim) if i != src]
-    order.insert(dst, src)
-    return t.apply("transpose", x, axes=order)
-
-
 # --- elementwise, from the registry's ops -----------------------------------------------------------
 
 
@@ -318,7 +310,9 @@ def diagonal(t, a, offset=0, axis1=0, axis2=1):
         raise _error("numpy.diagonal: only a 2-D array's diagonal can be traced")
     rows, cols = x.shape
     i = np.arange(max(0, -offset), min(rows, cols - offset))
-    return t.apply("take", x.reshape(-1), (i * cols + i + offset).astype(np.int64), axis=0)
+    y = t.apply("take", x.reshape(-1), (i * cols + i + offset).astype(np.int64), axis=0)
+    y._readonly = "diagonal"  # NumPy's is a read-only view: updating it in place fails there
+    return y
 
 
 def _tri_mask(t, m, k, upper: bool):
@@ -404,9 +398,16 @@ def swapaxes(t, a, axis1, axis2):
 
 
 def moveaxis(t, a, source, destination):
+    """NumPy's order: the moved axes at their destinations (in increasing order of destination), the others
+    in their order around them."""
     x = _v(t, a)
-    (src,), (dst,) = _axes(source, x.ndim), _axes(destination, x.ndim)
-    return _moveaxis(t, x, src, dst)
+    src, dst = _axes(source, x.ndim), _axes(destination, x.ndim)
+    if len(src) != len(dst):
+        raise _error("numpy.moveaxis: `source` and `destination` arguments must have the same number of elements")
+    order = [i for i in range(x.ndim) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return _permute(t, x, order)
 
 
 def expand_dims(t, a, axis):

@@ -126,6 +126,7 @@ class Value(Traced):
         self.tracer = tracer
         self._node = node
         self._base = base  # the Value this one is a NumPy view of (in-place rules), or None
+        self._readonly = ""  # the NumPy function whose read-only view this is (np.diagonal), or ""
         # live views of this Value: id -> weak reference (not a WeakSet: that compares members with ==,
         # which on traced values is the elementwise comparison rule)
         self._views: dict[int, weakref.ref] = {}
@@ -178,6 +179,10 @@ class Value(Traced):
         """`x op= o` updates the array object x in NumPy, so every name bound to it sees the new value: here
         the Value moves to the new node. A write through a view (or into a base a live view shares) would
         change both arrays in NumPy: refused rather than traced as if they were separate."""
+        if self._readonly:
+            raise TracerError(f"in-place update of '{self.name}'{user_site()}: NumPy's {self._readonly} is a "
+                              "read-only view (ValueError: assignment destination is read-only); write "
+                              f"`y = np.{self._readonly}(...) + ...` (a new array)")
         if self._base is not None:
             raise TracerError(f"in-place update of '{self.name}', a view of '{self._base.name}'{user_site()}: "
                               "NumPy would write through to the base array; the tracer does not follow views. "
@@ -204,10 +209,11 @@ class Value(Traced):
         raise TracerError(f"assignment into the traced value '{self.name}'{user_site()} cannot be traced: build "
                           "the new array instead (np.where(mask, new, x), np.concatenate of the pieces)")
 
-    def sum(self, axis=None, keepdims=False): return self.tracer.apply("sum", self, axis=axis, keepdims=keepdims)
-    def mean(self, axis=None, keepdims=False): return self.tracer.apply("mean", self, axis=axis, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return self.tracer.apply("max", self, axis=axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return self.tracer.apply("min", self, axis=axis, keepdims=keepdims)
+    # NumPy's functions of the same name, which check NumPy's argument forms (numpy_protocol)
+    def sum(self, axis=None, keepdims=False): return np.sum(self, axis=axis, keepdims=keepdims)
+    def mean(self, axis=None, keepdims=False): return np.mean(self, axis=axis, keepdims=keepdims)
+    def max(self, axis=None, keepdims=False): return np.max(self, axis=axis, keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return np.min(self, axis=axis, keepdims=keepdims)
 
     # NumPy's array methods and attributes
     @property
