@@ -98,3 +98,11 @@ def test_np_asarray_of_a_traced_value_says_to_drop_the_call():
     message = str(err.value)
     assert "\n" not in message and "drop the call" in message and "np.asarray(x) -> x" in message
     assert "test_tracer_idioms.py:" in message  # the user's line
+
+
+def test_a_traced_index_among_several_arrays_names_the_fix():
+    t = Tracer()
+    x, labels = t.param("x", np.ones((3, 4))), t.input("labels", np.array([0, 3, 2]))
+    with pytest.raises(TracerError, match=r"index with the NumPy array itself \(logp\[np.arange\(n\), labels\]"):
+        x[np.arange(3), labels]
+    assert x[:, labels].shape == (3, 3)  # one traced index array on one axis: op 'take'

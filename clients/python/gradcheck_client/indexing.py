@@ -107,8 +107,9 @@ def _take(x, key, arrays, shape):
     if len(arrays) == 1 and not _is_int(key[arrays[0]]):
         return x.tracer.apply("take", x, _index_array(key[arrays[0]]), axis=arrays[0])
     if any(isinstance(key[i], Traced) for i in arrays):
-        raise _error("a traced integer array among several array indices cannot be traced (one traced index "
-                     "array on one axis can: x[:, idx])")
+        raise _error("a traced integer array among several array indices cannot be traced: index with the NumPy "
+                     "array itself (logp[np.arange(n), labels] with labels plain data, as check() passes int "
+                     "arguments), or one traced index array on one axis (x[:, idx])")
     dims = [shape[i] for i in arrays]
     try:
         idx = np.broadcast_arrays(*(np.asarray(key[i]) for i in arrays))
