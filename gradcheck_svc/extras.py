@@ -1,7 +1,7 @@
 """How to install an optional extra, said one way wherever one is missing.
 
-The service is not published on any package index (a `pip install 'gradcheck-svc[onnx]'` would fetch
-whatever someone registered under that name): extras install from a checkout of this repository."""
+The service is not published on any package index (installing the extra of a package by its name,
+gradcheck-svc, would fetch whatever someone registered under it): extras install from a checkout."""
 from __future__ import annotations
 
 

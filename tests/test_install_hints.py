@@ -1,6 +1,6 @@
 """Install hints point somewhere real: gradcheck-svc is not published on any package index, so a hint
 naming `gradcheck-svc[extra]` would fetch whatever someone registered under that name. Every hint is
-extras.install_hint's `pip install '.[extra]'`, for an extra pyproject.toml declares."""
+extras.install_hint's `pip install '.[<extra>]'`, for an extra pyproject.toml declares."""
 from __future__ import annotations
 
 import re
@@ -20,7 +20,8 @@ EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["option
 
 def _tracked_text_files():
     names = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout.split()
-    return [ROOT / n for n in names if n.endswith((".py", ".md", ".toml", ".yaml", ".yml", ".txt")) or "Dockerfile" in n]
+    kinds = (".py", ".md", ".toml", ".yaml", ".yml", ".txt")
+    return [ROOT / n for n in names if n.endswith(kinds) or "Dockerfile" in n]
 
 
 def test_no_file_names_the_unpublished_package_as_something_to_install():
