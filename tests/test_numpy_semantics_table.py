@@ -148,7 +148,8 @@ FORMS = {
                   ("M", lambda x: np.tensordot(x, x, axes=0))],
     "einsum": [("A", lambda x: np.einsum("ijk,k->ij", x, ROW)), ("A", lambda x: np.einsum("ijk->kj", x)),
                ("M", lambda x: np.einsum("ij,jk", x, x)), ("M", lambda x: np.einsum("ii->i", x)),
-               ("A", lambda x: np.einsum("bij,bkj->bik", x, x))],
+               ("A", lambda x: np.einsum("bij,bkj->bik", x, x)), ("M", lambda x: np.einsum("ij", x)),
+               ("M", lambda x: np.einsum("ij->ji", x))],  # one operand: NumPy's result is a view of it
     "flip": [("A", lambda x: np.flip(x)), ("A", lambda x: np.flip(x, 0)), ("A", lambda x: np.flip(x, axis=-1)),
              ("A", lambda x: np.flip(x, (0, 2))), ("A", lambda x: np.flip(x, axis=()))],
     "fliplr": [("A", lambda x: np.fliplr(x))],
