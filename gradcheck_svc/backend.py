@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 
 from .errors import BackendUnavailable
+from .extras import install_hint
 from .host_erf import numpy_erf
 
 
@@ -81,7 +82,7 @@ def get_backend(device: str = "cpu") -> Backend:
         cupy, why = _cupy()
         if cupy is None:
             raise BackendUnavailable(
-                f"device 'cuda' is not available ({why}); install gradcheck-svc[gpu] on a machine "
+                f"device 'cuda' is not available ({why}); {install_hint('gpu')} on a machine "
                 "with an NVIDIA GPU, or use --device cpu",
                 field="device",
             )

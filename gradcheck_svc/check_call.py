@@ -7,7 +7,8 @@
     gradcheck_svc.assert_gradients(np.linalg.norm, np.arange(1.0, 4.0))   # for pytest
 
 The same trace as gradcheck_client.check (every float argument a parameter unless `wrt` names which,
-a non-scalar output reduced with a seeded cotangent, stated in the report), verified by the request
+a non-scalar output reduced with a seeded cotangent, stated in the report; refused where the traced
+graph and f on NumPy copies differ: gradcheck_client/faithful.py), verified by the request
 path a server's worker runs (server/execute.py: the same options table, limits and validation), and
 returned as the client's Report: in process and through a server, one call gives the same Report.
 """

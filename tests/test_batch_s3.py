@@ -242,10 +242,11 @@ def test_missing_backend_or_unknown_scheme_is_one_line_exit_2(capsys, monkeypatc
     monkeypatch.setitem(sys.modules, "gcsfs", None)  # as on an image without the [gcs] extra
     code, _, err = run(capsys, "batch", "--manifest", "gs://bucket/graphs", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and len(err.strip().splitlines()) == 1
-    assert "--manifest: gs:// needs fsspec and gcsfs, which are not installed: pip install 'gradcheck-svc[gcs]'" in err
+    assert ("--manifest: gs:// needs fsspec and gcsfs, which are not installed: pip install '.[gcs]' in a gradcheck "
+            "checkout") in err
     monkeypatch.setitem(sys.modules, "adlfs", None)
     code, _, err = run(capsys, "batch-merge", "az://container/results")
-    assert code == 2 and "DIR: az:// needs fsspec and adlfs" in err and "gradcheck-svc[azure]" in err
+    assert code == 2 and "DIR: az:// needs fsspec and adlfs" in err and "pip install '.[azure]'" in err
     code, _, err = run(capsys, "batch-merge", f"file://{tmp_path}/none")  # file:// is a local path
     assert code == 2 and f"DIR: not a directory: {tmp_path}/none" in err
     code, _, err = run(capsys, "screen", "--out", "ftp://host/x", "--examples", "none", "--generated", 1)

@@ -141,7 +141,7 @@ def test_gpu_hint_names_the_package():
 
     if _cupy()[0] is not None:
         pytest.skip("CuPy is usable here: no hint to show")
-    with pytest.raises(GradcheckError, match=r"install gradcheck-svc\[gpu\]"):
+    with pytest.raises(GradcheckError, match=r"pip install '\.\[gpu\]' in a gradcheck checkout"):
         get_backend("cuda")
 
 

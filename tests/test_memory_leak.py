@@ -9,6 +9,11 @@ blocks and ~5 kB, so keeping one per iteration would grow them by ~60,000
 blocks and ~5 MB -- far over the limits -- while the noise measured after
 warm-up is a few hundred blocks and tens of kB, far under them. A control
 run that keeps every 10th report shows the measure sees such a leak.
+
+Each growth is measured over two consecutive batches of 1,000 and the smaller
+counts: a leak grows every batch alike, while the allocator's one-off steps
+(a new arena, a heap page kept after a burst of work from other processes on a
+loaded machine: 2.6 MB once) land in one batch and do not repeat.
 (tracemalloc would also see buffers, but slows the loop tenfold.)"""
 import gc
 import os
@@ -76,6 +81,10 @@ def _growth(fn, msg, rounds, keep=None) -> tuple[int, int]:
     """(allocated blocks, resident bytes) gained over `rounds` calls, after a warm-up."""
     for _ in range(20):  # caches, interned strings, lazily imported modules
         fn(msg)
+    return _batch(fn, msg, rounds, keep)
+
+
+def _batch(fn, msg, rounds, keep=None) -> tuple[int, int]:
     gc.collect()
     blocks, rss = sys.getallocatedblocks(), _rss()
     for i in range(rounds):
@@ -87,18 +96,27 @@ def _growth(fn, msg, rounds, keep=None) -> tuple[int, int]:
     return sys.getallocatedblocks() - blocks, _rss() - rss
 
 
+def _steady_growth(fn, msg, rounds) -> tuple[int, int]:
+    """The smaller growth of two consecutive batches, per measure: what every batch adds (a leak), not a
+    one-off step of the allocator."""
+    first, second = _growth(fn, msg, rounds), _batch(fn, msg, rounds)
+    return min(first[0], second[0]), min(first[1], second[1])
+
+
 def test_no_growth_over_1000_verifications_and_1000_inferences():
     msg = _message()
     objects = _live_objects()
     for what, fn in (("verifications", _verify_once), ("inference evaluations", _infer_once)):
-        blocks, rss = _growth(fn, msg, ROUNDS)
+        blocks, rss = _steady_growth(fn, msg, ROUNDS)
         assert blocks < BLOCKS_LIMIT, f"1,000 {what} left {blocks} allocated blocks behind"
         assert rss < RSS_LIMIT, f"1,000 {what} grew the resident set by {rss} bytes"
     assert _live_objects() == objects
 
 
 def test_the_leak_measurement_sees_a_kept_report():
-    """Control: keeping one report in ten is visible; one per iteration would be over the limit."""
+    """Control: keeping one report in ten is visible in each batch; one per iteration would be over the
+    limit in both, so the smaller of two batches still sees it."""
     kept = []
-    blocks, _ = _growth(_verify_once, _message(), 100, kept)
-    assert blocks / len(kept) * ROUNDS > 5 * BLOCKS_LIMIT, blocks
+    first, _ = _growth(_verify_once, _message(), 100, kept)
+    second, _ = _batch(_verify_once, _message(), 100, kept)
+    assert min(first, second) / (len(kept) / 2) * ROUNDS > 5 * BLOCKS_LIMIT, (first, second)

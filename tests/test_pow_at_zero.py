@@ -59,3 +59,37 @@ def test_checks_at_zero_pass_with_the_symbolic_oracle():
                                  wrt="y")
     assert report.passed, report.text
     np.testing.assert_array_equal(report.parameters["y"].gradient, [0.0, 0.0, 0.0])
+
+
+def test_symbolic_nan_at_the_kink_is_a_note_when_fd_and_the_engine_agree():
+    """0**y for 0 < y < 1: d/dy is 0 * log(0), NaN in SymPy; the engine, finite differences and torch give 0.
+    The kink note's "not a failure" is the verdict: PASS, the row "ok (kink)" in text and JSON alike."""
+    import gradcheck_svc
+
+    y, base = np.array([0.5, 0.3, 2.0, 0.7]), np.array([0.0, 0.0, 0.0, 1.5])
+    report = gradcheck_svc.check(lambda y, base: np.sum(np.power(base, y)), y, base, wrt="y", fd_mode="full")
+    assert report.passed, report.text
+    row = report.parameters["y"]
+    assert row.status == "ok (kink)" and row.data["explained_by"] == "nondifferentiable_point"
+    assert row.data["symbolic"]["gradient"][:2] == ["NaN", "NaN"]  # SymPy's, at the two kink elements
+    assert row.data["symbolic"]["gradient"][2] == 0.0  # 0**2: defined, and it agrees
+    [note] = [f for f in report.data["findings"] if f["cause"] == "nondifferentiable_point"]
+    assert note["severity"] == "warning" and "the symbolic reference is NaN there for y" in note["detail"]
+    assert note["detail"].endswith("not a failure")
+    [line] = [ln for ln in report.text.splitlines() if ln.strip().startswith("y ")]
+    assert "ok (kink)" in line
+    yt = torch.tensor(y, requires_grad=True)
+    torch.pow(torch.tensor(base), yt).sum().backward()
+    np.testing.assert_array_equal(row.gradient, yt.grad.numpy())  # 0 at the kink, 1.5**0.7 log 1.5 beside it
+    np.testing.assert_allclose(row.reference, yt.grad.numpy(), atol=1e-8)  # finite differences agree
+
+
+def test_a_nan_symbolic_reference_excuses_nothing_when_finite_differences_disagree():
+    """The same kink with the base a parameter too: d/dbase is infinite at 0 for 0 < y < 1 (torch: inf), where
+    finite differences cannot agree with the engine: no excuse, the check fails."""
+    import gradcheck_svc
+
+    report = gradcheck_svc.check(lambda y, base: np.sum(np.power(base, y)), np.array([0.5, 2.0]),
+                                 np.array([0.0, 1.5]), fd_mode="full")
+    assert not report.passed
+    assert report.parameters["base"].status == "FAIL"

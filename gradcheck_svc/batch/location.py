@@ -30,6 +30,7 @@ import re
 from pathlib import Path, PurePosixPath
 
 from ..errors import OptionError
+from ..extras import install_hint
 from ..text import clip
 
 # scheme -> (the fsspec backend's module, the extra that installs it)
@@ -62,7 +63,7 @@ def location(spec, field: str):
         import fsspec  # noqa: F401
     except ImportError:
         raise OptionError(f"{scheme}:// needs fsspec and {module}, which are not installed: "
-                          f"pip install 'gradcheck-svc[{extra}]'", field=field) from None
+                          f"{install_hint(extra)}", field=field) from None
     key = rest.strip("/")
     if not key:
         raise OptionError(f"'{clip(spec, 200)}' names no bucket", field=field)

@@ -1,6 +1,6 @@
 """ONNX models in: `import_onnx(path or bytes, ImportOptions) -> gradcheck.v1.Graph`.
 
-The only package that imports `onnx` (the optional extra gradcheck-svc[onnx]);
+The only package that imports `onnx` (the optional extra `onnx`: pip install '.[onnx]' in a checkout);
 nothing imports it until an ONNX model arrives. model.py reads and checks the
 file, importer.py walks the graph (parameters, inputs, loss), converters.py
 maps each ONNX op type onto registry ops.
@@ -8,13 +8,14 @@ maps each ONNX op type onto registry ops.
 from __future__ import annotations
 
 from ..errors import GraphError
+from ..extras import install_hint
 
 
 def _require_onnx() -> None:
     try:
         import onnx  # noqa: F401
     except ImportError:
-        raise GraphError("ONNX models need the 'onnx' package: pip install 'gradcheck-svc[onnx]'",
+        raise GraphError(f"ONNX models need the 'onnx' package: {install_hint('onnx')}",
                          field="model") from None
 
 

@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 from gradcheck_client import json_text
+from gradcheck_client.report import row_status
 
 from ..text import escape_controls
 from .compare import Comparison
@@ -89,7 +90,7 @@ class ParameterResult:
     # reference / engine_projection are the whole graph's directional derivatives) | "joint, then full" /
     # "joint, then projection" (the joint screen flagged it, its own check decided)
     checked_by: str = ""
-    status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "FAIL"
+    status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "affected" | "FAIL"
     explained_by: str | None = None  # the finding cause that excuses a failed comparison
     failed_by: str | None = None  # the error finding's cause that fails this parameter
     # graph.ir.SourceName: the names it has in the framework that made the model (merged, transposed or
@@ -141,7 +142,7 @@ class ParameterResult:
             d["engine_projection"] = _listed(self.engine_projection)
         d["fd_passed"] = self.passed if self.fd_passed is None else self.fd_passed
         d["verdict_reference"] = self.verdict_reference
-        d["status"] = self.status or ("ok" if self.passed else "FAIL")
+        d["status"] = row_status(self.status, self.passed)
         d["explained_by"] = self.explained_by
         d["failed_by"] = self.failed_by
         d["source_names"] = [s.to_dict() for s in self.source_names]

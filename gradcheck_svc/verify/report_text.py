@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
+from gradcheck_client.report import row_label
 
 REFERENCE_NAMES = {"symbolic": "the symbolic gradient (exact)", "finite_differences": "finite differences"}
 
@@ -37,9 +38,7 @@ def _worst(p) -> str:
 
 
 def _status(p) -> str:
-    if p.failed_by:
-        return f"FAIL ({p.failed_by})"
-    return p.status or ("ok" if p.passed else "FAIL")
+    return row_label(p.status, p.passed, p.failed_by)
 
 
 def parameter_table(params: list, max_rows: int) -> list[str]:

@@ -11,6 +11,10 @@ are passed to the function as they are. A non-scalar output is reduced to the sc
 sum(output * c) with a cotangent c ~ N(0, 1) drawn from the `seed` option (0 unless given): the
 report says so (data["check"], and a line of its text). gradcheck_svc.check runs the same trace and
 the same verification in process and returns the same Report.
+
+The traced graph must compute f: f also runs on plain NumPy copies of the arguments and its output (and
+each argument after the call, for in-place code) is compared with the trace's, and its loss with the
+engine's; a difference beyond rounding refuses the check (faithful.py).
 """
 from __future__ import annotations
 
@@ -19,6 +23,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from . import faithful
 from .options import BY_NAME
 from .report import Report
 from .trace_errors import TracerError
@@ -31,6 +36,9 @@ class Traced:
     graph: object  # gradcheck.v1.Graph
     parameters: list
     note: dict  # what the report states: function, parameters, output shape, cotangent
+    loss: float = 0.0  # f's own loss on NumPy arrays, reduced the same way (faithful.confirm_loss)
+    terms: float = 0.0  # sum |output * c|: what the loss's rounding is relative to
+    known: bool = True  # the trace-time values confirmed the output (faithful.confirm_trace)
 
 
 def _argument_names(f, n: int) -> list[str]:
@@ -82,14 +90,19 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
         raise TracerError("no parameters: nothing to check (no float argument; pass float arrays, or name the "
                           "arguments to check with wrt=)")
     t = Tracer(name)
-    traced = [t.param(names[i], np.asarray(a, dtype=np.float64)) if i in which else a for i, a in enumerate(args)]
+    state = np.random.get_state()  # the plain run starts from the same draws (faithful.py)
+    traced = [t.param(names[i], np.asarray(a, dtype=np.float64)) if i in which else a
+              for i, a in enumerate(faithful.numpy_copies(args, ()))]
     out = _call(f, traced)
     if isinstance(out, (tuple, list)):
         raise TracerError(f"{name} returned a {type(out).__name__}: check one output (return a single array)")
     if not isinstance(out, Value):
         checked = ", ".join(names[i] for i in which)
         raise TracerError(f"{name}'s output does not depend on any checked argument ({checked})")
+    expected = faithful.run_plain(f, faithful.numpy_copies(args, which), names, state)
+    known = faithful.confirm_trace(name, out, dict(zip(names, traced)), expected)
     note = {"function": name, "parameters": [names[i] for i in which], "output_shape": list(out.shape)}
+    c = None
     if out.size != 1:
         c = np.random.default_rng(seed).standard_normal(out.shape)
         out = t.apply("sum", out * c)
@@ -98,7 +111,9 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
         out = out.reshape(())
     if "loss" not in names:
         out = out.named("loss")
-    return Traced(t.graph(out), [names[i] for i in which], note)
+    terms = float(np.sum(np.abs(expected.output * (c if c is not None else 1.0))))
+    return Traced(t.graph(out), [names[i] for i in which], note, faithful.expected_loss(expected.output, c), terms,
+                  known)
 
 
 def _call(f, traced):
@@ -126,7 +141,10 @@ def check_options(options: dict) -> dict:
 
 
 def stated(report: Report, traced: Traced) -> Report:
-    """The report with what check() did to the function stated: data["check"] and a line of its text."""
+    """The report with what check() did to the function stated: data["check"] and a line of its text; a
+    loss the engine computed otherwise than f on NumPy arrays refuses it (faithful.confirm_loss)."""
+    faithful.confirm_loss(traced.note["function"], report.loss, traced.loss, traced.terms,
+                          report.data.get("dtype", "float64"), traced.known)
     report.data["check"] = traced.note
     line = f"checked {traced.note['function']} with respect to {', '.join(traced.parameters)}"
     if "cotangent" in traced.note:

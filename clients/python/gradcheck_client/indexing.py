@@ -1,7 +1,8 @@
 """x[key] on a traced value, as the registry's ops: basic indexing (ints, slices, Ellipsis,
 None) is one `slice` node, then `squeeze` for the integer positions and `expand_dims` for
-each None; one integer array (or traced int64 value) on one axis, every other axis whole,
-is `take`. Boolean masks select a data-dependent number of elements: refused."""
+each None; integer arrays on one or several axes, every other axis whole, are `take` (see
+_take: several arrays index the merged axes by their flat index). A NumPy boolean mask is a
+constant of the graph, like every comparison of trace-time values: its True positions."""
 from __future__ import annotations
 
 import numpy as np
@@ -85,19 +86,100 @@ def _record(x, key):
 
 
 def _take(x, key, arrays, shape):
-    (i,) = arrays if len(arrays) == 1 else (None,)
-    if i is None or any(k != slice(None) for j, k in enumerate(key) if j != i):
-        raise _error("only one integer-array index, with every other axis whole (x[idx], x[:, idx]), "
-                     "can be traced (it becomes op 'take')")
-    idx = key[i]
-    if not isinstance(idx, Traced):
-        idx = np.asarray(idx)
-        if idx.dtype.kind == "b":
-            raise _error("boolean mask indexing selects a data-dependent number of elements: it cannot be "
-                         "traced (use numpy.where)")
-        if idx.dtype.kind not in "iu":
-            raise _error(f"array index of dtype {idx.dtype} (integers expected)")
-        idx = idx.astype(np.int64)
+    """Integer arrays (and ints among them) index the axes they stand on, broadcast together, every other
+    axis whole: NumPy's advanced indexing. One array on one axis is `take` on that axis; several (the
+    cross-entropy idiom logp[np.arange(n), y]) are `take` of the flat index np.ravel_multi_index gives,
+    on those axes moved to the front and merged, the result's axes placed where NumPy places them (slices
+    on the other axes are taken first). A
+    boolean mask is the integer arrays of its True positions: it is a constant of the graph (the
+    comparison rule: x[x > 0] selects by the trace-time values)."""
+    if any(k is None for k in key):
+        raise _error("an index mixing arrays with None (np.newaxis) cannot be traced: index first, then add the "
+                     "axis (y = x[idx]; y[:, None])")
+    key = _expand_ellipsis(key, shape)
+    key = _masks_to_arrays(x, key, shape)
+    arrays = [i for i, k in enumerate(key) if _is_array_index(k) or _is_int(k)]
+    if any(k != slice(None) for j, k in enumerate(key) if j not in arrays):  # x[1:, idx]: the slices first
+        x = _record(x, tuple(slice(None) if j in arrays else k for j, k in enumerate(key)))
+        shape, key = x.shape, tuple(k if j in arrays else slice(None) for j, k in enumerate(key))
     if not shape:
         raise _error("a 0-d traced value cannot be indexed")
-    return x.tracer.apply("take", x, idx, axis=i)
+    if len(arrays) == 1 and not _is_int(key[arrays[0]]):
+        return x.tracer.apply("take", x, _index_array(key[arrays[0]]), axis=arrays[0])
+    if any(isinstance(key[i], Traced) for i in arrays):
+        raise _error("a traced integer array among several array indices cannot be traced: index with the NumPy "
+                     "array itself (logp[np.arange(n), labels] with labels plain data, as check() passes int "
+                     "arguments), or one traced index array on one axis (x[:, idx])")
+    dims = [shape[i] for i in arrays]
+    try:
+        idx = np.broadcast_arrays(*(np.asarray(key[i]) for i in arrays))
+    except ValueError:
+        raise _error("shape mismatch: indexing arrays could not be broadcast together with shapes "
+                     + " ".join(str(list(np.shape(key[i]))) for i in arrays)) from None
+    for ax, n, a in zip(arrays, dims, idx):
+        if a.size and (a.max() >= n or a.min() < -n):
+            bad = int(a.max()) if a.max() >= n else int(a.min())
+            raise IndexError(f"index {bad} is out of bounds for axis {ax} with size {n}")
+    flat = np.ravel_multi_index(tuple(np.asarray(a, dtype=np.int64) % n for a, n in zip(idx, dims)), dims)
+    rest = [i for i in range(len(shape)) if i not in arrays]
+    t = x.tracer
+    front = x if arrays + rest == list(range(len(shape))) else t.apply("transpose", x, axes=arrays + rest)
+    merged = front.reshape([int(np.prod(dims))] + [shape[i] for i in rest])
+    y = t.apply("take", merged, flat.astype(np.int64), axis=0)
+    at = arrays[0] if arrays == list(range(arrays[0], arrays[-1] + 1)) else 0  # NumPy: in place when adjacent
+    if at == 0:
+        return y
+    b = flat.ndim  # the broadcast index's axes come first in y: move them to where the indexed axes were
+    order = list(range(b, b + at)) + list(range(b)) + list(range(b + at, y.ndim))
+    y = t.apply("transpose", y, axes=order)
+    y.detach()  # NumPy's advanced indexing gives a new array, not a view
+    return y
+
+
+def _expand_ellipsis(key, shape):
+    if sum(k is Ellipsis for k in key) > 1:
+        raise _error("an index can only have a single ellipsis ('...')")
+    used = sum(np.ndim(k) if _is_mask(k) else 1 for k in key if k is not Ellipsis)
+    if used > len(shape):
+        raise _error(f"too many indices for a traced value of shape {list(shape)}")
+    fill = (slice(None),) * (len(shape) - used)
+    if any(k is Ellipsis for k in key):
+        at = next(i for i, k in enumerate(key) if k is Ellipsis)
+        return key[:at] + fill + key[at + 1:]
+    return key + fill
+
+
+def _is_mask(k) -> bool:
+    return isinstance(k, np.ndarray) and k.dtype.kind == "b" or isinstance(k, list) and \
+        np.asarray(k).dtype.kind == "b"
+
+
+def _masks_to_arrays(x, key, shape):
+    """A boolean mask over axes a..a+m-1 is the m integer arrays of its True positions (np.nonzero)."""
+    out, axis = [], 0
+    for k in key:
+        if isinstance(k, Traced) and k.dtype.kind not in "iu":  # a node's value (a boolean op's too), not data
+            raise _error(f"indexing with the traced value '{k.name}' cannot be traced: an index is a NumPy integer "
+                         "array or mask (a comparison of traced values is a mask: x[x > 0]) or an integer input "
+                         "of the trace; for a boolean computed in the graph use np.where(mask, x, 0)")
+        if _is_mask(k):
+            k = np.asarray(k)
+            want = tuple(shape[axis:axis + k.ndim])
+            if k.shape != want:
+                raise IndexError(f"boolean index of shape {list(k.shape)} does not match the indexed shape "
+                                 f"{list(want)} of a traced value of shape {list(shape)}")
+            out.extend(np.nonzero(k))
+            axis += k.ndim
+            continue
+        out.append(k)
+        axis += 1
+    return tuple(out)
+
+
+def _index_array(idx):
+    if isinstance(idx, Traced):
+        return idx
+    idx = np.asarray(idx)
+    if idx.dtype.kind not in "iu":
+        raise _error(f"array index of dtype {idx.dtype} (integers expected)")
+    return idx.astype(np.int64)

@@ -83,15 +83,13 @@ def cumsum(t, a, axis=None, dtype=None, out=None):
         pads[axis] = step  # zeros in front along the axis: x shifted by `step`
         x = x + t.apply("pad", head, pads=pads)
         step *= 2
-    return x
+    return _new_array(t, x)  # NumPy's cumsum is a new array, also along an axis of length 1
 
 
-def _moveaxis(t, x, src: int, dst: int):
-    if src == dst:
-        return x
-    order = [i for i in range(x.ndim) if i != src]
-    order.insert(dst, src)
-    return t.apply("transpose", x, axes=order)
+def _new_array(t, x):
+    """x as a new array of its own (what NumPy returns): not the input itself nor a view of it, when a
+    composition ended without recording an op of its own (a roll by n, a cumsum of one element)."""
+    return copy(t, x)
 
 
 # --- elementwise, from the registry's ops -----------------------------------------------------------
@@ -312,7 +310,9 @@ def diagonal(t, a, offset=0, axis1=0, axis2=1):
         raise _error("numpy.diagonal: only a 2-D array's diagonal can be traced")
     rows, cols = x.shape
     i = np.arange(max(0, -offset), min(rows, cols - offset))
-    return t.apply("take", x.reshape(-1), (i * cols + i + offset).astype(np.int64), axis=0)
+    y = t.apply("take", x.reshape(-1), (i * cols + i + offset).astype(np.int64), axis=0)
+    y._readonly = "diagonal"  # NumPy's is a read-only view: updating it in place fails there
+    return y
 
 
 def _tri_mask(t, m, k, upper: bool):
@@ -349,21 +349,29 @@ def flipud(t, m):
 
 
 def roll(t, a, shift, axis=None):
+    """NumPy's pairing: shift and axis broadcast against each other and the shifts on one axis add up
+    (np.roll(x, (1, 2), axis=0) rolls by 3; axis=None rolls the flattened array by their sum). Always a new
+    array, as NumPy's (a roll by a multiple of n too)."""
     x = _v(t, a)
     if axis is None:
-        return roll(t, x.reshape(-1), shift, 0).reshape(x.shape)
-    shifts = shift if isinstance(shift, (tuple, list)) else (shift,)
-    axes = _axes(axis, x.ndim)
-    if len(shifts) == 1 and len(axes) > 1:
-        shifts = shifts * len(axes)
-    for s, ax in zip(shifts, axes):
+        return _new_array(t, roll(t, x.reshape(-1), shift, 0).reshape(x.shape))
+    try:
+        pairs = np.broadcast(np.asarray(shift, dtype=np.int64), np.asarray(axis, dtype=np.int64))
+    except ValueError:
+        raise _error(f"numpy.roll: 'shift' {shift!r} and 'axis' {axis!r} should be scalars or the same "
+                     "length") from None
+    total = {}
+    for s, ax in pairs:
+        (ax,) = _axes(int(ax), x.ndim)
+        total[ax] = total.get(ax, 0) + int(s)
+    for ax, s in total.items():
         n = x.shape[ax]
-        s = int(s) % n if n else 0
+        s = s % n if n else 0
         if s:
             head = tuple(slice(n - s, None) if i == ax else slice(None) for i in range(x.ndim))
             tail = tuple(slice(None, n - s) if i == ax else slice(None) for i in range(x.ndim))
             x = t.apply("concat", x[head], x[tail], axis=ax)
-    return x
+    return _new_array(t, x)
 
 
 def rot90(t, m, k=1, axes=(0, 1)):
@@ -373,7 +381,7 @@ def rot90(t, m, k=1, axes=(0, 1)):
     order = list(range(x.ndim))
     order[a0], order[a1] = order[a1], order[a0]
     if k == 0:
-        return copy(t, x)
+        return x  # NumPy's m[:], a view of all of x: the same array for every later update
     if k == 2:
         return flip(t, flip(t, x, a0), a1)
     if k == 1:
@@ -390,9 +398,16 @@ def swapaxes(t, a, axis1, axis2):
 
 
 def moveaxis(t, a, source, destination):
+    """NumPy's order: the moved axes at their destinations (in increasing order of destination), the others
+    in their order around them."""
     x = _v(t, a)
-    (src,), (dst,) = _axes(source, x.ndim), _axes(destination, x.ndim)
-    return _moveaxis(t, x, src, dst)
+    src, dst = _axes(source, x.ndim), _axes(destination, x.ndim)
+    if len(src) != len(dst):
+        raise _error("numpy.moveaxis: `source` and `destination` arguments must have the same number of elements")
+    order = [i for i in range(x.ndim) if i not in src]
+    for d, s in sorted(zip(dst, src)):
+        order.insert(d, s)
+    return _permute(t, x, order)
 
 
 def expand_dims(t, a, axis):
@@ -460,7 +475,7 @@ def array_split(t, ary, indices_or_sections, axis=0):
         size, extra = divmod(n, k)
         bounds = np.cumsum([0] + extra * [size + 1] + (k - extra) * [size]).tolist()
     else:
-        bounds = [0] + [min(max(int(i), 0), n) for i in indices_or_sections] + [n]
+        bounds = [0] + [int(i) for i in indices_or_sections] + [n]  # Python's slice rules, as NumPy's
     return _split_at(t, x, bounds, axis)
 
 
@@ -558,7 +573,7 @@ def _astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):
     if np.dtype(dtype) != np.float64:
         raise _error(f"astype({np.dtype(dtype)}) of a traced value: the trace computes in float64 (the server's "
                      "dtype option sets the engine's precision); only astype(float) can be traced")
-    return globals()["copy"](x.tracer, x)
+    return globals()["copy"](x.tracer, x) if copy else x  # copy=False: NumPy's same array, not a copy
 
 
 def _function(name: str):

@@ -15,6 +15,7 @@ import numpy
 from . import numpy_compose
 from .op_values import OPS
 from .trace_errors import TracerError, numpy_caller, user_site
+from .traced import Traced
 
 def _numpy_function(dotted: str):
     """numpy.NAME, or numpy.linalg.NAME for 'linalg.NAME'."""
@@ -43,6 +44,21 @@ def _function_name(fn) -> str:
     return f"{name} (called inside NumPy's {outer})" if outer else name
 
 
+def _own_arrays(out, args):
+    """A composition's result that is a view only of one of its own intermediate nodes (tensordot's final
+    reshape of a matmul) is a new array to the caller, as NumPy's result is: detached, so that updating it in
+    place is not refused as an update through a view. A view of the caller's own arrays stays one."""
+    given = set()
+    for a in args:
+        for v in (a if isinstance(a, (list, tuple)) else (a,)):
+            if isinstance(v, Traced):
+                given.add(id(v._base if v._base is not None else v))
+    for y in (out if isinstance(out, list) else (out,)):
+        if isinstance(y, Traced) and y._base is not None and id(y._base) not in given:
+            y.detach()
+    return out
+
+
 def method(name: str):
     """An ndarray method a traced value answers as NumPy's function of the same name, or None."""
     return numpy_compose.METHODS.get(name) if not name.startswith("_") else None
@@ -61,7 +77,7 @@ def ufunc_call(value, ufunc, method: str, inputs: tuple, kwargs: dict):
         raise _out_refused(ufunc, kwargs)
     composed = numpy_compose.COMPOSED.get(ufunc)
     if composed is not None and method == "__call__" and not kwargs:
-        return composed(value.tracer, *inputs)
+        return _own_arrays(composed(value.tracer, *inputs), inputs)
     op = BY_FUNCTION.get(ufunc)
     if op is None:
         raise _error(f"{_function_name(ufunc)}{'' if method == '__call__' else '.' + method} has no op in the "
@@ -80,7 +96,7 @@ def function_call(value, func, args: tuple, kwargs: dict):
             bound = inspect.signature(func).bind(*args, **kwargs)
         except TypeError as exc:
             raise _error(f"{_function_name(func)}: {exc}") from None
-        return composed(value.tracer, *bound.args, **bound.kwargs)
+        return _own_arrays(composed(value.tracer, *bound.args, **bound.kwargs), args)
     op = BY_FUNCTION.get(func)
     if op is None:
         raise _error(f"{_function_name(func)} has no op in the server's registry: it cannot be traced "
@@ -109,6 +125,9 @@ def function_call(value, func, args: tuple, kwargs: dict):
             continue  # NumPy has no default of its own here: the op's applies
         else:
             v = p.default  # NumPy's default, made explicit: the op's may differ (numpy.take's axis)
+        if p.name == "axis" and isinstance(v, list) and func is not numpy.expand_dims:
+            raise _error(f"{_function_name(func)}: axis {v} is a list, which NumPy refuses here (TypeError: 'list' "
+                         "object cannot be interpreted as an integer): pass an int or a tuple")
         if v is None:
             if entry["attrs"][p.name] is None:
                 continue  # the same meaning on both sides (all axes)

@@ -17,6 +17,20 @@ def message_to_dict(msg) -> dict:
                                      always_print_fields_with_no_presence=True)
 
 
+def row_status(status: str | None, passed) -> str:
+    """A parameter row's status as the verdict set it (gradcheck_svc/verify/verdict.py: "ok", "ok (precision)",
+    "ok (kink)", "affected" or "FAIL"), or from `passed` for a row without one. The one function the text, JSON
+    and HTML reports (and Parameter.failed) read it through, so they cannot name a row differently."""
+    return status or ("ok" if passed else "FAIL")
+
+
+def row_label(status: str | None, passed, failed_by: str | None) -> str:
+    """The row's status with the finding that names it, for the text table: "affected (cache_corruption)",
+    "FAIL (gradient_mismatch)"; the status word is row_status's."""
+    word = row_status(status, passed)
+    return f"{word} ({failed_by})" if failed_by else word
+
+
 class GradientMismatch(AssertionError):
     """Raised by Report.raise_for_mismatch() when a gradient is wrong."""
 
@@ -42,7 +56,7 @@ class Parameter:
     @property
     def failed(self) -> bool:
         """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure)."""
-        return self.status == "FAIL" if self.status else not self.passed
+        return row_status(self.status, self.passed) == "FAIL"
 
     def _shaped(self, values, what: str) -> np.ndarray:
         if self.data.get("truncated"):

@@ -46,6 +46,7 @@ are still hashable by identity (they are graph nodes).
 """
 from __future__ import annotations
 
+import re
 import warnings
 import weakref
 from collections.abc import Callable
@@ -53,7 +54,7 @@ from collections.abc import Callable
 import numpy as np
 from gradcheck.v1 import graph_pb2
 
-from . import indexing, numpy_protocol
+from . import faithful, indexing, numpy_protocol
 from .graphio import set_attrs
 from .op_values import OPS, REQUIRED, VALUES
 from .shapes import output_shape
@@ -98,6 +99,9 @@ class _Node:
 # an in-place update through such a result, or of its base while it lives, would write both in NumPy
 VIEW_OPS = frozenset({"slice", "reshape", "transpose", "squeeze", "expand_dims", "broadcast_to"})
 
+# the user's line converts with np.asarray/np.array (and kin): the fix is to drop the call
+_ASARRAY = re.compile(r"\b(asarray|asanyarray|ascontiguousarray|asfarray|array)\(")
+
 _CONVERSION = ("converting a traced value to a Python or NumPy number or a plain array (float(), int(), "
                "math.*, np.float64(), np.asarray(), .item(), .tolist(), storing it into a NumPy array) would "
                "freeze its trace-time value into a constant and silently drop its gradient")
@@ -122,6 +126,7 @@ class Value(Traced):
         self.tracer = tracer
         self._node = node
         self._base = base  # the Value this one is a NumPy view of (in-place rules), or None
+        self._readonly = ""  # the NumPy function whose read-only view this is (np.diagonal), or ""
         # live views of this Value: id -> weak reference (not a WeakSet: that compares members with ==,
         # which on traced values is the elementwise comparison rule)
         self._views: dict[int, weakref.ref] = {}
@@ -174,6 +179,10 @@ class Value(Traced):
         """`x op= o` updates the array object x in NumPy, so every name bound to it sees the new value: here
         the Value moves to the new node. A write through a view (or into a base a live view shares) would
         change both arrays in NumPy: refused rather than traced as if they were separate."""
+        if self._readonly:
+            raise TracerError(f"in-place update of '{self.name}'{user_site()}: NumPy's {self._readonly} is a "
+                              "read-only view (ValueError: assignment destination is read-only); write "
+                              f"`y = np.{self._readonly}(...) + ...` (a new array)")
         if self._base is not None:
             raise TracerError(f"in-place update of '{self.name}', a view of '{self._base.name}'{user_site()}: "
                               "NumPy would write through to the base array; the tracer does not follow views. "
@@ -200,10 +209,11 @@ class Value(Traced):
         raise TracerError(f"assignment into the traced value '{self.name}'{user_site()} cannot be traced: build "
                           "the new array instead (np.where(mask, new, x), np.concatenate of the pieces)")
 
-    def sum(self, axis=None, keepdims=False): return self.tracer.apply("sum", self, axis=axis, keepdims=keepdims)
-    def mean(self, axis=None, keepdims=False): return self.tracer.apply("mean", self, axis=axis, keepdims=keepdims)
-    def max(self, axis=None, keepdims=False): return self.tracer.apply("max", self, axis=axis, keepdims=keepdims)
-    def min(self, axis=None, keepdims=False): return self.tracer.apply("min", self, axis=axis, keepdims=keepdims)
+    # NumPy's functions of the same name, which check NumPy's argument forms (numpy_protocol)
+    def sum(self, axis=None, keepdims=False): return np.sum(self, axis=axis, keepdims=keepdims)
+    def mean(self, axis=None, keepdims=False): return np.mean(self, axis=axis, keepdims=keepdims)
+    def max(self, axis=None, keepdims=False): return np.max(self, axis=axis, keepdims=keepdims)
+    def min(self, axis=None, keepdims=False): return np.min(self, axis=axis, keepdims=keepdims)
 
     # NumPy's array methods and attributes
     @property
@@ -265,6 +275,13 @@ class Value(Traced):
         return bool(known)
 
     def _refuse_conversion(self, *args, **kwargs):
+        site = user_site()
+        if _ASARRAY.search(site):  # np.asarray(x) cannot hand back x (NumPy does not dispatch it): say to drop it
+            raise TracerError(f"np.asarray()/np.array() of the traced value '{self.name}'{site} would freeze it "
+                              "into a constant and drop its gradient: drop the call, a traced value already is "
+                              "an array to NumPy's functions (np.asarray(x) -> x, np.array(x) -> x.copy(), a "
+                              "list of traced values -> np.stack(...)), or use t.constant(x) when a constant "
+                              "is really meant")
         raise TracerError(f"'{self.name}' is a traced value: {_CONVERSION}{user_site()}. Use the NumPy function "
                           "on the traced value instead (np.exp(x), not math.exp(x); np.stack/np.concatenate, not "
                           "filling an array), or t.constant(x) (gradcheck_client.tracer.constant(x)) when a "
@@ -467,6 +484,8 @@ def constant(value) -> Value:
     """A traced value's trace-time value as a constant of its graph (see Tracer.constant): the explicit way to
     say "this number, not this function of the parameters"."""
     if not isinstance(value, Value):
+        if faithful.PLAIN_RUN.get():  # check() running f on NumPy arrays: the number it marks
+            return value
         raise TracerError("constant() takes a traced value (NumPy data needs no marking: it is a constant)")
     return value.tracer.constant(value)
 

@@ -10,12 +10,19 @@ An input *near* a kink -- within the first pass's finite-difference step of it, 
 differences straddle it -- gets the same note, whichever rung of the step ladder (or the symbolic
 oracle) then settled the value: abs at 1e-9 (settled by a step below 1e-9) and relu at 1e-6 are
 noted as relu at 1e-9 is (where the differences disagreed, classify.py's warning is that note).
+
+One exact kink does excuse a mismatch: where the symbolic reference is NaN only at the kink's elements
+(SymPy's formula is undefined there: 0**y for 0 < y < 1 differentiated in y is 0 * log(0)) while finite
+differences agree with the engine and the rest of the symbolic gradient does too. The reference that
+cannot say is then no evidence against the engine: the note is a warning (diagnose.EXPLAINING), the row
+"ok (kink)", and the verdict agrees with the note's "not a failure".
 """
 from __future__ import annotations
 
 import numpy as np
 
 from ...oracles.finite_diff import STEP_SCALE, element_steps, local_one_sided
+from ..compare import compare
 from ..findings import Finding
 from .context import Context, inputs_at
 from .rules import rule_contribution
@@ -86,10 +93,38 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray) -> Finding
                        f"step ({inputs_at(step, fd.base, at)}{more}; convention at the kink: {kink.convention}): "
                        f"central differences straddle it; the engine's gradient agrees with the reference that "
                        f"settled it ({'; '.join(sides)}); not a failure", params, None)
-    return Finding(step.name, step.op.name, "nondifferentiable_point", "info",
+    unsure = _symbolic_nan_at_kink(ctx, step, d, exact, params)
+    return Finding(step.name, step.op.name, "nondifferentiable_point", "warning" if unsure else "info",
                    f"an input is exactly at its kink {kink.where} ({inputs_at(step, fd.base, at)}{more}): the "
                    f"gradient there is a convention, not a derivative; the engine uses '{kink.convention}' "
-                   f"({'; '.join(sides)}); not a failure", params, None)
+                   f"({'; '.join(sides)})" + (f"; the symbolic reference is NaN there for {', '.join(unsure)} "
+                                              "(undefined at the kink) and finite differences agree with the "
+                                              "engine" if unsure else "") + "; not a failure", params, None)
+
+
+def _symbolic_nan_at_kink(ctx: Context, step, d: np.ndarray, exact: np.ndarray, params: list) -> list[str]:
+    """The parameters whose only disagreement is a NaN symbolic reference at this kink's elements, finite
+    differences agreeing with the engine: all of the failing ones among `params`, or [] (then nothing is
+    excused). A parameter counts only as a direct input of the kink's node, whose elements map to the kink's
+    by broadcasting."""
+    rows = {r.name: r for r in ctx.results if r.name in params and not r.passed}
+    if not rows or d.reshape(-1)[exact].any():
+        return []
+    for name, r in rows.items():
+        if name not in step.inputs or r.symbolic is None or not r.fd_passed or not d.shape:
+            return []
+        size = int(np.prod(r.shape, dtype=np.int64))
+        try:
+            at_kink = np.broadcast_to(np.arange(size).reshape(r.shape), d.shape).reshape(-1)[exact]
+        except ValueError:
+            return []
+        nan = np.isnan(np.asarray(r.symbolic, dtype=np.float64)).reshape(-1)
+        if not nan.any() or not set(np.flatnonzero(nan)) <= set(at_kink.tolist()):
+            return []
+        rest = np.where(nan.reshape(r.shape), r.gradient, r.symbolic)  # the NaN elements judged by FD alone
+        if not compare(r.gradient, rest, ctx.tol).passed:
+            return []
+    return sorted(rows)
 
 
 def _input_element(shape: tuple, out_shape: tuple, at: tuple, rule: np.ndarray) -> int:

@@ -19,6 +19,7 @@ from importlib import resources
 import numpy as np
 
 from ..graph_view import build_view
+from ..report import row_status
 from .html import h, script_json
 from .text import clip
 
@@ -110,7 +111,7 @@ def _parameter_table(report: dict) -> str:
         worst = {"index": p.get("worst_index"), "engine": p.get("engine_at_worst"),
                  "reference": p.get("reference_at_worst")} if "engine_at_worst" in p else None
         out.append(f"<tr><td class='mono'>{h(p.get('name'), 80)}</td><td>{h(p.get('shape'), 60)}</td>"
-                   f"<td>{h(p.get('status') or ('ok' if p.get('passed') else 'FAIL'), 40)}</td>"
+                   f"<td>{h(row_status(p.get('status'), p.get('passed')), 40)}</td>"
                    f"<td>{h(label(p.get('verdict_reference', '')), 40)}</td><td>{h(num(err), 40)}</td>"
                    f"<td>{h(num(p.get('max_abs_error')), 40)}</td><td>{h(_worst(worst), 200)}</td></tr>")
     out.append("</table></details>" if len(rows) > PARAMETER_ROWS else "</table>")
