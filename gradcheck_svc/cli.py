@@ -644,10 +644,24 @@ def _audit_ops(args) -> int:
     return EXIT_OK if all(r.passed for r in rows) else EXIT_MISMATCH
 
 
+# commands that print their result and end: `gradcheck-svc verify g.json | head` ends quietly, like other
+# tools. Every other command (serve, batch, batch-merge, screen) runs long, holds sockets, pipes and
+# workers, and writes files: a write to a closed socket or pipe is an error there (answered, logged),
+# never the process's death -- a metrics scraper that hangs up, or a worker replaced after the
+# multiprocessing resource tracker died, must not kill the server
+PIPE_ENDS_QUIETLY = frozenset({"verify", "ops", "audit-ops", "plan-memory", "import-onnx"})
+
+
+def _sigpipe(command: str | None) -> None:
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL if command is None or command in PIPE_ENDS_QUIETLY
+                      else signal.SIG_IGN)
+
+
 def main(argv=None) -> int:
-    if hasattr(signal, "SIGPIPE"):  # `gradcheck-svc verify g.json | head` ends quietly, like other tools
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _sigpipe(None)  # `--help | head` too
     args = build_parser().parse_args(argv)
+    _sigpipe(args.command)
     try:
         from .batch.cli import COMMANDS as BATCH_COMMANDS
 
