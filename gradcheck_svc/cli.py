@@ -300,8 +300,10 @@ def _verify(args) -> int:
                 raise
             runs.append((path, None, None, exc.message))
     if single:
+        from .text import lines
+
         path, message, report, _ = runs[0]
-        print(report.to_json() if args.format == "json" else report.to_text())
+        print(report.to_json() if args.format == "json" else lines(report.to_text()))
     else:
         _print_many(runs, args.format)
     _write_outputs(args, runs, options.integrity)
@@ -379,7 +381,7 @@ def _print_many(runs, format: str) -> None:
     """Several graphs on stdout, as `gradcheck verify` prints them."""
     import json
 
-    from .text import clip
+    from .text import clip, lines
 
     if format == "json":
         print(json.dumps([{"path": path, "status": _status(report), "report": report.to_dict() if report else None,
@@ -387,7 +389,7 @@ def _print_many(runs, format: str) -> None:
         return
     for path, _, report, error in runs:
         print(f"== {clip(path, 1000)}")
-        print(report.to_text() if report else f"INVALID: {clip(error, 2000)}")
+        print(lines(report.to_text()) if report else f"INVALID: {clip(error, 2000)}")
         print()
 
 
@@ -405,8 +407,7 @@ def _write_outputs(args, runs, integrity: str) -> None:
         write_html_report(args.html, runs, integrity)
     if args.junit is None and args.summary_md is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
         return
-    from gradcheck_client.outputs.junit import junit_xml
-    from gradcheck_client.outputs.markdown import summary_markdown
+    from gradcheck_client.outputs.guard import junit_text, markdown_text
     from gradcheck_client.outputs.outcome import Outcome
     from gradcheck_client.report import Report
 
@@ -415,8 +416,8 @@ def _write_outputs(args, runs, integrity: str) -> None:
     outcomes = [Outcome(path, report=Report.from_proto(report_to_proto(report), id=path), graph=message)
                 if report is not None else Outcome(path, error=error, invalid=True)
                 for path, message, report, error in runs]
-    md = summary_markdown(outcomes)
-    for file, text, flag in ((args.junit, lambda: junit_xml(outcomes), "--junit"),
+    md = markdown_text(outcomes)
+    for file, text, flag in ((args.junit, lambda: junit_text(outcomes), "--junit"),
                              (args.summary_md, lambda: md, "--summary-md")):
         if file is not None:
             try:
@@ -432,7 +433,8 @@ def _write_outputs(args, runs, integrity: str) -> None:
 def write_html_report(path: str, runs, integrity: str) -> None:
     """One HTML page for the graphs verified: (path, Graph message, report, error) each
     (gradcheck_client/outputs/html_report.py draws it, as for the CI command)."""
-    from gradcheck_client.outputs.html_report import RunItem, build_html
+    from gradcheck_client.outputs.guard import html_text
+    from gradcheck_client.outputs.html_report import RunItem
 
     from .errors import OptionError
 
@@ -442,7 +444,7 @@ def write_html_report(path: str, runs, integrity: str) -> None:
     title = f"gradcheck: {runs[0][2].graph or runs[0][0]}" if len(runs) == 1 and runs[0][2] else "gradcheck report"
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(build_html(items, title=title, integrity=integrity))
+            fh.write(html_text(items, integrity, title=title))
     except OSError as exc:
         raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
 

@@ -408,9 +408,9 @@ def batch_merge(args) -> int:
     d = run_dir(out, m["run_id"])  # beside the run's units, in the same store
     outs = outcomes(m)
     _write(files.get("--json", d / "merged.json"), _json(m), "--json")
-    from gradcheck_client.outputs.junit import junit_xml
+    from gradcheck_client.outputs.guard import junit_text
 
-    _write(files.get("--junit", d / "junit.xml"), junit_xml(outs), "--junit")
+    _write(files.get("--junit", d / "junit.xml"), junit_text(outs), "--junit")
     _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")
     print(f"gradcheck-svc batch-merge: run {clip(m['run_id'], 300)}: {len(m['units'])} unit(s) in "
           f"{clip(str(d), 2000)}", file=sys.stderr)

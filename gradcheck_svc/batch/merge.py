@@ -310,7 +310,8 @@ def outcomes(m: dict):
 
 def markdown(m: dict, outs) -> str:
     # node names, graph paths, devices and reasons echo user input: each one an inert code span
-    from gradcheck_client.outputs.markdown import code, summary_markdown
+    from gradcheck_client.outputs.guard import markdown_text
+    from gradcheck_client.outputs.markdown import code
 
     c = m["counts"]
     head = [f"## gradcheck {m['mode']}: {m['graphs']} graphs, {len(m['units'])} units", "",
@@ -334,4 +335,4 @@ def markdown(m: dict, outs) -> str:
         head += [f"- every node fails {code(f['graph'], table=False)} ({code(f['status'], 20, table=False)}): "
                  "the graph, not a node"
                  for f in s["consistent_failures"]] + [""]
-    return "\n".join(head) + "\n" + summary_markdown(outs)
+    return "\n".join(head) + "\n" + markdown_text(outs)
