@@ -123,3 +123,17 @@ def test_watch_streams_on_one_connection_are_bounded(server):
     finally:
         channel.close()
     _verify_still_served(server)
+
+
+def test_a_printing_command_ends_quietly_when_its_reader_is_gone():
+    """`gradcheck-svc ops | head`: the short-lived printing commands keep SIGPIPE's default (serve ignores it)."""
+    import subprocess
+    import sys
+
+    from grpc_helpers import ROOT, _env
+
+    proc = subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "ops", "--long"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, env=_env(None), cwd=ROOT)
+    proc.stdout.close()  # no reader: its first write gets SIGPIPE
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == -signal.SIGPIPE and err == b""
