@@ -139,3 +139,19 @@ def test_names_like_workflow_commands_begin_no_line(tmp_path):
         assert "PASS" in r.stdout
         for line in r.stdout.splitlines():
             assert not line.lstrip().startswith("::") and "##[" not in line, line
+
+
+def test_the_page_lists_graphs_past_its_size_limit_in_its_index_only(tmp_path, capsys):
+    from gradcheck_client.outputs.html_report import RunItem, build_html
+
+    graph, report = _failing_outcome(tmp_path, capsys)
+    passing = dict(report, verdict="pass")
+    items = [RunItem(f"pass{k}.json", graph, passing) for k in range(3)] + [RunItem("fail.json", graph, report)]
+    page = build_html(items, layout="dagre", max_bytes=1)  # past the limit after the first section drawn
+    warning = capsys.readouterr().err
+    assert warning == ("gradcheck: warning: the HTML page reached its size limit (1 bytes): 3 graphs are listed "
+                       "in its index only\n")
+    assert page.count("left out: the page reached its size limit") == 3
+    [drawn] = _page_data(page)["graphs"]  # the failing graph's section comes first, and is the one kept
+    assert drawn["host"] == "graph-3"
+    assert all(f"pass{k}.json" in page for k in range(3))  # each still named in the index
