@@ -8,6 +8,7 @@
 """
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -99,6 +100,9 @@ def test_a_worker_is_replaced_after_the_resource_tracker_died(server):
     wait_for(lambda: len(server.worker_pids()) == 1 and worker not in server.worker_pids(), timeout=60,
              what="a new worker")
     _verify_still_served(server)
+    # multiprocessing's warning that it relaunched the tracker is a JSON log line like the others
+    said = [line for line in _log_text(server).splitlines() if "resource_tracker" in line]
+    assert said and all(json.loads(line)["level"] == "warning" for line in said)
 
 
 def test_watch_streams_on_one_connection_are_bounded(server):

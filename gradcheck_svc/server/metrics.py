@@ -127,7 +127,11 @@ class JsonLineFormatter(logging.Formatter):
 def configure_logging(level: int = logging.INFO) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLineFormatter())
-    root = logging.getLogger("gradcheck")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
+    # Python's warnings too (multiprocessing relaunching a resource tracker that died, say): JSON lines,
+    # like every other line of the server's log, not a two-line warning among them
+    logging.captureWarnings(True)
+    for name in ("gradcheck", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False
