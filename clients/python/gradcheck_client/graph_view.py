@@ -191,25 +191,28 @@ def build_view(graph, report: dict, *, integrity: str = "check", layout: str = "
                 view.edges.append({"from": ids[i], "to": ids[n.name], "path": (i, n.name) in path_edges})
     if cut:
         view.edges.append({"from": ids[path[-2]], "to": ids[path[-1]], "path": True})  # across the cut
-    if not view.nodes:
-        return view
-    if layout in ("auto", "dot") and shutil.which("dot"):
-        try:
-            _dot_layout(view, (deadline if deadline is not None else layout_budget()) - time.monotonic())
-        except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as exc:
-            why = "ran out of its time budget" if isinstance(exc, subprocess.TimeoutExpired) else \
-                f"failed ({type(exc).__name__})"
-            print(f"gradcheck: warning: Graphviz dot {why} on graph {clip(graph.name or graph.output, 80)}; "
-                  "the page lays it out with dagre instead", file=sys.stderr)
-            for n in view.nodes:  # whatever dot had placed is dropped: dagre places everything
-                n.pop("x", None), n.pop("y", None)
-                n["w"], n["h"] = _label_size(n)
-            for e in view.edges:
-                e.pop("spline", None)
-            view.layout, view.width, view.height = "dagre", 0.0, 0.0
-    elif layout == "dot":
+    if view.nodes and layout in ("auto", "dot") and shutil.which("dot"):
+        _dot_or_dagre(view, graph.name or graph.output, deadline if deadline is not None else layout_budget())
+    elif view.nodes and layout == "dot":
         raise RuntimeError("Graphviz `dot` is not installed")
     return view
+
+
+def _dot_or_dagre(view: GraphView, name: str, deadline: float) -> None:
+    """dot's layout within the time left; when it runs out or dot fails, dagre's (in the page) and a warning."""
+    try:
+        _dot_layout(view, deadline - time.monotonic())
+    except (subprocess.SubprocessError, OSError, ValueError, IndexError, KeyError) as exc:
+        why = "ran out of its time budget" if isinstance(exc, subprocess.TimeoutExpired) else \
+            f"failed ({type(exc).__name__})"
+        print(f"gradcheck: warning: Graphviz dot {why} on graph {clip(name, 80)}; the page lays it out with "
+              "dagre instead", file=sys.stderr)
+        for n in view.nodes:  # whatever dot had placed is dropped: dagre places everything
+            n.pop("x", None), n.pop("y", None)
+            n["w"], n["h"] = _label_size(n)
+        for e in view.edges:
+            e.pop("spline", None)
+        view.layout, view.width, view.height = "dagre", 0.0, 0.0
 
 
 def _fingerprint(kind: str, here: list[dict], integrity: str) -> str:
