@@ -516,7 +516,9 @@ def _plan_memory(args) -> int:
     graph = load_graph(message, limits=limits.graph)
     plan = plan_memory(graph, dtype=args.dtype, optimizer=args.optimizer, optimizer_dtype=args.optimizer_dtype,
                        budget=args.budget, shapes_only=args.shapes_only, max_run_bytes=args.max_run_bytes)
-    print(json.dumps(plan, indent=2) if args.format == "json" else plan_text(plan))
+    from .text import lines
+
+    print(json.dumps(plan, indent=2) if args.format == "json" else lines(plan_text(plan)))
     return EXIT_OK
 
 
