@@ -300,8 +300,10 @@ def _verify(args) -> int:
                 raise
             runs.append((path, None, None, exc.message))
     if single:
+        from .text import lines
+
         path, message, report, _ = runs[0]
-        print(report.to_json() if args.format == "json" else report.to_text())
+        print(report.to_json() if args.format == "json" else lines(report.to_text()))
     else:
         _print_many(runs, args.format)
     _write_outputs(args, runs, options.integrity)
@@ -379,7 +381,7 @@ def _print_many(runs, format: str) -> None:
     """Several graphs on stdout, as `gradcheck verify` prints them."""
     from gradcheck_client.json_text import dumps
 
-    from .text import clip
+    from .text import clip, lines
 
     if format == "json":
         print(dumps([{"path": path, "status": _status(report), "report": report.to_dict() if report else None,
@@ -387,7 +389,7 @@ def _print_many(runs, format: str) -> None:
         return
     for path, _, report, error in runs:
         print(f"== {clip(path, 1000)}")
-        print(report.to_text() if report else f"INVALID: {clip(error, 2000)}")
+        print(lines(report.to_text()) if report else f"INVALID: {clip(error, 2000)}")
         print()
 
 
@@ -405,8 +407,7 @@ def _write_outputs(args, runs, integrity: str) -> None:
         write_html_report(args.html, runs, integrity)
     if args.junit is None and args.summary_md is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
         return
-    from gradcheck_client.outputs.junit import junit_xml
-    from gradcheck_client.outputs.markdown import summary_markdown
+    from gradcheck_client.outputs.guard import junit_text, markdown_text
     from gradcheck_client.outputs.outcome import Outcome
     from gradcheck_client.report import Report
 
@@ -415,8 +416,8 @@ def _write_outputs(args, runs, integrity: str) -> None:
     outcomes = [Outcome(path, report=Report.from_proto(report_to_proto(report), id=path), graph=message)
                 if report is not None else Outcome(path, error=error, invalid=True)
                 for path, message, report, error in runs]
-    md = summary_markdown(outcomes)
-    for file, text, flag in ((args.junit, lambda: junit_xml(outcomes), "--junit"),
+    md = markdown_text(outcomes)
+    for file, text, flag in ((args.junit, lambda: junit_text(outcomes), "--junit"),
                              (args.summary_md, lambda: md, "--summary-md")):
         if file is not None:
             try:
@@ -432,7 +433,8 @@ def _write_outputs(args, runs, integrity: str) -> None:
 def write_html_report(path: str, runs, integrity: str) -> None:
     """One HTML page for the graphs verified: (path, Graph message, report, error) each
     (gradcheck_client/outputs/html_report.py draws it, as for the CI command)."""
-    from gradcheck_client.outputs.html_report import RunItem, build_html
+    from gradcheck_client.outputs.guard import html_text
+    from gradcheck_client.outputs.html_report import RunItem
 
     from .errors import OptionError
 
@@ -442,7 +444,7 @@ def write_html_report(path: str, runs, integrity: str) -> None:
     title = f"gradcheck: {runs[0][2].graph or runs[0][0]}" if len(runs) == 1 and runs[0][2] else "gradcheck report"
     try:
         with open(path, "w", encoding="utf-8") as fh:
-            fh.write(build_html(items, title=title, integrity=integrity))
+            fh.write(html_text(items, integrity, title=title))
     except OSError as exc:
         raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
 
@@ -514,7 +516,9 @@ def _plan_memory(args) -> int:
     graph = load_graph(message, limits=limits.graph)
     plan = plan_memory(graph, dtype=args.dtype, optimizer=args.optimizer, optimizer_dtype=args.optimizer_dtype,
                        budget=args.budget, shapes_only=args.shapes_only, max_run_bytes=args.max_run_bytes)
-    print(json.dumps(plan, indent=2) if args.format == "json" else plan_text(plan))
+    from .text import lines
+
+    print(json.dumps(plan, indent=2) if args.format == "json" else lines(plan_text(plan)))
     return EXIT_OK
 
 
@@ -644,10 +648,24 @@ def _audit_ops(args) -> int:
     return EXIT_OK if all(r.passed for r in rows) else EXIT_MISMATCH
 
 
+# commands that print their result and end: `gradcheck-svc verify g.json | head` ends quietly, like other
+# tools. Every other command (serve, batch, batch-merge, screen) runs long, holds sockets, pipes and
+# workers, and writes files: a write to a closed socket or pipe is an error there (answered, logged),
+# never the process's death -- a metrics scraper that hangs up, or a worker replaced after the
+# multiprocessing resource tracker died, must not kill the server
+PIPE_ENDS_QUIETLY = frozenset({"verify", "ops", "audit-ops", "plan-memory", "import-onnx"})
+
+
+def _sigpipe(command: str | None) -> None:
+    if hasattr(signal, "SIGPIPE"):
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL if command is None or command in PIPE_ENDS_QUIETLY
+                      else signal.SIG_IGN)
+
+
 def main(argv=None) -> int:
-    if hasattr(signal, "SIGPIPE"):  # `gradcheck-svc verify g.json | head` ends quietly, like other tools
-        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    _sigpipe(None)  # `--help | head` too
     args = build_parser().parse_args(argv)
+    _sigpipe(args.command)
     try:
         from .batch.cli import COMMANDS as BATCH_COMMANDS
 

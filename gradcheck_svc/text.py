@@ -12,9 +12,9 @@ pay for). The escaping itself is the client's terminal-text function
 """
 from __future__ import annotations
 
-from gradcheck_client.outputs.text import MAX_ECHO, clip, escape_controls
+from gradcheck_client.outputs.text import MAX_ECHO, clip, escape_controls, graph_label, lines
 
-__all__ = ["MAX_ECHO", "MAX_MESSAGE_BYTES", "clip", "cut_bytes", "escape_controls"]
+__all__ = ["MAX_ECHO", "MAX_MESSAGE_BYTES", "clip", "cut_bytes", "escape_controls", "graph_label", "lines"]
 
 MAX_MESSAGE_BYTES = 400  # a whole one-line error message, UTF-8
 

@@ -48,8 +48,8 @@ def module_client(tmp_path_factory, *args: str, timeout: float = 120):
 class ServerProcess(LocalServer):
     """A real server for a test module, with its metrics port, log file and worker processes at hand."""
 
-    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None):
-        super().__init__("--metrics-port", "0", *args, env=_env(env), log_path=log_path)
+    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None, cwd: Path | None = None):
+        super().__init__("--metrics-port", "0", *args, env=_env(env), log_path=log_path, cwd=cwd)
 
     def metrics(self) -> str:
         url = f"http://127.0.0.1:{self.info['metrics_port']}/metrics"

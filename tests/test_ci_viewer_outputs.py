@@ -31,7 +31,7 @@ def test_junit_names_the_file_and_says_each_report_once(tmp_path):
     body = failing.find("failure").text
     assert "FAIL" in body and failing.find("system-out") is None
     assert sum(e.text == body for e in root.iter()) == 1  # the report once
-    assert ok.find("failure") is None and ok.find("system-out").text.startswith("seed: PASS")
+    assert ok.find("failure") is None and ok.find("system-out").text.startswith("graph seed: PASS")
 
 
 def test_mermaid_summary_names_failing_parameters_and_the_fault_source(tmp_path):

@@ -71,7 +71,7 @@ def test_round_trip_of_every_example(client, path):
         assert mine.passed == theirs["passed"]
     # (proto3 scalars have no presence: keys the local report omits come back as defaults)
     assert {k: report.memory[k] for k in local["memory"]} == local["memory"]
-    assert report.text.startswith(f"{local['graph']}: {local['verdict'].upper()}")
+    assert report.text.startswith(f"graph {local['graph']}: {local['verdict'].upper()}")
 
 
 def test_seed_gradients_and_options(client):

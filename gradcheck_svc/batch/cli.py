@@ -11,7 +11,8 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
   present twice, from another manifest or shard count, damaged (each file named), made under other options
   or versions (unless --allow-mixed), a screen's listed node not screened, or no graphs at all (named on
-  stderr). --exit-zero: 0 whenever the report is written.
+  stderr), 75 the results could not be read (an object store unreachable): retry. --exit-zero: 0 whenever
+  the report is written.
 """
 from __future__ import annotations
 
@@ -393,7 +394,7 @@ def batch_merge(args) -> int:
     from ..text import clip
     from . import screen as screen_nodes
     from .location import location
-    from .merge import markdown, merge, notes, outcomes, problems, summary_line
+    from .merge import StoreUnreadable, markdown, merge, notes, outcomes, problems, summary_line
     from .store import run_dir
 
     if args.shard_count is not None and args.shard_count < 1:
@@ -403,14 +404,19 @@ def batch_merge(args) -> int:
     out = location(args.dir, "DIR")
     files = {flag: location(given, flag) for flag, given in
              (("--json", args.json), ("--junit", args.junit), ("--summary-md", args.summary_md)) if given}
-    m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
-              expect_nodes=expect)
+    try:
+        m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
+                  expect_nodes=expect)
+    except StoreUnreadable as exc:
+        print(f"gradcheck-svc batch-merge: infrastructure failure, retry (exit {EXIT_RETRY}): {clip(exc, 2000)}",
+              file=sys.stderr)
+        return EXIT_RETRY
     d = run_dir(out, m["run_id"])  # beside the run's units, in the same store
     outs = outcomes(m)
     _write(files.get("--json", d / "merged.json"), _json(m), "--json")
-    from gradcheck_client.outputs.junit import junit_xml
+    from gradcheck_client.outputs.guard import junit_text
 
-    _write(files.get("--junit", d / "junit.xml"), junit_xml(outs), "--junit")
+    _write(files.get("--junit", d / "junit.xml"), junit_text(outs), "--junit")
     _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")
     print(f"gradcheck-svc batch-merge: run {clip(m['run_id'], 300)}: {len(m['units'])} unit(s) in "
           f"{clip(str(d), 2000)}", file=sys.stderr)

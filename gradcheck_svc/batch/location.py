@@ -137,10 +137,12 @@ class ObjectPath:
     def parts(self) -> tuple[str, ...]:
         return tuple(self.key.split("/"))
 
-    def relative_to(self, other: ObjectPath) -> PurePosixPath:
+    def key_below(self, other: ObjectPath) -> str:
+        """This key's rest below `other`, exactly: an object's key is a string, not a path, and `a//b.json`
+        is not `a/b.json` (PurePosixPath would fold the two, and the graph named so could never be read)."""
         if not self.key.startswith(other.key + "/"):
             raise ValueError(f"{self} is not under {other}")
-        return PurePosixPath(self.key[len(other.key) + 1:])
+        return self.key[len(other.key) + 1:]
 
     # --- the store --------------------------------------------------------------------------------------
     def _call(self, fn, *args, **kwargs):

@@ -139,7 +139,8 @@ def _load_objects(p: ObjectPath, spec: str, field: str) -> Manifest:
         for n, entry in enumerate((ln.split("#", 1)[0].strip() for ln in lines), 1):
             if not entry:
                 continue
-            key = posixpath.normpath(f"{root.key}/{entry}")
+            key = f"{root.key}/{entry}"  # an object's own key, as listed (`a//b.json` too), else the path resolved
+            key = key if key in present else posixpath.normpath(key)
             if not key.startswith(root.key + "/"):
                 raise OptionError(f"list file {spec[:200]}, line {n}: '{entry[:200]}' is outside the manifest root "
                                   f"{root}", field=field)
@@ -149,7 +150,7 @@ def _load_objects(p: ObjectPath, spec: str, field: str) -> Manifest:
             files.append(ObjectPath(p.fs, p.scheme, key))
     else:
         raise OptionError(f"no such object, prefix or matching glob: {spec[:200]}", field=field)
-    graphs = tuple(sorted({f.relative_to(root).as_posix() for f in files}))
+    graphs = tuple(sorted({f.key_below(root) for f in files}))
     if not graphs:
         raise OptionError(f"no graphs (*.json, *.pb, *.onnx) in {spec[:200]}", field=field)
     return Manifest(root, graphs)

@@ -28,6 +28,11 @@ from .schema import STATUSES
 from .store import LATEST, as_path, list_runs, read_run, run_dir
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
+
+
+class StoreUnreadable(Exception):
+    """The results could not be read (an object store unreachable, a volume gone): the platform's fault,
+    exit 75 (batch/cli.py), as for a shard; not the user's, whose DIR is checked separately."""
 VERDICTS = {EXIT_OK: "pass", EXIT_FAILED: "fail", EXIT_INCOMPLETE: "incomplete"}
 
 
@@ -37,13 +42,13 @@ def resolve_run(out: Path, run_id: str | None) -> str:
     try:  # an object store answers over the network: it may not answer
         is_dir = out.is_dir()
     except OSError as exc:
-        raise OptionError(f"cannot read results under {out}: {exc.strerror or exc}", field="DIR") from None
+        raise StoreUnreadable(f"cannot read results under {out}: {exc.strerror or exc}") from None
     if not is_dir:
         raise OptionError(f"no results under {out}" if is_url(str(out)) else f"not a directory: {out}", field="DIR")
     try:
         runs = list_runs(out)
     except OSError as exc:
-        raise OptionError(f"cannot read results under {out}: {exc.strerror or exc}", field="DIR") from None
+        raise StoreUnreadable(f"cannot read results under {out}: {exc.strerror or exc}") from None
     if not runs:
         raise OptionError(f"no batch results in {out} (no runs/*/*/unit.json)", field="DIR")
     if run_id == LATEST:
@@ -77,7 +82,7 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
     try:
         units = read_run(rdir)
     except OSError as exc:
-        raise OptionError(f"cannot read results under {rdir}: {exc.strerror or exc}", field="DIR") from None
+        raise StoreUnreadable(f"cannot read results under {rdir}: {exc.strerror or exc}") from None
     good = [u for u in units if u.plan is not None]
     damaged = [{"file": str(path), "reason": reason} for u in units for path, reason in u.damaged]
     modes = {u.plan["mode"] for u in good}
@@ -310,7 +315,8 @@ def outcomes(m: dict):
 
 def markdown(m: dict, outs) -> str:
     # node names, graph paths, devices and reasons echo user input: each one an inert code span
-    from gradcheck_client.outputs.markdown import code, summary_markdown
+    from gradcheck_client.outputs.guard import markdown_text
+    from gradcheck_client.outputs.markdown import code
 
     c = m["counts"]
     head = [f"## gradcheck {m['mode']}: {m['graphs']} graphs, {len(m['units'])} units", "",
@@ -334,4 +340,4 @@ def markdown(m: dict, outs) -> str:
         head += [f"- every node fails {code(f['graph'], table=False)} ({code(f['status'], 20, table=False)}): "
                  "the graph, not a node"
                  for f in s["consistent_failures"]] + [""]
-    return "\n".join(head) + "\n" + summary_markdown(outs)
+    return "\n".join(head) + "\n" + markdown_text(outs)

@@ -128,7 +128,7 @@ class RemoteVerifier:
 
         self.where = target
         self.options = options
-        self.version = None  # what answers: the server's version, known after check()
+        self.version = None  # what answers: the server's code version, known after check()
         self.client = Client(target, token=token, retries=4, backoff=0.2)  # ~2 s; then the Job retries
 
     def check(self) -> None:
@@ -138,7 +138,14 @@ class RemoteVerifier:
             info = self.client.server_info()
         except VerifyError as exc:
             self._raise_for_connection(exc)
-        self.version = f"server {info.get('version') or 'unknown'}"
+        # the server's source digest, as an in-process run keys on this process's: a server whose
+        # engine changed under the same release number must not find the old server's records
+        code = info.get("code_version")
+        if not code:
+            raise OptionError(f"server {self.where} (gradcheck {info.get('version') or 'unknown'}) does not "
+                              "report the code version its answers are keyed by: upgrade it to this "
+                              "gradcheck's release", field="--server")
+        self.version = f"server {code}"
 
     def _raise_for_connection(self, exc) -> None:
         import grpc

@@ -61,6 +61,20 @@ class Policy:
 NONE = Policy("none")
 
 
+MAX_DIGITS = 20  # a count of bytes or steps fits in 64 bits (and int() refuses beyond 4300 digits)
+
+
+def _count(text: str, prefix: str, need: str) -> int:
+    """The positive integer after `prefix`: ASCII digits only (str.isdigit also takes '²'), a bounded number."""
+    digits = text[len(prefix):]
+    if len(digits) > MAX_DIGITS:
+        raise OptionError(f"'{prefix}' and {len(digits)} characters: {need} of at most {MAX_DIGITS} digits",
+                          field="checkpoint")
+    if not (digits.isascii() and digits.isdigit()) or int(digits) < 1:
+        raise OptionError(f"'{text}': {need}", field="checkpoint")
+    return int(digits)
+
+
 def parse_policy(spec) -> Policy:
     """'none' | 'sqrt' | 'every:K' | 'a,b,c' (or a list of node names, or a Policy)."""
     if isinstance(spec, Policy):
@@ -76,16 +90,9 @@ def parse_policy(spec) -> Policy:
         if text == "sqrt":
             return Policy("sqrt")
         if text.startswith("budget:"):
-            b = text[len("budget:"):]
-            if not b.isdigit() or int(b) < 1:
-                raise OptionError(f"'{text}': budget:BYTES needs a positive integer number of bytes",
-                                  field="checkpoint")
-            return Policy("budget", k=int(b))
+            return Policy("budget", k=_count(text, "budget:", "budget:BYTES needs a positive integer number of bytes"))
         if text.startswith("every:"):
-            k = text[len("every:"):]
-            if not k.isdigit() or int(k) < 1:
-                raise OptionError(f"'{text}': every:K needs a positive integer K", field="checkpoint")
-            return Policy("every", k=int(k))
+            return Policy("every", k=_count(text, "every:", "every:K needs a positive integer K"))
         names = tuple(n.strip() for n in text.split(","))
     if not names or any(not n for n in names):
         raise OptionError(f"'{spec}' is not none, sqrt, every:K or a comma-separated list of node names",

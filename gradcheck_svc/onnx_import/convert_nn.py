@@ -86,8 +86,14 @@ def _trilu(ctx, node, a, opset):
     shape = ctx.shape(x)
     if len(shape) < 2:
         raise Unsupported("Trilu of a value of rank < 2")
-    k = int(np.asarray(ctx.const(node.input[1], "k")).reshape(-1)[0]) if _present(node, 1) else 0
+    k = np.asarray(ctx.const(node.input[1], "k")).reshape(-1) if _present(node, 1) else np.zeros(1, np.int64)
+    if k.size != 1 or k.dtype.kind not in "iu":
+        raise GraphError(f"Trilu node {node.name or node.output[0]!r}: k must be one integer, not {k.size} "
+                         f"{k.dtype} values", field="model")
     n, m = shape[-2:]
+    # a diagonal beyond the matrix keeps all of it or none, as the nearest one past its edge does (and NumPy
+    # overflows on k = -2**63): the same mask, exactly
+    k = int(min(max(int(k[0]), -n), m))
     keep = np.triu(np.ones((n, m), bool), k) if a.get("upper", 1) else np.tril(np.ones((n, m), bool), k)
     mask = ctx.add_input(ctx.fresh(f"{node.output[0]}/mask"), keep, False, "bool")
     return ctx.emit("where", [mask, x, ctx.scalar(0.0)], name=node.output[0])

@@ -11,7 +11,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import GraphError
-from .tensors import load_beside, refuse_external
+from .tensors import load_beside, refuse_external, refuse_unknown_types
 
 SUPPORTED_OPSETS = range(6, 26)  # default domain ("" / "ai.onnx"), inclusive of 6..25
 
@@ -57,6 +57,7 @@ def read_model(source, *, where: str = "model", max_elements: int | None = None)
         onnx.checker.check_model(model)
     except Exception as exc:  # onnx.checker.ValidationError and friends
         raise GraphError(f"invalid ONNX model: {_one_line(exc)}", field=where) from None
+    refuse_unknown_types(model, where)
     return model
 
 

@@ -61,6 +61,29 @@ def refuse_external(message, field: str) -> None:
                              "a file: embed the data (onnx.save(..., save_as_external_data=False))", field=field)
 
 
+def _known(code: int) -> bool:
+    from onnx import helper
+
+    try:
+        helper.tensor_dtype_to_np_dtype(code)
+    except Exception:  # KeyError: a code ONNX does not define (or defines without a NumPy type)
+        return False
+    return True
+
+
+def refuse_unknown_types(model, field: str) -> None:
+    """GraphError naming the first tensor (initializer, Constant, attribute) or graph input whose data
+    type is not one ONNX defines: the checker lets such a model through."""
+    for t, where in all_tensors(model):
+        if not _known(t.data_type):
+            raise GraphError(f"{_describe(t, where)} has an unknown data type {t.data_type}", field=field)
+    for vi in model.graph.input:
+        kind = vi.type.WhichOneof("value")
+        if kind == "tensor_type" and not _known(vi.type.tensor_type.elem_type):
+            raise GraphError(f"input '{vi.name}' has an unknown element type {vi.type.tensor_type.elem_type}",
+                             field=field)
+
+
 def parse_tensor(data: bytes, field: str):
     """A serialized TensorProto from a request -> NumPy array; one that names a file is refused."""
     import onnx

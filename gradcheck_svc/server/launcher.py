@@ -13,13 +13,14 @@ from pathlib import Path
 class LocalServer:
     """`gradcheck-svc serve --port 0 ARGS` in a child process; the bound port comes from its first stdout line."""
 
-    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None, startup: float = 60):
+    def __init__(self, *args: str, env: dict | None = None, log_path: Path | None = None, startup: float = 60,
+                 cwd: Path | None = None):
         self.log_path = log_path
         self._log = open(log_path, "w") if log_path else subprocess.DEVNULL
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "gradcheck_svc.cli", "serve", "--host", "127.0.0.1", "--port", "0", *args],
             stdout=subprocess.PIPE, stderr=self._log, env=env if env is not None else os.environ.copy(),
-            text=True)
+            text=True, cwd=cwd)  # cwd: where `-m gradcheck_svc` is found first (a test's copy of the package)
         ready, _, _ = select.select([self.proc.stdout], [], [], startup)
         line = self.proc.stdout.readline() if ready else ""
         if not line:

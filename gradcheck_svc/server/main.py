@@ -32,6 +32,8 @@ from .servicer import SERVICE, GradCheckServicer
 
 log = logging.getLogger("gradcheck.server")
 
+MAX_STREAMS_PER_CONNECTION = 100
+
 
 def _read_pem(path, flag: str, marker: str, what: str) -> bytes:
     try:
@@ -97,7 +99,10 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
         # the transport admits twice the limit so that the servicer, not the transport, refuses an
         # over-size request: its answer then carries the `limit` kind and names the field
         options=[("grpc.max_receive_message_length", 2 * size + 2**20), ("grpc.max_send_message_length", size),
-                 ("grpc.so_reuseport", 0)])  # a port in use is an error, not a silently shared port
+                 ("grpc.so_reuseport", 0),  # a port in use is an error, not a silently shared port
+                 # streams open at once on one connection (HTTP/2 SETTINGS): a client's further calls wait
+                 # for one to end, so that unauthenticated health Watch streams cannot pile up without bound
+                 ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION)])
     servicer = GradCheckServicer(config, pool, metrics)
     server.add_generic_rpc_handlers((servicer.handlers(),))
     health_servicer = health.aio.HealthServicer()

@@ -2,18 +2,32 @@
 
 The server's own registry (not the process-global default, so tests can run
 several servers in one process) with process and platform metrics, and the
-counters, gauges and the latency histogram the server updates. Exposition and
-the HTTP thread are prometheus_client's.
+counters, gauges and the latency histogram the server updates. Exposition is
+prometheus_client's; the HTTP server around it is ours, because a scrape port is open to
+any client and nothing it does may reach the server: a client that closes early, never
+sends its request or never reads the answer costs one thread for at most
+SCRAPE_TIMEOUT_S, at most MAX_SCRAPES connections are served at once (more are closed at
+once), and every error ends in one log line, never a traceback on stderr (SIGPIPE is
+ignored by `serve`: a write to a closed socket is an error here, not the process's death).
 """
 from __future__ import annotations
 
 import json
 import logging
+import socket
+import threading
 import time
+from http.server import ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.exposition import MetricsHandler
 from prometheus_client.platform_collector import PlatformCollector
 from prometheus_client.process_collector import ProcessCollector
+
+log = logging.getLogger("gradcheck.metrics")
+
+SCRAPE_TIMEOUT_S = 10.0  # a connection's socket timeout: reading the request and writing the answer
+MAX_SCRAPES = 8  # connections served at once; Prometheus scrapes one at a time
 
 LATENCY_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120)
 
@@ -50,8 +64,52 @@ class Metrics:
 
     def serve_http(self, host: str, port: int):
         """Serve /metrics on a daemon thread; returns the HTTP server (its server_address has the port)."""
-        httpd, _thread = start_http_server(port, addr=host, registry=self.registry)
+        httpd = MetricsHTTPServer(host, port, self.registry)
+        threading.Thread(target=httpd.serve_forever, daemon=True, name="gradcheck-metrics").start()
         return httpd
+
+
+class _ScrapeHandler(MetricsHandler):
+    timeout = SCRAPE_TIMEOUT_S  # socketserver sets it on the connection: a stalled peer is dropped
+
+    def log_message(self, format, *args):  # http.server's own complaints (timeouts, bad request lines)
+        log.debug("metrics: " + format % args)
+
+
+class MetricsHTTPServer(ThreadingHTTPServer):
+    """prometheus_client's handler, behind the bounds above."""
+
+    daemon_threads = True
+
+    def __init__(self, host: str, port: int, registry, max_connections: int = MAX_SCRAPES):
+        family, *_, sockaddr = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)[0]
+        self.address_family = family
+        self._slots = threading.BoundedSemaphore(max_connections)
+        super().__init__(sockaddr[:2], type("ScrapeHandler", (_ScrapeHandler,), {"registry": registry}))
+
+    def process_request(self, request, client_address):
+        if not self._slots.acquire(blocking=False):  # as many scrapes as it serves already: closed unread
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request, client_address):
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+    def handle_error(self, request, client_address):
+        """The peer went away or stalled (or the exposition failed): one line, and the server goes on."""
+        import sys
+
+        exc = sys.exc_info()[1]
+        log.warning("metrics request failed", extra={"fields": {"peer": str(client_address[0]),
+                                                                 "error": f"{type(exc).__name__}: {exc}"}})
 
 
 class JsonLineFormatter(logging.Formatter):
@@ -69,7 +127,11 @@ class JsonLineFormatter(logging.Formatter):
 def configure_logging(level: int = logging.INFO) -> None:
     handler = logging.StreamHandler()
     handler.setFormatter(JsonLineFormatter())
-    root = logging.getLogger("gradcheck")
-    root.handlers[:] = [handler]
-    root.setLevel(level)
-    root.propagate = False
+    # Python's warnings too (multiprocessing relaunching a resource tracker that died, say): JSON lines,
+    # like every other line of the server's log, not a two-line warning among them
+    logging.captureWarnings(True)
+    for name in ("gradcheck", "py.warnings"):
+        logger = logging.getLogger(name)
+        logger.handlers[:] = [handler]
+        logger.setLevel(level)
+        logger.propagate = False

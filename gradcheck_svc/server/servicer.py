@@ -111,6 +111,7 @@ def list_ops_response() -> service_pb2.ListOpsResponse:
 
 def server_info(config: ServerConfig) -> service_pb2.ServerInfo:
     from ..backend import cuda_available
+    from ..batch.store import code_version
     from ..ops import OPSET_VERSION
     from ..oracles import ORACLES
 
@@ -124,7 +125,7 @@ def server_info(config: ServerConfig) -> service_pb2.ServerInfo:
         devices=["cpu", "cuda"] if cuda else ["cpu"],
         oracles=list(ORACLES),
         limits=service_pb2.Limits(**{spec.name: getattr(config.limits, spec.name) for spec in LIMITS}),
-        workers=config.workers, auth_required=config.token is not None)
+        workers=config.workers, auth_required=config.token is not None, code_version=code_version())
 
 
 class GradCheckServicer:

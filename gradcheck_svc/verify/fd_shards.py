@@ -36,12 +36,15 @@ import hashlib
 import io
 import json
 import re
+import zipfile
+import zlib
 
 import numpy as np
 
 from ..batch.store import as_path, atomic_write, code_version, options_sha256
 from ..errors import OptionError
 from ..oracles.finite_diff import FDResult, FiniteDifferences, random_directions
+from ..text import clip
 from .compare import Comparison, Tolerance
 from .engine_run import run_engine
 from .fd_check import FDCheck
@@ -152,18 +155,27 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     return {"file": str(path), "parameters": mine, "checked_on_own": len(own)}
 
 
+# what a damaged (truncated, overwritten, foreign) file raises on the way in: not a zip, a member cut short
+# or not inflating, no metadata, metadata that is not JSON of the shape written
+_DAMAGED = (ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, EOFError, zlib.error)
+
+
 def _load(path) -> tuple[dict, dict]:
     try:
-        with np.load(io.BytesIO(path.read_bytes()), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
-        meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"format {meta.get('format')!r}, not {FORMAT}")
-        return meta, arrays
+        data = path.read_bytes()
     except OSError as exc:
         raise OptionError(f"{path}: cannot read: {exc.strerror or exc}", field="--fd-from") from None
-    except (ValueError, KeyError, UnicodeDecodeError) as exc:
-        raise OptionError(f"{path}: not a finite-difference shard ({str(exc)[:200]})", field="--fd-from") from None
+    try:
+        with np.load(io.BytesIO(data), allow_pickle=False) as z:
+            arrays = {k: z[k] for k in z.files}
+        meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
+        if not isinstance(meta, dict) or meta.get("format") != FORMAT:
+            raise ValueError(f"format {meta.get('format') if isinstance(meta, dict) else None!r}, not {FORMAT}")
+        return meta, arrays
+    except _DAMAGED as exc:
+        why = clip(str(exc) or type(exc).__name__, 200)
+        raise OptionError(f"{path}: damaged or not a finite-difference shard ({why}); run its shard again",
+                          field="--fd-from") from None
 
 
 def read_shards(src, graph_sha256: str, options) -> dict:

@@ -28,6 +28,7 @@ from ..engine import forward, prepare_feeds
 from ..engine.program import program_of
 from ..engine.shape_meter import shape_forward
 from ..errors import OptionError
+from ..text import graph_label
 from .memory_profile import TOP_NODES, _unit, distinct_bytes, distinct_elements, optimizer_state_bytes
 from .options import DTYPES
 
@@ -107,7 +108,7 @@ def plan_text(p: dict) -> str:
     scale, unit = _unit(p["formula_training_bytes"])
     f = lambda n: f"{n / scale:.3g}" if scale > 1 else str(int(n))  # noqa: E731
     how = "from shapes, nothing run" if p["planned_from"] == "shapes" else "one metering forward, no backward"
-    lines = [f"{p['graph'] or 'graph'}: memory plan ({p['dtype']}, {p['steps']} steps; {how})",
+    lines = [f"{graph_label(p['graph'])}: memory plan ({p['dtype']}, {p['steps']} steps; {how})",
              f"  training (formula) {f(p['formula_training_bytes'])} {unit} = data {f(p['data_bytes'])} + params "
              f"{f(p['parameters_bytes'])} + grads {f(p['gradients_bytes'])} + optimizer {f(p['optimizer_bytes'])} "
              f"({p['optimizer']}, {p['optimizer_dtype']}) + activations {f(p['activations_peak_bytes'])}; "

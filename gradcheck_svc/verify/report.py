@@ -39,7 +39,7 @@ import numpy as np
 from gradcheck_client import json_text
 from gradcheck_client.report import row_status
 
-from ..text import escape_controls
+from ..text import escape_controls, graph_label
 from .compare import Comparison
 from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
@@ -222,7 +222,9 @@ class Report:
         return json_text.dumps(self.to_dict(), indent=indent, allow_nan=False)
 
     def to_text(self) -> str:
-        lines = [f"{self.graph or 'graph'}: {self.verdict.upper()}  (loss {self.loss:.10g}, {self.dtype}, "
+        # "graph NAME: ...": a line of ours never begins with a graph author's text (a CI runner would read
+        # a graph named `::error ...::` at a line's start as a workflow command)
+        lines = [f"{graph_label(self.graph)}: {self.verdict.upper()}  (loss {self.loss:.10g}, {self.dtype}, "
                  f"{self.device})"]
         lines += [f"  {f.to_text()}" for f in self.findings]
         for f in self.faults:

@@ -21,6 +21,7 @@ from . import __version__, json_text
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
+from .outputs.guard import html_text, junit_text, markdown_text
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
 from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome
@@ -324,17 +325,17 @@ def _verify(args) -> int:
             print(lines(o.report) if o.report else f"{o.status.upper()}: {clip(o.error, 2000)}")
             print()
     if args.junit:
-        _write_file(args.junit, junit_xml(ordered), "--junit")
+        _write_file(args.junit, junit_text(ordered), "--junit")
     if args.html:
-        from .outputs.html_report import RunItem, build_html
+        from .outputs.html_report import RunItem
 
         items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
                          no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")
                  for o in ordered]
-        _write_file(args.html, build_html(items, integrity=args.integrity or BY_NAME["integrity"].default), "--html")
+        _write_file(args.html, html_text(items, args.integrity or BY_NAME["integrity"].default), "--html")
     if args.memory_plot:
         _write_plots(args, ordered)
-    md = summary_markdown(ordered)
+    md = markdown_text(ordered)
     if args.summary_md:
         _write_file(args.summary_md, md, "--summary-md")
     if os.environ.get("GITHUB_STEP_SUMMARY"):

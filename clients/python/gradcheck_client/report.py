@@ -10,6 +10,8 @@ from dataclasses import dataclass, field
 import numpy as np
 from google.protobuf import json_format
 
+from .outputs.text import graph_label
+
 
 def message_to_dict(msg) -> dict:
     """Protobuf message -> the JSON report's dict: snake_case names, numbers as numbers."""
@@ -177,7 +179,7 @@ class Report:
 
     def summary(self) -> str:
         """One line: verdict, failing parameters, error findings."""
-        line = f"{self.graph or 'graph'}: {self.verdict.upper()}"
+        line = f"{graph_label(self.graph)}: {self.verdict.upper()}"
         bad = self.failed_parameters
         if bad:
             line += "; wrong gradient for " + ", ".join(f"{p.name} ({p.why_failed()})" for p in bad)

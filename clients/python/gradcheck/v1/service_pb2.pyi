@@ -548,7 +548,7 @@ class BackendInfo(_message.Message):
     def __init__(self, name: _Optional[str] = ..., device: _Optional[str] = ..., available: _Optional[bool] = ...) -> None: ...
 
 class ServerInfo(_message.Message):
-    __slots__ = ("version", "opset_version", "backends", "devices", "oracles", "limits", "workers", "auth_required")
+    __slots__ = ("version", "opset_version", "backends", "devices", "oracles", "limits", "workers", "auth_required", "code_version")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     OPSET_VERSION_FIELD_NUMBER: _ClassVar[int]
     BACKENDS_FIELD_NUMBER: _ClassVar[int]
@@ -557,6 +557,7 @@ class ServerInfo(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     WORKERS_FIELD_NUMBER: _ClassVar[int]
     AUTH_REQUIRED_FIELD_NUMBER: _ClassVar[int]
+    CODE_VERSION_FIELD_NUMBER: _ClassVar[int]
     version: str
     opset_version: int
     backends: _containers.RepeatedCompositeFieldContainer[BackendInfo]
@@ -565,4 +566,5 @@ class ServerInfo(_message.Message):
     limits: Limits
     workers: int
     auth_required: bool
-    def __init__(self, version: _Optional[str] = ..., opset_version: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., oracles: _Optional[_Iterable[str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., workers: _Optional[int] = ..., auth_required: _Optional[bool] = ...) -> None: ...
+    code_version: str
+    def __init__(self, version: _Optional[str] = ..., opset_version: _Optional[int] = ..., backends: _Optional[_Iterable[_Union[BackendInfo, _Mapping]]] = ..., devices: _Optional[_Iterable[str]] = ..., oracles: _Optional[_Iterable[str]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., workers: _Optional[int] = ..., auth_required: _Optional[bool] = ..., code_version: _Optional[str] = ...) -> None: ...

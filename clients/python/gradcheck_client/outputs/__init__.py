@@ -13,6 +13,7 @@ format then escapes its own syntax in one function, used by every writer of that
     xml.py       XML (JUnit, SVG)     chars / escape
     junit.py     JUnit XML                           junit_xml
     outcome.py   what every writer reads: one Outcome per graph
+    guard.py     an output that cannot be made: its fallback and a warning, never the exit code
 
 Kept light: nothing is imported here, so the service's error path can use `text` alone.
 """

@@ -9,16 +9,22 @@ recorded one). No external resource: style, script and the layout library are in
 Every user string is hostile (names, formulas, details): HTML text and attributes go through
 `outputs.html.h`, the drawing's data through `outputs.html.script_json` (JSON inside a
 non-executable script element, which the page script sets as textContent only).
+
+The page is bounded whatever the run: drawings as graph_view.py bounds them (values drawn, dot's
+time budget for the whole page), at most MAX_FINDING_ROWS findings and MAX_PARAMETER_ROWS
+parameters listed per graph, and past MAX_PAGE_BYTES the remaining graphs (passing ones last) are
+listed in the index only. A drawing that fails is replaced by a note and a warning on stderr.
 """
 from __future__ import annotations
 
 import math
+import sys
 from dataclasses import dataclass, field
 from importlib import resources
 
 import numpy as np
 
-from ..graph_view import build_view
+from ..graph_view import build_view, layout_budget
 from ..report import row_status
 from .html import h, script_json
 from .text import clip
@@ -31,6 +37,9 @@ CELL = 12  # heatmap cell size, px
 HEATMAP_MAX_PARAMETERS = 6
 HEATMAP_MAX_CELLS = 256
 PARAMETER_ROWS = 20  # parameter table rows shown before the rest is collapsed
+MAX_PARAMETER_ROWS = 500  # parameter rows listed at all (the rest counted: the JSON report has every one)
+MAX_FINDING_ROWS = 200  # finding rows listed (the rest counted)
+MAX_PAGE_BYTES = 20 * 2**20  # past this, the remaining graphs' sections are left out (named in the index)
 FAILED = ("fail", "invalid", "error")  # verdicts listed first
 
 
@@ -83,14 +92,19 @@ def _findings_table(report: dict) -> str:
         return "<p>No findings.</p>"
     out = ["<table class='findings'><tr><th>severity</th><th>node</th><th>op</th><th>cause</th>"
            "<th>parameters</th><th>detail</th><th>worst element</th></tr>"]
-    for f in rows:
+    for f in rows[:MAX_FINDING_ROWS]:
         out.append(f"<tr class='{h(f.get('severity'), 20)}'><td>{h(f.get('severity'), 20)}</td>"
                    f"<td class='mono'>{h(f.get('node'), 80)}</td><td>{h(f.get('op'), 40)}</td>"
                    f"<td>{h(f.get('cause'), 40)}</td><td class='mono'>"
                    f"{h(', '.join(map(str, f.get('parameters') or [])), 200)}</td><td>{h(f.get('detail'), 600)}</td>"
                    f"<td>{h(_worst(f.get('worst_element')), 200)}</td></tr>")
     out.append("</table>")
+    out.append(_more(len(rows) - MAX_FINDING_ROWS, "findings"))
     return "".join(out)
+
+
+def _more(left: int, what: str) -> str:
+    return f"<p class='note'>{left} more {what} not listed (the JSON report lists every one).</p>" if left > 0 else ""
 
 
 def _parameter_table(report: dict) -> str:
@@ -103,6 +117,7 @@ def _parameter_table(report: dict) -> str:
     out = [head]
     # failing parameters first (in the report's order otherwise); past PARAMETER_ROWS, the rest collapsed
     rows = sorted(rows, key=lambda p: not str(p.get("status", "")).startswith("FAIL"))
+    left, rows = len(rows) - MAX_PARAMETER_ROWS, rows[:MAX_PARAMETER_ROWS]
     for k, p in enumerate(rows):
         if k == PARAMETER_ROWS:
             out.append(f"</table><details class='more'><summary>{len(rows) - k} more parameters</summary>{head}")
@@ -115,6 +130,7 @@ def _parameter_table(report: dict) -> str:
                    f"<td>{h(label(p.get('verdict_reference', '')), 40)}</td><td>{h(num(err), 40)}</td>"
                    f"<td>{h(num(p.get('max_abs_error')), 40)}</td><td>{h(_worst(worst), 200)}</td></tr>")
     out.append("</table></details>" if len(rows) > PARAMETER_ROWS else "</table>")
+    out.append(_more(left, "parameters"))
     return "".join(out)
 
 
@@ -375,11 +391,44 @@ def _index(items: list[RunItem], order: list[int]) -> str:
             f"<th>first error</th></tr>{''.join(rows)}</table></nav>")
 
 
+def _drawing(item: RunItem, k: int, report: dict, graphs: list, integrity: str, layout: str,
+             deadline: float) -> str:
+    """The graph section: the drawing (its data appended to `graphs`), or a note saying why there is none."""
+    try:
+        view = build_view(item.graph, report, integrity=integrity, layout=layout, deadline=deadline)
+    except Exception as exc:  # noqa: BLE001 -- a drawing never decides the run: a note instead, and a warning
+        print(f"gradcheck: warning: cannot draw graph {clip(item.label, 200)} ({type(exc).__name__}: "
+              f"{clip(exc, 200)}); the page lists its findings without the drawing", file=sys.stderr)
+        return f"<h3>Graph</h3><p class='legend'>not drawn: {h(type(exc).__name__, 60)}</p>"
+    note = f"<p class='note'>{h(view.note, 400)}</p>" if view.note else ""
+    if not view.nodes:
+        return f"<h3>Graph</h3>{note}"
+    host = f"graph-{k}"
+    graphs.append({"host": host, "view": view.to_dict()})
+    faulty = f"; faulty node <span class='mono'>{h(view.faulty, 80)}</span> and its path to the loss " \
+             "drawn in red" if view.faulty else ""
+    return (f"<h3>Graph</h3>{note}<p class='legend'>laid out by {h(view.layout, 10)}{faulty}. "
+            "<span class='ok'>ok</span><span class='info'>info</span><span class='warning'>warning"
+            "</span><span class='error'>error</span> "
+            "(hover a node for its op, shape, fingerprint and local error)</p>"
+            f"<div class='graph-host' id='{host}'></div>")
+
+
 def build_html(items: list[RunItem], *, title: str = "gradcheck report", integrity: str = "check",
-               layout: str = "auto") -> str:
+               layout: str = "auto", layout_seconds: float | None = None, max_bytes: int = MAX_PAGE_BYTES) -> str:
+    """`layout_seconds`: dot's time budget for the whole page (graph_view.layout_budget)."""
     sections, graphs = {}, []
-    for k, item in enumerate(items):
+    deadline = layout_budget(layout_seconds)
+    # failures first, each open; passing graphs collapsed below them
+    order = sorted(range(len(items)), key=lambda k: _verdict(items[k]) not in FAILED)
+    size, left_out = 0, 0
+    for k in order:
+        item = items[k]
         report = item.report
+        if size > max_bytes:
+            left_out += 1
+            sections[k] = "<p class='note'>left out: the page reached its size limit (the index lists it)</p>"
+            continue
         if report is None:
             sections[k] = f"<p class='verdict-fail'>{h(item.error, 600)}</p>"
             continue
@@ -388,16 +437,7 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
                 f"(loss {h(num(report.get('loss')), 40)}, {h(report.get('dtype'), 20)}, "
                 f"{h(report.get('device'), 20)})</p>", _faults(report), _custom_ops(report)]
         if item.graph is not None:
-            view = build_view(item.graph, report, integrity=integrity, layout=layout)
-            host = f"graph-{k}"
-            graphs.append({"host": host, "view": view.to_dict()})
-            faulty = f"; faulty node <span class='mono'>{h(view.faulty, 80)}</span> and its path to the loss " \
-                     "drawn in red" if view.faulty else ""
-            body.append(f"<h3>Graph</h3><p class='legend'>laid out by {h(view.layout, 10)}{faulty}. "
-                        "<span class='ok'>ok</span><span class='info'>info</span><span class='warning'>warning"
-                        "</span><span class='error'>error</span> "
-                        "(hover a node for its op, shape, fingerprint and local error)</p>"
-                        f"<div class='graph-host' id='{host}'></div>")
+            body.append(_drawing(item, k, report, graphs, integrity, layout, deadline))
         elif item.no_graph:
             body.append(f"<h3>Graph</h3><p class='legend'>{h(item.no_graph, 200)}</p>")
         body.append("<h3>Findings</h3>" + _findings_table(report))
@@ -411,8 +451,10 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
             for t in report.get("memory_timelines") or []}
         body.append("<h3>Memory</h3>" + _memory(report, timelines))
         sections[k] = "".join(body)
-    # failures first, each open; passing graphs collapsed below them
-    order = sorted(range(len(items)), key=lambda k: _verdict(items[k]) not in FAILED)
+        size += len(sections[k]) + (len(str(graphs[-1])) if graphs and graphs[-1]["host"] == f"graph-{k}" else 0)
+    if left_out:
+        print(f"gradcheck: warning: the HTML page reached its size limit ({max_bytes} bytes): {left_out} "
+              "graphs are listed in its index only", file=sys.stderr)
     page = [f"<details id='item-{k}' class='item'{' open' if _verdict(items[k]) in FAILED else ''}>"
             f"<summary><h2 class='mono'>{_badge(_verdict(items[k]))} {h(items[k].label, 200)}</h2></summary>"
             f"<section>{sections[k]}</section></details>" for k in order]
@@ -425,3 +467,12 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
             f"<h1>{h(title, 200)}</h1>{_index(items, order)}{''.join(page)}<div id='gradcheck-tip' hidden></div>"
             f"<script type='application/json' id='gradcheck-data'>{script_json({'graphs': graphs})}</script>"
             f"{scripts}</body></html>")
+
+
+def index_page(items: list[RunItem], *, title: str = "gradcheck report") -> str:
+    """The fallback page: the index alone (verdict, graph, failing parameters, first error)."""
+    order = sorted(range(len(items)), key=lambda k: _verdict(items[k]) not in FAILED)
+    return ("<!DOCTYPE html><html lang='en'><head><meta charset='utf-8'><link rel='icon' href='data:,'>"
+            f"<title>{h(title, 200)}</title><style>{_asset('report_page/page.css')}</style></head><body>"
+            f"<h1>{h(title, 200)}</h1><p class='note'>The full page could not be made: the verdicts only.</p>"
+            f"{_index(items, order)}</body></html>")

@@ -12,11 +12,15 @@ so a name reads as what it is: a name, set in code, never a verdict, a link or a
 from __future__ import annotations
 
 import re
+import sys
 
 from .mermaid import failing_parameters, fault_labels, neighbourhood_mermaid
 from .text import clip
 
 MAX_ITEMS = 10  # findings listed per graph in the table (the rest counted)
+# GitHub shows a step summary of at most 1 MiB (and refuses a larger one): ours stays within half of it,
+# whatever the run -- table rows past it (passing graphs first) and diagrams past it are left out, and counted
+MAX_SUMMARY_BYTES = 2**19
 _TICKS = re.compile(r"`+")
 
 
@@ -57,18 +61,56 @@ def _cause_line(report: dict) -> str:
     return "; ".join(said)
 
 
-def summary_markdown(outcomes: list) -> str:
+def _size(lines: list[str]) -> int:
+    return sum(len(line.encode("utf-8")) + 1 for line in lines)
+
+
+def _row(o) -> str:
+    # a verdict this client does not know (a newer server, a damaged record) is shown, not a crash
+    return f"| {code(o.path, 300)} | {ICON.get(o.status) or code(o.status, 40)} | {_findings(o)} |"
+
+
+def _diagram(o) -> list[str]:
+    """Where a failing graph broke, as Mermaid; [] without one (a drawing that fails: a warning, no diagram)."""
+    if o.report is None or o.graph is None:
+        return []
+    try:
+        diagram = neighbourhood_mermaid(o.graph, o.report.data)
+    except Exception as exc:  # noqa: BLE001 -- a diagram never decides the run
+        print(f"gradcheck: warning: no Mermaid diagram for {clip(o.path, 200)} ({type(exc).__name__})",
+              file=sys.stderr)
+        return []
+    return ["", f"#### {code(o.path, 300, table=False)}", "", _cause_line(o.report.data), "", diagram] if diagram \
+        else []
+
+
+def summary_markdown(outcomes: list, max_bytes: int = MAX_SUMMARY_BYTES, diagrams: bool = True) -> str:
     """The CI summary: a table of graphs, verdicts and findings, then where each failing graph
-    broke (the faulty node's neighbourhood as Mermaid, which GitHub renders)."""
+    broke (the faulty node's neighbourhood as Mermaid, which GitHub renders); within `max_bytes`."""
     lines = ["### gradcheck", "", "| Graph | Verdict | Findings |", "|---|---|---|"]
-    for o in outcomes:
-        # a verdict this client does not know (a newer server, a damaged record) is shown, not a crash
-        lines.append(f"| {code(o.path, 300)} | {ICON.get(o.status) or code(o.status, 40)} | {_findings(o)} |")
     counts = {s: sum(o.status == s for o in outcomes) for s in ICON}
-    lines += ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
-    for o in outcomes:
-        diagram = neighbourhood_mermaid(o.graph, o.report.data) if o.report is not None and o.graph is not None \
-            else None
-        if diagram:
-            lines += ["", f"#### {code(o.path, 300, table=False)}", "", _cause_line(o.report.data), "", diagram]
+    tail = ["", ", ".join(f"{n} {s}" for s, n in counts.items() if n)]
+    rows = [_row(o) for o in outcomes]
+    budget = max_bytes // 2 - _size(lines) - _size(tail)  # the table's half (the diagrams get what it leaves)
+    if _size(rows) > budget:  # failing graphs' rows first, then passing ones, while they fit
+        keep, used = set(), 0
+        for k in sorted(range(len(rows)), key=lambda k: outcomes[k].status == "pass"):
+            used += _size(rows[k:k + 1])
+            if used > budget:
+                break
+            keep.add(k)
+        tail.append(f"{len(rows) - len(keep)} more graphs not listed here (the step summary's size limit); "
+                    "the JUnit file and the log list every one")
+        rows = [r for k, r in enumerate(rows) if k in keep]
+    lines += rows + tail
+    left, used = 0, _size(lines) + 200  # 200: the note below
+    for o in outcomes if diagrams else ():
+        diagram = _diagram(o)
+        if used + _size(diagram) > max_bytes:
+            left += 1
+        else:
+            lines += diagram
+            used += _size(diagram)
+    if left:
+        lines += ["", f"diagrams of {left} more failing graphs left out (the step summary's size limit)"]
     return "\n".join(lines) + "\n"

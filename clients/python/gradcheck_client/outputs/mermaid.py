@@ -1,6 +1,7 @@
 """A Mermaid flowchart of the faulty node's neighbourhood, for the CI Markdown summary
 (GitHub renders Mermaid in step summaries): the node of the first error finding, what it
-reads, what reads it, and the path from it on to the loss, the faulty node styled as an error;
+reads, what reads it, and the path from it on to the loss (its first PATH_HEAD values and the
+loss, the cut labelled with how many were left out), the faulty node styled as an error;
 the source node of each injected fault (`--fault NODE:...`, joined to the faulty node by a
 dotted "fault" arrow when it is not one of its inputs) and the failing parameters (a box of
 their own), so the diagram names the cause, the effect and what it broke.
@@ -12,7 +13,7 @@ in a label (Mermaid draws labels as HTML), nor close the Markdown code fence aro
 """
 from __future__ import annotations
 
-from ..graph_view import path_to_loss
+from ..graph_view import path_to_loss, shortened
 from ..report import Report
 from .text import clip
 
@@ -47,7 +48,7 @@ def neighbourhood_mermaid(graph, report: dict) -> str | None:
         return None
     producers = {n.name: list(n.inputs) for n in graph.nodes}
     readers = [n.name for n in graph.nodes if faulty in n.inputs]
-    path = path_to_loss(graph, faulty)
+    path, cut = shortened(path_to_loss(graph, faulty))  # bounded: a long chain's path is cut, and says so
     sources = [n for n in fault_labels(report) if n in ops][:MAX_NEIGHBOURS]
     params = [n for n in failing_parameters(report) if n in ops][:MAX_NEIGHBOURS]
     shown = [*producers.get(faulty, [])[:MAX_NEIGHBOURS], faulty, *readers[:MAX_NEIGHBOURS], *path, *sources]
@@ -65,6 +66,8 @@ def neighbourhood_mermaid(graph, report: dict) -> str | None:
     edges |= {(faulty, r) for r in readers[:MAX_NEIGHBOURS]} | set(zip(path, path[1:]))
     for a, b in sorted(edges, key=lambda e: (ids[e[0]], ids[e[1]])):
         arrow = "==>" if (a, b) in set(zip(path, path[1:])) else "-->"
+        if cut and (a, b) == (path[-2], path[-1]):
+            arrow = f'==>|"{cut} more"|'
         lines.append(f"  {ids[a]} {arrow} {ids[b]}")
     lines += [f'  {ids[s]} -. "fault" .-> {ids[faulty]}' for s in sources if s != faulty and (s, faulty) not in edges]
     # the failing parameters in a box of their own (one drawn above moves into it: a Mermaid

@@ -36,6 +36,25 @@ def clip(value, limit: int = MAX_ECHO) -> str:
     return escape_controls(text)
 
 
+# what a CI runner reads as a command in a step's output: GitHub's `::name ...::` at a line's start (after
+# blanks) and its legacy `##[name]` anywhere in a line
+_COMMAND_START = re.compile(r"^(\s*):(?=:)")
+_LEGACY_COMMAND = "##["
+
+
+def no_command(line: str) -> str:
+    """A line of ours that a graph author's text cannot turn into a CI workflow command: a leading `::`
+    written `:\\:`, and `##[` written `#\\#[` (what they are is still plain to read)."""
+    return _COMMAND_START.sub(r"\1:\\", line).replace(_LEGACY_COMMAND, "#\\#[")
+
+
 def lines(text) -> str:
-    """A multi-line text (a report) for the terminal: its line breaks kept, each line escaped."""
-    return "\n".join(escape_controls(line) for line in str(text).split("\n"))
+    """A multi-line text (a report) for the terminal, or a CI log: its line breaks kept, each line escaped,
+    none of them a CI workflow command."""
+    return "\n".join(no_command(escape_controls(line)) for line in str(text).split("\n"))
+
+
+def graph_label(name) -> str:
+    """How a report's first line names its graph: `graph NAME` (`graph` for an unnamed one), so that the
+    line begins with our word, not the graph author's."""
+    return f"graph {name}" if name else "graph"
