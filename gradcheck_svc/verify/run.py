@@ -244,7 +244,7 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
             detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}: "
                    f"{subject} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
                    f"tolerance atol {r.atol:g}, rtol {r.rtol:g}{_held_to_size(r)}) and "
-                   f"{'no claimed adjoint localizes it' if r.claim and localized else why}",
+                   f"{'the claim holds no adjoint that localizes it further' if r.claim and localized else why}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))
     return out

@@ -11,6 +11,12 @@ are passed to the function as they are. A non-scalar output is reduced to the sc
 sum(output * c) with a cotangent c ~ N(0, 1) drawn from the `seed` option (0 unless given): the
 report says so (data["check"], and a line of its text). gradcheck_svc.check runs the same trace and
 the same verification in process and returns the same Report.
+
+grad=: the user's own backward is what is verified (claims.py; the report's subject is "claimed").
+`grad(*args)` returns the gradients of the checked arguments -- a tuple in their order (a bare array
+when there is one), or a dict by argument name; for a non-scalar output it is a VJP,
+`grad(*args, cotangent)`, given the very cotangent the reduction uses. A wrong one fails naming the
+argument, the element and the size of the error.
 """
 from __future__ import annotations
 
@@ -19,6 +25,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from .claims import claims_message, with_claims
 from .options import BY_NAME
 from .report import Report
 from .trace_errors import TracerError
@@ -31,6 +38,7 @@ class Traced:
     graph: object  # gradcheck.v1.Graph
     parameters: list
     note: dict  # what the report states: function, parameters, output shape, cotangent
+    cotangent: np.ndarray | None = None  # the reduction's c, for a non-scalar output
 
 
 def _argument_names(f, n: int) -> list[str]:
@@ -90,6 +98,7 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
         checked = ", ".join(names[i] for i in which)
         raise TracerError(f"{name}'s output does not depend on any checked argument ({checked})")
     note = {"function": name, "parameters": [names[i] for i in which], "output_shape": list(out.shape)}
+    c = None
     if out.size != 1:
         c = np.random.default_rng(seed).standard_normal(out.shape)
         out = t.apply("sum", out * c)
@@ -98,7 +107,38 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
         out = out.reshape(())
     if "loss" not in names:
         out = out.named("loss")
-    return Traced(t.graph(out), [names[i] for i in which], note)
+    return Traced(t.graph(out), [names[i] for i in which], note, c)
+
+
+def claimed(grad, args: tuple, traced: Traced) -> Traced:
+    """The traced graph carrying grad's gradients of the checked arguments as its claims (module docstring)."""
+    name = getattr(grad, "__name__", "grad")
+    got = grad(*args) if traced.cotangent is None else grad(*args, traced.cotangent.copy())
+    params = traced.parameters
+    if isinstance(got, dict):
+        unknown = [k for k in got if k not in params]
+        if unknown:
+            raise TracerError(f"{name} returned a gradient for '{unknown[0]}', which is not a checked argument "
+                              f"(checked: {', '.join(params)})")
+        by_name = dict(got)
+    else:
+        got = (got,) if len(params) == 1 and not isinstance(got, (tuple, list)) else got
+        if not isinstance(got, (tuple, list)) or len(got) != len(params):
+            n = len(got) if isinstance(got, (tuple, list)) else 1
+            raise TracerError(f"{name} returned {n} gradient(s) for {len(params)} checked argument(s) "
+                              f"({', '.join(params)}): return one per argument, in that order, or a dict by name")
+        by_name = dict(zip(params, got))
+    shapes = {i.name: list(i.value.shape) for i in traced.graph.inputs}
+    arrays = {}
+    for p, g in by_name.items():
+        a = np.asarray(g, dtype=np.float64)
+        if list(a.shape) != shapes[p]:
+            raise TracerError(f"{name} returned a gradient of shape {list(a.shape)} for '{p}', whose shape is "
+                              f"{shapes[p]}")
+        arrays[p] = a
+    traced.graph = with_claims(traced.graph, claims_message(arrays))
+    traced.note["grad"] = name
+    return traced
 
 
 def _call(f, traced):
@@ -129,6 +169,8 @@ def stated(report: Report, traced: Traced) -> Report:
     """The report with what check() did to the function stated: data["check"] and a line of its text."""
     report.data["check"] = traced.note
     line = f"checked {traced.note['function']} with respect to {', '.join(traced.parameters)}"
+    if "grad" in traced.note:
+        line = f"checked {traced.note['grad']}, the gradient of " + line[len("checked "):]
     if "cotangent" in traced.note:
         line += (f"; its output of shape {traced.note['output_shape']} was reduced to sum(output * c), c ~ N(0, 1) "
                  f"seeded with {traced.note['cotangent']['seed']}")
@@ -136,21 +178,28 @@ def stated(report: Report, traced: Traced) -> Report:
     return report
 
 
-def check(f, *args, wrt=None, server, **options) -> Report:
-    """Trace f on args and verify its gradients on the server at `server` (an address or a Client)."""
+def traced_for_check(f, args: tuple, wrt, grad, options: dict) -> Traced:
+    """check()'s trace, in process or not: f traced, and grad's gradients claimed when grad is given."""
+    traced = trace_function(f, args, wrt, seed=options.get("seed", 0))
+    return traced if grad is None else claimed(grad, args, traced)
+
+
+def check(f, *args, wrt=None, grad=None, server, **options) -> Report:
+    """Trace f on args and verify its gradients (grad's, when given) on the server at `server` (an address or
+    a Client)."""
     from .client import Client
 
     options = check_options(options)
-    traced = trace_function(f, args, wrt, seed=options.get("seed", 0))
+    traced = traced_for_check(f, args, wrt, grad, options)
     if isinstance(server, Client):
         return stated(server.verify(traced.graph, **options), traced)
     with Client(server) as client:
         return stated(client.verify(traced.graph, **options), traced)
 
 
-def assert_gradients(f, *args, wrt=None, server, **options) -> Report:
+def assert_gradients(f, *args, wrt=None, grad=None, server, **options) -> Report:
     """check(), raising AssertionError with the text report unless every gradient verified (for pytest)."""
-    report = check(f, *args, wrt=wrt, server=server, **options)
+    report = check(f, *args, wrt=wrt, grad=grad, server=server, **options)
     if not report.passed:
         raise AssertionError(str(report))
     return report
