@@ -110,6 +110,15 @@ def test_a_scalar_output_takes_grad_of_the_arguments_by_name():
         gradcheck_svc.assert_gradients(f, x, w, grad=lambda x, w: (dt * w, dt * x * 1.01))
 
 
+def test_a_float32_backward_is_held_to_float32_tolerance_and_still_caught_when_wrong():
+    f32 = lambda *a: tuple(np.float32(v) for v in layer_norm_vjp(*(np.float32(x) for x in a)))  # noqa: E731
+    report = gradcheck_svc.check(layer_norm, *LN_ARGS, grad=f32)
+    assert report.verdict == "pass", report.text
+    assert {(p.data["tolerance"]["atol"], p.data["tolerance"]["rtol"]) for p in report.parameters} == {(1e-4, 1e-3)}
+    off = lambda *a: (f32(*a)[0] * np.float32(1.01), *f32(*a)[1:])  # noqa: E731  (dx 1% off)
+    assert [p.status for p in gradcheck_svc.check(layer_norm, *LN_ARGS, grad=off).parameters] == ["FAIL", "ok", "ok"]
+
+
 @pytest.mark.parametrize("grad, message", [
     (lambda x, w: (x,), r"returned 1 gradient\(s\) for 2 checked argument\(s\) \(x, w\)"),
     (lambda x, w: (x, np.ones(2)), r"returned a gradient of shape \[2\] for 'w', whose shape is \[3\]"),

@@ -26,7 +26,9 @@ def decode_claims(msg, parameters: list[str], specs: dict, nodes: list[str], dec
                  for name in sorted(c.gradients)}
     adjoints = {name: _value(c.adjoints[name], name, "adjoint", nodes, specs, decode_tensor)
                 for name in sorted(c.adjoints)}
-    return Claims(gradients, adjoints)
+    # a float32 backward (a GPU training step) carries float32 rounding: its claims get float32's tolerance
+    float32 = any((t.dtype or "float64") == "float32" for t in [*c.gradients.values(), *c.adjoints.values()])
+    return Claims(gradients, adjoints, "float32" if float32 else "float64")
 
 
 def _value(t, name: str, what: str, allowed: list[str], specs: dict, decode_tensor) -> np.ndarray:

@@ -54,6 +54,7 @@ class Claims:
     when present (verify/claims.py). float64 host arrays, shapes checked against the graph."""
     gradients: dict  # parameter name -> dL/dp
     adjoints: dict  # node name -> dL/d(node output)
+    dtype: str = "float64"  # "float32" when any claimed value came as float32: held to float32's tolerance
 
 
 @dataclass

@@ -35,6 +35,12 @@ from .findings import Finding, WorstElement, parameters_through
 PROVIDED, NOT_PROVIDED = "provided", "not provided"
 
 
+def tolerance_dtype(graph, dtype: str) -> str:
+    """The dtype whose tolerance the subject is held to: the engine's, or float32 for float32 claims (their
+    backward rounded in float32, whatever the graph's dtype)."""
+    return "float32" if graph.claims is not None and graph.claims.dtype == "float32" else dtype
+
+
 def subject_gradients(graph, engine_gradients: dict) -> dict:
     """The gradients under test, by parameter: the claimed ones; a parameter without a claim keeps the
     engine's, so its row can still be drawn (its status says 'not provided', never 'ok')."""

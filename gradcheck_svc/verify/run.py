@@ -87,7 +87,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     t0 = time.perf_counter()
     phase("finite differences")
     fd = FiniteDifferences(graph, options.fd)
-    tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
+    tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
     subject = claims.subject_gradients(graph, engine.gradients)  # what is verified: the engine's or the claims
     joint, screen, own = fd_plan(fd, subject, graph, tol)
     lookup = (fd_source or local_fd)(fd, screen, own, tol)

@@ -131,7 +131,8 @@ def claimed(grad, args: tuple, traced: Traced) -> Traced:
     shapes = {i.name: list(i.value.shape) for i in traced.graph.inputs}
     arrays = {}
     for p, g in by_name.items():
-        a = np.asarray(g, dtype=np.float64)
+        a = np.asarray(g)
+        a = a if a.dtype == np.float32 else a.astype(np.float64)  # a float32 backward keeps its dtype (tolerance)
         if list(a.shape) != shapes[p]:
             raise TracerError(f"{name} returned a gradient of shape {list(a.shape)} for '{p}', whose shape is "
                               f"{shapes[p]}")
