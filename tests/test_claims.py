@@ -256,6 +256,20 @@ def test_claimed_npz_over_grpc_one_element_corrupted(server, tmp_path):
     assert f"node '{name}' (input): gradient_mismatch — its claimed gradient" in out
 
 
+def test_claims_written_in_a_json_graph_file_are_verified(tmp_path):
+    graph, x, w = chain_graph()
+    grads, adjoints = chain_backward(x, w, lambda t: 1 - t)  # tanh's rule wrong
+    tensor = lambda a: {"shape": list(np.shape(a)), "data": np.ravel(a).tolist()}  # noqa: E731
+    graph["claimed"] = {"gradients": {k: tensor(v) for k, v in grads.items()},
+                        "adjoints": {k: tensor(v) for k, v in adjoints.items()}}
+    (tmp_path / "chain.json").write_text(json.dumps(graph))
+    code, out, err = _run("svc", str(tmp_path / "chain.json"), "--format", "json")
+    assert code == 1, err
+    report = json.loads(out)
+    assert report["subject"] == "claimed"
+    assert [(f["node"], f["cause"]) for f in report["findings"] if f["severity"] == "error"] == [("t", "rule_error")]
+
+
 # ---- bad claims: one line naming the field, exit 2 / INVALID_ARGUMENT -----------------------------------
 
 BAD = [
