@@ -192,6 +192,31 @@ def test_without_the_culprits_output_adjoint_the_wrong_rule_is_not_localized():
     assert all(f.cause == "gradient_mismatch" for f in report.findings if f.severity == "error")
 
 
+def test_a_wrong_seed_is_named_at_the_loss():
+    _, x, w = chain_graph()
+    grads, adjoints = chain_backward(x, w)
+    adjoints["L"] = np.array(2.0)
+    grads = {k: 2 * v for k, v in grads.items()}  # a backward seeded with 2: every gradient doubled
+    report = verify(load_graph(_claimed_graph(grads, adjoints)))
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert (f.node, f.cause) == ("L", "rule_error") and "the claimed adjoint of the loss is 2" in f.detail
+
+
+def test_a_value_read_by_several_nodes_names_them_all():
+    """shared_value: u = w x read by uu = u * u, sin_u and half_u; a backward that counts uu's u once."""
+    msg = read_graph(EXAMPLES / "shared_value.json")
+    w, x = (np.array(i.value.data) for i in msg.inputs[:2])
+    u = w * x
+    du = u + np.cos(u) + 0.5  # right: 2u + cos(u) + 0.5
+    ones = np.ones(3)
+    adjoints = {"s": ones, "t": ones, "half_u": ones, "uu": ones, "sin_u": ones, "u": du}
+    report = verify(load_graph(with_claims(msg, claims_message({"w": du * x, "x": du * w}, adjoints))))
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert (f.node, f.cause) == ("u", "rule_error")
+    assert "consumers 'uu', 'sin_u', 'half_u' (one of them is wrong; only their sum is claimed)" in f.detail
+    assert report.verdict == "fail"
+
+
 # ---- an .npz through both verify commands, and over gRPC -------------------------------------------------
 
 SEED = str(EXAMPLES / "seed.json")  # L = (w x)^2 / 4 at w = 3, x = 2: dL/dw = 6, dL/dx = 9

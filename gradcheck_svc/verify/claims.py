@@ -82,6 +82,9 @@ def localize_claims(graph, fd, results, tol: Tolerance) -> list[Finding]:
     if not failing or not graph.claims.adjoints:
         return []
     program = fd.program  # float64, at the forward's values (fd.base)
+    seed = _wrong_seed(program, graph.claims.adjoints, tol, failing)
+    if seed is not None:
+        return [seed]
     known = {**graph.claims.adjoints, **graph.claims.gradients}
     known.setdefault(program.output, np.ones(program.shapes[program.output]))
     consumers = _consumers(program)
@@ -97,6 +100,18 @@ def localize_claims(graph, fd, results, tol: Tolerance) -> list[Finding]:
             continue
         return [_culprit(program, v, consumers[v], check, dirs, failing)]
     return []
+
+
+def _wrong_seed(program, adjoints: dict, tol: Tolerance, failing: list[str]) -> Finding | None:
+    """The loss's own claimed adjoint, when it is not dL/dL = 1: the backward's seed is wrong."""
+    loss = program.output
+    if loss not in adjoints or compare(adjoints[loss], np.ones_like(adjoints[loss]), tol).passed:
+        return None
+    value = float(np.asarray(adjoints[loss]).reshape(-1)[0])
+    step = program.by_name.get(loss)
+    return Finding(loss, step.op.name if step is not None else "input", "rule_error", "error",
+                   f"the claimed backward is wrong at its seed: the claimed adjoint of the loss is {value:.8g}, "
+                   "while dL/dL is 1", list(failing), WorstElement((), value, 1.0))
 
 
 def _consumers(program) -> dict:
