@@ -256,6 +256,20 @@ def test_claimed_npz_through_both_verify_commands(cmd, seed_npz, tmp_path):
     assert "Subject: <strong>the claimed gradients</strong>" in html.read_text()
 
 
+def test_claimed_npz_with_finite_differences_in_shards(seed_npz, tmp_path):
+    """The shards difference against the claims too: the merge pairs them with the same gradients."""
+    claimed = ("--claimed", str(seed_npz / "corrupt.npz"))
+    for i in range(2):
+        code, out, err = _run("svc", SEED, *claimed, "--fd-shard-count", "2", "--fd-shard-index", str(i),
+                              "--fd-out", str(tmp_path))
+        assert code == 0, err
+    code, out, err = _run("svc", SEED, *claimed, "--fd-from", str(tmp_path), "--format", "json")
+    assert code == 1, err
+    report = json.loads(out)
+    assert report["subject"] == "claimed"
+    assert [(p["name"], p["status"]) for p in report["parameters"]] == [("w", "ok"), ("x", "FAIL")]
+
+
 def test_claimed_npz_over_grpc_one_element_corrupted(server, tmp_path):
     msg = read_graph(EXAMPLES / "mlp_cross_entropy.json")
     graph = load_graph(msg)
@@ -303,7 +317,8 @@ BAD = [
     ({"w": np.array([6.0]), "x": np.array(9.0)}, "claimed gradient 'w': has shape [1], the parameter has shape []"),
     ({"w": np.array(np.inf), "x": np.array(9.0)}, "claimed gradient 'w': holds 1 NaN/Inf value(s), first inf at "
      "index []"),
-    ({"w": np.array(6.0), "adjoint:q": np.array(1.0)}, "claimed adjoint 'q': names no node of the graph (names: 'L', 'a', 'z')"),
+    ({"w": np.array(6.0), "adjoint:q": np.array(1.0)},
+     "claimed adjoint 'q': names no node of the graph (names: 'L', 'a', 'z')"),
 ]
 
 

@@ -131,8 +131,9 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
 
     why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
            if engine.memory.get("checkpoint", "none") != "none" else "")
-    warnings = claim_warnings + [f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
-                for f in engine.faults if not f.readers]
+    warnings = claim_warnings + [
+        f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
+        for f in engine.faults if not f.readers]
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
     if symbolic.status == "skipped":
@@ -237,14 +238,14 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
         c = r.verdict_comparison
         against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
         where = list(c.worst_index) if r.mode != "projection" and r.mode != "joint" else ["direction", *c.worst_index]
-        subject = "claimed" if r.claim else "engine"
+        subject = "claimed" if r.claim else "engine"  # verify/claims.py: the gradient under test
         off = abs(c.engine_at_worst - c.reference_at_worst)
+        because = "the claim holds no adjoint that localizes it further" if r.claim and localized else why
         out.append(Finding(
             node=r.name, op="input", cause="gradient_mismatch", severity="error",
             detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}: "
                    f"{subject} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
-                   f"tolerance atol {r.atol:g}, rtol {r.rtol:g}{_held_to_size(r)}) and "
-                   f"{'the claim holds no adjoint that localizes it further' if r.claim and localized else why}",
+                   f"tolerance atol {r.atol:g}, rtol {r.rtol:g}{_held_to_size(r)}) and {because}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))
     return out
