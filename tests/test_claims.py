@@ -137,6 +137,8 @@ def test_a_gradient_left_out_of_the_dict_is_not_provided_and_fails():
     assert report.verdict == "fail"
     assert [(p.name, p.status) for p in report.parameters] == [("x", "ok"), ("w", "not provided")]
     assert any("no claimed gradient for parameter 'w'" in w for w in report.warnings)
+    assert [p.name for p in report.failed_parameters] == ["w"]
+    assert "wrong gradient for w (no claimed gradient given)" in report.summary()
 
 
 # ---- claimed adjoints: the culprit is the node whose claimed backward is wrong ------------------------
