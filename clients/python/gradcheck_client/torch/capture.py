@@ -1,0 +1,130 @@
+"""Capture a PyTorch forward as a gradcheck graph: a dispatch-mode trace onto the client's tracer.
+
+Every ATen op the forward dispatches (below autograd: a custom autograd.Function's forward is traced
+op by op, whatever its backward says) is replayed on tracer Values through NumPy (`ATEN`), so the
+graph is the forward's math as torch ran it. Faithful or refused: an op not in the table, an in-place
+op, a dtype change away from float64, or a replayed value whose shape differs from torch's is a
+TracerError naming the op and the user's line; a tensor the trace has not produced (a buffer, a
+constant) enters as a constant, as autograd would treat it.
+"""
+from __future__ import annotations
+
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from ..trace_errors import TracerError
+from ..tracer import Tracer, Value
+
+aten = torch.ops.aten
+
+
+def _axes(dims, ndim: int):
+    dims = [dims] if isinstance(dims, int) else list(dims or range(ndim))
+    return tuple(d % ndim if ndim else 0 for d in dims)
+
+
+def _sum(x, dims=None, keepdim=False, dtype=None):
+    return np.sum(x, axis=_axes(dims, len(x.shape)), keepdims=keepdim) if len(x.shape) else x
+
+
+def _mean(x, dims=None, keepdim=False, dtype=None):
+    return np.mean(x, axis=_axes(dims, len(x.shape)), keepdims=keepdim) if len(x.shape) else x
+
+
+# ATen op (overload packet) -> its forward on tracer Values / NumPy arrays; one line each
+ATEN = {
+    aten.add: lambda a, b, alpha=1: a + b * alpha if alpha != 1 else a + b,
+    aten.sub: lambda a, b, alpha=1: a - b * alpha if alpha != 1 else a - b,
+    aten.rsub: lambda a, b, alpha=1: b - a * alpha if alpha != 1 else b - a,
+    aten.mul: lambda a, b: a * b,
+    aten.div: lambda a, b: a / b,
+    aten.neg: lambda a: -a,
+    aten.pow: lambda a, b: a ** b,
+    aten.exp: np.exp, aten.log: np.log, aten.tanh: np.tanh, aten.sin: np.sin, aten.cos: np.cos,
+    aten.sqrt: np.sqrt, aten.abs: np.abs,
+    aten.rsqrt: lambda a: 1 / np.sqrt(a),
+    aten.reciprocal: lambda a: 1 / a,
+    aten.sigmoid: lambda a: 1 / (1 + np.exp(-a)),
+    aten.relu: lambda a: np.maximum(a, 0.0),
+    aten.mm: lambda a, b: a @ b, aten.bmm: lambda a, b: a @ b,
+    aten.addmm: lambda c, a, b, beta=1, alpha=1: c * beta + (a @ b) * alpha if (beta, alpha) != (1, 1) else c + a @ b,
+    aten.t: lambda a: a.T if len(a.shape) == 2 else a,
+    aten.transpose: lambda a, d0, d1: np.swapaxes(a, d0, d1),
+    aten.permute: lambda a, dims: np.transpose(a, dims),
+    aten.view: lambda a, shape: np.reshape(a, shape), aten._unsafe_view: lambda a, shape: np.reshape(a, shape),
+    aten.reshape: lambda a, shape: np.reshape(a, shape),
+    aten.expand: lambda a, shape, implicit=False: np.broadcast_to(a, [s if s != -1 else d for s, d in
+                                                                      zip(shape, (1,) * (len(shape) - len(a.shape))
+                                                                          + tuple(a.shape))]),
+    aten.unsqueeze: lambda a, d: np.expand_dims(a, d),
+    aten.squeeze: lambda a, d=None: np.squeeze(a, axis=d) if d is None or a.shape[d] == 1 else a,
+    aten.sum: _sum, aten.mean: _mean,
+    aten._softmax: lambda a, d, half: a.tracer.apply("softmax", a, axis=d),
+    aten._log_softmax: lambda a, d, half: a.tracer.apply("log_softmax", a, axis=d),
+    aten.clone: lambda a, memory_format=None: a, aten.alias: lambda a: a,
+    aten.where: lambda c, a, b: np.where(c, a, b),
+}
+MASKS = {aten.gt: np.greater, aten.lt: np.less, aten.ge: np.greater_equal, aten.le: np.less_equal}
+
+
+def _traced(a) -> bool:
+    return isinstance(a, Value) or isinstance(a, (list, tuple)) and any(_traced(x) for x in a)
+
+
+class Capture(TorchDispatchMode):
+    """Replays each ATen op on tracer Values; `values` maps a tensor (by identity) to its Value."""
+
+    def __init__(self, tracer: Tracer):
+        super().__init__()
+        self.tracer = tracer
+        self.values: dict[int, tuple[torch.Tensor, Value]] = {}  # id -> (tensor, kept alive: ids stay unique)
+        self.produced: list[tuple[torch.Tensor, Value]] = []  # every op output, in order
+
+    def bind(self, tensor: torch.Tensor, value: Value) -> None:
+        self.values[id(tensor)] = (tensor, value)
+
+    def _lift(self, a):
+        if isinstance(a, torch.Tensor):
+            hit = self.values.get(id(a))
+            if hit is not None and hit[0] is a:
+                return hit[1]
+            return a.detach().cpu().numpy()  # not produced by the trace: a constant
+        if isinstance(a, (list, tuple)):
+            return type(a)(self._lift(x) for x in a)
+        return a
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        lifted, named = [self._lift(a) for a in args], {k: self._lift(v) for k, v in kwargs.items()}
+        if not any(_traced(a) for a in [*lifted, *named.values()]):
+            return out  # an op on constants only (torch's own setup, the cotangent): its value is a constant
+        packet = func.overloadpacket
+        if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
+            self._record(out, self.tracer.constant(lifted[0]), func)
+        elif func._schema.is_mutable:
+            raise TracerError(f"torch op {func.name()} writes in place into a traced tensor: gradcheck graphs are "
+                              "out of place (rewrite it without the in-place op)")
+        elif packet in MASKS:
+            pass  # a comparison: its trace-time value, a boolean mask (the tracer's comparison rule)
+        elif packet not in ATEN:
+            raise TracerError(f"torch op {func.name()} cannot be traced into a gradcheck graph (not in "
+                              "gradcheck_client/torch/capture.py's ATEN table)")
+        elif isinstance(out, torch.Tensor) and out.dtype != torch.float64:
+            raise TracerError(f"torch op {func.name()} made a {out.dtype} tensor from traced values: check in "
+                              "float64 (the inputs are converted; a cast inside the function is not traced)")
+        else:
+            self._record(out, ATEN[packet](*lifted, **named), func)
+        return out
+
+    def _record(self, out, value, func) -> None:
+        if not isinstance(out, torch.Tensor):
+            raise TracerError(f"torch op {func.name()} returned {type(out).__name__}: not traced")
+        if not isinstance(value, Value):
+            value = self.tracer.constant(np.asarray(value))
+        if tuple(value.shape) != tuple(out.shape):
+            raise TracerError(f"torch op {func.name()}: replayed with shape {list(value.shape)}, torch made "
+                              f"{list(out.shape)}")
+        self.bind(out, value)
+        self.produced.append((out, value))

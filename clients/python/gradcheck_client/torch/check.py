@@ -1,0 +1,182 @@
+"""Check the gradients PyTorch computes for a function or module, in one call (torch is an optional extra):
+
+    import torch
+    from gradcheck_client.torch import check, gradcheck
+    report = check(my_fn, torch.randn(4, 5))      # torch's own autograd, custom Functions and hooks included
+    assert gradcheck(my_fn, (torch.randn(4, 5),))  # torch.autograd.gradcheck's signature: True, or raises
+
+torch runs the function in float64 (inputs and a module's parameters converted) and its autograd
+computes the gradients -- custom autograd.Function backwards, tensor hooks and all. The forward is
+captured op by op as a gradcheck graph (capture.py); torch's gradients, and torch's adjoints at the
+captured intermediates autograd keeps, are sent with it as claimed gradients (the report's subject
+is "claimed"), so the references judge torch's backward, not the engine's. A non-scalar output is
+reduced with a seeded cotangent, as gradcheck_client.check does. Each custom autograd.Function the
+forward calls is also checked on its own (its forward alone, captured the same way, against its
+backward): report.data["custom_functions"] names each one's class and source line and its verdict.
+"""
+from __future__ import annotations
+
+import contextlib
+import copy
+import inspect
+
+import numpy as np
+import torch
+
+from ..check_call import _argument_names, check_options, stated
+from ..claims import claims_message, with_claims
+from ..report import Report
+from ..trace_errors import TracerError
+from ..tracer import Tracer
+from .capture import Capture
+
+
+def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Report:
+    """Verify torch's gradients of fn(*inputs) (fn a function of tensors or an nn.Module) with respect to the
+    float inputs (or those `wrt` names) and a module's parameters; in process, or on `server`."""
+    options = check_options({**options, "seed": seed})
+    run, named = _prepared(fn, inputs, wrt)
+    calls: list = []
+    traced, note = _captured(run, named, seed, calls, getattr(fn, "__name__", type(fn).__name__))
+    report = stated(_verify(traced, server, options), _Stated(note))
+    report.data["custom_functions"] = [_function_check(cls, args, server, options) for cls, args in calls]
+    bad = [c for c in report.data["custom_functions"] if c["verdict"] != "pass"]
+    for c in bad:
+        report.text = f"custom autograd.Function {c['function']} ({c['source']}): {c['detail']}\n{report.text}"
+    return report
+
+
+def gradcheck(fn, inputs, *, eps=None, atol=None, rtol=None, raise_exception: bool = True, server=None,
+              **ignored) -> bool:
+    """torch.autograd.gradcheck's signature: True when torch's gradients verify, else raises (or returns False
+    with raise_exception=False) with the report. eps is not used: the step is chosen per element."""
+    inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
+    wrt = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad] or None
+    report = check(fn, *inputs, wrt=wrt, server=server, atol=atol, rtol=rtol)
+    if not report.passed and raise_exception:
+        raise GradcheckError(str(report))
+    return report.passed
+
+
+class GradcheckError(RuntimeError):
+    """torch's gradients did not verify; the message is the report (torch.autograd.gradcheck raises
+    torch.autograd.gradcheck.GradcheckError, a RuntimeError, too)."""
+
+
+class _Stated:
+    def __init__(self, note: dict):
+        self.note, self.parameters = note, note["parameters"]
+
+
+def _prepared(fn, inputs, wrt):
+    """(the function over float64 tensors, {name: float64 leaf tensor checked}) -- the inputs first, then a
+    module's parameters by their module path (`layer.1.weight`)."""
+    names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
+    picks = range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
+                                                     (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
+    leaves, args = {}, []
+    for i, a in enumerate(inputs):
+        if isinstance(a, torch.Tensor) and a.is_floating_point():
+            a = a.detach().to(torch.float64).cpu().clone()
+            if i in picks:
+                a.requires_grad_(True)
+                leaves[names[i]] = a
+        args.append(a)
+    if isinstance(fn, torch.nn.Module):
+        fn = copy.deepcopy(fn).to(torch.float64).cpu()
+        for name, p in fn.named_parameters():
+            if p.requires_grad:
+                leaves[name] = p
+    if not leaves:
+        raise TracerError("no parameters: nothing to check (no float tensor input, and no module parameter)")
+    return (lambda: fn(*args)), leaves
+
+
+def _captured(run, leaves: dict, seed: int, calls: list, name: str):
+    """fn's forward captured as a graph carrying torch's gradients and adjoints as claims, and the note."""
+    t = Tracer(name)
+    capture = Capture(t)
+    for n, leaf in leaves.items():
+        capture.bind(leaf, t.param(n, leaf.detach().numpy()))
+    with _recording_functions(calls), capture:
+        out = run()
+        if not isinstance(out, torch.Tensor) or id(out) not in capture.values:
+            raise TracerError(f"{name}'s output does not depend on any checked input")
+        note = {"function": name, "parameters": list(leaves), "output_shape": list(out.shape)}
+        if out.numel() == 1:
+            loss = out.reshape(())
+        else:
+            c = torch.from_numpy(np.random.default_rng(seed).standard_normal(tuple(out.shape)))
+            loss = (out * c).sum()
+            note["cotangent"] = {"distribution": "normal(0, 1)", "seed": int(seed)}
+    kept = [(tensor, value) for tensor, value in capture.produced if tensor.requires_grad and tensor.grad_fn]
+    for tensor, _ in kept:
+        tensor.retain_grad()
+    loss.backward()
+    graph = t.graph(capture.values[id(loss)][1].named("loss") if "loss" not in leaves else capture.values[id(loss)][1])
+    nodes = {n.name for n in graph.nodes}
+    firsts = {}
+    for tensor, value in kept:  # a value bound twice (clone, alias) takes the first tensor's adjoint
+        if value.name in nodes and tensor.grad is not None:
+            firsts.setdefault(value.name, tensor.grad.detach().numpy())
+    grads = {n: (leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)).detach().numpy()
+             for n, leaf in leaves.items()}
+    return with_claims(graph, claims_message(grads, firsts)), note
+
+
+@contextlib.contextmanager
+def _recording_functions(calls: list):
+    """Record each custom autograd.Function call (its class and arguments) while the forward runs."""
+    original = torch.autograd.Function.__dict__["apply"]
+
+    def apply(cls, *args, **kwargs):
+        calls.append((cls, args))
+        return original.__func__(cls, *args, **kwargs)
+    torch.autograd.Function.apply = classmethod(apply)
+    try:
+        yield
+    finally:
+        torch.autograd.Function.apply = original
+
+
+def _function_check(cls, args, server, options) -> dict:
+    """One custom Function on its own: its forward captured, its backward's gradients claimed, verified."""
+    where = _source(cls)
+    inputs = [a.detach().to(torch.float64).clone() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
+              for a in args]
+    names = [f"input{k}" for k in range(len(inputs))]
+    leaves = {n: a.requires_grad_(True) for n, a in zip(names, inputs) if isinstance(a, torch.Tensor) and
+              a.is_floating_point()}
+    try:
+        graph, _ = _captured(lambda: cls.apply(*inputs), leaves, options.get("seed", 0), [], cls.__name__)
+        report = _verify(graph, server, options)
+    except TracerError as exc:
+        return {"function": cls.__name__, "source": where, "verdict": "undecided", "detail": f"not checked: {exc}"}
+    errors = [f for f in report.findings if f.severity == "error"]
+    detail = "its backward agrees with the derivative of its forward" if report.passed else \
+        "its backward disagrees with the derivative of its forward: " + "; ".join(
+            f"{f.node}: {f.detail}" for f in errors)
+    return {"function": cls.__name__, "source": where, "verdict": report.verdict, "detail": detail}
+
+
+def _source(cls) -> str:
+    try:
+        return f"{inspect.getsourcefile(cls.backward)}:{inspect.getsourcelines(cls.backward)[1]}"
+    except (OSError, TypeError):
+        return "source unknown"
+
+
+def _verify(graph, server, options: dict) -> Report:
+    if server is None:
+        from gradcheck.v1 import service_pb2
+        from gradcheck_svc.server.execute import verify_request
+
+        faults = {"faults": list(options["faults"])} if "faults" in options else {}
+        request = service_pb2.VerifyRequest(graph=graph, options=service_pb2.VerifyOptions(**{**options, **faults}))
+        return Report.from_proto(verify_request(request).report)
+    from ..client import Client
+
+    if isinstance(server, Client):
+        return server.verify(graph, **options)
+    with Client(server) as client:
+        return client.verify(graph, **options)

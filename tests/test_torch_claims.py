@@ -1,0 +1,136 @@
+"""gradcheck_client.torch: torch's own gradients (custom autograd.Functions, hooks, modules) verified as claimed
+gradients, each planted bug caught and named, each correct version passing; compared with
+torch.autograd.gradcheck on the same cases."""
+from __future__ import annotations
+
+import inspect
+
+import pytest
+
+torch = pytest.importorskip("torch")  # torch is an optional extra of the client (installed in the test venv)
+
+from gradcheck_client.torch import GradcheckError, check, gradcheck  # noqa: E402
+from gradcheck_client.trace_errors import TracerError  # noqa: E402
+from grpc_helpers import module_server  # noqa: E402
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from module_server(tmp_path_factory, "--workers", "1")
+
+
+def cube_function(grad_rule):
+    """A custom autograd.Function y = x**3 whose backward is grad_rule(x, g)."""
+    class Cube(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return grad_rule(x, g)
+    return Cube
+
+
+RIGHT = cube_function(lambda x, g: g * 3 * x * x)
+OFF_1PC = cube_function(lambda x, g: g * 3 * x * x * 1.01)
+
+
+def _one_element(x, g):
+    out = g * 3 * x * x
+    out[2] += 0.1
+    return out
+
+
+ONE_ELEMENT = cube_function(_one_element)
+NEGATIVES = cube_function(lambda x, g: g * 3 * x * x.abs())  # right for x >= 0 only
+X = torch.tensor([0.7, -1.3, 0.4, -0.2, 1.1], dtype=torch.float64)
+
+
+def through(cls):
+    return lambda x: torch.sin(cls.apply(torch.tanh(x))).sum()
+
+
+def _custom(report, cls_name):
+    [entry] = [c for c in report.data["custom_functions"] if c["function"] == cls_name]
+    return entry
+
+
+def test_a_correct_custom_function_passes():
+    report = check(through(RIGHT), X)
+    assert report.verdict == "pass", report.text
+    assert report.data["subject"] == "claimed"
+    assert _custom(report, "Cube")["verdict"] == "pass"
+
+
+@pytest.mark.parametrize("cls, index", [(OFF_1PC, None), (ONE_ELEMENT, 2), (NEGATIVES, None)])
+def test_a_wrong_custom_backward_is_caught_and_named_by_class_and_line(cls, index):
+    report = check(through(cls), X)
+    assert report.verdict == "fail"
+    assert [p.status for p in report.parameters] == ["FAIL"]
+    entry = _custom(report, "Cube")
+    assert entry["verdict"] == "fail"
+    line = inspect.getsourcelines(cls.backward)[1]
+    assert entry["source"].endswith(f"test_torch_claims.py:{line}")
+    assert "its backward disagrees with the derivative of its forward" in entry["detail"]
+    assert f"custom autograd.Function Cube ({entry['source']})" in report.text
+    if index is not None:
+        assert f"(worst [{index}]: claimed" in entry["detail"]
+    if cls is NEGATIVES:  # only for negative inputs: on positive ones it is right
+        assert check(through(cls), X.abs()).verdict == "pass"
+
+
+def test_a_hook_that_scales_a_gradient_is_caught_at_the_value_it_scales():
+    def hooked(x):
+        h = torch.tanh(x)
+        h.register_hook(lambda g: g * 2)
+        return (h * h).sum()
+    report = check(hooked, X)
+    assert report.verdict == "fail"
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert f.cause == "rule_error" and "the claimed gradient reaching 'tanh_1'" in f.detail
+
+
+def test_a_module_with_one_custom_layer_names_that_layer():
+    class CubeLayer(torch.nn.Module):
+        def forward(self, x):
+            return OFF_1PC.apply(x)
+    torch.manual_seed(0)
+    right = torch.nn.Sequential(torch.nn.Linear(4, 3), torch.nn.Tanh(), torch.nn.Linear(3, 2))
+    assert check(right, torch.randn(2, 4)).verdict == "pass"
+    model = torch.nn.Sequential(torch.nn.Linear(4, 3), CubeLayer(), torch.nn.Linear(3, 2))
+    report = check(model, torch.randn(2, 4))
+    assert report.verdict == "fail"
+    assert {p.name for p in report.parameters} == {"input", "0.weight", "0.bias", "2.weight", "2.bias"}
+    assert [c["function"] for c in report.data["custom_functions"] if c["verdict"] == "fail"] == ["Cube"]
+    assert {p.name: p.status for p in report.parameters}["2.weight"] == "ok"  # after the layer: right
+
+
+def test_the_gradcheck_drop_in_and_torch_gradcheck_on_the_same_bug():
+    x = X.clone().requires_grad_(True)
+    assert gradcheck(through(RIGHT), (x,)) is True
+    with pytest.raises(GradcheckError, match="custom autograd.Function Cube"):
+        gradcheck(through(OFF_1PC), (x,))
+    assert gradcheck(through(OFF_1PC), (x,), raise_exception=False) is False
+    from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError
+
+    with pytest.raises(TorchGradcheckError, match="Jacobian mismatch"):  # torch's own: which output and input
+        torch.autograd.gradcheck(through(OFF_1PC), (x,))
+
+
+def test_through_a_server(server):
+    report = check(through(ONE_ELEMENT), X, server=server.target)
+    assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
+
+
+def test_what_cannot_be_captured_is_refused_naming_the_op():
+    def inplace(x):
+        y = torch.tanh(x)
+        y.mul_(2)
+        return y.sum()
+    with pytest.raises(TracerError, match=r"aten::mul_.Tensor writes in place into a traced tensor"):
+        check(inplace, X)
+    with pytest.raises(TracerError, match=r"torch op aten::cumsum cannot be traced"):
+        check(lambda x: torch.cumsum(x, 0).sum(), X)
