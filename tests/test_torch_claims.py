@@ -125,12 +125,42 @@ def test_through_a_server(server):
     assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
 
 
-def test_what_cannot_be_captured_is_refused_naming_the_op():
+def test_in_place_ops_are_replayed_and_a_stale_saved_value_is_caught():
     def inplace(x):
-        y = torch.tanh(x)
-        y.mul_(2)
-        return y.sum()
-    with pytest.raises(TracerError, match=r"aten::mul_.Tensor writes in place into a traced tensor"):
-        check(inplace, X)
+        h = x * 2
+        h.add_(1)  # replayed out of place: h names the new value
+        return (h * h).sum()
+    assert check(inplace, X).verdict == "pass"
+
+    class KeepsInput(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, h):
+            ctx.h = h  # not ctx.save_for_backward: torch's version counter never sees the write below
+            return h * h
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * 2 * ctx.h
+
+    def stale(x):
+        h = x + 1
+        y = KeepsInput.apply(h)
+        h.mul_(3)  # the backward reads 3h, not h
+        return (y + h).sum()
+    report = check(stale, X)
+    assert report.verdict == "fail"
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert f.node == "x" and "its claimed gradient disagrees" in f.detail
+    # on its own the Function is right: what is wrong is the value its backward reads
+    assert _custom(report, "KeepsInput")["verdict"] == "pass"
+
+
+def test_what_cannot_be_captured_is_refused_naming_the_op():
+    def through_data(x):
+        y = x * 2
+        y.data.mul_(3)  # a write autograd does not see
+        return (y * y).sum()
+    with pytest.raises(TracerError, match=r"aten::mul_.Tensor writes in place through a detached alias"):
+        check(through_data, X)
     with pytest.raises(TracerError, match=r"torch op aten::cumsum cannot be traced"):
         check(lambda x: torch.cumsum(x, 0).sum(), X)

@@ -2,10 +2,11 @@
 
 Every ATen op the forward dispatches (below autograd: a custom autograd.Function's forward is traced
 op by op, whatever its backward says) is replayed on tracer Values through NumPy (`ATEN`), so the
-graph is the forward's math as torch ran it. Faithful or refused: an op not in the table, an in-place
-op, a dtype change away from float64, or a replayed value whose shape differs from torch's is a
-TracerError naming the op and the user's line; a tensor the trace has not produced (a buffer, a
-constant) enters as a constant, as autograd would treat it.
+graph is the forward's math as torch ran it. An in-place op (`x.mul_(2)`) is replayed out of place and
+`x` names the new value, as the NumPy tracer does. Faithful or refused: an op not in the table, an
+in-place write into memory another tensor shares (a view, `.data`), a dtype change away from float64,
+or a replayed value whose shape differs from torch's is a TracerError naming the op; a tensor the trace
+has not produced (a buffer, a constant) enters as a constant, as autograd would treat it.
 """
 from __future__ import annotations
 
@@ -80,12 +81,17 @@ class Capture(TorchDispatchMode):
         self.tracer = tracer
         self.values: dict[int, tuple[torch.Tensor, Value]] = {}  # id -> (tensor, kept alive: ids stay unique)
         self.produced: list[tuple[torch.Tensor, Value]] = []  # every op output, in order
+        self.detached: set[int] = set()  # tensors made by detach (constants sharing a traced tensor's memory)
+        self.stale: set[int] = set()  # tensors whose memory an in-place op changed after they were made
 
     def bind(self, tensor: torch.Tensor, value: Value) -> None:
         self.values[id(tensor)] = (tensor, value)
 
     def _lift(self, a):
         if isinstance(a, torch.Tensor):
+            if id(a) in self.stale:
+                raise TracerError("a tensor is read after an in-place op changed its memory through another tensor "
+                                  "(a view or a detached alias): it cannot be replayed faithfully")
             hit = self.values.get(id(a))
             if hit is not None and hit[0] is a:
                 return hit[1]
@@ -103,9 +109,9 @@ class Capture(TorchDispatchMode):
         packet = func.overloadpacket
         if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
             self._record(out, self.tracer.constant(lifted[0]), func)
+            self.detached.add(id(out))
         elif func._schema.is_mutable:
-            raise TracerError(f"torch op {func.name()} writes in place into a traced tensor: gradcheck graphs are "
-                              "out of place (rewrite it without the in-place op)")
+            self._inplace(func, args, lifted, named)
         elif packet in MASKS:
             pass  # a comparison: its trace-time value, a boolean mask (the tracer's comparison rule)
         elif packet not in ATEN:
@@ -117,6 +123,23 @@ class Capture(TorchDispatchMode):
         else:
             self._record(out, ATEN[packet](*lifted, **named), func)
         return out
+
+    def _inplace(self, func, args, lifted, named) -> None:
+        """x.add_(y) and the like: the out-of-place op's value, and x names it from now on (as the tracer's own
+        in-place rule). Every other tensor sharing x's memory (a view, a detached alias) now holds a value the
+        trace does not: reading one later is refused (_lift). A write through a detached alias (`.data`) is
+        refused: autograd does not see it, so no graph says what torch differentiated."""
+        packet = getattr(aten, func.overloadpacket.__name__.rstrip("_"), None)
+        target = args[0]
+        if packet not in ATEN or id(target) not in self.values or id(target) in self.detached:
+            why = "through a detached alias (.data, detach())" if id(target) in self.detached else \
+                "with no out-of-place form here"
+            raise TracerError(f"torch op {func.name()} writes in place {why}: it cannot be replayed faithfully "
+                              "(write it out of place)")
+        memory = target.untyped_storage().data_ptr()
+        self.stale |= {i for i, (t, _) in self.values.items() if t is not target and
+                       t.untyped_storage().data_ptr() == memory}
+        self._record(target, ATEN[packet](*lifted, **named), func)
 
     def _record(self, out, value, func) -> None:
         if not isinstance(out, torch.Tensor):

@@ -109,19 +109,28 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str):
             c = torch.from_numpy(np.random.default_rng(seed).standard_normal(tuple(out.shape)))
             loss = (out * c).sum()
             note["cotangent"] = {"distribution": "normal(0, 1)", "seed": int(seed)}
-    kept = [(tensor, value) for tensor, value in capture.produced if tensor.requires_grad and tensor.grad_fn]
+    kept = _adjoint_tensors(capture)
     for tensor, _ in kept:
         tensor.retain_grad()
     loss.backward()
     graph = t.graph(capture.values[id(loss)][1].named("loss") if "loss" not in leaves else capture.values[id(loss)][1])
     nodes = {n.name for n in graph.nodes}
-    firsts = {}
-    for tensor, value in kept:  # a value bound twice (clone, alias) takes the first tensor's adjoint
-        if value.name in nodes and tensor.grad is not None:
-            firsts.setdefault(value.name, tensor.grad.detach().numpy())
+    adjoints = {value.name: tensor.grad.detach().numpy() for tensor, value in kept
+                if value.name in nodes and tensor.grad is not None}
     grads = {n: (leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)).detach().numpy()
              for n, leaf in leaves.items()}
-    return with_claims(graph, claims_message(grads, firsts)), note
+    return with_claims(graph, claims_message(grads, adjoints)), note
+
+
+def _adjoint_tensors(capture) -> list:
+    """(tensor, value) whose torch gradient is that value's adjoint: the tensor that made the value (not a
+    clone or alias bound to it later, whose gradient is only part of it), while it still holds that value
+    (torch's gradient of a tensor written in place is its last version's), and that autograd tracks."""
+    maker: dict = {}
+    for tensor, value in capture.produced:
+        maker.setdefault(value.name, tensor)
+    return [(t, v) for t, v in capture.produced if maker[v.name] is t and capture.values[id(t)][1] is v
+            and t.requires_grad and t.grad_fn is not None]
 
 
 @contextlib.contextmanager
