@@ -91,6 +91,9 @@ def test_a_hook_that_scales_a_gradient_is_caught_at_the_value_it_scales():
     assert report.verdict == "fail"
     [f] = [f for f in report.findings if f.severity == "error"]
     assert f.cause == "rule_error" and "the claimed gradient reaching 'tanh_1'" in f.detail
+    line = inspect.getsourcelines(hooked)[1] + 3  # (h * h): the consumer whose input adjoint the hook doubled
+    assert report.data["sources"][f.node].endswith(f"test_torch_claims.py:{line}")
+    assert f"node '{f.node}' was made at " in report.text
 
 
 def test_a_module_with_one_custom_layer_names_that_layer():
@@ -104,7 +107,9 @@ def test_a_module_with_one_custom_layer_names_that_layer():
     report = check(model, torch.randn(2, 4))
     assert report.verdict == "fail"
     assert {p.name for p in report.parameters} == {"input", "0.weight", "0.bias", "2.weight", "2.bias"}
-    assert [c["function"] for c in report.data["custom_functions"] if c["verdict"] == "fail"] == ["Cube"]
+    assert [(c["function"], c["module"]) for c in report.data["custom_functions"] if c["verdict"] == "fail"] == \
+        [("Cube", "module 1 (CubeLayer)")]
+    assert "custom autograd.Function Cube in module 1 (CubeLayer) (" in report.text
     assert {p.name: p.status for p in report.parameters}["2.weight"] == "ok"  # after the layer: right
 
 

@@ -10,6 +10,9 @@ has not produced (a buffer, a constant) enters as a constant, as autograd would 
 """
 from __future__ import annotations
 
+import os
+import sys
+
 import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -83,6 +86,8 @@ class Capture(TorchDispatchMode):
         self.produced: list[tuple[torch.Tensor, Value]] = []  # every op output, in order
         self.detached: set[int] = set()  # tensors made by detach (constants sharing a traced tensor's memory)
         self.stale: set[int] = set()  # tensors whose memory an in-place op changed after they were made
+        self.modules: list[str] = []  # the module path being run (module hooks push and pop it)
+        self.where: dict[str, str] = {}  # node name -> "module PATH (Class), FILE:LINE": where the user made it
 
     def bind(self, tensor: torch.Tensor, value: Value) -> None:
         self.values[id(tensor)] = (tensor, value)
@@ -151,3 +156,16 @@ class Capture(TorchDispatchMode):
                               f"{list(out.shape)}")
         self.bind(out, value)
         self.produced.append((out, value))
+        self.where.setdefault(value.name, ", ".join(filter(None, [self.modules[-1] if self.modules else "",
+                                                                   _user_line()])))
+
+
+_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+
+
+def _user_line() -> str:
+    """FILE:LINE of the innermost frame outside torch and gradcheck_client: the user's line that made an op."""
+    f = sys._getframe(1)
+    while f is not None and f.f_code.co_filename.startswith(_SKIP):
+        f = f.f_back
+    return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""

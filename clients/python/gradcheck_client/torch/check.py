@@ -35,14 +35,20 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
     """Verify torch's gradients of fn(*inputs) (fn a function of tensors or an nn.Module) with respect to the
     float inputs (or those `wrt` names) and a module's parameters; in process, or on `server`."""
     options = check_options({**options, "seed": seed})
-    run, named = _prepared(fn, inputs, wrt)
+    run, named, paths = _prepared(fn, inputs, wrt)
     calls: list = []
-    traced, note = _captured(run, named, seed, calls, getattr(fn, "__name__", type(fn).__name__))
+    traced, note, where = _captured(run, named, seed, calls, getattr(fn, "__name__", type(fn).__name__), paths)
     report = stated(_verify(traced, server, options), _Stated(note))
-    report.data["custom_functions"] = [_function_check(cls, args, server, options) for cls, args in calls]
-    bad = [c for c in report.data["custom_functions"] if c["verdict"] != "pass"]
-    for c in bad:
-        report.text = f"custom autograd.Function {c['function']} ({c['source']}): {c['detail']}\n{report.text}"
+    report.data["sources"] = {f.node: where[f.node] for f in report.findings if f.node in where}
+    for node, at in report.data["sources"].items():  # the culprit in the user's terms
+        report.text = f"node '{node}' was made at {at}\n{report.text}"
+    report.data["custom_functions"] = [{**_function_check(cls, args, server, options), "module": module}
+                                       for cls, args, module in calls]
+    for c in report.data["custom_functions"]:
+        if c["verdict"] != "pass":
+            inside = f" in {c['module']}" if c["module"] else ""
+            report.text = (f"custom autograd.Function {c['function']}{inside} ({c['source']}): {c['detail']}\n"
+                           f"{report.text}")
     return report
 
 
@@ -69,8 +75,8 @@ class _Stated:
 
 
 def _prepared(fn, inputs, wrt):
-    """(the function over float64 tensors, {name: float64 leaf tensor checked}) -- the inputs first, then a
-    module's parameters by their module path (`layer.1.weight`)."""
+    """(the function over float64 tensors, {name: float64 leaf tensor checked} -- the inputs first, then a
+    module's parameters by their module path (`layer.1.weight`) --, {submodule run: its path})."""
     names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
     picks = range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
                                                      (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
@@ -82,23 +88,26 @@ def _prepared(fn, inputs, wrt):
                 a.requires_grad_(True)
                 leaves[names[i]] = a
         args.append(a)
+    paths = {}
     if isinstance(fn, torch.nn.Module):
         fn = copy.deepcopy(fn).to(torch.float64).cpu()
+        paths = {m: path for path, m in fn.named_modules()}
         for name, p in fn.named_parameters():
             if p.requires_grad:
                 leaves[name] = p
     if not leaves:
         raise TracerError("no parameters: nothing to check (no float tensor input, and no module parameter)")
-    return (lambda: fn(*args)), leaves
+    return (lambda: fn(*args)), leaves, paths
 
 
-def _captured(run, leaves: dict, seed: int, calls: list, name: str):
-    """fn's forward captured as a graph carrying torch's gradients and adjoints as claims, and the note."""
+def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict | None = None):
+    """fn's forward captured as a graph carrying torch's gradients and adjoints as claims, the note, and where
+    each node was made (module path, source line)."""
     t = Tracer(name)
     capture = Capture(t)
     for n, leaf in leaves.items():
         capture.bind(leaf, t.param(n, leaf.detach().numpy()))
-    with _recording_functions(calls), capture:
+    with _recording_functions(calls, capture), _module_paths(capture, paths or {}), capture:
         out = run()
         if not isinstance(out, torch.Tensor) or id(out) not in capture.values:
             raise TracerError(f"{name}'s output does not depend on any checked input")
@@ -119,7 +128,7 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str):
                 if value.name in nodes and tensor.grad is not None}
     grads = {n: (leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)).detach().numpy()
              for n, leaf in leaves.items()}
-    return with_claims(graph, claims_message(grads, adjoints)), note
+    return with_claims(graph, claims_message(grads, adjoints)), note, capture.where
 
 
 def _adjoint_tensors(capture) -> list:
@@ -134,12 +143,36 @@ def _adjoint_tensors(capture) -> list:
 
 
 @contextlib.contextmanager
-def _recording_functions(calls: list):
-    """Record each custom autograd.Function call (its class and arguments) while the forward runs."""
+def _module_paths(capture, paths: dict):
+    """While the forward runs, capture.modules holds the path of the module running (`1 (CubeLayer)`)."""
+    if not paths:
+        yield
+        return
+    from torch.nn.modules.module import register_module_forward_hook, register_module_forward_pre_hook
+
+    def enter(module, args):
+        if module in paths and paths[module]:
+            capture.modules.append(f"module {paths[module]} ({type(module).__name__})")
+
+    def leave(module, args, out):
+        if module in paths and paths[module]:
+            capture.modules.pop()
+    handles = [register_module_forward_pre_hook(enter), register_module_forward_hook(leave)]
+    try:
+        yield
+    finally:
+        for h in handles:
+            h.remove()
+
+
+@contextlib.contextmanager
+def _recording_functions(calls: list, capture):
+    """Record each custom autograd.Function call (its class, arguments and the module running it) while the
+    forward runs."""
     original = torch.autograd.Function.__dict__["apply"]
 
     def apply(cls, *args, **kwargs):
-        calls.append((cls, args))
+        calls.append((cls, args, capture.modules[-1] if capture.modules else ""))
         return original.__func__(cls, *args, **kwargs)
     torch.autograd.Function.apply = classmethod(apply)
     try:
@@ -157,7 +190,7 @@ def _function_check(cls, args, server, options) -> dict:
     leaves = {n: a.requires_grad_(True) for n, a in zip(names, inputs) if isinstance(a, torch.Tensor) and
               a.is_floating_point()}
     try:
-        graph, _ = _captured(lambda: cls.apply(*inputs), leaves, options.get("seed", 0), [], cls.__name__)
+        graph, _, _ = _captured(lambda: cls.apply(*inputs), leaves, options.get("seed", 0), [], cls.__name__)
         report = _verify(graph, server, options)
     except TracerError as exc:
         return {"function": cls.__name__, "source": where, "verdict": "undecided", "detail": f"not checked: {exc}"}
