@@ -125,6 +125,14 @@ def test_the_gradcheck_drop_in_and_torch_gradcheck_on_the_same_bug():
         torch.autograd.gradcheck(through(OFF_1PC), (x,))
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
+def test_torch_runs_on_the_tensors_device_and_the_references_on_the_host():
+    x = X.cuda()
+    assert check(through(RIGHT), x).verdict == "pass"
+    report = check(through(ONE_ELEMENT), x)
+    assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
+
+
 def test_through_a_server(server):
     report = check(through(ONE_ELEMENT), X, server=server.target)
     assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"

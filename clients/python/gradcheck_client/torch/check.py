@@ -5,8 +5,8 @@
     report = check(my_fn, torch.randn(4, 5))      # torch's own autograd, custom Functions and hooks included
     assert gradcheck(my_fn, (torch.randn(4, 5),))  # torch.autograd.gradcheck's signature: True, or raises
 
-torch runs the function in float64 (inputs and a module's parameters converted) and its autograd
-computes the gradients -- custom autograd.Function backwards, tensor hooks and all. The forward is
+torch runs the function in float64 on the tensors' own device (inputs and a module's parameters
+converted; CUDA when they are there) and its autograd computes the gradients -- custom autograd.Function backwards, tensor hooks and all. The forward is
 captured op by op as a gradcheck graph (capture.py); torch's gradients, and torch's adjoints at the
 captured intermediates autograd keeps, are sent with it as claimed gradients (the report's subject
 is "claimed"), so the references judge torch's backward, not the engine's. A non-scalar output is
@@ -83,14 +83,14 @@ def _prepared(fn, inputs, wrt):
     leaves, args = {}, []
     for i, a in enumerate(inputs):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
-            a = a.detach().to(torch.float64).cpu().clone()
+            a = a.detach().to(torch.float64).clone()  # on its own device: torch runs there
             if i in picks:
                 a.requires_grad_(True)
                 leaves[names[i]] = a
         args.append(a)
     paths = {}
     if isinstance(fn, torch.nn.Module):
-        fn = copy.deepcopy(fn).to(torch.float64).cpu()
+        fn = copy.deepcopy(fn).to(torch.float64)
         paths = {m: path for path, m in fn.named_modules()}
         for name, p in fn.named_parameters():
             if p.requires_grad:
@@ -106,7 +106,7 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
     t = Tracer(name)
     capture = Capture(t)
     for n, leaf in leaves.items():
-        capture.bind(leaf, t.param(n, leaf.detach().numpy()))
+        capture.bind(leaf, t.param(n, _host(leaf)))
     with _recording_functions(calls, capture), _module_paths(capture, paths or {}), capture:
         out = run()
         if not isinstance(out, torch.Tensor) or id(out) not in capture.values:
@@ -115,20 +115,26 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
         if out.numel() == 1:
             loss = out.reshape(())
         else:
-            c = torch.from_numpy(np.random.default_rng(seed).standard_normal(tuple(out.shape)))
+            c = torch.from_numpy(np.random.default_rng(seed).standard_normal(tuple(out.shape))).to(out.device)
             loss = (out * c).sum()
             note["cotangent"] = {"distribution": "normal(0, 1)", "seed": int(seed)}
     kept = _adjoint_tensors(capture)
     for tensor, _ in kept:
         tensor.retain_grad()
     loss.backward()
-    graph = t.graph(capture.values[id(loss)][1].named("loss") if "loss" not in leaves else capture.values[id(loss)][1])
+    loss_value = capture.values[id(loss)][1]
+    graph = t.graph(loss_value if "loss" in leaves else loss_value.named("loss"))
     nodes = {n.name for n in graph.nodes}
-    adjoints = {value.name: tensor.grad.detach().numpy() for tensor, value in kept
+    adjoints = {value.name: _host(tensor.grad) for tensor, value in kept
                 if value.name in nodes and tensor.grad is not None}
-    grads = {n: (leaf.grad if leaf.grad is not None else torch.zeros_like(leaf)).detach().numpy()
+    grads = {n: _host(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
              for n, leaf in leaves.items()}
     return with_claims(graph, claims_message(grads, adjoints)), note, capture.where
+
+
+def _host(t: torch.Tensor) -> np.ndarray:
+    """A tensor's values on the host (the references run there, in float64)."""
+    return t.detach().cpu().numpy()
 
 
 def _adjoint_tensors(capture) -> list:
