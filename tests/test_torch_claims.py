@@ -125,6 +125,28 @@ def test_the_gradcheck_drop_in_and_torch_gradcheck_on_the_same_bug():
         torch.autograd.gradcheck(through(OFF_1PC), (x,))
 
 
+F = torch.nn.functional
+X3 = torch.linspace(-1.7, 1.3, 24, dtype=torch.float64).reshape(2, 3, 4)
+W45 = torch.linspace(-0.5, 0.8, 20, dtype=torch.float64).reshape(4, 5)
+STANDARD = {  # torch's own (right) gradients through each captured op: a capture error would fail them
+    "softmax": lambda x: F.softmax(x, dim=-1) * F.log_softmax(x, dim=1),
+    "reductions": lambda x: x.mean(dim=(0, 2), keepdim=True) * x.sum(1, keepdim=True),
+    "relu, sigmoid, where": lambda x: torch.relu(x) * torch.sigmoid(x) + torch.where(x > 0, x, -0.5 * x),
+    "slices, expand": lambda x: x[:, :1, :].expand(2, 3, 4) * x + x[1, 2],
+    "layout": lambda x: x.permute(2, 0, 1).transpose(0, 1).unsqueeze(1).squeeze(1).reshape(6, 4),
+    "matmul, linear": lambda x: F.linear(x @ W45, W45, torch.ones(4, dtype=torch.float64)),
+    "a hand-written layer norm": lambda x: (x - x.mean(-1, keepdim=True)) / torch.sqrt(
+        x.var(-1, keepdim=True, unbiased=False) + 1e-5),
+}
+
+
+@pytest.mark.parametrize("name", list(STANDARD))
+def test_standard_ops_are_captured_faithfully(name):
+    report = check(STANDARD[name], X3)
+    assert report.verdict == "pass", report.text
+    assert report.data["custom_functions"] == []
+
+
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here")
 def test_torch_runs_on_the_tensors_device_and_the_references_on_the_host():
     x = X.cuda()

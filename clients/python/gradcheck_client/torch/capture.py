@@ -36,6 +36,16 @@ def _mean(x, dims=None, keepdim=False, dtype=None):
     return np.mean(x, axis=_axes(dims, len(x.shape)), keepdims=keepdim) if len(x.shape) else x
 
 
+def _var(x, dims=None, correction=1, keepdim=False):
+    n = int(np.prod([x.shape[d] for d in _axes(dims, len(x.shape))]))
+    xc = x - np.mean(x, axis=_axes(dims, len(x.shape)), keepdims=True)
+    return _mean(xc * xc, dims, keepdim) * (n / (n - (1 if correction is None else correction)))
+
+
+def _at(dim: int, key) -> tuple:
+    return (slice(None),) * dim + (key,)
+
+
 # ATen op (overload packet) -> its forward on tracer Values / NumPy arrays; one line each
 ATEN = {
     aten.add: lambda a, b, alpha=1: a + b * alpha if alpha != 1 else a + b,
@@ -63,7 +73,9 @@ ATEN = {
                                                                           + tuple(a.shape))]),
     aten.unsqueeze: lambda a, d: np.expand_dims(a, d),
     aten.squeeze: lambda a, d=None: np.squeeze(a, axis=d) if d is None or a.shape[d] == 1 else a,
-    aten.sum: _sum, aten.mean: _mean,
+    aten.sum: _sum, aten.mean: _mean, aten.var: _var,
+    aten.slice: lambda a, d=0, start=None, end=None, step=1: a[_at(d % len(a.shape), slice(start, end, step))],
+    aten.select: lambda a, d, i: a[_at(d % len(a.shape), i)],
     aten._softmax: lambda a, d, half: a.tracer.apply("softmax", a, axis=d),
     aten._log_softmax: lambda a, d, half: a.tracer.apply("log_softmax", a, axis=d),
     aten.clone: lambda a, memory_format=None: a, aten.alias: lambda a: a,
@@ -154,6 +166,8 @@ class Capture(TorchDispatchMode):
         if tuple(value.shape) != tuple(out.shape):
             raise TracerError(f"torch op {func.name()}: replayed with shape {list(value.shape)}, torch made "
                               f"{list(out.shape)}")
+        if value.value is None:  # an op the tracer does not evaluate locally (softmax): torch's value is its value
+            value.value = out.detach().cpu().numpy()
         self.bind(out, value)
         self.produced.append((out, value))
         self.where.setdefault(value.name, ", ".join(filter(None, [self.modules[-1] if self.modules else "",

@@ -174,7 +174,7 @@ def _module_paths(capture, paths: dict):
 @contextlib.contextmanager
 def _recording_functions(calls: list, capture):
     """Record each custom autograd.Function call (its class, arguments and the module running it) while the
-    forward runs."""
+    forward runs. (It replaces Function.apply for the duration: one check at a time per process.)"""
     original = torch.autograd.Function.__dict__["apply"]
 
     def apply(cls, *args, **kwargs):
