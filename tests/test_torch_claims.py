@@ -190,12 +190,26 @@ def test_in_place_ops_are_replayed_and_a_stale_saved_value_is_caught():
     assert _custom(report, "KeepsInput")["verdict"] == "pass"
 
 
-def test_what_cannot_be_captured_is_refused_naming_the_op():
+def test_an_in_place_write_through_data_that_autograd_misses_is_caught():
     def through_data(x):
         y = x * 2
-        y.data.mul_(3)  # a write autograd does not see
+        y.data.mul_(3)  # the value is now 6x; torch's version counter does not see it
         return (y * y).sum()
-    with pytest.raises(TracerError, match=r"aten::mul_.Tensor writes in place through a detached alias"):
-        check(through_data, X)
+    report = check(through_data, X)
+    assert report.verdict == "fail"
+    [p] = report.parameters
+    # torch differentiated (2x)^2 with y = 6x plugged in: 24x; the function computed is (6x)^2: 72x
+    assert p.data["gradient"] == pytest.approx((24 * X).tolist(), rel=1e-12)
+    assert p.reference == pytest.approx((72 * X).numpy(), rel=1e-9)
+
+
+def test_what_cannot_be_captured_is_refused_naming_the_op():
+    def part_through_data(x):
+        y = x * 2
+        y[1:3].data.mul_(3)
+        return (y * y).sum()
+    # the write reaches y through a view: y's later read is what cannot be replayed
+    with pytest.raises(TracerError, match=r"a tensor is read after an in-place op changed its memory through another"):
+        check(part_through_data, X)
     with pytest.raises(TracerError, match=r"torch op aten::cumsum cannot be traced"):
         check(lambda x: torch.cumsum(x, 0).sum(), X)

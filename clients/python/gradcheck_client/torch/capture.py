@@ -2,10 +2,11 @@
 
 Every ATen op the forward dispatches (below autograd: a custom autograd.Function's forward is traced
 op by op, whatever its backward says) is replayed on tracer Values through NumPy (`ATEN`), so the
-graph is the forward's math as torch ran it. An in-place op (`x.mul_(2)`) is replayed out of place and
-`x` names the new value, as the NumPy tracer does. Faithful or refused: an op not in the table, an
-in-place write into memory another tensor shares (a view, `.data`), a dtype change away from float64,
-or a replayed value whose shape differs from torch's is a TracerError naming the op; a tensor the trace
+graph is the forward's math as torch ran it. An in-place op (`x.mul_(2)`, or `x.data.mul_(2)`, which
+autograd does not see) is replayed out of place and `x` names the new value, as the NumPy tracer does.
+Faithful or refused: an op not in the table, a read of a view or alias whose memory an in-place op
+changed, a dtype change away from float64, or a replayed value whose shape differs from torch's is a
+TracerError naming the op; a tensor the trace
 has not produced (a buffer, a constant) enters as a constant, as autograd would treat it.
 """
 from __future__ import annotations
@@ -143,20 +144,34 @@ class Capture(TorchDispatchMode):
 
     def _inplace(self, func, args, lifted, named) -> None:
         """x.add_(y) and the like: the out-of-place op's value, and x names it from now on (as the tracer's own
-        in-place rule). Every other tensor sharing x's memory (a view, a detached alias) now holds a value the
-        trace does not: reading one later is refused (_lift). A write through a detached alias (`.data`) is
-        refused: autograd does not see it, so no graph says what torch differentiated."""
+        in-place rule). A write through a detached alias of the whole of x (`x.data.mul_(3)`) changes x's
+        value as well, unseen by autograd: the graph follows the values (x names the new one), so the
+        references differentiate what was computed, and torch's gradient, which missed the write, fails. Any
+        other tensor sharing the memory (a view, another alias) now holds a value the trace does not: reading
+        it later is refused (_lift)."""
         packet = getattr(aten, func.overloadpacket.__name__.rstrip("_"), None)
         target = args[0]
-        if packet not in ATEN or id(target) not in self.values or id(target) in self.detached:
-            why = "through a detached alias (.data, detach())" if id(target) in self.detached else \
-                "with no out-of-place form here"
-            raise TracerError(f"torch op {func.name()} writes in place {why}: it cannot be replayed faithfully "
-                              "(write it out of place)")
+        if packet not in ATEN or id(target) not in self.values:
+            raise TracerError(f"torch op {func.name()} writes in place with no out-of-place form here: it cannot "
+                              "be replayed faithfully (write it out of place)")
+        if id(target) in self.detached:
+            owner = self._aliased(target)
+            if owner is None:
+                raise TracerError(f"torch op {func.name()} writes in place through a detached alias of part of a "
+                                  "traced tensor: it cannot be replayed faithfully (write it out of place)")
+            target, lifted = owner, [self.values[id(owner)][1], *lifted[1:]]
         memory = target.untyped_storage().data_ptr()
         self.stale |= {i for i, (t, _) in self.values.items() if t is not target and
                        t.untyped_storage().data_ptr() == memory}
         self._record(target, ATEN[packet](*lifted, **named), func)
+
+    def _aliased(self, alias: torch.Tensor):
+        """The traced (not detached) tensor an alias covers whole (same memory, shape and strides), or None."""
+        def same(t):
+            return (t.untyped_storage().data_ptr() == alias.untyped_storage().data_ptr() and t.shape == alias.shape
+                    and t.stride() == alias.stride() and t.storage_offset() == alias.storage_offset())
+        owners = [t for i, (t, _) in self.values.items() if i not in self.detached and t is not alias and same(t)]
+        return owners[0] if len(owners) == 1 else None
 
     def _record(self, out, value, func) -> None:
         if not isinstance(out, torch.Tensor):
