@@ -43,6 +43,12 @@ def _var(x, dims=None, correction=1, keepdim=False):
     return _mean(xc * xc, dims, keepdim) * (n / (n - (1 if correction is None else correction)))
 
 
+def _squeeze(a, dims=None):
+    dims = range(len(a.shape)) if dims is None else [dims] if isinstance(dims, int) else dims
+    axes = tuple(d % len(a.shape) for d in dims if a.shape[d] == 1)
+    return np.squeeze(a, axis=axes) if axes else a
+
+
 def _at(dim: int, key) -> tuple:
     return (slice(None),) * dim + (key,)
 
@@ -73,7 +79,7 @@ ATEN = {
                                                                       zip(shape, (1,) * (len(shape) - len(a.shape))
                                                                           + tuple(a.shape))]),
     aten.unsqueeze: lambda a, d: np.expand_dims(a, d),
-    aten.squeeze: lambda a, d=None: np.squeeze(a, axis=d) if d is None or a.shape[d] == 1 else a,
+    aten.squeeze: lambda a, d=None: _squeeze(a, d),
     aten.sum: _sum, aten.mean: _mean, aten.var: _var,
     aten.slice: lambda a, d=0, start=None, end=None, step=1: a[_at(d % len(a.shape), slice(start, end, step))],
     aten.select: lambda a, d, i: a[_at(d % len(a.shape), i)],
@@ -83,6 +89,15 @@ ATEN = {
     aten.where: lambda c, a, b: np.where(c, a, b),
 }
 MASKS = {aten.gt: np.greater, aten.lt: np.less, aten.ge: np.greater_equal, aten.le: np.less_equal}
+
+
+def _replay(func, forward, args, kwargs):
+    """The op's forward on tracer Values; arguments its table entry does not take are refused, naming the op."""
+    try:
+        return forward(*args, **kwargs)
+    except TypeError as exc:
+        raise TracerError(f"torch op {func.name()} was called with arguments the capture does not replay "
+                          f"({exc})") from None
 
 
 def _traced(a) -> bool:
@@ -139,7 +154,7 @@ class Capture(TorchDispatchMode):
             raise TracerError(f"torch op {func.name()} made a {out.dtype} tensor from traced values: check in "
                               "float64 (the inputs are converted; a cast inside the function is not traced)")
         else:
-            self._record(out, ATEN[packet](*lifted, **named), func)
+            self._record(out, _replay(func, ATEN[packet], lifted, named), func)
         return out
 
     def _inplace(self, func, args, lifted, named) -> None:
@@ -163,7 +178,7 @@ class Capture(TorchDispatchMode):
         memory = target.untyped_storage().data_ptr()
         self.stale |= {i for i, (t, _) in self.values.items() if t is not target and
                        t.untyped_storage().data_ptr() == memory}
-        self._record(target, ATEN[packet](*lifted, **named), func)
+        self._record(target, _replay(func, ATEN[packet], lifted, named), func)
 
     def _aliased(self, alias: torch.Tensor):
         """The traced (not detached) tensor an alias covers whole (same memory, shape and strides), or None."""
