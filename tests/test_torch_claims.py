@@ -82,6 +82,12 @@ def test_a_wrong_custom_backward_is_caught_and_named_by_class_and_line(cls, inde
         assert check(through(cls), X.abs()).verdict == "pass"
 
 
+def test_a_wrong_backward_fails_even_where_its_gradient_is_multiplied_away():
+    report = check(lambda x: (OFF_1PC.apply(x) * 0.0).sum() + x.sum(), X)
+    assert [p.status for p in report.parameters] == ["ok"]  # this call's gradients do not show it
+    assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
+
+
 def test_a_hook_that_scales_a_gradient_is_caught_at_the_value_it_scales():
     def hooked(x):
         h = torch.tanh(x)

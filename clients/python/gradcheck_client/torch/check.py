@@ -49,13 +49,17 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
             inside = f" in {c['module']}" if c["module"] else ""
             report.text = (f"custom autograd.Function {c['function']}{inside} ({c['source']}): {c['detail']}\n"
                            f"{report.text}")
+        if c["verdict"] == "fail":  # a wrong backward fails the check even where this call's gradients hide it
+            report.verdict = report.data["verdict"] = "fail"
     return report
 
 
 def gradcheck(fn, inputs, *, eps=None, atol=None, rtol=None, raise_exception: bool = True, server=None,
               **ignored) -> bool:
     """torch.autograd.gradcheck's signature: True when torch's gradients verify, else raises (or returns False
-    with raise_exception=False) with the report. eps is not used: the step is chosen per element."""
+    with raise_exception=False) with the report. eps is not used (the step is chosen per element), nor are
+    torch's other options (fast_mode, check_batched_grad, ...): they are accepted so that a call switches
+    with one import."""
     inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
     wrt = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad] or None
     report = check(fn, *inputs, wrt=wrt, server=server, atol=atol, rtol=rtol)
