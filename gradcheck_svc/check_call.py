@@ -5,6 +5,7 @@
     report = gradcheck_svc.check(lambda x, w: np.tanh(x @ w), np.ones((2, 3)), np.eye(3))
     assert report.passed, report.text
     gradcheck_svc.assert_gradients(np.linalg.norm, np.arange(1.0, 4.0))   # for pytest
+    gradcheck_svc.check(np.linalg.norm, np.arange(1.0, 4.0), grad=lambda x: x / np.linalg.norm(x))  # yours
 
 The same trace as gradcheck_client.check (every float argument a parameter unless `wrt` names which,
 a non-scalar output reduced with a seeded cotangent, stated in the report; refused where the traced
@@ -15,7 +16,7 @@ returned as the client's Report: in process and through a server, one call gives
 from __future__ import annotations
 
 from gradcheck.v1 import service_pb2
-from gradcheck_client.check_call import check_options, stated, trace_function
+from gradcheck_client.check_call import check_options, stated, traced_for_check
 from gradcheck_client.report import Report
 
 from .server.execute import verify_request
@@ -23,19 +24,20 @@ from .server.execute import verify_request
 __all__ = ["assert_gradients", "check"]
 
 
-def check(f, *args, wrt=None, **options) -> Report:
-    """Trace f on args and verify its gradients here; options are those of verify (gradcheck_client.options)."""
+def check(f, *args, wrt=None, grad=None, **options) -> Report:
+    """Trace f on args and verify its gradients here -- or, given grad (the user's backward), grad's
+    gradients (gradcheck_client.check_call); options are those of verify (gradcheck_client.options)."""
     options = check_options(options)
-    traced = trace_function(f, args, wrt, seed=options.get("seed", 0))
+    traced = traced_for_check(f, args, wrt, grad, options)
     if "faults" in options:
         options["faults"] = list(options["faults"])
     request = service_pb2.VerifyRequest(graph=traced.graph, options=service_pb2.VerifyOptions(**options))
     return stated(Report.from_proto(verify_request(request).report), traced)
 
 
-def assert_gradients(f, *args, wrt=None, **options) -> Report:
+def assert_gradients(f, *args, wrt=None, grad=None, **options) -> Report:
     """check(), raising AssertionError with the text report unless every gradient verified (for pytest)."""
-    report = check(f, *args, wrt=wrt, **options)
+    report = check(f, *args, wrt=wrt, grad=grad, **options)
     if not report.passed:
         raise AssertionError(str(report))
     return report

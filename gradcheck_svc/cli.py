@@ -275,11 +275,13 @@ def _verify(args) -> int:
                               field="PATH")
     fd_mode = _fd_mode(args, single)
     limits, values, options, _ = verify_setup(args)
+    claims = _claims(args, paths)
     if fd_mode is not None and fd_mode[0] == "shard":
         from .text import clip
 
         try:
-            _, summary = _verify_one(paths[0], args, limits, values, options, several=False, fd_mode=fd_mode)
+            _, summary = _verify_one(paths[0], args, limits, values, options, several=False, fd_mode=fd_mode,
+                                     claims=claims)
         except OSError as exc:  # the shard's file could not be written (volume full, store unreachable): retry
             from .batch.cli import EXIT_RETRY
 
@@ -293,7 +295,8 @@ def _verify(args) -> int:
     runs = []  # (path, message, report, error)
     for path in paths:
         try:
-            message, report = _verify_one(path, args, limits, values, options, several=not single, fd_mode=fd_mode)
+            message, report = _verify_one(path, args, limits, values, options, several=not single, fd_mode=fd_mode,
+                                          claims=claims)
             runs.append((path, message, report, ""))
         except GradcheckError as exc:
             if single:
@@ -312,8 +315,21 @@ def _verify(args) -> int:
     return max(codes)
 
 
-def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode=None):
-    """Decode, validate and verify one graph file; write its memory plot. Returns (message, report); a
+def _claims(args, paths: list):
+    """--claimed: the claims (gradcheck_client/claims.py, as the CI command reads them), or None."""
+    from gradcheck_client.claims import ClaimsFileError, claims_for
+
+    from .errors import OptionError
+
+    try:
+        return claims_for(args.claimed, paths)
+    except ClaimsFileError as exc:
+        raise OptionError(str(exc), field="--claimed") from None
+
+
+def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode=None, claims=None):
+    """Decode, validate and verify one graph file (carrying `claims`, graph.proto's Claims, when given:
+    then they are what is verified); write its memory plot. Returns (message, report); a
     finite-difference shard (fd_mode, _fd_mode's) returns (message, its summary) instead."""
     from gradcheck_client.client import make_request
     from gradcheck_client.onnx_options import is_onnx
@@ -338,6 +354,10 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
             message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
         else:
             message = parse_graph(path)
+            if claims is not None:
+                from gradcheck_client.claims import with_claims
+
+                message = with_claims(message, claims)
             check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
         graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
         if fd_mode is None:

@@ -48,6 +48,15 @@ class Node:
     spec: Spec
 
 
+@dataclass(frozen=True)
+class Claims:
+    """Gradients other code computed for the graph (graph.proto's Claims): the verification's subject
+    when present (verify/claims.py). float64 host arrays, shapes checked against the graph."""
+    gradients: dict  # parameter name -> dL/dp
+    adjoints: dict  # node name -> dL/d(node output)
+    dtype: str = "float64"  # "float32" when any claimed value came as float32: held to float32's tolerance
+
+
 @dataclass
 class Graph:
     name: str
@@ -56,6 +65,7 @@ class Graph:
     nodes: list[Node]  # topological order
     output: str
     specs: dict[str, Spec] = field(default_factory=dict)  # every value's static type
+    claims: Claims | None = None  # the gradients under test, when other code computed them
 
     @property
     def parameters(self) -> list[str]:

@@ -21,6 +21,7 @@ from ..errors import GraphError, LimitError
 from ..limits import FORMULA_MAX_DEPTH, Limits  # Limits: defined there, no import cycle
 from ..ops import OPSET_VERSION, REGISTRY
 from ..ops.base import FLOAT, REQUIRED, Attr, OpDef
+from .claims import decode_claims
 from .inplace import resolve_inplace
 from .ir import SOURCE_RELATIONS, Graph, GraphInput, Node, SourceName
 
@@ -342,4 +343,6 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
     if elements > limits.max_elements:
         raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph",
                          limit="max_elements")
-    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs)
+    claims = decode_claims(msg, [n for n, i in inputs.items() if i.requires_grad], specs, [n.name for n in nodes],
+                           decode_tensor)
+    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs, claims)

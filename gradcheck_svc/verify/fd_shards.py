@@ -44,6 +44,7 @@ import numpy as np
 from ..batch.store import as_path, atomic_write, code_version, options_sha256
 from ..errors import OptionError
 from ..oracles.finite_diff import FDResult, FiniteDifferences, random_directions
+from . import claims
 from ..text import clip
 from .compare import Comparison, Tolerance
 from .engine_run import run_engine
@@ -112,24 +113,27 @@ def assign(costs: list[float], count: int) -> list[int]:
 
 
 def _setup(graph, options):
+    """As verify() sets up: the gradients under test (the engine's, or the graph's claims), the oracle, the
+    tolerance, the joint screen and the parameters checked on their own."""
     check_options(options)
     dtype = options.dtype or graph.declared_float_dtype
     engine = run_engine(graph, options, dtype)
     fd = FiniteDifferences(graph, options.fd)
-    tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
-    _, screen, own = fd_plan(fd, engine.gradients, graph, tol)
-    return engine, fd, tol, screen, own
+    tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
+    subject = claims.subject_gradients(graph, engine.gradients)
+    _, screen, own = fd_plan(fd, subject, graph, tol)
+    return subject, fd, tol, screen, own
 
 
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
-    engine, fd, tol, screen, own = _setup(graph, options)
+    subject, fd, tol, screen, own = _setup(graph, options)
     where = assign([_cost(fd, p) for p in own], count)
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
     for i, name in enumerate(mine):
-        g = engine.gradients[name]
+        g = subject[name]
         ref, check = parameter_fd(fd, name, g, tol)
         c = check.comparison
         params.append({

@@ -24,6 +24,13 @@ name the model reads it by; `read_by`, those nodes; docs/onnx.md), else []. Top 
 (status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
 `expr` node, with `user_grad_matches` true/false/null).
 
+`subject` (top level) says what was verified: "engine" (its gradients of the graph) or "claimed"
+(the gradients the graph's `claimed` carried, computed by other code: verify/claims.py). Under
+claims, `gradient` and `engine_at_worst` are the claimed values, each row has `claim` ("provided" or
+"not provided": its status is then "not provided" and the verdict fails) and `vs_engine` (the claim
+against the engine's own gradient: max_abs_error, worst_index, claimed_at_worst, engine_at_worst,
+agree).
+
 `status` is the row as the verdict sees it (verdict.py): "ok", "ok (precision)" or
 "ok (kink)" (a mismatch a finding explains: `explained_by` names its cause), "affected" (an error
 finding names it, `failed_by`, but its own comparison passed) or "FAIL" (the
@@ -96,6 +103,11 @@ class ParameterResult:
     # graph.ir.SourceName: the names it has in the framework that made the model (merged, transposed or
     # derived initializers of an ONNX export; empty when its own name says it all)
     source_names: list = field(default_factory=list)
+    # under claimed gradients (verify/claims.py): "provided" | "not provided" ("" when the engine is the
+    # subject); `gradient` is then the claimed gradient, and vs_engine (compare.Comparison) the claim
+    # against the engine's own
+    claim: str = ""
+    vs_engine: object = None
 
     @property
     def verdict_reference(self) -> str:
@@ -146,6 +158,13 @@ class ParameterResult:
         d["explained_by"] = self.explained_by
         d["failed_by"] = self.failed_by
         d["source_names"] = [s.to_dict() for s in self.source_names]
+        if self.claim:
+            d["claim"] = self.claim
+        if self.vs_engine is not None:
+            c = self.vs_engine
+            d["vs_engine"] = {"max_abs_error": json_float(c.max_abs_error), "worst_index": list(c.worst_index),
+                              "claimed_at_worst": json_float(c.engine_at_worst),
+                              "engine_at_worst": json_float(c.reference_at_worst), "agree": c.passed}
         d["symbolic"] = None
         d["fd_vs_symbolic"] = None
         if self.symbolic_comparison is not None:
@@ -193,6 +212,7 @@ class Report:
     timelines: dict = field(default_factory=dict)  # run -> engine.memory.Timeline (memory_timelines)
     symbolic: object = None  # oracles.symbolic.SymbolicResult
     custom_ops: list = field(default_factory=list)  # verify.custom_ops.CustomOpCheck
+    subject: str = "engine"  # what was verified: "engine" | "claimed" (gradients other code computed)
 
     @property
     def passed(self) -> bool:
@@ -202,6 +222,7 @@ class Report:
         return {
             "graph": self.graph,
             "verdict": self.verdict,
+            "subject": self.subject,
             "loss": json_float(self.loss),
             "dtype": self.dtype,
             "device": self.device,
@@ -226,6 +247,9 @@ class Report:
         # a graph named `::error ...::` at a line's start as a workflow command)
         lines = [f"{graph_label(self.graph)}: {self.verdict.upper()}  (loss {self.loss:.10g}, {self.dtype}, "
                  f"{self.device})"]
+        if self.subject == "claimed":
+            lines.append("  subject: the claimed gradients (computed by other code), against the references; "
+                         "the engine's gradients are a third witness")
         lines += [f"  {f.to_text()}" for f in self.findings]
         for f in self.faults:
             at = f"element {f.index}: " if f.index else ""

@@ -43,11 +43,12 @@ def _status(p) -> str:
 
 def parameter_table(params: list, max_rows: int) -> list[str]:
     reference = params[0].verdict_reference
-    lines = [f"parameters, judged against {REFERENCE_NAMES[reference]}; abs/rel err: engine vs finite "
-             "differences, vs sym: engine vs symbolic, fd vs sym: finite differences vs symbolic"]
+    subject = "claimed" if params[0].claim else "engine"  # the claimed gradients (verify/claims.py) or the engine's
+    lines = [f"parameters, judged against {REFERENCE_NAMES[reference]}; abs/rel err: {subject} vs finite "
+             f"differences, vs sym: {subject} vs symbolic, fd vs sym: finite differences vs symbolic"]
     width = max(9, *(len(p.name) for p in params))
     lines.append(f"{'parameter':<{width}}  {'shape':<12} {'fd':<10} {'abs err(fd)':>11} {'rel err(fd)':>11} "
-                 f"{'abs err(sym)':>12} {'fd vs sym':>10}  {'status':<16} worst element (engine vs "
+                 f"{'abs err(sym)':>12} {'fd vs sym':>10}  {'status':<16} worst element ({subject} vs "
                  f"{'symbolic' if reference == 'symbolic' else 'FD'})")
     shown = sorted(params, key=_badness)[:max_rows] if len(params) > max_rows else params
     for p in shown:

@@ -25,7 +25,7 @@ from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
-from . import recompute_check
+from . import claims, recompute_check
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
@@ -87,15 +87,16 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     t0 = time.perf_counter()
     phase("finite differences")
     fd = FiniteDifferences(graph, options.fd)
-    tol = Tolerance.for_dtype(dtype, options.atol, options.rtol)
-    joint, screen, own = fd_plan(fd, engine.gradients, graph, tol)
+    tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
+    subject = claims.subject_gradients(graph, engine.gradients)  # what is verified: the engine's or the claims
+    joint, screen, own = fd_plan(fd, subject, graph, tol)
     lookup = (fd_source or local_fd)(fd, screen, own, tol)
     results = []
     for name in graph.parameters:
         if screen is not None and name in joint and name not in screen.flagged:
-            results.append(_joint_row(name, engine.gradients[name], screen, symbolic, tol))
+            results.append(_joint_row(name, subject[name], screen, symbolic, tol))
             continue
-        g = engine.gradients[name]
+        g = subject[name]
         ref, check = lookup(name, g)
         engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
         cmp = check.comparison
@@ -119,6 +120,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
             absolute=tol.absolute(magnitude(sym if sym is not None else reference)),
             checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
     t_fd = time.perf_counter() - t0
+    claim_warnings = claims.annotate(results, graph, engine.gradients, tol)
     for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
         r.source_names = list(graph.inputs[r.name].source_names)
 
@@ -129,21 +131,27 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
 
     why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
            if engine.memory.get("checkpoint", "none") != "none" else "")
-    warnings = [f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
-                for f in engine.faults if not f.readers]
+    warnings = claim_warnings + [
+        f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
+        for f in engine.faults if not f.readers]
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
     if symbolic.status == "skipped":
         warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
     t0 = time.perf_counter()
     phase("diagnosis")
-    prior = recompute_check.attribute(engine.findings, results)
-    findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
+    if graph.claims is None:  # the engine is the subject: its runs are diagnosed
+        prior = recompute_check.attribute(engine.findings, results)
+        findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
+    else:  # the claims are: localized by their own adjoints, when they carry some
+        findings = claims.localize_claims(graph, fd, results, tol) if options.localize else []
     findings += undecidable_findings(results, engine.program, findings)
-    findings += _wrong_user_derivatives(custom, findings, engine.program)
+    if graph.claims is None:
+        findings += _wrong_user_derivatives(custom, findings, engine.program)
     findings += unexplained_mismatches(results, findings, options.localize)
     t_diag = time.perf_counter() - t0
     verdict = settle(results, findings)  # each row's status and the verdict, from the same facts
+    claims.mark_missing(results)
     timings = {"engine_s": engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
                "diagnosis_s": t_diag}
     if custom:
@@ -153,7 +161,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
         graph=graph.name, verdict=verdict, loss=engine.loss, dtype=dtype, device=options.device,
         parameters=results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
-        symbolic=symbolic, custom_ops=custom)
+        symbolic=symbolic, custom_ops=custom, subject="engine" if graph.claims is None else "claimed")
 
 
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):
@@ -225,16 +233,19 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
     why = "no single node explains it" if localized else "localization is off"
     out = []
     for r in results:
-        if r.passed or r.name in named:
+        if r.passed or r.name in named or r.claim == claims.NOT_PROVIDED:
             continue
         c = r.verdict_comparison
         against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
         where = list(c.worst_index) if r.mode != "projection" and r.mode != "joint" else ["direction", *c.worst_index]
+        subject = "claimed" if r.claim else "engine"  # verify/claims.py: the gradient under test
+        off = abs(c.engine_at_worst - c.reference_at_worst)
+        because = "the claim holds no adjoint that localizes it further" if r.claim and localized else why
         out.append(Finding(
             node=r.name, op="input", cause="gradient_mismatch", severity="error",
-            detail=f"its gradient disagrees with {against} (worst {where}: engine {c.engine_at_worst:.8g}, "
-                   f"reference {c.reference_at_worst:.8g}; tolerance atol {r.atol:g}, rtol {r.rtol:g}"
-                   f"{_held_to_size(r)}) and {why}",
+            detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}: "
+                   f"{subject} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
+                   f"tolerance atol {r.atol:g}, rtol {r.rtol:g}{_held_to_size(r)}) and {because}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))
     return out

@@ -15,6 +15,12 @@ the same verification in process and returns the same Report.
 The traced graph must compute f: f also runs on plain NumPy copies of the arguments and its output (and
 each argument after the call, for in-place code) is compared with the trace's, and its loss with the
 engine's; a difference beyond rounding refuses the check (faithful.py).
+
+grad=: the user's own backward is what is verified (claims.py; the report's subject is "claimed").
+`grad(*args)` returns the gradients of the checked arguments -- a tuple in their order (a bare array
+when there is one), or a dict by argument name; for a non-scalar output it is a VJP,
+`grad(*args, cotangent)`, given the very cotangent the reduction uses. A wrong one fails naming the
+argument, the element and the size of the error.
 """
 from __future__ import annotations
 
@@ -24,6 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import faithful
+from .claims import claims_message, with_claims
 from .options import BY_NAME
 from .report import Report
 from .trace_errors import TracerError
@@ -39,6 +46,7 @@ class Traced:
     loss: float = 0.0  # f's own loss on NumPy arrays, reduced the same way (faithful.confirm_loss)
     terms: float = 0.0  # sum |output * c|: what the loss's rounding is relative to
     known: bool = True  # the trace-time values confirmed the output (faithful.confirm_trace)
+    cotangent: np.ndarray | None = None  # the reduction's c, for a non-scalar output
 
 
 def _argument_names(f, n: int) -> list[str]:
@@ -112,8 +120,40 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
     if "loss" not in names:
         out = out.named("loss")
     terms = float(np.sum(np.abs(expected.output * (c if c is not None else 1.0))))
-    return Traced(t.graph(out), [names[i] for i in which], note, faithful.expected_loss(expected.output, c), terms,
-                  known)
+    return Traced(t.graph(out), [names[i] for i in which], note, loss=faithful.expected_loss(expected.output, c),
+                  terms=terms, known=known, cotangent=c)
+
+
+def claimed(grad, args: tuple, traced: Traced) -> Traced:
+    """The traced graph carrying grad's gradients of the checked arguments as its claims (module docstring)."""
+    name = getattr(grad, "__name__", "grad")
+    got = grad(*args) if traced.cotangent is None else grad(*args, traced.cotangent.copy())
+    params = traced.parameters
+    if isinstance(got, dict):
+        unknown = [k for k in got if k not in params]
+        if unknown:
+            raise TracerError(f"{name} returned a gradient for '{unknown[0]}', which is not a checked argument "
+                              f"(checked: {', '.join(params)})")
+        by_name = dict(got)
+    else:
+        got = (got,) if len(params) == 1 and not isinstance(got, (tuple, list)) else got
+        if not isinstance(got, (tuple, list)) or len(got) != len(params):
+            n = len(got) if isinstance(got, (tuple, list)) else 1
+            raise TracerError(f"{name} returned {n} gradient(s) for {len(params)} checked argument(s) "
+                              f"({', '.join(params)}): return one per argument, in that order, or a dict by name")
+        by_name = dict(zip(params, got))
+    shapes = {i.name: list(i.value.shape) for i in traced.graph.inputs}
+    arrays = {}
+    for p, g in by_name.items():
+        a = np.asarray(g)
+        a = a if a.dtype == np.float32 else a.astype(np.float64)  # a float32 backward keeps its dtype (tolerance)
+        if list(a.shape) != shapes[p]:
+            raise TracerError(f"{name} returned a gradient of shape {list(a.shape)} for '{p}', whose shape is "
+                              f"{shapes[p]}")
+        arrays[p] = a
+    traced.graph = with_claims(traced.graph, claims_message(arrays))
+    traced.note["grad"] = name
+    return traced
 
 
 def _call(f, traced):
@@ -147,6 +187,8 @@ def stated(report: Report, traced: Traced) -> Report:
                           report.data.get("dtype", "float64"), traced.known)
     report.data["check"] = traced.note
     line = f"checked {traced.note['function']} with respect to {', '.join(traced.parameters)}"
+    if "grad" in traced.note:
+        line = f"checked {traced.note['grad']}, the gradient of " + line[len("checked "):]
     if "cotangent" in traced.note:
         line += (f"; its output of shape {traced.note['output_shape']} was reduced to sum(output * c), c ~ N(0, 1) "
                  f"seeded with {traced.note['cotangent']['seed']}")
@@ -154,21 +196,28 @@ def stated(report: Report, traced: Traced) -> Report:
     return report
 
 
-def check(f, *args, wrt=None, server, **options) -> Report:
-    """Trace f on args and verify its gradients on the server at `server` (an address or a Client)."""
+def traced_for_check(f, args: tuple, wrt, grad, options: dict) -> Traced:
+    """check()'s trace, in process or not: f traced, and grad's gradients claimed when grad is given."""
+    traced = trace_function(f, args, wrt, seed=options.get("seed", 0))
+    return traced if grad is None else claimed(grad, args, traced)
+
+
+def check(f, *args, wrt=None, grad=None, server, **options) -> Report:
+    """Trace f on args and verify its gradients (grad's, when given) on the server at `server` (an address or
+    a Client)."""
     from .client import Client
 
     options = check_options(options)
-    traced = trace_function(f, args, wrt, seed=options.get("seed", 0))
+    traced = traced_for_check(f, args, wrt, grad, options)
     if isinstance(server, Client):
         return stated(server.verify(traced.graph, **options), traced)
     with Client(server) as client:
         return stated(client.verify(traced.graph, **options), traced)
 
 
-def assert_gradients(f, *args, wrt=None, server, **options) -> Report:
+def assert_gradients(f, *args, wrt=None, grad=None, server, **options) -> Report:
     """check(), raising AssertionError with the text report unless every gradient verified (for pytest)."""
-    report = check(f, *args, wrt=wrt, server=server, **options)
+    report = check(f, *args, wrt=wrt, grad=grad, server=server, **options)
     if not report.passed:
         raise AssertionError(str(report))
     return report

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 from . import __version__, json_text
+from .claims import ClaimsFileError, claims_for, with_claims
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
@@ -291,12 +292,18 @@ def _verify(args) -> int:
         onnx_options = onnx_import_message(args)
     except OnnxFlagError as exc:
         raise UsageError(str(exc)) from None
+    try:
+        claims = claims_for(args.claimed, paths)
+    except ClaimsFileError as exc:
+        raise UsageError(f"--claimed: {exc}") from None
     outcomes: dict[str, Outcome] = {}
     graphs = {}
     for p in paths:
         try:
             # an ONNX model goes as it is: the server (or the in-process service) imports it
             graphs[str(p)] = OnnxModel(p.read_bytes(), onnx_options) if is_onnx(p) else load_graph(p)
+            if claims is not None:  # the gradients under test travel in the graph (graph.proto's Claims)
+                graphs[str(p)] = with_claims(graphs[str(p)], claims)
         except OSError as exc:
             outcomes[str(p)] = Outcome(str(p), error=f"{p}: cannot read: {exc.strerror or exc}", invalid=True)
         except GraphFileError as exc:

@@ -52,13 +52,15 @@ class Parameter:
     engine_at_worst: float
     reference_at_worst: float
     fd_mode: str
-    status: str = ""  # "ok", "ok (precision)", "ok (kink)", "affected" or "FAIL": the row as the verdict sees it
+    # "ok", "ok (precision)", "ok (kink)", "affected", "FAIL" or, under claimed gradients, "not provided" (no claim
+    # was given for it: it fails): the row as the verdict sees it
+    status: str = ""
     data: dict = field(repr=False, default_factory=dict)
 
     @property
     def failed(self) -> bool:
         """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure)."""
-        return row_status(self.status, self.passed) == "FAIL"
+        return row_status(self.status, self.passed) in ("FAIL", "not provided")  # a missing claim fails
 
     def _shaped(self, values, what: str) -> np.ndarray:
         if self.data.get("truncated"):
@@ -68,7 +70,8 @@ class Parameter:
 
     @property
     def gradient(self) -> np.ndarray:
-        """The engine's gradient, an array of the parameter's shape."""
+        """The gradient verified, an array of the parameter's shape: the engine's, or the claimed one when the
+        report's subject is "claimed" (data['claim'] says whether one was given)."""
         return self._shaped(self.data.get("gradient", []), "gradient")
 
     @property
@@ -93,6 +96,8 @@ class Parameter:
 
     def why_failed(self) -> str:
         """Why it fails: the error finding that names it, else its error against the verdict's reference."""
+        if self.status == "not provided":
+            return "no claimed gradient given"
         if self.data.get("failed_by"):
             return str(self.data["failed_by"])
         if isinstance(self.verdict_error, (int, float)):

@@ -23,6 +23,10 @@ def add_verify_arguments(parser: argparse.ArgumentParser, *, add_limits=None) ->
                             f"repeatable; default {' '.join(DEFAULT_INCLUDE)})")
     given.add_argument("--exclude", action="append", default=[], metavar="GLOB",
                        help="in directories, leave out files matching GLOB (repeatable; default none)")
+    given.add_argument("--claimed", default=None, metavar="GRADS.npz",
+                       help="verify these gradients, computed by other code, instead of the engine's: an .npz "
+                            "of parameter name -> array, and adjoint:NODE -> dL/dNODE to localize a wrong one "
+                            "(one graph file; default none)")
     out = parser.add_argument_group("output")
     out.add_argument("--format", choices=OUTPUT_FORMATS, default="text",
                      help="the reports on stdout: text, or JSON (one graph: its report; several: a list of "

@@ -58,15 +58,39 @@ class Node(_message.Message):
     def __init__(self, name: _Optional[str] = ..., op: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., attrs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inplace: _Optional[bool] = ...) -> None: ...
 
 class Graph(_message.Message):
-    __slots__ = ("opset_version", "name", "inputs", "nodes", "output")
+    __slots__ = ("opset_version", "name", "inputs", "nodes", "output", "claimed")
     OPSET_VERSION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_FIELD_NUMBER: _ClassVar[int]
     opset_version: int
     name: str
     inputs: _containers.RepeatedCompositeFieldContainer[Input]
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     output: str
-    def __init__(self, opset_version: _Optional[int] = ..., name: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Input, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., output: _Optional[str] = ...) -> None: ...
+    claimed: Claims
+    def __init__(self, opset_version: _Optional[int] = ..., name: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Input, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., output: _Optional[str] = ..., claimed: _Optional[_Union[Claims, _Mapping]] = ...) -> None: ...
+
+class Claims(_message.Message):
+    __slots__ = ("gradients", "adjoints")
+    class GradientsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    class AdjointsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: Tensor
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[_Union[Tensor, _Mapping]] = ...) -> None: ...
+    GRADIENTS_FIELD_NUMBER: _ClassVar[int]
+    ADJOINTS_FIELD_NUMBER: _ClassVar[int]
+    gradients: _containers.MessageMap[str, Tensor]
+    adjoints: _containers.MessageMap[str, Tensor]
+    def __init__(self, gradients: _Optional[_Mapping[str, Tensor]] = ..., adjoints: _Optional[_Mapping[str, Tensor]] = ...) -> None: ...

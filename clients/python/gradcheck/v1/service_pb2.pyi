@@ -214,7 +214,7 @@ class CustomOp(_message.Message):
     def __init__(self, node: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., args: _Optional[_Iterable[str]] = ..., formula: _Optional[str] = ..., user_grad: _Optional[_Mapping[str, str]] = ..., user_grad_matches: _Optional[bool] = ..., detail: _Optional[str] = ..., per_input: _Optional[_Mapping[str, CustomOpInput]] = ...) -> None: ...
 
 class ParameterResult(_message.Message):
-    __slots__ = ("name", "shape", "fd_mode", "gradient", "reference", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "reference_at_worst", "tolerance", "passed", "gradient_norm", "fd_evaluations", "truncated", "engine_projection", "symbolic", "fd_vs_symbolic", "fd_passed", "verdict_reference", "fd_error", "fd_error_at_worst", "fd_refined", "fd_undecidable", "status", "explained_by", "failed_by", "fd_checked_by", "source_names", "fd_unconfirmed")
+    __slots__ = ("name", "shape", "fd_mode", "gradient", "reference", "max_abs_error", "max_rel_error", "worst_index", "engine_at_worst", "reference_at_worst", "tolerance", "passed", "gradient_norm", "fd_evaluations", "truncated", "engine_projection", "symbolic", "fd_vs_symbolic", "fd_passed", "verdict_reference", "fd_error", "fd_error_at_worst", "fd_refined", "fd_undecidable", "status", "explained_by", "failed_by", "fd_checked_by", "source_names", "fd_unconfirmed", "claim", "vs_engine")
     NAME_FIELD_NUMBER: _ClassVar[int]
     SHAPE_FIELD_NUMBER: _ClassVar[int]
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,8 @@ class ParameterResult(_message.Message):
     FD_CHECKED_BY_FIELD_NUMBER: _ClassVar[int]
     SOURCE_NAMES_FIELD_NUMBER: _ClassVar[int]
     FD_UNCONFIRMED_FIELD_NUMBER: _ClassVar[int]
+    CLAIM_FIELD_NUMBER: _ClassVar[int]
+    VS_ENGINE_FIELD_NUMBER: _ClassVar[int]
     name: str
     shape: _containers.RepeatedScalarFieldContainer[int]
     fd_mode: str
@@ -275,7 +277,23 @@ class ParameterResult(_message.Message):
     fd_checked_by: str
     source_names: _containers.RepeatedCompositeFieldContainer[_graph_pb2.SourceName]
     fd_unconfirmed: _containers.RepeatedScalarFieldContainer[int]
-    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fd_mode: _Optional[str] = ..., gradient: _Optional[_Iterable[float]] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., reference_at_worst: _Optional[float] = ..., tolerance: _Optional[_Union[Tolerance, _Mapping]] = ..., passed: _Optional[bool] = ..., gradient_norm: _Optional[float] = ..., fd_evaluations: _Optional[int] = ..., truncated: _Optional[bool] = ..., engine_projection: _Optional[_Iterable[float]] = ..., symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ..., fd_vs_symbolic: _Optional[_Union[FdVsSymbolic, _Mapping]] = ..., fd_passed: _Optional[bool] = ..., verdict_reference: _Optional[str] = ..., fd_error: _Optional[_Iterable[float]] = ..., fd_error_at_worst: _Optional[float] = ..., fd_refined: _Optional[int] = ..., fd_undecidable: _Optional[_Iterable[int]] = ..., status: _Optional[str] = ..., explained_by: _Optional[str] = ..., failed_by: _Optional[str] = ..., fd_checked_by: _Optional[str] = ..., source_names: _Optional[_Iterable[_Union[_graph_pb2.SourceName, _Mapping]]] = ..., fd_unconfirmed: _Optional[_Iterable[int]] = ...) -> None: ...
+    claim: str
+    vs_engine: ClaimVsEngine
+    def __init__(self, name: _Optional[str] = ..., shape: _Optional[_Iterable[int]] = ..., fd_mode: _Optional[str] = ..., gradient: _Optional[_Iterable[float]] = ..., reference: _Optional[_Iterable[float]] = ..., max_abs_error: _Optional[float] = ..., max_rel_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., engine_at_worst: _Optional[float] = ..., reference_at_worst: _Optional[float] = ..., tolerance: _Optional[_Union[Tolerance, _Mapping]] = ..., passed: _Optional[bool] = ..., gradient_norm: _Optional[float] = ..., fd_evaluations: _Optional[int] = ..., truncated: _Optional[bool] = ..., engine_projection: _Optional[_Iterable[float]] = ..., symbolic: _Optional[_Union[SymbolicComparison, _Mapping]] = ..., fd_vs_symbolic: _Optional[_Union[FdVsSymbolic, _Mapping]] = ..., fd_passed: _Optional[bool] = ..., verdict_reference: _Optional[str] = ..., fd_error: _Optional[_Iterable[float]] = ..., fd_error_at_worst: _Optional[float] = ..., fd_refined: _Optional[int] = ..., fd_undecidable: _Optional[_Iterable[int]] = ..., status: _Optional[str] = ..., explained_by: _Optional[str] = ..., failed_by: _Optional[str] = ..., fd_checked_by: _Optional[str] = ..., source_names: _Optional[_Iterable[_Union[_graph_pb2.SourceName, _Mapping]]] = ..., fd_unconfirmed: _Optional[_Iterable[int]] = ..., claim: _Optional[str] = ..., vs_engine: _Optional[_Union[ClaimVsEngine, _Mapping]] = ...) -> None: ...
+
+class ClaimVsEngine(_message.Message):
+    __slots__ = ("max_abs_error", "worst_index", "claimed_at_worst", "engine_at_worst", "agree")
+    MAX_ABS_ERROR_FIELD_NUMBER: _ClassVar[int]
+    WORST_INDEX_FIELD_NUMBER: _ClassVar[int]
+    CLAIMED_AT_WORST_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_AT_WORST_FIELD_NUMBER: _ClassVar[int]
+    AGREE_FIELD_NUMBER: _ClassVar[int]
+    max_abs_error: float
+    worst_index: _containers.RepeatedScalarFieldContainer[int]
+    claimed_at_worst: float
+    engine_at_worst: float
+    agree: bool
+    def __init__(self, max_abs_error: _Optional[float] = ..., worst_index: _Optional[_Iterable[int]] = ..., claimed_at_worst: _Optional[float] = ..., engine_at_worst: _Optional[float] = ..., agree: _Optional[bool] = ...) -> None: ...
 
 class FaultRecord(_message.Message):
     __slots__ = ("fault", "read_by", "before", "after")
@@ -404,7 +422,7 @@ class MemoryTimeline(_message.Message):
     def __init__(self, run: _Optional[str] = ..., steps: _Optional[_Iterable[str]] = ..., live_bytes: _Optional[_Iterable[int]] = ..., peak_bytes: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "text")
+    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "subject", "text")
     class TimingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -426,6 +444,7 @@ class Report(_message.Message):
     SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
     CUSTOM_OPS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TIMELINES_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     graph: str
     verdict: str
@@ -441,8 +460,9 @@ class Report(_message.Message):
     symbolic: SymbolicSummary
     custom_ops: _containers.RepeatedCompositeFieldContainer[CustomOp]
     memory_timelines: _containers.RepeatedCompositeFieldContainer[MemoryTimeline]
+    subject: str
     text: str
-    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., memory_timelines: _Optional[_Iterable[_Union[MemoryTimeline, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., memory_timelines: _Optional[_Iterable[_Union[MemoryTimeline, _Mapping]]] = ..., subject: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ()

@@ -80,10 +80,18 @@ def label(name) -> str:
     return str(name).replace("_", " ")
 
 
-def _worst(w: dict | None) -> str:
+def _worst(w: dict | None, subject: str = "engine") -> str:
     if not w:
         return ""
-    return f"engine {num(w.get('engine'))} vs reference {num(w.get('reference'))} at {w.get('index')}"
+    return f"{subject} {num(w.get('engine'))} vs reference {num(w.get('reference'))} at {w.get('index')}"
+
+
+def _subject(report: dict) -> str:
+    """What the verdict is on, when it is not the engine: the claimed gradients sent with the graph."""
+    if report.get("subject") != "claimed":
+        return ""
+    return ("<p class='subject'>Subject: <strong>the claimed gradients</strong> (computed by other code and sent "
+            "with the graph), checked against the references; the engine's gradients are a third witness.</p>")
 
 
 def _findings_table(report: dict) -> str:
@@ -118,6 +126,7 @@ def _parameter_table(report: dict) -> str:
     # failing parameters first (in the report's order otherwise); past PARAMETER_ROWS, the rest collapsed
     rows = sorted(rows, key=lambda p: not str(p.get("status", "")).startswith("FAIL"))
     left, rows = len(rows) - MAX_PARAMETER_ROWS, rows[:MAX_PARAMETER_ROWS]
+    who = "claimed" if report.get("subject") == "claimed" else "engine"
     for k, p in enumerate(rows):
         if k == PARAMETER_ROWS:
             out.append(f"</table><details class='more'><summary>{len(rows) - k} more parameters</summary>{head}")
@@ -128,7 +137,7 @@ def _parameter_table(report: dict) -> str:
         out.append(f"<tr><td class='mono'>{h(p.get('name'), 80)}</td><td>{h(p.get('shape'), 60)}</td>"
                    f"<td>{h(row_status(p.get('status'), p.get('passed')), 40)}</td>"
                    f"<td>{h(label(p.get('verdict_reference', '')), 40)}</td><td>{h(num(err), 40)}</td>"
-                   f"<td>{h(num(p.get('max_abs_error')), 40)}</td><td>{h(_worst(worst), 200)}</td></tr>")
+                   f"<td>{h(num(p.get('max_abs_error')), 40)}</td><td>{h(_worst(worst, who), 200)}</td></tr>")
     out.append("</table></details>" if len(rows) > PARAMETER_ROWS else "</table>")
     out.append(_more(left, "parameters"))
     return "".join(out)
@@ -435,7 +444,7 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
         verdict = str(report.get("verdict", ""))
         body = [f"<p class='verdict-{h(verdict, 10)}'><strong>{h(verdict.upper(), 10)}</strong> "
                 f"(loss {h(num(report.get('loss')), 40)}, {h(report.get('dtype'), 20)}, "
-                f"{h(report.get('device'), 20)})</p>", _faults(report), _custom_ops(report)]
+                f"{h(report.get('device'), 20)})</p>", _subject(report), _faults(report), _custom_ops(report)]
         if item.graph is not None:
             body.append(_drawing(item, k, report, graphs, integrity, layout, deadline))
         elif item.no_graph:

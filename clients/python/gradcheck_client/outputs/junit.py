@@ -11,12 +11,14 @@ from .xml import MAX_TEXT, chars
 
 
 def _properties(case: ET.Element, o) -> None:
-    """The verdict and each finding (its cause, node and line) as the test case's properties."""
+    """The verdict, its subject and each finding (its cause, node and line) as the test case's properties."""
     props = ET.SubElement(case, "properties")
 
     def prop(name, value):
         ET.SubElement(props, "property", name=name, value=chars(value))
     prop("verdict", o.report.verdict)
+    # what the verdict is on: "engine", or "claimed" (gradients other code computed, sent with the graph)
+    prop("subject", o.report.data.get("subject") or "engine")
     for f in o.report.findings:
         prop("cause", f.cause)
         prop("node", f.node)

@@ -1,0 +1,5 @@
+"""PyTorch's own gradients, verified: `check(fn_or_module, *inputs)` and a `gradcheck(fn, inputs)` drop-in with
+torch.autograd.gradcheck's signature (check.py; the capture of the forward: capture.py). Needs torch."""
+from .check import GradcheckError, check, gradcheck
+
+__all__ = ["GradcheckError", "check", "gradcheck"]
