@@ -219,3 +219,17 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
         check(part_through_data, X)
     with pytest.raises(TracerError, match=r"torch op aten::cumsum cannot be traced"):
         check(lambda x: torch.cumsum(x, 0).sum(), X)
+
+
+def test_a_capture_that_mis_replays_an_op_is_refused_by_torchs_own_loss(monkeypatch):
+    """The captured graph must compute torch's loss: an ATen op replayed wrongly (tanh as sin here) would
+    verify torch's gradients against another function; the check is refused, naming the function."""
+    from gradcheck_client.torch import capture
+
+    monkeypatch.setitem(capture.ATEN, torch.ops.aten.tanh, capture.np.sin)  # keyed by overload packet
+
+    def layer(x):
+        return torch.tanh(x * 2.0).sum()
+
+    with pytest.raises(TracerError, match="does not compute layer"):
+        check(layer, torch.linspace(0.1, 1.0, 5, dtype=torch.float64))

@@ -74,8 +74,13 @@ class GradcheckError(RuntimeError):
 
 
 class _Stated:
+    """What check_call.stated reads of a trace: the note, the parameters, and the loss the captured graph
+    must reproduce -- torch's own (a capture that mis-replays an op is refused, as a mis-trace is)."""
+
     def __init__(self, note: dict):
         self.note, self.parameters = note, note["parameters"]
+        self.loss, self.terms = note.pop("torch_loss"), note.pop("torch_terms")
+        self.known = False  # no trace-time values confirmed the output: the loss is the whole check
 
 
 def _prepared(fn, inputs, wrt):
@@ -122,6 +127,11 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
             c = torch.from_numpy(np.random.default_rng(seed).standard_normal(tuple(out.shape))).to(out.device)
             loss = (out * c).sum()
             note["cotangent"] = {"distribution": "normal(0, 1)", "seed": int(seed)}
+    # torch's own loss, read outside the capture: the graph must compute it (check_call.stated ->
+    # faithful.confirm_loss), so a capture that mis-replays an op is refused as a mis-trace is
+    with torch.no_grad():
+        note["torch_loss"] = float(loss)
+        note["torch_terms"] = float((out.abs() * (c.abs() if out.numel() != 1 else 1.0)).sum())
     kept = _adjoint_tensors(capture)
     for tensor, _ in kept:
         tensor.retain_grad()
