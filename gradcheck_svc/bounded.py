@@ -49,9 +49,23 @@ def _portable(exc: BaseException) -> BaseException:
         return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
-def _serve(conn) -> None:
+def _die_with(parent: int) -> None:
+    """Linux: be killed when the parent dies (a SIGTERM'd or killed command leaves no orphan computing for
+    hours); elsewhere the closed pipe ends the child after its current call."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the prctl
+        os._exit(1)
+
+
+def _serve(conn, parent: int) -> None:
     """The child: run (fn, args, kwargs, events) calls until the pipe closes; never returns."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills us
+    _die_with(parent)
     code = 0
     try:
         while True:
@@ -82,10 +96,11 @@ class _Child:
         self.conn, child = Pipe()
         sys.stdout.flush()  # what the parent has buffered is printed once, by the parent
         sys.stderr.flush()
+        parent = os.getpid()
         self.pid = os.fork()
         if self.pid == 0:
             self.conn.close()
-            _serve(child)
+            _serve(child, parent)
         child.close()
 
     def call(self, deadline: float, fn, args, kwargs, on_phase):

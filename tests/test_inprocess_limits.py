@@ -216,3 +216,26 @@ def test_conv_temporary_is_the_one_it_makes(op, w_shape):
     with pytest.raises(LimitError, match=f"op '{op}' needs a temporary of {scratch} elements") as exc:
         load_graph(graph, fmt="json", limits=Limits(max_elements=values + scratch - 1))
     assert exc.value.node == "c"
+
+
+def test_a_request_within_the_limits_stays_within_its_documented_memory(tmp_path):
+    """docs/service.md: a request within max_elements (finite differences in full, no projection)
+    peaks at the interpreter's own footprint plus at most 2 x 8 bytes x max_elements. Here 2.7 M
+    elements of values (a 300 x 1000 input through 9 ops) under --max-elements 3.5 M; the interpreter's
+    footprint is that of seed.json's verification, measured the same way."""
+    from pathlib import Path
+
+    seed = str(Path(__file__).resolve().parents[1] / "examples" / "graphs" / "seed.json")
+    nodes, prev = [helper.make_node("Mul", ["x", "w"], ["t"])], "t"
+    for i in range(8):
+        nodes.append(helper.make_node("Tanh", [prev], [f"t{i}"]))
+        prev = f"t{i}"
+    nodes.append(helper.make_node("ReduceSum", [prev], ["y"], keepdims=0))
+    model = _model(tmp_path, "chain", nodes, [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [300, 1000]),
+                                              helper.make_tensor_value_info("w", TensorProto.DOUBLE, [1000])])
+    code, base_mb, stderr = _peak(tmp_path, "verify", seed)
+    assert code == 0, stderr
+    budget = 3_500_000
+    code, mb, stderr = _peak(tmp_path, "verify", model, "--params", "w", "--fd", "full", "--max-elements", str(budget))
+    assert code == 0, stderr
+    assert mb < base_mb + 2 * 8 * budget / 2**20
