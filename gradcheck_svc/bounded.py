@@ -37,16 +37,19 @@ def describe_exit(code: int | None) -> str:
     return f"exited with status {code}"
 
 
-def _portable(exc: BaseException) -> BaseException:
+def _portable(exc: BaseException) -> Exception:
     """`exc` as it can cross the pipe: itself when it pickles (the user errors, MemoryError), else an
-    internal fault's type and text."""
+    internal fault's type and text -- also a BaseException of the child's own (an alarm's private
+    exception that escaped), which must not end the command as a traceback."""
     import pickle
 
     try:
-        pickle.loads(pickle.dumps(exc))
-        return exc
+        if isinstance(exc, Exception):
+            pickle.loads(pickle.dumps(exc))
+            return exc
     except Exception:
-        return RuntimeError(f"{type(exc).__name__}: {exc}")
+        pass
+    return RuntimeError(f"{type(exc).__name__}: {exc}")
 
 
 def _die_with(parent: int) -> None:

@@ -239,3 +239,60 @@ def test_a_request_within_the_limits_stays_within_its_documented_memory(tmp_path
     code, mb, stderr = _peak(tmp_path, "verify", model, "--params", "w", "--fd", "full", "--max-elements", str(budget))
     assert code == 0, stderr
     assert mb < base_mb + 2 * 8 * budget / 2**20
+
+
+# -- the child's ends, one at a time ----------------------------------------------------------
+
+def _memory_error_unwinding_past_the_limit():
+    try:
+        raise MemoryError
+    finally:  # cleanup that is still running when the limit passes
+        time.sleep(120)
+
+
+def _escaping_base_exception():
+    class _PrivateAlarm(BaseException):
+        pass
+    raise _PrivateAlarm("went off")
+
+
+def _user_error():
+    from gradcheck_svc.errors import LimitError
+
+    raise LimitError("too many", node="n", limit="max_elements")
+
+
+@pytest.fixture
+def child():
+    """bounded_call's child in this process, ended after the test (none is left behind)."""
+    from gradcheck_svc import bounded
+
+    yield bounded.bounded_call
+    bounded._close()
+
+
+def test_the_limit_fires_while_a_memory_error_unwinds(child):
+    """The limit's own error, not the MemoryError nor a traceback: the child is killed mid-unwind."""
+    from gradcheck_svc.errors import TimeLimitError
+
+    start = time.monotonic()
+    with pytest.raises(TimeLimitError, match=r"^verification exceeded the per-request limit of 1 s \(raise it "
+                                             r"with --max-request-seconds\)$"):
+        child(1.0, "max_request_seconds", _memory_error_unwinding_past_the_limit)
+    assert time.monotonic() - start < 1.0 + SLACK
+
+
+def test_what_the_child_raises_comes_back_whole(child):
+    from gradcheck_svc.errors import LimitError
+
+    with pytest.raises(LimitError) as exc:
+        child(30, None, _user_error)
+    assert (exc.value.message, exc.value.limit) == ("node 'n': too many", "max_elements")
+    # a BaseException of the child's own is an internal fault, said in one line (never re-raised as
+    # itself, which no `except Exception` of the command would catch)
+    with pytest.raises(RuntimeError, match="^_PrivateAlarm: went off$"):
+        child(30, None, _escaping_base_exception)
+    import os
+
+    pid = child(30, None, os.getpid)  # a child, not this process, and the same one serves the next call
+    assert pid != os.getpid() and child(30, None, os.getpid) == pid
