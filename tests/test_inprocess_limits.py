@@ -54,17 +54,17 @@ def _model(tmp_path, name: str, nodes, inputs, initializers=()) -> str:
 
 @pytest.fixture(scope="module")
 def einsum_graph(tmp_path_factory) -> str:
-    """One einsum of 8 operands (20 x 20 each, a chain of letters) that numpy evaluates as one C loop
-    over 20^9 = 5e11 index combinations: many minutes on any CPU."""
-    n, letters = 20, "abcdefghi"
+    """One einsum of 8 operands (20 x 20 x 20 each, a cycle of letter triples: 'abc,bcd,...,hab->')
+    that no pairwise order contracts within the operands' size, so NumPy evaluates it as one C loop
+    over 20^8 = 2.6e10 index combinations, 8 operands each: many minutes on any CPU."""
+    n, letters = 20, "abcdefgh"
     rng = np.random.default_rng(0)
-    inputs = [{"name": f"x{i}", "value": {"shape": [n, n], "data": rng.uniform(-1, 1, n * n).round(3).tolist()},
+    inputs = [{"name": f"x{i}", "value": {"shape": [n, n, n], "data": rng.uniform(-1, 1, n ** 3).round(3).tolist()},
                "requiresGrad": True} for i in range(8)]
-    equation = ",".join(letters[i:i + 2] for i in range(8)) + "->ai"
-    graph = {"name": "einsum8", "inputs": inputs, "output": "L",
+    equation = ",".join((letters * 2)[i:i + 3] for i in range(8)) + "->"
+    graph = {"name": "einsum8", "inputs": inputs, "output": "e",
              "nodes": [{"name": "e", "op": "einsum", "inputs": [f"x{i}" for i in range(8)],
-                        "attrs": {"equation": equation}},
-                       {"name": "L", "op": "sum", "inputs": ["e"]}]}
+                        "attrs": {"equation": equation}}]}
     path = tmp_path_factory.mktemp("einsum") / "einsum8.json"
     path.write_text(json.dumps(graph))
     return str(path)
@@ -296,3 +296,22 @@ def test_what_the_child_raises_comes_back_whole(child):
 
     pid = child(30, None, os.getpid)  # a child, not this process, and the same one serves the next call
     assert pid != os.getpid() and child(30, None, os.getpid) == pid
+
+
+def test_einsum_contracts_a_chain_pairwise():
+    """The issue's 8-operand chain 'ab,bc,...,hi->ai' (5e11 products as one loop) is contracted in
+    pairwise order: the chained matrix product, forward and each operand's gradient (torch's)."""
+    torch = pytest.importorskip("torch")
+    from gradcheck_svc.ops import REGISTRY
+
+    rng = np.random.default_rng(2)
+    xs = [rng.uniform(-1, 1, (20, 20)) for _ in range(8)]
+    equation = ",".join("abcdefghi"[i:i + 2] for i in range(8)) + "->ai"
+    op = REGISTRY["einsum"]
+    y = op.forward(np, *xs, equation=equation)
+    np.testing.assert_allclose(y, np.linalg.multi_dot(xs), rtol=1e-12, atol=1e-12)
+    g = rng.uniform(-1, 1, y.shape)
+    ts = [torch.tensor(x, requires_grad=True) for x in xs]
+    torch.linalg.multi_dot(ts).backward(torch.tensor(g))
+    for got, t in zip(op.vjp(np, g, xs, equation=equation), ts):
+        np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-10, atol=1e-12)
