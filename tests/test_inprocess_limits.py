@@ -315,3 +315,26 @@ def test_einsum_contracts_a_chain_pairwise():
     torch.linalg.multi_dot(ts).backward(torch.tensor(g))
     for got, t in zip(op.vjp(np, g, xs, equation=equation), ts):
         np.testing.assert_allclose(got, t.grad.numpy(), rtol=1e-10, atol=1e-12)
+
+
+@pytest.mark.parametrize("op", ["max_pool", "avg_pool"])
+def test_pool_temporary_is_the_one_it_makes(op):
+    """Pooling copies every window (_flat_windows): that copy is what validation counts."""
+    from gradcheck_svc.errors import LimitError
+    from gradcheck_svc.graph.decode import load_graph
+    from gradcheck_svc.graph.validate import Limits
+    from gradcheck_svc.ops.pool import _flat_windows
+
+    x = np.random.default_rng(3).uniform(-1, 1, (2, 3, 10, 10))
+    graph = json.dumps({
+        "name": "g", "output": "L",
+        "inputs": [{"name": "x", "value": {"shape": list(x.shape), "data": x.ravel().tolist()}, "requiresGrad": True}],
+        "nodes": [{"name": "p", "op": op, "inputs": ["x"], "attrs": {"kernel_shape": [3, 3], "strides": [1, 1]}},
+                  {"name": "L", "op": "sum", "inputs": ["p"]}]})
+    node = load_graph(graph, fmt="json").nodes[0]
+    scratch = node.op.scratch([x.shape], node.spec.shape, **node.attrs)
+    assert scratch == _flat_windows(np, x, node.attrs["geo"], 0.0).size > node.spec.size
+    values = x.size + node.spec.size
+    load_graph(graph, fmt="json", limits=Limits(max_elements=values + scratch))
+    with pytest.raises(LimitError, match=f"op '{op}' needs a temporary of {scratch} elements"):
+        load_graph(graph, fmt="json", limits=Limits(max_elements=values + scratch - 1))
