@@ -15,6 +15,7 @@ signal-based limits.request_time_limit instead.
 """
 from __future__ import annotations
 
+import atexit
 import os
 import signal
 import sys
@@ -107,7 +108,10 @@ class _Child:
         child.close()
 
     def call(self, deadline: float, fn, args, kwargs, on_phase):
-        self.conn.send((fn, args, kwargs, on_phase is not None))
+        try:
+            self.conn.send((fn, args, kwargs, on_phase is not None))
+        except BrokenPipeError:  # it died while idle (the OOM killer)
+            raise self._died() from None
         while True:
             left = deadline - time.monotonic()
             if left <= 0 or not self.conn.poll(left):
@@ -135,7 +139,7 @@ class _Child:
             pass
 
 
-_child: _Child | None = None
+_child: _Child | None = None  # this process's one child, forked at the first call
 
 
 def _close() -> None:
@@ -143,6 +147,9 @@ def _close() -> None:
     if _child is not None:
         _child.kill()
         _child = None
+
+
+atexit.register(_close)  # a child killed at exit too, not left to notice the closed pipe
 
 
 def bounded_call(seconds: float, hint: str | None, fn, *args, on_phase=None, **kwargs):
@@ -158,10 +165,7 @@ def bounded_call(seconds: float, hint: str | None, fn, *args, on_phase=None, **k
             return fn(*args, **kwargs, **({"on_phase": on_phase} if on_phase else {}))
     deadline = time.monotonic() + seconds
     if _child is None:
-        import atexit
-
         _child = _Child()
-        atexit.register(_close)
     try:
         answer = _child.call(deadline, fn, args, kwargs, on_phase)
     except WorkerDied:
