@@ -179,8 +179,9 @@ def _interrupt_main_after(seconds: float):
 
 @contextmanager
 def request_time_limit(seconds: float, hint: str | None = "max_request_seconds"):
-    """In-process max_request_seconds: TimeLimitError once `seconds` have passed in the block (the
-    server kills the worker instead). Off the main thread, where no signal can stop the work, a block
+    """In-process max_request_seconds where no child process can do the work (bounded.py's fallback, and
+    library callers): TimeLimitError once `seconds` have passed in the block (the server kills the worker
+    instead; bounded.py kills its child). Off the main thread, where no signal can stop the work, a block
     that ran over is refused when it ends: never a result past the limit."""
     import signal
     import threading
