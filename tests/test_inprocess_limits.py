@@ -338,3 +338,25 @@ def test_pool_temporary_is_the_one_it_makes(op):
     load_graph(graph, fmt="json", limits=Limits(max_elements=values + scratch))
     with pytest.raises(LimitError, match=f"op '{op}' needs a temporary of {scratch} elements"):
         load_graph(graph, fmt="json", limits=Limits(max_elements=values + scratch - 1))
+
+
+def _python_loop_forever():
+    while True:
+        pass
+
+
+def test_without_fork_the_work_runs_here_under_the_signal_limit(monkeypatch):
+    """Where there is no fork (Windows), bounded_call runs the work in this process under
+    limits.request_time_limit, which stops Python code at the limit with the same error."""
+    from gradcheck_svc import bounded
+    from gradcheck_svc.errors import TimeLimitError
+
+    bounded._close()  # (no child of an earlier test)
+    monkeypatch.delattr(bounded.os, "fork")
+    start = time.monotonic()
+    with pytest.raises(TimeLimitError, match=r"^verification exceeded the per-request limit of 0.5 s \(raise it "
+                                             r"with --timeout\)$"):
+        bounded.bounded_call(0.5, "timeout", _python_loop_forever)
+    assert time.monotonic() - start < 0.5 + SLACK
+    assert bounded._child is None  # nothing was forked
+    assert bounded.bounded_call(5, "timeout", sorted, [2, 1]) == [1, 2]
