@@ -331,46 +331,22 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     """Decode, validate and verify one graph file (carrying `claims`, graph.proto's Claims, when given:
     then they are what is verified); write its memory plot. Returns (message, report); a
     finite-difference shard (fd_mode, _fd_mode's) returns (message, its summary) instead."""
-    from gradcheck_client.client import make_request
     from gradcheck_client.onnx_options import is_onnx
     from gradcheck_client.options import plot_path
 
+    from .bounded import bounded_call
     from .errors import OptionError
-    from .graph import load_graph
-    from .graph.decode import parse_graph
-    from .limits import check_request_size, request_time_limit
-    from .onnx_import.folding import FoldBudget
-    from .verify import verify
     from .verify.memory_profile import write_memory_plot
 
     # the server's limits, the same way: the request's size (a file the server's transport would not even
-    # take is refused unread), then the whole request within max_request_seconds
+    # take is refused unread), then the whole request within max_request_seconds, in a child process
+    # that is killed at the limit (bounded.py), as the server's worker is
     check_file_size(path, limits.max_message_bytes)
-    with request_time_limit(limits.max_request_seconds), limit_hints(is_onnx(path)):
-        if is_onnx(path):  # the request is the model's bytes, checked before it is imported
-            check_request_size(make_request(_onnx_model(path, args), "", **values).ByteSize(),
-                               limits.max_message_bytes, hint=True)
-            # decoded once: the HTML report draws the same message that was verified
-            message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
-        else:
-            message = parse_graph(path)
-            if claims is not None:
-                from gradcheck_client.claims import with_claims
-
-                message = with_claims(message, claims)
-            check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
-        graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
-        if fd_mode is None:
-            report = verify(graph, options)
-        else:
-            from .batch.store import bytes_sha256
-            from .verify import fd_shards
-
-            content = bytes_sha256(message.SerializeToString(deterministic=True))
-            if fd_mode[0] == "shard":
-                return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
-            report = verify(graph, options, fd_source=fd_shards.shard_source(
-                fd_shards.read_shards(fd_mode[1], content, options)))
+    with limit_hints(is_onnx(path)):
+        message, report = bounded_call(limits.max_request_seconds, "max_request_seconds", _decode_and_verify,
+                                       path, args, limits, values, options, fd_mode, claims)
+    if fd_mode is not None and fd_mode[0] == "shard":
+        return message, report
     if args.memory_plot is not None:
         plot = plot_path(args.memory_plot, path, several)
         try:
@@ -378,6 +354,43 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
         except OSError as exc:
             raise OptionError(f"'{plot}': cannot write: {exc.strerror or exc}", field="memory-plot") from None
     return message, report
+
+
+def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims=None):
+    """_verify_one's work under the time limit: (message, report), or (message, shard summary); `claims`
+    (graph.proto's Claims) travel in the message, as they do to a server."""
+    from gradcheck_client.client import make_request
+    from gradcheck_client.onnx_options import is_onnx
+
+    from .graph import load_graph
+    from .graph.decode import parse_graph
+    from .limits import check_request_size
+    from .onnx_import.folding import FoldBudget
+    from .verify import verify
+
+    if is_onnx(path):  # the request is the model's bytes, checked before it is imported
+        check_request_size(make_request(_onnx_model(path, args), "", **values).ByteSize(),
+                           limits.max_message_bytes, hint=True)
+        # decoded once: the HTML report draws the same message that was verified
+        message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
+    else:
+        message = parse_graph(path)
+        if claims is not None:
+            from gradcheck_client.claims import with_claims
+
+            message = with_claims(message, claims)
+        check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
+    graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
+    if fd_mode is None:
+        return message, verify(graph, options)
+    from .batch.store import bytes_sha256
+    from .verify import fd_shards
+
+    content = bytes_sha256(message.SerializeToString(deterministic=True))
+    if fd_mode[0] == "shard":
+        return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
+    return message, verify(graph, options, fd_source=fd_shards.shard_source(
+        fd_shards.read_shards(fd_mode[1], content, options)))
 
 
 @contextmanager
@@ -513,13 +526,9 @@ def _onnx_graph(path: str, args, budget):
 def _plan_memory(args) -> int:
     import json
 
-    from gradcheck_client.onnx_options import is_onnx
-
-    from .graph import load_graph
-    from .graph.decode import parse_graph
+    from .bounded import bounded_call
     from .limits import ServerLimits, limit_flag_values
-    from .onnx_import.folding import FoldBudget
-    from .verify.memory_plan import plan_memory, plan_text
+    from .verify.memory_plan import plan_text
 
     limits = ServerLimits.from_flags(limit_flag_values(args))
     if args.budget is not None and args.budget < 1:
@@ -531,15 +540,28 @@ def _plan_memory(args) -> int:
 
         raise OptionError(f"{args.max_run_bytes}: must be a number of bytes", field="--max-run-bytes")
     check_file_size(args.graph, limits.max_message_bytes)
-    message = (_onnx_graph(args.graph, args, FoldBudget.from_limits(limits)) if is_onnx(args.graph)
-               else parse_graph(args.graph))
-    graph = load_graph(message, limits=limits.graph)
-    plan = plan_memory(graph, dtype=args.dtype, optimizer=args.optimizer, optimizer_dtype=args.optimizer_dtype,
-                       budget=args.budget, shapes_only=args.shapes_only, max_run_bytes=args.max_run_bytes)
+    # within --max-request-seconds like a verification: a child killed at the limit (bounded.py)
+    plan = bounded_call(limits.max_request_seconds, "max_request_seconds", _plan_graph, args, limits)
     from .text import lines
 
     print(json.dumps(plan, indent=2) if args.format == "json" else lines(plan_text(plan)))
     return EXIT_OK
+
+
+def _plan_graph(args, limits) -> dict:
+    """plan-memory's work under the time limit: the graph file decoded, validated and planned."""
+    from gradcheck_client.onnx_options import is_onnx
+
+    from .graph import load_graph
+    from .graph.decode import parse_graph
+    from .onnx_import.folding import FoldBudget
+    from .verify.memory_plan import plan_memory
+
+    message = (_onnx_graph(args.graph, args, FoldBudget.from_limits(limits)) if is_onnx(args.graph)
+               else parse_graph(args.graph))
+    graph = load_graph(message, limits=limits.graph)
+    return plan_memory(graph, dtype=args.dtype, optimizer=args.optimizer, optimizer_dtype=args.optimizer_dtype,
+                       budget=args.budget, shapes_only=args.shapes_only, max_run_bytes=args.max_run_bytes)
 
 
 def _import_onnx(args) -> int:

@@ -23,6 +23,9 @@ class GradcheckError(Exception):
         self.field = None if field is None else clip(field)
         super().__init__(self.message)
 
+    def __reduce__(self):  # pickled whole (bounded.py's child sends it back): node, field, limit and all
+        return _rebuild, (type(self), self.__dict__)
+
     @property
     def where(self) -> str | None:
         if self.node is not None:
@@ -35,6 +38,13 @@ class GradcheckError(Exception):
     def message(self) -> str:
         """One line, at most MAX_MESSAGE_BYTES (reasons quote user strings; see text.py)."""
         return cut_bytes(f"{self.where}: {self.reason}" if self.where else self.reason)
+
+
+def _rebuild(cls, state: dict) -> GradcheckError:
+    exc = cls.__new__(cls)
+    exc.__dict__.update(state)
+    Exception.__init__(exc, exc.message)
+    return exc
 
 
 class GraphError(GradcheckError):

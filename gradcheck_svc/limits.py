@@ -135,6 +135,11 @@ def over_time_message(seconds: float) -> str:
     return f"verification exceeded the per-request limit of {seconds:g} s"
 
 
+def over_time_error(seconds: float, hint: str | None = "max_request_seconds") -> TimeLimitError:
+    """The in-process limit's error: the server's message and the flag that raises it (`hint`)."""
+    return TimeLimitError(over_time_message(seconds) + _raise_hint(hint))
+
+
 class _OverTime(BaseException):  # raised in the main thread; no `except Exception` in the verifier may swallow it
     pass
 
@@ -174,13 +179,13 @@ def _interrupt_main_after(seconds: float):
 
 @contextmanager
 def request_time_limit(seconds: float, hint: str | None = "max_request_seconds"):
-    """In-process max_request_seconds: TimeLimitError once `seconds` have passed in the block (the
-    server kills the worker instead). Off the main thread, where no signal can stop the work, a block
+    """In-process max_request_seconds where no child process can do the work (bounded.py's fallback, and
+    library callers): TimeLimitError once `seconds` have passed in the block (the server kills the worker
+    instead; bounded.py kills its child). Off the main thread, where no signal can stop the work, a block
     that ran over is refused when it ends: never a result past the limit."""
     import signal
     import threading
 
-    message = over_time_message(seconds) + _raise_hint(hint)
     start = time.monotonic()
     try:
         if threading.current_thread() is threading.main_thread() and hasattr(signal, "pthread_kill"):
@@ -189,6 +194,6 @@ def request_time_limit(seconds: float, hint: str | None = "max_request_seconds")
         else:
             yield
     except _OverTime:
-        raise TimeLimitError(message) from None
+        raise over_time_error(seconds, hint) from None
     if time.monotonic() - start > seconds:
-        raise TimeLimitError(message)
+        raise over_time_error(seconds, hint)

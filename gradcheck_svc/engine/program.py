@@ -2,6 +2,7 @@
 them need gradients, and when each value can be released."""
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -87,6 +88,12 @@ class Program:
         self.steps: list[Step] = steps
         self.requires_grad = grad
         self.by_name = {s.name: s for s in steps}
+        # elements a value costs while it is made: its own, plus its op's temporary (OpDef.scratch)
+        self.footprint = {name: math.prod(shape) for name, shape in self.shapes.items()}
+        for s in steps:
+            if s.op.scratch is not None:
+                self.footprint[s.name] += s.op.scratch([self.shapes[n] for n in s.inputs], self.shapes[s.name],
+                                                       **s.attrs)
 
     def _prune(self, graph: Graph) -> list:
         """The ancestors of the loss, plus in-place writers into a kept buffer (their write can

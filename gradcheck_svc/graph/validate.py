@@ -330,6 +330,10 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         if elements > limits.max_elements:
             raise LimitError(f"graph holds more than {limits.max_elements} elements", node=pb.name,
                              limit="max_elements")
+        scratch = op.scratch([s.shape for s in in_specs], spec.shape, **norm) if op.scratch else 0
+        if elements + scratch > limits.max_elements:  # a temporary is memory too, while the op runs
+            raise LimitError(f"op '{op.name}' needs a temporary of {scratch} elements, over the limit of "
+                             f"{limits.max_elements} with the graph's {elements}", node=pb.name, limit="max_elements")
         specs[pb.name] = spec
         nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec))
 

@@ -24,11 +24,12 @@ each unsupported op type with its count and its first node.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..errors import GraphError
+from ..errors import GraphError, LimitError
 from .context import Context, Filled, Unsupported
 from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value
@@ -124,11 +125,18 @@ class Importer:
             self.ctx.consts[onnx_name] = value
 
     def _graph_inputs(self) -> None:
+        elements = 0  # of every input, counted before one is made: a 171-byte model can declare 10^8
         for i, vi in enumerate(self.model.graph.input):
             if vi.name in self.inits:
                 continue
             dtype = _np_dtype(vi)
             shape = _static_shape(vi)
+            elements += (np.asarray(self.options.inputs[vi.name]).size if vi.name in self.options.inputs
+                         else math.prod(shape))
+            if elements > self.folder.budget.max_elements:
+                raise LimitError(f"input '{vi.name}' of shape {list(shape)} brings the model's inputs to {elements} "
+                                 f"elements, over the limit of {self.folder.budget.max_elements} (max_elements)",
+                                 field="inputs", limit="max_elements")
             if vi.name in self.options.inputs:
                 value = np.asarray(self.options.inputs[vi.name])
                 if value.dtype.kind in "OSU":

@@ -158,6 +158,10 @@ class OpDef:
     # rule receive the stack densified.
     sliced: Callable | None = None
     sliced_axes: tuple[int, ...] | None = None
+    # Elements of the largest temporary the op allocates besides its output (conv's im2col matrix):
+    # scratch(in_shapes, out_shape, attrs) -> int, attrs as `infer` normalized them. Counted against
+    # max_elements at validation and in finite differences' batch sizes, before anything is allocated.
+    scratch: Callable | None = None
 
     @property
     def save_takes_needs_input_grad(self) -> bool:

@@ -184,6 +184,21 @@ def _sliced(xp, op, xs, base_out, attrs):
     return None
 
 
+def _im2col_elements(channels: int, n: int, geo) -> int:
+    """Elements of one im2col matrix (or of its adjoint, col2im's input): a row per window."""
+    return n * math.prod(geo.out) * channels * math.prod(geo.kernel)
+
+
+def _scratch(in_shapes, out_shape, *, geo, **_):
+    # forward and weight gradient copy X's windows; the input gradient builds their adjoint, as large
+    return _im2col_elements(in_shapes[0][1], in_shapes[0][0], geo)
+
+
+def _scratch_transpose(in_shapes, out_shape, *, geo, **_):
+    # the forward is conv's input gradient (the output's windows), the backward conv itself on g
+    return _im2col_elements(out_shape[1], out_shape[0], geo)
+
+
 def _save(xs, y, **_):
     return xs[0], xs[1]  # the bias gradient needs only g
 
@@ -206,6 +221,7 @@ register(OpDef(
     name="conv", forward=_conv, vjp=_conv_vjp, infer=_infer, arity=None, input_kinds=(FLOAT,),
     attrs={**WINDOW_ATTRS, "group": Attr("int", 1, doc="channel groups; group == C is depthwise")},
     save=_save, cases=_cases, sliced=_sliced, sliced_axes=(1, 0, 0),  # X's channels, W's filters, B
+    scratch=_scratch,
     doc="ONNX Conv: X (N, C, *S) * W (M, C/group, *K) + B (M); im2col + one batched GEMM"))
 
 
@@ -274,5 +290,5 @@ register(OpDef(
            "pads": WINDOW_ATTRS["pads"], "dilations": WINDOW_ATTRS["dilations"],
            "group": Attr("int", 1, doc="channel groups"),
            "output_padding": Attr("ints", None, doc="extra size at the end of each spatial axis (< stride)")},
-    save=_save, cases=_transpose_cases,
+    save=_save, cases=_transpose_cases, scratch=_scratch_transpose,
     doc="ONNX ConvTranspose: the adjoint of conv in its input, X (N, C, *S) * W (C, M/group, *K) + B (M)"))

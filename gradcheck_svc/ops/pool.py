@@ -8,6 +8,8 @@ batch axis (finite differences) passes through.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..errors import GraphError
@@ -34,6 +36,11 @@ def _infer_pool(node, specs, attrs):
 def _flat_windows(xp, x, geo, fill):
     win = windows(xp, pad_spatial(xp, x, geo, fill), geo)
     return win.reshape(win.shape[:-geo.k] + (-1,))  # (..., *out, prod(K)), a copy
+
+
+def _windows_scratch(in_shapes, out_shape, *, geo, **_):
+    """_flat_windows' copy: every output element's window (the backward's window gradient is as large)."""
+    return math.prod(out_shape) * math.prod(geo.kernel)
 
 
 # --- max_pool ------------------------------------------------------------------------
@@ -88,7 +95,7 @@ def _cases(rng, extra=None):
 
 register(OpDef(
     name="max_pool", forward=_max_pool, vjp=_max_pool_vjp, infer=_infer_max, arity=1, input_kinds=(FLOAT,),
-    attrs=POOL_ATTRS, save=save_inputs, cases=_cases,
+    attrs=POOL_ATTRS, save=save_inputs, cases=_cases, scratch=_windows_scratch,
     kinks=(Kink("ties for a window's maximum", "gradient to the first maximal element", _window_tie_gap),),
     sliced=PER_CHANNEL, doc="ONNX MaxPool (padding never wins: pads are -inf)"))
 
@@ -121,4 +128,5 @@ register(OpDef(
     name="avg_pool", forward=_avg_pool, vjp=_avg_pool_vjp, infer=_infer_avg, arity=1, input_kinds=(FLOAT,),
     attrs={**POOL_ATTRS, "count_include_pad": Attr("bool", False, doc="pads count in the divisor")},
     save=lambda xs, y, **_: (), cases=lambda rng: _cases(rng) + _cases(rng, {"count_include_pad": True}),
+    scratch=_windows_scratch,
     sliced=PER_CHANNEL, doc="ONNX AveragePool (count_include_pad)"))

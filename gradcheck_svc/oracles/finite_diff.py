@@ -468,7 +468,7 @@ class FiniteDifferences:
             if rows:
                 r = np.logical_or.reduce(rows) if len(rows) > 1 else rows[0]
                 reach[step.name] = r
-                total += math.prod(self.program.shapes[step.name]) * r
+                total += self.program.footprint[step.name] * r
         for p in params:
             self._row_bytes[p] = 8 * max(1, int(total[index[p]]))
         out = reach.get(self.program.output)
@@ -479,16 +479,21 @@ class FiniteDifferences:
         if name not in self._row_bytes and name in self.program.params:
             self._param_row_bytes()
         if name not in self._row_bytes:
-            self._row_bytes[name] = 8 * max(1, sum(math.prod(self.program.shapes[v])
+            self._row_bytes[name] = 8 * max(1, sum(self.program.footprint[v]
                                                    for v in self.program.downstream([name])))
         return self._row_bytes[name]
 
     def losses(self, param: str, stack: np.ndarray) -> np.ndarray:
         """Loss for each row of stack (B, *shape), in memory-bounded chunks."""
+        return self.losses_of(param, stack.shape[0], lambda s, e: stack[s:e])
+
+    def losses_of(self, param: str, b: int, rows_of) -> np.ndarray:
+        """Loss for each of b copies of param, made by rows_of(s, e) -> (e - s, *shape) one memory-bounded
+        chunk at a time (never all b at once: 2k directions of a large parameter would be GBs)."""
         rows = max(1, self.options.chunk_bytes // self.row_bytes(param))
-        out = np.empty(stack.shape[0])
-        for s in range(0, stack.shape[0], rows):
-            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: stack[s:s + rows]})
+        out = np.empty(b)
+        for s in range(0, b, rows):
+            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: rows_of(s, min(b, s + rows))})
         return out
 
     def slice_axis(self, name: str) -> int | None:
@@ -575,8 +580,11 @@ class FiniteDifferences:
         flat = x.reshape(-1)
         v = random_directions(flat.size, k, self.options.seed)
         h = projection_step(flat)
-        stack = np.concatenate([flat + h * v, flat - h * v]).reshape((2 * k,) + x.shape)
-        losses = self.losses(param, stack)
+
+        def rows_of(s, e):  # copy j < k is flat + h v_j, copy k + j is flat - h v_j
+            j = np.arange(s, e)
+            return (flat + np.where(j < k, h, -h)[:, None] * v[j % k]).reshape((e - s,) + x.shape)
+        losses = self.losses_of(param, 2 * k, rows_of)
         with np.errstate(all="ignore"):
             ref = (losses[:k] - losses[k:]) / (2 * h)
         return FDResult("projection", ref, np.full(k, self.noise(h)), directions=v, evaluations=2 * k)
@@ -641,7 +649,7 @@ class FiniteDifferences:
     def _set_row_bytes(self, params) -> int:
         key = tuple(params)
         if key not in self._row_bytes:
-            self._row_bytes[key] = 8 * max(1, sum(math.prod(self.program.shapes[v])
+            self._row_bytes[key] = 8 * max(1, sum(self.program.footprint[v]
                                                   for v in self.program.downstream(list(params))))
         return self._row_bytes[key]
 

@@ -68,6 +68,11 @@ class SymbolicResult:
     def ran(self) -> bool:
         return self.status == "ok"
 
+    def __getstate__(self) -> dict:
+        # pickled (bounded.py's child returns the report) without the mpf values: mpmath's classes are
+        # made per context and do not pickle, and they serve the diagnosis inside verify() only
+        return dict(self.__dict__, mp_values={})
+
     def to_dict(self) -> dict:
         d = {"status": self.status, "elements": self.elements, "edges": self.edges,
              "seconds": round(self.seconds, 6), "digits": self.digits}

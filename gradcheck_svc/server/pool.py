@@ -21,27 +21,13 @@ import signal
 import threading
 from contextlib import contextmanager
 
+from ..bounded import WorkerDied, describe_exit
 from .config import ServerLimits
 from .worker import worker_main
 
 
 class PoolBusy(Exception):
     """Every worker is busy and the queue is full."""
-
-
-class WorkerDied(Exception):
-    """The worker process running a request exited before answering."""
-
-
-def _describe_exit(code: int | None) -> str:
-    if code is None:
-        return "exited"
-    if code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exited with status {code}"
 
 
 class _Worker:
@@ -72,7 +58,7 @@ class _Worker:
     def _died(self) -> None:
         self._close()
         self.proc.join(0.5)  # it has closed its pipe; reap it to read the exit status
-        err = WorkerDied(f"worker process {self.pid} {_describe_exit(self.proc.exitcode)} during the request; "
+        err = WorkerDied(f"worker process {self.pid} {describe_exit(self.proc.exitcode)} during the request; "
                          "the request was not completed")
         if self._future is not None and not self._future.done():
             self._future.set_exception(err)

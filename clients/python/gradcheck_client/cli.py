@@ -207,8 +207,8 @@ def unreachable_message(server: str, error: str, answered: bool = False) -> str:
 
 
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
+    from gradcheck_svc.bounded import bounded_call
     from gradcheck_svc.errors import GradcheckError, TimeLimitError
-    from gradcheck_svc.limits import request_time_limit
     from gradcheck_svc.server.execute import verify_request
 
     from .client import make_request
@@ -217,15 +217,17 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
     for path, graph in graphs.items():
         start = time.perf_counter()
         try:
-            with request_time_limit(args.timeout, hint="timeout"):  # --timeout per graph, as with a server
-                response = verify_request(make_request(graph, path, **_options(args)), limits,
-                                          on_phase=lambda phase, path=path: progress.phase(path, phase),
-                                          symbolic=symbolic)
+            # --timeout per graph, as with a server: in a child process killed at the limit, as a server's worker
+            request = make_request(graph, path, **_options(args))
+            response = bounded_call(args.timeout, "timeout", verify_request, request, limits, symbolic=symbolic,
+                                    on_phase=lambda phase, path=path: progress.phase(path, phase))
             out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
         except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
             out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
         except GradcheckError as exc:
             out[path] = Outcome(path, error=exc.message, invalid=True)
+        except MemoryError:  # over this machine's memory, a limit as in the server's worker (server/worker.py)
+            out[path] = Outcome(path, error="the request needs more memory than this process has", invalid=True)
         except Exception as exc:  # an internal fault of the verifier: one line, no traceback
             out[path] = Outcome(path, error=f"internal error: {type(exc).__name__}: {exc}")
         out[path].seconds = time.perf_counter() - start

@@ -1,0 +1,183 @@
+"""In-process work under a hard time limit: a child process, killed at the limit, as the server's workers are.
+
+A signal handler cannot stop one long C call (an 8-operand einsum, a large folded MatMul): Python runs
+it only when the call returns. Killing a process stops anything, so the in-process commands
+(`gradcheck-svc verify`, `plan-memory`, `gradcheck verify` without a server) run each graph's work in a
+child and kill it at `max_request_seconds` (`--timeout`), like server/pool.py does with a worker.
+
+The child is forked from this process at the first call, so it starts with every module imported here
+(a fork, not a fresh interpreter: milliseconds), and it serves the calls that follow one at a time, so
+what it imports lazily (SymPy, onnx) is imported once per run, not once per graph. A call that runs
+past its limit kills the child (SIGKILL) and raises the limit's TimeLimitError; the next call forks a
+fresh one. The parent only waits on a pipe: the limit holds whatever the child is doing, and nothing
+the child raises can race with it. Where there is no fork (Windows), the work runs here under the
+signal-based limits.request_time_limit instead.
+"""
+from __future__ import annotations
+
+import atexit
+import os
+import signal
+import sys
+import time
+
+
+class WorkerDied(Exception):
+    """The process running a request exited before answering (server/pool.py's and ours)."""
+
+
+def describe_exit(code: int | None) -> str:
+    """'killed by SIGKILL', 'exited with status 3': a child's end, from its exit code (negative: a signal)."""
+    if code is None:
+        return "exited"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exited with status {code}"
+
+
+def _portable(exc: BaseException) -> Exception:
+    """`exc` as it can cross the pipe: itself when it pickles (the user errors, MemoryError), else an
+    internal fault's type and text -- also a BaseException of the child's own (an alarm's private
+    exception that escaped), which must not end the command as a traceback."""
+    import pickle
+
+    try:
+        if isinstance(exc, Exception):
+            pickle.loads(pickle.dumps(exc))
+            return exc
+    except Exception:
+        pass
+    return RuntimeError(f"{type(exc).__name__}: {exc}")
+
+
+def _die_with(parent: int) -> None:
+    """Linux: be killed when the parent dies (a SIGTERM'd or killed command leaves no orphan computing for
+    hours); elsewhere the closed pipe ends the child after its current call."""
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != parent:  # it died before the prctl
+        os._exit(1)
+
+
+def _serve(conn, parent: int) -> None:
+    """The child: run (fn, args, kwargs, events) calls until the pipe closes; never returns."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills us
+    _die_with(parent)
+    code = 0
+    try:
+        while True:
+            try:
+                fn, args, kwargs, events = conn.recv()
+            except (EOFError, OSError):
+                break
+            if events:  # progress goes back to the parent, which draws it
+                kwargs = dict(kwargs, on_phase=lambda phase: conn.send(("phase", phase)))
+            try:
+                out = ("ok", fn(*args, **kwargs))
+            except BaseException as exc:  # everything goes back: the parent decides what it means
+                out = ("raise", _portable(exc))
+            try:
+                conn.send(out)
+            except Exception as exc:  # a result that does not pickle: an internal fault, said as one
+                conn.send(("raise", RuntimeError(f"cannot return the result: {type(exc).__name__}: {exc}")))
+    except BaseException:
+        code = 3
+    finally:
+        os._exit(code)  # not the parent's atexit handlers, nor its stdio buffers a second time
+
+
+class _Child:
+    def __init__(self):
+        from multiprocessing import Pipe
+
+        self.conn, child = Pipe()
+        sys.stdout.flush()  # what the parent has buffered is printed once, by the parent
+        sys.stderr.flush()
+        parent = os.getpid()
+        self.pid = os.fork()
+        if self.pid == 0:
+            self.conn.close()
+            _serve(child, parent)
+        child.close()
+
+    def call(self, deadline: float, fn, args, kwargs, on_phase):
+        try:
+            self.conn.send((fn, args, kwargs, on_phase is not None))
+        except BrokenPipeError:  # it died while idle (the OOM killer)
+            raise self._died() from None
+        while True:
+            left = deadline - time.monotonic()
+            if left <= 0 or not self.conn.poll(left):
+                return None
+            try:
+                kind, value = self.conn.recv()
+            except (EOFError, OSError):
+                raise self._died() from None
+            if kind != "phase":
+                return kind, value
+            on_phase(value)
+
+    def _died(self) -> WorkerDied:
+        self.conn.close()
+        _, status = os.waitpid(self.pid, 0)
+        return WorkerDied(f"the verification process {describe_exit(os.waitstatus_to_exitcode(status))} "
+                          "before answering")
+
+    def kill(self) -> None:
+        self.conn.close()
+        try:
+            os.kill(self.pid, signal.SIGKILL)
+            os.waitpid(self.pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
+
+_child: _Child | None = None  # this process's one child, forked at the first call
+
+
+def _close() -> None:
+    global _child
+    if _child is not None:
+        _child.kill()
+        _child = None
+
+
+atexit.register(_close)  # a child killed at exit too, not left to notice the closed pipe
+
+
+def bounded_call(seconds: float, hint: str | None, fn, *args, on_phase=None, **kwargs):
+    """fn(*args, **kwargs) (a module-level function; its arguments and result are pickled), ended at
+    `seconds` with the limit's TimeLimitError (limits.over_time_message; `hint` names the flag that
+    raises it). What fn raises is raised here; a child that dies raises WorkerDied. on_phase(name),
+    when given, is passed to fn and called here as fn calls it."""
+    global _child
+    from .limits import over_time_error, request_time_limit
+
+    if not hasattr(os, "fork"):
+        with request_time_limit(seconds, hint):
+            return fn(*args, **kwargs, **({"on_phase": on_phase} if on_phase else {}))
+    deadline = time.monotonic() + seconds
+    if _child is None:
+        _child = _Child()
+    try:
+        answer = _child.call(deadline, fn, args, kwargs, on_phase)
+    except WorkerDied:
+        _child = None
+        raise
+    except BaseException:  # Ctrl-C while waiting (or a broken pipe): the child goes with it
+        _close()
+        raise
+    if answer is None:
+        _close()
+        raise over_time_error(seconds, hint)
+    kind, value = answer
+    if kind == "raise":
+        raise value
+    return value
