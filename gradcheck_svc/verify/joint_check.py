@@ -33,10 +33,14 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import Comparison, Tolerance
-from .fd_check import _over, fd_check
+from .compare import Comparison, Tolerance, compare
+from .fd_check import FDCheck, _over, fd_check
 
 BISECT_ROWS = 4  # failing directions followed down the bisection (the worst ones)
+# narrowing a flagged parameter too large to check in full (group testing on its own sign directions):
+LEAF = 64  # elements: a failing block this small has each element checked by ordinary differences
+WIDE_LEAF = 1024  # a failing block whose halves both pass is checked element by element up to this size
+MAX_LEAVES = 8  # blocks checked element by element before the flag is left undecided
 
 
 @dataclass
@@ -48,9 +52,17 @@ class JointScreen:
     error: np.ndarray  # (k,) their estimated error
     comparison: Comparison  # engine vs reference, each allowed its floor + FD error
     refined: np.ndarray
-    flagged: list[str] = field(default_factory=list)  # to be checked on their own
+    flagged: list[str] = field(default_factory=list)  # to be checked on their own (in full)
+    # flagged parameters too large to check in full, narrowed down to their elements (Narrowed)
+    narrowed: dict = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
+
+
+def _element_bounds(g: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """Each element's tolerance b_i (compare.py's model on the engine's gradient, flat)."""
+    g = np.asarray(g, dtype=np.float64).reshape(-1)
+    return tol.absolute(float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
 
 
 def _allowed(gradients: dict, tol: Tolerance, params: list[str]) -> dict:
@@ -58,10 +70,23 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str]) -> dict:
     (b * b) / n, every element of a sign block moving by the weight."""
     out = {}
     for p in params:
-        g = np.asarray(gradients[p], dtype=np.float64).reshape(-1)
-        b = tol.absolute(float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
-        out[p] = float(b @ b) / max(1, g.size)
+        b = _element_bounds(gradients[p], tol)
+        out[p] = float(b @ b) / max(1, b.size)
     return out
+
+
+def _check_rows(fd, dirs, group, rows, eng, floor, tol):
+    """fd_check of the directional derivatives of dirs' `rows` restricted to the blocks `group` against
+    the engine's `eng`, each held to floor + its FD error: (the check, which rows fail or are
+    undecided, how far off each is in floors)."""
+    ref = fd.joint(dirs, group, rows)
+    chk = fd_check(eng, ref.reference, ref.noise, tol,
+                   lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
+    failing = _over(eng, chk.reference, floor + chk.error)
+    failing[chk.undecidable] = True
+    with np.errstate(all="ignore"):
+        ratio = np.nan_to_num(np.abs(eng - chk.reference) / floor, nan=np.inf)
+    return chk, failing, ratio
 
 
 def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> JointScreen:
@@ -84,24 +109,17 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> Join
     before = fd.joint_rows
 
     def check(group, rows, ceiling):
-        """fd_check of the group's directional derivatives on `rows`, its floor never above ceiling:
-        (the check, the floor, which rows fail or are undecided)."""
-        ref = fd.joint(dirs, group, rows)
+        """The group's rows checked, its floor never above ceiling: (check, floor, failing, ratio)."""
         eng = np.sum([c[p][rows] for p in group], axis=0)
         floor = np.minimum(np.sqrt(np.mean([a2[p][rows] for p in group], axis=0)), ceiling)
-        chk = fd_check(eng, ref.reference, ref.noise, tol,
-                       lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
-        failing = _over(eng, chk.reference, floor + chk.error)
-        failing[chk.undecidable] = True
-        with np.errstate(all="ignore"):
-            ratio = np.nan_to_num(np.abs(eng - chk.reference) / floor, nan=np.inf)
+        chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol)
         return chk, floor, failing, ratio
 
-    flagged: list[str] = []
+    flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
 
     def bisect(group, rows, ceiling):
         if len(group) == 1:
-            flagged.extend(group)
+            flagged.setdefault(group[0], (rows, ceiling))
             return
         mid = len(group) // 2
         halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
@@ -118,9 +136,113 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> Join
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
         bisect(params, rows, top_floor[rows])
-    named = set(flagged)
+    # a flagged parameter too large to check in full is never handed to a check weaker per element
+    # than the screen (a few projections, where one element moves a value by e / sqrt(n)): it is
+    # narrowed on the screen's own directions down to elements, checked by ordinary differences
+    narrowed = {p: narrow(fd, dirs, p, gradients[p], *flagged[p], tol)
+                for p in params if p in flagged and fd.own_mode(p) == "projection"}
     return JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
-                       top.comparison, top.refined, [p for p in params if p in named], fd.joint_rows - before)
+                       top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
+                       narrowed, fd.joint_rows - before)
+
+
+@dataclass
+class Narrowed:
+    """A flagged parameter narrowed to elements: the screen's failing directions restricted to halves of
+    the parameter's elements (the same signs, so one wrong element moves each half's value as much as it
+    moved the whole's), bisected where they still fail, then the elements of the blocks reached checked
+    by ordinary central differences (FiniteDifferences.one_hot_losses), which have per-element power."""
+
+    param: str
+    index: np.ndarray  # flat indices checked by ordinary differences
+    check: FDCheck  # those elements (fd_check, the tolerance model plus each difference's error)
+    # why the screen's flag is neither confirmed nor cleared (None: decided): the parameter is undecided
+    unresolved: str | None
+    evaluations: int  # forwards of (part of) the graph spent narrowing
+
+    @property
+    def confirmed(self) -> bool:
+        """An element checked on its own is wrong beyond its tolerance and its FD error."""
+        return not self.check.passed
+
+
+def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarray, tol: Tolerance) -> Narrowed:
+    """Group testing of the flagged parameter p on the screen's failing `rows` (floors at most `ceiling`),
+    depth first, the block further off first; stops at the first element confirmed wrong."""
+    g = np.asarray(g, dtype=np.float64).reshape(-1)
+    b = _element_bounds(g, tol)
+    start, spent = fd.joint_rows, 0
+    todo = [(0, g.size, rows, ceiling)]
+    checks: list[tuple[np.ndarray, FDCheck]] = []
+    unresolved = None
+
+    def sub_check(lo, hi, rows, ceiling):
+        signs = np.zeros((len(rows), g.size), np.int8)
+        signs[:, lo:hi] = dirs.signs[p][rows, lo:hi]
+        sub = type(dirs)({p: signs}, {p: dirs.weight[p]}, dirs.step)
+        floor = np.minimum(dirs.weight[p] * math.sqrt(float(b[lo:hi] @ b[lo:hi]) / (hi - lo)), ceiling)
+        _, failing, ratio = _check_rows(fd, sub, [p], np.arange(len(rows)), sub.project(p, g), floor, tol)
+        return failing, ratio, floor
+
+    while todo:
+        lo, hi, rows, ceiling = todo.pop()
+        if hi - lo > LEAF:
+            mid = (lo + hi) // 2
+            halves = [(l, h, *sub_check(l, h, rows, ceiling)) for l, h in ((lo, mid), (mid, hi))]
+            bad = sorted((h for h in halves if h[2].any()), key=lambda h: float(np.max(h[3])))
+            if bad:  # the one further off last: checked first
+                todo += [(l, h, rows[failing], floor[failing]) for l, h, failing, _, floor in bad]
+                continue
+            if hi - lo > WIDE_LEAF:  # the parts do not reproduce the whole's disagreement
+                unresolved = (f"the joint screen's disagreement could not be narrowed below {hi - lo} of its "
+                              f"{g.size} elements")
+                break
+        index = np.arange(lo, hi)
+        chk = _elements_check(fd, p, g, index, tol)
+        spent += 2 * index.size
+        checks.append((index, chk))
+        if not chk.passed:
+            break
+        if len(checks) >= MAX_LEAVES and todo:
+            unresolved = f"the joint screen's disagreement was not confirmed in {len(checks)} blocks checked"
+            break
+    index = np.concatenate([i for i, _ in checks]) if checks else np.zeros(0, np.intp)
+    chk = _merge(g, index, checks, tol)
+    if unresolved is None and chk.passed and len(chk.undecidable):
+        unresolved = f"{len(chk.undecidable)} of the elements checked are undecidable by finite differences"
+    return Narrowed(p, index, chk, unresolved, fd.joint_rows - start + spent)
+
+
+def _elements_check(fd, p: str, g: np.ndarray, index: np.ndarray, tol: Tolerance) -> FDCheck:
+    """Elements `index` of p by ordinary central differences (one-element copies), refined where the
+    first pass misses, each held to its tolerance (the magnitude of the whole gradient's) + its FD error."""
+    from ..oracles.finite_diff import FDResult, element_steps
+    x = np.asarray(fd.base[p], dtype=np.float64).reshape(-1)[index]
+    h = element_steps(x)
+    losses = fd.one_hot_losses(p, np.concatenate([index, index]), np.concatenate([x + h, x - h]))
+    with np.errstate(all="ignore"):
+        ref = (losses[:index.size] - losses[index.size:]) / (2 * h)
+    full = FDResult("full", None, None)
+    return fd_check(g[index], ref, fd.noise(h), tol,
+                    lambda which, settled: fd.refine(p, full, index[which], settled),
+                    floor=_element_bounds(g, tol)[index])
+
+
+def _merge(g: np.ndarray, index: np.ndarray, checks: list, tol: Tolerance) -> FDCheck:
+    """One FDCheck over the whole parameter from the element checks of its blocks: the elements not
+    checked carry the engine's value and no error (compared with themselves), the indices are flat."""
+    ref, error = g.copy(), np.zeros(g.size)
+    parts = {"refined": [], "undecidable": [], "unrefined": [], "unconfirmed": []}
+    for idx, chk in checks:
+        ref[idx], error[idx] = chk.reference, chk.error
+        for key in parts:
+            parts[key].append(idx[getattr(chk, key)])
+    flat = {k: np.concatenate(v) if v else np.zeros(0, np.intp) for k, v in parts.items()}
+    out = np.zeros(g.size, bool)
+    out[flat["undecidable"]] = out[flat["unconfirmed"]] = True
+    floor = _element_bounds(g, tol) + error
+    cmp = compare(g, np.where(out, g, ref), Tolerance(0.0, 0.0), floor)
+    return FDCheck(cmp, ref, error, flat["refined"], flat["undecidable"], flat["unrefined"], flat["unconfirmed"])
 
 
 def usable(fd, gradients: dict, params: list[str]) -> bool:

@@ -88,6 +88,9 @@ class ParameterResult:
     # reference / engine_projection are the whole graph's directional derivatives) | "joint, then full" /
     # "joint, then projection" (the joint screen flagged it, its own check decided)
     checked_by: str = ""
+    # why finite differences could neither confirm nor clear the parameter (None: they decided): its row is
+    # "undecided" and the verdict is not a pass (an fd_unresolved finding says why)
+    unresolved: str | None = None
     status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "FAIL"
     explained_by: str | None = None  # the finding cause that excuses a failed comparison
     failed_by: str | None = None  # the error finding's cause that fails this parameter

@@ -22,7 +22,7 @@ from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
 from ..oracles.finite_diff import MODES as FD_MODES
-from ..oracles.finite_diff import FiniteDifferences
+from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
 from . import recompute_check
@@ -92,11 +92,14 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     lookup = (fd_source or local_fd)(fd, screen, own, tol)
     results = []
     for name in graph.parameters:
-        if screen is not None and name in joint and name not in screen.flagged:
-            results.append(_joint_row(name, engine.gradients[name], screen, symbolic, tol))
-            continue
         g = engine.gradients[name]
-        ref, check = lookup(name, g)
+        if screen is not None and name in screen.narrowed:
+            ref, check = _narrowed_fd(screen.narrowed[name], g)
+        elif screen is not None and name in joint and name not in screen.flagged:
+            results.append(_joint_row(name, g, screen, symbolic, tol))
+            continue
+        else:
+            ref, check = lookup(name, g)
         engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
         cmp = check.comparison
         reference = check.reference.reshape(np.shape(ref.reference))
@@ -117,7 +120,8 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
             fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
             fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined), fd_unconfirmed=check.unconfirmed,
             absolute=tol.absolute(magnitude(sym if sym is not None else reference)),
-            checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
+            checked_by=_checked_by(name, joint, screen, ref.mode),
+            unresolved=screen.narrowed[name].unresolved if screen is not None and name in screen.narrowed else None))
     t_fd = time.perf_counter() - t0
     for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
         r.source_names = list(graph.inputs[r.name].source_names)
@@ -140,6 +144,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     prior = recompute_check.attribute(engine.findings, results)
     findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
     findings += undecidable_findings(results, engine.program, findings)
+    findings += unresolved_findings(results, findings)
     findings += _wrong_user_derivatives(custom, findings, engine.program)
     findings += unexplained_mismatches(results, findings, options.localize)
     t_diag = time.perf_counter() - t0
@@ -176,6 +181,21 @@ def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
         def refine(which, settled):
             return fd.refine(name, ref, which, settled)
     return ref, fd_check(g if engine_proj is None else engine_proj, ref.reference, ref.noise, tol, refine)
+
+
+def _narrowed_fd(narrowed, g: np.ndarray):
+    """A parameter the screen flagged and narrowed to elements, as (FDResult, FDCheck) of its whole shape:
+    the elements checked carry their differences, the rest the engine's values (compared with themselves)."""
+    chk = narrowed.check
+    ref = FDResult("full", chk.reference.reshape(np.shape(g)), chk.error.reshape(np.shape(g)),
+                   evaluations=narrowed.evaluations)
+    return ref, chk
+
+
+def _checked_by(name: str, joint, screen, mode: str) -> str:
+    if screen is None or name not in joint:
+        return mode
+    return "joint, then bisection" if name in screen.narrowed else f"joint, then {mode}"
 
 
 def local_fd(fd, screen, own, tol: Tolerance):
@@ -246,6 +266,25 @@ def _held_to_size(r) -> str:
     if r.absolute is None or not r.absolute < r.atol:
         return ""
     return f", absolute term {r.absolute:.3g}: a float64 gradient under {VANISHING['float64']:g} is held to its own size"
+
+
+def unresolved_findings(results, findings=()) -> list:
+    """An fd_unresolved error at each parameter finite differences could neither confirm nor clear -- the
+    joint screen's flag not narrowed to a confirmed or cleared element, or values still off on the first
+    pass past the refinement cap -- unless an error finding already fails it: never a silent pass, and
+    not a mismatch either (its row is "undecided", the verdict is not a pass)."""
+    blamed = {p for f in findings if f.severity == "error" for p in f.parameters}
+    out = []
+    for r in results:
+        why = r.unresolved or (f"{r.fd_unrefined} values still off on the first pass once {len(r.fd_refined)} "
+                               "were refined, the most one check refines" if r.fd_unrefined else None)
+        if why is None or r.name in blamed or not r.passed:
+            continue
+        out.append(Finding(node=r.name, op="input", cause="fd_unresolved", severity="error",
+                           detail=f"finite differences could neither confirm nor clear its gradient ({why}): "
+                                  "undecided, not verified and not a confirmed mismatch",
+                           parameters=[r.name]))
+    return out
 
 
 def undecidable_findings(results, program, findings=()) -> list:
