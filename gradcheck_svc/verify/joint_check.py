@@ -34,7 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from .compare import Comparison, Tolerance, compare
-from .fd_check import FDCheck, _over, fd_check
+from .fd_check import FDCheck, _over, elements_check, fd_check
 
 BISECT_ROWS = 4  # failing directions followed down the bisection (the worst ones)
 # narrowing a flagged parameter too large to check in full (group testing on its own sign directions):
@@ -198,7 +198,7 @@ def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarra
                               f"{g.size} elements")
                 break
         index = np.arange(lo, hi)
-        chk = _elements_check(fd, p, g, index, tol)
+        chk = elements_check(fd, p, g, index, tol, _element_bounds(g, tol)[index])
         spent += 2 * index.size
         checks.append((index, chk))
         if not chk.passed:
@@ -211,21 +211,6 @@ def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarra
     if unresolved is None and chk.passed and len(chk.undecidable):
         unresolved = f"{len(chk.undecidable)} of the elements checked are undecidable by finite differences"
     return Narrowed(p, index, chk, unresolved, fd.joint_rows - start + spent)
-
-
-def _elements_check(fd, p: str, g: np.ndarray, index: np.ndarray, tol: Tolerance) -> FDCheck:
-    """Elements `index` of p by ordinary central differences (one-element copies), refined where the
-    first pass misses, each held to its tolerance (the magnitude of the whole gradient's) + its FD error."""
-    from ..oracles.finite_diff import FDResult, element_steps
-    x = np.asarray(fd.base[p], dtype=np.float64).reshape(-1)[index]
-    h = element_steps(x)
-    losses = fd.one_hot_losses(p, np.concatenate([index, index]), np.concatenate([x + h, x - h]))
-    with np.errstate(all="ignore"):
-        ref = (losses[:index.size] - losses[index.size:]) / (2 * h)
-    full = FDResult("full", None, None)
-    return fd_check(g[index], ref, fd.noise(h), tol,
-                    lambda which, settled: fd.refine(p, full, index[which], settled),
-                    floor=_element_bounds(g, tol)[index])
 
 
 def _merge(g: np.ndarray, index: np.ndarray, checks: list, tol: Tolerance) -> FDCheck:
