@@ -149,16 +149,20 @@ def _tanh_over_small_d(n):
     return load_graph(b.build())
 
 
-def test_values_past_the_refinement_cap_are_undecidable_never_a_silent_fail(monkeypatch):
+def test_values_past_the_refinement_cap_are_undecided_never_a_silent_fail_nor_a_silent_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
     report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
-    assert report.verdict == "pass"
+    # values never refined decide nothing either way: the row is undecided and the verdict not a pass
+    assert report.verdict == "fail"
     row = report.parameters[0]
+    assert row.status == "undecided" and row.failed_by == "fd_unresolved"
     assert len(row.fd_refined) == 64 and row.fd_unrefined > 0
     assert len(row.fd_undecidable) >= row.fd_unrefined
-    (f,) = report.findings
-    assert (f.cause, f.severity, f.parameters) == ("fd_undecidable", "warning", ["x"])
+    assert [(f.cause, f.severity, f.parameters) for f in report.findings] == [
+        ("fd_undecidable", "warning", ["x"]), ("fd_unresolved", "error", ["x"])]
+    f, u = report.findings
     assert f"{row.fd_unrefined} still off on the first pass" in f.detail and "after 64 values" in f.detail
+    assert "undecided" in u.detail and f"{row.fd_unrefined} values still off" in u.detail
     # without the cap every value is refined to a decision
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 2048)
     report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))

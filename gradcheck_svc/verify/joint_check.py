@@ -41,6 +41,8 @@ BISECT_ROWS = 4  # failing directions followed down the bisection (the worst one
 LEAF = 64  # elements: a failing block this small has each element checked by ordinary differences
 WIDE_LEAF = 1024  # a failing block whose halves both pass is checked element by element up to this size
 MAX_LEAVES = 8  # blocks checked element by element before the flag is left undecided
+RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
+MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
 
 @dataclass
@@ -55,6 +57,9 @@ class JointScreen:
     flagged: list[str] = field(default_factory=list)  # to be checked on their own (in full)
     # flagged parameters too large to check in full, narrowed down to their elements (Narrowed)
     narrowed: dict = field(default_factory=dict)
+    # blocks with elements whose error of RESOLVE x their own bound the screen would not see, even after a
+    # second pass with a larger step: p -> (elements, worst ratio); listed as unresolved, never passed
+    unresolved: dict = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
@@ -89,8 +94,12 @@ def _check_rows(fd, dirs, group, rows, eng, floor, tol):
     return chk, failing, ratio
 
 
-def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> JointScreen:
+def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float = 1.0,
+                 resolve: bool = True) -> JointScreen:
+    """step_scale: the directions' step times this (the second pass over the blocks the first could not
+    resolve); resolve: whether blocks still unresolved get that second pass (else they are listed)."""
     dirs = fd.joint_directions(params)
+    dirs.step *= step_scale
     allowed = _allowed(gradients, tol, params)
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
     # a bug past its own tolerance shows as much in a block whose gradient is 1e-5 as in one whose
@@ -141,9 +150,50 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> Join
     # narrowed on the screen's own directions down to elements, checked by ordinary differences
     narrowed = {p: narrow(fd, dirs, p, gradients[p], *flagged[p], tol)
                 for p in params if p in flagged and fd.own_mode(p) == "projection"}
-    return JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
-                       top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
-                       narrowed, fd.joint_rows - before)
+    screen = JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
+                         top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
+                         narrowed)
+    # what one element's error must move a direction by to fail it: the floor plus the first pass's
+    # rounding (a direction refined because it missed is one where something already shows)
+    reach = float(np.max(top_floor)) + float(fd.noise(dirs.step))
+    screen.unresolved = {p: r for p, r in _unresolved(fd, dirs, gradients, params, reach, tol).items()
+                         if p not in flagged}
+    if resolve and screen.unresolved:
+        _second_pass(fd, gradients, tol, screen)
+    screen.evaluations = fd.joint_rows - before
+    return screen
+
+
+def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol: Tolerance) -> dict:
+    """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
+    own bound -- tolerance + the rounding of their own central difference -- would not move the screen's
+    value past what it allows (`reach`): such an error
+    moves every direction by weight x error."""
+    from ..oracles.finite_diff import element_steps
+    out = {}
+    for p in params:
+        if dirs.weight[p] <= 0:
+            continue
+        x = np.asarray(fd.base[p], dtype=np.float64).reshape(-1)
+        bound = _element_bounds(gradients[p], tol) + fd.noise(element_steps(x))
+        ratio = reach / dirs.weight[p] / (RESOLVE * bound)
+        blind = ratio > 1
+        if blind.any():
+            out[p] = (int(blind.sum()), float(np.max(ratio)))
+    return out
+
+
+def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen) -> None:
+    """The blocks the screen could not resolve, screened again on their own with a larger step (the
+    rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient); a
+    larger step's truncation error fails directions rather than hiding errors, and those are refined on
+    the ladder of steps (Richardson included) like any other. What is still unresolved stays listed."""
+    worst = max(r for _, r in screen.unresolved.values())
+    blind = [p for p in screen.params if p in screen.unresolved]
+    again = joint_screen(fd, gradients, blind, tol, step_scale=min(MAX_STEP_SCALE, 2 * worst), resolve=False)
+    screen.flagged += [p for p in again.flagged if p not in screen.flagged]
+    screen.narrowed.update(again.narrowed)
+    screen.unresolved = again.unresolved
 
 
 @dataclass

@@ -31,7 +31,7 @@ from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
 from .fd_check import fd_check
-from .joint_check import joint_screen, usable
+from .joint_check import RESOLVE, joint_screen, usable
 from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions
 from .report import ParameterResult, Report
@@ -221,7 +221,17 @@ def _joint_row(name: str, g: np.ndarray, screen, symbolic, tol: Tolerance) -> Pa
         engine_at_worst=cmp.engine_at_worst, reference_at_worst=cmp.reference_at_worst, atol=tol.atol,
         rtol=tol.rtol, passed=sym_cmp.passed if sym_cmp is not None else True,
         evaluations=screen.evaluations, fd_passed=True, symbolic=sym, symbolic_comparison=sym_cmp,
-        fd_vs_symbolic=fd_sym, fd_error=screen.error, fd_refined=screen.refined, checked_by="joint")
+        fd_vs_symbolic=fd_sym, fd_error=screen.error, fd_refined=screen.refined, checked_by="joint",
+        unresolved=_blind(screen, name))
+
+
+def _blind(screen, name: str) -> str | None:
+    """Why the screen's pass says nothing of some of the parameter's elements (JointScreen.unresolved)."""
+    if name not in screen.unresolved:
+        return None
+    count, ratio = screen.unresolved[name]
+    return (f"the joint screen would not see an error of {RESOLVE}x their own bound in {count} of its elements "
+            f"(it resolves {ratio * RESOLVE:.3g}x at the worst), even with a larger step")
 
 
 def _wrong_user_derivatives(custom, findings, program) -> list:
@@ -278,8 +288,8 @@ def unresolved_findings(results, findings=()) -> list:
     for r in results:
         why = r.unresolved or (f"{r.fd_unrefined} values still off on the first pass once {len(r.fd_refined)} "
                                "were refined, the most one check refines" if r.fd_unrefined else None)
-        if why is None or r.name in blamed or not r.passed:
-            continue
+        if why is None or r.name in blamed or not r.passed or r.symbolic_comparison is not None:
+            continue  # decided otherwise: an error, a failed comparison, the exact symbolic gradient
         out.append(Finding(node=r.name, op="input", cause="fd_unresolved", severity="error",
                            detail=f"finite differences could neither confirm nor clear its gradient ({why}): "
                                   "undecided, not verified and not a confirmed mismatch",
