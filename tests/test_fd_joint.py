@@ -139,12 +139,15 @@ def test_joint_screen_flags_only_the_wrong_parameter(one_percent_op):
     assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [("bug", "rule_error")]
 
 
-def _tanh_over_small_d(n):
-    """tanh(x / d) with |d| ~ 1e-3: the first pass's step is not small next to x, every value misses."""
+def _tanh_over_small_d(n, bug=None):
+    """tanh(x / d) with |d| ~ 1e-3: the first pass's step is not small next to x, every value misses.
+    bug: an op put between x and the division (tests/plants.py element_bug)."""
     rng = np.random.default_rng(0)
     d = rng.choice([-1, 1], n) * rng.uniform(0.5e-3, 2e-3, n)
     b = GraphBuilder("tanh_small_d")
     x = b.input("x", d * rng.uniform(-1.5, 1.5, n), requires_grad=True)
+    if bug is not None:
+        x = b.node(bug, x, name="x_bug")
     b.output(b.node("sum", b.node("tanh", b.node("div", x, b.input("d", d))), name="L"))
     return load_graph(b.build())
 

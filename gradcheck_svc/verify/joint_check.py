@@ -219,6 +219,7 @@ class Narrowed:
 def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarray, tol: Tolerance) -> Narrowed:
     """Group testing of the flagged parameter p on the screen's failing `rows` (floors at most `ceiling`),
     depth first, the block further off first; stops at the first element confirmed wrong."""
+    shape = np.shape(g)
     g = np.asarray(g, dtype=np.float64).reshape(-1)
     b = _element_bounds(g, tol)
     start, spent = fd.joint_rows, 0
@@ -257,15 +258,16 @@ def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarra
             unresolved = f"the joint screen's disagreement was not confirmed in {len(checks)} blocks checked"
             break
     index = np.concatenate([i for i, _ in checks]) if checks else np.zeros(0, np.intp)
-    chk = _merge(g, index, checks, tol)
+    chk = _merge(g, shape, index, checks, tol)
     if unresolved is None and chk.passed and len(chk.undecidable):
         unresolved = f"{len(chk.undecidable)} of the elements checked are undecidable by finite differences"
     return Narrowed(p, index, chk, unresolved, fd.joint_rows - start + spent)
 
 
-def _merge(g: np.ndarray, index: np.ndarray, checks: list, tol: Tolerance) -> FDCheck:
-    """One FDCheck over the whole parameter from the element checks of its blocks: the elements not
-    checked carry the engine's value and no error (compared with themselves), the indices are flat."""
+def _merge(g: np.ndarray, shape: tuple, index: np.ndarray, checks: list, tol: Tolerance) -> FDCheck:
+    """One FDCheck over the whole parameter (g flat, compared in `shape`) from the element checks of its
+    blocks: the elements not checked carry the engine's value and no error (compared with themselves),
+    the indices are flat."""
     ref, error = g.copy(), np.zeros(g.size)
     parts = {"refined": [], "undecidable": [], "unrefined": [], "unconfirmed": []}
     for idx, chk in checks:
@@ -276,7 +278,7 @@ def _merge(g: np.ndarray, index: np.ndarray, checks: list, tol: Tolerance) -> FD
     out = np.zeros(g.size, bool)
     out[flat["undecidable"]] = out[flat["unconfirmed"]] = True
     floor = _element_bounds(g, tol) + error
-    cmp = compare(g, np.where(out, g, ref), Tolerance(0.0, 0.0), floor)
+    cmp = compare(g.reshape(shape), np.where(out, g, ref).reshape(shape), Tolerance(0.0, 0.0), floor.reshape(shape))
     return FDCheck(cmp, ref, error, flat["refined"], flat["undecidable"], flat["unrefined"], flat["unconfirmed"])
 
 
