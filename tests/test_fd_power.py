@@ -28,11 +28,12 @@ def _options(dtype=None, mode="joint"):
 def _plant_and_verify(target, times, dtype=None, mode="joint", index=None, **graph):
     """Verify the MLP with `target`'s gradient off at one element by `times` its own bound (measured on the
     correct graph's engine gradient and loss): (the report, the element, the correct report)."""
-    clean = verify(mlp(dtype=dtype, **graph), _options(dtype, mode))
+    correct = mlp(dtype=dtype, **graph)
+    clean = verify(correct, _options(dtype, mode))
     row = next(p for p in clean.parameters if p.name == target)
     g = row.gradient.reshape(-1)
     i = g.size // 3 if index is None else index
-    bound = element_bound(g, Tolerance.for_dtype(dtype or "float64"), clean.loss, np.zeros(g.size))[i]
+    bound = element_bound(g, Tolerance.for_dtype(dtype or "float64"), clean.loss, correct.inputs[target].value)[i]
     op = element_bug(times * bound, i)
     try:
         return verify(mlp(dtype=dtype, bugs={target: op}, **graph), _options(dtype, mode)), i, clean
@@ -94,3 +95,25 @@ def test_a_bug_among_values_past_the_refinement_cap_is_not_a_pass(monkeypatch):
     row = report.parameters[0]
     assert row.status in ("FAIL", "undecided")
     assert [f.cause for f in report.findings if f.severity == "error"] in (["fd_unresolved"], ["rule_error"])
+
+
+def test_what_the_screen_cannot_resolve_is_listed_undecided_never_a_silent_pass(monkeypatch):
+    """chain_256's first layers: gradients ~1e-6 in 1,024-element blocks, where the first pass's rounding
+    hides an error of 10x their bound; its second pass (a larger step) resolves them. Without that larger
+    step they stay unresolved: undecided, and the verdict is not a pass."""
+    import json
+
+    from gradcheck_svc.graph import load_graph
+    from gradcheck_svc.verify import joint_check
+
+    from conftest import EXAMPLES
+    monkeypatch.setattr(joint_check, "MAX_STEP_SCALE", 1.0)
+    report = verify(load_graph(json.loads((EXAMPLES / "chain_256.json").read_text())))
+    assert report.verdict == "fail"
+    undecided = [p for p in report.parameters if p.status == "undecided"]
+    assert undecided and all(p.checked_by == "joint" and p.failed_by == "fd_unresolved" for p in undecided)
+    assert not [p for p in report.parameters if p.status not in ("ok", "undecided")]
+    errors = [f for f in report.findings if f.severity == "error"]
+    assert {f.cause for f in errors} == {"fd_unresolved"} and len(errors) == len(undecided)
+    assert "would not see an error of 10x their own bound" in errors[0].detail
+    assert "W0" in {p.name for p in undecided}

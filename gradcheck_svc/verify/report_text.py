@@ -19,7 +19,7 @@ def _badness(p) -> tuple:
     c = p.verdict_comparison
     scale = p.atol + p.rtol * abs(c.reference_at_worst) if math.isfinite(c.reference_at_worst) else 1.0
     ratio = c.max_abs_error / scale if scale > 0 else c.max_abs_error
-    rank = 0 if p.status == "FAIL" else 1 if p.status.startswith("ok (") else 2
+    rank = 0 if p.status in ("FAIL", "undecided") else 1 if p.status.startswith("ok (") else 2
     return rank, -(ratio if not math.isnan(ratio) else math.inf)
 
 
@@ -38,7 +38,7 @@ def _worst(p) -> str:
 
 def _status(p) -> str:
     if p.failed_by:
-        return f"FAIL ({p.failed_by})"
+        return f"{'FAIL' if p.status != 'undecided' else 'undecided'} ({p.failed_by})"
     return p.status or ("ok" if p.passed else "FAIL")
 
 
