@@ -258,9 +258,9 @@ def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarra
             unresolved = f"the joint screen's disagreement was not confirmed in {len(checks)} blocks checked"
             break
     index = np.concatenate([i for i, _ in checks]) if checks else np.zeros(0, np.intp)
+    # elements undecidable by FD (a kink nearer than every step) are the row's fd_undecidable, as in a full
+    # check: the kink analysis decides them
     chk = _merge(g, shape, index, checks, tol)
-    if unresolved is None and chk.passed and len(chk.undecidable):
-        unresolved = f"{len(chk.undecidable)} of the elements checked are undecidable by finite differences"
     return Narrowed(p, index, chk, unresolved, fd.joint_rows - start + spent)
 
 
