@@ -15,8 +15,8 @@ full: every element of every parameter. The 2n perturbed forwards of a
     and ops that keep it to one slice (matmul's columns, elementwise ops) compute
     only that slice (ops/slices.py): the unperturbed rest is computed once.
 projection: k random unit directions v_j, 2k forwards; compares the
-    directional derivatives (g . v_j) instead of elements. Used automatically
-    for parameters above `projection_threshold` elements.
+    directional derivatives (g . v_j) instead of elements. (auto screens parameters
+    above `projection_threshold` elements jointly instead.)
 joint: k random directions spanning every parameter at once, 2k forwards of the
     whole graph however many parameter tensors there are. Each direction is a
     random unit vector per parameter block (so a 32-element bias moves as much as
@@ -404,7 +404,7 @@ class FiniteDifferences:
 
     def _plan(self) -> dict[str, str]:
         """Each parameter's mode. full / projection / joint: all of them so (projection, joint: the
-        tiny or huge ones too). auto: projection above the size threshold, full for the rest -- unless
+        tiny or huge ones too). auto: joint above the size threshold, full for the rest -- unless
         that would evaluate more than the cost budget; then the joint screen for all but the
         cheapest, checked in full while their cost together stays within JOINT_FULL_SHARE of the
         joint pass's."""
@@ -412,7 +412,10 @@ class FiniteDifferences:
         mode = self.options.mode
         if mode != "auto":
             return {p: mode for p in params}
-        plan = {p: "projection" if self._size(p) > self.options.projection_threshold else "full" for p in params}
+        # above the size threshold, the joint screen rather than projections of each parameter: the same 2k
+        # forwards, and a flag is narrowed to elements (verify/joint_check.py) -- a few random projections
+        # would not see one wrong element of 10^5 (it moves each by e / sqrt(n))
+        plan = {p: "joint" if self._size(p) > self.options.projection_threshold else "full" for p in params}
         rest = [p for p in params if plan[p] == "full"]
         dense = {p: 2 * self._size(p) * self.row_bytes(p) / 8 for p in rest}
         if sum(dense.values()) <= self.options.full_cost_budget:
