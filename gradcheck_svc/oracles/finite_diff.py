@@ -148,17 +148,29 @@ def projection_step(flat: np.ndarray) -> float:
 
 
 def _weighted_output(step, xs: list, k: int, a: np.ndarray):
-    """stack (B, n) of input k -> (sum(a * step(..., x_k, ...)), sum |a * step(...)|) per row:
-    the scalar whose gradient in x_k is J_k^T a."""
+    """stack (B, n) of input k -> (sum(a * (step(..., x_k, ...) - y)), its rounding scale) per row, y the
+    step's output at xs: the scalar whose gradient in x_k is J_k^T a, centered on y so that its rounding
+    scales with what the perturbation changes, not with the whole output (a one-element change of a
+    65,536-element matmul input moves one column: summing a * out over every element would bury a wrong
+    contribution under the rounding of all the others). The scale sums |a| (|out| + |y|) over the
+    elements that moved; those that did not are bit-identical and contribute exactly nothing."""
     x = np.asarray(xs[k], dtype=np.float64)
+    grads = [i == k for i in range(len(xs))]
 
-    def evaluate(stack):
+    def run(stack):
         args = list(xs)
         args[k] = stack.reshape((len(stack),) + x.shape)
         with np.errstate(all="ignore"):
-            out = run_step_batched(np, step, args, [i == k for i in range(len(xs))])
-            weighted = (np.asarray(out, dtype=np.float64) * a).reshape(len(stack), -1)
-            return weighted.sum(axis=1), np.abs(weighted).sum(axis=1)
+            return np.asarray(run_step_batched(np, step, args, grads), dtype=np.float64)
+    y = run(x.reshape(1, -1))[0]
+    weights = np.broadcast_to(np.asarray(a, dtype=np.float64), y.shape)
+
+    def evaluate(stack):
+        out = run(stack)
+        with np.errstate(all="ignore"):
+            change = ((out - y) * weights).reshape(len(stack), -1)
+            size = np.where(out != y, np.abs(weights) * (np.abs(out) + np.abs(y)), 0.0).reshape(len(stack), -1)
+            return change.sum(axis=1), size.sum(axis=1)
     return evaluate
 
 

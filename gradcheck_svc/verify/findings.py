@@ -22,7 +22,8 @@ Causes (the contract):
                             is "undecided"); the verdict is never a pass
     gradient_mismatch       (at a parameter) its gradient failed and no node was named for it
                             (localization off, or no single node explains it): a FAIL never comes
-                            without an error finding naming where
+                            without an error finding naming where; (at a value) the first adjoint
+                            found wrong whose one consumer's local check cannot tell it wrong
 
 Severity: error (the verdict fails), warning (explained, not a failure),
 info (a note).
