@@ -70,13 +70,20 @@ def _element_bounds(g: np.ndarray, tol: Tolerance) -> np.ndarray:
     return tol.absolute(float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
 
 
-def _allowed(gradients: dict, tol: Tolerance, params: list[str]) -> dict:
+def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dict:
     """Per parameter sum(b * b) / n: a^2 (k,) is that times the block's weight squared -- (v * v) @
-    (b * b) / n, every element of a sign block moving by the weight."""
+    (b * b) / n, every element of a sign block moving by the weight. fd (the second pass): at most
+    (RESOLVE / 4 x the smallest own bound)^2, an element's own bound being its tolerance plus the
+    rounding of its own central difference -- so that an element whose bound is far below its block's
+    typical tolerance is seen at RESOLVE x its own."""
+    from ..oracles.finite_diff import element_steps
     out = {}
     for p in params:
         b = _element_bounds(gradients[p], tol)
         out[p] = float(b @ b) / max(1, b.size)
+        if fd is not None and b.size:
+            own = b + fd.noise(element_steps(np.asarray(fd.base[p], dtype=np.float64).reshape(-1)))
+            out[p] = min(out[p], (RESOLVE / 4 * float(np.min(own))) ** 2)
     return out
 
 
@@ -96,11 +103,13 @@ def _check_rows(fd, dirs, group, rows, eng, floor, tol):
 
 def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float = 1.0,
                  resolve: bool = True) -> JointScreen:
-    """step_scale: the directions' step times this (the second pass over the blocks the first could not
-    resolve); resolve: whether blocks still unresolved get that second pass (else they are listed)."""
-    dirs = fd.joint_directions(params)
+    """step_scale: the directions' step times this, and each block held to no more than its strictest
+    element's own bound allows (_allowed: the second pass over the blocks the first could not resolve);
+    resolve: whether blocks still unresolved get that second pass (else they are listed)."""
+    # the second pass needs fewer directions: one element's error moves every direction alike
+    dirs = fd.joint_directions(params, None if resolve else max(4, fd.options.directions // 2))
     dirs.step *= step_scale
-    allowed = _allowed(gradients, tol, params)
+    allowed = _allowed(gradients, tol, params, None if resolve else fd)
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
     # a bug past its own tolerance shows as much in a block whose gradient is 1e-5 as in one whose
     # gradient is 10, rather than drowning in the large blocks' allowance. No block moves more than
@@ -153,9 +162,10 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     screen = JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
                          top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
                          narrowed)
-    # what one element's error must move a direction by to fail it: the floor plus the first pass's
-    # rounding (a direction refined because it missed is one where something already shows)
-    reach = float(np.max(top_floor)) + float(fd.noise(dirs.step))
+    # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
+    # error (the differences may be off by that much the other way). It moves every direction alike, so
+    # the direction where that is least is the one that sees it (and the bisection follows)
+    reach = float(np.min(top_floor + 2 * top.error))
     screen.unresolved = {p: r for p, r in _unresolved(fd, dirs, gradients, params, reach, tol).items()
                          if p not in flagged}
     if resolve and screen.unresolved:
@@ -185,9 +195,11 @@ def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol:
 
 def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen) -> None:
     """The blocks the screen could not resolve, screened again on their own with a larger step (the
-    rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient); a
-    larger step's truncation error fails directions rather than hiding errors, and those are refined on
-    the ladder of steps (Richardson included) like any other. What is still unresolved stays listed."""
+    rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient) and
+    each held to no more than its strictest element's own bound allows (an allowance set by the block's
+    typical tolerance hides an element whose own is far below it); a larger step's truncation error fails directions rather than hiding
+    errors, and those are refined on the ladder of steps (Richardson included) like any other. What is
+    still unresolved stays listed."""
     worst = max(r for _, r in screen.unresolved.values())
     blind = [p for p in screen.params if p in screen.unresolved]
     again = joint_screen(fd, gradients, blind, tol, step_scale=min(MAX_STEP_SCALE, 2 * worst), resolve=False)
