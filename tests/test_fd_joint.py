@@ -222,6 +222,12 @@ def test_fd_joint_and_checked_by_over_grpc(grpc_client):
     # the absolute term each row was held to comes over the wire too (the rows the screen cleared have none)
     assert all(("absolute" in p.data["tolerance"]) == (p.data["fd_checked_by"] != "joint") for p in report.parameters)
     assert all(p.data["tolerance"]["absolute"] > 0 for p in report.parameters if p.data["fd_checked_by"] == "full")
+    # an undecided gradient (values past the refinement cap) comes over the wire as such, and counts as failed
+    report = grpc_client.verify(str(EXAMPLES / "faults" / "past_the_refinement_cap.json"))
+    assert report.verdict == "fail"
+    (row,) = report.parameters
+    assert row.status == "undecided" and row.failed and row.data["failed_by"] == "fd_unresolved"
+    assert [f.cause for f in report.findings if f.severity == "error"] == ["fd_unresolved"]
 
 
 def test_after_a_confirmed_mismatch_unrefined_values_are_unconfirmed_not_shown_with_a_rounding_bound(one_percent_op):

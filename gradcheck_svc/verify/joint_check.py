@@ -17,14 +17,26 @@ differences' own error (fd_check: refined on the ladder where the first pass mis
 
 Where the whole disagrees (or finite differences cannot decide it), the blocks are split in
 halves, each half's directional derivative compared on the directions that failed, down to
-single parameters: those are *flagged* and checked on their own (full or projected), which
-attributes and localizes. A wrong parameter costs about 4 log2(P) forwards of part of the graph
-per failing direction. A child is never held more loosely than its parent; where a group fails
+single parameters: those are *flagged* and checked on their own, which attributes and localizes:
+in full where that is affordable, else *narrowed* (narrow(): the same sign directions restricted to
+halves of the parameter's elements, bisected down to blocks of at most LEAF elements checked by
+ordinary differences) -- never by fresh random projections, where one wrong element of n moves a
+value by e / sqrt(n) and a flag would be cleared by a weaker check than the one that raised it.
+A wrong parameter costs about 4 log2(P) forwards of part of the graph per failing direction. A child
+is never held more loosely than its parent; where a group fails
 while neither half does (a marginal error, or errors that cancel), the half further off is
 followed all the same, so a disagreement always ends at a parameter checked on its own.
 
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
+
+Its power is a guarantee (README "Finite differences"): one element off by RESOLVE x its own bound
+(tolerance + the rounding of its own central difference) moves every direction by the block's weight
+times that error, and fails a direction when that exceeds the direction's floor plus twice its FD
+error. Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
+large block, an element whose tolerance is far below its block's) get a second pass with a larger
+step and stricter allowances (_second_pass); what is still unresolved is listed (JointScreen.
+unresolved), and the verification says so (an fd_unresolved finding, the row "undecided").
 """
 from __future__ import annotations
 
@@ -197,9 +209,9 @@ def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen) -> No
     """The blocks the screen could not resolve, screened again on their own with a larger step (the
     rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient) and
     each held to no more than its strictest element's own bound allows (an allowance set by the block's
-    typical tolerance hides an element whose own is far below it); a larger step's truncation error fails directions rather than hiding
-    errors, and those are refined on the ladder of steps (Richardson included) like any other. What is
-    still unresolved stays listed."""
+    typical tolerance hides an element whose own is far below it); a larger step's truncation error fails
+    directions rather than hiding errors, and those are refined on the ladder of steps (Richardson
+    included) like any other. What is still unresolved stays listed."""
     worst = max(r for _, r in screen.unresolved.values())
     blind = [p for p in screen.params if p in screen.unresolved]
     again = joint_screen(fd, gradients, blind, tol, step_scale=min(MAX_STEP_SCALE, 2 * worst), resolve=False)

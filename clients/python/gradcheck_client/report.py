@@ -36,13 +36,15 @@ class Parameter:
     engine_at_worst: float
     reference_at_worst: float
     fd_mode: str
-    status: str = ""  # "ok", "ok (precision)", "ok (kink)", "affected" or "FAIL": the row as the verdict sees it
+    # "ok", "ok (precision)", "ok (kink)", "affected", "undecided" or "FAIL": the row as the verdict sees it
+    status: str = ""
     data: dict = field(repr=False, default_factory=dict)
 
     @property
     def failed(self) -> bool:
-        """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure)."""
-        return self.status == "FAIL" if self.status else not self.passed
+        """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure; an
+        undecided gradient, one finite differences could neither confirm nor clear, is not verified)."""
+        return self.status in ("FAIL", "undecided") if self.status else not self.passed
 
     def _shaped(self, values, what: str) -> np.ndarray:
         if self.data.get("truncated"):
