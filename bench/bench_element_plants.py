@@ -2,14 +2,15 @@
 element of a parameter, or in every element, at 10x and 100x that element's own bound (its tolerance plus
 the rounding of its own central difference, tests/plants.py `element_bound`), in every parameter tensor of
 chain_256 (512 tensors, the joint screen) and of a wide MLP (256 x 4: 65,536-element weights, the joint screen
-at default options, flagged weights narrowed to elements), with default options. Each must be found (verdict
+at default options, flagged weights narrowed to elements; also in float32 and with 1e4 added to its loss),
+with default options. Each must be found (verdict
 FAIL, only that parameter failing) and localized (one error finding, rule_error at the planted node, naming
 that parameter). Prints one line per miss and a summary per graph; exit 1 on a miss.
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_element_plants.py [--quick] [--every K]
 
 --quick: a few tensors of each graph, single-element errors at 10x only (a smoke run); the full sweep is
-4 x 520 verifications (tens of minutes on one core).
+4 x 536 verifications (tens of minutes on one core).
 """
 from __future__ import annotations
 
@@ -37,7 +38,10 @@ def _graphs():
     """name -> (the correct graph, build(target, op) -> the graph with the plant)."""
     doc = json.loads((ROOT / "examples" / "graphs" / "chain_256.json").read_text())
     yield "chain_256", load_graph(doc), lambda target, op: load_graph(plant(doc, target, op))
-    yield "mlp_256x4", mlp(width=256, depth=4), lambda target, op: mlp(width=256, depth=4, bugs={target: op})
+    for name, kw in (("mlp_256x4", {}), ("mlp_256x4 float32", {"dtype": "float32"}),
+                     ("mlp_256x4 loss + 1e4", {"offset": 1e4})):
+        yield name, mlp(width=256, depth=4, **kw), lambda target, op, kw=kw: mlp(width=256, depth=4, bugs={target: op},
+                                                                                  **kw)
 
 
 def _delta(kind: str, times: float, bound: np.ndarray, shape, seed: int):

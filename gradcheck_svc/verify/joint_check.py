@@ -189,8 +189,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
 def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol: Tolerance) -> dict:
     """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
     own bound -- tolerance + the rounding of their own central difference -- would not move the screen's
-    value past what it allows (`reach`): such an error
-    moves every direction by weight x error."""
+    values past what it allows (`reach`): such an error moves every direction by weight x error."""
     from ..oracles.finite_diff import element_steps
     out = {}
     for p in params:
@@ -233,11 +232,6 @@ class Narrowed:
     # why the screen's flag is neither confirmed nor cleared (None: decided): the parameter is undecided
     unresolved: str | None
     evaluations: int  # forwards of (part of) the graph spent narrowing
-
-    @property
-    def confirmed(self) -> bool:
-        """An element checked on its own is wrong beyond its tolerance and its FD error."""
-        return not self.check.passed
 
 
 def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarray, tol: Tolerance) -> Narrowed:
