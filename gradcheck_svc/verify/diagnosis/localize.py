@@ -16,7 +16,7 @@ accumulation itself (float32 cancellation).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -126,9 +126,13 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
                 eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
                 chk = fd_check(eng, ref.reference, ref.noise, tol,
                                lambda which, settled: fd.refine(v, ref, which, settled))
+            cmp = chk.comparison
+            if elements is not None and engine.size > FULL_UP_TO:  # the worst element, as an index of v
+                flat = int(elements[cmp.worst_index[0]]) if cmp.worst_index else 0
+                cmp = replace(cmp, worst_index=tuple(int(i) for i in np.unravel_index(flat, engine.shape)))
             # an undecidable value (differences straddling a kink nearer than every step) clears nothing:
             # the walk goes on to the node whose kink it is, where the one-sided differences decide
-            checks[v], shown[v] = chk.comparison, chk.passed and not len(chk.undecidable)
+            checks[v], shown[v] = cmp, chk.passed and not len(chk.undecidable)
         return shown[v]
 
     # bisect: lo is right (or the loss side), hi is wrong
