@@ -139,26 +139,33 @@ def test_joint_screen_flags_only_the_wrong_parameter(one_percent_op):
     assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [("bug", "rule_error")]
 
 
-def _tanh_over_small_d(n):
-    """tanh(x / d) with |d| ~ 1e-3: the first pass's step is not small next to x, every value misses."""
+def _tanh_over_small_d(n, bug=None):
+    """tanh(x / d) with |d| ~ 1e-3: the first pass's step is not small next to x, every value misses.
+    bug: an op put between x and the division (tests/plants.py element_bug)."""
     rng = np.random.default_rng(0)
     d = rng.choice([-1, 1], n) * rng.uniform(0.5e-3, 2e-3, n)
     b = GraphBuilder("tanh_small_d")
     x = b.input("x", d * rng.uniform(-1.5, 1.5, n), requires_grad=True)
+    if bug is not None:
+        x = b.node(bug, x, name="x_bug")
     b.output(b.node("sum", b.node("tanh", b.node("div", x, b.input("d", d))), name="L"))
     return load_graph(b.build())
 
 
-def test_values_past_the_refinement_cap_are_undecidable_never_a_silent_fail(monkeypatch):
+def test_values_past_the_refinement_cap_are_undecided_never_a_silent_fail_nor_a_silent_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
     report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
-    assert report.verdict == "pass"
+    # values never refined decide nothing either way: the row is undecided and the verdict not a pass
+    assert report.verdict == "fail"
     row = report.parameters[0]
+    assert row.status == "undecided" and row.failed_by == "fd_unresolved"
     assert len(row.fd_refined) == 64 and row.fd_unrefined > 0
     assert len(row.fd_undecidable) >= row.fd_unrefined
-    (f,) = report.findings
-    assert (f.cause, f.severity, f.parameters) == ("fd_undecidable", "warning", ["x"])
+    assert [(f.cause, f.severity, f.parameters) for f in report.findings] == [
+        ("fd_undecidable", "warning", ["x"]), ("fd_unresolved", "error", ["x"])]
+    f, u = report.findings
     assert f"{row.fd_unrefined} still off on the first pass" in f.detail and "after 64 values" in f.detail
+    assert "undecided" in u.detail and f"{row.fd_unrefined} values still off" in u.detail
     # without the cap every value is refined to a decision
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 2048)
     report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
@@ -215,6 +222,12 @@ def test_fd_joint_and_checked_by_over_grpc(grpc_client):
     # the absolute term each row was held to comes over the wire too (the rows the screen cleared have none)
     assert all(("absolute" in p.data["tolerance"]) == (p.data["fd_checked_by"] != "joint") for p in report.parameters)
     assert all(p.data["tolerance"]["absolute"] > 0 for p in report.parameters if p.data["fd_checked_by"] == "full")
+    # an undecided gradient (values past the refinement cap) comes over the wire as such, and counts as failed
+    report = grpc_client.verify(str(EXAMPLES / "faults" / "past_the_refinement_cap.json"))
+    assert report.verdict == "fail"
+    (row,) = report.parameters
+    assert row.status == "undecided" and row.failed and row.data["failed_by"] == "fd_unresolved"
+    assert [f.cause for f in report.findings if f.severity == "error"] == ["fd_unresolved"]
 
 
 def test_after_a_confirmed_mismatch_unrefined_values_are_unconfirmed_not_shown_with_a_rounding_bound(one_percent_op):

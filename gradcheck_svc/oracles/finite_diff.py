@@ -15,8 +15,8 @@ full: every element of every parameter. The 2n perturbed forwards of a
     and ops that keep it to one slice (matmul's columns, elementwise ops) compute
     only that slice (ops/slices.py): the unperturbed rest is computed once.
 projection: k random unit directions v_j, 2k forwards; compares the
-    directional derivatives (g . v_j) instead of elements. Used automatically
-    for parameters above `projection_threshold` elements.
+    directional derivatives (g . v_j) instead of elements. (auto screens parameters
+    above `projection_threshold` elements jointly instead.)
 joint: k random directions spanning every parameter at once, 2k forwards of the
     whole graph however many parameter tensors there are. Each direction is a
     random unit vector per parameter block (so a 32-element bias moves as much as
@@ -148,17 +148,29 @@ def projection_step(flat: np.ndarray) -> float:
 
 
 def _weighted_output(step, xs: list, k: int, a: np.ndarray):
-    """stack (B, n) of input k -> (sum(a * step(..., x_k, ...)), sum |a * step(...)|) per row:
-    the scalar whose gradient in x_k is J_k^T a."""
+    """stack (B, n) of input k -> (sum(a * (step(..., x_k, ...) - y)), its rounding scale) per row, y the
+    step's output at xs: the scalar whose gradient in x_k is J_k^T a, centered on y so that its rounding
+    scales with what the perturbation changes, not with the whole output (a one-element change of a
+    65,536-element matmul input moves one column: summing a * out over every element would bury a wrong
+    contribution under the rounding of all the others). The scale sums |a| (|out| + |y|) over the
+    elements that moved; those that did not are bit-identical and contribute exactly nothing."""
     x = np.asarray(xs[k], dtype=np.float64)
+    grads = [i == k for i in range(len(xs))]
 
-    def evaluate(stack):
+    def run(stack):
         args = list(xs)
         args[k] = stack.reshape((len(stack),) + x.shape)
         with np.errstate(all="ignore"):
-            out = run_step_batched(np, step, args, [i == k for i in range(len(xs))])
-            weighted = (np.asarray(out, dtype=np.float64) * a).reshape(len(stack), -1)
-            return weighted.sum(axis=1), np.abs(weighted).sum(axis=1)
+            return np.asarray(run_step_batched(np, step, args, grads), dtype=np.float64)
+    y = run(x.reshape(1, -1))[0]
+    weights = np.broadcast_to(np.asarray(a, dtype=np.float64), y.shape)
+
+    def evaluate(stack):
+        out = run(stack)
+        with np.errstate(all="ignore"):
+            change = ((out - y) * weights).reshape(len(stack), -1)
+            size = np.where(out != y, np.abs(weights) * (np.abs(out) + np.abs(y)), 0.0).reshape(len(stack), -1)
+            return change.sum(axis=1), size.sum(axis=1)
     return evaluate
 
 
@@ -404,7 +416,7 @@ class FiniteDifferences:
 
     def _plan(self) -> dict[str, str]:
         """Each parameter's mode. full / projection / joint: all of them so (projection, joint: the
-        tiny or huge ones too). auto: projection above the size threshold, full for the rest -- unless
+        tiny or huge ones too). auto: joint above the size threshold, full for the rest -- unless
         that would evaluate more than the cost budget; then the joint screen for all but the
         cheapest, checked in full while their cost together stays within JOINT_FULL_SHARE of the
         joint pass's."""
@@ -412,7 +424,10 @@ class FiniteDifferences:
         mode = self.options.mode
         if mode != "auto":
             return {p: mode for p in params}
-        plan = {p: "projection" if self._size(p) > self.options.projection_threshold else "full" for p in params}
+        # above the size threshold, the joint screen rather than projections of each parameter: the same 2k
+        # forwards, and a flag is narrowed to elements (verify/joint_check.py) -- a few random projections
+        # would not see one wrong element of 10^5 (it moves each by e / sqrt(n))
+        plan = {p: "joint" if self._size(p) > self.options.projection_threshold else "full" for p in params}
         rest = [p for p in params if plan[p] == "full"]
         dense = {p: 2 * self._size(p) * self.row_bytes(p) / 8 for p in rest}
         if sum(dense.values()) <= self.options.full_cost_budget:

@@ -15,9 +15,15 @@ Causes (the contract):
     recompute_mismatch      a recomputed (checkpointed) tensor differs from the first forward
     fd_undecidable          (a warning, at a parameter) finite differences could not decide some of
                             its values: no step gave a trustworthy error estimate
+    fd_unresolved           (an error, at a parameter) finite differences could neither confirm nor
+                            clear its gradient: the joint screen could not resolve some of its
+                            elements, a flag not narrowed to a decided element, or values still off
+                            past the refinement cap. Undecided: not verified, not a mismatch (its row
+                            is "undecided"); the verdict is never a pass
     gradient_mismatch       (at a parameter) its gradient failed and no node was named for it
                             (localization off, or no single node explains it): a FAIL never comes
-                            without an error finding naming where
+                            without an error finding naming where; (at a value) the first adjoint
+                            found wrong whose one consumer's local check cannot tell it wrong
 
 Severity: error (the verdict fails), warning (explained, not a failure),
 info (a note).
@@ -29,7 +35,8 @@ from dataclasses import dataclass, field
 from .jsonnum import json_float
 
 CAUSES = ("rule_error", "cache_corruption", "inplace_overwrite", "nondifferentiable_point", "precision",
-          "nonfinite", "recompute_mismatch", "fd_undecidable", "gradient_mismatch")
+          "nonfinite", "recompute_mismatch", "fd_undecidable", "fd_unresolved",
+          "gradient_mismatch")
 SEVERITIES = ("error", "warning", "info")
 
 

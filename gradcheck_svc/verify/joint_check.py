@@ -17,14 +17,26 @@ differences' own error (fd_check: refined on the ladder where the first pass mis
 
 Where the whole disagrees (or finite differences cannot decide it), the blocks are split in
 halves, each half's directional derivative compared on the directions that failed, down to
-single parameters: those are *flagged* and checked on their own (full or projected), which
-attributes and localizes. A wrong parameter costs about 4 log2(P) forwards of part of the graph
-per failing direction. A child is never held more loosely than its parent; where a group fails
+single parameters: those are *flagged* and checked on their own, which attributes and localizes:
+in full where that is affordable, else *narrowed* (narrow(): the same sign directions restricted to
+halves of the parameter's elements, bisected down to blocks of at most LEAF elements checked by
+ordinary differences) -- never by fresh random projections, where one wrong element of n moves a
+value by e / sqrt(n) and a flag would be cleared by a weaker check than the one that raised it.
+A wrong parameter costs about 4 log2(P) forwards of part of the graph per failing direction. A child
+is never held more loosely than its parent; where a group fails
 while neither half does (a marginal error, or errors that cancel), the half further off is
 followed all the same, so a disagreement always ends at a parameter checked on its own.
 
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
+
+Its power is a guarantee (README "Finite differences"): one element off by RESOLVE x its own bound
+(tolerance + the rounding of its own central difference) moves every direction by the block's weight
+times that error, and fails a direction when that exceeds the direction's floor plus twice its FD
+error. Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
+large block, an element whose tolerance is far below its block's) get a second pass with a larger
+step and stricter allowances (_second_pass); what is still unresolved is listed (JointScreen.
+unresolved), and the verification says so (an fd_unresolved finding, the row "undecided").
 """
 from __future__ import annotations
 
@@ -33,10 +45,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .compare import Comparison, Tolerance
-from .fd_check import _over, fd_check
+from .compare import Comparison, Tolerance, compare
+from .fd_check import FDCheck, _over, elements_check, fd_check
 
 BISECT_ROWS = 4  # failing directions followed down the bisection (the worst ones)
+# narrowing a flagged parameter too large to check in full (group testing on its own sign directions):
+LEAF = 64  # elements: a failing block this small has each element checked by ordinary differences
+WIDE_LEAF = 1024  # a failing block whose halves both pass is checked element by element up to this size
+MAX_LEAVES = 8  # blocks checked element by element before the flag is left undecided
+RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
+MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
 
 @dataclass
@@ -48,25 +66,62 @@ class JointScreen:
     error: np.ndarray  # (k,) their estimated error
     comparison: Comparison  # engine vs reference, each allowed its floor + FD error
     refined: np.ndarray
-    flagged: list[str] = field(default_factory=list)  # to be checked on their own
+    flagged: list[str] = field(default_factory=list)  # to be checked on their own (in full)
+    # flagged parameters too large to check in full, narrowed down to their elements (Narrowed)
+    narrowed: dict = field(default_factory=dict)
+    # blocks with elements whose error of RESOLVE x their own bound the screen would not see, even after a
+    # second pass with a larger step: p -> (elements, worst ratio); listed as unresolved, never passed
+    unresolved: dict = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
 
-def _allowed(gradients: dict, tol: Tolerance, params: list[str]) -> dict:
+def _element_bounds(g: np.ndarray, tol: Tolerance) -> np.ndarray:
+    """Each element's tolerance b_i (compare.py's model on the engine's gradient, flat)."""
+    g = np.asarray(g, dtype=np.float64).reshape(-1)
+    return tol.absolute(float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
+
+
+def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dict:
     """Per parameter sum(b * b) / n: a^2 (k,) is that times the block's weight squared -- (v * v) @
-    (b * b) / n, every element of a sign block moving by the weight."""
+    (b * b) / n, every element of a sign block moving by the weight. fd (the second pass): at most
+    (RESOLVE / 4 x the smallest own bound)^2, an element's own bound being its tolerance plus the
+    rounding of its own central difference -- so that an element whose bound is far below its block's
+    typical tolerance is seen at RESOLVE x its own."""
+    from ..oracles.finite_diff import element_steps
     out = {}
     for p in params:
-        g = np.asarray(gradients[p], dtype=np.float64).reshape(-1)
-        b = tol.absolute(float(np.max(np.abs(g), initial=0.0))) + tol.rtol * np.abs(g)
-        out[p] = float(b @ b) / max(1, g.size)
+        b = _element_bounds(gradients[p], tol)
+        out[p] = float(b @ b) / max(1, b.size)
+        if fd is not None and b.size:
+            own = b + fd.noise(element_steps(np.asarray(fd.base[p], dtype=np.float64).reshape(-1)))
+            out[p] = min(out[p], (RESOLVE / 4 * float(np.min(own))) ** 2)
     return out
 
 
-def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> JointScreen:
-    dirs = fd.joint_directions(params)
-    allowed = _allowed(gradients, tol, params)
+def _check_rows(fd, dirs, group, rows, eng, floor, tol):
+    """fd_check of the directional derivatives of dirs' `rows` restricted to the blocks `group` against
+    the engine's `eng`, each held to floor + its FD error: (the check, which rows fail or are
+    undecided, how far off each is in floors)."""
+    ref = fd.joint(dirs, group, rows)
+    chk = fd_check(eng, ref.reference, ref.noise, tol,
+                   lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
+    failing = _over(eng, chk.reference, floor + chk.error)
+    failing[chk.undecidable] = True
+    with np.errstate(all="ignore"):
+        ratio = np.nan_to_num(np.abs(eng - chk.reference) / floor, nan=np.inf)
+    return chk, failing, ratio
+
+
+def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float = 1.0,
+                 resolve: bool = True) -> JointScreen:
+    """step_scale: the directions' step times this, and each block held to no more than its strictest
+    element's own bound allows (_allowed: the second pass over the blocks the first could not resolve);
+    resolve: whether blocks still unresolved get that second pass (else they are listed)."""
+    # the second pass needs fewer directions: one element's error moves every direction alike
+    dirs = fd.joint_directions(params, None if resolve else max(4, fd.options.directions // 2))
+    dirs.step *= step_scale
+    allowed = _allowed(gradients, tol, params, None if resolve else fd)
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
     # a bug past its own tolerance shows as much in a block whose gradient is 1e-5 as in one whose
     # gradient is 10, rather than drowning in the large blocks' allowance. No block moves more than
@@ -84,24 +139,17 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> Join
     before = fd.joint_rows
 
     def check(group, rows, ceiling):
-        """fd_check of the group's directional derivatives on `rows`, its floor never above ceiling:
-        (the check, the floor, which rows fail or are undecided)."""
-        ref = fd.joint(dirs, group, rows)
+        """The group's rows checked, its floor never above ceiling: (check, floor, failing, ratio)."""
         eng = np.sum([c[p][rows] for p in group], axis=0)
         floor = np.minimum(np.sqrt(np.mean([a2[p][rows] for p in group], axis=0)), ceiling)
-        chk = fd_check(eng, ref.reference, ref.noise, tol,
-                       lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
-        failing = _over(eng, chk.reference, floor + chk.error)
-        failing[chk.undecidable] = True
-        with np.errstate(all="ignore"):
-            ratio = np.nan_to_num(np.abs(eng - chk.reference) / floor, nan=np.inf)
+        chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol)
         return chk, floor, failing, ratio
 
-    flagged: list[str] = []
+    flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
 
     def bisect(group, rows, ceiling):
         if len(group) == 1:
-            flagged.extend(group)
+            flagged.setdefault(group[0], (rows, ceiling))
             return
         mid = len(group) // 2
         halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
@@ -118,9 +166,138 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance) -> Join
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
         bisect(params, rows, top_floor[rows])
-    named = set(flagged)
-    return JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
-                       top.comparison, top.refined, [p for p in params if p in named], fd.joint_rows - before)
+    # a flagged parameter too large to check in full is never handed to a check weaker per element
+    # than the screen (a few projections, where one element moves a value by e / sqrt(n)): it is
+    # narrowed on the screen's own directions down to elements, checked by ordinary differences
+    narrowed = {p: narrow(fd, dirs, p, gradients[p], *flagged[p], tol)
+                for p in params if p in flagged and fd.own_mode(p) == "projection"}
+    screen = JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
+                         top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
+                         narrowed)
+    # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
+    # error (the differences may be off by that much the other way). It moves every direction alike, so
+    # the direction where that is least is the one that sees it (and the bisection follows)
+    reach = float(np.min(top_floor + 2 * top.error))
+    screen.unresolved = {p: r for p, r in _unresolved(fd, dirs, gradients, params, reach, tol).items()
+                         if p not in flagged}
+    if resolve and screen.unresolved:
+        _second_pass(fd, gradients, tol, screen)
+    screen.evaluations = fd.joint_rows - before
+    return screen
+
+
+def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol: Tolerance) -> dict:
+    """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
+    own bound -- tolerance + the rounding of their own central difference -- would not move the screen's
+    values past what it allows (`reach`): such an error moves every direction by weight x error."""
+    from ..oracles.finite_diff import element_steps
+    out = {}
+    for p in params:
+        if dirs.weight[p] <= 0:
+            continue
+        x = np.asarray(fd.base[p], dtype=np.float64).reshape(-1)
+        bound = _element_bounds(gradients[p], tol) + fd.noise(element_steps(x))
+        ratio = reach / dirs.weight[p] / (RESOLVE * bound)
+        blind = ratio > 1
+        if blind.any():
+            out[p] = (int(blind.sum()), float(np.max(ratio)))
+    return out
+
+
+def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen) -> None:
+    """The blocks the screen could not resolve, screened again on their own with a larger step (the
+    rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient) and
+    each held to no more than its strictest element's own bound allows (an allowance set by the block's
+    typical tolerance hides an element whose own is far below it); a larger step's truncation error fails
+    directions rather than hiding errors, and those are refined on the ladder of steps (Richardson
+    included) like any other. What is still unresolved stays listed."""
+    worst = max(r for _, r in screen.unresolved.values())
+    blind = [p for p in screen.params if p in screen.unresolved]
+    again = joint_screen(fd, gradients, blind, tol, step_scale=min(MAX_STEP_SCALE, 2 * worst), resolve=False)
+    screen.flagged += [p for p in again.flagged if p not in screen.flagged]
+    screen.narrowed.update(again.narrowed)
+    screen.unresolved = again.unresolved
+
+
+@dataclass
+class Narrowed:
+    """A flagged parameter narrowed to elements: the screen's failing directions restricted to halves of
+    the parameter's elements (the same signs, so one wrong element moves each half's value as much as it
+    moved the whole's), bisected where they still fail, then the elements of the blocks reached checked
+    by ordinary central differences (FiniteDifferences.one_hot_losses), which have per-element power."""
+
+    param: str
+    index: np.ndarray  # flat indices checked by ordinary differences
+    check: FDCheck  # those elements (fd_check, the tolerance model plus each difference's error)
+    # why the screen's flag is neither confirmed nor cleared (None: decided): the parameter is undecided
+    unresolved: str | None
+    evaluations: int  # forwards of (part of) the graph spent narrowing
+
+
+def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarray, tol: Tolerance) -> Narrowed:
+    """Group testing of the flagged parameter p on the screen's failing `rows` (floors at most `ceiling`),
+    depth first, the block further off first; stops at the first element confirmed wrong."""
+    shape = np.shape(g)
+    g = np.asarray(g, dtype=np.float64).reshape(-1)
+    b = _element_bounds(g, tol)
+    start, spent = fd.joint_rows, 0
+    todo = [(0, g.size, rows, ceiling)]
+    checks: list[tuple[np.ndarray, FDCheck]] = []
+    unresolved = None
+
+    def sub_check(lo, hi, rows, ceiling):
+        signs = np.zeros((len(rows), g.size), np.int8)
+        signs[:, lo:hi] = dirs.signs[p][rows, lo:hi]
+        sub = type(dirs)({p: signs}, {p: dirs.weight[p]}, dirs.step)
+        floor = np.minimum(dirs.weight[p] * math.sqrt(float(b[lo:hi] @ b[lo:hi]) / (hi - lo)), ceiling)
+        _, failing, ratio = _check_rows(fd, sub, [p], np.arange(len(rows)), sub.project(p, g), floor, tol)
+        return failing, ratio, floor
+
+    while todo:
+        lo, hi, rows, ceiling = todo.pop()
+        if hi - lo > LEAF:
+            mid = (lo + hi) // 2
+            halves = [(l, h, *sub_check(l, h, rows, ceiling)) for l, h in ((lo, mid), (mid, hi))]
+            bad = sorted((h for h in halves if h[2].any()), key=lambda h: float(np.max(h[3])))
+            if bad:  # the one further off last: checked first
+                todo += [(l, h, rows[failing], floor[failing]) for l, h, failing, _, floor in bad]
+                continue
+            if hi - lo > WIDE_LEAF:  # the parts do not reproduce the whole's disagreement
+                unresolved = (f"the joint screen's disagreement could not be narrowed below {hi - lo} of its "
+                              f"{g.size} elements")
+                break
+        index = np.arange(lo, hi)
+        chk = elements_check(fd, p, g, index, tol, _element_bounds(g, tol)[index])
+        spent += 2 * index.size
+        checks.append((index, chk))
+        if not chk.passed:
+            break
+        if len(checks) >= MAX_LEAVES and todo:
+            unresolved = f"the joint screen's disagreement was not confirmed in {len(checks)} blocks checked"
+            break
+    index = np.concatenate([i for i, _ in checks]) if checks else np.zeros(0, np.intp)
+    # elements undecidable by FD (a kink nearer than every step) are the row's fd_undecidable, as in a full
+    # check: the kink analysis decides them
+    chk = _merge(g, shape, index, checks, tol)
+    return Narrowed(p, index, chk, unresolved, fd.joint_rows - start + spent)
+
+
+def _merge(g: np.ndarray, shape: tuple, index: np.ndarray, checks: list, tol: Tolerance) -> FDCheck:
+    """One FDCheck over the whole parameter (g flat, compared in `shape`) from the element checks of its
+    blocks: the elements not checked carry the engine's value and no error (compared with themselves),
+    the indices are flat."""
+    ref, error = g.copy(), np.zeros(g.size)
+    parts = {"refined": [], "undecidable": [], "unrefined": [], "unconfirmed": []}
+    for idx, chk in checks:
+        ref[idx], error[idx] = chk.reference, chk.error
+        for key in parts:
+            parts[key].append(idx[getattr(chk, key)])
+    flat = {k: np.concatenate(v) if v else np.zeros(0, np.intp) for k, v in parts.items()}
+    out = np.zeros(g.size, bool)
+    out[flat["undecidable"]] = out[flat["unconfirmed"]] = True
+    floor = _element_bounds(g, tol) + error
+    cmp = compare(g.reshape(shape), np.where(out, g, ref).reshape(shape), Tolerance(0.0, 0.0), floor.reshape(shape))
+    return FDCheck(cmp, ref, error, flat["refined"], flat["undecidable"], flat["unrefined"], flat["unconfirmed"])
 
 
 def usable(fd, gradients: dict, params: list[str]) -> bool:

@@ -15,8 +15,10 @@ refined on the ladder of steps, `fd_undecidable` the flat indices FD could not d
 `fd_unconfirmed` those off on the first pass and never refined once a mismatch was confirmed;
 `fd_checked_by` how FD checked the parameter: "full", "projection", "joint" (cleared by the
 joint screen of all parameters at once: `reference` and `engine_projection` are then the whole
-graph's directional derivatives) or "joint, then full|projection" (flagged by the screen and
-checked on its own); `passed` is then engine vs symbolic, `fd_passed` engine vs
+graph's directional derivatives), "joint, then full|projection" (flagged by the screen and
+checked on its own) or "joint, then bisection" (flagged, too large to check in full: narrowed to
+elements checked by ordinary differences; `reference` holds differences there, the engine's
+values elsewhere); `passed` is then engine vs symbolic, `fd_passed` engine vs
 FD, and `verdict_reference` says which one decided. `source_names`: the names the parameter has in
 the framework that made the model, when the ONNX importer can tell and they say more than its own
 name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed" or "derived"; `onnx_name`, the
@@ -33,7 +35,8 @@ agree).
 
 `status` is the row as the verdict sees it (verdict.py): "ok", "ok (precision)" or
 "ok (kink)" (a mismatch a finding explains: `explained_by` names its cause), "affected" (an error
-finding names it, `failed_by`, but its own comparison passed) or "FAIL" (the
+finding names it, `failed_by`, but its own comparison passed), "undecided" (finite differences
+could neither confirm nor clear it: `failed_by` fd_unresolved; the verdict fails) or "FAIL" (the
 comparison failed unexplained, or an error finding names the parameter: `failed_by`). The
 verdict is "pass" exactly when no row is FAIL and no finding is an error. Every `*_s` timing
 is in seconds, in the text as well.
@@ -95,9 +98,14 @@ class ParameterResult:
     absolute: float | None = None
     # how finite differences checked it: "full" | "projection" | "joint" (cleared by the joint screen:
     # reference / engine_projection are the whole graph's directional derivatives) | "joint, then full" /
-    # "joint, then projection" (the joint screen flagged it, its own check decided)
+    # "joint, then projection" (the joint screen flagged it, its own check decided) | "joint, then bisection"
+    # (flagged and narrowed to elements, joint_check.narrow)
     checked_by: str = ""
-    status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "affected" | "FAIL"
+    # why finite differences could neither confirm nor clear the parameter (None: they decided): its row is
+    # "undecided" and the verdict is not a pass (an fd_unresolved finding says why)
+    unresolved: str | None = None
+    status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "affected" | "undecided" | "FAIL" |
+    # "not provided" (claimed gradients: no claim for it)
     explained_by: str | None = None  # the finding cause that excuses a failed comparison
     failed_by: str | None = None  # the error finding's cause that fails this parameter
     # graph.ir.SourceName: the names it has in the framework that made the model (merged, transposed or

@@ -20,7 +20,7 @@ def _badness(p) -> tuple:
     c = p.verdict_comparison
     scale = p.atol + p.rtol * abs(c.reference_at_worst) if math.isfinite(c.reference_at_worst) else 1.0
     ratio = c.max_abs_error / scale if scale > 0 else c.max_abs_error
-    rank = 0 if p.status == "FAIL" else 1 if p.status.startswith("ok (") else 2
+    rank = 0 if p.status in ("FAIL", "undecided") else 1 if p.status.startswith("ok (") else 2
     return rank, -(ratio if not math.isnan(ratio) else math.inf)
 
 

@@ -22,7 +22,7 @@ from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
 from ..oracles.finite_diff import MODES as FD_MODES
-from ..oracles.finite_diff import FiniteDifferences
+from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
 from . import claims, recompute_check
@@ -31,7 +31,7 @@ from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
 from .fd_check import fd_check
-from .joint_check import joint_screen, usable
+from .joint_check import RESOLVE, joint_screen, usable
 from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions
 from .report import ParameterResult, Report
@@ -93,11 +93,14 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     lookup = (fd_source or local_fd)(fd, screen, own, tol)
     results = []
     for name in graph.parameters:
-        if screen is not None and name in joint and name not in screen.flagged:
-            results.append(_joint_row(name, subject[name], screen, symbolic, tol))
+        g = subject[name]  # what is verified: the engine's gradient or the claim (the screen judged the same)
+        if screen is not None and name in screen.narrowed:
+            ref, check = _narrowed_fd(screen.narrowed[name], g)
+        elif screen is not None and name in joint and name not in screen.flagged:
+            results.append(_joint_row(name, g, screen, symbolic, tol))
             continue
-        g = subject[name]
-        ref, check = lookup(name, g)
+        else:
+            ref, check = lookup(name, g)
         engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
         cmp = check.comparison
         reference = check.reference.reshape(np.shape(ref.reference))
@@ -106,7 +109,12 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
             sym = symbolic.gradients[name]
             sym_cmp = compare(g, sym, tol)
             sym_of_fd = ref.directions @ sym.reshape(-1) if ref.mode == "projection" else sym
-            fd_sym = compare(reference, sym_of_fd, FD_VS_SYMBOLIC, check.error.reshape(reference.shape))
+            fd_values = reference
+            if screen is not None and name in screen.narrowed:  # differences only at the elements checked
+                checked = np.zeros(g.size, bool)
+                checked[screen.narrowed[name].index] = True
+                fd_values = np.where(checked.reshape(g.shape), reference, sym)
+            fd_sym = compare(fd_values, sym_of_fd, FD_VS_SYMBOLIC, check.error.reshape(reference.shape))
         results.append(ParameterResult(
             name=name, shape=tuple(g.shape), mode=ref.mode, gradient=g, reference=reference,
             engine_projection=engine_proj, directions=ref.directions, max_abs_error=cmp.max_abs_error,
@@ -118,7 +126,8 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
             fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
             fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined), fd_unconfirmed=check.unconfirmed,
             absolute=tol.absolute(magnitude(sym if sym is not None else reference)),
-            checked_by=f"joint, then {ref.mode}" if name in joint and screen is not None else ref.mode))
+            checked_by=_checked_by(name, joint, screen, ref.mode),
+            unresolved=screen.narrowed[name].unresolved if screen is not None and name in screen.narrowed else None))
     t_fd = time.perf_counter() - t0
     claim_warnings = claims.annotate(results, graph, engine.gradients, tol)
     for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
@@ -146,6 +155,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     else:  # the claims are: localized by their own adjoints, when they carry some
         findings = claims.localize_claims(graph, fd, results, tol) if options.localize else []
     findings += undecidable_findings(results, engine.program, findings)
+    findings += unresolved_findings(results, findings)
     if graph.claims is None:
         findings += _wrong_user_derivatives(custom, findings, engine.program)
     findings += unexplained_mismatches(results, findings, options.localize)
@@ -186,6 +196,21 @@ def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
     return ref, fd_check(g if engine_proj is None else engine_proj, ref.reference, ref.noise, tol, refine)
 
 
+def _narrowed_fd(narrowed, g: np.ndarray):
+    """A parameter the screen flagged and narrowed to elements, as (FDResult, FDCheck) of its whole shape:
+    the elements checked carry their differences, the rest the engine's values (compared with themselves)."""
+    chk = narrowed.check
+    ref = FDResult("full", chk.reference.reshape(np.shape(g)), chk.error.reshape(np.shape(g)),
+                   evaluations=narrowed.evaluations)
+    return ref, chk
+
+
+def _checked_by(name: str, joint, screen, mode: str) -> str:
+    if screen is None or name not in joint:
+        return mode
+    return "joint, then bisection" if name in screen.narrowed else f"joint, then {mode}"
+
+
 def local_fd(fd, screen, own, tol: Tolerance):
     """verify()'s default fd_source: every parameter's differences computed in this process."""
     return lambda name, g: parameter_fd(fd, name, g, tol)
@@ -209,7 +234,17 @@ def _joint_row(name: str, g: np.ndarray, screen, symbolic, tol: Tolerance) -> Pa
         engine_at_worst=cmp.engine_at_worst, reference_at_worst=cmp.reference_at_worst, atol=tol.atol,
         rtol=tol.rtol, passed=sym_cmp.passed if sym_cmp is not None else True,
         evaluations=screen.evaluations, fd_passed=True, symbolic=sym, symbolic_comparison=sym_cmp,
-        fd_vs_symbolic=fd_sym, fd_error=screen.error, fd_refined=screen.refined, checked_by="joint")
+        fd_vs_symbolic=fd_sym, fd_error=screen.error, fd_refined=screen.refined, checked_by="joint",
+        unresolved=_blind(screen, name))
+
+
+def _blind(screen, name: str) -> str | None:
+    """Why the screen's pass says nothing of some of the parameter's elements (JointScreen.unresolved)."""
+    if name not in screen.unresolved:
+        return None
+    count, ratio = screen.unresolved[name]
+    return (f"the joint screen would not see an error of {RESOLVE}x their own bound in {count} of its elements "
+            f"(it resolves {ratio * RESOLVE:.3g}x at the worst), even with a larger step")
 
 
 def _wrong_user_derivatives(custom, findings, program) -> list:
@@ -257,6 +292,25 @@ def _held_to_size(r) -> str:
     if r.absolute is None or not r.absolute < r.atol:
         return ""
     return f", absolute term {r.absolute:.3g}: a float64 gradient under {VANISHING['float64']:g} is held to its own size"
+
+
+def unresolved_findings(results, findings=()) -> list:
+    """An fd_unresolved error at each parameter finite differences could neither confirm nor clear -- the
+    joint screen's flag not narrowed to a confirmed or cleared element, or values still off on the first
+    pass past the refinement cap -- unless an error finding already fails it: never a silent pass, and
+    not a mismatch either (its row is "undecided", the verdict is not a pass)."""
+    blamed = {p for f in findings if f.severity == "error" for p in f.parameters}
+    out = []
+    for r in results:
+        why = r.unresolved or (f"{r.fd_unrefined} values still off on the first pass once {len(r.fd_refined)} "
+                               "were refined, the most one check refines" if r.fd_unrefined else None)
+        if why is None or r.name in blamed or not r.passed or r.symbolic_comparison is not None:
+            continue  # decided otherwise: an error, a failed comparison, the exact symbolic gradient
+        out.append(Finding(node=r.name, op="input", cause="fd_unresolved", severity="error",
+                           detail=f"finite differences could neither confirm nor clear its gradient ({why}): "
+                                  "undecided, not verified and not a confirmed mismatch",
+                           parameters=[r.name]))
+    return out
 
 
 def undecidable_findings(results, program, findings=()) -> list:

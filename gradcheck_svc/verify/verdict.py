@@ -10,6 +10,9 @@ A row is
     ok (precision)  the comparison failed but a precision finding explains it (float32
                     rounding tolerated);
     ok (kink)       the comparison failed at a declared kink whose convention was checked;
+    undecided       finite differences could neither confirm nor clear it (an fd_unresolved
+                    finding: the joint screen's flag not narrowed to a decided element, values
+                    past the refinement cap); the verdict fails -- never a silent pass;
     ok              the comparison passed.
 The verdict fails when a row is FAIL or any finding is an error (one in a parameter-free part
 of the graph too).
@@ -18,7 +21,7 @@ from __future__ import annotations
 
 from .diagnosis.diagnose import EXPLAINING, overall_verdict
 
-OK, FAIL, AFFECTED = "ok", "FAIL", "affected"
+OK, FAIL, AFFECTED, UNDECIDED = "ok", "FAIL", "affected", "undecided"
 CORRUPTION = ("cache_corruption", "inplace_overwrite", "recompute_mismatch")  # a fault upstream, not the row's
 EXPLAINED_AS = {"precision": "ok (precision)", "nondifferentiable_point": "ok (kink)"}
 # EXPLAINING: the (cause, severity) pairs of findings that excuse a parameter's mismatch
@@ -40,7 +43,8 @@ def settle(results, findings) -> str:
     for r in results:
         r.explained_by = r.failed_by = None
         if r.name in blamed:
-            r.status = AFFECTED if r.passed and blamed[r.name] in CORRUPTION else FAIL
+            r.status = AFFECTED if r.passed and blamed[r.name] in CORRUPTION else \
+                UNDECIDED if blamed[r.name] == "fd_unresolved" else FAIL
             r.failed_by = blamed[r.name]
         elif r.passed:
             r.status = OK

@@ -52,15 +52,18 @@ class Parameter:
     engine_at_worst: float
     reference_at_worst: float
     fd_mode: str
-    # "ok", "ok (precision)", "ok (kink)", "affected", "FAIL" or, under claimed gradients, "not provided" (no claim
-    # was given for it: it fails): the row as the verdict sees it
+    # "ok", "ok (precision)", "ok (kink)", "affected", "undecided" (finite differences could neither confirm nor
+    # clear it), "FAIL" or, under claimed gradients, "not provided" (no claim was given for it): the row as the
+    # verdict sees it
     status: str = ""
     data: dict = field(repr=False, default_factory=dict)
 
     @property
     def failed(self) -> bool:
-        """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure)."""
-        return row_status(self.status, self.passed) in ("FAIL", "not provided")  # a missing claim fails
+        """Failed as the verdict sees it (a tolerated float32 rounding or a checked kink is no failure; an
+        undecided gradient, one finite differences could neither confirm nor clear, is not verified; a missing
+        claim fails)."""
+        return row_status(self.status, self.passed) in ("FAIL", "undecided", "not provided")
 
     def _shaped(self, values, what: str) -> np.ndarray:
         if self.data.get("truncated"):

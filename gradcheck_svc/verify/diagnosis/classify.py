@@ -4,7 +4,8 @@ isolation at the forward's values -> rule_error; right in float64 but the float3
 by no more than a float32 evaluation of the same rule -> precision (a note); right in isolation
 yet wrong in the run beyond rounding -> the backward read different values than the forward
 made (cache_corruption, inferred). Every consumer right but their sum wrong -> precision
-(accumulation).
+(accumulation); beyond rounding with a single consumer there is no sum to blame: a gradient_mismatch
+naming the value.
 """
 from __future__ import annotations
 
@@ -181,6 +182,12 @@ def _accumulation(ctx: Context, loc: Located, params: list[str]) -> Finding:
     band = 16 * eps * magnitude + ctx.tol.atol
     who = ", ".join(f"'{c.step.name}'" for c in parts)
     ok = bool(np.all(err <= band))
+    if not ok and len(parts) < 2:  # beyond rounding, and nothing is summed: no cancellation to blame
+        return Finding(v, ctx.op_of(v), "gradient_mismatch", "error",
+                       f"its gradient is wrong ({loc.worst.engine:.8g} vs {loc.worst.reference:.8g}) beyond "
+                       f"{ctx.dtype} rounding while the adjoint of {who or 'its consumer'} is right, yet that "
+                       "contribution agrees with finite differences of its forward within their error: no single "
+                       "node is confirmed", params, loc.worst)
     return Finding(v, ctx.op_of(v), "precision", "info" if ok else "error",
                    f"each contribution to its gradient (from {who}) is right, but their sum cancels "
                    f"({loc.worst.engine:.8g} vs {loc.worst.reference:.8g}): {ctx.dtype} rounding of terms as "

@@ -16,11 +16,14 @@ from ...engine import forward, prepare_feeds
 from ...engine.program import Program, Step
 from ...graph.ir import Graph
 from ...oracles.finite_diff import FiniteDifferences
-from ..compare import Tolerance
+from ..compare import Tolerance, bounds
 from ..engine_run import EngineRun, run_engine
 from ..findings import parameters_through
 from ..options import VerifyOptions
 from ..report import ParameterResult
+
+
+EVIDENCE = 8  # failing elements localization checks one by one
 
 
 @dataclass
@@ -60,6 +63,21 @@ class Context:
         if node not in self._params_of:
             self._params_of[node] = parameters_through(self.program, node)
         return self._params_of[node]
+
+    def evidence(self, name: str, most: int = EVIDENCE) -> np.ndarray | None:
+        """Flat indices of the elements of parameter `name` its own element-wise check found beyond their
+        bound, worst first (at most `most`); None when there are none (passed, or not checked element by
+        element). Localization checks these elements themselves: a few random projections of a large
+        tensor, where one element moves a value by e / sqrt(n), would lose them."""
+        r = next((r for r in self.results if r.name == name), None)
+        if r is None or r.mode != "full" or r.passed or r.fd_error is None:
+            return None
+        g, ref = r.gradient.reshape(-1), np.asarray(r.reference, dtype=np.float64).reshape(-1)
+        with np.errstate(all="ignore"):
+            ratio = np.nan_to_num(np.abs(g - ref) / bounds(ref, self.tol, r.fd_error.reshape(-1)), nan=np.inf)
+        ratio[np.asarray(r.fd_undecidable, dtype=np.intp)] = 0.0
+        over = np.flatnonzero(ratio > 1)
+        return over[np.argsort(-ratio[over], kind="stable")][:most] if over.size else None
 
     def op_of(self, name: str) -> str:
         step = self.program.by_name.get(name)

@@ -103,7 +103,8 @@ def _bisection_findings(ctx: Context, known: list[Finding], failing: list[str], 
         if not failing:
             break
         traced = ctx.traced()
-        loc = localize(traced.program, ctx.fd, traced.adjoints, traced.contributions, ctx.tol, failing)
+        loc = localize(traced.program, ctx.fd, traced.adjoints, traced.contributions, ctx.tol, failing,
+                       ctx.evidence)
         if loc is None:
             break
         node = loc.culprit.step.name if loc.culprit is not None else loc.value

@@ -82,7 +82,7 @@ def check_locally(ctx: Context, traced, step: Step, k: int) -> NodeVerdict:
 
     # 1. the rule, in float64, against finite differences of this op alone
     rule64 = rule_contribution(step64, xs64, fd.base[step.name], a, k, shape)
-    dirs = local_directions(int(np.prod(shape, dtype=np.int64)))
+    dirs = local_directions(int(np.prod(shape, dtype=np.int64)), elements=ctx.evidence(name))
     ref, noise = local_vjp(step64, xs64, k, a, dirs)
     projected = rule64.reshape(-1) if dirs is None else dirs @ rule64.reshape(-1)
     check = fd_check(projected, ref, noise, RULE_TOL,

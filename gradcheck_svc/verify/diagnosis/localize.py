@@ -16,7 +16,7 @@ accumulation itself (float32 cancellation).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Callable
 
 import numpy as np
@@ -24,7 +24,7 @@ import numpy as np
 from ...engine.program import Program, Step
 from ...oracles.finite_diff import FiniteDifferences, local_vjp, random_directions, refine_local_vjp
 from ..compare import Comparison, Tolerance
-from ..fd_check import fd_check
+from ..fd_check import elements_check, fd_check
 from ..findings import WorstElement
 
 FULL_UP_TO = 32  # elements: check every element of an adjoint; above, random projections
@@ -55,18 +55,31 @@ class Located:
     checked: int  # adjoints checked
 
 
-def local_directions(n: int, seed: int = 0):
-    return None if n <= FULL_UP_TO else random_directions(n, DIRECTIONS, seed)
+def local_directions(n: int, seed: int = 0, elements=None):
+    """Every element up to FULL_UP_TO, else random projections -- and, first, a unit vector at each of
+    `elements` (the failing elements of a parameter: per-element evidence, lost in projections)."""
+    if n <= FULL_UP_TO:
+        return None
+    dirs = random_directions(n, DIRECTIONS, seed)
+    if elements is None or not len(elements):
+        return dirs
+    return np.concatenate([_one_hot(n, elements), dirs])
+
+
+def _one_hot(n: int, elements) -> np.ndarray:
+    out = np.zeros((len(elements), n))
+    out[np.arange(len(elements)), np.asarray(elements, dtype=np.intp)] = 1.0
+    return out
 
 
 def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: dict, contributions: dict,
-                   tol: Tolerance) -> LocalCheck:
+                   tol: Tolerance, elements=None) -> LocalCheck:
     name = step.inputs[k]
     a = np.asarray(adjoints.get(step.name, np.zeros(program.shapes[step.name])), dtype=np.float64)
     a = np.broadcast_to(a, program.shapes[step.name])
     engine = np.asarray(contributions.get((step.name, k), np.zeros(program.shapes[name])), dtype=np.float64)
     xs = [base[n] for n in step.inputs]
-    dirs = local_directions(engine.size)
+    dirs = local_directions(engine.size, elements=elements)
     ref, noise = local_vjp(step, xs, k, a, dirs)
     eng = engine.reshape(-1) if dirs is None else dirs @ engine.reshape(-1)
 
@@ -77,14 +90,16 @@ def check_consumer(program: Program, step: Step, k: int, base: dict, adjoints: d
 
 
 def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributions: dict, tol: Tolerance,
-             params: list[str]) -> Located | None:
+             params: list[str], evidence=lambda name: None) -> Located | None:
     """program: the engine's (any dtype); fd: the float64 oracle (its base values are the forward's);
     adjoints/contributions: host float64 copies from backward(keep_adjoints=True).
 
     Finding a wrong adjoint whose consumers' adjoints are all right: bisect over the values in reverse
     topological order (on a chain, wrong exactly from the faulty node back), then walk from the value
     found towards the loss while one of its consumers is wrong. About log2(n) + fan-out checks, each a
-    batched forward of the downstream part only."""
+    batched forward of the downstream part only. evidence(name) -> the flat indices of a parameter's
+    failing elements (or None): its adjoint and its consumers' contributions are checked at those
+    elements one by one, besides the random projections."""
     down = program.downstream(params)
     order = [s.name for s in reversed(program.steps) if s.needs_grad and s.name in down and s.name != program.output]
     order += [p for p in params if p not in order]
@@ -102,12 +117,22 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
         if v not in checks:
             engine = np.asarray(adjoints.get(v, np.zeros(program.shapes[v])), dtype=np.float64)
             engine = np.broadcast_to(engine, program.shapes[v])
-            ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection", directions=DIRECTIONS)
-            eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
-            chk = fd_check(eng, ref.reference, ref.noise, tol, lambda which, settled: fd.refine(v, ref, which, settled))
+            elements = evidence(v)
+            if elements is not None and engine.size > FULL_UP_TO:
+                chk = elements_check(fd, v, engine.reshape(-1), elements, tol)
+            else:
+                ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection",
+                                  directions=DIRECTIONS)
+                eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
+                chk = fd_check(eng, ref.reference, ref.noise, tol,
+                               lambda which, settled: fd.refine(v, ref, which, settled))
+            cmp = chk.comparison
+            if elements is not None and engine.size > FULL_UP_TO:  # the worst element, as an index of v
+                flat = int(elements[cmp.worst_index[0]]) if cmp.worst_index else 0
+                cmp = replace(cmp, worst_index=tuple(int(i) for i in np.unravel_index(flat, engine.shape)))
             # an undecidable value (differences straddling a kink nearer than every step) clears nothing:
             # the walk goes on to the node whose kink it is, where the one-sided differences decide
-            checks[v], shown[v] = chk.comparison, chk.passed and not len(chk.undecidable)
+            checks[v], shown[v] = cmp, chk.passed and not len(chk.undecidable)
         return shown[v]
 
     # bisect: lo is right (or the loss side), hi is wrong
@@ -130,8 +155,8 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
         u = nxt
     cmp = checks[u]
     worst = WorstElement(cmp.worst_index, cmp.engine_at_worst, cmp.reference_at_worst)
-    local = [check_consumer(fd.program, fd.program.by_name[s.name], k, fd.base, adjoints, contributions, tol)
-             for s, k in consumers_of.get(u, ())]
+    local = [check_consumer(fd.program, fd.program.by_name[s.name], k, fd.base, adjoints, contributions, tol,
+                            evidence(u)) for s, k in consumers_of.get(u, ())]
     culprit = next((c for c in local if not c.comparison.passed), None)
     return Located(u, worst, culprit, local, len(checks))
 

@@ -124,7 +124,7 @@ def _parameter_table(report: dict) -> str:
             "<th>worst element</th></tr>")
     out = [head]
     # failing parameters first (in the report's order otherwise); past PARAMETER_ROWS, the rest collapsed
-    rows = sorted(rows, key=lambda p: not str(p.get("status", "")).startswith("FAIL"))
+    rows = sorted(rows, key=lambda p: not str(p.get("status", "")).startswith(("FAIL", "undecided", "not provided")))
     left, rows = len(rows) - MAX_PARAMETER_ROWS, rows[:MAX_PARAMETER_ROWS]
     who = "claimed" if report.get("subject") == "claimed" else "engine"
     for k, p in enumerate(rows):
@@ -389,7 +389,7 @@ def _index(items: list[RunItem], order: list[int]) -> str:
         item = items[k]
         report = item.report or {}
         failing = [str(p.get("name")) for p in report.get("parameters") or []
-                   if str(p.get("status", "")).startswith("FAIL")]
+                   if str(p.get("status", "")).startswith(("FAIL", "undecided"))]
         errors = [f for f in report.get("findings") or [] if f.get("severity") == "error"]
         where = f"{errors[0].get('cause')} at node {errors[0].get('node')}" if errors else item.error
         rows.append(f"<tr><td>{_badge(_verdict(item))}</td><td class='mono'><a href='#item-{k}'>"
