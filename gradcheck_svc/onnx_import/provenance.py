@@ -36,40 +36,49 @@ MAX_META = 20_000  # characters of a node's scope metadata read at most (a real 
 
 
 def _legacy_module(node_name: str) -> str:
-    """`/layer1/layer1.0/conv1/Conv` -> `layer1.0.conv1`. Each scope is a module's qualified name cut
-    after its last non-numeric part (torch.onnx's _unqualified_variable_name): `layer1.0` under
-    `layer1`, `conv1` under `layer1.0`."""
-    path = ""
+    """`/layer1/layer1.0/conv1/Conv` -> `layer1.0.conv1`; `/m/layers.0/norm/LayerNormalization` ->
+    `m.layers.0.norm`. Each scope is a module's qualified name cut before its last non-numeric part
+    (torch.onnx's _unqualified_variable_name: `layer1.0`, `layers.0`, `conv1`), so a scope with
+    numeric parts either continues the path (`layer1.0` under `layer1`) or adds a container that was
+    never called (`layers.0` under `m`: the ModuleList `m.layers`)."""
+    atoms: list[str] = []
     for scope in node_name.split("/")[1:-1]:
         if not scope:
             return ""
-        last = scope.rsplit(".", 1)[-1]
-        path = scope if not path else f"{path}.{last if '.' in scope else scope}"
-    return path
+        parts = scope.split(".")
+        # the longest tail of the path that the scope starts with, leaving it one new part at least
+        k = next((k for k in range(min(len(atoms), len(parts) - 1), 0, -1) if atoms[-k:] == parts[:k]), 0)
+        atoms += parts[k:]
+    return ".".join(atoms)
 
 
 def _meta(node) -> dict:
     return {p.key: p.value for p in node.metadata_props}
 
 
-def _module(node) -> tuple[str, bool]:
-    """(the torch module path of the node, whether its class is a torch.nn one, so ROLES apply)."""
+def _module(node) -> tuple[str, str]:
+    """(the torch module path of the node, its class: a qualified name from the dynamo exporter, ""
+    when the exporter does not say -- the TorchScript one: its modules are taken to be torch.nn's)."""
     meta = _meta(node)
     scopes = meta.get("pkg.torch.onnx.name_scopes")
     if scopes is not None:  # the dynamo exporter: qualified names, the last one the op's own
         classes = meta.get("pkg.torch.onnx.class_hierarchy", "[]")
         if len(scopes) + len(classes) > MAX_META:
-            return "", False
+            return "", "?"
         try:  # a model's strings are hostile: literals only, and any failure means "not known"
             scopes, classes = ast.literal_eval(scopes), ast.literal_eval(classes)
         except (ValueError, TypeError, SyntaxError, RecursionError, MemoryError):
-            return "", False
+            return "", "?"
         module = scopes[-2] if isinstance(scopes, list) and len(scopes) >= 3 else ""
-        nn = isinstance(classes, list) and len(classes) >= 2 and str(classes[-2]).startswith("torch.nn.modules.")
-        return str(module), nn
+        cls = str(classes[-2]) if isinstance(classes, list) and len(classes) >= 2 else "?"
+        return str(module), cls
     if node.name.startswith("/"):
-        return _legacy_module(node.name), True
-    return "", False
+        return _legacy_module(node.name), ""
+    return "", "?"
+
+
+def _is_nn(cls: str) -> bool:
+    return cls == "" or cls.startswith("torch.nn.modules.")
 
 
 def _attr(node, name: str, default):
@@ -79,40 +88,131 @@ def _attr(node, name: str, default):
     return default
 
 
-def _entry(alias: str, node, slot: int, ndim: int) -> tuple[str, str]:
+# the parameter names torch.nn modules give their own tensors (the last part of a named_parameters() key)
+LEAF = re.compile(r"(?<![^_])(?:in_proj_weight|in_proj_bias|[qkv]_proj_weight|bias_[kv]|(?:weight|bias)_(?:ih|hh|hr)_l\d+"
+                  r"(?:_reverse)?|weight|bias)$")
+PLACEHOLDER = re.compile(r"%p_(\w+)")  # torch.export's name of a parameter input: p_ + its key, dots as _
+
+
+def _fx_parameters(node, module: str, known: dict) -> list[str]:
+    """The torch parameters the dynamo exporter says the node's torch op read (its fx_node's `%p_...`
+    arguments), as named_parameters() keys: a placeholder spells a key with `_` for `.`, so it is
+    read back through the model's own kept names (`known`: underscored -> key) or as `module.leaf`
+    (`p_layer_self_attn_in_proj_weight` in module `layer.self_attn`: `layer.self_attn.in_proj_weight`);
+    one that cannot be told apart (`a_b_weight`: `a_b.weight` or `a.b.weight`) is left out."""
+    fx = _meta(node).get("pkg.torch.onnx.fx_node", "")[:MAX_META]
+    out = []
+    for p in PLACEHOLDER.findall(fx.split("args = ", 1)[-1]):
+        prefix = module.replace(".", "_") + "_" if module else ""
+        leaf = p[len(prefix):] if p.startswith(prefix) else ""
+        rest = leaf[:-len(m.group())].rstrip("_") if leaf and (m := LEAF.search(leaf)) else None
+        if p in known:
+            out.append(known[p])
+        elif rest == "" and module:
+            out.append(f"{module}.{leaf}")
+        elif rest and "_" not in rest and module:
+            out.append(f"{module}.{rest}.{leaf[len(rest) + 1:]}")
+    return out
+
+
+def _kind(name: str) -> str:
+    """weight or bias, by a torch.nn key's last part."""
+    leaf = name.rsplit(".", 1)[-1]
+    return "bias" if leaf.startswith("bias") or leaf.endswith("bias") else "weight"
+
+
+# ONNX's recurrent ops keep one W, R, B for all directions (W[d], R[d]; B[d] = input then hidden bias),
+# their gate blocks in another order than torch's: the relation names the op, docs/onnx.md the order
+RNN_OPS = {"LSTM": "lstm_gates", "GRU": "gru_gates", "RNN": "rnn_stacked"}
+
+
+def _rnn_entries(alias: str, node, slot: int, layer: int, shape: tuple) -> list[tuple[str, str]]:
+    """(torch name, relation) for each part of an ONNX LSTM/GRU/RNN node's W (slot 1), R (2) or B (3):
+    torch's weight_ih_l{layer}, weight_hh_l{layer}, bias_ih/bias_hh (`_reverse`: direction 1)."""
+    module, cls = _module(node)
+    if not module or not _is_nn(cls) or slot not in (1, 2, 3) or len(shape) < 2 or not MADE.match(alias):
+        return [("", "derived")]
+    relation = RNN_OPS[node.op_type]
+    out = []
+    for d in range(shape[0]):
+        suffix = f"_l{layer}" + ("_reverse" if d else "")
+        kinds = {1: ["weight_ih"], 2: ["weight_hh"], 3: ["bias_ih", "bias_hh"]}[slot]
+        out += [(f"{module}.{k}{suffix}", relation) for k in kinds]
+    return out
+
+
+def _mha_weight(module: str, shape: tuple, known: set) -> str:
+    """A MultiheadAttention's weight a MatMul reads transposed, without the dynamo exporter's word for
+    it: the module is one (it has in_proj_bias or out_proj's tensors) and the weight is the packed
+    q, k, v projection (E x 3E) -- else nothing is said."""
+    if not any(f"{module}.{n}" in known for n in ("in_proj_bias", "out_proj.weight", "out_proj.bias")):
+        return ""
+    return f"{module}.in_proj_weight" if len(shape) == 2 and shape[1] == 3 * shape[0] else ""
+
+
+def _entry(alias: str, node, slot: int, shape: tuple, ctx: dict) -> tuple[str, str]:
     """(torch name, relation) of the parameter `alias` as input `slot` of `node` reads it."""
-    module, nn = _module(node)
-    role = ROLES.get(node.op_type, {}).get(slot) if nn else None
+    module, cls = _module(node)
+    role = ROLES.get(node.op_type, {}).get(slot) if _is_nn(cls) else None
     if MADE.match(alias):
+        if node.op_type == "InstanceNormalization":
+            return "", "derived"  # GroupNorm's (and an affine-free InstanceNorm's) ones and zeros
+        if node.op_type in ("Mul", "Add") and module in ctx["instance_norm"] and len(shape) >= 2 and \
+                all(d == 1 for d in shape[1:]):  # GroupNorm: normalized per group, then x * weight + bias
+            return f"{module}.{'weight' if node.op_type == 'Mul' else 'bias'}", "reshaped"
         if not module or role is None:
             return "", "derived"
-        transposed = ndim == 2 and slot == 1 and (node.op_type == "MatMul" or
-                                                  (node.op_type == "Gemm" and not _attr(node, "transB", 0)))
-        return f"{module}.{role}", "transposed" if transposed else "derived"
+        if node.op_type in ("Conv", "ConvTranspose"):  # BatchNorm folded in: the bias may be no module's
+            return (f"{module}.weight", "derived") if role == "weight" else ("", "derived")
+        transposed = len(shape) == 2 and slot == 1 and (node.op_type == "MatMul" or
+                                                        (node.op_type == "Gemm" and not _attr(node, "transB", 0)))
+        read = [n for n in _fx_parameters(node, module, ctx["underscored"]) if _kind(n) == role]
+        name = read[0] if len(read) == 1 else _mha_weight(module, shape, ctx["known"]) or f"{module}.{role}"
+        return name, "transposed" if transposed else "derived"
     if "BatchNorm" in _meta(node).get("pkg.onnxscript.rewriter.rule_name", "") and slot in (1, 2):
-        return alias, "derived"  # the dynamo exporter folded BatchNorm in, keeping the Conv's names
+        # the dynamo exporter folded BatchNorm in, keeping the Conv's names (and making a bias)
+        return (alias, "derived") if slot == 1 else ("", "derived")
     owner = alias.rsplit(".", 1)[0] if "." in alias else ""
-    if role is not None and module and owner and owner != module and not module.startswith(owner + "."):
+    if role is not None and module and owner and owner != module and not module.startswith(owner + ".") \
+            and not owner.startswith(module + "."):
         # one module reads another's parameter: the exporter merged their equal tensors into one
         return f"{module}.{role}", "same"
     return alias, "same"
 
 
-def source_names(model, params, ndims: dict) -> dict:
+def _context(model) -> dict:
+    """What the entries need to know about the whole model: the names it kept (torch's keys), the same
+    spelled as torch.export's placeholders, the modules with an InstanceNormalization node."""
+    known = {t.name for t in model.graph.initializer if not MADE.match(t.name)}
+    norms = {_module(n)[0] for n in model.graph.node if n.op_type == "InstanceNormalization"}
+    return {"known": known, "underscored": {k.replace(".", "_"): k for k in known}, "instance_norm": norms - {""}}
+
+
+def source_names(model, params, shapes: dict) -> dict:
     """{parameter (an initializer's name): [{name, relation, onnx_name, read_by}]} for the parameters
-    whose names say more than their own name does (merged, transposed, derived); ndims: each
-    initializer's rank."""
+    whose names say more than their own name does (merged, transposed, reshaped, derived, an RNN's
+    gates); shapes: each initializer's shape."""
+    ctx = _context(model)
     root = {}  # an Identity output of a parameter -> the parameter
     readings: dict[str, dict] = {}  # parameter -> {(name, relation, alias): [node labels]}
+    layers: dict[str, int] = {}  # module -> recurrent nodes seen in it (a layer each, in order)
     for node in model.graph.node:
         ins = [root.get(n, n) if n else n for n in node.input]
         if node.op_type == "Identity" and ins and ins[0] in params:
             root[node.output[0]] = ins[0]
             continue
+        layer = None
+        if node.op_type in RNN_OPS:
+            module = _module(node)[0]
+            layer = layers[module] = layers.get(module, -1) + 1
         for slot, (alias, param) in enumerate(zip(node.input, ins)):
-            if param in params:
-                key = (*_entry(alias, node, slot, ndims.get(param, 0)), alias)
-                readings.setdefault(param, {}).setdefault(key, []).append(node.name or node.output[0])
+            if param not in params:
+                continue
+            shape = tuple(shapes.get(param, ()))
+            found = (_rnn_entries(alias, node, slot, layer, shape) if layer is not None
+                     else [_entry(alias, node, slot, shape, ctx)])
+            for name, relation in found:
+                readings.setdefault(param, {}).setdefault((name, relation, alias), []).append(node.name or node.output[0])
     out = {}
     for param, entries in readings.items():
         if list(entries) == [(param, "same", param)]:
