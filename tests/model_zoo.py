@@ -213,16 +213,17 @@ class _Stack(nn.Module):
 
 
 class GroupNormStack(nn.Module):
-    """Conv, GroupNorm (InstanceNormalization plus a scale and shift in ONNX), then a ModuleList of
-    pre-norm residual blocks inside the named module `m` on a rank-3 input (MatMul weights)."""
+    """Conv, GroupNorm (InstanceNormalization plus a scale and shift in ONNX), a PReLU per channel (its
+    slope stored as (C, 1, 1)), then a ModuleList of pre-norm residual blocks inside the named module
+    `m` on a rank-3 input (MatMul weights)."""
 
     def __init__(self, c=4, d=9):
         super().__init__()
-        self.conv, self.gn = nn.Conv2d(2, c, 3, padding=1), nn.GroupNorm(2, c)
+        self.conv, self.gn, self.act = nn.Conv2d(2, c, 3, padding=1), nn.GroupNorm(2, c), nn.PReLU(c)
         self.m = _Stack(d)
 
     def forward(self, x):
-        return self.m(torch.tanh(self.gn(self.conv(x))).flatten(2))
+        return self.m(self.act(self.gn(self.conv(x))).flatten(2))
 
 
 @_seeded

@@ -162,6 +162,8 @@ def _entry(alias: str, node, slot: int, shape: tuple, ctx: dict) -> tuple[str, s
             return f"{module}.{'weight' if node.op_type == 'Mul' else 'bias'}", "reshaped"
         if not module or role is None:
             return "", "derived"
+        if node.op_type == "PRelu":  # the slope given the dimensions it broadcasts over: (C, 1, 1)
+            return f"{module}.weight", "reshaped"
         if node.op_type in ("Conv", "ConvTranspose"):  # BatchNorm folded in: the bias may be no module's
             return (f"{module}.weight", "derived") if role == "weight" else ("", "derived")
         transposed = len(shape) == 2 and slot == 1 and (node.op_type == "MatMul" or
