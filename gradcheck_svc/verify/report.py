@@ -19,10 +19,12 @@ graph's directional derivatives) or "joint, then full|projection" (flagged by th
 checked on its own); `passed` is then engine vs symbolic, `fd_passed` engine vs
 FD, and `verdict_reference` says which one decided. `source_names`: the names the parameter has in
 the framework that made the model, when the ONNX importer can tell and they say more than its own
-name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed" or "derived"; `onnx_name`, the
-name the model reads it by; `read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic`
-(status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
-`expr` node, with `user_grad_matches` true/false/null).
+name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed", "reshaped", "derived" or an
+RNN's "lstm_gates", "gru_gates", "rnn_stacked"; `onnx_name`, the name the model reads it by;
+`read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic` (status, reason when skipped,
+sizes, seconds), `custom_ops` (one entry per `expr` node, with `user_grad_matches` true/false/null)
+and `attributes` (verify/attributes.py: each node's structural attributes as verified, `used`, and
+those it was not given, `defaulted`).
 
 `status` is the row as the verdict sees it (verdict.py): "ok", "ok (precision)" or
 "ok (kink)" (a mismatch a finding explains: `explained_by` names its cause), "affected" (an error
@@ -192,6 +194,7 @@ class Report:
     timelines: dict = field(default_factory=dict)  # run -> engine.memory.Timeline (memory_timelines)
     symbolic: object = None  # oracles.symbolic.SymbolicResult
     custom_ops: list = field(default_factory=list)  # verify.custom_ops.CustomOpCheck
+    attributes: list = field(default_factory=list)  # verify/attributes.py: what each node was verified with
 
     @property
     def passed(self) -> bool:
@@ -210,6 +213,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "symbolic": self.symbolic.to_dict() if self.symbolic is not None else {"status": "off"},
             "custom_ops": [c.to_dict() for c in self.custom_ops],
+            "attributes": [dict(a) for a in self.attributes],
             "memory": dict(self.memory),
             "memory_timelines": [{"run": run, "steps": [m.label for m in marks],
                                   "live_bytes": marks.columns[0].tolist(),
