@@ -124,8 +124,8 @@ def lstm():
 
 
 @_seeded
-def gru():
-    return Recurrent(nn.GRU), torch.randn(2, 4, 3)
+def gru():  # two layers: the second ONNX GRU node is torch's *_l1
+    return Recurrent(nn.GRU, num_layers=2), torch.randn(2, 4, 3)
 
 
 @_seeded
