@@ -8,12 +8,19 @@ PyTorch's exporters do not always keep one initializer per torch parameter:
   initializer `onnx::MatMul_N`; the dynamo exporter likewise as `val_N`;
 - it folds BatchNorm into the Conv before it (a new `onnx::Conv_N`; the dynamo exporter keeps the
   Conv weight's name and marks the Conv node FuseBatchNormIntoConv): no torch parameter has that
-  tensor's gradient.
+  tensor's gradient;
+- GroupNorm becomes InstanceNormalization over the groups (its scale and shift: ones and zeros, no
+  torch tensor) then `* weight + bias` with the module's tensors reshaped to (C, 1, 1); PReLU's
+  slope likewise: "reshaped";
+- an LSTM, GRU or RNN's tensors become one W, R, B per ONNX node, stacked by direction with the
+  gate blocks in ONNX's order ("lstm_gates", "gru_gates", "rnn_stacked": docs/onnx.md).
 Each name a parameter is read by, and each node that reads it, says which torch parameter it
-stands for: the name itself when the exporter kept it, else the reading node's module path (the
-TorchScript exporter's node names, `/layer1/layer1.0/conv1/Conv`; the dynamo exporter's
-`pkg.torch.onnx.name_scopes`) and the input's role in the op (a Conv's input 1 is its module's
-`weight`, as nn.Conv2d names it). Nothing here changes the graph; it is read by people only.
+stands for: the name itself when the exporter kept it; else the parameter the dynamo exporter's
+`pkg.torch.onnx.fx_node` says the torch op read (`%p_layer_self_attn_in_proj_weight`); else the
+reading node's module path (the TorchScript exporter's node names, `/layer1/layer1.0/conv1/Conv`;
+the dynamo exporter's `pkg.torch.onnx.name_scopes`) and the input's role in the op (a Conv's input
+1 is its module's `weight`, as nn.Conv2d names it). Every name given is a named_parameters() key
+or empty (tests/test_model_zoo.py). Nothing here changes the graph; it is read by people only.
 """
 from __future__ import annotations
 
@@ -89,8 +96,8 @@ def _attr(node, name: str, default):
 
 
 # the parameter names torch.nn modules give their own tensors (the last part of a named_parameters() key)
-LEAF = re.compile(r"(?<![^_])(?:in_proj_weight|in_proj_bias|[qkv]_proj_weight|bias_[kv]|(?:weight|bias)_(?:ih|hh|hr)_l\d+"
-                  r"(?:_reverse)?|weight|bias)$")
+LEAF = re.compile(r"(?<![^_])(?:in_proj_weight|in_proj_bias|[qkv]_proj_weight|bias_[kv]|"
+                  r"(?:weight|bias)_(?:ih|hh|hr)_l\d+(?:_reverse)?|weight|bias)$")
 PLACEHOLDER = re.compile(r"%p_(\w+)")  # torch.export's name of a parameter input: p_ + its key, dots as _
 
 
@@ -213,8 +220,9 @@ def source_names(model, params, shapes: dict) -> dict:
             shape = tuple(shapes.get(param, ()))
             found = (_rnn_entries(alias, node, slot, layer, shape) if layer is not None
                      else [_entry(alias, node, slot, shape, ctx)])
+            label = node.name or node.output[0]
             for name, relation in found:
-                readings.setdefault(param, {}).setdefault((name, relation, alias), []).append(node.name or node.output[0])
+                readings.setdefault(param, {}).setdefault((name, relation, alias), []).append(label)
     out = {}
     for param, entries in readings.items():
         if list(entries) == [(param, "same", param)]:
