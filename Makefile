@@ -37,7 +37,8 @@ test: $(STAMP) node-deps
 # skips, quoting clients/node/npm-install.log
 node-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d clients/node/node_modules/@grpc/grpc-js ]; then \
-	  (cd clients/node && timeout 300 npm ci --no-audit --no-fund > npm-install.log 2>&1) || \
+	  (cd clients/node && $$(command -v timeout >/dev/null && echo timeout 300) npm ci --no-audit --no-fund \
+	   --prefer-offline --fetch-retries=1 > npm-install.log 2>&1) || \
 	  echo "node-deps: npm ci failed (clients/node/npm-install.log); the Node client test will skip"; fi
 
 # the whole suite on the newest releases of every dependency, in a venv of its own (.venv-latest)
