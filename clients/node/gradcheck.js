@@ -21,6 +21,9 @@ const PROTO_ROOT = path.resolve(__dirname, "..", "..", "proto");
 // names the member that is set
 const LOADER_OPTIONS = { keepCase: true, longs: Number, enums: String, defaults: false, oneofs: true };
 
+// The member names are camelCase (numberValue, listValue) whatever keepCase says: protobufjs bundles
+// google/protobuf/struct.proto's types in that spelling rather than parsing the file.
+
 /** A google.protobuf.Value for a JSON value (numbers are doubles, as in JSON). */
 function toValue(v) {
   if (v === null || v === undefined) return { nullValue: "NULL_VALUE" };

@@ -148,13 +148,35 @@ def _rnn_entries(alias: str, node, slot: int, layer: int, shape: tuple) -> list[
     return out
 
 
-def _mha_weight(module: str, shape: tuple, known: set) -> str:
+def _mha_weight(module: str, shape: tuple, known: set) -> str | None:
     """A MultiheadAttention's weight a MatMul reads transposed, without the dynamo exporter's word for
-    it: the module is one (it has in_proj_bias or out_proj's tensors) and the weight is the packed
-    q, k, v projection (E x 3E) -- else nothing is said."""
+    it: None when the module is no MultiheadAttention (it has neither in_proj_bias nor out_proj's
+    tensors), its packed q, k, v projection `in_proj_weight` when the weight is E x 3E, else "" (not
+    told: such a module has no `weight`)."""
     if not any(f"{module}.{n}" in known for n in ("in_proj_bias", "out_proj.weight", "out_proj.bias")):
-        return ""
+        return None
     return f"{module}.in_proj_weight" if len(shape) == 2 and shape[1] == 3 * shape[0] else ""
+
+
+def _made_entry(node, slot: int, shape: tuple, ctx: dict, module: str, role: str | None) -> tuple[str, str]:
+    """(torch name, relation) of a tensor the exporter made, as input `slot` of `node` reads it."""
+    if node.op_type == "InstanceNormalization":
+        return "", "derived"  # GroupNorm's (and an affine-free InstanceNorm's) ones and zeros
+    if node.op_type in ("Mul", "Add") and module in ctx["instance_norm"] and len(shape) >= 2 and \
+            all(d == 1 for d in shape[1:]):  # GroupNorm: normalized per group, then x * weight + bias
+        return f"{module}.{'weight' if node.op_type == 'Mul' else 'bias'}", "reshaped"
+    if not module or role is None:
+        return "", "derived"
+    if node.op_type == "PRelu":  # the slope given the dimensions it broadcasts over: (C, 1, 1)
+        return f"{module}.weight", "reshaped"
+    if node.op_type in ("Conv", "ConvTranspose"):  # BatchNorm folded in: the bias may be no module's
+        return (f"{module}.weight", "derived") if role == "weight" else ("", "derived")
+    transposed = len(shape) == 2 and slot == 1 and (node.op_type == "MatMul" or
+                                                    (node.op_type == "Gemm" and not _attr(node, "transB", 0)))
+    read = [n for n in _fx_parameters(node, module, ctx["underscored"]) if _kind(n) == role]
+    mha = _mha_weight(module, shape, ctx["known"]) if len(read) != 1 else None
+    name = read[0] if len(read) == 1 else f"{module}.{role}" if mha is None else mha
+    return (name, "transposed" if transposed else "derived") if name else ("", "derived")
 
 
 def _entry(alias: str, node, slot: int, shape: tuple, ctx: dict) -> tuple[str, str]:
@@ -162,22 +184,7 @@ def _entry(alias: str, node, slot: int, shape: tuple, ctx: dict) -> tuple[str, s
     module, cls = _module(node)
     role = ROLES.get(node.op_type, {}).get(slot) if _is_nn(cls) else None
     if MADE.match(alias):
-        if node.op_type == "InstanceNormalization":
-            return "", "derived"  # GroupNorm's (and an affine-free InstanceNorm's) ones and zeros
-        if node.op_type in ("Mul", "Add") and module in ctx["instance_norm"] and len(shape) >= 2 and \
-                all(d == 1 for d in shape[1:]):  # GroupNorm: normalized per group, then x * weight + bias
-            return f"{module}.{'weight' if node.op_type == 'Mul' else 'bias'}", "reshaped"
-        if not module or role is None:
-            return "", "derived"
-        if node.op_type == "PRelu":  # the slope given the dimensions it broadcasts over: (C, 1, 1)
-            return f"{module}.weight", "reshaped"
-        if node.op_type in ("Conv", "ConvTranspose"):  # BatchNorm folded in: the bias may be no module's
-            return (f"{module}.weight", "derived") if role == "weight" else ("", "derived")
-        transposed = len(shape) == 2 and slot == 1 and (node.op_type == "MatMul" or
-                                                        (node.op_type == "Gemm" and not _attr(node, "transB", 0)))
-        read = [n for n in _fx_parameters(node, module, ctx["underscored"]) if _kind(n) == role]
-        name = read[0] if len(read) == 1 else _mha_weight(module, shape, ctx["known"]) or f"{module}.{role}"
-        return name, "transposed" if transposed else "derived"
+        return _made_entry(node, slot, shape, ctx, module, role)
     if "BatchNorm" in _meta(node).get("pkg.onnxscript.rewriter.rule_name", "") and slot in (1, 2):
         # the dynamo exporter folded BatchNorm in, keeping the Conv's names (and making a bias)
         return (alias, "derived") if slot == 1 else ("", "derived")
