@@ -67,6 +67,25 @@ def test_the_python_client_sees_the_same_attributes(server):
     with Client(server.target, timeout=120) as c:
         report = c.verify(b.build(), symbolic=False)
     assert report.data["loss"] == 155
-    by_node = {a["node"]: a for a in report.data["attributes"]}
-    assert by_node["s"] == {"node": "s", "op": "sum", "used": {"axis": 0, "keepdims": False}, "defaulted": ["keepdims"]}
-    assert by_node["L"]["defaulted"] == ["axis", "keepdims"] and "sq" not in by_node  # square has no attributes
+    assert report.data["attributes"] == [  # square has no attributes: no entry
+        {"op": "sum", "used": {"axis": 0, "keepdims": False}, "defaulted": ["keepdims"], "nodes": ["s"]},
+        {"op": "sum", "used": {"axis": None, "keepdims": False}, "defaulted": ["axis", "keepdims"], "nodes": ["L"]}]
+
+
+def test_nodes_that_agree_share_one_entry():
+    """A chain of one op verified with the same attributes is one entry naming every node, in order."""
+    import numpy as np
+
+    from gradcheck_svc.graph import load_graph
+    from gradcheck_svc.graph.build import GraphBuilder
+    from gradcheck_svc.verify.attributes import attributes_used
+
+    b = GraphBuilder("chain")
+    h = b.input("x", np.ones((2, 3)), requires_grad=True)
+    for i in range(4):
+        h = b.node("softmax", h, name=f"p{i}", **({"axis": 0} if i == 2 else {}))
+    b.output(b.node("sum", h, name="L"))
+    got = attributes_used(load_graph(b.build()))
+    assert [(e["op"], e["used"], e["defaulted"], e["nodes"]) for e in got] == [
+        ("softmax", {"axis": -1}, ["axis"], ["p0", "p1", "p3"]), ("softmax", {"axis": 0}, [], ["p2"]),
+        ("sum", {"axis": None, "keepdims": False}, ["axis", "keepdims"], ["L"])]

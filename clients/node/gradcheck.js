@@ -106,10 +106,14 @@ function richError(err) {
   return { code: status.code, message: status.message, violations };
 }
 
-/** The report's attributes as {node: {op, used, defaulted}}. */
+/** The report's attributes (one entry per distinct op, used, defaulted, with its nodes) as
+ * {node: {op, used, defaulted}}. */
 function attributesByNode(report) {
   const out = {};
-  for (const a of report.attributes || []) out[a.node] = { op: a.op, used: fromStruct(a.used), defaulted: a.defaulted || [] };
+  for (const a of report.attributes || []) {
+    const entry = { op: a.op, used: fromStruct(a.used), defaulted: a.defaulted || [] };
+    for (const node of a.nodes || []) out[node] = entry;
+  }
   return out;
 }
 

@@ -4,10 +4,11 @@ client passing `attrs: {axis: 0}` as a plain object to a binary encoder sends an
 the op's default, `sum` over everything instead of over axis 0, and the check then passes for a
 function nobody wrote. So the report states, for every node whose op has attributes that shape its
 result (the registry's int, bool, ints and axes kinds: axis, keepdims, perm, shape, strides...),
-the value of each one it used and which of them were not given."""
+the value of each one it used and which of them were not given (nodes that agree share one entry)."""
 from __future__ import annotations
 
 from ..graph.ir import Graph
+from ..graph.validate import convert_attrs
 
 STRUCTURAL = ("int", "bool", "ints", "axes")  # Attr kinds that decide which elements meet where
 
@@ -17,14 +18,18 @@ def _plain(v):
 
 
 def attributes_used(graph: Graph) -> list[dict]:
-    """[{node, op, used: {attribute: value}, defaulted: [attribute names not given]}], in graph order."""
-    out = []
+    """[{op, used: {attribute: value}, defaulted: [attributes not given], nodes: [names]}]: one entry
+    per distinct (op, used, defaulted), in the order of their first node, so that a 100,000-node
+    chain of one op costs one entry and its names."""
+    groups: dict[tuple, dict] = {}
     for node in graph.nodes:
         keys = [k for k, a in node.op.attrs.items() if a.kind in STRUCTURAL]
         if not keys:
             continue
-        used = {k: _plain(node.user_attrs[k]) if k in node.user_attrs else _plain(node.op.attrs[k].default)
-                for k in keys}
-        out.append({"node": node.name, "op": node.op.name, "used": used,
-                    "defaulted": [k for k in keys if k not in node.user_attrs]})
-    return out
+        typed = convert_attrs(node.name, node.op, node.user_attrs)  # as validation read them: axis 0, not 0.0
+        used = {k: _plain(typed[k]) for k in keys}
+        defaulted = [k for k in keys if k not in node.user_attrs]
+        key = (node.op.name, repr(used), tuple(defaulted))  # the keys in the op's order: repr is canonical
+        entry = groups.setdefault(key, {"op": node.op.name, "used": used, "defaulted": defaulted, "nodes": []})
+        entry["nodes"].append(node.name)
+    return list(groups.values())

@@ -23,8 +23,8 @@ name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed", "reshaped"
 RNN's "lstm_gates", "gru_gates", "rnn_stacked"; `onnx_name`, the name the model reads it by;
 `read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic` (status, reason when skipped,
 sizes, seconds), `custom_ops` (one entry per `expr` node, with `user_grad_matches` true/false/null)
-and `attributes` (verify/attributes.py: each node's structural attributes as verified, `used`, and
-those it was not given, `defaulted`).
+and `attributes` (verify/attributes.py: the structural attributes nodes were verified with, `used`,
+those not given, `defaulted`, and the `nodes` that share them).
 
 `status` is the row as the verdict sees it (verdict.py): "ok", "ok (precision)" or
 "ok (kink)" (a mismatch a finding explains: `explained_by` names its cause), "affected" (an error
