@@ -189,6 +189,25 @@ def test_dynamo_scalar_initializers_are_constants_by_default():
     assert set(scalars) <= set(everything.parameters)
 
 
+def test_dynamo_shape_one_scalars_are_constants_like_0d_ones():
+    """The dynamo exporter stores attention's scale 1/sqrt(head dim) as a shape-[1] `val_N`: a constant
+    by default, as 0-d scalars are; `--params initializers` still makes it a parameter."""
+    import onnx
+
+    from model_zoo import transformer_encoder_layer
+
+    model, x = transformer_encoder_layer()
+    blob = export(model, x, "dynamo")
+    ones = {t.name for t in onnx.load_from_string(blob).graph.initializer
+            if list(t.dims) == [1] and t.data_type == onnx.TensorProto.DOUBLE}
+    assert ones and all(n.startswith("val_") for n in ones)  # what the exporter does today
+    graph = load_graph(import_onnx(blob))
+    assert not ones & set(graph.parameters)
+    assert set(graph.parameters) >= {"layer.self_attn.in_proj_bias", "layer.norm1.weight"}
+    everything = load_graph(import_onnx(blob, ImportOptions(params="initializers")))
+    assert ones <= set(everything.parameters)
+
+
 def test_fault_on_a_value_layer_norm_saves_is_caught_at_that_node():
     """nn.TransformerEncoderLayer through the dynamo exporter: LayerNormalization saves its input for
     the backward; scaling that saved copy is caught, and the finding names the layer_norm node."""
