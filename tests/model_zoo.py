@@ -231,5 +231,12 @@ def groupnorm_modulelist():
     return GroupNormStack(), torch.randn(2, 2, 3, 3)
 
 
+def tiny_vit_merged():
+    """TinyViT as initialized: nn.TransformerEncoder's layers are deep copies of one, so the exporters
+    merge each pair of equal tensors into one, whose gradient is the sum of both layers'."""
+    torch.manual_seed(0)
+    return TinyViT().eval().double(), torch.randn(1, 3, 8, 8, dtype=torch.float64)
+
+
 ZOO = [resnet_block, mobilenetv3_block, lstm, gru, rnn_tanh, transformer_encoder_layer, tiny_vit, mlp_layernorm_gelu,
-       groupnorm_modulelist]
+       groupnorm_modulelist, tiny_vit_merged]

@@ -101,24 +101,44 @@ LEAF = re.compile(r"(?<![^_])(?:in_proj_weight|in_proj_bias|[qkv]_proj_weight|bi
 PLACEHOLDER = re.compile(r"%p_(\w+)")  # torch.export's name of a parameter input: p_ + its key, dots as _
 
 
-def _fx_parameters(node, module: str, known: dict) -> list[str]:
+def _split(placeholder: str, vocab: set) -> str | None:
+    """The one named_parameters() key that `placeholder` spells with `_` for `.` (`encoder_layers_1_
+    self_attn_out_proj_weight`: `encoder.layers.1.self_attn.out_proj.weight`), its parts words of the
+    model's own names (`vocab`), numbers, or a torch.nn leaf name last; None when there is no such
+    key or more than one (`a_b_weight`: `a_b.weight` or `a.b.weight`). Counted from the end, each
+    rest's readings capped at 2: linear in the cuts, whatever the string."""
+    p = placeholder
+    if len(p) > MAX_NAME:
+        return None
+    cuts = [j for j, c in enumerate(p) if c == "_"] + [len(p)]
+    ways, first = {len(p) + 1: 1}, {}  # start of a rest -> its readings; the end of its first part
+    for i in reversed([0] + [j + 1 for j in cuts[:-1]]):
+        ways[i] = 0
+        for j in (j for j in cuts if j > i):
+            part = p[i:j]
+            if ways[j + 1] and (part in vocab or part.isdigit() or (j == len(p) and LEAF.fullmatch(part))):
+                ways[i] = min(ways[i] + ways[j + 1], 2)
+                first.setdefault(i, j)
+    if ways[0] != 1:
+        return None
+    parts, i = [], 0
+    while i <= len(p):
+        parts.append(p[i:first[i]])
+        i = first[i] + 1
+    return ".".join(parts)
+
+
+def _fx_parameters(node, module: str, ctx: dict) -> list[str]:
     """The torch parameters the dynamo exporter says the node's torch op read (its fx_node's `%p_...`
-    arguments), as named_parameters() keys: a placeholder spells a key with `_` for `.`, so it is
-    read back through the model's own kept names (`known`: underscored -> key) or as `module.leaf`
-    (`p_layer_self_attn_in_proj_weight` in module `layer.self_attn`: `layer.self_attn.in_proj_weight`);
-    one that cannot be told apart (`a_b_weight`: `a_b.weight` or `a.b.weight`) is left out."""
+    arguments), as named_parameters() keys (_split, with the words of the node's module path too);
+    one that cannot be told is left out."""
     fx = _meta(node).get("pkg.torch.onnx.fx_node", "")[:MAX_META]
+    vocab = ctx["vocab"] | set(module.split(".")) - {""}
     out = []
     for p in PLACEHOLDER.findall(fx.split("args = ", 1)[-1]):
-        prefix = module.replace(".", "_") + "_" if module else ""
-        leaf = p[len(prefix):] if p.startswith(prefix) else ""
-        rest = leaf[:-len(m.group())].rstrip("_") if leaf and (m := LEAF.search(leaf)) else None
-        if p in known:
-            out.append(known[p])
-        elif rest == "" and module:
-            out.append(f"{module}.{leaf}")
-        elif rest and "_" not in rest and module:
-            out.append(f"{module}.{rest}.{leaf[len(rest) + 1:]}")
+        name = ctx["underscored"].get(p) or _split(p, vocab)
+        if name:
+            out.append(name)
     return out
 
 
@@ -173,7 +193,7 @@ def _made_entry(node, slot: int, shape: tuple, ctx: dict, module: str, role: str
         return (f"{module}.weight", "derived") if role == "weight" else ("", "derived")
     transposed = len(shape) == 2 and slot == 1 and (node.op_type == "MatMul" or
                                                     (node.op_type == "Gemm" and not _attr(node, "transB", 0)))
-    read = [n for n in _fx_parameters(node, module, ctx["underscored"]) if _kind(n) == role]
+    read = [n for n in _fx_parameters(node, module, ctx) if _kind(n) == role]
     mha = _mha_weight(module, shape, ctx["known"]) if len(read) != 1 else None
     name = read[0] if len(read) == 1 else f"{module}.{role}" if mha is None else mha
     return (name, "transposed" if transposed else "derived") if name else ("", "derived")
@@ -189,19 +209,30 @@ def _entry(alias: str, node, slot: int, shape: tuple, ctx: dict) -> tuple[str, s
         # the dynamo exporter folded BatchNorm in, keeping the Conv's names (and making a bias)
         return (alias, "derived") if slot == 1 else ("", "derived")
     owner = alias.rsplit(".", 1)[0] if "." in alias else ""
-    if role is not None and module and owner and owner != module and not module.startswith(owner + ".") \
-            and not owner.startswith(module + "."):
-        # one module reads another's parameter: the exporter merged their equal tensors into one
-        return f"{module}.{role}", "same"
+    if module and owner and owner != module and not module.startswith(owner + ".") and \
+            not owner.startswith(module + "."):
+        # one module reads another's parameter: the exporter merged their equal tensors into one (or
+        # the model ties them); the reader's own is the one the dynamo exporter names (any op: an Add
+        # of in_proj_bias too), else its module's `role` in a torch.nn op
+        read = [n for n in _fx_parameters(node, module, ctx) if _kind(n) == (role or _kind(alias))]
+        if len(read) == 1:
+            return read[0], "same"
+        if role is not None:
+            return f"{module}.{role}", "same"
     return alias, "same"
 
 
 def _context(model) -> dict:
     """What the entries need to know about the whole model: the names it kept (torch's keys), the same
-    spelled as torch.export's placeholders, the modules with an InstanceNormalization node."""
-    known = {t.name for t in model.graph.initializer if not MADE.match(t.name)}
+    spelled as torch.export's placeholders, the words they are made of, the modules with an
+    InstanceNormalization node."""
+    inits = {t.name for t in model.graph.initializer}
+    # an Identity's output of an initializer: a name the TorchScript exporter gave back to a merged tensor
+    given_back = {n.output[0] for n in model.graph.node if n.op_type == "Identity" and n.input and n.input[0] in inits}
+    known = {k for k in inits | given_back if not MADE.match(k) and len(k) <= MAX_NAME}
     norms = {_module(n)[0] for n in model.graph.node if n.op_type == "InstanceNormalization"}
-    return {"known": known, "underscored": {k.replace(".", "_"): k for k in known}, "instance_norm": norms - {""}}
+    return {"known": known, "underscored": {k.replace(".", "_"): k for k in known},
+            "vocab": {part for k in known for part in k.split(".") if part}, "instance_norm": norms - {""}}
 
 
 def source_names(model, params, shapes: dict) -> dict:
