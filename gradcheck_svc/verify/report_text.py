@@ -78,8 +78,8 @@ def _names(entry: dict) -> str:
     name = entry["name"] or f"a tensor the exporter made ('{entry['onnx_name']}')"
     if entry["relation"] in ("transposed", "reshaped"):
         return f"{name} {entry['relation']}"
-    # derived: the tensor takes that parameter's place, computed by the exporter (the module may not even
-    # have it: a bias-free Conv with BatchNorm folded in gets a bias)
+    # derived: the tensor takes that parameter's place, computed by the exporter (BatchNorm folded into
+    # the Conv's weight; the bias that folding makes has no name: the Conv may have none)
     return f"the exporter's tensor in {name}'s place" if entry["relation"] == "derived" and entry["name"] else name
 
 
