@@ -7,7 +7,10 @@ verification (finite differences, the symbolic oracle where the graph is small e
 
 Gradients are compared for the input and for every initializer that is a torch parameter (its name,
 shape and value; the exporters rename MatMul weights, merge the RNNs' into W, R, B, and fold BatchNorm
-into the Conv before it under the Conv weight's name: those gradients the verification checks)."""
+into the Conv before it under the Conv weight's name: those gradients the verification checks), and
+through the report's source_names for every other one: each name there is a named_parameters() key,
+and the tensor's value and gradient are torch's through its relation (the sum of merged ones, the
+transpose, the reshape, the RNN's directions stacked with the gate blocks reordered)."""
 from __future__ import annotations
 
 import io
