@@ -11,7 +11,7 @@ LOCK := constraints.txt
 CONSTRAINTS ?= -c $(LOCK)
 PIP := $(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS)
 
-.PHONY: install run serve test test-latest lock proto client-ops bench gpu-bundle gpu-rehearse clean image image-push
+.PHONY: install run serve test test-latest lock proto client-ops node-deps bench gpu-bundle gpu-rehearse clean image image-push
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,17 @@ run: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/gradcheck-svc serve $(SERVE_ARGS)
 
-test: $(STAMP)
+test: $(STAMP) node-deps
 	$(PY) -m pytest -q -p no:cacheprovider
+
+# the Node.js client example's packages (clients/node, pinned by its package-lock.json), when npm is
+# here and they are not: offline or refused, the install fails quietly and tests/test_node_client.py
+# skips, quoting clients/node/npm-install.log
+node-deps:
+	@if command -v npm >/dev/null 2>&1 && [ ! -d clients/node/node_modules/@grpc/grpc-js ]; then \
+	  (cd clients/node && $$(command -v timeout >/dev/null && echo timeout 300) npm ci --no-audit --no-fund \
+	   --prefer-offline --fetch-retries=1 > npm-install.log 2>&1) || \
+	  echo "node-deps: npm ci failed (clients/node/npm-install.log); the Node client test will skip"; fi
 
 # the whole suite on the newest releases of every dependency, in a venv of its own (.venv-latest)
 test-latest:

@@ -21,7 +21,9 @@ def generate(out_dir: Path) -> list[Path]:
     import grpc_tools
     from grpc_tools import protoc
 
-    protos = sorted(PROTO_DIR.rglob("*.proto"))
+    # gradcheck's own: proto/google/rpc/ holds googleapis' status and error details for other languages'
+    # clients, whose Python code is googleapis-common-protos's
+    protos = sorted((PROTO_DIR / "gradcheck").rglob("*.proto"))
     include = Path(grpc_tools.__file__).parent / "_proto"
     args = [
         "protoc",

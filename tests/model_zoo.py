@@ -124,8 +124,8 @@ def lstm():
 
 
 @_seeded
-def gru():
-    return Recurrent(nn.GRU), torch.randn(2, 4, 3)
+def gru():  # two layers: the second ONNX GRU node is torch's *_l1
+    return Recurrent(nn.GRU, num_layers=2), torch.randn(2, 4, 3)
 
 
 @_seeded
@@ -146,9 +146,6 @@ def tiny_vit():
 @_seeded
 def mlp_layernorm_gelu():
     return MLP(), torch.randn(3, 6)
-
-
-ZOO = [resnet_block, mobilenetv3_block, lstm, gru, rnn_tanh, transformer_encoder_layer, tiny_vit, mlp_layernorm_gelu]
 
 
 class _ExactHardsigmoid(nn.Module):
@@ -191,3 +188,55 @@ class CausalSelfAttention(nn.Module):
 def causal_attention():
     return CausalSelfAttention(), torch.randn(2, 4, 8)
 
+
+
+class _Block(nn.Module):
+    def __init__(self, d):
+        super().__init__()
+        self.norm, self.fc = nn.LayerNorm(d), nn.Linear(d, d)
+
+    def forward(self, x):
+        return x + torch.tanh(self.fc(self.norm(x)))
+
+
+class _Stack(nn.Module):
+    """A ModuleList inside a named module: torch names `m.layers.0.norm.weight`."""
+
+    def __init__(self, d):
+        super().__init__()
+        self.layers = nn.ModuleList([_Block(d), _Block(d)])
+
+    def forward(self, x):
+        for layer in self.layers:
+            x = layer(x)
+        return x
+
+
+class GroupNormStack(nn.Module):
+    """Conv, GroupNorm (InstanceNormalization plus a scale and shift in ONNX), a PReLU per channel (its
+    slope stored as (C, 1, 1)), then a ModuleList of pre-norm residual blocks inside the named module
+    `m` on a rank-3 input (MatMul weights)."""
+
+    def __init__(self, c=4, d=9):
+        super().__init__()
+        self.conv, self.gn, self.act = nn.Conv2d(2, c, 3, padding=1), nn.GroupNorm(2, c), nn.PReLU(c)
+        self.m = _Stack(d)
+
+    def forward(self, x):
+        return self.m(self.act(self.gn(self.conv(x))).flatten(2))
+
+
+@_seeded
+def groupnorm_modulelist():
+    return GroupNormStack(), torch.randn(2, 2, 3, 3)
+
+
+def tiny_vit_merged():
+    """TinyViT as initialized: nn.TransformerEncoder's layers are deep copies of one, so the exporters
+    merge each pair of equal tensors into one, whose gradient is the sum of both layers'."""
+    torch.manual_seed(0)
+    return TinyViT().eval().double(), torch.randn(1, 3, 8, 8, dtype=torch.float64)
+
+
+ZOO = [resnet_block, mobilenetv3_block, lstm, gru, rnn_tanh, transformer_encoder_layer, tiny_vit, mlp_layernorm_gelu,
+       groupnorm_modulelist, tiny_vit_merged]

@@ -202,3 +202,29 @@ def test_dynamo_export_transposed_and_folded():
     assert transposed == {("fc1.weight", "transposed"), ("fc2.weight", "transposed")}
     assert found["conv4.weight"] == [("conv4.weight", "derived")]
     assert "conv1.weight" not in found and "conv1.bias" not in graph.inputs
+
+
+def test_rnn_tensors_name_torch_keys_and_the_gate_order():
+    """An LSTM's W, R, B are torch's weight_ih_l0, weight_hh_l0, bias_ih_l0 + bias_hh_l0 stacked by
+    direction with the gates reordered: the report says so in its JSON and its text (the values and
+    gradients through the reorder: tests/test_model_zoo.py)."""
+    torch.manual_seed(0)
+    model = nn.LSTM(3, 2, batch_first=True).double().eval()
+    x = torch.randn(1, 2, 3, dtype=torch.float64)
+
+    class Out(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.rnn = model
+
+        def forward(self, x):
+            return self.rnn(x)[0]
+
+    graph = load_graph(import_onnx(_export(Out(), x), ImportOptions(loss="cotangent")))
+    found = {n: [(s.name, s.relation) for s in i.source_names] for n, i in graph.inputs.items() if i.source_names}
+    assert sorted(found.values()) == [[("rnn.bias_ih_l0", "lstm_gates"), ("rnn.bias_hh_l0", "lstm_gates")],
+                                      [("rnn.weight_hh_l0", "lstm_gates")], [("rnn.weight_ih_l0", "lstm_gates")]]
+    text = verify(graph, VerifyOptions(symbolic=SymbolicOptions(enabled=False))).to_text()
+    bias = next(n for n, v in found.items() if len(v) == 2)
+    assert (f"{bias} = rnn.bias_ih_l0, rnn.bias_hh_l0 stacked by direction (input then hidden bias), gate blocks "
+            "in ONNX's order i, o, f, c (torch's: i, f, g, o); read by /rnn/LSTM") in text

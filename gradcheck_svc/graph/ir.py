@@ -8,7 +8,8 @@ import numpy as np
 from ..ops.base import FLOAT, OpDef, Spec
 
 
-SOURCE_RELATIONS = ("same", "transposed", "derived")
+# docs/onnx.md says what each means (the RNN ones: how the gate blocks are ordered)
+SOURCE_RELATIONS = ("same", "transposed", "reshaped", "derived", "lstm_gates", "gru_gates", "rnn_stacked")
 
 
 @dataclass(frozen=True)

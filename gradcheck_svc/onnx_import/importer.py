@@ -3,7 +3,8 @@
 Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
   weights       every float initializer of rank >= 1 (the default: a model's weights; scalar
                 initializers -- exponents, epsilons, the 0.5 of a GELU, as the dynamo exporter
-                stores them -- stay constants: d/d(exponent) of x**p is NaN at negative x)
+                stores them, 0-d or an exporter-made shape [1] -- stay constants: d/d(exponent)
+                of x**p is NaN at negative x)
   initializers  every float initializer, scalars too
   inputs        every float graph input that is not an initializer
   constants     every float value known at import time that a node makes
@@ -35,7 +36,7 @@ from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their conve
 from .converters import CONVERTERS, constant_of_shape, constant_value
 from .folding import FoldBudget, Folder
 from .model import default_opset
-from .provenance import source_names
+from .provenance import MADE, source_names
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -75,6 +76,13 @@ def _label(node) -> str:
 def _static_shape(vi) -> tuple:
     dims = vi.type.tensor_type.shape.dim
     return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims)
+
+
+def _is_weight(name: str, value) -> bool:
+    """A model's weight, not a scalar: rank >= 1, and not one number in an exporter-made initializer
+    (the dynamo exporter stores attention's 1/sqrt(d) as val_N of shape [1], as 0-d ones elsewhere);
+    a torch parameter of one element keeps its name (`prelu.weight`) and stays a weight."""
+    return value.ndim >= 1 and not (value.size == 1 and value.ndim == 1 and MADE.match(name))
 
 
 def _np_dtype(vi):
@@ -172,7 +180,7 @@ class Importer:
             if name in self.ctx.emitted:
                 continue
             if value.dtype.kind == "f" and (self._wants(name, "initializers") or
-                                            (value.ndim >= 1 and "weights" in self.groups)):
+                                            (_is_weight(name, value) and "weights" in self.groups)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
@@ -313,7 +321,7 @@ class Importer:
     def _source_names(self, msg) -> None:
         """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py)."""
         params = self.made_params & set(self.inits)
-        found = source_names(self.model, params, {n: self.inits[n].ndim for n in params})
+        found = source_names(self.model, params, {n: self.inits[n].shape for n in params})
         for inp in msg.inputs:
             for entry in found.get(inp.name, ()):
                 inp.source_names.add(**entry)

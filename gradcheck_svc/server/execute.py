@@ -138,6 +138,8 @@ def _fill(msg, d: dict) -> None:
                     _fill(target.add(), item)
             else:
                 target.extend([_scalar(field, item) for item in v])
+        elif field.type == _MESSAGE and field.message_type.full_name == "google.protobuf.Struct":
+            getattr(msg, key).update(v)
         elif field.type == _MESSAGE:
             _fill(getattr(msg, key), v)
         else:

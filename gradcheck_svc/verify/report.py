@@ -21,10 +21,12 @@ elements checked by ordinary differences; `reference` holds differences there, t
 values elsewhere); `passed` is then engine vs symbolic, `fd_passed` engine vs
 FD, and `verdict_reference` says which one decided. `source_names`: the names the parameter has in
 the framework that made the model, when the ONNX importer can tell and they say more than its own
-name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed" or "derived"; `onnx_name`, the
-name the model reads it by; `read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic`
-(status, reason when skipped, sizes, seconds) and `custom_ops` (one entry per
-`expr` node, with `user_grad_matches` true/false/null).
+name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed", "reshaped", "derived" or an
+RNN's "lstm_gates", "gru_gates", "rnn_stacked"; `onnx_name`, the name the model reads it by;
+`read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic` (status, reason when skipped,
+sizes, seconds), `custom_ops` (one entry per `expr` node, with `user_grad_matches` true/false/null)
+and `attributes` (verify/attributes.py: the structural attributes nodes were verified with, `used`,
+those not given, `defaulted`, and the `nodes` that share them).
 
 `subject` (top level) says what was verified: "engine" (its gradients of the graph) or "claimed"
 (the gradients the graph's `claimed` carried, computed by other code: verify/claims.py). Under
@@ -221,6 +223,7 @@ class Report:
     symbolic: object = None  # oracles.symbolic.SymbolicResult
     custom_ops: list = field(default_factory=list)  # verify.custom_ops.CustomOpCheck
     subject: str = "engine"  # what was verified: "engine" | "claimed" (gradients other code computed)
+    attributes: list = field(default_factory=list)  # verify/attributes.py: what each node was verified with
 
     @property
     def passed(self) -> bool:
@@ -240,6 +243,7 @@ class Report:
             "findings": [f.to_dict() for f in self.findings],
             "symbolic": self.symbolic.to_dict() if self.symbolic is not None else {"status": "off"},
             "custom_ops": [c.to_dict() for c in self.custom_ops],
+            "attributes": [dict(a) for a in self.attributes],
             "memory": dict(self.memory),
             "memory_timelines": [{"run": run, "steps": [m.label for m in marks],
                                   "live_bytes": marks.columns[0].tolist(),

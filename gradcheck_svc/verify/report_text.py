@@ -68,12 +68,18 @@ def parameter_table(params: list, max_rows: int) -> list[str]:
     return lines
 
 
+# an ONNX LSTM/GRU/RNN's W, R or B: torch's tensors of each direction stacked, the gate blocks reordered
+RNN_RELATIONS = {"lstm_gates": "gate blocks in ONNX's order i, o, f, c (torch's: i, f, g, o)",
+                 "gru_gates": "gate blocks in ONNX's order z, r, h (torch's: r, z, n)",
+                 "rnn_stacked": "each as torch's"}
+
+
 def _names(entry: dict) -> str:
     name = entry["name"] or f"a tensor the exporter made ('{entry['onnx_name']}')"
-    if entry["relation"] == "transposed":
-        return f"{name} transposed"
-    # derived: the tensor takes that parameter's place, computed by the exporter (the module may not even
-    # have it: a bias-free Conv with BatchNorm folded in gets a bias)
+    if entry["relation"] in ("transposed", "reshaped"):
+        return f"{name} {entry['relation']}"
+    # derived: the tensor takes that parameter's place, computed by the exporter (BatchNorm folded into
+    # the Conv's weight; the bias that folding makes has no name: the Conv may have none)
     return f"the exporter's tensor in {name}'s place" if entry["relation"] == "derived" and entry["name"] else name
 
 
@@ -91,7 +97,11 @@ def source_name_lines(params: list, max_rows: int, max_readers: int = 6) -> list
         readers = list(dict.fromkeys(n for e in entries for n in e["read_by"]))
         what = " + ".join(shown)
         kept = [e for e in entries if e["relation"] != "derived"]
-        if len({(e["name"], e["relation"]) for e in kept}) > 1:
+        rnn = [RNN_RELATIONS[e["relation"]] for e in kept if e["relation"] in RNN_RELATIONS]
+        if rnn:
+            biases = " (input then hidden bias)" if any(".bias_" in n for n in shown) else ""
+            what = f"{', '.join(shown)} stacked by direction{biases}, {rnn[0]}"
+        elif len({(e["name"], e["relation"]) for e in kept}) > 1:
             what += ": merged by the exporter, its gradient is the sum of theirs"
         elif any(e["relation"] == "derived" for e in entries):
             what += ": its gradient is no torch parameter's"

@@ -26,6 +26,7 @@ from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
 from . import claims, recompute_check
+from .attributes import attributes_used
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
@@ -171,7 +172,8 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
         graph=graph.name, verdict=verdict, loss=engine.loss, dtype=dtype, device=options.device,
         parameters=results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
-        symbolic=symbolic, custom_ops=custom, subject="engine" if graph.claims is None else "claimed")
+        symbolic=symbolic, custom_ops=custom, subject="engine" if graph.claims is None else "claimed",
+        attributes=attributes_used(graph))
 
 
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):

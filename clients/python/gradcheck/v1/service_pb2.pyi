@@ -421,8 +421,20 @@ class MemoryTimeline(_message.Message):
     peak_bytes: _containers.RepeatedScalarFieldContainer[int]
     def __init__(self, run: _Optional[str] = ..., steps: _Optional[_Iterable[str]] = ..., live_bytes: _Optional[_Iterable[int]] = ..., peak_bytes: _Optional[_Iterable[int]] = ...) -> None: ...
 
+class AttributesUsed(_message.Message):
+    __slots__ = ("op", "used", "defaulted", "nodes")
+    OP_FIELD_NUMBER: _ClassVar[int]
+    USED_FIELD_NUMBER: _ClassVar[int]
+    DEFAULTED_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    op: str
+    used: _struct_pb2.Struct
+    defaulted: _containers.RepeatedScalarFieldContainer[str]
+    nodes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, op: _Optional[str] = ..., used: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., defaulted: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class Report(_message.Message):
-    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "subject", "text")
+    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "subject", "attributes", "text")
     class TimingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -445,6 +457,7 @@ class Report(_message.Message):
     CUSTOM_OPS_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TIMELINES_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     graph: str
     verdict: str
@@ -461,8 +474,9 @@ class Report(_message.Message):
     custom_ops: _containers.RepeatedCompositeFieldContainer[CustomOp]
     memory_timelines: _containers.RepeatedCompositeFieldContainer[MemoryTimeline]
     subject: str
+    attributes: _containers.RepeatedCompositeFieldContainer[AttributesUsed]
     text: str
-    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., memory_timelines: _Optional[_Iterable[_Union[MemoryTimeline, _Mapping]]] = ..., subject: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., memory_timelines: _Optional[_Iterable[_Union[MemoryTimeline, _Mapping]]] = ..., subject: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[AttributesUsed, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ()
