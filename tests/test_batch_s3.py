@@ -336,3 +336,29 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
     merged = json.loads(fs.cat_file(f"{bucket}/results/runs/s3-nightly/merged.json"))
     assert merged["shard_count"] == 3 and merged["missing"] == [] and merged["failed"] == ["team/gen-00002.json"]
     assert {r["node"] for r in merged["records"]} <= {f"node-{i}" for i in range(3)}
+
+
+def test_a_resume_in_the_bucket_after_a_removal_and_a_new_shard_count_converges(capsys, s3):
+    """The resume scenarios of tests/test_batch_resume.py in a bucket: 3 shards, one graph deleted from the
+    bucket, resumed with 2 shards; the merge reads the graph set from the bucket (--manifest s3://...), counts
+    each graph once, and names the set-aside units and the removed graph once."""
+    fs, _ = s3
+    bucket = "gradcheck-resume"
+    fs.mkdir(bucket)
+    for i in range(6):
+        fs.pipe_file(f"{bucket}/graphs/g{i}.json", json.dumps(graph_dict(i, size=2)).encode())
+    base = ["--manifest", f"s3://{bucket}/graphs", "--out", f"s3://{bucket}/results", "--run-id", "resume"]
+    for i in range(3):
+        assert run(capsys, "batch", *base, "--shard-index", i, "--shard-count", 3)[0] == 0
+    fs.rm_file(f"{bucket}/graphs/g4.json")
+    for i in range(2):
+        assert run(capsys, "batch", *base, "--shard-index", i, "--shard-count", 2)[0] == 0
+    code, _, err = run(capsys, "batch-merge", f"s3://{bucket}/results", "--run-id", "resume", "--shard-count", 2,
+                       "--manifest", f"s3://{bucket}/graphs")
+    assert code == 0, err
+    assert "5 graphs: 5 pass (exit 0)" in err
+    assert ("set aside (superseded): records of 1 graph(s) no longer in the manifest: g4.json; 1 unit(s) made "
+            "with another shard count than 2: shard-0002 (3 shards); ") in err
+    merged = json.loads(fs.cat_file(f"{bucket}/results/runs/resume/merged.json"))
+    assert sorted(r["graph"] for r in merged["records"]) == [f"g{i}.json" for i in (0, 1, 2, 3, 5)]
+    assert merged["duplicates"] == [] and merged["missing"] == []

@@ -84,7 +84,13 @@ def add_parsers(sub) -> None:
                    help="merge results made under different options or gradcheck versions (default: exit 4, "
                         "naming them)")
     m.add_argument("--shard-count", type=int, default=None, metavar="N",
-                   help="a batch's shard count: a unit made with another is named, exit 4 (default: the units' own)")
+                   help="a batch's shard count: units made with another are set aside (superseded) and named; "
+                        "only their records that answer the current question count (default: the newest unit's)")
+    m.add_argument("--manifest", default=None, metavar="FILE|DIR|GLOB",
+                   help="the graphs the shards read (the same spec as batch --manifest): the graph set and each "
+                        "graph's content are read from it now, so a graph added, removed or replaced since the "
+                        "shards ran is missing, set aside or stale, never reported from an old answer (default: "
+                        "the set the newest unit recorded)")
     m.add_argument("--expect-nodes", default=None, metavar="NODES|@FILE",
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
                         "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
@@ -403,8 +409,10 @@ def batch_merge(args) -> int:
     out = location(args.dir, "DIR")
     files = {flag: location(given, flag) for flag, given in
              (("--json", args.json), ("--junit", args.junit), ("--summary-md", args.summary_md)) if given}
+    if args.manifest is not None:
+        location(args.manifest, "--manifest")
     m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
-              expect_nodes=expect)
+              expect_nodes=expect, manifest=args.manifest)
     d = run_dir(out, m["run_id"])  # beside the run's units, in the same store
     outs = outcomes(m)
     _write(files.get("--json", d / "merged.json"), _json(m), "--json")
