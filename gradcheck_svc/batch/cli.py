@@ -274,35 +274,6 @@ def _onnx_import(args):
         raise OptionError(str(exc)) from None
 
 
-def _examples_dir(arg: str | None) -> Path | None:
-    if arg == "none":
-        return None
-    if arg:
-        return Path(arg)
-    source_tree = Path(__file__).resolve().parents[2] / "examples" / "graphs"
-    return source_tree if source_tree.is_dir() else None
-
-
-def build_suite(dest: Path, examples: Path | None, generated: int, size: int, seed: int) -> None:
-    """The screening suite: the examples' top-level graphs and `generated` graphs, identical on every node."""
-    import shutil
-
-    from gradcheck_client.graphio import SUFFIXES
-
-    from ..errors import OptionError
-    from .generate import write_graphs
-
-    if examples is not None:
-        if not examples.is_dir():
-            raise OptionError(f"not a directory: {examples}", field="--examples")
-        (dest / "examples").mkdir(parents=True)
-        for f in sorted(examples.iterdir()):
-            if f.suffix in SUFFIXES and f.is_file():
-                shutil.copyfile(f, dest / "examples" / f.name)
-    if generated:
-        write_graphs(dest / "generated", generated, size=size, seed=seed)
-
-
 def completion_index(given: int | None, field: str, *, required: bool = True) -> int | None:
     """The index a flag gives, else $JOB_COMPLETION_INDEX (an Indexed Job's pod); without either, an
     OptionError naming the flag, or None when not `required` (a screen run by hand)."""
@@ -375,7 +346,9 @@ def screen(args) -> int:
         args.device = "cuda" if cuda_available() else "cpu"
     options = values_from_args(args)
     with tempfile.TemporaryDirectory(prefix="gradcheck-screen-") as tmp:  # /tmp: an emptyDir in the pod
-        build_suite(Path(tmp), _examples_dir(args.examples), args.generated, args.size, args.suite_seed)
+        suite = {"examples": screen_nodes.examples_dir(args.examples), "generated": args.generated,
+                 "size": args.size, "seed": args.suite_seed}
+        screen_nodes.build_suite(Path(tmp), **suite)
         manifest = load_manifest(tmp, field="--examples")
         verifier = _verifier(args, options, limits)
         unit = unit_name(node=node)
@@ -388,6 +361,9 @@ def screen(args) -> int:
             plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed)
             plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
             plan["expected_nodes"], plan["screen_index"] = expected, index
+            # what the merge needs to run the reference itself: the suite it rebuilds, and this host's numerics
+            plan["suite"] = {**suite, "examples": None if suite["examples"] is None else str(suite["examples"])}
+            plan["numerics"] = screen_nodes.numerics(options.get("device"))
             run_unit(manifest, list(manifest.graphs), UnitStore(out, run_id, unit), plan, verifier,
                      options, args.time_limit, faults_where_present=True)
 

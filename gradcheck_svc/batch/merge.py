@@ -241,7 +241,8 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
             "other_options": other, "mixed": mixed,
             "allow_mixed": allow_mixed, "nodes": screen_nodes,
             "options": first.get("keyed_options") if len(identities) == 1 else None,
-            "gradcheck_version": first.get("gradcheck_version") if len(identities) == 1 else None}
+            "gradcheck_version": first.get("gradcheck_version") if len(identities) == 1 else None,
+            "_plans": [u.plan for u in good]}  # for a screen's reference; not part of the report
 
 
 def _choose_screen(good: list, allow_mixed: bool):
@@ -287,20 +288,24 @@ def merge(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard
           expect_nodes: list[str] | None = None, manifest: str | None = None) -> dict:
     """The merged report (a JSON-able dict) with `exit_code` set."""
     m = collect(out, run_id, allow_mixed, shard_count, expect_nodes, manifest)
+    plans = m.pop("_plans")
     records = m["records"]
     m["counts"] = {s: sum(r["status"] == s for r in records) for s in STATUSES} | {"missing": len(m["missing"])}
     m["passed"] = [_label(r, m["mode"]) for r in records if r["status"] == "pass"]
     m["failed"] = [_label(r, m["mode"]) for r in records if r["status"] != "pass"]
     nodes = m["nodes"] or {}
     if m["mode"] == "screen":
-        m["screen"] = screen.compare(records)
+        # the reference is the merge's own verification of the suite, not a vote among the nodes
+        ref = screen.reference(plans, {r.get("dtype") for r in records}) if records else None
+        m["screen"] = screen.compare(records, ref, {p["node"]: p.get("numerics") for p in plans})
         for i in m["missing"]:  # per node: a node's count says what that node answered, not the sum of all nodes
             per = m["screen"]["nodes"].setdefault(i["node"], {"graphs": 0, "disagreements": 0, "devices": [],
                                                                 "counts": {}})
             per["counts"]["missing"] = per["counts"].get("missing", 0) + 1
     incomplete = (m["missing"] or m["duplicates"] or m["unexpected"] or m["inconsistent_units"] or m["damaged"]
                   or m["other_options"] or (m["mixed"] and not allow_mixed) or not m["graphs"]
-                  or nodes.get("unscreened") or nodes.get("unexpected"))
+                  or nodes.get("unscreened") or nodes.get("unexpected")
+                  or (m["mode"] == "screen" and m["screen"]["undecided"]))
     if incomplete:
         m["exit_code"] = EXIT_INCOMPLETE
     elif m["mode"] == "screen":  # a screen asks "which node disagrees"; a graph failing everywhere is listed
@@ -350,6 +355,10 @@ def problems(m: dict, limit: int = 10) -> list[str]:
     if nodes.get("unexpected"):
         lines.append(f"{len(nodes['unexpected'])} node(s) screened but not in the expected list: "
                      + names(nodes["unexpected"], str))
+    undecided = (m.get("screen") or {}).get("undecided") or []
+    if undecided:
+        lines.append(f"{len(undecided)} node result(s) undecided (a difference with nothing to tell which side is "
+                     "right): " + names(undecided, lambda d: f"{d['node']} on {d['graph']}: {d['reason']}"))
     if m["other_options"]:
         lines.append(f"{len(m['other_options'])} graph(s) answered only under other options or another version "
                      "(re-run their shard, or --allow-mixed): "
