@@ -479,3 +479,45 @@ def markdown(m: dict, outs) -> str:
                  "the graph, not a node"
                  for f in s["consistent_failures"]] + [""]
     return "\n".join(head) + "\n" + summary_markdown(outs)
+
+
+def settled(out, run_id: str | None, shard_count: int | None = None, expect_nodes: list[str] | None = None) -> bool:
+    """Whether a merge waiting on a running batch or screen (batch-merge --wait) has nothing left to wait for:
+    every shard of the run's count (a screen: every intended node) has ended its last attempt -- finished, or
+    failed for good (store.has_ended; a screen node only when screened). Reads only unit.json and ended.json
+    files; a run not written yet, or a store that does not answer, is not settled."""
+    from .schema import Damaged, parse
+    from .store import UNIT_FILE, has_ended
+
+    try:
+        rdir = run_dir(out, resolve_run(out, run_id))
+        plans = []
+        for u in rdir.iterdir():
+            if (u / UNIT_FILE).is_file():
+                try:
+                    plans.append(parse((u / UNIT_FILE).read_bytes()))
+                except Damaged:
+                    continue
+    except (OptionError, OSError):
+        return False
+    plans = [p for p in plans if isinstance(p, dict) and p.get("mode") in ("batch", "screen")]
+    if not plans:
+        return False
+    if plans[0]["mode"] == "screen":
+        intended = set(expect_nodes or [])
+        for p in plans:
+            if _node_list(p.get("expected_nodes")):
+                intended |= set(p["expected_nodes"])
+        return bool(intended) and all(has_ended(rdir / unit_name(node=n), ok_only=True) for n in intended)
+    newest = max(plans, key=lambda p: str(p.get("started_at", "")))
+    count = shard_count if shard_count is not None else newest.get("shard_count")
+    return isinstance(count, int) and all(has_ended(rdir / unit_name(i)) for i in range(count))
+
+
+def partial(m: dict, limit: int = 10) -> str | None:
+    """An incomplete batch's report, in one line: what passed, what failed, what is missing."""
+    if m["mode"] != "batch" or m["exit_code"] != EXIT_INCOMPLETE:
+        return None
+    return (f"partial report: {len(m['passed'])} passed ({_some(m['passed'], limit) or 'none'}); "
+            f"{len(m['failed'])} failed ({_some(m['failed'], limit) or 'none'}); "
+            f"{len(m['missing'])} missing ({_some([i['graph'] for i in m['missing']], limit) or 'none'})")

@@ -1,14 +1,35 @@
-"""Per-node screening: compare every node's results for the same graph, bit for bit.
+"""Per-node screening: every node's results held to one independent reference, never to a vote.
 
-Records are grouped by (graph, device, dtype): a GPU's gradient is not
-expected to equal a CPU's to the last bit, but two healthy nodes of the same
-kind running the same deterministic code must agree exactly. A record's
-signature is its status plus the sha256 of each parameter's gradient; the
-signature most nodes share is the reference, and every node that differs is
-named, with the parameters whose bits differ or the verdict it reached
-instead. Without a majority (two nodes, two answers) every node of the group
-is named: there is no telling which is right. A graph that fails the same
-way on every node is the graph's problem, not a node's: it is listed apart.
+The reference is the merge's own verification of the suite (reference()): the
+merge rebuilds the suite from what the units recorded (the bundled examples and
+the generator's parameters; each graph checked against the sha256 the nodes
+hashed), and verifies each graph in its own process, on the CPU, with the
+screen's options and no planted fault, once per dtype the nodes ran. Each
+node's record is then judged on its own (compare()):
+
+- its verdict against the reference's: a node that fails where the reference
+  passes (or passes where it fails) is named, whatever any other node says;
+- its bits, where bits can be compared: a CPU node whose *numerics* (numerics():
+  the machine, NumPy and the SIMD kernels it dispatches to on that CPU, the BLAS
+  and the kernel it chose) are the merge's runs the same instructions on the
+  same inputs, so a healthy one agrees with the reference to the bit; a node
+  whose gradient differs from it in any bit is named, with the parameters. This
+  is what catches the silent faults a tolerance cannot: a one-ulp-off tanh in a
+  host's libm passes the node's own verification (its engine and its own
+  float64 references share the forward) but not this.
+
+So any number of bad nodes is named and no healthy one: two bad of four, all
+bad, two bad in the same way (which a vote would call right). Limits, stated:
+the reference is only as good as the merge's host (run the merge on a node you
+trust; a bad merge host names every node of its kind -- loudly, never a silent
+pass); a node of another kind (another SIMD level or BLAS kernel, or a GPU,
+which the CPU merge cannot reproduce bit for bit) is held to the verdict only,
+and where such nodes of one kind differ in bits among themselves each is
+*undecided* (exit 4: a difference nothing can attribute), not blamed; a graph
+the merge cannot rebuild identically, or whose reference does not end pass or
+fail, has no reference: differing nodes there are undecided too. A graph that
+fails on every node as on the reference is the graph's problem, listed apart
+(`consistent_failures`).
 
 A screen also knows which nodes it was meant to cover: `--expect-nodes`, the
 list written at launch (`kubectl get nodes -l ... -o name`), is recorded in
