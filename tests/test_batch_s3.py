@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from grpc_helpers import ROOT, _env, slow_graph
-from test_deploy import _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture, installed if it can be
+from test_deploy import FAILURE_COUNT, _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture, installed if it can be
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.cli import main
@@ -305,9 +305,11 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
         for e in c.get("env", []):
             if "value" in e:
                 environ[e["name"]] = e["value"]
-            else:  # the downward API: the only valueFrom these containers use
-                assert e["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, e
+            elif e["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}:  # the downward API
                 environ[e["name"]] = node
+            else:  # the only other: the Job controller's failure count of the index (a first attempt here)
+                assert e["valueFrom"] == {"fieldRef": {"fieldPath": FAILURE_COUNT}}, e
+                environ[e["name"]] = "0"
         return environ
 
     def expand(args, environ):  # the kubelet's $(VAR) expansion
@@ -336,6 +338,8 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
     merged = json.loads(fs.cat_file(f"{bucket}/results/runs/s3-nightly/merged.json"))
     assert merged["shard_count"] == 3 and merged["missing"] == [] and merged["failed"] == ["team/gen-00002.json"]
     assert {r["node"] for r in merged["records"]} <= {f"node-{i}" for i in range(3)}
+    # the merge read the graph set from the bucket the shards read, and waited for them as deployed
+    assert merged["manifest"] == f"s3://{bucket}/graphs/" and any(a.startswith("--wait=") for a in m["args"])
 
 
 def test_a_resume_in_the_bucket_after_a_removal_and_a_new_shard_count_converges(capsys, s3):

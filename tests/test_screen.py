@@ -244,6 +244,9 @@ def test_a_screen_names_every_node_it_did_not_screen(monkeypatch, capsys, tmp_pa
     assert main(["batch-merge", str(out), "--exit-zero", "--verdict-file", str(tmp_path / "verdict")]) == 0
     assert (tmp_path / "verdict").read_text() == ("pass: run gradcheck-screen: 2 graphs on each of 3 of 3 expected "
                                                   "node(s): gpu-a: 2 pass; gpu-b: 2 pass; gpu-c: 2 pass\n")
+    # every listed node screened: a merge waiting as the deployed one does (up to an hour) has nothing to wait for
+    assert main(["batch-merge", str(out), "--wait", "3600"]) == 0
+    assert "waiting up to 3600 s" in capsys.readouterr().err
     # the merge can be told the nodes too: one more is named, and a node outside its list as well
     assert main(["batch-merge", str(out), "--expect-nodes", "gpu-d"]) == 4
     assert "1 of 4 expected node(s) not screened (no unit.json in this run): gpu-d" in capsys.readouterr().err
