@@ -391,10 +391,13 @@ def test_runs_are_kept_apart_and_latest_is_explicit(capsys, monkeypatch, tmp_pat
     assert code == 0 and (out / "runs" / "nightly-1" / "merged.json").is_file()
     code, _, err = run(capsys, "batch-merge", out, "--run-id", "nightly-3")
     assert code == 2 and "--run-id: no run 'nightly-3' in" in err
-    for bad in ("../up", "latest", "", "a/b"):
+    # a run ID names the Job: a DNS label, short enough for every name made from it (<run>-shards-0-<index>)
+    for bad in ("../up", "latest", "", "a/b", "Nightly", "a_b", "a.b", "-a", "a-", "x" * 47):
         code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
-                           "--run-id", bad)
-        assert code == 2 and f"--run-id: '{bad}' is not a run ID" in err
+                           f"--run-id={bad}")
+        assert code == 2 and f"--run-id: '{bad}' is not a run ID: it names the Job, so a DNS label" in err
+    assert run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
+               "--run-id", "x" * 46)[0] == 0
 
 
 def test_exit_zero_reports_the_verdict_without_failing(capsys, tmp_path, corpus):

@@ -18,7 +18,7 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra: pip inst
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the test extra")
 
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "batch-s3",
+OVERLAYS = ("namespace", "cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "batch-s3",
             "batch-s3/merge", "batch-volume", "batch-volume/merge", "screen", "screen/merge", "screen-gpu",
             "screen-daemonset")
 CLUSTER_SCOPED = ("Namespace", "PriorityClass")
@@ -28,8 +28,12 @@ JOBSET_SPEC = {"replicatedJobs", "network", "successPolicy", "failurePolicy", "s
                "coordinator", "managedBy", "ttlSecondsAfterFinished"}
 JOBSET_REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
 K8S_VERSION = "1.33.0"
-# the releases a platform team runs (Job's maxFailedIndexes, backoffLimitPerIndex and FailIndex are in all)
-K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0")
+# the stated minimum (deploy/README.md): the Jobs' podFailurePolicy rules without onPodConditions, and
+# backoffLimitPerIndex with FailIndex (beta, on by default), first validate in 1.29; every release from it to the
+# newest schema kubernetes-validate ships is checked, and the one below it shown to refuse the Jobs
+K8S_MIN = (1, 29)
+K8S_VERSIONS = tuple(f"1.{m}.0" for m in range(K8S_MIN[1], 38))
+JOBSET_MIN = "v0.8.0"  # the JobSet API the field tables below are of (deploy/README.md states it)
 APT_TIMEOUT = 300
 
 
@@ -158,15 +162,20 @@ def _workdir(name: str = "Dockerfile") -> str:
     return [rest for op, rest in _stages(DEPLOY / "docker" / name)[-1] if op == "WORKDIR"][-1]
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_overlay_creates_its_namespace_with_pod_security(rendered, overlay):
-    """Each overlay applies on a fresh cluster: its Namespace comes with it, enforcing "restricted"."""
-    ns = one(rendered[overlay], "Namespace", "gradcheck")
+def test_the_namespace_is_its_own_overlay(rendered):
+    """The Namespace, enforcing "restricted", is applied by deploy/overlays/namespace alone: `kubectl delete -k` of
+    a batch, screen or server overlay never deletes it (and the server with it)."""
+    (ns,) = rendered["namespace"]
+    assert ns["kind"] == "Namespace" and ns["metadata"]["name"] == "gradcheck"
     labels = ns["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
         assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest"
-    assert all(o["metadata"]["namespace"] == "gradcheck" for o in rendered[overlay] if o["kind"] not in CLUSTER_SCOPED)
+    for overlay in OVERLAYS:
+        if overlay != "namespace":
+            assert not [o for o in rendered[overlay] if o["kind"] == "Namespace"], overlay
+            assert all(o["metadata"]["namespace"] == "gradcheck" for o in rendered[overlay]
+                       if o["kind"] not in CLUSTER_SCOPED)
 
 
 def _assert_restricted(spec: dict) -> None:
@@ -858,3 +867,116 @@ def test_make_image_builds_each_variant_from_its_dockerfile():
         assert out[out.index("--build-arg") + 1].startswith(f"{arg}=x@sha256:")
     bad = make("VARIANT=tpu")
     assert bad.returncode != 0 and "VARIANT must be cpu or gpu, not 'tpu'" in bad.stderr and "build" not in bad.stdout
+
+
+# --- what a platform team meets in week two: versions, names, networks, replicas, images ------------------
+
+def test_the_stated_minimum_versions_are_the_real_ones(rendered):
+    """deploy/README.md states Kubernetes 1.29 and JobSet v0.8 as the minimum: every overlay validates strictly on
+    each release from 1.29 (test_every_object_validates_strictly), and the release below refuses the Jobs."""
+    text = (DEPLOY / "README.md").read_text()
+    assert f"Kubernetes {K8S_MIN[0]}.{K8S_MIN[1]} or later" in text and f"JobSet {JOBSET_MIN[:-2]} or later" in text
+    below = f"{K8S_MIN[0]}.{K8S_MIN[1] - 1}.0"
+    job = one(rendered["batch"], "Job", "gradcheck-batch")
+    kubernetes_validate.validate(job, K8S_VERSIONS[0], strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError, match="onPodConditions"):
+        kubernetes_validate.validate(job, below, strict=True)
+    # the JobSet controller the docs install is the stated one; nothing says an older one will do
+    texts = [DEPLOY / "README.md", ROOT / "README.md", *DEPLOY.rglob("*.yaml")]
+    assert not [t for t in texts if re.search(r"JobSet[^\n]{0,40}v0\.[0-7]\b", t.read_text())]
+    assert f"jobset/releases/download/{JOBSET_MIN}/manifests.yaml" in text
+
+
+def test_run_ids_fit_every_name_made_from_them(kubectl, tmp_path):
+    """The longest run ID the CLI accepts, as settings.yaml's `run`: every name Kubernetes makes from it -- the
+    Jobs, the JobSet's child Jobs, an Indexed pod's hostname <job>-<index> -- is a DNS label of at most 63."""
+    from gradcheck_svc.batch.store import RUN_ID, RUN_ID_MAX
+
+    for component in ("batch-run", "screen-run"):
+        run = yaml.safe_load((DEPLOY / "components" / component / "settings.yaml").read_text())["data"]["run"]
+        assert RUN_ID.fullmatch(run), run
+    longest = "r" * RUN_ID_MAX
+    assert RUN_ID.fullmatch(longest) and not RUN_ID.fullmatch(longest + "r")
+    root = _settings(tmp_path, "batch-run", run=longest, shards="99999")
+    label = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+    names = [o["metadata"]["name"] for o in render(kubectl, root / "overlays/batch")]
+    jobset = one(render(kubectl, root / "overlays/batch-jobset"), "JobSet")
+    children = [f"{jobset['metadata']['name']}-{r['name']}-0" for r in jobset["spec"]["replicatedJobs"]]
+    hostnames = [f"{job}-99998" for job in children + [longest]]
+    for name in names + children + hostnames:
+        assert len(name) <= 63 and label.fullmatch(name), name
+
+
+def _pods(objs: list[dict]) -> list[tuple[str, dict]]:
+    """Every pod template of an overlay, with its labels (a JobSet's templates as the Jobs it makes)."""
+    out = []
+    for o in objs:
+        if o["kind"] in ("Job", "DaemonSet", "Deployment"):
+            out.append((o["metadata"]["name"], o["spec"]["template"]["metadata"]["labels"]))
+        elif o["kind"] == "JobSet":
+            out += [(r["name"], r["template"]["spec"]["template"]["metadata"]["labels"])
+                    for r in o["spec"]["replicatedJobs"]]
+    return out
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    ok = all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+    for e in selector.get("matchExpressions", []):
+        assert e["operator"] == "In"
+        ok = ok and labels.get(e["key"]) in e["values"]
+    return ok
+
+
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "namespace"])
+def test_every_pod_is_under_a_network_policy(rendered, overlay):
+    """Every pod of every overlay is selected by a NetworkPolicy of that overlay, Ingress and Egress both: the
+    server's takes gRPC and metrics, a batch's and a screen's take nothing and call the DNS (a batch: the server;
+    batch-s3: HTTPS too)."""
+    policies = [o for o in rendered[overlay] if o["kind"] == "NetworkPolicy"]
+    pods = _pods(rendered[overlay])
+    assert pods
+    for name, labels in pods:
+        mine = [p for p in policies if _selects(p["spec"]["podSelector"], labels)]
+        assert mine, f"{overlay}: pod {name} is under no NetworkPolicy"
+        assert all(p["spec"]["policyTypes"] == ["Ingress", "Egress"] for p in mine)
+        if labels["app.kubernetes.io/component"] != "server":
+            assert all(p["spec"]["ingress"] == [] for p in mine)
+            ports = {(port["port"], port["protocol"]) for p in mine for rule in p["spec"]["egress"]
+                     for port in rule["ports"]}
+            assert {(53, "UDP"), (53, "TCP")} <= ports
+            assert ((443, "TCP") in ports) == (overlay.startswith("batch-s3") and "screen" not in name)
+
+
+def test_the_server_replicas_are_the_hpa_s_and_spread(rendered):
+    """With an HPA (cpu) the Deployment sets no replicas (a re-apply would reset the HPA's count); without one
+    (gpu) it does. Replicas spread over nodes (required) and zones (preferred), per ReplicaSet."""
+    cpu, gpu = (one(rendered[o], "Deployment", "gradcheck") for o in ("cpu", "gpu"))
+    assert "replicas" not in cpu["spec"] and one(rendered["cpu"], "HorizontalPodAutoscaler")["spec"]["minReplicas"] >= 2
+    assert gpu["spec"]["replicas"] >= 2
+    for dep in (cpu, gpu):
+        spread = {c["topologyKey"]: c for c in pod_spec(dep)["topologySpreadConstraints"]}
+        assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+        assert spread["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"
+        for c in spread.values():
+            assert c["maxSkew"] == 1 and c["matchLabelKeys"] == ["pod-template-hash"]
+            assert c["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_apt_packages_are_pinned_and_the_gpu_extra_is_locked():
+    """hadolint DL3008: every apt package named with a version -- the Python the build stage made the venv with,
+    the same in the runtime stage (the venv links to it); the GPU extra's CuPy is in the lock, for the CUDA 12
+    runtime the GPU image is built on."""
+    for name in ("Dockerfile", "Dockerfile.gpu"):
+        for stage in _stages(DEPLOY / "docker" / name):
+            for op, rest in stage:
+                if op == "RUN" and "apt-get install" in rest:
+                    cmd = rest.split("apt-get install", 1)[1].split("&&", 1)[0].split()
+                    packages = [w for w in cmd if not w.startswith("-")]
+                    assert packages and all("=" in p for p in packages), f"{name}: unpinned: {packages}"
+    text = (DEPLOY / "docker" / "Dockerfile.gpu").read_text()
+    (version,) = set(re.findall(r"^ARG PYTHON3_VERSION=(\S+)$", text, re.M))
+    assert text.count("python3=${PYTHON3_VERSION}") == 2  # build and runtime stages alike
+    lock = (ROOT / "constraints.txt").read_text().splitlines()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'gpu = ["cupy-cuda12x>=13"]' in pyproject and "ARG CUDA_IMAGE=nvidia/cuda:12." in text
+    assert [ln for ln in lock if ln.startswith("cupy-cuda12x==")] and version

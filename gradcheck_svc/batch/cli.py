@@ -164,12 +164,13 @@ def _check_common(args):
 
 def _run_id(args) -> str:
     from ..errors import OptionError
-    from .store import DEFAULT_RUN, LATEST, RUN_ID
+    from .store import DEFAULT_RUN, LATEST, RUN_ID, RUN_ID_MAX
 
     run_id = args.run_id if args.run_id is not None else os.environ.get("GRADCHECK_RUN_ID") or DEFAULT_RUN
     if not RUN_ID.fullmatch(run_id) or run_id == LATEST:
-        raise OptionError(f"'{run_id[:80]}' is not a run ID (letters, digits, '.', '_', '-'; at most 128; "
-                          f"not '{LATEST}')", field="--run-id")
+        raise OptionError(f"'{run_id[:80]}' is not a run ID: it names the Job, so a DNS label -- lower-case "
+                          f"letters, digits and '-', a letter or digit at each end, at most {RUN_ID_MAX} characters "
+                          f"(not '{LATEST}')", field="--run-id")
     return run_id
 
 

@@ -44,7 +44,11 @@ ENDED_FILE = "ended.json"  # how the unit's latest attempt ended: what a waiting
 TMP_SUFFIX = ".tmp"
 DEFAULT_RUN = "default"
 LATEST = "latest"
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# A run ID names the Job (or JobSet) and everything made from it, so it is a DNS label short enough for all of
+# them to fit in 63 characters: the merge Job <run>-merge, a JobSet's child Jobs <run>-shards-0 and
+# <run>-merge-0, and their pods' hostnames <job>-<index> (an Indexed Job's). The same rule by hand and in a Job.
+RUN_ID_MAX = 46
+RUN_ID = re.compile(rf"[a-z0-9]([a-z0-9-]{{0,{RUN_ID_MAX - 2}}}[a-z0-9])?")
 
 
 def atomic_write(path: Path | ObjectPath, data: bytes) -> None:
