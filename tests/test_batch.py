@@ -148,9 +148,14 @@ def test_bad_usage_exits_2_one_line(capsys, monkeypatch, tmp_path, corpus, argv,
 def test_missing_manifest_and_merge_dir_exit_2(capsys, tmp_path):
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "nope", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and err.startswith("gradcheck-svc: error: --manifest: no such file, directory or matching glob")
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty").mkdir()  # a graphs volume mounted empty (or not yet populated): retried, exit 75
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty", "--shard-index", 0, "--out", tmp_path)
-    assert code == 2 and "--manifest: no graphs (*.json, *.pb, *.onnx) in" in err
+    assert code == 75 and err == (f"gradcheck-svc batch: infrastructure failure, retry (exit 75): no graphs (*.json, "
+                                  f"*.pb, *.onnx) in {tmp_path / 'empty'}: an empty volume (not mounted, or not yet "
+                                  "populated?)\n")
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty" / "*.json", "--shard-index", 0, "--out",
+                       tmp_path)
+    assert code == 2 and "--manifest: no graphs (*.json, *.pb, *.onnx) in" in err  # a glob naming nothing
     (tmp_path / "list.txt").write_text("# graphs\nempty/missing.json\n")
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "list.txt", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and f"--manifest: list file {tmp_path / 'list.txt'}, line 2: no such graph file: " \

@@ -2,16 +2,20 @@
 
 Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   0   the unit finished; mismatches, invalid graphs and timeouts are results in the records
-  2   bad usage or configuration (flags, an empty or missing manifest): retrying cannot help -> FailIndex
-  75  infrastructure failure (unreadable volume, unwritable output, out of memory, server unreachable,
-      no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
+  2   bad usage or configuration (flags, a missing manifest, a glob or list naming no graph): retrying cannot
+      help -> FailIndex
+  75  infrastructure failure (unreadable or empty graphs volume, unwritable output, out of memory, server
+      unreachable, no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
       possibly on another node, can -> counted against backoffLimitPerIndex
   3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
 `batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
   merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
-  present twice, from another manifest or shard count, damaged (each file named), made under other options
-  or versions (unless --allow-mixed), a screen's listed node not screened, or no graphs at all (named on
-  stderr). --exit-zero: 0 whenever the report is written.
+  present twice (copied into two shards' folders), damaged (each file named), made under other options
+  or versions (unless --allow-mixed), a screen's listed node not screened or undecided, or no graphs at all
+  (named on stderr; what was set aside -- superseded -- is listed, not counted). --exit-zero: 0 whenever the
+  report is written. --wait: 143 when a SIGTERM cut the wait (or the merge) short, after the report is written.
+Each attempt of a unit records how it ended (ended.json: its exit code, and whether it was the index's last),
+which a waiting merge watches.
 """
 from __future__ import annotations
 
@@ -273,7 +277,6 @@ def batch(args) -> int:
 
 def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
     from .location import location
-    from .manifest import load_manifest
     from .runner import run_unit
 
     limits = _check_common(args)
@@ -283,7 +286,7 @@ def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
     verifier = _verifier(args, options, limits)
 
     def run():  # inside _run: an unreadable manifest volume is an infrastructure failure (exit 75)
-        manifest = load_manifest(args.manifest)
+        manifest = _load_graphs(args.manifest)
         verifier.check()  # first: against a server, its version is part of every record's key
         plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
                      run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None), started_at)
@@ -294,6 +297,22 @@ def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
         return _run(run, "batch")
     finally:
         getattr(verifier, "close", lambda: None)()
+
+
+def _load_graphs(spec: str):
+    """The shard's manifest. A directory that exists and holds no graph is a volume not (yet) populated -- a
+    claim bound to the wrong export, an init container's copy cut short -- which a retry can fix: exit 75, not 2.
+    A glob or list file naming nothing is the configuration's (exit 2)."""
+    from ..errors import OptionError
+    from .manifest import load_manifest
+    from .verifiers import InfraError
+
+    try:
+        return load_manifest(spec)
+    except OptionError as exc:
+        if exc.reason.startswith("no graphs") and Path(spec).is_dir():
+            raise InfraError(f"{exc.reason}: an empty volume (not mounted, or not yet populated?)") from None
+        raise
 
 
 def _verifier(args, options, limits):
