@@ -500,42 +500,31 @@ def _merge_and_report(args, out, files, expect) -> int:
     return EXIT_OK if args.exit_zero else m["exit_code"]
 
 
-class _Terminated(Exception):
-    pass
-
-
 def _wait(out, args, expect) -> dict:
-    """batch-merge --wait: poll until the run is settled (merge.settled) or the time is up. `terminated` is set
-    when a SIGTERM cut the wait short or comes during the merge: from then on a SIGTERM only marks it, and the
-    report is still written (within the pod's grace period), so an evicted or ended merge leaves what it saw."""
+    """batch-merge --wait: poll until the run is settled (merge.settled), the time is up, or a SIGTERM came.
+    The SIGTERM handler only marks `terminated` (a signal may reach any thread: nothing is raised in the middle
+    of a read), the wait ends at the next poll, and the report is still written (within the pod's grace
+    period): an evicted or ended merge leaves what it saw."""
     import signal
     import time
 
     from .merge import settled
 
     state = {"terminated": False}
-
-    def stop(signum, frame):
-        state["terminated"] = True
-        raise _Terminated
-
-    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGTERM, lambda signum, frame: state.update(terminated=True))
     deadline = time.monotonic() + args.wait
     print(f"gradcheck-svc batch-merge: waiting up to {args.wait:g} s for every shard (or node) of the run to end",
           file=sys.stderr, flush=True)
-    try:
-        while not settled(out, args.run_id, args.shard_count, expect):
-            left = deadline - time.monotonic()
-            if left <= 0:
-                print(f"gradcheck-svc batch-merge: waited {args.wait:g} s and some shards or nodes have not ended: "
-                      "merging what is there", file=sys.stderr)
-                break
-            time.sleep(min(WAIT_POLL_SECONDS, left))
-    except _Terminated:
+    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            print(f"gradcheck-svc batch-merge: waited {args.wait:g} s and some shards or nodes have not ended: "
+                  "merging what is there", file=sys.stderr)
+            break
+        time.sleep(min(WAIT_POLL_SECONDS, left))
+    if state["terminated"]:
         print("gradcheck-svc batch-merge: terminated while waiting (SIGTERM): merging what is there now",
               file=sys.stderr)
-    finally:
-        signal.signal(signal.SIGTERM, lambda signum, frame: state.update(terminated=True))
     return state
 
 
