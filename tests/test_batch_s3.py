@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from grpc_helpers import ROOT, _env, slow_graph
-from test_deploy import FAILURE_COUNT, _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture, installed if it can be
+from test_deploy import FAILURE_COUNT, _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.cli import main

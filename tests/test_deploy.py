@@ -139,8 +139,10 @@ def test_the_jobset_check_is_strict(rendered):
     good = one(rendered["batch-jobset"], "JobSet")
     validate_jobset(good)
     for spoil in (lambda o: o["spec"].update(replicatedJob=[]),
-                  lambda o: o["spec"]["replicatedJobs"][1].update(dependsOn=[{"name": "shardz", "status": "Complete"}]),
-                  lambda o: o["spec"]["replicatedJobs"][1].update(dependsOn=[{"name": "shards", "status": "Succeeded"}]),
+                  lambda o: o["spec"]["replicatedJobs"][1].update(dependsOn=[{"name": "shardz",
+                                                                                  "status": "Complete"}]),
+                  lambda o: o["spec"]["replicatedJobs"][1].update(dependsOn=[{"name": "shards",
+                                                                                  "status": "Succeeded"}]),
                   lambda o: o["spec"]["successPolicy"].update(targetReplicatedJobs=["merged"]),
                   lambda o: o["spec"]["network"].update(enableDNSHostname=False),
                   lambda o: o["spec"]["replicatedJobs"][0]["template"]["spec"].update(completion=3)):
@@ -466,7 +468,8 @@ def _gpu(job: dict, cpu_job: dict, container: str) -> None:
 
 
 def test_gpu_batch_and_gpu_screen(rendered):
-    _gpu(one(rendered["batch-gpu"], "Job", "gradcheck-batch"), one(rendered["batch"], "Job", "gradcheck-batch"), "batch")
+    _gpu(one(rendered["batch-gpu"], "Job", "gradcheck-batch"), one(rendered["batch"], "Job", "gradcheck-batch"),
+         "batch")
     _gpu(one(rendered["screen-gpu"], "Job", "gradcheck-screen"), one(rendered["screen"], "Job", "gradcheck-screen"),
          "screen")
     # the merges stay on the CPU (they need no GPU; the screen's reference is a CPU verification)
@@ -517,7 +520,8 @@ def test_the_daemonset_screen_runs_the_job_s_screen_once_per_node(rendered):
     # its pods are not the Job's: the screen Job's anti-affinity and a merge's label selectors never see them
     assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] != "screen"
     # the only Job is the screen's merge, applied with the DaemonSet
-    assert [o["metadata"]["name"] for o in rendered["screen-daemonset"] if o["kind"] == "Job"] == ["gradcheck-screen-merge"]
+    jobs = [o["metadata"]["name"] for o in rendered["screen-daemonset"] if o["kind"] == "Job"]
+    assert jobs == ["gradcheck-screen-merge"]
 
 
 def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):

@@ -1,8 +1,9 @@
 """Per-node screening: four "nodes" (processes with different node names, as the downward API sets
 NODE_NAME) run the same suite; two are bad -- one with a planted cache fault that fails its verification, one
 a host whose tanh is silently one ulp off (NumPy's, patched in that process as a faulty libm would be: its
-engine and its own references agree, so its verification passes; its bits differ) -- and the merge, holding every node to its own reference verification of the suite, must name
-exactly those two and no healthy one: a vote among four with two bad would have no majority."""
+engine and its own references agree, so its verification passes; its bits differ) -- and the merge, holding
+every node to its own reference verification of the suite, must name exactly those two and no healthy one: a
+vote among four with two bad would have no majority."""
 from __future__ import annotations
 
 import json
@@ -126,7 +127,8 @@ def test_any_number_of_bad_nodes_and_no_healthy_one(screened):
                        (("node-b",), []), (("node-a", LOUD), [LOUD])):
         assert screen.compare(_records(merged, nodes), ref, numerics)["disagreeing_nodes"] == bad
     twin = [dict(r, node="node-e", unit="node-node-e") for r in _records(merged, (SILENT,))]
-    result = screen.compare(_records(merged, ("node-a", SILENT)) + twin, ref, dict(numerics, **{"node-e": numerics[SILENT]}))
+    result = screen.compare(_records(merged, ("node-a", SILENT)) + twin, ref,
+                            dict(numerics, **{"node-e": numerics[SILENT]}))
     assert result["disagreeing_nodes"] == [SILENT, "node-e"]
 
 
@@ -177,7 +179,8 @@ def test_an_undecided_screen_is_incomplete(screened, tmp_path):
     other.write_text(json.dumps(plan))
     merge = _merge(copy)
     assert merge.returncode == 4, merge.stderr
-    assert "node result(s) undecided (a difference with nothing to tell which side is right): node-a on " in merge.stderr
+    assert ("node result(s) undecided (a difference with nothing to tell which side is right): node-a on "
+            in merge.stderr)
     assert f"nodes that disagree: {LOUD}\n" in merge.stderr
 
 

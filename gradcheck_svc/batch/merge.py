@@ -230,7 +230,8 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
     mixed = [] if len(identities) < 2 else [
         {"options_sha256": o, "gradcheck_version": v, "keyed_options": keyed[(o, v)], "units": sorted(names)}
         for (o, v), names in sorted(identities.items(), key=lambda kv: sorted(kv[1]))]
-    other = sorted({(o["graph"], o["unit"]): o for o in chosen["other"]}.values(), key=lambda o: (o["graph"], o["unit"]))
+    other = sorted({(o["graph"], o["unit"]): o for o in chosen["other"]}.values(),
+                   key=lambda o: (o["graph"], o["unit"]))
     return {"mode": mode, "directory": str(out), "run_id": run, "run_directory": str(rdir),
             "graphs": len(expected), "units": [u.name for u in units], "shard_count": count,
             "manifest": manifest,
