@@ -129,7 +129,9 @@ def _choose_batch(plan: dict, good: list, allow_mixed: bool) -> dict:
     records of graphs no longer listed, of older bytes (stale), and further answers to the same question."""
     count, owners, contents = plan["count"], plan["owners"], plan["contents"]
     expected = set(plan["expected"])
-    common = Counter(_identity(u.plan) for u in plan["current"]).most_common(1)
+    # a graph whose shard has no unit of this count is held to the options most of this count's units (else
+    # of all units) were made under: never to whatever a record happens to have
+    common = Counter(_identity(u.plan) for u in plan["current"] or good).most_common(1)
     fallback = common[0][0] if common else None
     answers, others = defaultdict(list), defaultdict(list)
     stale, set_aside, gone = 0, 0, set()
