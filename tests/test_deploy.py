@@ -984,3 +984,25 @@ def test_apt_packages_are_pinned_and_the_gpu_extra_is_locked():
     pyproject = (ROOT / "pyproject.toml").read_text()
     assert 'gpu = ["cupy-cuda12x>=13"]' in pyproject and "ARG CUDA_IMAGE=nvidia/cuda:12." in text
     assert [ln for ln in lock if ln.startswith("cupy-cuda12x==")] and version
+
+
+@pytest.mark.parametrize("overlay", ["batch", "batch-gpu", "batch-s3", "batch-volume", "batch-jobset", "batch-kueue",
+                                     "screen", "screen-gpu", "screen-daemonset"])
+def test_every_variant_runs_its_merge(rendered, overlay):
+    """No variant leaves the merge to a person: each applies, with its pods, a merge that waits as long as they
+    may run (--wait: the shards' or screen's activeDeadlineSeconds; the DaemonSet's, the screen Job's) and then
+    always writes a report."""
+    objs = rendered[overlay]
+    jobsets = [o for o in objs if o["kind"] == "JobSet"]
+    if jobsets:
+        (js,) = jobsets
+        shards, merge = js["spec"]["replicatedJobs"]
+        merges, deadline = [merge["template"]["spec"]], shards["template"]["spec"]["activeDeadlineSeconds"]
+    else:
+        merges = [o["spec"] for o in objs if o["kind"] == "Job" and o["metadata"]["name"].endswith("-merge")]
+        work = [o for o in objs if o["kind"] == "Job" and not o["metadata"]["name"].endswith("-merge")]
+        source = work[0] if work else one(rendered["screen"], "Job", "gradcheck-screen")  # the DaemonSet's bound
+        deadline = source["spec"]["activeDeadlineSeconds"]
+    (spec,) = merges
+    (c,) = spec["template"]["spec"]["containers"]
+    assert c["args"][0] == "batch-merge" and _arg(c, "--wait") == str(deadline) and "--exit-zero" in c["args"]
