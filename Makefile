@@ -51,7 +51,7 @@ test-latest:
 lock:
 	rm -rf .venv-lock
 	$(PYTHON) -m venv .venv-lock
-	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e clients/python -e '.[test,bench,plot,onnx]'
+	.venv-lock/bin/python -m pip install -q --disable-pip-version-check -e clients/python -e '.[test,bench,plot,onnx,gpu]'
 	{ echo "# The locked dependency set: written by \`make lock\` ($$(date -u +%F)); every \`make\` install uses it."; \
 	  .venv-lock/bin/python -m pip freeze --exclude-editable | sed -E 's/^(torch==[^+]*)\+.*/\1/'; } > $(LOCK)
 	rm -rf .venv-lock

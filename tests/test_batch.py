@@ -148,9 +148,14 @@ def test_bad_usage_exits_2_one_line(capsys, monkeypatch, tmp_path, corpus, argv,
 def test_missing_manifest_and_merge_dir_exit_2(capsys, tmp_path):
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "nope", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and err.startswith("gradcheck-svc: error: --manifest: no such file, directory or matching glob")
-    (tmp_path / "empty").mkdir()
+    (tmp_path / "empty").mkdir()  # a graphs volume mounted empty (or not yet populated): retried, exit 75
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty", "--shard-index", 0, "--out", tmp_path)
-    assert code == 2 and "--manifest: no graphs (*.json, *.pb, *.onnx) in" in err
+    assert code == 75 and err == (f"gradcheck-svc batch: infrastructure failure, retry (exit 75): no graphs (*.json, "
+                                  f"*.pb, *.onnx) in {tmp_path / 'empty'}: an empty volume (not mounted, or not yet "
+                                  "populated?)\n")
+    code, _, err = run(capsys, "batch", "--manifest", tmp_path / "empty" / "*.json", "--shard-index", 0, "--out",
+                       tmp_path)
+    assert code == 2 and "--manifest: no graphs (*.json, *.pb, *.onnx) in" in err  # a glob naming nothing
     (tmp_path / "list.txt").write_text("# graphs\nempty/missing.json\n")
     code, _, err = run(capsys, "batch", "--manifest", tmp_path / "list.txt", "--shard-index", 0, "--out", tmp_path)
     assert code == 2 and f"--manifest: list file {tmp_path / 'list.txt'}, line 2: no such graph file: " \
@@ -391,10 +396,13 @@ def test_runs_are_kept_apart_and_latest_is_explicit(capsys, monkeypatch, tmp_pat
     assert code == 0 and (out / "runs" / "nightly-1" / "merged.json").is_file()
     code, _, err = run(capsys, "batch-merge", out, "--run-id", "nightly-3")
     assert code == 2 and "--run-id: no run 'nightly-3' in" in err
-    for bad in ("../up", "latest", "", "a/b"):
+    # a run ID names the Job: a DNS label, short enough for every name made from it (<run>-shards-0-<index>)
+    for bad in ("../up", "latest", "", "a/b", "Nightly", "a_b", "a.b", "-a", "a-", "x" * 47):
         code, _, err = run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
-                           "--run-id", bad)
-        assert code == 2 and f"--run-id: '{bad}' is not a run ID" in err
+                           f"--run-id={bad}")
+        assert code == 2 and f"--run-id: '{bad}' is not a run ID: it names the Job, so a DNS label" in err
+    assert run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out,
+               "--run-id", "x" * 46)[0] == 0
 
 
 def test_exit_zero_reports_the_verdict_without_failing(capsys, tmp_path, corpus):

@@ -139,10 +139,12 @@ def test_indexed_job_rerun_after_a_graph_and_an_option_changed(tmp_path):
     assert all(index(i).returncode == 0 for i in range(SHARDS))
     proc, merged = merge("--shard-count", str(SHARDS))  # as the merge Job runs it: the count from the settings
     assert proc.returncode == 0 and merged["run_id"] == "gradcheck-batch" and merged["counts"]["pass"] == 24
-    # a merge told another shard count (the settings changed after the shards ran) names every unit
+    # a merge told another shard count (the settings changed after the shards ran): every unit set aside and
+    # named, every graph missing (no shard has run under that count, so nothing says what each must answer)
     proc, merged = merge("--shard-count", str(SHARDS * 2))
-    assert proc.returncode == 4 and merged["inconsistent_units"] == [f"shard-{i:04d}" for i in range(SHARDS)]
-    assert "units recorded a different manifest, shard count or graph content: shard-0000, " in proc.stderr
+    assert proc.returncode == 4 and merged["counts"]["missing"] == 24 and merged["records"] == []
+    assert merged["superseded"]["units"] == [{"unit": f"shard-{i:04d}", "shard_count": SHARDS} for i in range(SHARDS)]
+    assert f"unit(s) made with another shard count than {SHARDS * 2}: shard-0000 ({SHARDS} shards), " in proc.stderr
 
     changed = "m-05.json"
     (corpus / changed).write_text(json.dumps(graph_dict(5, size=2, kind="mismatch")))

@@ -18,7 +18,7 @@ from collections import Counter
 import pytest
 
 from grpc_helpers import ROOT, _env, slow_graph
-from test_deploy import _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture, installed if it can be
+from test_deploy import FAILURE_COUNT, _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.cli import main
@@ -308,9 +308,11 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
         for e in c.get("env", []):
             if "value" in e:
                 environ[e["name"]] = e["value"]
-            else:  # the downward API: the only valueFrom these containers use
-                assert e["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}, e
+            elif e["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}:  # the downward API
                 environ[e["name"]] = node
+            else:  # the only other: the Job controller's failure count of the index (a first attempt here)
+                assert e["valueFrom"] == {"fieldRef": {"fieldPath": FAILURE_COUNT}}, e
+                environ[e["name"]] = "0"
         return environ
 
     def expand(args, environ):  # the kubelet's $(VAR) expansion
@@ -339,3 +341,31 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
     merged = json.loads(fs.cat_file(f"{bucket}/results/runs/s3-nightly/merged.json"))
     assert merged["shard_count"] == 3 and merged["missing"] == [] and merged["failed"] == ["team/gen-00002.json"]
     assert {r["node"] for r in merged["records"]} <= {f"node-{i}" for i in range(3)}
+    # the merge read the graph set from the bucket the shards read, and waited for them as deployed
+    assert merged["manifest"] == f"s3://{bucket}/graphs/" and any(a.startswith("--wait=") for a in m["args"])
+
+
+def test_a_resume_in_the_bucket_after_a_removal_and_a_new_shard_count_converges(capsys, s3):
+    """The resume scenarios of tests/test_batch_resume.py in a bucket: 3 shards, one graph deleted from the
+    bucket, resumed with 2 shards; the merge reads the graph set from the bucket (--manifest s3://...), counts
+    each graph once, and names the set-aside units and the removed graph once."""
+    fs, _ = s3
+    bucket = "gradcheck-resume"
+    fs.mkdir(bucket)
+    for i in range(6):
+        fs.pipe_file(f"{bucket}/graphs/g{i}.json", json.dumps(graph_dict(i, size=2)).encode())
+    base = ["--manifest", f"s3://{bucket}/graphs", "--out", f"s3://{bucket}/results", "--run-id", "resume"]
+    for i in range(3):
+        assert run(capsys, "batch", *base, "--shard-index", i, "--shard-count", 3)[0] == 0
+    fs.rm_file(f"{bucket}/graphs/g4.json")
+    for i in range(2):
+        assert run(capsys, "batch", *base, "--shard-index", i, "--shard-count", 2)[0] == 0
+    code, _, err = run(capsys, "batch-merge", f"s3://{bucket}/results", "--run-id", "resume", "--shard-count", 2,
+                       "--manifest", f"s3://{bucket}/graphs")
+    assert code == 0, err
+    assert "5 graphs: 5 pass (exit 0)" in err
+    assert ("set aside (superseded): records of 1 graph(s) no longer in the manifest: g4.json; 1 unit(s) made "
+            "with another shard count than 2: shard-0002 (3 shards); ") in err
+    merged = json.loads(fs.cat_file(f"{bucket}/results/runs/resume/merged.json"))
+    assert sorted(r["graph"] for r in merged["records"]) == [f"g{i}.json" for i in (0, 1, 2, 3, 5)]
+    assert merged["duplicates"] == [] and merged["missing"] == []

@@ -18,7 +18,7 @@ yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra: pip inst
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the test extra")
 
 DEPLOY = ROOT / "deploy"
-OVERLAYS = ("cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "batch-s3",
+OVERLAYS = ("namespace", "cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "batch-s3",
             "batch-s3/merge", "batch-volume", "batch-volume/merge", "screen", "screen/merge", "screen-gpu",
             "screen-daemonset")
 CLUSTER_SCOPED = ("Namespace", "PriorityClass")
@@ -28,8 +28,12 @@ JOBSET_SPEC = {"replicatedJobs", "network", "successPolicy", "failurePolicy", "s
                "coordinator", "managedBy", "ttlSecondsAfterFinished"}
 JOBSET_REPLICATED_JOB = {"name", "groupName", "template", "replicas", "dependsOn"}
 K8S_VERSION = "1.33.0"
-# the releases a platform team runs (Job's maxFailedIndexes, backoffLimitPerIndex and FailIndex are in all)
-K8S_VERSIONS = ("1.30.0", "1.31.0", "1.32.0", "1.33.0", "1.34.0", "1.35.0")
+# the stated minimum (deploy/README.md): the Jobs' podFailurePolicy rules without onPodConditions, and
+# backoffLimitPerIndex with FailIndex (beta, on by default), first validate in 1.29; every release from it to the
+# newest schema kubernetes-validate ships is checked, and the one below it shown to refuse the Jobs
+K8S_MIN = (1, 29)
+K8S_VERSIONS = tuple(f"1.{m}.0" for m in range(K8S_MIN[1], 38))
+JOBSET_MIN = "v0.8.0"  # the JobSet API the field tables below are of (deploy/README.md states it)
 APT_TIMEOUT = 300
 
 
@@ -135,8 +139,10 @@ def test_the_jobset_check_is_strict(rendered):
     good = one(rendered["batch-jobset"], "JobSet")
     validate_jobset(good)
     for spoil in (lambda o: o["spec"].update(replicatedJob=[]),
-                  lambda o: o["spec"]["replicatedJobs"][1]["dependsOn"][0].update(name="shardz"),
-                  lambda o: o["spec"]["replicatedJobs"][1]["dependsOn"][0].update(status="Succeeded"),
+                  lambda o: o["spec"]["replicatedJobs"][1].update(dependsOn=[{"name": "shardz",
+                                                                                  "status": "Complete"}]),
+                  lambda o: o["spec"]["replicatedJobs"][1].update(dependsOn=[{"name": "shards",
+                                                                                  "status": "Succeeded"}]),
                   lambda o: o["spec"]["successPolicy"].update(targetReplicatedJobs=["merged"]),
                   lambda o: o["spec"]["network"].update(enableDNSHostname=False),
                   lambda o: o["spec"]["replicatedJobs"][0]["template"]["spec"].update(completion=3)):
@@ -158,15 +164,20 @@ def _workdir(name: str = "Dockerfile") -> str:
     return [rest for op, rest in _stages(DEPLOY / "docker" / name)[-1] if op == "WORKDIR"][-1]
 
 
-@pytest.mark.parametrize("overlay", OVERLAYS)
-def test_every_overlay_creates_its_namespace_with_pod_security(rendered, overlay):
-    """Each overlay applies on a fresh cluster: its Namespace comes with it, enforcing "restricted"."""
-    ns = one(rendered[overlay], "Namespace", "gradcheck")
+def test_the_namespace_is_its_own_overlay(rendered):
+    """The Namespace, enforcing "restricted", is applied by deploy/overlays/namespace alone: `kubectl delete -k` of
+    a batch, screen or server overlay never deletes it (and the server with it)."""
+    (ns,) = rendered["namespace"]
+    assert ns["kind"] == "Namespace" and ns["metadata"]["name"] == "gradcheck"
     labels = ns["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
         assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest"
-    assert all(o["metadata"]["namespace"] == "gradcheck" for o in rendered[overlay] if o["kind"] not in CLUSTER_SCOPED)
+    for overlay in OVERLAYS:
+        if overlay != "namespace":
+            assert not [o for o in rendered[overlay] if o["kind"] == "Namespace"], overlay
+            assert all(o["metadata"]["namespace"] == "gradcheck" for o in rendered[overlay]
+                       if o["kind"] not in CLUSTER_SCOPED)
 
 
 def _assert_restricted(spec: dict) -> None:
@@ -261,22 +272,38 @@ def _job_policy(job: dict, container: str) -> None:
     assert env["NODE_NAME"]["fieldRef"]["fieldPath"] == "spec.nodeName"
     # every run writes under its run ID, the name of the Job: a re-run is a new name, so a Job is never re-applied
     assert env["GRADCHECK_RUN_ID"] == job["metadata"]["name"]
+    if container == "batch":  # a shard knows when a failure is its index's last: the waiting merge stops then
+        assert env["GRADCHECK_INDEX_FAILURES"]["fieldRef"]["fieldPath"] == \
+            "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"
+        assert env["GRADCHECK_INDEX_RETRIES"] == str(spec["backoffLimitPerIndex"])
+        # every index runs to its own end (no maxFailedIndexes), so the merge reports every shard that could finish
+        assert "maxFailedIndexes" not in spec
     _assert_restricted(pod_spec(job))
 
 
-def _merge_job(merge: dict, job: dict, claim: str | None, shards: int | None = None, out: str = "/results") -> None:
-    """The merge reads the run its Job wrote (the Job's name), and succeeds once its report is written: the
-    verdict goes to the log, merged.json and the termination message, not to the Job's status. Its results
-    are the claim's (mounted at `out`), or with no claim at all the object store URL `out`."""
+def _merge_job(merge: dict, job: dict, claim: str | None, shards: int | None = None, out: str = "/results",
+               manifest: str = "/graphs") -> None:
+    """The merge reads the run its Job wrote (the Job's name), started with it: it waits (--wait) as long as
+    the Job may run, for every index to end, and reads the graph set where the shards read it (a batch's
+    --manifest). It succeeds once its report is written: the verdict goes to the log, merged.json and the
+    termination message, not to the Job's status; it is retried when evicted (not counted) or when it fails
+    (exit 3, 75), never for bad usage (exit 2). Its results are the claim's (mounted at `out`), or with no claim
+    at all the object store URL `out`."""
     spec = pod_spec(merge)
     _assert_restricted(spec)
     (c,) = spec["containers"]
-    count = [] if shards is None else [f"--shard-count={shards}"]
-    assert c["args"] == ["batch-merge", out, "--run-id=$(GRADCHECK_RUN_ID)", *count, "--exit-zero",
-                         "--verdict-file=/dev/termination-log"]
+    wait = job["spec"]["activeDeadlineSeconds"] if "spec" in job else None
+    batch = [] if shards is None else [f"--shard-count={shards}", f"--manifest={manifest}"]
+    assert c["args"][:len(batch) + 3] == ["batch-merge", out, "--run-id=$(GRADCHECK_RUN_ID)", *batch]
+    assert c["args"][len(batch) + 3:] == [f"--wait={wait if wait is not None else _arg(c, '--wait')}", "--exit-zero",
+                                          "--verdict-file=/dev/termination-log"]
     assert env_of(c)["GRADCHECK_RUN_ID"] == job["metadata"]["name"]
     assert merge["metadata"]["name"] == job["metadata"]["name"] + "-merge"
-    assert merge["spec"]["activeDeadlineSeconds"] > 0 and merge["spec"]["backoffLimit"] == 0
+    assert merge["spec"]["activeDeadlineSeconds"] > int(_arg(c, "--wait")) and merge["spec"]["backoffLimit"] >= 1
+    rules = merge["spec"]["podFailurePolicy"]["rules"]
+    assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
+    assert {"action": "FailJob", "onExitCodes": {"containerName": "merge", "operator": "In", "values": [2]}} in rules
+    assert spec["restartPolicy"] == "Never" and spec["terminationGracePeriodSeconds"] >= 60
     assert c.get("terminationMessagePath", "/dev/termination-log") == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "File"
     claims = [v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"] if "persistentVolumeClaim" in v]
@@ -293,11 +320,12 @@ STORAGE_CHANGES = {
     "batch-s3": {_POD + f for f in ("serviceAccountName", "containers.0.envFrom", "containers.0.args.1",
                                     "containers.0.args.3", "containers.0.volumeMounts", "volumes")},
     "batch-s3/merge": {_POD + f for f in ("serviceAccountName", "containers.0.envFrom", "containers.0.args.1",
-                                          "containers.0.volumeMounts", "volumes")},
+                                          "containers.0.args.4", "containers.0.volumeMounts", "volumes")},
     "batch-volume": {_POD + f for f in ("securityContext.fsGroupChangePolicy", "initContainers",
                                         "containers.0.resources.limits.ephemeral-storage",
                                         "volumes.0.persistentVolumeClaim", "volumes.0.emptyDir")},
-    "batch-volume/merge": set(),
+    "batch-volume/merge": {_POD + f for f in ("initContainers", "containers.0.resources.limits.ephemeral-storage",
+                                              "volumes.0.persistentVolumeClaim", "volumes.0.emptyDir")},
 }
 
 
@@ -323,13 +351,15 @@ def test_batch_is_an_indexed_job_with_a_failure_policy(rendered):
     assert c["args"][0] == "batch"
     shards = job["spec"]["completions"]
     assert shards == job["spec"]["parallelism"] == int(_arg(c, "--shard-count")) == 8
-    assert 1 <= job["spec"]["maxFailedIndexes"] <= shards
     assert "--shard-index" not in " ".join(c["args"])  # JOB_COMPLETION_INDEX, set by Kubernetes
     assert _arg(c, "--device") == "$(GRADCHECK_DEVICE)" and env_of(c)["GRADCHECK_DEVICE"] == "cpu"
     claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in pod_spec(job)["volumes"]
               if "persistentVolumeClaim" in v}
     assert claims["results"] == one(rendered["batch"], "PersistentVolumeClaim")["metadata"]["name"]
-    _merge_job(one(rendered["batch/merge"], "Job"), job, claims["results"], shards)
+    # the merge comes with the shards; batch/merge is the same Job alone, to merge again
+    merge = one(rendered["batch"], "Job", "gradcheck-batch-merge")
+    assert merge == one(rendered["batch/merge"], "Job")
+    _merge_job(merge, job, claims["results"], shards)
 
 
 def _settings(tmp_path, component: str, **data) -> Path:
@@ -364,12 +394,15 @@ def test_the_run_id_and_shard_count_are_set_once(kubectl, tmp_path):
     assert gpu["spec"]["completions"] == 3
     # the storage variants: the same settings, the same way (deploy/batch and the batch-run component), and
     # their own changes still made under another run ID
-    for overlay, out in (("batch-s3", "$(GRADCHECK_OUT)"), ("batch-volume", "/results")):
-        job = one(render(kubectl, root / "overlays" / overlay), "Job", "nightly-42")
+    for overlay, out, graphs in (("batch-s3", "$(GRADCHECK_OUT)", "$(GRADCHECK_MANIFEST)"),
+                                 ("batch-volume", "/results", "/graphs")):
+        objs = render(kubectl, root / "overlays" / overlay)
+        job = one(objs, "Job", "nightly-42")
         assert _diff(job, one(plain, "Job", "nightly-42")) == STORAGE_CHANGES[overlay]
         merge_v = one(render(kubectl, root / "overlays" / overlay / "merge"), "Job", "nightly-42-merge")
+        assert merge_v == one(objs, "Job", "nightly-42-merge")  # the merge applied with the shards, and alone
         assert _diff(merge_v, one(merge, "Job", "nightly-42-merge")) == STORAGE_CHANGES[overlay + "/merge"]
-        _merge_job(merge_v, job, None if overlay == "batch-s3" else "gradcheck-results", 3, out)
+        _merge_job(merge_v, job, None if overlay == "batch-s3" else "gradcheck-results", 3, out, graphs)
     # no other place in deploy/ holds a shard count or a batch run ID of its own
     texts = {p: p.read_text() for d in ("batch", "overlays/batch-s3", "overlays/batch-volume")
              for p in (root / d).rglob("*.yaml")}
@@ -387,7 +420,8 @@ def test_the_jobset_is_one_object_for_the_whole_batch(rendered):
     assert shards.get("replicas", 1) == merge.get("replicas", 1) == 1
     assert shards["template"]["spec"] == one(rendered["batch"], "Job", "gradcheck-batch")["spec"]
     assert merge["template"]["spec"] == one(rendered["batch/merge"], "Job")["spec"]
-    assert merge["dependsOn"] == [{"name": "shards", "status": "Complete"}]
+    # no dependsOn: the merge starts beside the shards and waits for every index to end, failed ones included
+    assert "dependsOn" not in merge
     # Completed when the merge has written its report; Failed (once) when a shard index is out of retries
     assert jobset["spec"]["successPolicy"] == {"operator": "All", "targetReplicatedJobs": ["merge"]}
     assert jobset["spec"]["failurePolicy"] == {"maxRestarts": 0}
@@ -396,7 +430,8 @@ def test_the_jobset_is_one_object_for_the_whole_batch(rendered):
     as_shards, as_merge = (as_job(jobset, r) for r in (shards, merge))
     _job_policy({**as_shards, "metadata": {"name": "gradcheck-batch"}}, "batch")
     claim = one(objs, "PersistentVolumeClaim")["metadata"]["name"]
-    _merge_job({**as_merge, "metadata": {"name": "gradcheck-batch-merge"}}, {"metadata": {"name": "gradcheck-batch"}},
+    _merge_job({**as_merge, "metadata": {"name": "gradcheck-batch-merge"}},
+               {"metadata": {"name": "gradcheck-batch"}, "spec": shards["template"]["spec"]},
                claim, shards["template"]["spec"]["completions"])
 
 
@@ -433,9 +468,15 @@ def _gpu(job: dict, cpu_job: dict, container: str) -> None:
 
 
 def test_gpu_batch_and_gpu_screen(rendered):
-    _gpu(one(rendered["batch-gpu"], "Job"), one(rendered["batch"], "Job"), "batch")
-    _gpu(one(rendered["screen-gpu"], "Job"), one(rendered["screen"], "Job"), "screen")
-    assert pod_spec(one(rendered["screen-gpu"], "Job"))["nodeSelector"] == {
+    _gpu(one(rendered["batch-gpu"], "Job", "gradcheck-batch"), one(rendered["batch"], "Job", "gradcheck-batch"),
+         "batch")
+    _gpu(one(rendered["screen-gpu"], "Job", "gradcheck-screen"), one(rendered["screen"], "Job", "gradcheck-screen"),
+         "screen")
+    # the merges stay on the CPU (they need no GPU; the screen's reference is a CPU verification)
+    for overlay in ("batch-gpu", "screen-gpu"):
+        merge = next(o for o in rendered[overlay] if o["kind"] == "Job" and o["metadata"]["name"].endswith("-merge"))
+        assert "runtimeClassName" not in pod_spec(merge) and "nvidia.com/gpu" not in str(pod_spec(merge))
+    assert pod_spec(one(rendered["screen-gpu"], "Job", "gradcheck-screen"))["nodeSelector"] == {
         "gradcheck.dev/screen": "true", "nvidia.com/gpu.present": "true"}
 
 
@@ -478,7 +519,9 @@ def test_the_daemonset_screen_runs_the_job_s_screen_once_per_node(rendered):
     assert ds["spec"]["selector"]["matchLabels"].items() <= ds["spec"]["template"]["metadata"]["labels"].items()
     # its pods are not the Job's: the screen Job's anti-affinity and a merge's label selectors never see them
     assert ds["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"] != "screen"
-    assert not [o for o in rendered["screen-daemonset"] if o["kind"] == "Job"]
+    # the only Job is the screen's merge, applied with the DaemonSet
+    jobs = [o["metadata"]["name"] for o in rendered["screen-daemonset"] if o["kind"] == "Job"]
+    assert jobs == ["gradcheck-screen-merge"]
 
 
 def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
@@ -488,7 +531,8 @@ def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
     from gradcheck_svc.errors import OptionError
 
     def nodes_of(objs):
-        (c,) = pod_spec(one(objs, "Job"))["containers"]
+        (c,) = pod_spec(next(o for o in objs if o["kind"] == "Job" and "-merge" not in o["metadata"]["name"]))[
+            "containers"]
         ref = env_of(c)["GRADCHECK_EXPECT_NODES"]["configMapKeyRef"]
         return one(objs, "ConfigMap", ref["name"])["data"][ref["key"]]
 
@@ -519,7 +563,7 @@ def test_batch_s3_is_deploy_batch_on_a_bucket_named_once(rendered):
     _job_policy(job, "batch")
     assert _diff(job, plain) == STORAGE_CHANGES["batch-s3"]
     assert _diff(merge, plain_merge) == STORAGE_CHANGES["batch-s3/merge"]
-    _merge_job(merge, job, None, job["spec"]["completions"], "$(GRADCHECK_OUT)")
+    _merge_job(merge, job, None, job["spec"]["completions"], "$(GRADCHECK_OUT)", "$(GRADCHECK_MANIFEST)")
     for objs in (rendered["batch-s3"], rendered["batch-s3/merge"]):
         assert not [o for o in objs if o["kind"] == "PersistentVolumeClaim"]
         config = one(objs, "ConfigMap", "gradcheck-s3")["data"]
@@ -575,8 +619,12 @@ def test_batch_volume_is_deploy_batch_with_a_storage_class_and_loaded_graphs(ren
     claims = {v["name"]: v["persistentVolumeClaim"]["claimName"] for v in spec["volumes"]
               if "persistentVolumeClaim" in v}
     assert claims == {"results": "gradcheck-results"}
-    assert rendered["batch-volume/merge"] == rendered["batch/merge"]
-    _merge_job(one(rendered["batch-volume/merge"], "Job"), job, "gradcheck-results", job["spec"]["completions"])
+    # the merge reads the graphs the shards read: loaded by the same init container from the same image
+    merge = one(rendered["batch-volume/merge"], "Job")
+    assert merge == one(objs, "Job", merge["metadata"]["name"])
+    assert pod_spec(merge)["initContainers"] == spec["initContainers"]
+    assert next(v for v in pod_spec(merge)["volumes"] if v["name"] == "graphs") == graphs
+    _merge_job(merge, job, "gradcheck-results", job["spec"]["completions"])
 
 
 def test_documented_waits_end_on_failure_too():
@@ -596,11 +644,15 @@ def test_documented_waits_end_on_failure_too():
 
 # --- the rendered Jobs, run here as Kubernetes runs them ------------------------------------------------
 
+FAILURE_COUNT = "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"
+
+
 def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None, node: str = "node-1",
-                   config: dict | None = None) -> int:
-    """One container of a rendered pod, in-process: its env (literals, the downward API's node name, a
-    ConfigMap's key), JOB_COMPLETION_INDEX as the Job controller sets it, $(VAR) in its args expanded as the
-    kubelet expands them, and its mount paths mapped onto local folders."""
+                   config: dict | None = None, failures: int = 0) -> int:
+    """One container of a rendered pod, in-process: its env (literals, the downward API's node name and the
+    Job controller's failure count of the index, a ConfigMap's key), JOB_COMPLETION_INDEX as the Job controller
+    sets it, $(VAR) in its args expanded as the kubelet expands them, and its mount paths mapped onto local
+    folders."""
     from gradcheck_svc.cli import main
 
     env = {}
@@ -609,11 +661,13 @@ def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None
             env[e["name"]] = e["value"]
         elif e["valueFrom"].get("fieldRef", {}).get("fieldPath") == "spec.nodeName":
             env[e["name"]] = node
+        elif e["valueFrom"].get("fieldRef", {}).get("fieldPath") == FAILURE_COUNT:
+            env[e["name"]] = str(failures)
         else:
             ref = e["valueFrom"]["configMapKeyRef"]
             env[e["name"]] = config[ref["name"]][ref["key"]]
     for k in ("JOB_COMPLETION_INDEX", "GRADCHECK_EXPECT_NODES", "GRADCHECK_NODE_COUNT", "GRADCHECK_RUN_ID",
-              "NODE_NAME"):
+              "NODE_NAME", "GRADCHECK_INDEX_FAILURES", "GRADCHECK_INDEX_RETRIES"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -627,8 +681,9 @@ def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None
 
 def test_the_rendered_jobset_runs_as_a_batch(kubectl, monkeypatch, capsys, tmp_path):
     """The JobSet of a changed settings file (3 shards, run nightly-7): every shard index run as its
-    template says, then the merge with its own arguments -- before the last shard (incomplete, naming it)
-    and after (the verdict in the termination message, the merge itself succeeding)."""
+    template says, one of them failing for good (its graphs volume unreadable, every retry the Job controller
+    grants), then the merge with its own arguments, waiting as it does: a partial report naming what passed,
+    failed and is missing, the merge itself succeeding; resumed, the complete verdict."""
     import json
 
     from gradcheck_svc.batch.generate import graph_dict
@@ -645,15 +700,23 @@ def test_the_rendered_jobset_runs_as_a_batch(kubectl, monkeypatch, capsys, tmp_p
     volumes = {"/graphs": graphs, "/results": tmp_path / "results", "/dev/termination-log": tmp_path / "message"}
     count = shards[0]["completions"]
     last = shard_of("g4.json", count)
+    shard = shards[0]["template"]["spec"]["containers"][0]
     for index in range(count):
         if index != last:
-            assert _run_container(monkeypatch, shards[0]["template"]["spec"]["containers"][0], volumes, index) == 0
+            assert _run_container(monkeypatch, shard, volumes, index) == 0
+    # the last index's volume is gone: exit 75 on every attempt, until the controller's count is used up
+    broken = {**volumes, "/graphs": tmp_path / "unmounted"}
+    for failures in range(shards[0]["backoffLimitPerIndex"] + 1):
+        assert _run_container(monkeypatch, shard, broken, last, failures=failures) in (2, 75)
+    capsys.readouterr()
     assert _run_container(monkeypatch, merge[1], volumes) == 0  # the merge Job succeeds; the verdict says
     assert (tmp_path / "message").read_text().startswith("incomplete: run nightly-7: 6 graphs: ")
     err = capsys.readouterr().err
     held = [f"g{i}.json" for i in range(6) if shard_of(f"g{i}.json", count) == last]
     assert f"{len(held)} graph result(s) missing: " in err and all(f"{g} (shard {last})" in err for g in held)
-    assert _run_container(monkeypatch, shards[0]["template"]["spec"]["containers"][0], volumes, last) == 0
+    assert f"partial report: {6 - len(held)} passed (" in err
+    # resumed under the same run ID (the JobSet re-applied): the index verifies its shard, the merge completes
+    assert _run_container(monkeypatch, shard, volumes, last) == 0
     assert _run_container(monkeypatch, merge[1], volumes) == 0
     assert (tmp_path / "message").read_text() == "fail: run nightly-7: 6 graphs: 5 pass, 1 fail\n"
     merged = json.loads((tmp_path / "results/runs/nightly-7/merged.json").read_text())
@@ -672,7 +735,10 @@ def test_the_rendered_screen_names_the_node_it_did_not_reach(kubectl, monkeypatc
     (c,) = pod_spec(one(objs, "Job", "screen-7"))["containers"]
     c = {**c, "args": [a for a in c["args"] if not a.startswith(("--generated", "--size"))]
          + ["--generated=2", "--size=2", "--examples=none"]}
-    (m,) = pod_spec(one(render(kubectl, root / "overlays/screen/merge"), "Job"))["containers"]
+    (m,) = pod_spec(one(objs, "Job", "screen-7-merge"))["containers"]
+    # the merge waits as long as the Job may run, then names what it did not reach; here that time has passed
+    assert _arg(m, "--wait") == str(one(objs, "Job", "screen-7")["spec"]["activeDeadlineSeconds"])
+    m = {**m, "args": [a if not a.startswith("--wait=") else "--wait=0" for a in m["args"]]}
     volumes = {"/results": tmp_path / "results", "/dev/termination-log": tmp_path / "message"}
     assert _run_container(monkeypatch, c, volumes, 0, node="a", config=config) == 0
     assert _run_container(monkeypatch, c, volumes, 1, node="a", config=config) == 75  # retried elsewhere
@@ -699,7 +765,8 @@ def test_the_rendered_daemonset_screen_names_the_node_it_did_not_reach(kubectl, 
     (c,) = pod_spec(one(objs, "DaemonSet", "screen-ds"))["initContainers"]
     c = {**c, "args": [a for a in c["args"] if not a.startswith(("--generated", "--size"))]
          + ["--generated=2", "--size=2", "--examples=none"]}
-    (m,) = pod_spec(one(render(kubectl, root / "overlays/screen/merge"), "Job"))["containers"]
+    (m,) = pod_spec(one(objs, "Job", "screen-ds-merge"))["containers"]
+    m = {**m, "args": [a if not a.startswith("--wait=") else "--wait=0" for a in m["args"]]}  # its time is up
     volumes = {"/results": tmp_path / "results", "/dev/termination-log": tmp_path / "message"}
     for node in ("a", "b", "a"):  # a's pod recreated: it resumes (nothing to do), it is not refused
         assert _run_container(monkeypatch, c, volumes, None, node=node, config=config) == 0
@@ -804,3 +871,138 @@ def test_make_image_builds_each_variant_from_its_dockerfile():
         assert out[out.index("--build-arg") + 1].startswith(f"{arg}=x@sha256:")
     bad = make("VARIANT=tpu")
     assert bad.returncode != 0 and "VARIANT must be cpu or gpu, not 'tpu'" in bad.stderr and "build" not in bad.stdout
+
+
+# --- what a platform team meets in week two: versions, names, networks, replicas, images ------------------
+
+def test_the_stated_minimum_versions_are_the_real_ones(rendered):
+    """deploy/README.md states Kubernetes 1.29 and JobSet v0.8 as the minimum: every overlay validates strictly on
+    each release from 1.29 (test_every_object_validates_strictly), and the release below refuses the Jobs."""
+    text = (DEPLOY / "README.md").read_text()
+    assert f"Kubernetes {K8S_MIN[0]}.{K8S_MIN[1]} or later" in text and f"JobSet {JOBSET_MIN[:-2]} or later" in text
+    below = f"{K8S_MIN[0]}.{K8S_MIN[1] - 1}.0"
+    job = one(rendered["batch"], "Job", "gradcheck-batch")
+    kubernetes_validate.validate(job, K8S_VERSIONS[0], strict=True)
+    with pytest.raises(kubernetes_validate.ValidationError, match="onPodConditions"):
+        kubernetes_validate.validate(job, below, strict=True)
+    # the JobSet controller the docs install is the stated one; nothing says an older one will do
+    texts = [DEPLOY / "README.md", ROOT / "README.md", *DEPLOY.rglob("*.yaml")]
+    assert not [t for t in texts if re.search(r"JobSet[^\n]{0,40}v0\.[0-7]\b", t.read_text())]
+    assert f"jobset/releases/download/{JOBSET_MIN}/manifests.yaml" in text
+
+
+def test_run_ids_fit_every_name_made_from_them(kubectl, tmp_path):
+    """The longest run ID the CLI accepts, as settings.yaml's `run`: every name Kubernetes makes from it -- the
+    Jobs, the JobSet's child Jobs, an Indexed pod's hostname <job>-<index> -- is a DNS label of at most 63."""
+    from gradcheck_svc.batch.store import RUN_ID, RUN_ID_MAX
+
+    for component in ("batch-run", "screen-run"):
+        run = yaml.safe_load((DEPLOY / "components" / component / "settings.yaml").read_text())["data"]["run"]
+        assert RUN_ID.fullmatch(run), run
+    longest = "r" * RUN_ID_MAX
+    assert RUN_ID.fullmatch(longest) and not RUN_ID.fullmatch(longest + "r")
+    root = _settings(tmp_path, "batch-run", run=longest, shards="99999")
+    label = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
+    names = [o["metadata"]["name"] for o in render(kubectl, root / "overlays/batch")]
+    jobset = one(render(kubectl, root / "overlays/batch-jobset"), "JobSet")
+    children = [f"{jobset['metadata']['name']}-{r['name']}-0" for r in jobset["spec"]["replicatedJobs"]]
+    hostnames = [f"{job}-99998" for job in children + [longest]]
+    for name in names + children + hostnames:
+        assert len(name) <= 63 and label.fullmatch(name), name
+
+
+def _pods(objs: list[dict]) -> list[tuple[str, dict]]:
+    """Every pod template of an overlay, with its labels (a JobSet's templates as the Jobs it makes)."""
+    out = []
+    for o in objs:
+        if o["kind"] in ("Job", "DaemonSet", "Deployment"):
+            out.append((o["metadata"]["name"], o["spec"]["template"]["metadata"]["labels"]))
+        elif o["kind"] == "JobSet":
+            out += [(r["name"], r["template"]["spec"]["template"]["metadata"]["labels"])
+                    for r in o["spec"]["replicatedJobs"]]
+    return out
+
+
+def _selects(selector: dict, labels: dict) -> bool:
+    ok = all(labels.get(k) == v for k, v in selector.get("matchLabels", {}).items())
+    for e in selector.get("matchExpressions", []):
+        assert e["operator"] == "In"
+        ok = ok and labels.get(e["key"]) in e["values"]
+    return ok
+
+
+@pytest.mark.parametrize("overlay", [o for o in OVERLAYS if o != "namespace"])
+def test_every_pod_is_under_a_network_policy(rendered, overlay):
+    """Every pod of every overlay is selected by a NetworkPolicy of that overlay, Ingress and Egress both: the
+    server's takes gRPC and metrics, a batch's and a screen's take nothing and call the DNS (a batch: the server;
+    batch-s3: HTTPS too)."""
+    policies = [o for o in rendered[overlay] if o["kind"] == "NetworkPolicy"]
+    pods = _pods(rendered[overlay])
+    assert pods
+    for name, labels in pods:
+        mine = [p for p in policies if _selects(p["spec"]["podSelector"], labels)]
+        assert mine, f"{overlay}: pod {name} is under no NetworkPolicy"
+        assert all(p["spec"]["policyTypes"] == ["Ingress", "Egress"] for p in mine)
+        if labels["app.kubernetes.io/component"] != "server":
+            assert all(p["spec"]["ingress"] == [] for p in mine)
+            ports = {(port["port"], port["protocol"]) for p in mine for rule in p["spec"]["egress"]
+                     for port in rule["ports"]}
+            assert {(53, "UDP"), (53, "TCP")} <= ports
+            assert ((443, "TCP") in ports) == (overlay.startswith("batch-s3") and "screen" not in name)
+
+
+def test_the_server_replicas_are_the_hpa_s_and_spread(rendered):
+    """With an HPA (cpu) the Deployment sets no replicas (a re-apply would reset the HPA's count); without one
+    (gpu) it does. Replicas spread over nodes (required) and zones (preferred), per ReplicaSet."""
+    cpu, gpu = (one(rendered[o], "Deployment", "gradcheck") for o in ("cpu", "gpu"))
+    assert "replicas" not in cpu["spec"] and one(rendered["cpu"], "HorizontalPodAutoscaler")["spec"]["minReplicas"] >= 2
+    assert gpu["spec"]["replicas"] >= 2
+    for dep in (cpu, gpu):
+        spread = {c["topologyKey"]: c for c in pod_spec(dep)["topologySpreadConstraints"]}
+        assert spread["kubernetes.io/hostname"]["whenUnsatisfiable"] == "DoNotSchedule"
+        assert spread["topology.kubernetes.io/zone"]["whenUnsatisfiable"] == "ScheduleAnyway"
+        for c in spread.values():
+            assert c["maxSkew"] == 1 and c["matchLabelKeys"] == ["pod-template-hash"]
+            assert c["labelSelector"]["matchLabels"] == dep["spec"]["selector"]["matchLabels"]
+
+
+def test_apt_packages_are_pinned_and_the_gpu_extra_is_locked():
+    """hadolint DL3008: every apt package named with a version -- the Python the build stage made the venv with,
+    the same in the runtime stage (the venv links to it); the GPU extra's CuPy is in the lock, for the CUDA 12
+    runtime the GPU image is built on."""
+    for name in ("Dockerfile", "Dockerfile.gpu"):
+        for stage in _stages(DEPLOY / "docker" / name):
+            for op, rest in stage:
+                if op == "RUN" and "apt-get install" in rest:
+                    cmd = rest.split("apt-get install", 1)[1].split("&&", 1)[0].split()
+                    packages = [w for w in cmd if not w.startswith("-")]
+                    assert packages and all("=" in p for p in packages), f"{name}: unpinned: {packages}"
+    text = (DEPLOY / "docker" / "Dockerfile.gpu").read_text()
+    (version,) = set(re.findall(r"^ARG PYTHON3_VERSION=(\S+)$", text, re.M))
+    assert text.count("python3=${PYTHON3_VERSION}") == 2  # build and runtime stages alike
+    lock = (ROOT / "constraints.txt").read_text().splitlines()
+    pyproject = (ROOT / "pyproject.toml").read_text()
+    assert 'gpu = ["cupy-cuda12x>=13"]' in pyproject and "ARG CUDA_IMAGE=nvidia/cuda:12." in text
+    assert [ln for ln in lock if ln.startswith("cupy-cuda12x==")] and version
+
+
+@pytest.mark.parametrize("overlay", ["batch", "batch-gpu", "batch-s3", "batch-volume", "batch-jobset", "batch-kueue",
+                                     "screen", "screen-gpu", "screen-daemonset"])
+def test_every_variant_runs_its_merge(rendered, overlay):
+    """No variant leaves the merge to a person: each applies, with its pods, a merge that waits as long as they
+    may run (--wait: the shards' or screen's activeDeadlineSeconds; the DaemonSet's, the screen Job's) and then
+    always writes a report."""
+    objs = rendered[overlay]
+    jobsets = [o for o in objs if o["kind"] == "JobSet"]
+    if jobsets:
+        (js,) = jobsets
+        shards, merge = js["spec"]["replicatedJobs"]
+        merges, deadline = [merge["template"]["spec"]], shards["template"]["spec"]["activeDeadlineSeconds"]
+    else:
+        merges = [o["spec"] for o in objs if o["kind"] == "Job" and o["metadata"]["name"].endswith("-merge")]
+        work = [o for o in objs if o["kind"] == "Job" and not o["metadata"]["name"].endswith("-merge")]
+        source = work[0] if work else one(rendered["screen"], "Job", "gradcheck-screen")  # the DaemonSet's bound
+        deadline = source["spec"]["activeDeadlineSeconds"]
+    (spec,) = merges
+    (c,) = spec["template"]["spec"]["containers"]
+    assert c["args"][0] == "batch-merge" and _arg(c, "--wait") == str(deadline) and "--exit-zero" in c["args"]

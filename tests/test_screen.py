@@ -1,5 +1,9 @@
 """Per-node screening: four "nodes" (processes with different node names, as the downward API sets
-NODE_NAME) run the same suite; one has a planted cache fault; the merge must name exactly that node."""
+NODE_NAME) run the same suite; two are bad -- one with a planted cache fault that fails its verification, one
+a host whose tanh is silently one ulp off (NumPy's, patched in that process as a faulty libm would be: its
+engine and its own references agree, so its verification passes; its bits differ) -- and the merge, holding
+every node to its own reference verification of the suite, must name exactly those two and no healthy one: a
+vote among four with two bad would have no majority."""
 from __future__ import annotations
 
 import json
@@ -14,7 +18,28 @@ from gradcheck_svc.batch import screen
 from gradcheck_svc.cli import main
 
 NODES = ("node-a", "node-b", "node-c", "node-d")
-FAULTY = "node-c"
+LOUD, SILENT = "node-c", "node-d"
+FAULTS = {LOUD: "a:bitflip", SILENT: None}  # a cached value's exponent bit (caught); a host's tanh (silent)
+GENERATED = [f"generated/gen-{i:05d}.json" for i in range(6)]  # x @ W + b -> tanh -> a -> ...
+# a host whose tanh rounds one ulp up: numpy.tanh replaced before the CLI runs (the engine and the references
+# alike call it, as they would a faulty libm)
+ONE_ULP_OFF_TANH = ("import sys, numpy as np; _tanh = np.tanh; "
+                    "np.tanh = lambda x, *a, **k: np.nextafter(_tanh(x, *a, **k), np.inf); "
+                    "from gradcheck_svc.cli import main; sys.exit(main(sys.argv[1:]))")
+
+
+def _run_screen(out, examples, node: str, fault: str | None) -> subprocess.Popen:
+    launcher = ["-c", ONE_ULP_OFF_TANH] if node == SILENT else ["-m", "gradcheck_svc.cli"]
+    return subprocess.Popen(
+        [sys.executable, *launcher, "screen", "--out", str(out), "--examples", str(examples),
+         "--generated", "6", "--size", "4", *(["--fault", fault] if fault else [])],
+        env=_env({"NODE_NAME": node}), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def _merge(out, *extra):
+    # the planted faults are options only the bad nodes ran with: merging across options must be asked for
+    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), "--allow-mixed",
+                           *extra], env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
 
 
 @pytest.fixture(scope="module")
@@ -25,82 +50,138 @@ def screened(tmp_path_factory):
     for name in ("seed.json", "broadcasting.json", "swish_custom_wrong.json"):  # the last fails everywhere
         shutil.copy(EXAMPLES / name, examples / name)
     out = tmp / "results"
-    procs = []
-    for node in NODES:
-        # planted on every graph that has a node `a`: the generated ones, seed and broadcasting
-        fault = ["--fault", "a:bitflip"] if node == FAULTY else []
-        procs.append(subprocess.Popen(
-            [sys.executable, "-m", "gradcheck_svc.cli", "screen", "--out", str(out), "--examples", str(examples),
-             "--generated", "6", "--size", "4", *fault], env=_env({"NODE_NAME": node}), cwd=ROOT,
-            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True))
+    # planted on every graph that has a node `a`: the generated ones, seed and broadcasting
+    procs = [_run_screen(out, examples, node, FAULTS.get(node)) for node in NODES]
     for p in procs:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err
-    # the planted fault is an option only node-c ran with: merging across options must be asked for
-    merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), "--allow-mixed"],
-                           env=_env(),
-                           cwd=ROOT, capture_output=True, text=True, timeout=300)
+    merge = _merge(out)
     return out, merge, json.loads((out / "runs" / "default" / "merged.json").read_text())
 
 
-def test_the_merge_names_exactly_the_faulty_node(screened):
+def test_the_merge_names_exactly_the_bad_nodes(screened):
     out, merge, merged = screened
     assert merge.returncode == 1, merge.stderr
-    assert "nodes that disagree: node-c\n" in merge.stderr
+    assert f"nodes that disagree: {LOUD}, {SILENT}\n" in merge.stderr
     assert "merged anyway (--allow-mixed): node-node-a, node-node-b, node-node-d: options " in merge.stderr
     assert "(they differ in: faults)" in merge.stderr
     s = merged["screen"]
-    assert s["disagreeing_nodes"] == [FAULTY]
+    assert s["disagreeing_nodes"] == [LOUD, SILENT] and s["undecided"] == []
     assert sorted(s["nodes"]) == sorted(NODES) and all(n["graphs"] == 9 for n in s["nodes"].values())
-    assert s["nodes"][FAULTY]["disagreements"] == 8 and s["nodes"]["node-a"]["disagreements"] == 0
-    bad = s["disagreements"]
-    assert {d["graph"] for d in bad} == {f"generated/gen-{i:05d}.json" for i in range(6)} | {
-        "examples/seed.json", "examples/broadcasting.json"}
-    assert all(d["node"] == FAULTY and d["reason"].startswith("fail where 3 other node(s) got pass: node ")
-               and "cache_corruption" in d["reason"] for d in bad)
-    # a graph every node fails is the graph's fault, not a node's
+    assert s["nodes"]["node-a"]["disagreements"] == s["nodes"]["node-b"]["disagreements"] == 0
+    planted = set(GENERATED) | {"examples/seed.json", "examples/broadcasting.json"}
+    loud = [d for d in s["disagreements"] if d["node"] == LOUD]
+    assert {d["graph"] for d in loud} == planted and s["nodes"][LOUD]["disagreements"] == 8
+    assert all(d["reason"].startswith("fail where the reference got pass: node ") and "cache_corruption" in d["reason"]
+               for d in loud)
+    # the silent one passes every verification, and is named from its bits alone
+    silent = [d for d in s["disagreements"] if d["node"] == SILENT]
+    assert {d["graph"] for d in silent} == set(GENERATED) and s["nodes"][SILENT]["counts"] == {"pass": 8, "fail": 1}
+    assert all(d["status"] == "pass" and " differs bit for bit from the reference (full comparison)" in d["reason"]
+               for d in silent)
+    # a graph every node fails, as the reference does, is the graph's fault, not a node's
     assert s["consistent_failures"] == [{"graph": "examples/swish_custom_wrong.json", "device": "cpu",
                                          "dtype": "float64", "status": "fail", "nodes": sorted(NODES)}]
+    assert s["reference"]["graphs"] == 9 and s["reference"]["unavailable"] == {}
     assert merged["missing"] == [] and merged["duplicates"] == [] and len(merged["records"]) == 4 * 9
     for r in merged["records"]:  # each result records its node, device and dtype
         assert r["unit"] == f"node-{r['node']}" and r["device"] == "cpu" and r["dtype"] == "float64"
     md = (out / "runs" / "default" / "summary.md").read_text()
-    assert "**Disagreeing nodes:** `node-c`" in md and "| `node-c` | `cpu` | 9 | 9 fail | 8 |" in md
+    assert f"**Disagreeing nodes:** `{LOUD}`, `{SILENT}`" in md and f"| `{LOUD}` | `cpu` | 9 | 9 fail | 8 |" in md
     # counts are per node, never summed across nodes ("9 graphs: 36 results" says nothing about any node)
-    assert s["nodes"]["node-a"]["counts"] == {"pass": 8, "fail": 1} and s["nodes"][FAULTY]["counts"] == {"fail": 9}
+    assert s["nodes"]["node-a"]["counts"] == {"pass": 8, "fail": 1} and s["nodes"][LOUD]["counts"] == {"fail": 9}
     assert "| `node-a` | `cpu` | 9 | 8 pass, 1 fail | 0 |" in md
     assert md.splitlines()[2].startswith("`9 graphs on each of 4 node(s): node-a: 8 pass, 1 fail; node-b: ")
     assert ("gradcheck-svc batch-merge: 9 graphs on each of 4 node(s): node-a: 8 pass, 1 fail; node-b: 8 pass, "
             "1 fail; node-c: 9 fail; node-d: 8 pass, 1 fail (exit 1)\n") in merge.stderr
 
 
-def test_healthy_nodes_agree_bit_for_bit(screened):
+def test_healthy_nodes_agree_bit_for_bit_with_the_reference(screened):
+    """The premise of the bit-level comparison, checked: healthy hosts of one kind (here the same machine) and
+    the merge's own verification agree to the bit."""
     _, _, merged = screened
     by_graph = {}
     for r in merged["records"]:
-        if r["node"] != FAULTY and r["status"] == "pass":
+        if r["node"] not in FAULTS and r["status"] == "pass":
             by_graph.setdefault(r["graph"], set()).add(json.dumps(r["digests"], sort_keys=True))
     assert len(by_graph) == 8 and all(len(d) == 1 for d in by_graph.values())
+    assert not [d for d in merged["screen"]["disagreements"] if d["node"] not in FAULTS]
+
+
+def _records(merged, nodes):
+    return [dict(r) for r in merged["records"] if r["node"] in nodes]
+
+
+def _reference_of(out):
+    plans = [json.loads(p.read_text()) for p in sorted((out / "runs" / "default").glob("node-*/unit.json"))]
+    ref = screen.reference(plans, {"float64"})
+    return ref, {p["node"]: p["numerics"] for p in plans}
+
+
+def test_any_number_of_bad_nodes_and_no_healthy_one(screened):
+    """Held to the reference, not to each other: three bad of four, two bad of two, one healthy alone, or two
+    nodes bad in the same way (they agree with each other bit for bit: a vote would call them right)."""
+    out, _, merged = screened
+    ref, numerics = _reference_of(out)
+    for nodes, bad in (((LOUD, SILENT, "node-a"), [LOUD, SILENT]), ((LOUD, SILENT), [LOUD, SILENT]),
+                       (("node-b",), []), (("node-a", LOUD), [LOUD])):
+        assert screen.compare(_records(merged, nodes), ref, numerics)["disagreeing_nodes"] == bad
+    twin = [dict(r, node="node-e", unit="node-node-e") for r in _records(merged, (SILENT,))]
+    result = screen.compare(_records(merged, ("node-a", SILENT)) + twin, ref,
+                            dict(numerics, **{"node-e": numerics[SILENT]}))
+    assert result["disagreeing_nodes"] == [SILENT, "node-e"]
 
 
 def test_bit_level_difference_without_a_verdict_change_is_named(screened):
     """Corruption outside the cache (a bad ALU in the backward) would pass the oracles' tolerance and still
     change low bits: compare() must name the node from the digests alone. Real records, one digest
     changed the way such a node would change it."""
-    _, _, merged = screened
-    healthy = [dict(r) for r in merged["records"] if r["node"] != FAULTY]
+    out, _, merged = screened
+    ref, numerics = _reference_of(out)
+    healthy = _records(merged, ("node-a", "node-b"))
     target = next(r for r in healthy if r["node"] == "node-b" and r["graph"] == "examples/seed.json")
     target["digests"] = dict(target["digests"], w="0" * 64)
-    result = screen.compare(healthy)
+    result = screen.compare(healthy, ref, numerics)
     assert result["disagreeing_nodes"] == ["node-b"]
     (d,) = result["disagreements"]
-    assert d["reason"] == "gradient of w differs bit for bit from 2 other node(s) (full comparison)"
+    assert d["reason"] == "gradient of w differs bit for bit from the reference (full comparison)"
 
 
-def test_two_nodes_that_disagree_are_both_named(screened):
-    _, _, merged = screened
-    pair = [r for r in merged["records"] if r["node"] in ("node-a", FAULTY)]
-    assert screen.compare(pair)["disagreeing_nodes"] == ["node-a", FAULTY]
+def test_nodes_of_another_kind_are_undecided_not_blamed(screened):
+    """A node whose numerics are not the merge's (another SIMD level or BLAS kernel, a GPU) cannot be held to
+    the reference's bits: its verdict still is; different bits among such nodes are undecided (exit 4), no node
+    named as bad for them."""
+    out, _, merged = screened
+    ref, numerics = _reference_of(out)
+    other = {n: dict(v, simd=["SSE2"]) for n, v in numerics.items()}
+    result = screen.compare(_records(merged, ("node-a", SILENT, LOUD)), ref, other)
+    assert result["disagreeing_nodes"] == [LOUD]  # its verdict is wrong whatever its kind
+    assert result["undecided_nodes"] == ["node-a", SILENT]
+    assert all("different answers among 2 node(s) of one kind, and no reference of its kind" in d["reason"]
+               for d in result["undecided"])
+    # without any reference (a suite the merge could not rebuild) nothing is blamed on bits or votes
+    none = screen.compare(_records(merged, ("node-a", SILENT)), None, numerics)
+    assert none["disagreeing_nodes"] == [] and none["undecided_nodes"] == ["node-a", SILENT]
+
+
+def test_an_undecided_screen_is_incomplete(screened, tmp_path):
+    """A node of another kind whose bits differ from another's: the merge says undecided and exits 4."""
+    out, _, _ = screened
+    copy = tmp_path / "results"
+    shutil.copytree(out, copy)
+    unit = copy / "runs" / "default" / f"node-{SILENT}" / "unit.json"
+    plan = json.loads(unit.read_text())
+    plan["numerics"] = dict(plan["numerics"], simd=["SSE2"])
+    unit.write_text(json.dumps(plan))
+    other = copy / "runs" / "default" / "node-node-a" / "unit.json"
+    plan = json.loads(other.read_text())
+    plan["numerics"] = dict(plan["numerics"], simd=["SSE2"])
+    other.write_text(json.dumps(plan))
+    merge = _merge(copy)
+    assert merge.returncode == 4, merge.stderr
+    assert ("node result(s) undecided (a difference with nothing to tell which side is right): node-a on "
+            in merge.stderr)
+    assert f"nodes that disagree: {LOUD}\n" in merge.stderr
 
 
 def test_screen_usage_errors(capsys, tmp_path):
@@ -166,6 +247,9 @@ def test_a_screen_names_every_node_it_did_not_screen(monkeypatch, capsys, tmp_pa
     assert main(["batch-merge", str(out), "--exit-zero", "--verdict-file", str(tmp_path / "verdict")]) == 0
     assert (tmp_path / "verdict").read_text() == ("pass: run gradcheck-screen: 2 graphs on each of 3 of 3 expected "
                                                   "node(s): gpu-a: 2 pass; gpu-b: 2 pass; gpu-c: 2 pass\n")
+    # every listed node screened: a merge waiting as the deployed one does (up to an hour) has nothing to wait for
+    assert main(["batch-merge", str(out), "--wait", "3600"]) == 0
+    assert "waiting up to 3600 s" in capsys.readouterr().err
     # the merge can be told the nodes too: one more is named, and a node outside its list as well
     assert main(["batch-merge", str(out), "--expect-nodes", "gpu-d"]) == 4
     assert "1 of 4 expected node(s) not screened (no unit.json in this run): gpu-d" in capsys.readouterr().err

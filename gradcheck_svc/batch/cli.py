@@ -2,17 +2,21 @@
 
 Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   0   the unit finished; mismatches, invalid graphs and timeouts are results in the records
-  2   bad usage or configuration (flags, an empty or missing manifest): retrying cannot help -> FailIndex
-  75  infrastructure failure (unreadable volume, unwritable output, out of memory, server unreachable,
-      no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
+  2   bad usage or configuration (flags, a missing manifest, a glob or list naming no graph): retrying cannot
+      help -> FailIndex
+  75  infrastructure failure (unreadable or empty graphs volume, unwritable output, out of memory, server
+      unreachable, no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
       possibly on another node, can -> counted against backoffLimitPerIndex
   3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
 `batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
   merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
-  present twice, from another manifest or shard count, damaged (each file named), made under other options
-  or versions (unless --allow-mixed), a screen's listed node not screened, or no graphs at all (named on
-  stderr), 75 the results could not be read (an object store unreachable): retry. --exit-zero: 0 whenever
-  the report is written.
+  present twice (copied into two shards' folders), damaged (each file named), made under other options
+  or versions (unless --allow-mixed), a screen's listed node not screened or undecided, or no graphs at all
+  (named on stderr; what was set aside -- superseded -- is listed, not counted). --exit-zero: 0 whenever the
+  report is written. 75: the results could not be read (an object store unreachable): retry. --wait: 143
+  when a SIGTERM cut the wait (or the merge) short, after the report is written.
+Each attempt of a unit records how it ended (ended.json: its exit code, and whether it was the index's last),
+which a waiting merge watches.
 """
 from __future__ import annotations
 
@@ -24,6 +28,8 @@ from pathlib import Path
 from gradcheck_client.options import add_option_flags, values_from_args
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
+EXIT_TERMINATED = 143  # 128 + SIGTERM: a waiting merge stopped early (its report is written; the Job retries it)
+WAIT_POLL_SECONDS = 5.0
 
 
 def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
@@ -85,7 +91,19 @@ def add_parsers(sub) -> None:
                    help="merge results made under different options or gradcheck versions (default: exit 4, "
                         "naming them)")
     m.add_argument("--shard-count", type=int, default=None, metavar="N",
-                   help="a batch's shard count: a unit made with another is named, exit 4 (default: the units' own)")
+                   help="a batch's shard count: units made with another are set aside (superseded) and named; "
+                        "only their records that answer the current question count (default: the newest unit's)")
+    m.add_argument("--wait", type=float, default=None, metavar="SECONDS",
+                   help="started with the shards (or screen pods): wait until every shard of the run (every node "
+                        "of a screen) has ended its last attempt -- finished, or failed for good -- or SECONDS have "
+                        f"passed, then merge what is there (checked every {WAIT_POLL_SECONDS:g} s); on SIGTERM "
+                        "(evicted, or the Job ended) merge at once, write the report, and exit 143 (default: merge "
+                        "now)")
+    m.add_argument("--manifest", default=None, metavar="FILE|DIR|GLOB",
+                   help="the graphs the shards read (the same spec as batch --manifest): the graph set and each "
+                        "graph's content are read from it now, so a graph added, removed or replaced since the "
+                        "shards ran is missing, set aside or stale, never reported from an old answer (default: "
+                        "the set the newest unit recorded)")
     m.add_argument("--expect-nodes", default=None, metavar="NODES|@FILE",
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
                         "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
@@ -151,12 +169,13 @@ def _check_common(args):
 
 def _run_id(args) -> str:
     from ..errors import OptionError
-    from .store import DEFAULT_RUN, LATEST, RUN_ID
+    from .store import DEFAULT_RUN, LATEST, RUN_ID, RUN_ID_MAX
 
     run_id = args.run_id if args.run_id is not None else os.environ.get("GRADCHECK_RUN_ID") or DEFAULT_RUN
     if not RUN_ID.fullmatch(run_id) or run_id == LATEST:
-        raise OptionError(f"'{run_id[:80]}' is not a run ID (letters, digits, '.', '_', '-'; at most 128; "
-                          f"not '{LATEST}')", field="--run-id")
+        raise OptionError(f"'{run_id[:80]}' is not a run ID: it names the Job, so a DNS label -- lower-case "
+                          f"letters, digits and '-', a letter or digit at each end, at most {RUN_ID_MAX} characters "
+                          f"(not '{LATEST}')", field="--run-id")
     return run_id
 
 
@@ -193,51 +212,108 @@ def _run(run, label: str) -> int:
     return EXIT_OK
 
 
-def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed) -> dict:
+def _last_attempt() -> bool:
+    """Whether a retryable failure now is this index's last: the Job controller's count of its earlier failed
+    pods (GRADCHECK_INDEX_FAILURES, the pod's batch.kubernetes.io/job-index-failure-count annotation through
+    the downward API) has reached backoffLimitPerIndex (GRADCHECK_INDEX_RETRIES). Unknown (by hand): not."""
+    try:
+        return int(os.environ.get("GRADCHECK_INDEX_FAILURES", "")) >= int(os.environ.get("GRADCHECK_INDEX_RETRIES", ""))
+    except ValueError:
+        return False
+
+
+def _ending(unit_dir, started_at: str, body, mine=lambda: True) -> int:
+    """Run body() and record how this attempt of the unit ended (store.write_ended), for a merge waiting on the
+    run (batch-merge --wait): finished (0) and refused (2: FailIndex) are the unit's last attempt; a retryable
+    failure is when the index has no retry left. An exit that kills the process (SIGKILL, OOM) records nothing."""
+    from ..errors import GradcheckError
+    from .store import write_ended
+
+    try:
+        code = body()
+    except GradcheckError:
+        write_ended(unit_dir, EXIT_USAGE, True, started_at)
+        raise
+    except Exception:  # an internal error (exit 3): retried like 75
+        write_ended(unit_dir, EXIT_INTERNAL, _last_attempt(), started_at)
+        raise
+    if code is not None and mine():  # a screen pod refused on another index's node leaves that node's unit alone
+        write_ended(unit_dir, code, code in (EXIT_OK, EXIT_USAGE) or _last_attempt(), started_at)
+    return code
+
+
+def _now() -> str:
     from datetime import datetime, timezone
 
+    return datetime.now(timezone.utc).isoformat()
+
+
+def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed, started_at) -> dict:
     from .store import options_sha256
 
     return {"mode": mode, "unit": unit, "label": label, "run_id": run_id, "shard_index": index,
             "shard_count": count, "node": node, "manifest_root": str(manifest.root), "graphs": list(manifest.graphs),
             "contents": {}, "where": verifier.where, "options": options, "keyed_options": keyed,
             "options_sha256": options_sha256(keyed), "gradcheck_version": verifier.version,
-            "started_at": datetime.now(timezone.utc).isoformat()}
+            "started_at": started_at}
 
 
 def batch(args) -> int:
     from ..errors import OptionError
     from .location import location
-    from .manifest import load_manifest
-    from .runner import run_unit
     from .store import UnitStore, unit_name
 
-    limits = _check_common(args)
-    location(args.manifest, "--manifest")  # a URL whose backend is missing: exit 2 before anything runs
+    # where this unit's ending is recorded first, so that a refused option (exit 2) is recorded too
     out = location(args.out, "--out")
-    onnx_import = _onnx_import(args)
     index = completion_index(args.shard_index, "--shard-index")
     if args.shard_count < 1:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
-    run_id = _run_id(args)
+    run_id, started_at = _run_id(args), _now()
+    unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
+    store = UnitStore(out, run_id, unit)
+    return _ending(store.dir, started_at, lambda: _batch_unit(args, index, run_id, unit, label, store, started_at))
+
+
+def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
+    from .location import location
+    from .runner import run_unit
+
+    limits = _check_common(args)
+    location(args.manifest, "--manifest")  # a URL whose backend is missing: exit 2 before anything runs
+    onnx_import = _onnx_import(args)
     options = values_from_args(args)
     verifier = _verifier(args, options, limits)
-    unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
 
     def run():  # inside _run: an unreadable manifest volume is an infrastructure failure (exit 75)
-        manifest = load_manifest(args.manifest)
+        manifest = _load_graphs(args.manifest)
         verifier.check()  # first: against a server, its version is part of every record's key
         plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
-                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None))
-        run_unit(manifest, manifest.shard(index, args.shard_count), UnitStore(out, run_id, unit), plan,
+                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None), started_at)
+        run_unit(manifest, manifest.shard(index, args.shard_count), store, plan,
                  verifier, options, args.time_limit, onnx_import=onnx_import)
 
     try:
         return _run(run, "batch")
     finally:
         getattr(verifier, "close", lambda: None)()
+
+
+def _load_graphs(spec: str):
+    """The shard's manifest. A directory that exists and holds no graph is a volume not (yet) populated -- a
+    claim bound to the wrong export, an init container's copy cut short -- which a retry can fix: exit 75, not 2.
+    A glob or list file naming nothing is the configuration's (exit 2)."""
+    from ..errors import OptionError
+    from .manifest import load_manifest
+    from .verifiers import InfraError
+
+    try:
+        return load_manifest(spec)
+    except OptionError as exc:
+        if exc.reason.startswith("no graphs") and Path(spec).is_dir():
+            raise InfraError(f"{exc.reason}: an empty volume (not mounted, or not yet populated?)") from None
+        raise
 
 
 def _verifier(args, options, limits):
@@ -267,35 +343,6 @@ def _onnx_import(args):
         return onnx_import_message(args)
     except OnnxFlagError as exc:
         raise OptionError(str(exc)) from None
-
-
-def _examples_dir(arg: str | None) -> Path | None:
-    if arg == "none":
-        return None
-    if arg:
-        return Path(arg)
-    source_tree = Path(__file__).resolve().parents[2] / "examples" / "graphs"
-    return source_tree if source_tree.is_dir() else None
-
-
-def build_suite(dest: Path, examples: Path | None, generated: int, size: int, seed: int) -> None:
-    """The screening suite: the examples' top-level graphs and `generated` graphs, identical on every node."""
-    import shutil
-
-    from gradcheck_client.graphio import SUFFIXES
-
-    from ..errors import OptionError
-    from .generate import write_graphs
-
-    if examples is not None:
-        if not examples.is_dir():
-            raise OptionError(f"not a directory: {examples}", field="--examples")
-        (dest / "examples").mkdir(parents=True)
-        for f in sorted(examples.iterdir()):
-            if f.suffix in SUFFIXES and f.is_file():
-                shutil.copyfile(f, dest / "examples" / f.name)
-    if generated:
-        write_graphs(dest / "generated", generated, size=size, seed=seed)
 
 
 def completion_index(given: int | None, field: str, *, required: bool = True) -> int | None:
@@ -355,7 +402,7 @@ def screen(args) -> int:
     if args.size < 1:
         raise OptionError("must be at least 1", field="--size")
     node = args.node_name or socket.gethostname()
-    run_id = _run_id(args)
+    run_id, started_at = _run_id(args), _now()
     expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
     if args.node_count is not None and args.node_count < 1:  # (argparse converts $GRADCHECK_NODE_COUNT too)
         raise OptionError("must be at least 1", field="--node-count")
@@ -370,32 +417,39 @@ def screen(args) -> int:
         args.device = "cuda" if cuda_available() else "cpu"
     options = values_from_args(args)
     with tempfile.TemporaryDirectory(prefix="gradcheck-screen-") as tmp:  # /tmp: an emptyDir in the pod
-        build_suite(Path(tmp), _examples_dir(args.examples), args.generated, args.size, args.suite_seed)
+        suite = {"examples": screen_nodes.examples_dir(args.examples), "generated": args.generated,
+                 "size": args.size, "seed": args.suite_seed}
+        screen_nodes.build_suite(Path(tmp), **suite)
         manifest = load_manifest(tmp, field="--examples")
         verifier = _verifier(args, options, limits)
         unit = unit_name(node=node)
+        store, refused_here = UnitStore(out, run_id, unit), []
 
         def run():
             refused = _wrong_node(out, node, expected, index, run_id)
             if refused:
+                refused_here.append(refused)
                 raise InfraError(refused)
             verifier.check()
-            plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed)
+            plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed,
+                         started_at)
             plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
             plan["expected_nodes"], plan["screen_index"] = expected, index
-            run_unit(manifest, list(manifest.graphs), UnitStore(out, run_id, unit), plan, verifier,
+            # what the merge needs to run the reference itself: the suite it rebuilds, and this host's numerics
+            plan["suite"] = {**suite, "examples": None if suite["examples"] is None else str(suite["examples"])}
+            plan["numerics"] = screen_nodes.numerics(options.get("device"))
+            run_unit(manifest, list(manifest.graphs), store, plan, verifier,
                      options, args.time_limit, faults_where_present=True)
 
-        return _run(run, "screen")
+        return _ending(store.dir, started_at, lambda: _run(run, "screen"), mine=lambda: not refused_here)
 
 
 def batch_merge(args) -> int:
+    import signal
+
     from ..errors import OptionError
-    from ..text import clip
     from . import screen as screen_nodes
     from .location import location
-    from .merge import StoreUnreadable, markdown, merge, notes, outcomes, problems, summary_line
-    from .store import run_dir
 
     if args.shard_count is not None and args.shard_count < 1:
         raise OptionError("must be at least 1", field="--shard-count")
@@ -404,9 +458,29 @@ def batch_merge(args) -> int:
     out = location(args.dir, "DIR")
     files = {flag: location(given, flag) for flag, given in
              (("--json", args.json), ("--junit", args.junit), ("--summary-md", args.summary_md)) if given}
+    if args.manifest is not None:
+        location(args.manifest, "--manifest")
+    if args.wait is not None and not args.wait >= 0:
+        raise OptionError("must be 0 or more", field="--wait")
+    previous = signal.getsignal(signal.SIGTERM)
+    try:
+        state = _wait(out, args, expect) if args.wait is not None else {"terminated": False}
+        code = _merge_and_report(args, out, files, expect)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    return EXIT_TERMINATED if state["terminated"] else code
+
+
+def _merge_and_report(args, out, files, expect) -> int:
+    from gradcheck_client.outputs.guard import junit_text
+
+    from ..text import clip
+    from .merge import StoreUnreadable, markdown, merge, notes, outcomes, partial, problems, summary_line
+    from .store import run_dir
+
     try:
         m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
-                  expect_nodes=expect)
+                  expect_nodes=expect, manifest=args.manifest)
     except StoreUnreadable as exc:
         print(f"gradcheck-svc batch-merge: infrastructure failure, retry (exit {EXIT_RETRY}): {clip(exc, 2000)}",
               file=sys.stderr)
@@ -414,8 +488,6 @@ def batch_merge(args) -> int:
     d = run_dir(out, m["run_id"])  # beside the run's units, in the same store
     outs = outcomes(m)
     _write(files.get("--json", d / "merged.json"), _json(m), "--json")
-    from gradcheck_client.outputs.guard import junit_text
-
     _write(files.get("--junit", d / "junit.xml"), junit_text(outs), "--junit")
     _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")
     print(f"gradcheck-svc batch-merge: run {clip(m['run_id'], 300)}: {len(m['units'])} unit(s) in "
@@ -425,13 +497,41 @@ def batch_merge(args) -> int:
     if m["mode"] == "screen" and m["screen"]["disagreeing_nodes"]:
         print("gradcheck-svc batch-merge: nodes that disagree: "
               + clip(", ".join(m["screen"]["disagreeing_nodes"]), 2000), file=sys.stderr)
-    for line in notes(m):
+    for line in notes(m) + [line for line in [partial(m)] if line]:
         print(f"gradcheck-svc batch-merge: {clip(line, 2000)}", file=sys.stderr)
     summary = clip(summary_line(m), 2000)  # a screen's counts are per node: summed, they would say nothing
     print(f"gradcheck-svc batch-merge: {summary} (exit {m['exit_code']})", file=sys.stderr)
     if args.verdict_file:
         _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {summary}")
     return EXIT_OK if args.exit_zero else m["exit_code"]
+
+
+def _wait(out, args, expect) -> dict:
+    """batch-merge --wait: poll until the run is settled (merge.settled), the time is up, or a SIGTERM came.
+    The SIGTERM handler only marks `terminated` (a signal may reach any thread: nothing is raised in the middle
+    of a read), the wait ends at the next poll, and the report is still written (within the pod's grace
+    period): an evicted or ended merge leaves what it saw."""
+    import signal
+    import time
+
+    from .merge import settled
+
+    state = {"terminated": False}
+    signal.signal(signal.SIGTERM, lambda signum, frame: state.update(terminated=True))
+    deadline = time.monotonic() + args.wait
+    print(f"gradcheck-svc batch-merge: waiting up to {args.wait:g} s for every shard (or node) of the run to end",
+          file=sys.stderr, flush=True)
+    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            print(f"gradcheck-svc batch-merge: waited {args.wait:g} s and some shards or nodes have not ended: "
+                  "merging what is there", file=sys.stderr)
+            break
+        time.sleep(min(WAIT_POLL_SECONDS, left))
+    if state["terminated"]:
+        print("gradcheck-svc batch-merge: terminated while waiting (SIGTERM): merging what is there now",
+              file=sys.stderr)
+    return state
 
 
 def _write_verdict(path: Path, line: str) -> None:

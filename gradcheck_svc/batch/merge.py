@@ -1,31 +1,38 @@
 """`gradcheck-svc batch-merge DIR`: one run's records -> one JSON report, JUnit, Markdown.
 
-Completeness is checked against the manifest each unit recorded in its
-unit.json: a graph with no record is *missing* (its shard never finished),
-a graph with records in two units is *duplicated* (two runs with different
-shard counts wrote into one directory), a record for a graph outside the
-manifest is *unexpected*. Every file is schema-checked (schema.py): a damaged
-one is named by its path and its graph counts as missing. A record is used only
-when it answers the run's question -- the graph's current bytes (each unit
-recorded their sha256), the unit's options and gradcheck version; records of
-older bytes are *stale* and left out. Units (or records) made under different
-options or versions are *mixed*: refused unless --allow-mixed. Any of these is
-exit 4, naming the graphs, files or units, and so is a run that lists no graphs:
-nothing verified is not a pass. A screen's units record the nodes it was meant to
-cover (--expect-nodes): a listed node with no unit is *not screened*, a screened
-node outside the list *unexpected* (exit 4, named); its counts are per node.
+The question a batch run answers is its current plan: the shard count (the
+merge's --shard-count, else the newest unit's) and the graph set with each
+graph's content -- read now from the manifest the shards read (--manifest), or
+else as the newest unit of that count listed it and each graph's own shard
+recorded it. A record counts when it answers that question (the graph's
+content, its shard's options and gradcheck version), wherever it lies: a resume
+with another shard count reuses nothing by name but converges all the same.
+Everything else is *set aside* (superseded, listed once): records of graphs no
+longer in the manifest, units made with another shard count, further answers to
+a question already answered; records of older bytes are *stale*. A graph with no
+answer is *missing* (its shard has not finished under this plan); a graph
+answered under the current count in two folders is *duplicated* (copied by
+hand). Every file is schema-checked (schema.py): a damaged one is named by its
+path and its graph counts as missing. Units (or records) of the current plan
+made under different options or versions are *mixed*: refused unless
+--allow-mixed. Any of these is exit 4, naming the graphs, files or units, and
+so is a run that lists no graphs: nothing verified is not a pass. A screen's
+units record the nodes it was meant to cover (--expect-nodes): a listed node
+with no unit is *not screened*, a screened node outside the list *unexpected*
+(exit 4, named); its counts are per node.
 """
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 from pathlib import Path
 
 from ..errors import OptionError
+from ..text import clip
 from . import screen
 from .manifest import shard_of
 from .location import is_url
 from .schema import STATUSES
-from .store import LATEST, as_path, list_runs, read_run, run_dir
+from .store import LATEST, as_path, list_runs, read_run, run_dir, unit_name
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
 
@@ -75,8 +82,101 @@ def _node_list(v) -> bool:
     return isinstance(v, list) and all(isinstance(n, str) and n for n in v)
 
 
+def _newest(units: list):
+    return max(units, key=lambda u: (u.plan["started_at"], u.name)) if units else None
+
+
+def manifest_contents(spec: str) -> tuple[list[str], dict[str, str]]:
+    """The graph set and each graph's sha256 now, from the manifest the shards read (batch-merge --manifest):
+    the question the run must answer, whatever its units recorded when they ran."""
+    from .location import prefetch
+    from .manifest import load_manifest
+    from .store import file_sha256
+
+    try:
+        m = load_manifest(spec, field="--manifest")
+        paths = {g: m.path(g) for g in m.graphs}
+        prefetch(paths.values())  # an object store: one concurrent batch of GETs
+        return list(m.graphs), {g: file_sha256(p) for g, p in paths.items()}
+    except OSError as exc:
+        raise OptionError(f"cannot read the graphs under {clip(spec, 200)}: {exc.strerror or exc}",
+                          field="--manifest") from None
+
+
+def _batch_plan(good: list, shard_count: int | None, manifest: tuple | None) -> dict:
+    """What a batch run must answer now: the shard count (the merge's --shard-count, else the newest unit's),
+    the units made with it (current) and the others (superseded: set aside), the graph set and each graph's
+    content (the manifest's now, else what each graph's current unit recorded: a graph whose shard has not
+    run under this count has no content to answer)."""
+    newest = _newest(good)
+    count = shard_count if shard_count is not None else (newest.plan["shard_count"] if newest else 1)
+    current = [u for u in good if u.plan["shard_count"] == count]
+    superseded = [u for u in good if u.plan["shard_count"] != count]
+    owners = {u.name: u for u in current}
+    if manifest is not None:
+        expected, contents = manifest
+    else:
+        listing = _newest(current) or newest
+        expected = list(listing.plan["graphs"]) if listing else []
+        contents = {}
+        for g in expected:
+            owner = owners.get(unit_name(shard_of(g, count)))
+            if owner is not None and g in owner.plan["contents"]:
+                contents[g] = owner.plan["contents"][g]
+    return {"count": count, "current": current, "superseded": superseded, "owners": owners,
+            "expected": expected, "contents": contents}
+
+
+def _choose_batch(plan: dict, good: list, allow_mixed: bool) -> dict:
+    """One record per graph of the current set: a record answering its question (the graph's content now,
+    its shard's options and version) wherever it lies -- in its own shard's folder, or in one of another
+    shard count (a resume with a new count need not verify it again). Everything else is set aside:
+    records of graphs no longer listed, of older bytes (stale), and further answers to the same question."""
+    count, owners, contents = plan["count"], plan["owners"], plan["contents"]
+    expected = set(plan["expected"])
+    # a graph whose shard has no unit of this count is held to the options most of this count's units (else
+    # of all units) were made under: never to whatever a record happens to have
+    common = Counter(_identity(u.plan) for u in plan["current"] or good).most_common(1)
+    fallback = common[0][0] if common else None
+    answers, others = defaultdict(list), defaultdict(list)
+    stale, set_aside, gone = 0, 0, set()
+    for u in good:
+        for r in u.records:
+            g = r["graph"]
+            if g not in expected:
+                gone.add(g)
+                set_aside += 1
+            elif g not in contents:
+                set_aside += 1  # its shard has not run under this count: nothing says what it must answer
+            elif r["graph_sha256"] != contents[g]:
+                stale += 1  # made for other bytes of this graph: answers nothing asked now
+            else:
+                owner = owners.get(unit_name(shard_of(g, count)))
+                target = _identity(owner.plan) if owner is not None else fallback
+                (answers if target is None or _identity(r) == target else others)[g].append((u.name, r))
+    records, duplicates, other = [], [], []
+    for g in sorted(answers):
+        found = answers[g]
+        here = sorted({name for name, r in found if r["shard_count"] == count})
+        if len(here) > 1:  # made under this count in two folders: copied, or two runs mixed by hand
+            duplicates.append({"graph": g, "units": here})
+        mine = [(name, r) for name, r in found if name == unit_name(shard_of(g, count))]
+        records.append(max(mine or found, key=lambda nr: nr[1]["finished_at"])[1])
+        set_aside += len(found) - 1
+    for g in sorted(set(others) - set(answers)):
+        if allow_mixed:
+            records.append(max((r for _, r in others[g]), key=lambda r: r["finished_at"]))
+        else:
+            other += [{"graph": g, "unit": name, "node": r["node"]} for name, r in others[g]]
+    set_aside += sum(len(rs) for g, rs in others.items() if g in answers)  # answered under this run's options too
+    return {"records": records, "duplicates": duplicates, "other": other, "stale": stale,
+            "superseded": {"graphs": sorted(gone), "records": set_aside,
+                           "units": [{"unit": u.name, "shard_count": u.plan["shard_count"]}
+                                     for u in sorted(plan["superseded"], key=lambda u: u.name)]}}
+
+
 def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
-            expect_nodes: list[str] | None = None) -> dict:
+            expect_nodes: list[str] | None = None, manifest: str | None = None) -> dict:
     run = resolve_run(out, run_id)
     rdir = run_dir(out, run)
     try:
@@ -92,54 +192,33 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
     mode = modes.pop() if modes else "batch"
     if mode == "screen" and shard_count is not None:
         raise OptionError("applies to a batch; this run is a screen", field="--shard-count")
+    if mode == "screen" and manifest is not None:
+        raise OptionError("applies to a batch; this run is a screen (its suite is recorded)", field="--manifest")
     if mode == "batch" and expect_nodes is not None:
         raise OptionError("applies to a screen; this run is a batch", field="--expect-nodes")
-    first = good[0].plan if good else {"graphs": [], "shard_count": 1}
-    expected = first["graphs"]
-    expected_set = set(expected)
-    contents, inconsistent = {}, []  # graph -> sha256 its unit hashed; units that disagree with the first
-    for u in good:
-        p = u.plan
-        clash = any(contents.setdefault(g, sha) != sha for g, sha in p["contents"].items())
-        if (p["graphs"] != expected or p["shard_count"] != first["shard_count"] or clash
-                or (shard_count is not None and p["shard_count"] != shard_count)
-                or not _node_list(p.get("expected_nodes") or [])):
-            inconsistent.append(u.name)
-
-    identities = defaultdict(list)  # (options, version) -> units made under it
-    for u in good:
-        identities[_identity(u.plan)].append(u.name)
-    keyed = {_identity(u.plan): u.plan["keyed_options"] for u in good}
-    records, stale, other, unexpected = [], 0, [], set()
-    where = defaultdict(list)  # graph (screen: (graph, node)) -> the units holding a record of it
-    for u in good:
-        chosen, candidates = {}, defaultdict(list)
-        for r in u.records:
-            g = r["graph"]
-            if g not in expected_set:
-                unexpected.add(g)
-            elif r["graph_sha256"] != contents.get(g):
-                stale += 1  # made for other bytes of this graph: answers nothing asked now
-            elif _identity(r) == _identity(u.plan):
-                chosen[g] = r
-            else:
-                candidates[g].append(r)
-        for g, rs in candidates.items():
-            if g in chosen:
-                continue  # answered under this unit's options too; the older answer is superseded
-            if allow_mixed:
-                chosen[g] = max(rs, key=lambda r: r["finished_at"])
-            else:
-                other.append({"graph": g, "unit": u.name, "node": u.plan["node"]})
-        for g, r in chosen.items():
-            records.append(r)
-            where[(g, r["node"]) if mode == "screen" else g].append(u.name)
-    if mode == "screen":  # answered only under other options: named as such, not again as missing
-        waiting = {(o["graph"], o["node"]) for o in other}
+    if mode == "batch":
+        plan = _batch_plan(good, shard_count, manifest_contents(manifest) if manifest is not None else None)
+        chosen = _choose_batch(plan, good, allow_mixed)
+        current, expected, count = plan["current"], plan["expected"], plan["count"]
+        inconsistent = [u.name for u in current if not _node_list(u.plan.get("expected_nodes") or [])]
+        answered = {r["graph"] for r in chosen["records"]} | {o["graph"] for o in chosen["other"]}
+        missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in answered]
+        screen_nodes = None
+    else:
+        current, count = good, 1
+        expected, inconsistent, chosen = _choose_screen(good, allow_mixed)
+        where = defaultdict(list)  # (graph, node) -> the units holding a record of it
+        for r in chosen["records"]:
+            where[(r["graph"], r["node"])].append(r["unit_dir"])
+        # answered only under other options: named as such, not again as missing
+        waiting = {(o["graph"], o["node"]) for o in chosen["other"]}
         nodes = sorted({u.plan["node"] for u in good})
         missing = [{"graph": g, "node": n} for n in nodes for g in expected
                    if (g, n) not in where and (g, n) not in waiting]
-        duplicates = [{"graph": g, "node": n, "units": u} for (g, n), u in sorted(where.items()) if len(u) > 1]
+        chosen["duplicates"] = [{"graph": g, "node": n, "units": u} for (g, n), u in sorted(where.items())
+                                if len(u) > 1]
+        for r in chosen["records"]:
+            del r["unit_dir"]
         # the nodes meant to be screened: what every unit recorded at launch, and the merge's --expect-nodes
         intended = set(expect_nodes or [])
         for u in good:
@@ -149,43 +228,92 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
                         "unscreened": sorted(intended - set(nodes)),
                         "unexpected": sorted(set(nodes) - intended) if intended else [],
                         "landings": screen.read_landings(rdir, [u.name for u in units])}
-    else:
-        waiting = {o["graph"] for o in other}
-        count = first["shard_count"]
-        missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in where and g not in waiting]
-        duplicates = [{"graph": g, "units": sorted(u)} for g, u in sorted(where.items()) if len(u) > 1]
-        screen_nodes = None
+    identities = defaultdict(list)  # (options, version) -> the current units made under it
+    for u in current:
+        identities[_identity(u.plan)].append(u.name)
+    keyed = {_identity(u.plan): u.plan["keyed_options"] for u in current}
+    first = (_newest(current) or _newest(good))
+    first = first.plan if first else {}
     mixed = [] if len(identities) < 2 else [
         {"options_sha256": o, "gradcheck_version": v, "keyed_options": keyed[(o, v)], "units": sorted(names)}
         for (o, v), names in sorted(identities.items(), key=lambda kv: sorted(kv[1]))]
+    other = sorted({(o["graph"], o["unit"]): o for o in chosen["other"]}.values(),
+                   key=lambda o: (o["graph"], o["unit"]))
     return {"mode": mode, "directory": str(out), "run_id": run, "run_directory": str(rdir),
-            "graphs": len(expected), "units": [u.name for u in units], "shard_count": first["shard_count"],
-            "records": sorted(records, key=lambda r: (r["graph"], r["node"] or "")),
-            "missing": missing, "duplicates": duplicates, "unexpected": sorted(unexpected),
-            "inconsistent_units": inconsistent, "damaged": damaged, "stale_records": stale,
-            "other_options": sorted(other, key=lambda o: (o["graph"], o["unit"])), "mixed": mixed,
+            "graphs": len(expected), "units": [u.name for u in units], "shard_count": count,
+            "manifest": manifest,
+            "records": sorted(chosen["records"], key=lambda r: (r["graph"], r["node"] or "")),
+            "missing": missing, "duplicates": chosen["duplicates"], "unexpected": [],
+            "superseded": chosen["superseded"],
+            "inconsistent_units": inconsistent, "damaged": damaged, "stale_records": chosen["stale"],
+            "other_options": other, "mixed": mixed,
             "allow_mixed": allow_mixed, "nodes": screen_nodes,
             "options": first.get("keyed_options") if len(identities) == 1 else None,
-            "gradcheck_version": first.get("gradcheck_version") if len(identities) == 1 else None}
+            "gradcheck_version": first.get("gradcheck_version") if len(identities) == 1 else None,
+            "_plans": [u.plan for u in good]}  # for a screen's reference; not part of the report
+
+
+def _choose_screen(good: list, allow_mixed: bool):
+    """A screen's units are its nodes, each meant to run the same suite: the first unit's suite is the
+    question, a unit that recorded another one (or other content) is inconsistent. Per node, the record under
+    its own unit's options; one under other options only with --allow-mixed."""
+    first = good[0].plan if good else {"graphs": []}
+    expected = list(first["graphs"])
+    expected_set = set(expected)
+    contents, inconsistent = {}, []
+    for u in good:
+        p = u.plan
+        clash = any(contents.setdefault(g, sha) != sha for g, sha in p["contents"].items())
+        if p["graphs"] != first["graphs"] or clash or not _node_list(p.get("expected_nodes") or []):
+            inconsistent.append(u.name)
+    records, other, stale, set_aside, gone = [], [], 0, 0, set()
+    for u in good:
+        mine, candidates = {}, defaultdict(list)
+        for r in u.records:
+            g = r["graph"]
+            if g not in expected_set:
+                gone.add(g)
+                set_aside += 1
+            elif r["graph_sha256"] != contents.get(g):
+                stale += 1
+            elif _identity(r) == _identity(u.plan):
+                mine[g] = r
+            else:
+                candidates[g].append(r)
+        for g, rs in candidates.items():
+            if g in mine:
+                set_aside += len(rs)  # answered under this unit's options too; the older answer is superseded
+            elif allow_mixed:
+                mine[g] = max(rs, key=lambda r: r["finished_at"])
+            else:
+                other.append({"graph": g, "unit": u.name, "node": u.plan["node"]})
+        records += [dict(r, unit_dir=u.name) for r in mine.values()]
+    return expected, inconsistent, {"records": records, "other": other, "stale": stale,
+                                    "superseded": {"graphs": sorted(gone), "records": set_aside, "units": []}}
 
 
 def merge(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
-          expect_nodes: list[str] | None = None) -> dict:
+          expect_nodes: list[str] | None = None, manifest: str | None = None) -> dict:
     """The merged report (a JSON-able dict) with `exit_code` set."""
-    m = collect(out, run_id, allow_mixed, shard_count, expect_nodes)
+    m = collect(out, run_id, allow_mixed, shard_count, expect_nodes, manifest)
+    plans = m.pop("_plans")
     records = m["records"]
     m["counts"] = {s: sum(r["status"] == s for r in records) for s in STATUSES} | {"missing": len(m["missing"])}
+    m["passed"] = [_label(r, m["mode"]) for r in records if r["status"] == "pass"]
     m["failed"] = [_label(r, m["mode"]) for r in records if r["status"] != "pass"]
     nodes = m["nodes"] or {}
     if m["mode"] == "screen":
-        m["screen"] = screen.compare(records)
+        # the reference is the merge's own verification of the suite, not a vote among the nodes
+        ref = screen.reference(plans, {r.get("dtype") for r in records}) if records else None
+        m["screen"] = screen.compare(records, ref, {p["node"]: p.get("numerics") for p in plans})
         for i in m["missing"]:  # per node: a node's count says what that node answered, not the sum of all nodes
             per = m["screen"]["nodes"].setdefault(i["node"], {"graphs": 0, "disagreements": 0, "devices": [],
                                                                 "counts": {}})
             per["counts"]["missing"] = per["counts"].get("missing", 0) + 1
     incomplete = (m["missing"] or m["duplicates"] or m["unexpected"] or m["inconsistent_units"] or m["damaged"]
                   or m["other_options"] or (m["mixed"] and not allow_mixed) or not m["graphs"]
-                  or nodes.get("unscreened") or nodes.get("unexpected"))
+                  or nodes.get("unscreened") or nodes.get("unexpected")
+                  or (m["mode"] == "screen" and m["screen"]["undecided"]))
     if incomplete:
         m["exit_code"] = EXIT_INCOMPLETE
     elif m["mode"] == "screen":  # a screen asks "which node disagrees"; a graph failing everywhere is listed
@@ -235,6 +363,10 @@ def problems(m: dict, limit: int = 10) -> list[str]:
     if nodes.get("unexpected"):
         lines.append(f"{len(nodes['unexpected'])} node(s) screened but not in the expected list: "
                      + names(nodes["unexpected"], str))
+    undecided = (m.get("screen") or {}).get("undecided") or []
+    if undecided:
+        lines.append(f"{len(undecided)} node result(s) undecided (a difference with nothing to tell which side is "
+                     "right): " + names(undecided, lambda d: f"{d['node']} on {d['graph']}: {d['reason']}"))
     if m["other_options"]:
         lines.append(f"{len(m['other_options'])} graph(s) answered only under other options or another version "
                      "(re-run their shard, or --allow-mixed): "
@@ -243,14 +375,29 @@ def problems(m: dict, limit: int = 10) -> list[str]:
 
 
 def notes(m: dict, limit: int = 10) -> list[str]:
-    """What the merge saw that is not a gap in the results: indexes refused on a node already screened."""
+    """What the merge saw that is not a gap in the results: what it set aside (superseded), indexes refused
+    on a node already screened."""
+    out = []
+    sup = m.get("superseded") or {}
+    parts = []
+    if sup.get("graphs"):
+        parts.append(f"records of {len(sup['graphs'])} graph(s) no longer in the manifest: "
+                     + _some(sup["graphs"], limit))
+    if sup.get("units"):
+        parts.append(f"{len(sup['units'])} unit(s) made with another shard count than {m['shard_count']}: "
+                     + _some([f"{u['unit']} ({u['shard_count']} shards)" for u in sup["units"]], limit))
+    if sup.get("records"):
+        parts.append(f"{sup['records']} record(s) in all, none of them counted")
+    if parts:
+        out.append("set aside (superseded): " + "; ".join(parts))
     lands = (m.get("nodes") or {}).get("landings") or []
-    if not lands:
-        return []
-    shown = ", ".join(f"{i['node']} (index {i['index']}; screened by index {i['screened_by']})" for i in lands[:limit])
-    more = f" and {len(lands) - limit} more" if len(lands) > limit else ""
-    return [f"{len(lands)} retried pod(s) landed on a node already screened, were refused there and retried "
-            f"elsewhere: {shown}{more}"]
+    if lands:
+        shown = ", ".join(f"{i['node']} (index {i['index']}; screened by index {i['screened_by']})"
+                          for i in lands[:limit])
+        more = f" and {len(lands) - limit} more" if len(lands) > limit else ""
+        out.append(f"{len(lands)} retried pod(s) landed on a node already screened, were refused there and retried "
+                   f"elsewhere: {shown}{more}")
+    return out
 
 
 def per_node_summary(m: dict, limit: int = 20) -> str:
@@ -341,3 +488,45 @@ def markdown(m: dict, outs) -> str:
                  "the graph, not a node"
                  for f in s["consistent_failures"]] + [""]
     return "\n".join(head) + "\n" + markdown_text(outs)
+
+
+def settled(out, run_id: str | None, shard_count: int | None = None, expect_nodes: list[str] | None = None) -> bool:
+    """Whether a merge waiting on a running batch or screen (batch-merge --wait) has nothing left to wait for:
+    every shard of the run's count (a screen: every intended node) has ended its last attempt -- finished, or
+    failed for good (store.has_ended; a screen node only when screened). Reads only unit.json and ended.json
+    files; a run not written yet, or a store that does not answer, is not settled."""
+    from .schema import Damaged, parse
+    from .store import UNIT_FILE, has_ended
+
+    try:
+        rdir = run_dir(out, resolve_run(out, run_id))
+        plans = []
+        for u in rdir.iterdir():
+            if (u / UNIT_FILE).is_file():
+                try:
+                    plans.append(parse((u / UNIT_FILE).read_bytes()))
+                except Damaged:
+                    continue
+    except (OptionError, OSError):
+        return False
+    plans = [p for p in plans if isinstance(p, dict) and p.get("mode") in ("batch", "screen")]
+    if not plans:
+        return False
+    if plans[0]["mode"] == "screen":
+        intended = set(expect_nodes or [])
+        for p in plans:
+            if _node_list(p.get("expected_nodes")):
+                intended |= set(p["expected_nodes"])
+        return bool(intended) and all(has_ended(rdir / unit_name(node=n), ok_only=True) for n in intended)
+    newest = max(plans, key=lambda p: str(p.get("started_at", "")))
+    count = shard_count if shard_count is not None else newest.get("shard_count")
+    return isinstance(count, int) and all(has_ended(rdir / unit_name(i)) for i in range(count))
+
+
+def partial(m: dict, limit: int = 10) -> str | None:
+    """An incomplete batch's report, in one line: what passed, what failed, what is missing."""
+    if m["mode"] != "batch" or m["exit_code"] != EXIT_INCOMPLETE:
+        return None
+    return (f"partial report: {len(m['passed'])} passed ({_some(m['passed'], limit) or 'none'}); "
+            f"{len(m['failed'])} failed ({_some(m['failed'], limit) or 'none'}); "
+            f"{len(m['missing'])} missing ({_some([i['graph'] for i in m['missing']], limit) or 'none'})")

@@ -1,14 +1,35 @@
-"""Per-node screening: compare every node's results for the same graph, bit for bit.
+"""Per-node screening: every node's results held to one independent reference, never to a vote.
 
-Records are grouped by (graph, device, dtype): a GPU's gradient is not
-expected to equal a CPU's to the last bit, but two healthy nodes of the same
-kind running the same deterministic code must agree exactly. A record's
-signature is its status plus the sha256 of each parameter's gradient; the
-signature most nodes share is the reference, and every node that differs is
-named, with the parameters whose bits differ or the verdict it reached
-instead. Without a majority (two nodes, two answers) every node of the group
-is named: there is no telling which is right. A graph that fails the same
-way on every node is the graph's problem, not a node's: it is listed apart.
+The reference is the merge's own verification of the suite (reference()): the
+merge rebuilds the suite from what the units recorded (the bundled examples and
+the generator's parameters; each graph checked against the sha256 the nodes
+hashed), and verifies each graph in its own process, on the CPU, with the
+screen's options and no planted fault, once per dtype the nodes ran. Each
+node's record is then judged on its own (compare()):
+
+- its verdict against the reference's: a node that fails where the reference
+  passes (or passes where it fails) is named, whatever any other node says;
+- its bits, where bits can be compared: a CPU node whose *numerics* (numerics():
+  the machine, NumPy and the SIMD kernels it dispatches to on that CPU, the BLAS
+  and the kernel it chose) are the merge's runs the same instructions on the
+  same inputs, so a healthy one agrees with the reference to the bit; a node
+  whose gradient differs from it in any bit is named, with the parameters. This
+  is what catches the silent faults a tolerance cannot: a one-ulp-off tanh in a
+  host's libm passes the node's own verification (its engine and its own
+  float64 references share the forward) but not this.
+
+So any number of bad nodes is named and no healthy one: two bad of four, all
+bad, two bad in the same way (which a vote would call right). Limits, stated:
+the reference is only as good as the merge's host (run the merge on a node you
+trust; a bad merge host names every node of its kind -- loudly, never a silent
+pass); a node of another kind (another SIMD level or BLAS kernel, or a GPU,
+which the CPU merge cannot reproduce bit for bit) is held to the verdict only,
+and where such nodes of one kind differ in bits among themselves each is
+*undecided* (exit 4: a difference nothing can attribute), not blamed; a graph
+the merge cannot rebuild identically, or whose reference does not end pass or
+fail, has no reference: differing nodes there are undecided too. A graph that
+fails on every node as on the reference is the graph's problem, listed apart
+(`consistent_failures`).
 
 A screen also knows which nodes it was meant to cover: `--expect-nodes`, the
 list written at launch (`kubectl get nodes -l ... -o name`), is recorded in
@@ -105,17 +126,130 @@ def read_landings(rdir, units: list[str]) -> list[dict]:
     return sorted(out, key=lambda i: (i["node"], i["index"]))
 
 
+def examples_dir(arg: str | None) -> Path | None:
+    """The bundled examples a suite includes: the flag's directory, none for 'none', else $GRADCHECK_EXAMPLES
+    (the image's) or the source tree's examples/graphs."""
+    import os
+
+    if arg == "none":
+        return None
+    if arg:
+        return Path(arg)
+    if os.environ.get("GRADCHECK_EXAMPLES"):
+        return Path(os.environ["GRADCHECK_EXAMPLES"])
+    source_tree = Path(__file__).resolve().parents[2] / "examples" / "graphs"
+    return source_tree if source_tree.is_dir() else None
+
+
+def build_suite(dest: Path, examples: Path | None, generated: int, size: int, seed: int) -> None:
+    """The screening suite: the examples' top-level graphs and `generated` graphs, identical on every node
+    (and in the merge, which rebuilds it to run the reference)."""
+    import shutil
+
+    from gradcheck_client.graphio import SUFFIXES
+
+    from .generate import write_graphs
+
+    if examples is not None:
+        if not examples.is_dir():
+            raise OptionError(f"not a directory: {examples}", field="--examples")
+        (dest / "examples").mkdir(parents=True)
+        for f in sorted(examples.iterdir()):
+            if f.suffix in SUFFIXES and f.is_file():
+                shutil.copyfile(f, dest / "examples" / f.name)
+    if generated:
+        write_graphs(dest / "generated", generated, size=size, seed=seed)
+
+
+def numerics(device: str | None = "cpu") -> dict:
+    """What decides a CPU engine's bits besides the code: the machine, NumPy and the SIMD kernels it
+    dispatches to on this CPU, the BLAS and the kernel it chose. Two healthy hosts with the same numerics run
+    the same instructions on the same inputs and agree to the bit; hosts that differ here may differ in the
+    last bits without either being wrong."""
+    import platform
+
+    import numpy as np
+
+    try:
+        from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    except ImportError:  # NumPy 1.x
+        from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    blas = "unknown"
+    try:
+        from threadpoolctl import threadpool_info
+
+        blas = "; ".join(sorted(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
+                                for i in threadpool_info() if i.get("user_api") == "blas")) or "none"
+    except ImportError:
+        pass
+    return {"device": device or "cpu", "machine": platform.machine(), "numpy": np.__version__,
+            "simd": sorted(f for f in __cpu_dispatch__ if __cpu_features__.get(f)), "blas": blas}
+
+
+REFERENCE_STATUSES = ("pass", "fail")  # a reference that timed out, erred or was refused is no reference
+
+
+def reference(plans: list[dict], dtypes: set) -> dict:
+    """The merge's own verification of the screen's suite: rebuilt from what the units recorded (each graph
+    checked against the sha256 they hashed), verified in this process on the CPU with the screen's options,
+    no fault planted, once per dtype the nodes ran. Returns {"records": {(graph, dtype): outcome}, "numerics",
+    "host", "unavailable": {graph: why}}: the independent answer every node is held to."""
+    import socket
+    import tempfile
+
+    from ..limits import LIMIT_SPECS, ServerLimits
+    from .store import file_sha256
+    from .verifiers import InfraError, LocalVerifier, decode
+
+    out = {"records": {}, "numerics": numerics("cpu"), "host": socket.gethostname(), "unavailable": {}}
+    suites = {json.dumps(p.get("suite"), sort_keys=True) for p in plans}
+    if len(suites) != 1 or not plans[0].get("suite"):
+        why = "the units recorded no suite" if not plans or not plans[0].get("suite") else "units ran other suites"
+        out["unavailable"] = {g: why for p in plans for g in p["graphs"]}
+        return out
+    plan = min(plans, key=lambda p: (bool(p["options"].get("faults")), p["unit"]))  # a unit without a fault
+    suite = dict(plans[0]["suite"])
+    recorded = Path(suite["examples"]) if suite["examples"] else None
+    suite["examples"] = recorded if recorded is None or recorded.is_dir() else examples_dir(None)
+    keyed = plan["keyed_options"]
+    limits = ServerLimits.from_flags({k: v for k, v in keyed.items() if k in LIMIT_SPECS})
+    with tempfile.TemporaryDirectory(prefix="gradcheck-reference-") as tmp:
+        try:
+            build_suite(Path(tmp), **suite)
+        except (OptionError, OSError) as exc:
+            out["unavailable"] = {g: f"cannot rebuild the suite: {exc}" for g in plan["graphs"]}
+            return out
+        for g in plan["graphs"]:
+            path = Path(tmp) / g
+            if not path.is_file() or file_sha256(path) != plan["contents"].get(g):
+                out["unavailable"][g] = "the merge's copy of this suite graph differs from the nodes' (another image?)"
+                continue
+            for dtype in sorted(dtypes, key=str):
+                opts = {**plan["options"], "faults": None, "device": "cpu", "dtype": dtype}
+                opts = {k: v for k, v in opts.items() if v is not None}
+                try:
+                    got = LocalVerifier(opts, limits).verify(decode(path.read_bytes(), str(path)), g, opts,
+                                                             float(keyed.get("time_limit", 300.0)))
+                except InfraError as exc:
+                    got = {"status": "error", "error": str(exc)}
+                if got["status"] in REFERENCE_STATUSES:
+                    out["records"][(g, dtype)] = got
+                else:
+                    out["unavailable"][g] = f"the reference itself ended {got['status']}: {got.get('error') or ''}"
+    return out
+
+
 def _signature(r: dict) -> tuple:
     return r["status"], tuple(sorted((r.get("digests") or {}).items()))
 
 
-def _why(r: dict, ref: dict, others: int) -> str:
+def _why(r: dict, ref: dict) -> str:
     if r["status"] != ref["status"]:
         detail = r.get("error") or _first_finding(r) or ""
-        return f"{r['status']} where {others} other node(s) got {ref['status']}" + (f": {detail}" if detail else "")
+        return f"{r['status']} where the reference got {ref['status']}" + (f": {detail}" if detail else "")
     mine, theirs = r.get("digests") or {}, ref.get("digests") or {}
     params = sorted(p for p in set(mine) | set(theirs) if mine.get(p) != theirs.get(p))
-    return (f"gradient of {', '.join(params)} differs bit for bit from {others} other node(s)"
+    return (f"gradient of {', '.join(params)} differs bit for bit from the reference"
             f" ({r.get('digest_scope') or 'full'} comparison)")
 
 
@@ -127,28 +261,53 @@ def _first_finding(r: dict) -> str:
     return f"node '{f.get('node')}' {f.get('cause')}"
 
 
-def compare(records: list[dict]) -> dict:
+def _judge(rs: list[dict], ref: dict | None, bits: set, why_none: str) -> tuple[list, list]:
+    """One group's nodes held to the reference: (disagreeing records with a reason, undecided ones). A
+    verdict other than the reference's is named; so are other bits where the node's numerics are the
+    reference's. Where they are not (another CPU kind, a GPU), different bits among nodes of one kind are
+    undecided: nothing says which is right."""
+    bad, undecided, rest = [], [], defaultdict(list)
+    for r in rs:
+        if ref is not None and r["status"] != ref["status"]:
+            bad.append((r, _why(r, ref)))
+        elif ref is not None and r["node"] in bits:
+            if _signature(r) != _signature(ref):
+                bad.append((r, _why(r, ref)))
+        else:
+            rest[r["kind"]].append(r)
+    for kind_rs in rest.values():
+        if len({_signature(r) for r in kind_rs}) > 1:
+            why = why_none if ref is None else "no reference of its kind (the merge's numerics differ)"
+            undecided += [(r, f"{len({_signature(x) for x in kind_rs})} different answers among {len(kind_rs)} "
+                              f"node(s) of one kind, and {why}") for r in kind_rs]
+    return bad, undecided
+
+
+def compare(records: list[dict], reference: dict | None = None, node_numerics: dict | None = None) -> dict:
+    """Every node's records held to the reference (reference() above), never to a vote among nodes."""
+    reference = reference or {"records": {}, "numerics": None, "unavailable": {}}
+    node_numerics = node_numerics or {}
     groups = defaultdict(list)
     for r in records:
-        groups[(r["graph"], r.get("device"), r.get("dtype"))].append(r)
-    disagreements, consistent_failures = [], []
+        kind = json.dumps(node_numerics.get(r["node"]), sort_keys=True)
+        groups[(r["graph"], r.get("device"), r.get("dtype"))].append(dict(r, kind=kind))
+    disagreements, undecided, consistent_failures = [], [], []
     for (graph, device, dtype), rs in sorted(groups.items(), key=lambda kv: tuple(map(str, kv[0]))):
-        counts = Counter(_signature(r) for r in rs)
-        top, n = counts.most_common(1)[0]
-        if len(counts) == 1:
-            if top[0] != "pass":
-                consistent_failures.append({"graph": graph, "device": device, "dtype": dtype, "status": top[0],
-                                            "nodes": sorted(r["node"] for r in rs)})
-            continue
-        majority = 2 * n > len(rs)
-        ref = next(r for r in rs if _signature(r) == top)
-        for r in sorted(rs, key=lambda r: r["node"]):
-            if majority and _signature(r) == top:
-                continue
-            reason = (_why(r, ref, n) if majority
-                      else f"no majority among {len(rs)} nodes ({len(counts)} different answers)")
+        ref = reference["records"].get((graph, dtype))
+        # bit for bit only on the reference's own kind: a CPU node with the merge's numerics
+        bits = {r["node"] for r in rs if device == "cpu" and node_numerics.get(r["node"]) == reference["numerics"]}
+        why_none = f"no reference for this graph ({reference['unavailable'].get(graph, 'not computed')})"
+        bad, unsure = _judge(rs, ref, bits, why_none)
+        for r, reason in bad:
             disagreements.append({"node": r["node"], "graph": graph, "device": device, "dtype": dtype,
                                   "status": r["status"], "reason": reason})
+        for r, reason in unsure:
+            undecided.append({"node": r["node"], "graph": graph, "device": device, "dtype": dtype,
+                              "status": r["status"], "reason": reason})
+        statuses = {r["status"] for r in rs}
+        if not bad and len(statuses) == 1 and statuses != {"pass"} and (ref is None or ref["status"] != "pass"):
+            consistent_failures.append({"graph": graph, "device": device, "dtype": dtype, "status": statuses.pop(),
+                                        "nodes": sorted(r["node"] for r in rs)})
     per_node = defaultdict(lambda: {"graphs": 0, "disagreements": 0, "devices": set(), "counts": Counter()})
     for r in records:
         per_node[r["node"]]["graphs"] += 1
@@ -162,4 +321,8 @@ def compare(records: list[dict]) -> dict:
                  "counts": {s: v["counts"][s] for s in STATUSES if v["counts"][s]}}  # each node's own, in order
              for k, v in sorted(per_node.items())}
     return {"nodes": nodes, "disagreeing_nodes": sorted({d["node"] for d in disagreements}),
-            "disagreements": disagreements, "consistent_failures": consistent_failures}
+            "disagreements": disagreements, "undecided_nodes": sorted({d["node"] for d in undecided}),
+            "undecided": undecided, "consistent_failures": consistent_failures,
+            "reference": {"host": reference.get("host"), "numerics": reference["numerics"],
+                          "graphs": len({g for g, _ in reference["records"]}),
+                          "unavailable": reference["unavailable"]}}

@@ -3,6 +3,8 @@
     OUT/runs/<run>/<unit>/unit.json            the unit's plan: mode, shard, node, the whole manifest, the
                                                options, the gradcheck version, each of its graphs' sha256
     OUT/runs/<run>/<unit>/results/<key>.json   one graph's record
+    OUT/runs/<run>/<unit>/ended.json           how its latest attempt ended: the exit code, and whether it
+                                               is the unit's last (finished, or failed for good)
 
 <run> is the run ID (`--run-id`; in a Job, the Job's name). A unit is a shard
 (`shard-0003`) of a batch, or a node (`node-<name>`) of a screen.
@@ -38,10 +40,15 @@ from .schema import Damaged, check_record, check_unit, parse
 RUNS = "runs"
 RESULTS = "results"
 UNIT_FILE = "unit.json"
+ENDED_FILE = "ended.json"  # how the unit's latest attempt ended: what a waiting merge (--wait) watches
 TMP_SUFFIX = ".tmp"
 DEFAULT_RUN = "default"
 LATEST = "latest"
-RUN_ID = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+# A run ID names the Job (or JobSet) and everything made from it, so it is a DNS label short enough for all of
+# them to fit in 63 characters: the merge Job <run>-merge, a JobSet's child Jobs <run>-shards-0 and
+# <run>-merge-0, and their pods' hostnames <job>-<index> (an Indexed Job's). The same rule by hand and in a Job.
+RUN_ID_MAX = 46
+RUN_ID = re.compile(rf"[a-z0-9]([a-z0-9-]{{0,{RUN_ID_MAX - 2}}}[a-z0-9])?")
 
 
 def atomic_write(path: Path | ObjectPath, data: bytes) -> None:
@@ -209,6 +216,34 @@ class UnitStore:
 
     def write(self, record: dict) -> None:
         write_json(self.record_path(key_of(record)), record)
+
+
+def write_ended(unit_dir, code: int, final: bool, started_at: str) -> None:
+    """Best effort: a volume that cannot take this file has already failed the attempt, which says so itself."""
+    from datetime import datetime, timezone
+
+    try:
+        unit_dir.mkdir(parents=True, exist_ok=True)
+        write_json(unit_dir / ENDED_FILE, {"exit": code, "final": final, "started_at": started_at,
+                                           "at": datetime.now(timezone.utc).isoformat()})
+    except OSError:
+        pass
+
+
+def has_ended(unit_dir, ok_only: bool = False) -> bool:
+    """The unit's latest attempt was its last: it finished (exit 0), or failed for good (ok_only: finished);
+    an ended.json older than the unit's latest start belongs to an attempt since retried."""
+    try:
+        ended = parse((unit_dir / ENDED_FILE).read_bytes())
+    except (OSError, Damaged):
+        return False
+    if not isinstance(ended, dict) or ended.get("final") is not True or (ok_only and ended.get("exit") != 0):
+        return False
+    try:
+        started = parse((unit_dir / UNIT_FILE).read_bytes()).get("started_at", "")
+    except (OSError, Damaged, AttributeError):
+        started = ""
+    return str(ended.get("started_at", "")) >= str(started)
 
 
 @dataclass
