@@ -376,10 +376,14 @@ def screen(args) -> int:
                           "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
     index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
-    if args.device == "auto":
+    if args.device == "auto":  # asked in the verifying child (verifiers.cuda_usable): CUDA does not survive a fork
         from .verifiers import cuda_usable
 
-        args.device = "cuda" if cuda_usable() else "cpu"
+        try:
+            args.device = "cuda" if cuda_usable() else "cpu"
+        except InfraError as exc:
+            print(f"gradcheck-svc screen: infrastructure failure, retry (exit {EXIT_RETRY}): {exc}", file=sys.stderr)
+            return EXIT_RETRY
     options = values_from_args(args)
     with tempfile.TemporaryDirectory(prefix="gradcheck-screen-") as tmp:  # /tmp: an emptyDir in the pod
         build_suite(Path(tmp), _examples_dir(args.examples), args.generated, args.size, args.suite_seed)
