@@ -176,6 +176,22 @@ def test_max_request_seconds_stops_one_long_call_and_fails_that_graph_only(capsy
     assert [s["status"] for r, s in sorted(status.items()) if r != "einsum8.json"] == ["pass"] * 3
 
 
+def test_a_screen_stops_a_graph_at_max_request_seconds(capsys, tmp_path):
+    """The screen's suite goes through the same verifier: the unfinishable example is a timeout, the
+    generated graph after it passes, the node's screen exits 0."""
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "einsum8.json").write_text(json.dumps(unfinishable_graph()))
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "screen", "--out", out, "--examples", examples, "--generated", 1, "--size", 2,
+                       "--node-name", "node-a", "--max-request-seconds", LIMIT)
+    assert code == 0, err
+    status = {r["graph"]: (r["status"], r["error"]) for r in _records(out / RUN / "node-node-a")}
+    assert status == {"examples/einsum8.json": ("timeout", "over the per-graph time limit of 2 s (raise it with "
+                                                           "--max-request-seconds)"),
+                      "generated/gen-00000.json": ("pass", None)}
+
+
 @pytest.mark.parametrize("argv, env, needle", [
     (["--shard-index", "4", "--shard-count", "4"], {}, "--shard-index: 4 is not in 0..3"),
     ([], {}, "--shard-index: not given and $JOB_COMPLETION_INDEX is not set"),
