@@ -178,7 +178,6 @@ def add_fd_shard_flags(parser) -> None:
 # One large model's work, split or merged (a shard runs the engine and the joint screen as well as its share):
 # minutes, where one `verify` request is bounded like the server's (120 s). --max-request-seconds sets it.
 FD_REQUEST_SECONDS = 3600.0
-EXIT_RETRY = 75  # batch/cli.py's: what an Indexed Job's podFailurePolicy counts and retries
 
 
 def _fd_mode(args, single: bool):
@@ -287,6 +286,7 @@ def _verify(args) -> int:
     claims = _claims(args, paths)
     if fd_mode is None:
         return _verify_paths(args, paths, single, limits, values, options, claims)
+    from .batch.cli import EXIT_RETRY  # what an Indexed Job's podFailurePolicy counts and retries
     from .bounded import WorkerDied
 
     label = f"fd shard {fd_mode[1]}/{fd_mode[2]}" if fd_mode[0] == "shard" else "fd merge"
@@ -295,21 +295,23 @@ def _verify(args) -> int:
             return _fd_shard(paths[0], args, limits, values, options, fd_mode, claims)
         return _verify_paths(args, paths, True, limits, values, options, claims, fd_mode)
     except (TimeLimitError, OSError, MemoryError, WorkerDied) as exc:
-        print(f"gradcheck-svc: {label}: {_retry_reason(exc)}", file=sys.stderr)
+        what, detail = _retry_reason(exc)
+        print(f"gradcheck-svc: {label}: {what}, retry (exit {EXIT_RETRY})" + (f": {detail}" if detail else ""),
+              file=sys.stderr)
         return EXIT_RETRY
 
 
-def _retry_reason(exc: BaseException) -> str:
-    """Why a finite-difference shard or merge exits 75: a time-out (a slow or crowded node; the line names
-    the limit and its flag), a volume or store that failed, out of memory, a child killed from outside.
-    A graph, a flag or a shard set no retry can fix stays exit 2."""
+def _retry_reason(exc: BaseException) -> tuple[str, str | None]:
+    """Why a finite-difference shard or merge exits 75, and the detail: a time-out (a slow or crowded node;
+    the detail names the limit and its flag), a volume or store that failed, out of memory, a child killed
+    from outside. A graph, a flag or a shard set no retry can fix stays exit 2."""
     if isinstance(exc, TimeLimitError):
-        return f"over the time limit, retry (exit {EXIT_RETRY}): {exc.message}"
+        return "over the time limit", exc.message
     if isinstance(exc, OSError):
-        return f"infrastructure failure, retry (exit {EXIT_RETRY}): {exc.filename or ''}: {exc.strerror or exc}"
+        return "infrastructure failure", f"{exc.filename or ''}: {exc.strerror or exc}"
     if isinstance(exc, MemoryError):
-        return f"out of memory, retry (exit {EXIT_RETRY})"
-    return f"infrastructure failure, retry (exit {EXIT_RETRY}): {exc}"
+        return "out of memory", None
+    return "infrastructure failure", str(exc)
 
 
 def _fd_shard(path: str, args, limits, values, options, fd_mode, claims) -> int:
