@@ -1,9 +1,10 @@
 """A time budget for Python code on the main thread: SIGALRM raises an exception at the next bytecode.
 
 Used where the code to stop is pure Python that has no time limit of its own (sympy.simplify in the
-expr check, a whole verification in a batch shard). A single long NumPy call finishes first. Only the
-main thread receives signals, and only one interval timer exists per process: `timer_free` says
-whether this caller may use it (callers fall back to something else when it is not).
+expr check, ONNX constant folding); a whole verification's limit is bounded.py's child, killed at it.
+A single long NumPy call finishes first. Only the main thread receives signals, and only one interval
+timer exists per process: `timer_free` says whether this caller may use it (callers fall back to
+something else when it is not).
 """
 from __future__ import annotations
 

@@ -12,7 +12,7 @@ import sys
 from contextlib import contextmanager
 
 from . import __version__
-from .errors import GradcheckError
+from .errors import GradcheckError, TimeLimitError
 from gradcheck_client.onnx_options import add_onnx_flags
 from gradcheck_client.options import HelpFormatter, suggest_flag
 from gradcheck_client.verify_args import add_verify_arguments
@@ -50,8 +50,9 @@ examples:
   gradcheck-svc verify examples/graphs/ --html report.html --junit junit.xml
 
 exit codes: 0 every gradient verified, 1 a gradient mismatch, 2 invalid input or usage,
-3 internal error (several graphs: the highest); with --fd-shard-count: 0 the shard's file is
-written, 75 it could not be (retry)"""
+3 internal error (several graphs: the highest); with --fd-shard-count or --fd-from (default
+--max-request-seconds 3600): 0 the shard's file is written (a merge: as verify), 75 retry: over the
+time limit, a shard file not written or not read, out of memory"""
 
 SERVE_EPILOG = """\
 examples:
@@ -174,6 +175,11 @@ def add_fd_shard_flags(parser) -> None:
                         "(default: compute them here)")
 
 
+# One large model's work, split or merged (a shard runs the engine and the joint screen as well as its share):
+# minutes, where one `verify` request is bounded like the server's (120 s). --max-request-seconds sets it.
+FD_REQUEST_SECONDS = 3600.0
+
+
 def _fd_mode(args, single: bool):
     """None (verify in one process), or ("shard", index, count, out) / ("merge", src): the fd flags checked."""
     import os
@@ -274,24 +280,53 @@ def _verify(args) -> int:
             raise OptionError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths),
                               field="PATH")
     fd_mode = _fd_mode(args, single)
+    if fd_mode is not None and args.max_request_seconds is None:
+        args.max_request_seconds = FD_REQUEST_SECONDS
     limits, values, options, _ = verify_setup(args)
     claims = _claims(args, paths)
-    if fd_mode is not None and fd_mode[0] == "shard":
-        from .text import clip
+    if fd_mode is None:
+        return _verify_paths(args, paths, single, limits, values, options, claims)
+    from .batch.cli import EXIT_RETRY  # what an Indexed Job's podFailurePolicy counts and retries
+    from .bounded import WorkerDied
 
-        try:
-            _, summary = _verify_one(paths[0], args, limits, values, options, several=False, fd_mode=fd_mode,
-                                     claims=claims)
-        except OSError as exc:  # the shard's file could not be written (volume full, store unreachable): retry
-            from .batch.cli import EXIT_RETRY
+    label = f"fd shard {fd_mode[1]}/{fd_mode[2]}" if fd_mode[0] == "shard" else "fd merge"
+    try:
+        if fd_mode[0] == "shard":
+            return _fd_shard(paths[0], args, limits, values, options, fd_mode, claims)
+        return _verify_paths(args, paths, True, limits, values, options, claims, fd_mode)
+    except (TimeLimitError, OSError, MemoryError, WorkerDied) as exc:
+        what, detail = _retry_reason(exc)
+        print(f"gradcheck-svc: {label}: {what}, retry (exit {EXIT_RETRY})" + (f": {detail}" if detail else ""),
+              file=sys.stderr)
+        return EXIT_RETRY
 
-            print(f"gradcheck-svc: fd shard {fd_mode[1]}/{fd_mode[2]}: infrastructure failure, retry (exit "
-                  f"{EXIT_RETRY}): {exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
-            return EXIT_RETRY
-        names = ", ".join(summary["parameters"]) or "none"
-        print(f"fd shard {fd_mode[1]}/{fd_mode[2]}: {len(summary['parameters'])} of the "
-              f"{summary['checked_on_own']} parameters checked on their own ({clip(names, 2000)}) -> {summary['file']}")
-        return EXIT_OK
+
+def _retry_reason(exc: BaseException) -> tuple[str, str | None]:
+    """Why a finite-difference shard or merge exits 75, and the detail: a time-out (a slow or crowded node;
+    the detail names the limit and its flag), a volume or store that failed, out of memory, a child killed
+    from outside. A graph, a flag or a shard set no retry can fix stays exit 2."""
+    if isinstance(exc, TimeLimitError):
+        return "over the time limit", exc.message
+    if isinstance(exc, OSError):
+        return "infrastructure failure", f"{exc.filename or ''}: {exc.strerror or exc}"
+    if isinstance(exc, MemoryError):
+        return "out of memory", None
+    return "infrastructure failure", str(exc)
+
+
+def _fd_shard(path: str, args, limits, values, options, fd_mode, claims) -> int:
+    """One shard's differences written to --fd-out (the merge prints the report): exit 0."""
+    from .text import clip
+
+    _, summary = _verify_one(path, args, limits, values, options, several=False, fd_mode=fd_mode, claims=claims)
+    names = ", ".join(summary["parameters"]) or "none"
+    print(f"fd shard {fd_mode[1]}/{fd_mode[2]}: {len(summary['parameters'])} of the "
+          f"{summary['checked_on_own']} parameters checked on their own ({clip(names, 2000)}) -> {summary['file']}")
+    return EXIT_OK
+
+
+def _verify_paths(args, paths: list, single: bool, limits, values, options, claims, fd_mode=None) -> int:
+    """Verify each graph, print the report(s), write the outputs: the highest exit code."""
     runs = []  # (path, message, report, error)
     for path in paths:
         try:

@@ -120,8 +120,76 @@ def test_per_graph_time_limit(capsys, tmp_path):
     # the status says the limit stopped it; the seconds, that it stopped soon after (generously: a loaded
     # machine took 6 s to wind down once, against tens of seconds for the whole run)
     assert status["slow.json"]["status"] == "timeout" and status["slow.json"]["seconds"] < 15
-    assert status["slow.json"]["error"] == "over the per-graph time limit of 1 s"
+    assert status["slow.json"]["error"] == "over the per-graph time limit of 1 s (raise it with --time-limit)"
     assert status["quick.json"]["status"] == "pass"  # the shard carried on after the timeout
+
+
+LIMIT, SLACK = 2.0, 20.0  # seconds; the slack covers a loaded 2-core machine, the graph below runs for minutes
+
+
+def unfinishable_graph() -> dict:
+    """One einsum of 8 operands (20 x 20 x 20, a cycle of letter triples 'abc,bcd,...,hab->') that no pairwise
+    order contracts within the operands' size: NumPy runs it as one C loop over 20^8 index combinations, many
+    minutes on any CPU, which no signal handler interrupts (tests/test_inprocess_limits.py's einsum)."""
+    import numpy as np
+
+    n, letters = 20, "abcdefgh"
+    rng = np.random.default_rng(0)
+    inputs = [{"name": f"x{i}", "value": {"shape": [n, n, n], "data": rng.uniform(-1, 1, n ** 3).round(3).tolist()},
+               "requiresGrad": True} for i in range(8)]
+    return {"name": "einsum8", "inputs": inputs, "output": "e",
+            "nodes": [{"name": "e", "op": "einsum", "inputs": [f"x{i}" for i in range(8)],
+                       "attrs": {"equation": ",".join((letters * 2)[i:i + 3] for i in range(8)) + "->"}}]}
+
+
+def test_max_request_seconds_stops_one_long_call_and_fails_that_graph_only(capsys, tmp_path):
+    """--max-request-seconds is the per-graph limit in-process (when lower than --time-limit): a graph inside one
+    long C call is stopped at it (its verification runs in a child killed at the limit), recorded `timeout`
+    naming the limit and its flag; the shard goes on with its other graphs and exits 0; the merge fails it."""
+    import time
+
+    g = tmp_path / "g"
+    write_graphs(g, 3, size=2)
+    (g / "einsum8.json").write_text(json.dumps(unfinishable_graph()))  # sorts first: the others come after it
+    out = tmp_path / "out"
+    start = time.monotonic()
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", out,
+                       "--max-request-seconds", LIMIT)
+    seconds = time.monotonic() - start
+    assert code == 0, err
+    assert seconds < LIMIT + SLACK, err  # unbounded, the einsum alone runs for minutes
+    status = {r["graph"]: r for r in _records(out / RUN / "shard-0000")}
+    assert status["einsum8.json"]["status"] == "timeout"
+    assert status["einsum8.json"]["error"] == "over the per-graph time limit of 2 s (raise it with --max-request-seconds)"
+    assert LIMIT <= status["einsum8.json"]["seconds"] < LIMIT + SLACK
+    assert sorted((r, s["status"]) for r, s in status.items() if r != "einsum8.json") == [
+        ("gen-00000.json", "pass"), ("gen-00001.json", "pass"), ("gen-00002.json", "pass")]
+    code, _, err = run(capsys, "batch-merge", out)
+    assert code == 1 and "4 graphs: 3 pass, 1 timeout (exit 1)" in err
+    assert json.loads((out / RUN / "merged.json").read_text())["failed"] == ["einsum8.json"]
+    # a --time-limit below it is the one in force, and named
+    code, _, err = run(capsys, "batch", "--manifest", g, "--shard-index", 0, "--out", tmp_path / "out2",
+                       "--max-request-seconds", 60, "--time-limit", LIMIT)
+    assert code == 0, err
+    status = {r["graph"]: r for r in _records(tmp_path / "out2" / RUN / "shard-0000")}
+    assert status["einsum8.json"]["error"] == "over the per-graph time limit of 2 s (raise it with --time-limit)"
+    assert [s["status"] for r, s in sorted(status.items()) if r != "einsum8.json"] == ["pass"] * 3
+
+
+def test_a_screen_stops_a_graph_at_max_request_seconds(capsys, tmp_path):
+    """The screen's suite goes through the same verifier: the unfinishable example is a timeout, the
+    generated graph after it passes, the node's screen exits 0."""
+    examples = tmp_path / "examples"
+    examples.mkdir()
+    (examples / "einsum8.json").write_text(json.dumps(unfinishable_graph()))
+    out = tmp_path / "out"
+    code, _, err = run(capsys, "screen", "--out", out, "--examples", examples, "--generated", 1, "--size", 2,
+                       "--node-name", "node-a", "--max-request-seconds", LIMIT)
+    assert code == 0, err
+    status = {r["graph"]: (r["status"], r["error"]) for r in _records(out / RUN / "node-node-a")}
+    assert status == {"examples/einsum8.json": ("timeout", "over the per-graph time limit of 2 s (raise it with "
+                                                           "--max-request-seconds)"),
+                      "generated/gen-00000.json": ("pass", None)}
 
 
 @pytest.mark.parametrize("argv, env, needle", [

@@ -227,3 +227,51 @@ def test_shards_through_object_storage(tmp_path, s3):  # noqa: F811 -- the fixtu
     fs.rm("fd-shards/runs/model-1/fd-shard-0001-of-0002.npz")
     r = cli(str(graph), "--fd-from", url)
     assert r.returncode == 2 and "shard 1 of 2 missing" in r.stderr, r.stderr
+
+
+def test_time_limits_are_retried_and_bad_input_is_not(tmp_path):
+    """A shard or a merge over --max-request-seconds exits 75 (the Job's podFailurePolicy counts and retries it:
+    a slow or crowded node), one line naming the limit and its flag, stopped at the limit even inside one long
+    C call; a shard file the merge cannot read is 75 too; a bad graph stays 2 (FailIndex: no retry helps)."""
+    import time
+
+    from test_batch import LIMIT, SLACK, unfinishable_graph
+
+    slow = tmp_path / "einsum8.json"
+    slow.write_text(json.dumps(unfinishable_graph()))
+    start = time.monotonic()
+    r = cli(str(slow), "--fd-shard-count", "2", "--fd-out", str(tmp_path / "fd"), "--max-request-seconds",
+            str(LIMIT), index=1)
+    assert r.returncode == 75, r.stderr
+    assert r.stderr.strip() == ("gradcheck-svc: fd shard 1/2: over the time limit, retry (exit 75): verification "
+                                "exceeded the per-request limit of 2 s (raise it with --max-request-seconds)")
+    assert time.monotonic() - start < LIMIT + SLACK  # unbounded, the einsum runs for minutes
+    assert not (tmp_path / "fd").exists()  # nothing written: the retry computes it whole
+
+    graph = tmp_path / "mlp.json"
+    graph.write_text(mlp())
+    out = tmp_path / "shards"
+    run_shards(graph, out, 2)
+    # the merge under a limit no verification can meet (1 ms: the child alone takes longer to start)
+    r = cli(str(graph), "--fd-from", str(out), "--max-request-seconds", "0.001")
+    assert r.returncode == 75 and r.stdout == "", r.stderr
+    assert r.stderr.strip() == ("gradcheck-svc: fd merge: over the time limit, retry (exit 75): verification "
+                                "exceeded the per-request limit of 0.001 s (raise it with --max-request-seconds)")
+    assert cli(str(graph), "--fd-from", str(out)).returncode == 0  # the default limit fits the work
+    # a shard file that reads as an I/O error (a link to /proc/self/mem): the volume's fault, retried
+    victim = out / "fd-shard-0001-of-0002.npz"
+    victim.unlink()
+    victim.symlink_to("/proc/self/mem")
+    r = cli(str(graph), "--fd-from", str(out))
+    assert r.returncode == 75, r.stderr
+    assert r.stderr.strip() == (f"gradcheck-svc: fd merge: infrastructure failure, retry (exit 75): {victim}: "
+                                "cannot read: Input/output error")
+
+    bad = tmp_path / "bad.json"
+    data = json.loads(mlp())
+    next(n for n in data["nodes"] if n["name"] == "h0")["op"] = "no_such_op"
+    bad.write_text(json.dumps(data))
+    for args in (("--fd-shard-count", "2", "--fd-out", str(tmp_path / "fd")), ("--fd-from", str(out))):
+        r = cli(str(bad), *args, index=0)
+        assert r.returncode == 2 and r.stderr.strip() == "gradcheck-svc: error: node 'h0': unknown op 'no_such_op'", \
+            r.stderr

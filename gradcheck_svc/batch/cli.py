@@ -1,7 +1,9 @@
 """The batch commands of gradcheck-svc: batch, batch-merge, screen.
 
 Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
-  0   the unit finished; mismatches, invalid graphs and timeouts are results in the records
+  0   the unit finished; mismatches, invalid graphs and timeouts are results in the records (a timeout:
+      the graph ran past --time-limit, or --max-request-seconds where given and lower, and was stopped;
+      its record names the limit and the flag; the unit went on with its other graphs)
   2   bad usage or configuration (flags, a missing manifest, a glob or list naming no graph): retrying cannot
       help -> FailIndex
   75  infrastructure failure (unreadable or empty graphs volume, unwritable output, out of memory, server
@@ -40,7 +42,8 @@ def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
     add_option_flags(p, exclude=exclude)
     add_limit_flags(p, server=False, what="in-process, as `verify`'s; with --server, the server's own apply")
     p.add_argument("--time-limit", type=float, default=300.0, metavar="SECONDS",
-                   help="per-graph time limit; a graph over it is recorded as timeout (default 300)")
+                   help="per-graph time limit (in-process, --max-request-seconds too when given and lower): a "
+                        "graph over it is stopped and recorded as timeout, and the unit goes on (default 300)")
     p.add_argument("--run-id", default=None, metavar="ID",
                    help="results go to OUT/runs/ID/ (default $GRADCHECK_RUN_ID -- in a Job, the Job's name "
                         "from the downward API -- else 'default')")
@@ -165,6 +168,15 @@ def _check_common(args):
         if getattr(args, "server", None) is None:
             raise
     return limits
+
+
+def _graph_limit(args) -> tuple[float, str]:
+    """The per-graph limit in force and the flag that raises it: --time-limit, or --max-request-seconds
+    where it is given and lower (in-process only: with --server, _check_common refuses it)."""
+    given = getattr(args, "max_request_seconds", None)
+    if given is not None and given <= args.time_limit:
+        return given, "--max-request-seconds"
+    return args.time_limit, "--time-limit"
 
 
 def _run_id(args) -> str:
@@ -292,7 +304,7 @@ def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
         plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
                      run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None), started_at)
         run_unit(manifest, manifest.shard(index, args.shard_count), store, plan,
-                 verifier, options, args.time_limit, onnx_import=onnx_import)
+                 verifier, options, _graph_limit(args)[0], onnx_import=onnx_import)
 
     try:
         return _run(run, "batch")
@@ -323,7 +335,7 @@ def _verifier(args, options, limits):
         from ..server.config import read_token
 
         return RemoteVerifier(args.server, options, token=read_token(args.token_file))
-    return LocalVerifier(options, limits)
+    return LocalVerifier(options, limits, limit_flag=_graph_limit(args)[1])
 
 
 def _has_onnx(manifest) -> bool:
@@ -411,10 +423,14 @@ def screen(args) -> int:
                           "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
     index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
-    if args.device == "auto":
-        from ..backend import cuda_available
+    if args.device == "auto":  # asked in the verifying child (verifiers.cuda_usable): CUDA does not survive a fork
+        from .verifiers import cuda_usable
 
-        args.device = "cuda" if cuda_available() else "cpu"
+        try:
+            args.device = "cuda" if cuda_usable() else "cpu"
+        except InfraError as exc:
+            print(f"gradcheck-svc screen: infrastructure failure, retry (exit {EXIT_RETRY}): {exc}", file=sys.stderr)
+            return EXIT_RETRY
     options = values_from_args(args)
     with tempfile.TemporaryDirectory(prefix="gradcheck-screen-") as tmp:  # /tmp: an emptyDir in the pod
         suite = {"examples": screen_nodes.examples_dir(args.examples), "generated": args.generated,
@@ -439,7 +455,7 @@ def screen(args) -> int:
             plan["suite"] = {**suite, "examples": None if suite["examples"] is None else str(suite["examples"])}
             plan["numerics"] = screen_nodes.numerics(options.get("device"))
             run_unit(manifest, list(manifest.graphs), store, plan, verifier,
-                     options, args.time_limit, faults_where_present=True)
+                     options, _graph_limit(args)[0], faults_where_present=True)
 
         return _ending(store.dir, started_at, lambda: _run(run, "screen"), mine=lambda: not refused_here)
 

@@ -5,6 +5,11 @@ fail, invalid (the graph or its options are at fault), timeout (over the
 per-graph limit), error (the verifier failed on this graph) -- and raise
 InfraError only for what retrying elsewhere can fix: an unreadable volume,
 out of memory, an unreachable or saturated server, a missing GPU.
+
+A graph over the per-graph limit fails that graph only: its record says `timeout` and names the limit
+and the flag that raises it, and the shard goes on (exit 0). Failing the shard instead (exit 75) would
+have the Job retry it into the same limit until the index failed, and the merge would report the graph
+missing rather than say why.
 """
 from __future__ import annotations
 
@@ -15,25 +20,25 @@ import numpy as np
 
 from gradcheck_client.client import make_request
 
-from ..alarm import alarm
-from ..errors import BackendUnavailable, GradcheckError, OptionError
+from ..bounded import WorkerDied, bounded_call
+from ..errors import BackendUnavailable, GradcheckError, OptionError, TimeLimitError
 
+PROBE_SECONDS = 60.0  # the CUDA probe: a driver that hangs is a node's fault, retried elsewhere
 
 
 class InfraError(Exception):
     """The machine, volume or server failed, not the graph: the shard exits for the Job to retry it."""
 
 
-class GraphTimeout(BaseException):
-    """Raised by SIGALRM inside a verification. A BaseException, so no `except Exception` in the
-    verifier (SymPy, the oracles) can swallow it."""
+def cuda_usable() -> bool:
+    """Whether this node's GPU can be used, asked in the child that verifies (bounded.py): a process that
+    has initialized CUDA cannot hand it to a child it forks, so this one never initializes it."""
+    from ..backend import cuda_available
 
-
-def time_limit(seconds: float):
-    """Interrupt the verification after `seconds` (GraphTimeout). Python code stops at the next bytecode;
-    a single long NumPy call finishes first -- graphs are many small calls, so the limit holds to within
-    one call."""
-    return alarm(seconds, GraphTimeout)
+    try:
+        return bounded_call(PROBE_SECONDS, None, cuda_available)
+    except (TimeLimitError, WorkerDied) as exc:
+        raise InfraError(f"the CUDA probe failed: {exc}") from None
 
 
 def gradient_digest(values) -> str:
@@ -70,51 +75,63 @@ def present_faults(graph, faults: tuple) -> tuple:
     return tuple(f for f in faults if f.split(":", 1)[0] in names)
 
 
+def _verify_outcome(request, limits) -> dict:
+    """The record's fields of one verification (the server's own request path: ONNX and allow_nonfinite
+    included), computed in bounded.py's child: only JSON values cross back, never the gradients."""
+    from ..server.execute import verify_report
+
+    report = verify_report(request, limits)
+    return {"status": report.verdict, "report": report.to_dict(), "device": report.device,
+            "dtype": report.dtype, "digests": {p.name: gradient_digest(p.gradient) for p in report.parameters},
+            "digest_scope": "full"}
+
+
 class LocalVerifier:
-    """In this process, as `gradcheck-svc verify` and the client's in-process mode do (the server's
-    own request path: validate against the server's default limits, then verify)."""
+    """In a child of this process killed at the per-graph limit (bounded.py: a signal cannot stop one long
+    C call), as `gradcheck-svc verify` does; the server's own request path: validate against the server's
+    default limits (or the `--max-...` given), then verify. `limit_flag` is the flag that raises the
+    per-graph limit, named in a timeout's record."""
 
     where = "in-process"
 
-    def __init__(self, options: dict, limits=None):
+    def __init__(self, options: dict, limits=None, limit_flag: str = "--time-limit"):
         from ..server.config import ServerLimits
         from .store import code_version
 
-        self.options, self.limits = options, limits or ServerLimits()
+        self.options, self.limits, self.limit_flag = options, limits or ServerLimits(), limit_flag
         self.version = code_version()  # what answers: this process's code
 
     def check(self) -> None:
-        if self.options.get("device") == "cuda":
-            from ..backend import cuda_available
+        # what a verification imports lazily (SymPy, mpmath: a second), imported before the child is forked:
+        # each fresh child (the one after a time-out too) starts warm, so no graph's limit pays for it and
+        # a graph's record does not depend on whether the graph before it timed out
+        from ..oracles import local_jacobian  # noqa: F401
 
-            if not cuda_available():
-                raise InfraError("no usable CUDA device on this node")
+        if self.options.get("device") == "cuda" and not cuda_usable():
+            raise InfraError("no usable CUDA device on this node")
 
     def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
-        from ..server.execute import verify_report
-
         request = make_request(graph, rel, **options)
         size = request.ByteSize()
         if size > self.limits.max_message_bytes:  # what the server's transport would refuse
             return {"status": "invalid", "error": f"the request is {size} bytes, over the limit of "
                     f"{self.limits.max_message_bytes} (raise it with --max-message-bytes)"}
         try:
-            with time_limit(limit):  # the server's own request path (ONNX and allow_nonfinite included)
-                report = verify_report(request, self.limits)
-        except GraphTimeout:
-            return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s"}
+            return bounded_call(limit, None, _verify_outcome, request, self.limits)
+        except TimeLimitError:  # (before GradcheckError, its base: the graph is not invalid, it is unfinished)
+            return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s "
+                    f"(raise it with {self.limit_flag})"}
         except BackendUnavailable as exc:
             raise InfraError(exc.message) from None
         except GradcheckError as exc:
             return {"status": "invalid", "error": exc.message}
         except MemoryError:
             raise InfraError("out of memory") from None
+        except WorkerDied as exc:  # killed from outside (the OOM killer's SIGKILL): the node's fault, as a 137 is
+            raise InfraError(str(exc)) from None
         except Exception as exc:  # a fault of the verifier on this graph: a result, retrying cannot help
             first = (str(exc).splitlines() or [""])[0][:300]
             return {"status": "error", "error": f"internal error: {type(exc).__name__}: {first}"}
-        return {"status": report.verdict, "report": report.to_dict(), "device": report.device,
-                "dtype": report.dtype, "digests": {p.name: gradient_digest(p.gradient) for p in report.parameters},
-                "digest_scope": "full"}
 
 
 class RemoteVerifier:

@@ -167,8 +167,8 @@ _DAMAGED = (ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, EOFErr
 def _load(path) -> tuple[dict, dict]:
     try:
         data = path.read_bytes()
-    except OSError as exc:
-        raise OptionError(f"{path}: cannot read: {exc.strerror or exc}", field="--fd-from") from None
+    except OSError as exc:  # the volume or store, not the shard: exit 75, a retry may read it
+        raise OSError(exc.errno, f"cannot read: {exc.strerror or exc}", str(path)) from None
     try:
         with np.load(io.BytesIO(data), allow_pickle=False) as z:
             arrays = {k: z[k] for k in z.files}
@@ -194,8 +194,8 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             m = FILE.fullmatch(f.name)
             if m:
                 found[f.name] = (int(m.group(1)), int(m.group(2)), f)
-    except OSError as exc:  # an object store unreachable or denied
-        raise OptionError(f"'{src}': cannot list: {exc.strerror or exc}", field="--fd-from") from None
+    except OSError as exc:  # an object store unreachable or denied: exit 75, a retry may reach it
+        raise OSError(exc.errno, f"cannot list: {exc.strerror or exc}", str(src)) from None
     if not found:
         raise OptionError(f"no fd-shard-*-of-*.npz files in '{src}'", field="--fd-from")
     counts = sorted({c for _, c, _ in found.values()})
