@@ -10,7 +10,7 @@ import pytest
 
 torch = pytest.importorskip("torch")  # torch is an optional extra of the client (installed in the test venv)
 
-from gradcheck_client.torch import GradcheckError, check, gradcheck  # noqa: E402
+from gradcheck_client.torch import GradcheckError, check, gradcheck, opaque  # noqa: E402
 from gradcheck_client.trace_errors import TracerError  # noqa: E402
 from grpc_helpers import module_server  # noqa: E402
 
@@ -248,7 +248,8 @@ LAYERS = {  # (function, input): torch's own (right) gradients; a mis-replay fai
     "silu, leaky_relu, elu": (lambda x: F.silu(x) * F.leaky_relu(x, 0.1) + F.elu(x), X3),
     "hardtanh, clamp": (lambda x: F.hardtanh(x * 0.9) + torch.clamp(x, -0.55, 0.8), X3),
     "amax, amin": (lambda x: x.amax(dim=-1) * x.amin(dim=1, keepdim=True).sum(), X3),
-    "cat": (lambda x: torch.cat([x, x * 2], dim=1), X3),
+    "cat, stack": (lambda x: torch.cat([x, x * 2], dim=0) + torch.stack([x[0], x[1] * 3], dim=-1).sum(-1), X3),
+    "logsumexp": (lambda x: torch.logsumexp(x, 1).sum(0) * torch.logsumexp(x, -1, keepdim=True), X3),
     "mse_loss": (lambda x: F.mse_loss(x, torch.full_like(x, 0.3)) + F.mse_loss(x * x, x, reduction="sum"), X3),
     "cross_entropy": (lambda x: F.cross_entropy(x.reshape(6, 4), LABELS), X3),
     "nll_loss of log_softmax": (lambda x: F.nll_loss(F.log_softmax(x.reshape(6, 4), 1), LABELS, reduction="sum"),
@@ -401,6 +402,16 @@ def test_a_custom_function_calling_an_op_outside_the_table_is_opaque_named_by_cl
     assert entry["source"].endswith(f"test_torch_claims.py:{inspect.getsourcelines(cls.backward)[1]}")
     assert entry["reason"] == "its forward calls aten::cumsum, which the capture does not replay"
     assert report.data["custom_functions"] == []  # checked as the opaque node, not traced
+
+
+def test_an_opaque_node_too_large_to_check_in_process_leaves_the_report_undecided():
+    big = torch.linspace(-1.0, 1.0, opaque.MAX_ELEMENTS + 1, dtype=torch.float64)
+    report = check(lambda x: torch.sin(torch.cumsum(x, 0)).sum(), big)
+    entry = _opaque(report, "aten::cumsum")
+    assert entry["verdict"] == "undecided" and "over the in-process limit" in entry["detail"]
+    assert report.verdict == "undecided" and not report.passed  # the rest of the graph passed: never "pass"
+    with pytest.raises(GradcheckError, match="UNDECIDED"):
+        gradcheck(lambda x: torch.sin(torch.cumsum(x, 0)).sum(), (big.requires_grad_(True),))
 
 
 def test_float32_inputs_are_checked_in_float64_and_the_report_says_so():

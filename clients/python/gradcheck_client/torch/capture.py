@@ -160,6 +160,9 @@ ATEN = {
     aten.amax: lambda a, dims=(), keepdim=False: np.max(a, axis=_axes(dims, len(a.shape)), keepdims=keepdim),
     aten.amin: lambda a, dims=(), keepdim=False: np.min(a, axis=_axes(dims, len(a.shape)), keepdims=keepdim),
     aten.cat: lambda xs, d=0: _apply("concat", *xs, axis=d),
+    aten.stack: lambda xs, d=0: _apply("concat", *(np.expand_dims(x, d) for x in xs), axis=d),
+    aten.logsumexp: lambda a, dims, keepdim=False: _apply("logsumexp", a, axis=dims[0], keepdims=keepdim)
+    if len(dims) == 1 else _refuse("logsumexp over several axes"),
     aten.mse_loss: lambda a, b, reduction=1: _reduced((a - b) * (a - b), reduction),
     aten.nll_loss_forward: _nll_loss,
     aten.embedding: lambda w, idx, padding_idx=-1, scale=False, sparse=False: _apply("take", w, idx, axis=0),
