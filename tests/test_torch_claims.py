@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import threading
 
 import pytest
 
@@ -165,6 +166,10 @@ def test_torch_runs_on_the_tensors_device_and_the_references_on_the_host():
 def test_through_a_server(server):
     report = check(through(ONE_ELEMENT), X, server=server.target)
     assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
+    # an opaque node is checked in process, the rest of the graph (its outputs as parameters) on the server
+    report = check(lambda x: torch.tanh(wavy_wrong(x * 2)).sum(), X, server=server.target)
+    assert report.verdict == "fail" and _opaque(report, "gradcheck_tests::wavy_wrong")["verdict"] == "fail"
+    assert all(p.status == "ok" for p in report.parameters)
 
 
 def test_in_place_ops_are_replayed_and_a_stale_saved_value_is_caught():
@@ -419,6 +424,45 @@ def test_float32_inputs_are_checked_in_float64_and_the_report_says_so():
     assert report.verdict == "pass" and report.data["check"]["upcast"] == ["x"]
     model = torch.nn.Linear(4, 3)  # float32 parameters
     assert check(model, torch.randn(2, 4)).data["check"]["upcast"] == ["input", "weight", "bias"]
+
+
+def test_an_op_whose_arguments_its_entry_declines_is_an_opaque_node():
+    x = X4[:, :, :4, :4]
+    weight = torch.linspace(-1.0, 1.0, 3 * 2 * 3 * 3, dtype=torch.float64).reshape(3, 2, 3, 3)
+    report = check(lambda x, w: torch.tanh(F.conv_transpose2d(x, w)), x, weight)
+    assert report.verdict == "pass", report.text
+    entry = _opaque(report, "aten::convolution")
+    assert entry["verdict"] == "pass" and entry["elements"] == x.numel() + weight.numel()
+    assert entry["reason"] == "its arguments are outside the capture's entry (a transposed convolution is not replayed)"
+
+
+def test_a_gradient_convention_is_refused_not_failed():
+    weight = torch.linspace(-1.0, 1.0, 15, dtype=torch.float64).reshape(5, 3)
+    with pytest.raises(TracerError, match="padding_idx or scale_grad_by_freq: torch's gradient there is a convention"):
+        check(lambda w: F.embedding(LABELS[:3], w, padding_idx=0).sum(), weight)
+
+
+def test_a_check_from_another_thread_meanwhile_is_refused_and_its_functions_are_not_recorded():
+    running, go, seen = threading.Event(), threading.Event(), {}
+
+    def waits(x):
+        running.set()
+        go.wait(timeout=600)  # released by the main thread below; the timeout only bounds a broken run
+        return torch.tanh(x).sum()
+
+    def first():
+        seen["report"] = check(waits, X)
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert running.wait(timeout=600)
+        with pytest.raises(TracerError, match="already running in this process"):
+            check(lambda x: x.sum(), X)
+        RIGHT.apply(X.clone().requires_grad_(True))  # this thread's Function call: not the running check's
+    finally:
+        go.set()
+        thread.join()
+    assert seen["report"].verdict == "pass" and seen["report"].data["custom_functions"] == []
 
 
 def test_a_check_inside_a_check_is_refused():

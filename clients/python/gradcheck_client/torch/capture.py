@@ -89,6 +89,21 @@ def _nll_loss(logp, target, weight=None, reduction=1, ignore_index=-100):
     return -_reduced(np.squeeze(picked, 1) if len(logp.shape) > 1 else picked, reduction)
 
 
+def _number(v):
+    if v is not None and not isinstance(v, (int, float)):
+        raise TypeError("a bound given as a tensor is not replayed")
+    return v
+
+
+def _embedding(w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """A lookup; torch's gradient of a padding row is zero and scale_grad_by_freq scales it, by convention, not
+    as the derivative: refused rather than failed."""
+    if scale_grad_by_freq or padding_idx >= 0 and np.any(idx == padding_idx):
+        raise TracerError("torch op aten::embedding with padding_idx or scale_grad_by_freq: torch's gradient there "
+                          "is a convention (zero, or scaled), not the derivative, so it cannot be checked")
+    return _apply("take", w, idx, axis=0)
+
+
 def _convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
     if transposed:
         raise TypeError("a transposed convolution is not replayed")
@@ -156,7 +171,7 @@ ATEN = {
     aten.elu: lambda a, alpha=1.0, scale=1.0, input_scale=1.0: _apply("elu", a, alpha=alpha, scale=scale)
     if input_scale == 1 else _refuse("input_scale"),
     aten.hardtanh: lambda a, lo=-1.0, hi=1.0: _apply("clip", a, min=lo, max=hi),
-    aten.clamp: lambda a, lo=None, hi=None: _apply("clip", a, min=lo, max=hi),
+    aten.clamp: lambda a, lo=None, hi=None: _apply("clip", a, min=_number(lo), max=_number(hi)),
     aten.amax: lambda a, dims=(), keepdim=False: np.max(a, axis=_axes(dims, len(a.shape)), keepdims=keepdim),
     aten.amin: lambda a, dims=(), keepdim=False: np.min(a, axis=_axes(dims, len(a.shape)), keepdims=keepdim),
     aten.cat: lambda xs, d=0: _apply("concat", *xs, axis=d),
@@ -165,7 +180,7 @@ ATEN = {
     if len(dims) == 1 else _refuse("logsumexp over several axes"),
     aten.mse_loss: lambda a, b, reduction=1: _reduced((a - b) * (a - b), reduction),
     aten.nll_loss_forward: _nll_loss,
-    aten.embedding: lambda w, idx, padding_idx=-1, scale=False, sparse=False: _apply("take", w, idx, axis=0),
+    aten.embedding: _embedding,
     aten.convolution: _convolution,
     aten.max_pool2d_with_indices: _max_pool, aten.max_pool2d: _max_pool,
     aten.avg_pool2d: _avg_pool,
@@ -179,13 +194,13 @@ def _refuse(what: str):
 MASKS = {aten.gt: np.greater, aten.lt: np.less, aten.ge: np.greater_equal, aten.le: np.less_equal}
 
 
-def _replay(func, forward, args, kwargs):
-    """The op's forward on tracer Values; arguments its table entry does not take are refused, naming the op."""
+def _replay(forward, args, kwargs):
+    """The op's forward on tracer Values, or (None, why) when its entry declines these arguments (a weighted
+    nll_loss, a transposed convolution): the op is then an opaque node."""
     try:
-        return forward(*args, **kwargs)
+        return forward(*args, **kwargs), ""
     except TypeError as exc:
-        raise TracerError(f"torch op {func.name()} was called with arguments the capture does not replay "
-                          f"({exc})") from None
+        return None, str(exc)
 
 
 def _floats(out) -> list:
@@ -266,8 +281,12 @@ class Capture(TorchDispatchMode):
                               "check in float64 (the inputs are converted; a cast inside the function is not "
                               "traced)")
         else:
+            value, declined = _replay(ATEN[packet], lifted, named)
+            if value is None:
+                self._opaque(func, args, kwargs, out, f"its arguments are outside the capture's entry ({declined})")
+                return out
             first = out[0] if isinstance(out, (tuple, list)) else out
-            self._record(first, _replay(func, ATEN[packet], lifted, named), func)
+            self._record(first, value, func)
             for extra in (out[1:] if isinstance(out, (tuple, list)) else ()):  # saved statistics, indices
                 if isinstance(extra, torch.Tensor):
                     self.unreplayed[id(extra)] = (extra, func.name())
@@ -280,7 +299,7 @@ class Capture(TorchDispatchMode):
     def _at(self) -> str:
         return f" (at {self._where()})" if self._where() else ""
 
-    def _opaque(self, func, args, kwargs, out) -> None:
+    def _opaque(self, func, args, kwargs, out, reason: str = "") -> None:
         """An op outside the table: its float outputs enter as new parameters holding torch's values (an
         Opaque node, checked on its own by check.py). Inside a custom Function's forward, autograd keeps
         nothing of it: the outermost Function call becomes the opaque node instead (function_call)."""
@@ -289,7 +308,7 @@ class Capture(TorchDispatchMode):
             return
         traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in _leaves(args, kwargs)]
         self.opaque.append(Opaque.of_op(func, args, kwargs, traced, self._binding(out, func.name()),
-                                        self._where(), self))
+                                        self._where(), self, reason))
 
     def _binding(self, out, label: str) -> list:
         """Each float output of an opaque call bound to a new parameter holding torch's value."""
@@ -326,7 +345,8 @@ class Capture(TorchDispatchMode):
             return False
         traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in args]
         self.opaque.append(Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__),
-                                              frame["inside"], module, self))
+                                              f"its forward calls {frame['inside']}, which the capture does not "
+                                              "replay", module, self))
         return True
 
     def _inplace(self, func, args, lifted, named) -> None:
@@ -350,7 +370,11 @@ class Capture(TorchDispatchMode):
         memory = target.untyped_storage().data_ptr()
         self.stale |= {i for i, (t, _) in self.values.items() if t is not target and
                        t.untyped_storage().data_ptr() == memory}
-        self._record(target, _replay(func, ATEN[packet], lifted, named), func)
+        value, declined = _replay(ATEN[packet], lifted, named)
+        if value is None:
+            raise TracerError(f"torch op {func.name()} writes in place with arguments the capture does not replay "
+                              f"({declined}): write it out of place")
+        self._record(target, value, func)
 
     def _aliased(self, alias: torch.Tensor):
         """The traced (not detached) tensor an alias covers whole (same memory, shape and strides), or None."""

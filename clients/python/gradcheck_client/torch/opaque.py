@@ -54,11 +54,11 @@ class Opaque:
     inputs: list  # the traced float input tensors, cloned at the call
     input_values: list  # their Values in the graph
     outputs: list = field(default_factory=list)  # (autograd output tensor, the parameter Value for it)
-    reason: str = ""  # a Function's: the op of its forward that made it opaque
+    reason: str = ""  # why it is opaque, where it is not simply outside the table
     grad_enabled: bool = True  # torch's grad mode when it ran (False: under torch.no_grad)
 
     @staticmethod
-    def of_op(func, args, kwargs, traced, outputs, where: str, capture) -> Opaque:
+    def of_op(func, args, kwargs, traced, outputs, where: str, capture, reason: str = "") -> Opaque:
         flat, spec = tree_flatten((list(args), dict(kwargs)))
         positions = [i for i, t in enumerate(traced) if t and flat[i].is_floating_point()]
         values = [capture._lift(flat[i]) for i in positions]
@@ -71,7 +71,7 @@ class Opaque:
             a, k = tree_unflatten(new, spec)
             return _float_list(func(*a, **k))
         return Opaque(func.name(), "torch op", where, capture.modules[-1] if capture.modules else "", run,
-                      [saved[i] for i in positions], values, outputs, grad_enabled=torch.is_grad_enabled())
+                      [saved[i] for i in positions], values, outputs, reason, torch.is_grad_enabled())
 
     @staticmethod
     def of_function(cls, args, traced, outputs, reason: str, module: str, capture) -> Opaque:
@@ -122,7 +122,7 @@ def local_check(node: Opaque, adjoints: list, vjps: list) -> dict:
                         "an error bound); its outputs are parameters of the graph (claimed: torch's adjoint) and "
                         "its inputs get that VJP handed back"}
     if node.reason:
-        entry["reason"] = f"its forward calls {node.reason}, which the capture does not replay"
+        entry["reason"] = node.reason
     if n > MAX_ELEMENTS:
         return {**entry, "verdict": "undecided",
                 "detail": f"not checked: {n} input elements, over the in-process limit of {MAX_ELEMENTS}"}
