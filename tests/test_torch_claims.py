@@ -225,6 +225,10 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
         check(part_through_data, X)
     with pytest.raises(TracerError, match=r"torch op aten::bernoulli_\.float is random \(at .*test_torch_claims"):
         check(lambda x: F.dropout(x, 0.5).sum(), X)  # a re-run would draw another mask
+    with pytest.raises(TracerError, match=r"an output of opaque torch op aten::cumsum \(.*\) is written in place"):
+        check(lambda x: torch.cumsum(x, 0).mul_(2).sum(), X)
+    with pytest.raises(TracerError, match=r"torch op aten::_to_copy made a torch.float32 tensor from traced values"):
+        check(lambda x: x.float().sum(), X)  # not an opaque node: its rounding is not the float64 function's
 
 
 def test_a_capture_that_mis_replays_an_op_is_refused_by_torchs_own_loss(monkeypatch):

@@ -7,7 +7,7 @@ autograd does not see) is replayed out of place and `x` names the new value, as 
 An op outside the table (cumsum, a torch.library custom op, a C++/CUDA/Triton kernel) with float
 outputs is an opaque node (opaque.py): each float output enters the graph as a new parameter holding
 torch's value, and check.py verifies the op locally. Inside a custom autograd.Function's forward (no
-autograd there) such an op makes the whole Function call opaque (Frames). An op with only integer or
+autograd there) such an op makes the whole Function call opaque (Capture.function_call). An op with only integer or
 boolean outputs (argmax, a comparison) gives its trace-time value, a constant, as autograd gives no
 gradient through it. Faithful or refused: a random op (dropout in training mode: a re-run would
 differ), a read of a view or alias whose memory an in-place op changed, a read of an output the table
@@ -274,12 +274,12 @@ class Capture(TorchDispatchMode):
             self._inplace(func, args, lifted, named)
         elif packet in MASKS or not _floats(out):
             pass  # a comparison, an argmax: its trace-time value, a constant (no gradient flows through it)
+        elif any(t.dtype != torch.float64 for t in _floats(out)):
+            raise TracerError(f"torch op {func.name()} made a {_floats(out)[0].dtype} tensor from traced values"
+                              f"{self._at()}: check in float64 (the inputs are converted; a cast inside the "
+                              "function is not traced)")
         elif packet not in ATEN:
             self._opaque(func, args, kwargs, out)
-        elif _floats(out)[0].dtype != torch.float64:
-            raise TracerError(f"torch op {func.name()} made a {_floats(out)[0].dtype} tensor from traced values: "
-                              "check in float64 (the inputs are converted; a cast inside the function is not "
-                              "traced)")
         else:
             value, declined = _replay(ATEN[packet], lifted, named)
             if value is None:
@@ -312,9 +312,8 @@ class Capture(TorchDispatchMode):
 
     def _binding(self, out, label: str) -> list:
         """Each float output of an opaque call bound to a new parameter holding torch's value."""
-        leaves = []
-        for k, t in enumerate(_floats(out)):
-            short = label.split("::")[-1].split(".")[0]
+        leaves, short = [], label.split("::")[-1].split(".")[0]
+        for t in _floats(out):
             value = self.tracer.param(self.tracer._fresh(f"opaque_{short}"), t.detach().cpu().numpy())
             self.bind(t, value)
             self.where.setdefault(value.name, self._where())
@@ -331,7 +330,7 @@ class Capture(TorchDispatchMode):
             if untracked and not node.grad_enabled:
                 raise TracerError(f"torch op {node.name} ran on traced values under torch.no_grad at {node.source}: "
                                   "it cannot be checked as an opaque node")
-            for _, v in untracked:
+            for _, v in untracked:  # the tracer's input record, its requires_grad flag cleared
                 self.tracer._inputs = [(n, False, d) if n is v._node else (n, g, d) for n, g, d in self.tracer._inputs]
             node.outputs = [(t, v) for t, v in node.outputs if t.requires_grad]
             if not node.outputs:

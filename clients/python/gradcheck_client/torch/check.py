@@ -241,6 +241,9 @@ def _cut_opaque(capture, loss_value):
     gradients of the parameters standing for their outputs (torch's adjoints), and each one's own check."""
     t, grads, entries = capture.tracer, {}, []
     for node in capture.opaque:
+        if any(capture.values[id(o)][1] is not v for o, v in node.outputs):  # torch's .grad is its last version's
+            raise TracerError(f"an output of opaque {node.kind} {node.name} ({node.source}) is written in place "
+                              "afterwards: its adjoint is not torch's gradient there (write it out of place)")
         adjoints = [o.grad.detach() if o.grad is not None else torch.zeros_like(o) for o, _ in node.outputs]
         grads.update({v.name: _host(a) for (_, v), a in zip(node.outputs, adjoints)})
         try:
