@@ -483,6 +483,13 @@ def test_torchs_own_errors_are_one_line_naming_the_op_and_the_module():
                                           r"mat2 shapes cannot be multiplied \(2x5 and 4x3\)$"):
         check(torch.nn.Sequential(torch.nn.Linear(4, 3)), torch.ones(2, 5))
 
+    def writes_a_leaf(x):
+        return x.mul_(2).sum()  # autograd's own check, before any op runs
+    with pytest.raises(TracerError, match=r"^torch raised while running writes_a_leaf \(at .*test_torch_claims.py:"
+                                          rf"{inspect.getsourcelines(writes_a_leaf)[1] + 1}\): a leaf Variable that "
+                                          r"requires grad is being used in an in-place operation\.$"):
+        check(writes_a_leaf, X)
+
 
 def test_the_drop_in_takes_torchs_keywords_and_tuple_outputs():
     x = X.clone().requires_grad_(True)

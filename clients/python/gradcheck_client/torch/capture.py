@@ -407,3 +407,16 @@ def _user_line() -> str:
     while f is not None and f.f_code.co_filename.startswith(_SKIP):
         f = f.f_back
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
+
+
+def raised_at(exc: BaseException, capture: Capture) -> str:
+    """' (at MODULE, FILE:LINE)' for an error torch raised outside an op (autograd's own checks): the module
+    running when it was raised and the innermost line of the user's code in its traceback."""
+    tb, line = exc.__traceback__, ""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith(_SKIP):
+            line = f"{name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    where = ", ".join(filter(None, [capture.modules[-1] if capture.modules else "", line]))
+    return f" (at {where})" if where else ""

@@ -40,7 +40,7 @@ from ..report import Report
 from ..trace_errors import TracerError
 from ..tracer import Tracer
 from . import opaque
-from .capture import Capture
+from .capture import Capture, raised_at
 
 _RUNNING = threading.Lock()  # one check at a time per process (the module docstring)
 
@@ -186,7 +186,12 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
     for n, leaf in leaves.items():
         capture.bind(leaf, t.param(n, _host(leaf)))
     with _recording_functions(calls, capture), _module_paths(capture, paths or {}), capture:
-        outs = _outputs(run(), capture, name)
+        try:
+            out = run()
+        except RuntimeError as exc:  # torch's own error outside an op (an op's is a TracerError already)
+            raise TracerError(f"torch raised while running {name}{raised_at(exc, capture)}: "
+                              f"{(str(exc).strip().splitlines() or [''])[0][:300]}") from None
+        outs = _outputs(out, capture, name)
         note = {"function": name, "parameters": list(leaves), "output_shape": [list(o.shape) for o in outs]}
         if len(outs) == 1:
             note["output_shape"] = note["output_shape"][0]
