@@ -387,6 +387,34 @@ def test_a_custom_op_with_a_wrong_registered_backward_is_caught_as_an_opaque_nod
     assert f"opaque torch op gradcheck_tests::wavy_wrong ({entry['source']}): FAIL" in report.text
 
 
+@torch.library.custom_op("gradcheck_tests::ramp", mutates_args=())
+def ramp(x: torch.Tensor) -> torch.Tensor:  # 2 max(x, 0): a kink at 0
+    return torch.clamp(x, min=0.0) * 2
+
+
+@torch.library.custom_op("gradcheck_tests::ramp_wrong_at_0", mutates_args=())
+def ramp_wrong_at_0(x: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(x, min=0.0) * 2
+
+
+torch.library.register_autograd("gradcheck_tests::ramp", lambda ctx, g: g * 2 * (ctx.saved_tensors[0] > 0),
+                                setup_context=_save_input)
+torch.library.register_autograd(  # 3 at the kink: outside [0, 2], the one-sided derivatives there
+    "gradcheck_tests::ramp_wrong_at_0", lambda ctx, g: g * torch.where(ctx.saved_tensors[0] == 0, 3.0,
+                                                                       2.0 * (ctx.saved_tensors[0] > 0)),
+    setup_context=_save_input)
+
+
+def test_at_a_kink_an_opaque_nodes_value_must_lie_between_the_one_sided_derivatives():
+    x = torch.tensor([0.7, -1.3, 0.0, -0.2, 1.1, 1e-8], dtype=torch.float64)  # 0 and 1e-8: a kink within the step
+    report = check(lambda x: torch.sin(ramp(x)).sum(), x)
+    assert report.verdict == "pass", report.text
+    assert "2 at a kink, where torch's value lies between the one-sided derivatives" in \
+        _opaque(report, "gradcheck_tests::ramp")["detail"]
+    entry = _opaque(check(lambda x: torch.sin(ramp_wrong_at_0(x)).sum(), x), "gradcheck_tests::ramp_wrong_at_0")
+    assert entry["verdict"] == "fail" and "(worst [2]: torch's VJP 3, differences 2 +- " in entry["detail"]
+
+
 def cumulative_function(scale):
     """A custom Function whose forward calls an op outside the table (cumsum): the whole call is opaque."""
     class Cumulative(torch.autograd.Function):

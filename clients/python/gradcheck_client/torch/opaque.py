@@ -9,9 +9,11 @@ references cannot differentiate through it. It is verified in three parts, none 
    outputs' adjoints) -- against float64 central differences of the op's forward alone along each
    element of each traced input: steps h = cbrt(eps) max(1, |x|) and h/2, Richardson-extrapolated,
    with an error bound (the two steps' gap plus the rounding term eps |a . f| / h). An element off by
-   more than twice its bound (and 1e-6 relative) fails the node, naming it; one whose bound is not
-   small next to its value (a kink within the step) leaves the node undecided, as does an op with
-   more elements than MAX_ELEMENTS (not checked at all). A random op is refused (capture.py).
+   more than twice its bound (and 1e-6 relative) fails the node, naming it. Where the second-order
+   one-sided derivatives on each side differ (a kink within the step: relu at 0), torch's value must
+   lie between them (a subgradient, torch's convention there) or the node fails. An element whose
+   bound is not small next to its value leaves the node undecided, as does an op with more elements
+   than MAX_ELEMENTS (not checked at all). A random op is refused (capture.py).
 2. Downstream: each float output of the op is a new parameter of the captured graph (`opaque_NAME_k`)
    holding torch's value, whose claimed gradient is torch's adjoint there (dL/d output, kept by
    retain_grad). The references differentiate the rest of the graph from that parameter on: a wrong
@@ -119,58 +121,86 @@ def local_check(node: Opaque, adjoints: list, vjps: list) -> dict:
              "parameters": [v.name for _, v in node.outputs], "elements": n,
              "checked": "in process: torch's VJP of the op alone at torch's adjoint of its outputs, against float64 "
                         "central differences of its forward alone (steps h and h/2, Richardson-extrapolated, with "
-                        "an error bound); its outputs are parameters of the graph (claimed: torch's adjoint) and "
-                        "its inputs get that VJP handed back"}
+                        "an error bound; one-sided ones at a kink); its outputs are parameters of the graph "
+                        "(claimed: torch's adjoint) and its inputs get that VJP handed back"}
     if node.reason:
         entry["reason"] = node.reason
     if n > MAX_ELEMENTS:
         return {**entry, "verdict": "undecided",
                 "detail": f"not checked: {n} input elements, over the in-process limit of {MAX_ELEMENTS}"}
-    worst = None
-    undecided = 0
+    worst, undecided, kinks = None, 0, 0
     with torch.no_grad():
+        base = _weighted(node, adjoints, 0, 0, 0.0)[0]
         for k, (x, v) in enumerate(zip(node.inputs, vjps)):
             for j in range(x.numel()):
-                ref, bound, trunc, rounding = _difference(node, adjoints, k, j)
+                d = _difference(node, adjoints, base, k, j)
                 got = float(v.reshape(-1)[j])
-                size = max(abs(ref), abs(got))
-                off = abs(got - ref)
-                if off > 2 * bound + RTOL * size:
-                    if worst is None or off > worst[0]:
-                        worst = (off, k, j, got, ref, bound)
-                elif trunc > 1e-3 * size + 4 * rounding:
-                    undecided += 1
+                verdict, ref, bound = _judged(d, got)
+                kinks += verdict == "kink"
+                undecided += verdict == "undecided"
+                if verdict == "fail" and (worst is None or abs(got - ref) > worst[0]):
+                    worst = (abs(got - ref), k, j, got, ref, bound)
     if worst is not None:
         off, k, j, got, ref, bound = worst
         index = [int(i) for i in np.unravel_index(j, tuple(node.inputs[k].shape))]
         return {**entry, "verdict": "fail",
                 "detail": f"its backward disagrees with the derivative of its forward: input {k} (worst "
-                          f"{index}: torch's VJP {got:.6g}, central differences {ref:.6g} +- {bound:.2g})"}
+                          f"{index}: torch's VJP {got:.6g}, differences {ref:.6g} +- {bound:.2g})"}
     if undecided:
         return {**entry, "verdict": "undecided",
                 "detail": f"not decided: {undecided} of {n} elements have a difference whose error bound is not "
-                          "small next to it (a kink within the step)"}
+                          "small next to it"}
+    at_kinks = f"; {kinks} at a kink, where torch's value lies between the one-sided derivatives" if kinks else ""
     return {**entry, "verdict": "pass",
-            "detail": f"its backward agrees with the derivative of its forward ({n} elements)"}
+            "detail": f"its backward agrees with the derivative of its forward ({n} elements{at_kinks})"}
 
 
-def _difference(node: Opaque, adjoints: list, k: int, j: int):
-    """d/dx_kj of sum(a . f(x)): (Richardson value, its error bound, truncation part, rounding part)."""
-    x = node.inputs[k]
-    x0 = float(x.reshape(-1)[j])
-    h = np.float64(np.cbrt(EPS) * max(1.0, abs(x0)))
-    h = float((x0 + h) - x0)  # exact in binary: x + h - x == h
+@dataclass
+class _Difference:
+    """One element's differences: Richardson's value, its error bound and truncation part, the rounding
+    term, and the second-order one-sided derivatives on each side."""
+    value: float
+    bound: float
+    truncation: float
+    rounding: float
+    left: float
+    right: float
 
-    def weighted(step: float):
-        xs = [t.clone(memory_format=torch.contiguous_format) for t in node.inputs]
+
+def _judged(d: _Difference, got: float):
+    """(verdict of torch's value `got` for one element: pass | fail | kink | undecided, reference, bound). Where
+    the one-sided derivatives differ (a kink within the step), torch's value must lie between them."""
+    size = max(abs(d.value), abs(got))
+    sides = max(abs(d.left), abs(d.right), abs(got))
+    if abs(d.right - d.left) > 1e-4 * sides + 16 * d.rounding:
+        lo, hi = min(d.left, d.right), max(d.left, d.right)
+        inside = lo - 16 * d.rounding - RTOL * sides <= got <= hi + 16 * d.rounding + RTOL * sides
+        return ("kink" if inside else "fail"), (lo if got < lo else hi), 16 * d.rounding
+    if abs(got - d.value) > 2 * d.bound + RTOL * size:
+        return "fail", d.value, d.bound
+    if d.truncation > 1e-3 * size + 4 * d.rounding:
+        return "undecided", d.value, d.bound
+    return "pass", d.value, d.bound
+
+
+def _weighted(node: Opaque, adjoints: list, k: int, j: int, step: float):
+    """(sum(a . f(x)), sum |a . f(x)|) with element j of input k moved by step."""
+    xs = [t.clone(memory_format=torch.contiguous_format) for t in node.inputs]
+    if xs:
         xs[k].reshape(-1)[j] += step
-        outs = node.run(xs)
-        terms = [(o.to(torch.float64) * a) for o, a in zip(outs, adjoints)]
-        return float(sum(t.sum() for t in terms)), float(sum(t.abs().sum() for t in terms))
+    terms = [(o.to(torch.float64) * a) for o, a in zip(node.run(xs), adjoints)]
+    return float(sum(t.sum() for t in terms)), float(sum(t.abs().sum() for t in terms))
 
-    (p1, m1), (n1, m2), (p2, m3), (n2, m4) = (weighted(s) for s in (h, -h, h / 2, -h / 2))
+
+def _difference(node: Opaque, adjoints: list, base: float, k: int, j: int) -> _Difference:
+    """d/dx_kj of sum(a . f(x)) at steps h and h/2 (base: its value at x)."""
+    x0 = float(node.inputs[k].reshape(-1)[j])
+    h = float(np.cbrt(EPS) * max(1.0, abs(x0)))
+    h = (x0 + h) - x0  # exact in binary: x + h - x == h
+    (p1, m1), (n1, m2), (p2, m3), (n2, m4) = (_weighted(node, adjoints, k, j, s) for s in (h, -h, h / 2, -h / 2))
     d1, d2 = (p1 - n1) / (2 * h), (p2 - n2) / h
-    ref = (4 * d2 - d1) / 3
-    trunc = abs(ref - d2)
-    rounding = 4 * EPS * max(m1, m2, m3, m4) / (h / 2)
-    return ref, trunc + rounding, trunc, rounding
+    value = (4 * d2 - d1) / 3
+    truncation = abs(value - d2)
+    rounding = 4 * EPS * max(m1, m2, m3, m4, abs(base)) / (h / 2)
+    return _Difference(value, truncation + rounding, truncation, rounding,
+                       left=(3 * base - 4 * n2 + n1) / h, right=(-3 * base + 4 * p2 - p1) / h)
