@@ -415,6 +415,29 @@ def test_at_a_kink_an_opaque_nodes_value_must_lie_between_the_one_sided_derivati
     assert entry["verdict"] == "fail" and "(worst [2]: torch's VJP 3, differences 2 +- " in entry["detail"]
 
 
+def test_a_module_with_a_custom_op_layer_names_the_op_and_the_layer():
+    class WavyLayer(torch.nn.Module):
+        def __init__(self, op: str):
+            super().__init__()
+            self.op = op  # by name: check() copies the module (copy.deepcopy), and an op object does not copy
+
+        def forward(self, x):
+            return getattr(torch.ops.gradcheck_tests, self.op)(x - x.mean())  # some negative: wavy_wrong's bug
+    for op, verdict in (("wavy", "pass"), ("wavy_wrong", "fail")):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), WavyLayer(op), torch.nn.Linear(3, 2))
+        report = check(model, torch.randn(2, 4))
+        assert report.verdict == verdict, report.text
+        [entry] = report.data["opaque"]
+        assert entry["op"] == f"gradcheck_tests::{op}" and entry["verdict"] == verdict
+        assert entry["module"] == "module 1 (WavyLayer)" and entry["source"].startswith("module 1 (WavyLayer), ")
+        assert {p.name: p.status for p in report.parameters}["2.weight"] == "ok"  # after the layer: right
+    holder = WavyLayer("wavy")
+    holder.fn = wavy  # the op object itself: copy.deepcopy cannot copy it
+    with pytest.raises(TracerError, match=r"^module WavyLayer cannot be copied to run it in float64 \(copy.deepcopy"):
+        check(holder, torch.randn(2, 4))
+
+
 def cumulative_function(scale):
     """A custom Function whose forward calls an op outside the table (cumsum): the whole call is opaque."""
     class Cumulative(torch.autograd.Function):

@@ -168,7 +168,12 @@ def _prepared(fn, inputs, wrt):
     if isinstance(fn, torch.nn.Module):
         upcast += [n for n, t in [*fn.named_parameters(), *fn.named_buffers()]
                    if t.is_floating_point() and t.dtype != torch.float64]
-        fn = copy.deepcopy(fn).to(torch.float64)
+        try:
+            fn = copy.deepcopy(fn).to(torch.float64)  # the user's module and its gradients stay untouched
+        except (TypeError, RuntimeError) as exc:
+            raise TracerError(f"module {type(fn).__name__} cannot be copied to run it in float64 (copy.deepcopy: "
+                              f"{str(exc)[:200]}): keep what it holds copyable (an op by name, not the op object)") \
+                from None
         paths = {m: path for path, m in fn.named_modules()}
         for name, p in fn.named_parameters():
             if p.requires_grad:
