@@ -3,7 +3,9 @@
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_torch_claims.py
 
 The cases are tests/test_torch_claims.py's: a custom autograd.Function y = x**3 whose backward is right,
-1% off, wrong at one element, wrong for negative inputs; a hook that doubles a gradient. Prints a
+1% off, wrong at one element, wrong for negative inputs; a hook that doubles a gradient; opaque nodes
+(opaque.py): a torch.library custom op whose registered backward is 1% off for negative inputs, and a
+custom Function around cumsum (an op outside the capture's table) whose backward is 1% off. Prints a
 Markdown table: each tool's verdict and first line, and its median time over a few runs (in process;
 gradcheck_client.torch includes its capture, torch's backward, the custom Function's own check and the
 verification with the symbolic oracle and finite differences).
@@ -20,7 +22,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
 from harness import machine, median, table  # noqa: E402
-from test_torch_claims import NEGATIVES, OFF_1PC, ONE_ELEMENT, RIGHT, X, through  # noqa: E402
+from test_torch_claims import (NEGATIVES, OFF_1PC, ONE_ELEMENT, RIGHT, X, cumulative_function,  # noqa: E402
+                               through, wavy_wrong)
 
 from gradcheck_client.torch import check  # noqa: E402
 
@@ -32,7 +35,9 @@ def hooked(x):
 
 
 CASES = {"right": through(RIGHT), "1% off": through(OFF_1PC), "one element": through(ONE_ELEMENT),
-         "negatives": through(NEGATIVES), "hook doubles": hooked}
+         "negatives": through(NEGATIVES), "hook doubles": hooked,
+         "custom op, backward 1% off for x < 0": lambda x: torch.tanh(wavy_wrong(x * 2)).sum(),
+         "Function around cumsum, 1% off": through(cumulative_function(1.01))}
 
 
 def torch_says(fn) -> str:
@@ -47,7 +52,8 @@ def ours_says(fn) -> str:
     report = check(fn, X)
     if report.passed:
         return "pass"
-    return "FAIL: " + report.text.splitlines()[0][:140]
+    first = next(line for line in report.text.splitlines() if not line.startswith("verdict "))  # the culprit's
+    return f"{report.verdict.upper()}: " + first[:140]
 
 
 def timed(say, fn, reps: int = 3):

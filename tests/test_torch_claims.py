@@ -4,12 +4,14 @@ torch.autograd.gradcheck on the same cases."""
 from __future__ import annotations
 
 import inspect
+import re
+import threading
 
 import pytest
 
 torch = pytest.importorskip("torch")  # torch is an optional extra of the client (installed in the test venv)
 
-from gradcheck_client.torch import GradcheckError, check, gradcheck  # noqa: E402
+from gradcheck_client.torch import GradcheckError, check, gradcheck, opaque  # noqa: E402
 from gradcheck_client.trace_errors import TracerError  # noqa: E402
 from grpc_helpers import module_server  # noqa: E402
 
@@ -164,6 +166,10 @@ def test_torch_runs_on_the_tensors_device_and_the_references_on_the_host():
 def test_through_a_server(server):
     report = check(through(ONE_ELEMENT), X, server=server.target)
     assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
+    # an opaque node is checked in process, the rest of the graph (its outputs as parameters) on the server
+    report = check(lambda x: torch.tanh(wavy_wrong(x * 2)).sum(), X, server=server.target)
+    assert report.verdict == "fail" and _opaque(report, "gradcheck_tests::wavy_wrong")["verdict"] == "fail"
+    assert all(p.status == "ok" for p in report.parameters)
 
 
 def test_in_place_ops_are_replayed_and_a_stale_saved_value_is_caught():
@@ -217,8 +223,12 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
     # the write reaches y through a view: y's later read is what cannot be replayed
     with pytest.raises(TracerError, match=r"a tensor is read after an in-place op changed its memory through another"):
         check(part_through_data, X)
-    with pytest.raises(TracerError, match=r"torch op aten::cumsum cannot be traced"):
-        check(lambda x: torch.cumsum(x, 0).sum(), X)
+    with pytest.raises(TracerError, match=r"torch op aten::bernoulli_\.float is random \(at .*test_torch_claims"):
+        check(lambda x: F.dropout(x, 0.5).sum(), X)  # a re-run would draw another mask
+    with pytest.raises(TracerError, match=r"an output of opaque torch op aten::cumsum \(.*\) is written in place"):
+        check(lambda x: torch.cumsum(x, 0).mul_(2).sum(), X)
+    with pytest.raises(TracerError, match=r"torch op aten::_to_copy made a torch.float32 tensor from traced values"):
+        check(lambda x: x.float().sum(), X)  # not an opaque node: its rounding is not the float64 function's
 
 
 def test_a_capture_that_mis_replays_an_op_is_refused_by_torchs_own_loss(monkeypatch):
@@ -233,3 +243,313 @@ def test_a_capture_that_mis_replays_an_op_is_refused_by_torchs_own_loss(monkeypa
 
     with pytest.raises(TracerError, match="does not compute layer"):
         check(layer, torch.linspace(0.1, 1.0, 5, dtype=torch.float64))
+
+
+# -- layers: the ATen ops of common layers, replayed as the registry's ops (capture.ATEN) --------------------------
+X4 = torch.linspace(-1.9, 2.1, 2 * 3 * 6 * 6, dtype=torch.float64).reshape(2, 3, 6, 6).sin() * 1.7
+W4 = torch.linspace(-0.6, 0.7, 4 * 3 * 3 * 3, dtype=torch.float64).reshape(4, 3, 3, 3).cos()
+LABELS = torch.tensor([1, 0, 3, 2, 2, 0])
+LAYERS = {  # (function, input): torch's own (right) gradients; a mis-replay fails them or is refused
+    "layer_norm": (lambda x: F.layer_norm(x, (4,), torch.linspace(0.5, 1.5, 4, dtype=torch.float64),
+                                          torch.ones(4, dtype=torch.float64)), X3),
+    "layer_norm over two axes, no affine": (lambda x: F.layer_norm(x, (3, 4)), X3),
+    "gelu, both forms": (lambda x: F.gelu(x) * F.gelu(x, approximate="tanh"), X3),
+    "silu, leaky_relu, elu": (lambda x: F.silu(x) * F.leaky_relu(x, 0.1) + F.elu(x), X3),
+    "hardtanh, clamp": (lambda x: F.hardtanh(x * 0.9) + torch.clamp(x, -0.55, 0.8), X3),
+    "amax, amin": (lambda x: x.amax(dim=-1) * x.amin(dim=1, keepdim=True).sum(), X3),
+    "cat, stack": (lambda x: torch.cat([x, x * 2], dim=0) + torch.stack([x[0], x[1] * 3], dim=-1).sum(-1), X3),
+    "logsumexp": (lambda x: torch.logsumexp(x, 1).sum(0) * torch.logsumexp(x, -1, keepdim=True), X3),
+    "mse_loss": (lambda x: F.mse_loss(x, torch.full_like(x, 0.3)) + F.mse_loss(x * x, x, reduction="sum"), X3),
+    "cross_entropy": (lambda x: F.cross_entropy(x.reshape(6, 4), LABELS), X3),
+    "nll_loss of log_softmax": (lambda x: F.nll_loss(F.log_softmax(x.reshape(6, 4), 1), LABELS, reduction="sum"),
+                                X3),
+    "embedding": (lambda x: F.embedding(LABELS.reshape(2, 3), x.reshape(6, 4)), X3),
+    "conv2d": (lambda x: F.conv2d(x, W4, torch.ones(4, dtype=torch.float64), stride=2, padding=1), X4),
+    "conv2d, dilated": (lambda x: F.conv2d(x, W4, dilation=2, padding=(1, 2)), X4),
+    "max_pool2d": (lambda x: F.max_pool2d(x, 2) + F.max_pool2d(x, 3, stride=1, padding=1)[..., ::2, ::2], X4),
+    "avg_pool2d": (lambda x: F.avg_pool2d(x, 3, stride=2, padding=1), X4),
+}
+
+
+@pytest.mark.parametrize("name", list(LAYERS))
+def test_common_layers_are_replayed_as_registry_ops(name):
+    fn, x = LAYERS[name]
+    report = check(fn, x)
+    assert report.verdict == "pass", report.text
+    assert report.data["opaque"] == []  # replayed, not cut out: the references differentiate through them
+
+
+def test_a_module_of_layer_norm_linear_gelu_and_a_custom_function_passes_and_its_bug_is_named():
+    class Block(torch.nn.Module):
+        def __init__(self, cube):
+            super().__init__()
+            self.norm, self.linear, self.cube = torch.nn.LayerNorm(4), torch.nn.Linear(4, 3), cube
+
+        def forward(self, x):
+            return self.cube.apply(F.gelu(self.linear(self.norm(x))))
+    torch.manual_seed(0)
+    report = check(Block(RIGHT), torch.randn(2, 4))
+    assert report.verdict == "pass", report.text
+    assert {p.name for p in report.parameters} == {"x", "norm.weight", "norm.bias", "linear.weight", "linear.bias"}
+    assert report.data["opaque"] == [] and _custom(report, "Cube")["verdict"] == "pass"
+    torch.manual_seed(0)
+    report = check(Block(OFF_1PC), torch.randn(2, 4))
+    assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
+
+
+# -- opaque nodes: what the capture cannot replay, checked on its own (opaque.py) -----------------------------------
+def _opaque(report, op):
+    [entry] = [e for e in report.data["opaque"] if e["op"] == op]
+    return entry
+
+
+def _line_of(fn, offset: int) -> str:
+    return f"test_torch_claims.py:{inspect.getsourcelines(fn)[1] + offset}"
+
+
+def test_an_aten_op_outside_the_table_is_an_opaque_node_checked_by_differences():
+    def cumulative(x):
+        return torch.sin(torch.cumsum(torch.tanh(x), 0)).sum()
+    report = check(cumulative, X)
+    assert report.verdict == "pass", report.text
+    entry = _opaque(report, "aten::cumsum")
+    assert entry["verdict"] == "pass" and entry["kind"] == "torch op" and entry["elements"] == 5
+    assert entry["source"].endswith(_line_of(cumulative, 1))
+    assert "central differences" in entry["checked"]
+    # its output is a parameter of the graph, checked by the references against torch's adjoint there
+    assert {p.name: p.status for p in report.parameters} == {"x": "ok", entry["parameters"][0]: "ok"}
+    assert f"opaque torch op aten::cumsum ({entry['source']}): PASS" in report.text
+
+
+def _doubled_after(x):
+    y = torch.cumsum(torch.tanh(x), 0)
+    y.register_hook(lambda g: g * 2)  # torch's adjoint at the opaque node's output is doubled
+    return torch.sin(y).sum()
+
+
+def _doubled_before(x):
+    h = torch.tanh(x)
+    h.register_hook(lambda g: g * 2)  # the gradient handed back through the opaque node is doubled
+    return torch.sin(torch.cumsum(h, 0)).sum()
+
+
+@pytest.mark.parametrize("fn, culprit", [(_doubled_after, "opaque"), (_doubled_before, "x")])
+def test_a_wrong_gradient_on_either_side_of_an_opaque_node_is_still_caught(fn, culprit):
+    report = check(fn, X)
+    assert report.verdict == "fail"
+    assert _opaque(report, "aten::cumsum")["verdict"] == "pass"  # the op itself is right
+    failed = [p.name for p in report.parameters if p.status == "FAIL"]
+    assert len(failed) == 1 and failed[0].startswith(culprit)
+
+
+@torch.library.custom_op("gradcheck_tests::wavy", mutates_args=())
+def wavy(x: torch.Tensor) -> torch.Tensor:  # a custom op (a C++/CUDA/Triton kernel would register the same way)
+    return x * 3.0 + torch.sin(x)
+
+
+@torch.library.custom_op("gradcheck_tests::wavy_wrong", mutates_args=())
+def wavy_wrong(x: torch.Tensor) -> torch.Tensor:
+    return x * 3.0 + torch.sin(x)
+
+
+def _save_input(ctx, inputs, output):
+    ctx.save_for_backward(inputs[0])
+
+
+def _wavy_backward(ctx, g):
+    x, = ctx.saved_tensors
+    return g * (3.0 + torch.cos(x))
+
+
+def _wavy_wrong_backward(ctx, g):
+    x, = ctx.saved_tensors
+    return g * (3.0 + torch.cos(x)) * torch.where(x < 0, 1.01, 1.0)  # 1% off for negative inputs
+
+
+torch.library.register_autograd("gradcheck_tests::wavy", _wavy_backward, setup_context=_save_input)
+torch.library.register_autograd("gradcheck_tests::wavy_wrong", _wavy_wrong_backward, setup_context=_save_input)
+
+
+def test_a_custom_op_with_a_wrong_registered_backward_is_caught_as_an_opaque_node_naming_it():
+    def layer(x, op):
+        return torch.tanh(op(x * 2)).sum()
+    right = check(layer, X, wavy, wrt="x")
+    assert right.verdict == "pass", right.text
+    assert _opaque(right, "gradcheck_tests::wavy")["verdict"] == "pass"
+    report = check(layer, X, wavy_wrong, wrt="x")
+    assert report.verdict == "fail"
+    entry = _opaque(report, "gradcheck_tests::wavy_wrong")
+    assert entry["verdict"] == "fail" and entry["source"].endswith(_line_of(layer, 1))
+    worst = re.search(r"its backward disagrees with the derivative of its forward: input 0 \(worst \[(\d)\]",
+                      entry["detail"])
+    assert worst and X[int(worst.group(1))] < 0  # wrong only for negative inputs: the worst element is one
+    assert report.text.startswith("verdict FAIL (the captured graph's own verdict below is PASS)")
+    assert f"opaque torch op gradcheck_tests::wavy_wrong ({entry['source']}): FAIL" in report.text
+
+
+@torch.library.custom_op("gradcheck_tests::ramp", mutates_args=())
+def ramp(x: torch.Tensor) -> torch.Tensor:  # 2 max(x, 0): a kink at 0
+    return torch.clamp(x, min=0.0) * 2
+
+
+@torch.library.custom_op("gradcheck_tests::ramp_wrong_at_0", mutates_args=())
+def ramp_wrong_at_0(x: torch.Tensor) -> torch.Tensor:
+    return torch.clamp(x, min=0.0) * 2
+
+
+torch.library.register_autograd("gradcheck_tests::ramp", lambda ctx, g: g * 2 * (ctx.saved_tensors[0] > 0),
+                                setup_context=_save_input)
+torch.library.register_autograd(  # 3 at the kink: outside [0, 2], the one-sided derivatives there
+    "gradcheck_tests::ramp_wrong_at_0", lambda ctx, g: g * torch.where(ctx.saved_tensors[0] == 0, 3.0,
+                                                                       2.0 * (ctx.saved_tensors[0] > 0)),
+    setup_context=_save_input)
+
+
+def test_at_a_kink_an_opaque_nodes_value_must_lie_between_the_one_sided_derivatives():
+    x = torch.tensor([0.7, -1.3, 0.0, -0.2, 1.1, 1e-8], dtype=torch.float64)  # 0 and 1e-8: a kink within the step
+    report = check(lambda x: torch.sin(ramp(x)).sum(), x)
+    assert report.verdict == "pass", report.text
+    assert "2 at a kink, where torch's value lies between the one-sided derivatives" in \
+        _opaque(report, "gradcheck_tests::ramp")["detail"]
+    entry = _opaque(check(lambda x: torch.sin(ramp_wrong_at_0(x)).sum(), x), "gradcheck_tests::ramp_wrong_at_0")
+    assert entry["verdict"] == "fail" and "(worst [2]: torch's VJP 3, differences 2 +- " in entry["detail"]
+
+
+def test_a_module_with_a_custom_op_layer_names_the_op_and_the_layer():
+    class WavyLayer(torch.nn.Module):
+        def __init__(self, op: str):
+            super().__init__()
+            self.op = op  # by name: check() copies the module (copy.deepcopy), and an op object does not copy
+
+        def forward(self, x):
+            return getattr(torch.ops.gradcheck_tests, self.op)(x - x.mean())  # some negative: wavy_wrong's bug
+    for op, verdict in (("wavy", "pass"), ("wavy_wrong", "fail")):
+        torch.manual_seed(0)
+        model = torch.nn.Sequential(torch.nn.Linear(4, 3), WavyLayer(op), torch.nn.Linear(3, 2))
+        report = check(model, torch.randn(2, 4))
+        assert report.verdict == verdict, report.text
+        [entry] = report.data["opaque"]
+        assert entry["op"] == f"gradcheck_tests::{op}" and entry["verdict"] == verdict
+        assert entry["module"] == "module 1 (WavyLayer)" and entry["source"].startswith("module 1 (WavyLayer), ")
+        assert {p.name: p.status for p in report.parameters}["2.weight"] == "ok"  # after the layer: right
+    holder = WavyLayer("wavy")
+    holder.fn = wavy  # the op object itself: copy.deepcopy cannot copy it
+    with pytest.raises(TracerError, match=r"^module WavyLayer cannot be copied to run it in float64 \(copy.deepcopy"):
+        check(holder, torch.randn(2, 4))
+
+
+def cumulative_function(scale):
+    """A custom Function whose forward calls an op outside the table (cumsum): the whole call is opaque."""
+    class Cumulative(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return torch.cumsum(x, 0) * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return torch.flip(torch.cumsum(torch.flip(g, [0]), 0), [0]) * 2 * scale
+    return Cumulative
+
+
+def test_a_custom_function_calling_an_op_outside_the_table_is_opaque_named_by_class_and_line():
+    right = check(lambda x: torch.sin(cumulative_function(1.0).apply(torch.tanh(x))).sum(), X)
+    assert right.verdict == "pass", right.text
+    cls = cumulative_function(1.01)
+    report = check(lambda x: torch.sin(cls.apply(torch.tanh(x))).sum(), X)
+    assert report.verdict == "fail"
+    entry = _opaque(report, "Cumulative")
+    assert entry["kind"] == "autograd.Function" and entry["verdict"] == "fail"
+    assert entry["source"].endswith(f"test_torch_claims.py:{inspect.getsourcelines(cls.backward)[1]}")
+    assert entry["reason"] == "its forward calls aten::cumsum, which the capture does not replay"
+    assert report.data["custom_functions"] == []  # checked as the opaque node, not traced
+
+
+def test_an_opaque_node_too_large_to_check_in_process_leaves_the_report_undecided():
+    big = torch.linspace(-1.0, 1.0, opaque.MAX_ELEMENTS + 1, dtype=torch.float64)
+    report = check(lambda x: torch.sin(torch.cumsum(x, 0)).sum(), big)
+    entry = _opaque(report, "aten::cumsum")
+    assert entry["verdict"] == "undecided" and "over the in-process limit" in entry["detail"]
+    assert report.verdict == "undecided" and not report.passed  # the rest of the graph passed: never "pass"
+    with pytest.raises(GradcheckError, match="UNDECIDED"):
+        gradcheck(lambda x: torch.sin(torch.cumsum(x, 0)).sum(), (big.requires_grad_(True),))
+
+
+def test_float32_inputs_are_checked_in_float64_and_the_report_says_so():
+    report = check(through(RIGHT), X.float())
+    assert report.verdict == "pass" and report.data["check"]["upcast"] == ["x"]
+    model = torch.nn.Linear(4, 3)  # float32 parameters
+    assert check(model, torch.randn(2, 4)).data["check"]["upcast"] == ["input", "weight", "bias"]
+
+
+def test_an_op_whose_arguments_its_entry_declines_is_an_opaque_node():
+    x = X4[:, :, :4, :4]
+    weight = torch.linspace(-1.0, 1.0, 3 * 2 * 3 * 3, dtype=torch.float64).reshape(3, 2, 3, 3)
+    report = check(lambda x, w: torch.tanh(F.conv_transpose2d(x, w)), x, weight)
+    assert report.verdict == "pass", report.text
+    entry = _opaque(report, "aten::convolution")
+    assert entry["verdict"] == "pass" and entry["elements"] == x.numel() + weight.numel()
+    assert entry["reason"] == "its arguments are outside the capture's entry (a transposed convolution is not replayed)"
+
+
+def test_a_gradient_convention_is_refused_not_failed():
+    weight = torch.linspace(-1.0, 1.0, 15, dtype=torch.float64).reshape(5, 3)
+    with pytest.raises(TracerError, match="padding_idx or scale_grad_by_freq: torch's gradient there is a convention"):
+        check(lambda w: F.embedding(LABELS[:3], w, padding_idx=0).sum(), weight)
+
+
+def test_a_check_from_another_thread_meanwhile_is_refused_and_its_functions_are_not_recorded():
+    running, go, seen = threading.Event(), threading.Event(), {}
+
+    def waits(x):
+        running.set()
+        go.wait(timeout=600)  # released by the main thread below; the timeout only bounds a broken run
+        return torch.tanh(x).sum()
+
+    def first():
+        seen["report"] = check(waits, X)
+    thread = threading.Thread(target=first)
+    thread.start()
+    try:
+        assert running.wait(timeout=600)
+        with pytest.raises(TracerError, match="already running in this process"):
+            check(lambda x: x.sum(), X)
+        RIGHT.apply(X.clone().requires_grad_(True))  # this thread's Function call: not the running check's
+    finally:
+        go.set()
+        thread.join()
+    assert seen["report"].verdict == "pass" and seen["report"].data["custom_functions"] == []
+
+
+def test_a_check_inside_a_check_is_refused():
+    def checks_itself(x):
+        check(lambda y: y.sum(), x)
+        return x.sum()
+    with pytest.raises(TracerError, match="already running in this process"):
+        check(checks_itself, X)
+    assert check(lambda x: x.sum(), X).verdict == "pass"  # the lock was released
+
+
+def test_torchs_own_errors_are_one_line_naming_the_op_and_the_module():
+    with pytest.raises(TracerError, match=r"^torch op aten::addmm raised \(at module 0 \(Linear\), .*\): mat1 and "
+                                          r"mat2 shapes cannot be multiplied \(2x5 and 4x3\)$"):
+        check(torch.nn.Sequential(torch.nn.Linear(4, 3)), torch.ones(2, 5))
+
+    def writes_a_leaf(x):
+        return x.mul_(2).sum()  # autograd's own check, before any op runs
+    with pytest.raises(TracerError, match=r"^torch raised while running writes_a_leaf \(at .*test_torch_claims.py:"
+                                          rf"{inspect.getsourcelines(writes_a_leaf)[1] + 1}\): a leaf Variable that "
+                                          r"requires grad is being used in an in-place operation\.$"):
+        check(writes_a_leaf, X)
+
+
+def test_the_drop_in_takes_torchs_keywords_and_tuple_outputs():
+    x = X.clone().requires_grad_(True)
+    assert gradcheck(lambda x: (torch.tanh(x), x * 2), (x,), eps=1e-6, atol=1e-5, rtol=1e-3, nondet_tol=0.0,
+                     check_undefined_grad=True, check_batched_grad=False, fast_mode=True) is True
+    with pytest.raises(GradcheckError, match="custom autograd.Function Cube"):
+        gradcheck(lambda x: (x.sum(), through(OFF_1PC)(x)), x)
+    with pytest.raises(TypeError, match="fast_mod"):
+        gradcheck(through(RIGHT), (x,), fast_mod=True)
+    with pytest.raises(GradcheckError, match="^not checked: torch op aten::bernoulli_.float is random"):
+        gradcheck(lambda x: F.dropout(x, 0.5), (x,))  # a refusal is never a pass
+    assert issubclass(GradcheckError, RuntimeError)

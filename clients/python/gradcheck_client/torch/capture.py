@@ -4,10 +4,17 @@ Every ATen op the forward dispatches (below autograd: a custom autograd.Function
 op by op, whatever its backward says) is replayed on tracer Values through NumPy (`ATEN`), so the
 graph is the forward's math as torch ran it. An in-place op (`x.mul_(2)`, or `x.data.mul_(2)`, which
 autograd does not see) is replayed out of place and `x` names the new value, as the NumPy tracer does.
-Faithful or refused: an op not in the table, a read of a view or alias whose memory an in-place op
-changed, a dtype change away from float64, or a replayed value whose shape differs from torch's is a
-TracerError naming the op; a tensor the trace
-has not produced (a buffer, a constant) enters as a constant, as autograd would treat it.
+An op outside the table (cumsum, a torch.library custom op, a C++/CUDA/Triton kernel) with float
+outputs is an opaque node (opaque.py): each float output enters the graph as a new parameter holding
+torch's value, and check.py verifies the op locally. Inside a custom autograd.Function's forward (no
+autograd there) such an op makes the whole Function call opaque (Capture.function_call). An op with only integer or
+boolean outputs (argmax, a comparison) gives its trace-time value, a constant, as autograd gives no
+gradient through it. Faithful or refused: a random op (dropout in training mode: a re-run would
+differ), a read of a view or alias whose memory an in-place op changed, a read of an output the table
+does not replay (native_layer_norm's saved mean), a dtype change away from float64, or a replayed
+value whose shape differs from torch's is a TracerError naming the op; a tensor the trace has not
+produced (a buffer, a constant) enters as a constant, as autograd would treat it. A RuntimeError torch
+raises in an op is a TracerError naming the op and the module running it.
 """
 from __future__ import annotations
 
@@ -20,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..trace_errors import TracerError
 from ..tracer import Tracer, Value
+from .opaque import Opaque
 
 aten = torch.ops.aten
 
@@ -51,6 +59,74 @@ def _squeeze(a, dims=None):
 
 def _at(dim: int, key) -> tuple:
     return (slice(None),) * dim + (key,)
+
+
+def _apply(op: str, *xs, **attrs):
+    """Registry op `op` on xs, recorded by the tracer of the traced one(s) (others enter as constants)."""
+    tracer = next(x.tracer for x in xs if isinstance(x, Value))
+    return tracer.apply(op, *xs, **attrs)
+
+
+def _pair(v, n: int = 2) -> list:
+    return [int(v)] * n if isinstance(v, int) else [int(d) for d in v] * (n if len(v) == 1 else 1)
+
+
+def _layer_norm(x, shape, weight=None, bias=None, eps=1e-5):
+    weight = np.ones(tuple(shape)) if weight is None else weight
+    return _apply("layer_norm", *(x, weight) + (() if bias is None else (bias,)), axis=-len(shape), epsilon=eps)
+
+
+def _reduced(x, reduction: int):
+    """torch's loss reduction enum: 0 none, 1 mean, 2 sum."""
+    return {0: lambda: x, 1: lambda: np.mean(x), 2: lambda: np.sum(x)}[reduction]()
+
+
+def _nll_loss(logp, target, weight=None, reduction=1, ignore_index=-100):
+    if weight is not None or np.any(target == ignore_index):
+        raise TypeError("a class weight or an ignored target is not replayed")
+    picked = (_apply("take_along_axis", logp, np.expand_dims(target, 1), axis=1) if len(logp.shape) > 1
+              else logp[int(target)])
+    return -_reduced(np.squeeze(picked, 1) if len(logp.shape) > 1 else picked, reduction)
+
+
+def _number(v):
+    if v is not None and not isinstance(v, (int, float)):
+        raise TypeError("a bound given as a tensor is not replayed")
+    return v
+
+
+def _embedding(w, idx, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    """A lookup; torch's gradient of a padding row is zero and scale_grad_by_freq scales it, by convention, not
+    as the derivative: refused rather than failed."""
+    if scale_grad_by_freq or padding_idx >= 0 and np.any(idx == padding_idx):
+        raise TracerError("torch op aten::embedding with padding_idx or scale_grad_by_freq: torch's gradient there "
+                          "is a convention (zero, or scaled), not the derivative, so it cannot be checked")
+    return _apply("take", w, idx, axis=0)
+
+
+def _convolution(x, w, b, stride, padding, dilation, transposed, output_padding, groups):
+    if transposed:
+        raise TypeError("a transposed convolution is not replayed")
+    n = len(w.shape) - 2
+    return _apply("conv", *(x, w) + (() if b is None else (b,)), strides=_pair(stride, n),
+                  pads=_pair(padding, n) * 2, dilations=_pair(dilation, n), group=groups)
+
+
+def _pool(op: str, x, kernel, stride=(), padding=0, *rest, **kw):
+    n = len(kernel) if not isinstance(kernel, int) else 2
+    return _apply(op, x, kernel_shape=_pair(kernel, n), strides=_pair(stride or kernel, n),
+                  pads=_pair(padding, n) * 2, **kw)
+
+
+def _max_pool(x, kernel, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _pool("max_pool", x, kernel, stride, padding, dilations=_pair(dilation, len(_pair(kernel))),
+                 ceil_mode=ceil_mode)
+
+
+def _avg_pool(x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pad=True, divisor_override=None):
+    if divisor_override is not None:
+        raise TypeError("divisor_override is not replayed")
+    return _pool("avg_pool", x, kernel, stride, padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad)
 
 
 # ATen op (overload packet) -> its forward on tracer Values / NumPy arrays; one line each
@@ -87,17 +163,54 @@ ATEN = {
     aten._log_softmax: lambda a, d, half: a.tracer.apply("log_softmax", a, axis=d),
     aten.clone: lambda a, memory_format=None: a, aten.alias: lambda a: a,
     aten.where: lambda c, a, b: np.where(c, a, b),
+    # layers: the registry's ops (`gradcheck-svc ops`); tests/test_torch_claims.py's LAYERS checks each
+    aten.native_layer_norm: _layer_norm,
+    aten.gelu: lambda a, approximate="none": _apply("gelu", a, approximate=approximate),
+    aten.silu: lambda a: a / (1 + np.exp(-a)),
+    aten.leaky_relu: lambda a, slope=0.01: _apply("leaky_relu", a, negative_slope=slope),
+    aten.elu: lambda a, alpha=1.0, scale=1.0, input_scale=1.0: _apply("elu", a, alpha=alpha, scale=scale)
+    if input_scale == 1 else _refuse("input_scale"),
+    aten.hardtanh: lambda a, lo=-1.0, hi=1.0: _apply("clip", a, min=lo, max=hi),
+    aten.clamp: lambda a, lo=None, hi=None: _apply("clip", a, min=_number(lo), max=_number(hi)),
+    aten.amax: lambda a, dims=(), keepdim=False: np.max(a, axis=_axes(dims, len(a.shape)), keepdims=keepdim),
+    aten.amin: lambda a, dims=(), keepdim=False: np.min(a, axis=_axes(dims, len(a.shape)), keepdims=keepdim),
+    aten.cat: lambda xs, d=0: _apply("concat", *xs, axis=d),
+    aten.stack: lambda xs, d=0: _apply("concat", *(np.expand_dims(x, d) for x in xs), axis=d),
+    aten.logsumexp: lambda a, dims, keepdim=False: _apply("logsumexp", a, axis=dims[0], keepdims=keepdim)
+    if len(dims) == 1 else _refuse("logsumexp over several axes"),
+    aten.mse_loss: lambda a, b, reduction=1: _reduced((a - b) * (a - b), reduction),
+    aten.nll_loss_forward: _nll_loss,
+    aten.embedding: _embedding,
+    aten.convolution: _convolution,
+    aten.max_pool2d_with_indices: _max_pool, aten.max_pool2d: _max_pool,
+    aten.avg_pool2d: _avg_pool,
 }
+
+
+def _refuse(what: str):
+    raise TypeError(f"{what} is not replayed")
+
+
 MASKS = {aten.gt: np.greater, aten.lt: np.less, aten.ge: np.greater_equal, aten.le: np.less_equal}
 
 
-def _replay(func, forward, args, kwargs):
-    """The op's forward on tracer Values; arguments its table entry does not take are refused, naming the op."""
+def _replay(forward, args, kwargs):
+    """The op's forward on tracer Values, or (None, why) when its entry declines these arguments (a weighted
+    nll_loss, a transposed convolution): the op is then an opaque node."""
     try:
-        return forward(*args, **kwargs)
+        return forward(*args, **kwargs), ""
     except TypeError as exc:
-        raise TracerError(f"torch op {func.name()} was called with arguments the capture does not replay "
-                          f"({exc})") from None
+        return None, str(exc)
+
+
+def _floats(out) -> list:
+    """The floating-point tensors among an op's outputs."""
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return [t for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point()]
+
+
+def _leaves(args, kwargs) -> list:
+    return torch.utils._pytree.tree_leaves((list(args), dict(kwargs)))
 
 
 def _traced(a) -> bool:
@@ -116,6 +229,9 @@ class Capture(TorchDispatchMode):
         self.stale: set[int] = set()  # tensors whose memory an in-place op changed after they were made
         self.modules: list[str] = []  # the module path being run (module hooks push and pop it)
         self.where: dict[str, str] = {}  # node name -> "module PATH (Class), FILE:LINE": where the user made it
+        self.unreplayed: dict[int, tuple[torch.Tensor, str]] = {}  # outputs the table does not replay -> op
+        self.opaque: list[Opaque] = []  # the opaque nodes, in order (opaque.py)
+        self.frames: list[dict] = []  # the custom Function calls running, outermost first (function_call)
 
     def bind(self, tensor: torch.Tensor, value: Value) -> None:
         self.values[id(tensor)] = (tensor, value)
@@ -128,6 +244,10 @@ class Capture(TorchDispatchMode):
             hit = self.values.get(id(a))
             if hit is not None and hit[0] is a:
                 return hit[1]
+            lost = self.unreplayed.get(id(a))
+            if lost is not None and lost[0] is a:
+                raise TracerError(f"an output of torch op {lost[1]} that the capture does not replay (a saved "
+                                  f"statistic, indices) is read{self._at()}: it cannot be traced")
             return a.detach().cpu().numpy()  # not produced by the trace: a constant
         if isinstance(a, (list, tuple)):
             return type(a)(self._lift(x) for x in a)
@@ -135,27 +255,98 @@ class Capture(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError as exc:  # torch's own error, in one line naming the op and where
+            raise TracerError(f"torch op {func.name()} raised{self._at()}: "
+                              f"{(str(exc).strip().splitlines() or [''])[0][:300]}") from None
         lifted, named = [self._lift(a) for a in args], {k: self._lift(v) for k, v in kwargs.items()}
         if not any(_traced(a) for a in [*lifted, *named.values()]):
             return out  # an op on constants only (torch's own setup, the cotangent): its value is a constant
         packet = func.overloadpacket
+        if torch.Tag.nondeterministic_seeded in func.tags:
+            raise TracerError(f"torch op {func.name()} is random{self._at()}: a re-run differs, so it cannot be "
+                              "checked (put the module in eval() mode, or draw the randomness outside the function)")
         if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
             self._record(out, self.tracer.constant(lifted[0]), func)
             self.detached.add(id(out))
         elif func._schema.is_mutable:
             self._inplace(func, args, lifted, named)
-        elif packet in MASKS:
-            pass  # a comparison: its trace-time value, a boolean mask (the tracer's comparison rule)
+        elif packet in MASKS or not _floats(out):
+            pass  # a comparison, an argmax: its trace-time value, a constant (no gradient flows through it)
+        elif any(t.dtype != torch.float64 for t in _floats(out)):
+            raise TracerError(f"torch op {func.name()} made a {_floats(out)[0].dtype} tensor from traced values"
+                              f"{self._at()}: check in float64 (the inputs are converted; a cast inside the "
+                              "function is not traced)")
         elif packet not in ATEN:
-            raise TracerError(f"torch op {func.name()} cannot be traced into a gradcheck graph (not in "
-                              "gradcheck_client/torch/capture.py's ATEN table)")
-        elif isinstance(out, torch.Tensor) and out.dtype != torch.float64:
-            raise TracerError(f"torch op {func.name()} made a {out.dtype} tensor from traced values: check in "
-                              "float64 (the inputs are converted; a cast inside the function is not traced)")
+            self._opaque(func, args, kwargs, out)
         else:
-            self._record(out, _replay(func, ATEN[packet], lifted, named), func)
+            value, declined = _replay(ATEN[packet], lifted, named)
+            if value is None:
+                self._opaque(func, args, kwargs, out, f"its arguments are outside the capture's entry ({declined})")
+                return out
+            first = out[0] if isinstance(out, (tuple, list)) else out
+            self._record(first, value, func)
+            for extra in (out[1:] if isinstance(out, (tuple, list)) else ()):  # saved statistics, indices
+                if isinstance(extra, torch.Tensor):
+                    self.unreplayed[id(extra)] = (extra, func.name())
         return out
+
+    def _where(self) -> str:
+        """The module path running and the user's line: where an op is being made."""
+        return ", ".join(filter(None, [self.modules[-1] if self.modules else "", _user_line()]))
+
+    def _at(self) -> str:
+        return f" (at {self._where()})" if self._where() else ""
+
+    def _opaque(self, func, args, kwargs, out, reason: str = "") -> None:
+        """An op outside the table: its float outputs enter as new parameters holding torch's values (an
+        Opaque node, checked on its own by check.py). Inside a custom Function's forward, autograd keeps
+        nothing of it: the outermost Function call becomes the opaque node instead (function_call)."""
+        if self.frames:
+            self.frames[0]["inside"] = self.frames[0]["inside"] or func.name()
+            return
+        traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in _leaves(args, kwargs)]
+        self.opaque.append(Opaque.of_op(func, args, kwargs, traced, self._binding(out, func.name()),
+                                        self._where(), self, reason))
+
+    def _binding(self, out, label: str) -> list:
+        """Each float output of an opaque call bound to a new parameter holding torch's value."""
+        leaves, short = [], label.split("::")[-1].split(".")[0]
+        for t in _floats(out):
+            value = self.tracer.param(self.tracer._fresh(f"opaque_{short}"), t.detach().cpu().numpy())
+            self.bind(t, value)
+            self.where.setdefault(value.name, self._where())
+            leaves.append((t, value))
+        return leaves
+
+    def settle(self) -> None:
+        """After the forward: an opaque output autograd does not track, where grad mode was on, is one torch
+        gives no gradient through (zeros_like, a non-differentiable op): a constant input of the graph, as
+        autograd treats it. Under torch.no_grad an op on traced values is refused (torch would miss its
+        derivative, and the graph could not say so)."""
+        for node in list(self.opaque):
+            untracked = [(t, v) for t, v in node.outputs if not t.requires_grad]
+            if untracked and not node.grad_enabled:
+                raise TracerError(f"torch op {node.name} ran on traced values under torch.no_grad at {node.source}: "
+                                  "it cannot be checked as an opaque node")
+            for _, v in untracked:  # the tracer's input record, its requires_grad flag cleared
+                self.tracer._inputs = [(n, False, d) if n is v._node else (n, g, d) for n, g, d in self.tracer._inputs]
+            node.outputs = [(t, v) for t, v in node.outputs if t.requires_grad]
+            if not node.outputs:
+                self.opaque.remove(node)
+
+    def function_call(self, cls, args, out, module: str) -> bool:
+        """After a custom Function's call returns: True when it is opaque (an op of its forward is outside
+        the table), its outputs then bound to new parameters; False when its forward was traced op by op."""
+        frame = self.frames.pop()
+        if not frame["inside"] or self.frames:
+            return False
+        traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in args]
+        self.opaque.append(Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__),
+                                              f"its forward calls {frame['inside']}, which the capture does not "
+                                              "replay", module, self))
+        return True
 
     def _inplace(self, func, args, lifted, named) -> None:
         """x.add_(y) and the like: the out-of-place op's value, and x names it from now on (as the tracer's own
@@ -178,7 +369,11 @@ class Capture(TorchDispatchMode):
         memory = target.untyped_storage().data_ptr()
         self.stale |= {i for i, (t, _) in self.values.items() if t is not target and
                        t.untyped_storage().data_ptr() == memory}
-        self._record(target, _replay(func, ATEN[packet], lifted, named), func)
+        value, declined = _replay(ATEN[packet], lifted, named)
+        if value is None:
+            raise TracerError(f"torch op {func.name()} writes in place with arguments the capture does not replay "
+                              f"({declined}): write it out of place")
+        self._record(target, value, func)
 
     def _aliased(self, alias: torch.Tensor):
         """The traced (not detached) tensor an alias covers whole (same memory, shape and strides), or None."""
@@ -200,8 +395,7 @@ class Capture(TorchDispatchMode):
             value.value = out.detach().cpu().numpy()
         self.bind(out, value)
         self.produced.append((out, value))
-        self.where.setdefault(value.name, ", ".join(filter(None, [self.modules[-1] if self.modules else "",
-                                                                   _user_line()])))
+        self.where.setdefault(value.name, self._where())
 
 
 _SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
@@ -213,3 +407,16 @@ def _user_line() -> str:
     while f is not None and f.f_code.co_filename.startswith(_SKIP):
         f = f.f_back
     return f"{f.f_code.co_filename}:{f.f_lineno}" if f is not None else ""
+
+
+def raised_at(exc: BaseException, capture: Capture) -> str:
+    """' (at MODULE, FILE:LINE)' for an error torch raised outside an op (autograd's own checks): the module
+    running when it was raised and the innermost line of the user's code in its traceback."""
+    tb, line = exc.__traceback__, ""
+    while tb is not None:
+        name = tb.tb_frame.f_code.co_filename
+        if not name.startswith(_SKIP):
+            line = f"{name}:{tb.tb_lineno}"
+        tb = tb.tb_next
+    where = ", ".join(filter(None, [capture.modules[-1] if capture.modules else "", line]))
+    return f" (at {where})" if where else ""
