@@ -219,7 +219,7 @@ def verify_setup(args):
 
     from .errors import LimitError, OptionError
     from .limits import LIMIT_SPECS, ServerLimits, limit_flag_values
-    from .server.execute import verify_options
+    from .request import verify_options
 
     values, local = values_from_args(args), in_process_values(args)
     for o in IN_PROCESS_OPTIONS:
@@ -246,10 +246,12 @@ def verify_setup(args):
 
 
 def symbolic_budgets(local: dict) -> dict:
-    """SymbolicOptions fields from the in-process flags given (IN_PROCESS_OPTIONS)."""
-    names = {"symbolic_max_partials": "max_edges", "symbolic_timeout": "timeout_s",
-             "simplify_timeout": "simplify_timeout_s"}
-    return {names[k]: v for k, v in local.items()}
+    """SymbolicOptions fields from the in-process flags given (IN_PROCESS_OPTIONS: each names its field)."""
+    from gradcheck_client.options import IN_PROCESS_BY_NAME, target_of
+
+    fields = {name: target_of(IN_PROCESS_BY_NAME[name]) for name in local}
+    assert all(f[0] == "symbolic" for f in fields.values()), fields  # the in-process budgets are the oracle's
+    return {fields[name][1]: value for name, value in local.items()}
 
 
 def _verify(args) -> int:
@@ -357,39 +359,42 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
 
 
 def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims=None):
-    """_verify_one's work under the time limit: (message, report), or (message, shard summary); `claims`
+    """_verify_one's work under the time limit: (message, report), or (message, shard summary), through the
+    one request pipeline (request.py), given the request the CI command would send; `claims`
     (graph.proto's Claims) travel in the message, as they do to a server."""
-    from gradcheck_client.client import make_request
     from gradcheck_client.onnx_options import is_onnx
+    from gradcheck_client.request_message import make_request
 
-    from .graph import load_graph
     from .graph.decode import parse_graph
     from .limits import check_request_size
     from .onnx_import.folding import FoldBudget
-    from .verify import verify
+    from .request import prepare, run_request
 
-    if is_onnx(path):  # the request is the model's bytes, checked before it is imported
-        check_request_size(make_request(_onnx_model(path, args), "", **values).ByteSize(),
-                           limits.max_message_bytes, hint=True)
-        # decoded once: the HTML report draws the same message that was verified
-        message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
+    imported = None
+    if is_onnx(path):  # the request is the model's bytes, measured before it is imported
+        request = make_request(_onnx_model(path, args), "", **values)
+        check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
+        # imported here (external data beside the user's files), decoded once: the HTML report draws
+        # the same message that was verified
+        imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
     else:
         message = parse_graph(path)
         if claims is not None:
             from gradcheck_client.claims import with_claims
 
             message = with_claims(message, claims)
-        check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
-    graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
+        request = make_request(message, "", **values)
+    ask = dict(options=options, message=imported, hint=True)
     if fd_mode is None:
-        return message, verify(graph, options)
+        return message, run_request(request, limits, **ask)
     from .batch.store import bytes_sha256
     from .verify import fd_shards
 
     content = bytes_sha256(message.SerializeToString(deterministic=True))
     if fd_mode[0] == "shard":
+        graph, options = prepare(request, limits, **ask)
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
-    return message, verify(graph, options, fd_source=fd_shards.shard_source(
+    return message, run_request(request, limits, **ask, fd_source=fd_shards.shard_source(
         fd_shards.read_shards(fd_mode[1], content, options)))
 
 
@@ -444,9 +449,7 @@ def _write_outputs(args, runs, integrity: str) -> None:
     from gradcheck_client.outputs.outcome import Outcome
     from gradcheck_client.report import Report
 
-    from .server.execute import report_to_proto
-
-    outcomes = [Outcome(path, report=Report.from_proto(report_to_proto(report), id=path), graph=message)
+    outcomes = [Outcome(path, report=Report(report.to_dict(), id=path, text=report.to_text()), graph=message)
                 if report is not None else Outcome(path, error=error, invalid=True)
                 for path, message, report, error in runs]
     md = markdown_text(outcomes)

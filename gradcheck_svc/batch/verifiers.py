@@ -13,7 +13,7 @@ import time
 
 import numpy as np
 
-from gradcheck_client.client import make_request
+from gradcheck_client.request_message import make_request
 
 from ..alarm import alarm
 from ..errors import BackendUnavailable, GradcheckError, OptionError
@@ -77,7 +77,7 @@ class LocalVerifier:
     where = "in-process"
 
     def __init__(self, options: dict, limits=None):
-        from ..server.config import ServerLimits
+        from ..limits import ServerLimits
         from .store import code_version
 
         self.options, self.limits = options, limits or ServerLimits()
@@ -91,7 +91,7 @@ class LocalVerifier:
                 raise InfraError("no usable CUDA device on this node")
 
     def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
-        from ..server.execute import verify_report
+        from ..request import run_request
 
         request = make_request(graph, rel, **options)
         size = request.ByteSize()
@@ -100,7 +100,7 @@ class LocalVerifier:
                     f"{self.limits.max_message_bytes} (raise it with --max-message-bytes)"}
         try:
             with time_limit(limit):  # the server's own request path (ONNX and allow_nonfinite included)
-                report = verify_report(request, self.limits)
+                report = run_request(request, self.limits)
         except GraphTimeout:
             return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s"}
         except BackendUnavailable as exc:

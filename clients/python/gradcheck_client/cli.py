@@ -209,9 +209,10 @@ def unreachable_message(server: str, error: str, answered: bool = False) -> str:
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
     from gradcheck_svc.bounded import bounded_call
     from gradcheck_svc.errors import GradcheckError, TimeLimitError
-    from gradcheck_svc.server.execute import verify_request
+    from gradcheck_svc.report_proto import client_report
+    from gradcheck_svc.request import run_request
 
-    from .client import make_request
+    from .request_message import make_request
 
     out = {}
     for path, graph in graphs.items():
@@ -219,9 +220,9 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
         try:
             # --timeout per graph, as with a server: in a child process killed at the limit, as a server's worker
             request = make_request(graph, path, **_options(args))
-            response = bounded_call(args.timeout, "timeout", verify_request, request, limits, symbolic=symbolic,
-                                    on_phase=lambda phase, path=path: progress.phase(path, phase))
-            out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
+            report = bounded_call(args.timeout, "timeout", run_request, request, limits, symbolic=symbolic,
+                                  on_phase=lambda phase, path=path: progress.phase(path, phase))
+            out[path] = Outcome(path, report=client_report(report, id=path))  # as a server's answer reads
         except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
             out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
         except GradcheckError as exc:
@@ -237,7 +238,7 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
 
 def _in_process_available() -> bool:
     try:
-        import gradcheck_svc.server.execute  # noqa: F401
+        import gradcheck_svc.request  # noqa: F401
     except ImportError:
         return False
     return True
