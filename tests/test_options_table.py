@@ -59,7 +59,7 @@ def test_the_servers_defaults_are_the_tables():
                  "integrity": v.integrity, "allow_inplace_hazards": v.allow_inplace_hazards,
                  "symbolic": v.symbolic.enabled, "dtype": v.dtype, "atol": v.atol, "rtol": v.rtol,
                  "faults": list(v.faults) or None, "allow_nonfinite": False,
-                 "memory_timeline": v.memory_timeline, "optimizer": v.optimizer,
+                 "memory_timeline": v.memory_timeline, "memory_profile": v.memory_profile, "optimizer": v.optimizer,
                  "optimizer_dtype": v.optimizer_dtype}
     assert effective == {o.name: o.default for o in OPTIONS}
 

@@ -97,6 +97,10 @@ OPTIONS: tuple[Option, ...] = (
            target="validate.allow_nonfinite"),  # the graph's validation's, not the verifier's
     Option("memory_timeline", "record live bytes after every forward/backward step into the report "
            "(memory_timelines; drawn by --html)", type=bool, default=False, switch=True),
+    Option("memory_profile", "the report's memory profile (`memory`): besides the gradient run, an inference "
+           "forward and a checkpointed what-if (sqrt, or the policy's metering forward); off: only the gradient "
+           "run, `memory` empty (--memory-timeline, --memory-plot and --html turn it on)", type=on_off,
+           default=True, metavar="on|off"),
     Option("optimizer", "the optimizer whose state joins the training memory figure: none, sgd (no state), "
            "momentum (1x the parameters), adam or adamw (2x)", default="none",
            choices=("none", "sgd", "momentum", "adam", "adamw")),
