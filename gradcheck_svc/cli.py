@@ -310,7 +310,9 @@ def _verify(args) -> int:
         path, message, report, _ = runs[0]
         print(report.to_json() if args.format == "json" else lines(report.to_text()))
     else:
-        _print_many(runs, args.format)
+        from gradcheck_client.outputs.outcome import print_outcomes
+
+        print_outcomes(outcomes_of(runs), args.format)  # as `gradcheck verify` prints several graphs
     _write_outputs(args, runs, options.integrity)
     codes = [EXIT_INVALID if report is None else EXIT_OK if report.passed else EXIT_MISMATCH
              for _, _, report, _ in runs]
@@ -415,24 +417,15 @@ def limit_hints(enabled: bool = True):
                          limit=exc.limit) from None
 
 
-def _print_many(runs, format: str) -> None:
-    """Several graphs on stdout, as `gradcheck verify` prints them."""
-    from gradcheck_client.json_text import dumps
+def outcomes_of(runs) -> list:
+    """The client's Outcomes of (path, message, report, error) runs: what the output writers shared with
+    `gradcheck verify` read (the report's JSON dict itself, no proto round trip)."""
+    from gradcheck_client.outputs.outcome import Outcome
+    from gradcheck_client.report import Report
 
-    from .text import clip, lines
-
-    if format == "json":
-        print(dumps([{"path": path, "status": _status(report), "report": report.to_dict() if report else None,
-                      "error": error or None} for path, _, report, error in runs]))
-        return
-    for path, _, report, error in runs:
-        print(f"== {clip(path, 1000)}")
-        print(lines(report.to_text()) if report else f"INVALID: {clip(error, 2000)}")
-        print()
-
-
-def _status(report) -> str:
-    return "invalid" if report is None else "pass" if report.passed else "fail"
+    return [Outcome(path, report=Report(report.to_dict(), id=path, text=report.to_text()), graph=message)
+            if report is not None else Outcome(path, error=error, invalid=True)
+            for path, message, report, error in runs]
 
 
 def _write_outputs(args, runs, integrity: str) -> None:
@@ -446,12 +439,8 @@ def _write_outputs(args, runs, integrity: str) -> None:
     if args.junit is None and args.summary_md is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
         return
     from gradcheck_client.outputs.guard import junit_text, markdown_text
-    from gradcheck_client.outputs.outcome import Outcome
-    from gradcheck_client.report import Report
 
-    outcomes = [Outcome(path, report=Report(report.to_dict(), id=path, text=report.to_text()), graph=message)
-                if report is not None else Outcome(path, error=error, invalid=True)
-                for path, message, report, error in runs]
+    outcomes = outcomes_of(runs)
     md = markdown_text(outcomes)
     for file, text, flag in ((args.junit, lambda: junit_text(outcomes), "--junit"),
                              (args.summary_md, lambda: md, "--summary-md")):

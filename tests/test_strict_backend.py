@@ -17,7 +17,8 @@ from gradcheck_svc.verify.audit import op_graph
 
 from conftest import EXAMPLES
 from graphs_memory import chain, mlp, residual
-from test_bug_zoo import CASES, _case_param, run_case
+from zoo_cases import CASES, run_case
+from zoo_cases import case_param as _case_param
 
 STRICT = get_backend("strict")
 xp = STRICT.xp

@@ -17,7 +17,7 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__, json_text
+from . import __version__
 from .claims import ClaimsFileError, claims_for, with_claims
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
@@ -25,8 +25,8 @@ from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, sugg
 from .outputs.guard import html_text, junit_text, markdown_text
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
-from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome
-from .outputs.text import clip, escape_controls, lines
+from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
+from .outputs.text import clip, escape_controls
 from .report import Report
 from .verify_args import add_verify_arguments
 from .scan import find_graphs
@@ -326,14 +326,7 @@ def _verify(args) -> int:
         graph = graphs.get(o.path)
         o.graph = None if isinstance(graph, OnnxModel) else graph
 
-    if args.format == "json":
-        print(json_text.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
-                                "error": o.error or None} for o in ordered]))
-    else:
-        for o in ordered:  # paths, reports and errors echo user strings: escaped for the terminal
-            print(f"== {clip(o.path, 1000)}")
-            print(lines(o.report) if o.report else f"{o.status.upper()}: {clip(o.error, 2000)}")
-            print()
+    print_outcomes(ordered, args.format)
     if args.junit:
         _write_file(args.junit, junit_text(ordered), "--junit")
     if args.html:
