@@ -14,7 +14,6 @@ from ..backend import get_backend
 from ..engine import Program, backward, checkpoint_plan, forward, inject, parse_policy, prepare_feeds
 from ..engine.faults import STALE_STEP
 from ..engine.program import program_of
-from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
 from ..engine import budget
@@ -90,9 +89,8 @@ class _GradientRun:
 
 
 def _check_engine_options(program, options: VerifyOptions, dtype: str) -> None:
-    """What only the program can tell: a fault's node exists; the optimizer's dtype is one."""
-    if options.integrity not in INTEGRITY_MODES:
-        raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)", field="integrity")
+    """What only the program can tell: a fault's node exists; the optimizer's dtype is one. (The options
+    that are wrong whatever the graph were checked once, before: run.check_options.)"""
     for f in options.faults:
         if f.node not in program.shapes:
             raise OptionError(f"fault names unknown value '{f.node}'{hint(f.node, program.shapes, what='values')}",
