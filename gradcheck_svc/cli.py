@@ -430,48 +430,25 @@ def outcomes_of(runs) -> list:
 
 def _write_outputs(args, runs, integrity: str) -> None:
     """--html, --junit, --summary-md (and $GITHUB_STEP_SUMMARY): the CI command's writers, for the same files."""
-    import os
-
-    from .errors import OptionError
-
-    if args.html is not None:
-        write_html_report(args.html, runs, integrity)
-    if args.junit is None and args.summary_md is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
-        return
-    from gradcheck_client.outputs.guard import junit_text, markdown_text
-
-    outcomes = outcomes_of(runs)
-    md = markdown_text(outcomes)
-    for file, text, flag in ((args.junit, lambda: junit_text(outcomes), "--junit"),
-                             (args.summary_md, lambda: md, "--summary-md")):
-        if file is not None:
-            try:
-                with open(file, "w", encoding="utf-8") as fh:
-                    fh.write(text())
-            except OSError as exc:
-                raise OptionError(f"'{file}': cannot write: {exc.strerror or exc}", field=flag) from None
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
-            fh.write(md)
-
-
-def write_html_report(path: str, runs, integrity: str) -> None:
-    """One HTML page for the graphs verified: (path, Graph message, report, error) each
-    (gradcheck_client/outputs/html_report.py draws it, as for the CI command)."""
-    from gradcheck_client.outputs.guard import html_text
+    from gradcheck_client.outputs.guard import write_reports
     from gradcheck_client.outputs.html_report import RunItem
 
     from .errors import OptionError
 
-    items = [RunItem(graph_path, message, report.to_dict())  # the page reads the JSON report's figures
-             if report is not None else RunItem(graph_path, error=error)
-             for graph_path, message, report, error in runs]
+    def save(path: str, text: str, flag: str) -> None:
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}",
+                              field="html" if flag == "--html" else flag) from None
+
+    # the page reads the JSON report's figures, and draws the graph message that was verified
+    items = lambda: [RunItem(graph_path, message, report.to_dict()) if report is not None  # noqa: E731
+                     else RunItem(graph_path, error=error) for graph_path, message, report, error in runs]
     title = f"gradcheck: {runs[0][2].graph or runs[0][0]}" if len(runs) == 1 and runs[0][2] else "gradcheck report"
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(html_text(items, integrity, title=title))
-    except OSError as exc:
-        raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
+    write_reports(outcomes_of(runs), save, junit=args.junit, summary_md=args.summary_md, html=args.html,
+                  html_items=items, integrity=integrity, title=title)
 
 
 def _onnx_model(path: str, args):

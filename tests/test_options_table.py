@@ -51,7 +51,7 @@ def test_unset_flags_leave_the_option_unset(module):
 
 def test_the_servers_defaults_are_the_tables():
     from gradcheck_svc.limits import ServerLimits
-    from gradcheck_svc.server.execute import options_from_proto
+    from gradcheck_svc.request import options_from_proto
 
     v = options_from_proto(service_pb2.VerifyOptions(), ServerLimits())
     effective = {"fd_mode": v.fd.mode, "device": v.device, "directions": v.fd.directions, "seed": v.fd.seed,

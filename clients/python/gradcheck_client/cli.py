@@ -22,7 +22,7 @@ from .claims import ClaimsFileError, claims_for, with_claims
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
-from .outputs.guard import html_text, junit_text, markdown_text
+from .outputs.guard import write_reports
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
 from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
@@ -327,23 +327,15 @@ def _verify(args) -> int:
         o.graph = None if isinstance(graph, OnnxModel) else graph
 
     print_outcomes(ordered, args.format)
-    if args.junit:
-        _write_file(args.junit, junit_text(ordered), "--junit")
-    if args.html:
-        from .outputs.html_report import RunItem
-
-        items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
-                         no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")
-                 for o in ordered]
-        _write_file(args.html, html_text(items, args.integrity or BY_NAME["integrity"].default), "--html")
     if args.memory_plot:
         _write_plots(args, ordered)
-    md = markdown_text(ordered)
-    if args.summary_md:
-        _write_file(args.summary_md, md, "--summary-md")
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
-            fh.write(md)
+    from .outputs.html_report import RunItem
+
+    write_reports(ordered, _write_file, junit=args.junit,
+                  summary_md=args.summary_md, html=args.html, integrity=args.integrity or BY_NAME["integrity"].default,
+                  html_items=lambda: [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
+                                              no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel)
+                                              else "") for o in ordered])
     code = max(o.exit_code for o in ordered)
     counts = {s: sum(o.status == s for o in ordered) for s in ("pass", "fail", "invalid", "error")}
     print("gradcheck: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), file=sys.stderr)
