@@ -10,16 +10,16 @@
 The same trace as gradcheck_client.check (every float argument a parameter unless `wrt` names which,
 a non-scalar output reduced with a seeded cotangent, stated in the report; refused where the traced
 graph and f on NumPy copies differ: gradcheck_client/faithful.py), verified by the request
-path a server's worker runs (server/execute.py: the same options table, limits and validation), and
+path every front end runs (request.py: the same options table, limits and validation), and
 returned as the client's Report: in process and through a server, one call gives the same Report.
 """
 from __future__ import annotations
 
 from gradcheck.v1 import service_pb2
 from gradcheck_client.check_call import check_options, stated, traced_for_check
-from gradcheck_client.report import Report
 
-from .server.execute import verify_request
+from .report_proto import client_report
+from .request import run_request
 
 __all__ = ["assert_gradients", "check"]
 
@@ -32,7 +32,7 @@ def check(f, *args, wrt=None, grad=None, **options) -> Report:
     if "faults" in options:
         options["faults"] = list(options["faults"])
     request = service_pb2.VerifyRequest(graph=traced.graph, options=service_pb2.VerifyOptions(**options))
-    return stated(Report.from_proto(verify_request(request).report), traced)
+    return stated(client_report(run_request(request)), traced)
 
 
 def assert_gradients(f, *args, wrt=None, grad=None, **options) -> Report:

@@ -225,7 +225,7 @@ def verify_setup(args):
 
     from .errors import LimitError, OptionError
     from .limits import LIMIT_SPECS, ServerLimits, limit_flag_values
-    from .server.execute import verify_options
+    from .request import verify_options
 
     values, local = values_from_args(args), in_process_values(args)
     for o in IN_PROCESS_OPTIONS:
@@ -252,10 +252,12 @@ def verify_setup(args):
 
 
 def symbolic_budgets(local: dict) -> dict:
-    """SymbolicOptions fields from the in-process flags given (IN_PROCESS_OPTIONS)."""
-    names = {"symbolic_max_partials": "max_edges", "symbolic_timeout": "timeout_s",
-             "simplify_timeout": "simplify_timeout_s"}
-    return {names[k]: v for k, v in local.items()}
+    """SymbolicOptions fields from the in-process flags given (IN_PROCESS_OPTIONS: each names its field)."""
+    from gradcheck_client.options import IN_PROCESS_BY_NAME, target_of
+
+    fields = {name: target_of(IN_PROCESS_BY_NAME[name]) for name in local}
+    assert all(f[0] == "symbolic" for f in fields.values()), fields  # the in-process budgets are the oracle's
+    return {fields[name][1]: value for name, value in local.items()}
 
 
 def _verify(args) -> int:
@@ -343,7 +345,9 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
         path, message, report, _ = runs[0]
         print(report.to_json() if args.format == "json" else lines(report.to_text()))
     else:
-        _print_many(runs, args.format)
+        from gradcheck_client.outputs.outcome import print_outcomes
+
+        print_outcomes(outcomes_of(runs), args.format)  # as `gradcheck verify` prints several graphs
     _write_outputs(args, runs, options.integrity)
     codes = [EXIT_INVALID if report is None else EXIT_OK if report.passed else EXIT_MISMATCH
              for _, _, report, _ in runs]
@@ -392,39 +396,42 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
 
 
 def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims=None):
-    """_verify_one's work under the time limit: (message, report), or (message, shard summary); `claims`
+    """_verify_one's work under the time limit: (message, report), or (message, shard summary), through the
+    one request pipeline (request.py), given the request the CI command would send; `claims`
     (graph.proto's Claims) travel in the message, as they do to a server."""
-    from gradcheck_client.client import make_request
     from gradcheck_client.onnx_options import is_onnx
+    from gradcheck_client.request_message import make_request
 
-    from .graph import load_graph
     from .graph.decode import parse_graph
     from .limits import check_request_size
     from .onnx_import.folding import FoldBudget
-    from .verify import verify
+    from .request import prepare, run_request
 
-    if is_onnx(path):  # the request is the model's bytes, checked before it is imported
-        check_request_size(make_request(_onnx_model(path, args), "", **values).ByteSize(),
-                           limits.max_message_bytes, hint=True)
-        # decoded once: the HTML report draws the same message that was verified
-        message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
+    imported = None
+    if is_onnx(path):  # the request is the model's bytes, measured before it is imported
+        request = make_request(_onnx_model(path, args), "", **values)
+        check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
+        # imported here (external data beside the user's files), decoded once: the HTML report draws
+        # the same message that was verified
+        imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
     else:
         message = parse_graph(path)
         if claims is not None:
             from gradcheck_client.claims import with_claims
 
             message = with_claims(message, claims)
-        check_request_size(make_request(message, "", **values).ByteSize(), limits.max_message_bytes, hint=True)
-    graph = load_graph(message, limits=limits.graph, allow_nonfinite=bool(values.get("allow_nonfinite")))
+        request = make_request(message, "", **values)
+    ask = dict(options=options, message=imported, hint=True)
     if fd_mode is None:
-        return message, verify(graph, options)
+        return message, run_request(request, limits, **ask)
     from .batch.store import bytes_sha256
     from .verify import fd_shards
 
     content = bytes_sha256(message.SerializeToString(deterministic=True))
     if fd_mode[0] == "shard":
+        graph, options = prepare(request, limits, **ask)
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
-    return message, verify(graph, options, fd_source=fd_shards.shard_source(
+    return message, run_request(request, limits, **ask, fd_source=fd_shards.shard_source(
         fd_shards.read_shards(fd_mode[1], content, options)))
 
 
@@ -445,76 +452,38 @@ def limit_hints(enabled: bool = True):
                          limit=exc.limit) from None
 
 
-def _print_many(runs, format: str) -> None:
-    """Several graphs on stdout, as `gradcheck verify` prints them."""
-    from gradcheck_client.json_text import dumps
+def outcomes_of(runs) -> list:
+    """The client's Outcomes of (path, message, report, error) runs: what the output writers shared with
+    `gradcheck verify` read (the report's JSON dict itself, no proto round trip)."""
+    from gradcheck_client.outputs.outcome import Outcome
+    from gradcheck_client.report import Report
 
-    from .text import clip, lines
-
-    if format == "json":
-        print(dumps([{"path": path, "status": _status(report), "report": report.to_dict() if report else None,
-                      "error": error or None} for path, _, report, error in runs]))
-        return
-    for path, _, report, error in runs:
-        print(f"== {clip(path, 1000)}")
-        print(lines(report.to_text()) if report else f"INVALID: {clip(error, 2000)}")
-        print()
-
-
-def _status(report) -> str:
-    return "invalid" if report is None else "pass" if report.passed else "fail"
+    return [Outcome(path, report=Report(report.to_dict(), id=path, text=report.to_text()), graph=message)
+            if report is not None else Outcome(path, error=error, invalid=True)
+            for path, message, report, error in runs]
 
 
 def _write_outputs(args, runs, integrity: str) -> None:
     """--html, --junit, --summary-md (and $GITHUB_STEP_SUMMARY): the CI command's writers, for the same files."""
-    import os
-
-    from .errors import OptionError
-
-    if args.html is not None:
-        write_html_report(args.html, runs, integrity)
-    if args.junit is None and args.summary_md is None and not os.environ.get("GITHUB_STEP_SUMMARY"):
-        return
-    from gradcheck_client.outputs.guard import junit_text, markdown_text
-    from gradcheck_client.outputs.outcome import Outcome
-    from gradcheck_client.report import Report
-
-    from .server.execute import report_to_proto
-
-    outcomes = [Outcome(path, report=Report.from_proto(report_to_proto(report), id=path), graph=message)
-                if report is not None else Outcome(path, error=error, invalid=True)
-                for path, message, report, error in runs]
-    md = markdown_text(outcomes)
-    for file, text, flag in ((args.junit, lambda: junit_text(outcomes), "--junit"),
-                             (args.summary_md, lambda: md, "--summary-md")):
-        if file is not None:
-            try:
-                with open(file, "w", encoding="utf-8") as fh:
-                    fh.write(text())
-            except OSError as exc:
-                raise OptionError(f"'{file}': cannot write: {exc.strerror or exc}", field=flag) from None
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
-            fh.write(md)
-
-
-def write_html_report(path: str, runs, integrity: str) -> None:
-    """One HTML page for the graphs verified: (path, Graph message, report, error) each
-    (gradcheck_client/outputs/html_report.py draws it, as for the CI command)."""
-    from gradcheck_client.outputs.guard import html_text
+    from gradcheck_client.outputs.guard import write_reports
     from gradcheck_client.outputs.html_report import RunItem
 
     from .errors import OptionError
 
-    items = [RunItem(graph_path, message, report.to_dict())  # the page reads the JSON report's figures
-             if report is not None else RunItem(graph_path, error=error)
-             for graph_path, message, report, error in runs]
+    def save(path: str, text: str, flag: str) -> None:
+        try:
+            with open(path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+        except OSError as exc:
+            raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}",
+                              field="html" if flag == "--html" else flag) from None
+
+    # the page reads the JSON report's figures, and draws the graph message that was verified
+    items = lambda: [RunItem(graph_path, message, report.to_dict()) if report is not None  # noqa: E731
+                     else RunItem(graph_path, error=error) for graph_path, message, report, error in runs]
     title = f"gradcheck: {runs[0][2].graph or runs[0][0]}" if len(runs) == 1 and runs[0][2] else "gradcheck report"
-    try:
-        with open(path, "w", encoding="utf-8") as fh:
-            fh.write(html_text(items, integrity, title=title))
-    except OSError as exc:
-        raise OptionError(f"'{path}': cannot write: {exc.strerror or exc}", field="html") from None
+    write_reports(outcomes_of(runs), save, junit=args.junit, summary_md=args.summary_md, html=args.html,
+                  html_items=items, integrity=integrity, title=title)
 
 
 def _onnx_model(path: str, args):

@@ -1,3 +1,8 @@
+import os
+import socket
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -10,3 +15,62 @@ EXAMPLES = ROOT / "examples" / "graphs"
 @pytest.fixture
 def rng():
     return np.random.default_rng(1234)
+
+
+# -- shared fixtures (test modules import none from each other) --------------------------------------
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def s3(tmp_path_factory):
+    """A moto S3 server on a free loopback port, and the environment a pod would give s3fs to reach it."""
+    port = free_port()
+    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
+                            stdout=log, stderr=subprocess.STDOUT)
+    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
+           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
+    saved = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)  # the in-process CLI calls read them as the subprocesses do
+    try:
+        deadline = time.monotonic() + 60
+        while True:  # up once it accepts connections (it takes a second or two to import)
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                assert proc.poll() is None and time.monotonic() < deadline, "moto server did not start"
+                time.sleep(0.1)
+        import fsspec
+
+        fs = fsspec.filesystem("s3", skip_instance_cache=True, use_listings_cache=False)
+        yield fs, env
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+        log.close()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+class LazyModule:
+    """A module imported at its first attribute access -- inside the test that uses it, so collecting the
+    suite does not pay for importing torch (seconds); without the module, that test skips
+    (pytest.importorskip). `torch = LazyModule("torch")` reads as `import torch` after that."""
+
+    def __init__(self, name: str):
+        self._name, self._module = name, None
+
+    def __getattr__(self, attr: str):
+        if attr.startswith("__"):  # introspection (pytest, pickling) must not import the module
+            raise AttributeError(attr)
+        if self._module is None:
+            self._module = pytest.importorskip(self._name)
+        return getattr(self._module, attr)

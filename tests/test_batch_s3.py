@@ -5,10 +5,8 @@ SIGKILLed mid-run and re-run, and the merge reads them back and writes its repor
 from __future__ import annotations
 
 import json
-import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +15,7 @@ from collections import Counter
 
 import pytest
 
+from conftest import free_port as _free_port
 from grpc_helpers import ROOT, _env, slow_graph
 from test_deploy import FAILURE_COUNT, _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
@@ -25,47 +24,6 @@ from gradcheck_svc.cli import main
 
 SHARDS, VICTIM, N_GRAPHS, RUN_ID = 3, 1, 30, "s3-job"
 TIME_LIMIT = 2  # seconds: the slow graph's finite differences take tens
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on a free loopback port, and the environment a pod would give s3fs to reach it."""
-    port = _free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "moto.server", "-H", "127.0.0.1", "-p", str(port)],
-                            stdout=log, stderr=subprocess.STDOUT)
-    env = {"AWS_ENDPOINT_URL": f"http://127.0.0.1:{port}", "AWS_ACCESS_KEY_ID": "testing",
-           "AWS_SECRET_ACCESS_KEY": "testing", "AWS_DEFAULT_REGION": "us-east-1"}
-    saved = {k: os.environ.get(k) for k in env}
-    os.environ.update(env)  # the in-process CLI calls read them as the subprocesses do
-    try:
-        deadline = time.monotonic() + 60
-        while True:  # up once it accepts connections (it takes a second or two to import)
-            try:
-                socket.create_connection(("127.0.0.1", port), timeout=1).close()
-                break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, "moto server did not start"
-                time.sleep(0.1)
-        import fsspec
-
-        fs = fsspec.filesystem("s3", skip_instance_cache=True, use_listings_cache=False)
-        yield fs, env
-    finally:
-        proc.terminate()
-        proc.wait(timeout=30)
-        log.close()
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
 
 
 def run(capsys, *argv):

@@ -1,28 +1,18 @@
 """The bug zoo (examples/graphs/faults/manifest.json): every planted bug is detected and attributed to
 the right node and cause; and clean graphs -- the bundled examples and random graphs, float64 and
 float32 -- produce no error findings (false alarms are bugs too)."""
-import json
-import sys
-
 import numpy as np
 import pytest
 
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
-from gradcheck_svc.ops import all_ops
 from gradcheck_svc.verify import VerifyOptions, verify
 
-from conftest import EXAMPLES, ROOT
+from conftest import EXAMPLES
+from op_cases import SMOOTH_BINARY, SMOOTH_UNARY  # the random graphs' vocabulary
 
-sys.path.insert(0, str(ROOT / "scripts"))
-from run_examples import run_case  # noqa: E402  (the same check `make run` applies)
-
-CASES = json.loads((EXAMPLES / "faults" / "manifest.json").read_text())["cases"]
-
-
-def _case_param(case):
-    opts = ",".join(f"{k}={v}" for k, v in case.get("options", {}).items())
-    return pytest.param(case, id=f"{case['graph']}[{opts}]")
+from zoo_cases import CASES, run_case
+from zoo_cases import case_param as _case_param
 
 
 @pytest.mark.parametrize("case", [_case_param(c) for c in CASES])
@@ -51,13 +41,6 @@ def test_clean_examples_have_no_error_findings(path, dtype):
     report = verify(load_graph(path), VerifyOptions(dtype=dtype))
     assert report.verdict == "pass", report.to_text()
     assert not [f for f in report.findings if f.severity == "error"]
-
-
-# smooth ops from the registry (no kinks, defined on all reals): the random graphs' vocabulary
-SMOOTH_UNARY = [op.name for op in all_ops() if op.arity == 1 and op.sympy is not None and op.vjp and not op.kinks
-                and not op.attrs and op.domain_of(0).lo <= -2 and not op.domain_of(0).avoid]
-SMOOTH_BINARY = [op.name for op in all_ops() if op.arity == 2 and op.broadcast and op.sympy is not None and op.vjp
-                 and not op.kinks and all(op.domain_of(i).lo <= -2 and not op.domain_of(i).avoid for i in (0, 1))]
 
 
 def random_graph(seed: int, dtype: str):

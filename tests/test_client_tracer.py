@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_client import Tracer, load_graph, ops, save_graph
 from gradcheck_client.graphio import GraphFileError

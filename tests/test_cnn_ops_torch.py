@@ -18,8 +18,10 @@ from gradcheck_svc.ops import get_op
 from gradcheck_svc.verify.audit import op_graph
 from gradcheck_svc.verify.run import VerifyOptions, run_engine
 
-torch = pytest.importorskip("torch")
-F = torch.nn.functional
+from conftest import LazyModule  # noqa: E402
+
+torch = LazyModule("torch")  # imported by the first test that uses it
+F = LazyModule("torch.nn.functional")
 
 
 def _torch_pad(geo):

@@ -2,7 +2,9 @@
 inputs' rank; checked against torch.cat and its autograd."""
 import numpy as np
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_svc.errors import GraphError
 from gradcheck_svc.graph import load_graph

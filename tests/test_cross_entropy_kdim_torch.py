@@ -2,8 +2,10 @@
 the loss and its gradient against torch autograd, through a full verification (engine, FD, SymPy)."""
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
+F = LazyModule("torch.nn.functional")
 
 from gradcheck_svc.errors import GraphError
 from gradcheck_svc.graph import load_graph

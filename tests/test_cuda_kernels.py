@@ -3,7 +3,7 @@
 The project's own CUDA source is the `expr` op's ElementwiseKernel (ops/formula_compile.py's
 cuda_kernel, built by ops/expr.py); everything else on the CUDA path (fingerprints, erf,
 scatter_add, the memory pool) calls CuPy's own kernels. The kernels: every formula function
-and elementwise op's SymPy form with its derivatives (test_function_tables.CASES), the `expr`
+and elementwise op's SymPy form with its derivatives (formula_cases.CASES), the `expr`
 op's registered cases with the derivatives the engine uses, and the constant forms the printer
 has (inf, -inf, nan, pi, e, fractions, powers, comparisons) -- each in float32 and float64,
 wrapped as CuPy wraps an ElementwiseKernel (tests/cuda_compile.py), in one NVRTC (or nvcc) run.
@@ -21,7 +21,7 @@ from cuda_compile import CompileFailed, compile_ptx, compiler, cupy_include, cup
 from gradcheck_svc.ops import REGISTRY
 from gradcheck_svc.ops.expr import ExprProgram
 from gradcheck_svc.ops.formula_compile import ElementwiseSource, cuda_kernel
-from test_function_tables import CASES
+from formula_cases import CASES
 
 pytestmark = pytest.mark.skipif(compiler() is None, reason="no CUDA compiler (libnvrtc or nvcc) installed")
 DTYPES = ("float32", "float64")

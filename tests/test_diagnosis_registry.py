@@ -2,59 +2,15 @@
 scaled by 1.5) is named rule_error at the op's node, and a corrupted saved input is named
 cache_corruption there -- caught by the fingerprints, or, with integrity off, inferred by localization.
 Parametrized over the registry, so a new op is covered without editing this file."""
-import contextlib
-import dataclasses
-
 import numpy as np
 import pytest
 
 from gradcheck_svc.backend import NUMPY
 from gradcheck_svc.engine import Program, forward, parse_fault, prepare_feeds
-from gradcheck_svc.graph import load_graph
-from gradcheck_svc.graph.build import GraphBuilder
-from gradcheck_svc.ops import all_ops
-from gradcheck_svc.ops.registry import REGISTRY, register
+from gradcheck_svc.ops.registry import REGISTRY
 from gradcheck_svc.verify import VerifyOptions, verify
 
-# ops a gradient flows through (sign, floor, ceil have a vjp but no differentiable input: nothing to plant)
-DIFFERENTIABLE = [op for op in all_ops() if op.vjp is not None and op.cases is not None
-                  and any(op.is_differentiable(i) for i in range(op.arity or 1))]
-
-
-def op_graph(op_name, case, rng):
-    """loss = sum(op(inputs) * r): every output element weighs differently."""
-    b = GraphBuilder(op_name)
-    op = REGISTRY[op_name]
-    names = []
-    for i, x in enumerate(case.inputs):
-        x = np.asarray(x)
-        names.append(b.input(f"in{i}", x, requires_grad=x.dtype.kind == "f" and op.is_differentiable(i)))
-    y = b.node(op_name, *names, name="y", **case.attrs)
-    shape = load_graph(_probe(b)).specs["y"].shape
-    b.output(b.node("sum", b.node("mul", y, b.input("r", rng.uniform(0.5, 1.5, size=shape)), name="yr"), name="L"))
-    return load_graph(b.build())
-
-
-def _probe(b):
-    """The graph so far, with sum(y) as its loss: to learn y's shape."""
-    p = GraphBuilder("probe")
-    p.msg.CopyFrom(b.msg)
-    p.output(p.node("sum", "y", name="_probe_sum"))
-    return p.build()
-
-
-@contextlib.contextmanager
-def registered_scaled_rule(op, factor: float, suffix: str):
-    """A copy of `op` named op.name + suffix whose vjp is `factor` times the right one (a planted
-    wrong rule), registered for the block."""
-    bad = dataclasses.replace(op, name=f"{op.name}{suffix}",
-                              vjp=lambda xp, g, saved, **a: tuple(None if v is None else factor * v
-                                                                  for v in op.vjp(xp, g, saved, **a)))
-    register(bad)
-    try:
-        yield bad
-    finally:
-        del REGISTRY[bad.name]
+from op_cases import DIFFERENTIABLE, op_graph, registered_scaled_rule
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.ops.registry import REGISTRY, register
 from gradcheck_svc.oracles.symbolic import SymbolicOptions
 from gradcheck_svc.verify import VerifyOptions, verify
-from test_bug_zoo import SMOOTH_BINARY, SMOOTH_UNARY  # the registry's smooth ops
+from op_cases import SMOOTH_BINARY, SMOOTH_UNARY  # the registry's smooth ops
 
 
 def errors(report):

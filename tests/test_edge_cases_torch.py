@@ -9,7 +9,9 @@ import warnings
 
 import numpy as np
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_svc.backend import NUMPY
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds

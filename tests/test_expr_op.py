@@ -12,7 +12,9 @@ from pathlib import Path
 import numpy as np
 import sympy as sp
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_svc.alarm import alarm
 from gradcheck_svc.backend import cuda_available, get_backend

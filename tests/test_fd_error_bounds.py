@@ -16,8 +16,7 @@ from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.compare import Tolerance, bounds
 from gradcheck_svc.verify.fd_check import fd_check
 
-from test_bug_zoo import SMOOTH_BINARY, SMOOTH_UNARY
-from test_diagnosis_registry import DIFFERENTIABLE, op_graph, registered_scaled_rule
+from op_cases import DIFFERENTIABLE, SMOOTH_BINARY, SMOOTH_UNARY, op_graph, registered_scaled_rule
 
 FD_ONLY = VerifyOptions(symbolic=SymbolicOptions(enabled=False))
 A, C = -2.5627, 1.4993

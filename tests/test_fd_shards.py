@@ -14,27 +14,8 @@ import numpy as np
 import pytest
 
 from grpc_helpers import ROOT, _env
-from test_batch_s3 import s3  # noqa: F401 -- the fixture: a moto S3 server on loopback
-from gradcheck_svc.graph.build import GraphBuilder, graph_json
+from fd_graphs import mlp
 from gradcheck_svc.verify.fd_shards import assign
-
-
-def mlp(layers: int = 3, seed: int = 0) -> str:
-    """x -> (matmul, add bias, tanh) x layers -> * scale -> sum(sin): 2 x layers + 1 parameters of different sizes."""
-    rng = np.random.default_rng(seed)
-    b = GraphBuilder("mlp_shards")
-    h = b.input("x", rng.uniform(-1, 1, (5, 6)))
-    width = 6
-    for i in range(layers):
-        out = 7 - i
-        h = b.node("matmul", h, b.input(f"W{i}", rng.uniform(-0.8, 0.8, (width, out)), requires_grad=True))
-        h = b.node("tanh", b.node("add", h, b.input(f"b{i}", rng.uniform(-0.5, 0.5, out), requires_grad=True)),
-                   name=f"h{i}")
-        width = out
-    # a 0-d parameter too: its differences, error and indices are 0-d and empty arrays in a shard's file
-    h = b.node("mul", h, b.input("scale", np.array(0.7), requires_grad=True))
-    b.output(b.node("sum", b.node("sin", h), name="L"))
-    return graph_json(b.build())
 
 
 def cli(*args: str, index: int | None = None) -> subprocess.CompletedProcess:

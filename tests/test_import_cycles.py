@@ -68,3 +68,87 @@ def test_no_import_cycles():
     graph = {name: _imports(name, path, known) for name, path in known.items()}
     assert graph["gradcheck_client.tracer"] >= {"gradcheck_client.indexing"}  # the graph is really read
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
+
+
+# --- one request pipeline (issue 37 item 1): gradcheck_svc/request.py is below every front end ---------------
+# The entry points assemble the processes (a CLI that can start a server, the batch commands' token file);
+# every other module, the front ends included, reaches the pipeline without the server package.
+ENTRY_POINTS = {"gradcheck_svc.cli", "gradcheck_svc.batch.cli"}
+
+
+def test_no_module_outside_the_server_imports_it_but_the_entry_points():
+    known = _modules()
+    offenders = {name: sorted(t for t in _imports(name, path, known) if t.startswith("gradcheck_svc.server"))
+                 for name, path in known.items()
+                 if name.startswith("gradcheck_svc") and not name.startswith("gradcheck_svc.server")
+                 and name not in ENTRY_POINTS}
+    offenders = {k: v for k, v in offenders.items() if v}
+    assert not offenders, offenders
+    assert "gradcheck_svc.server.config" in _imports("gradcheck_svc.batch.cli", known["gradcheck_svc.batch.cli"],
+                                                      known)  # the check reads real imports
+
+
+def _calls(path: Path) -> set[str]:
+    """The functions a module calls or hands on to be called (f(...), x.f(...), bounded_call(f, ...))."""
+    out = set()
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.Call):
+            for f in (n.func, *n.args):
+                out.add(f.attr if isinstance(f, ast.Attribute) else getattr(f, "id", ""))
+    return out
+
+
+# each front end, and the pipeline function it calls (a finite-difference shard prepares the request
+# through the pipeline, then differences its share: verify/fd_shards.run_shard)
+FRONT_ENDS = {
+    "gradcheck_svc.server.execute": {"run_request"},  # the worker's (server/worker.py calls verify_request)
+    "gradcheck_svc.batch.verifiers": {"run_request"},  # batch and screen (LocalVerifier)
+    "gradcheck_svc.check_call": {"run_request"},  # check()
+    "gradcheck_client.cli": {"run_request"},  # gradcheck verify without --server
+    "gradcheck_svc.cli": {"run_request", "prepare"},  # gradcheck-svc verify, its fd shards and their merge
+}
+
+
+def test_every_front_end_reaches_the_one_pipeline_and_only_it_calls_verify():
+    known = _modules()
+    for name, wanted in FRONT_ENDS.items():
+        assert wanted <= _calls(known[name]), f"{name} does not call {sorted(wanted - _calls(known[name]))}"
+        assert "gradcheck_svc.request" in _imports(name, known[name], known), name
+    # the verification itself (verify/run.py's verify) is called from the pipeline and nowhere else outside verify/
+    callers = sorted(name for name, path in known.items()
+                     if not name.startswith("gradcheck_svc.verify") and name != "gradcheck_svc.request"
+                     and "gradcheck_svc.verify" in _imports(name, path, known) and "verify" in _calls(path)
+                     and _imports_verify_function(path))
+    assert callers == [], callers
+
+
+def _imports_verify_function(path: Path) -> bool:
+    for n in ast.walk(ast.parse(path.read_text())):
+        if isinstance(n, ast.ImportFrom) and (n.module or "").endswith("verify") and \
+                any(a.name == "verify" for a in n.names):
+            return True
+        if isinstance(n, ast.ImportFrom) and (n.module or "").endswith("verify.run") and \
+                any(a.name == "verify" for a in n.names):
+            return True
+    return False
+
+
+def test_the_in_process_commands_import_no_grpc(tmp_path):
+    """gradcheck-svc verify, and gradcheck verify without a server, verify a graph (and write its JUnit) without
+    loading grpc: the request is built by gradcheck_client/request_message.py (protobuf only). Read from
+    -X importtime, which the forked child (bounded.py) writes to the same stderr."""
+    import os
+    import subprocess
+    import sys
+
+    seed = str(ROOT / "examples" / "graphs" / "seed.json")
+    env = {k: v for k, v in os.environ.items() if k not in ("GRADCHECK_SERVER", "GITHUB_STEP_SUMMARY")}
+    for module in ("gradcheck_svc.cli", "gradcheck_client.cli"):
+        junit = tmp_path / f"{module}.xml"
+        run = subprocess.run([sys.executable, "-X", "importtime", "-m", module, "verify", seed,
+                              "--junit", str(junit)], capture_output=True, text=True, env=env, timeout=600)
+        assert run.returncode == 0, run.stderr[-2000:]
+        assert "<testcase" in junit.read_text()
+        imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
+        assert "gradcheck_svc.request" in imported  # the pipeline ran, and importtime saw it
+        assert not {m for m in imported if m == "grpc" or m.startswith("grpc.")}, module

@@ -9,7 +9,9 @@ import sys
 
 import numpy as np
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_svc.errors import GraphError, InplaceHazardError
 from gradcheck_svc.graph import load_graph

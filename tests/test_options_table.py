@@ -51,7 +51,7 @@ def test_unset_flags_leave_the_option_unset(module):
 
 def test_the_servers_defaults_are_the_tables():
     from gradcheck_svc.limits import ServerLimits
-    from gradcheck_svc.server.execute import options_from_proto
+    from gradcheck_svc.request import options_from_proto
 
     v = options_from_proto(service_pb2.VerifyOptions(), ServerLimits())
     effective = {"fd_mode": v.fd.mode, "device": v.device, "directions": v.fd.directions, "seed": v.fd.seed,
@@ -59,7 +59,7 @@ def test_the_servers_defaults_are_the_tables():
                  "integrity": v.integrity, "allow_inplace_hazards": v.allow_inplace_hazards,
                  "symbolic": v.symbolic.enabled, "dtype": v.dtype, "atol": v.atol, "rtol": v.rtol,
                  "faults": list(v.faults) or None, "allow_nonfinite": False,
-                 "memory_timeline": v.memory_timeline, "optimizer": v.optimizer,
+                 "memory_timeline": v.memory_timeline, "memory_profile": v.memory_profile, "optimizer": v.optimizer,
                  "optimizer_dtype": v.optimizer_dtype}
     assert effective == {o.name: o.default for o in OPTIONS}
 
@@ -124,3 +124,32 @@ def test_the_in_process_budgets_defaults_are_the_oracles():
 
     defaults = symbolic_budgets({o.name: o.default for o in IN_PROCESS_OPTIONS})
     assert defaults == {k: getattr(SymbolicOptions(), k) for k in defaults}
+
+
+def test_every_option_names_the_field_it_sets():
+    """One name per concept: an option's row names the verifier's field it sets (target), and
+    request.verify_options sets exactly that field from it (no second mapping kept by hand)."""
+    import dataclasses
+    import inspect
+
+    from gradcheck_client.options import IN_PROCESS_OPTIONS, OPTIONS, target_of
+
+    from gradcheck_svc.graph.validate import validate
+    from gradcheck_svc.limits import ServerLimits
+    from gradcheck_svc.request import verify_options
+    from gradcheck_svc.verify import VerifyOptions
+
+    for o in (*OPTIONS, *IN_PROCESS_OPTIONS):
+        path = target_of(o)
+        if path[0] == "validate":
+            assert path[1] in inspect.signature(validate).parameters, o.name
+            continue
+        obj = VerifyOptions()
+        for part in path:
+            assert part in {f.name for f in dataclasses.fields(obj)}, (o.name, path)
+            obj = getattr(obj, part)
+    # a value set through the table lands in the named field
+    options = verify_options({"symbolic_budget": 123, "fd_mode": "full", "seed": 7, "symbolic": False},
+                             ServerLimits())
+    assert (options.symbolic.max_elements, options.fd.mode, options.fd.seed, options.symbolic.enabled) == \
+        (123, "full", 7, False)

@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.graph import load_graph

@@ -20,8 +20,7 @@ import pytest
 from gradcheck_svc.batch.generate import graph_dict
 from gradcheck_svc.cli import main
 from grpc_helpers import EXAMPLES
-from test_batch_s3 import s3  # noqa: F401 -- the fixture: a moto S3 server on loopback
-from test_fd_shards import mlp
+from fd_graphs import mlp
 
 
 def run(capsys, *argv):

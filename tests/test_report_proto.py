@@ -7,7 +7,7 @@ from google.protobuf import json_format
 from gradcheck.v1 import service_pb2
 from gradcheck_svc.engine import parse_fault
 from gradcheck_svc.graph import load_graph
-from gradcheck_svc.server.execute import report_to_proto
+from gradcheck_svc.report_proto import report_to_proto
 from gradcheck_svc.verify import VerifyOptions, verify
 
 from conftest import EXAMPLES

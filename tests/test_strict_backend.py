@@ -17,7 +17,8 @@ from gradcheck_svc.verify.audit import op_graph
 
 from conftest import EXAMPLES
 from graphs_memory import chain, mlp, residual
-from test_bug_zoo import CASES, _case_param, run_case
+from zoo_cases import CASES, run_case
+from zoo_cases import case_param as _case_param
 
 STRICT = get_backend("strict")
 xp = STRICT.xp
@@ -52,7 +53,7 @@ def test_device_arithmetic_stays_on_the_device_and_to_host_is_the_door():
 def test_strict_is_not_offered_to_users():
     from gradcheck_svc.errors import OptionError
     from gradcheck_svc.server.config import ServerLimits
-    from gradcheck_svc.server.execute import verify_options
+    from gradcheck_svc.request import verify_options
 
     assert verify_options({"device": "cpu"}, ServerLimits()).device == "cpu"
     with pytest.raises(OptionError, match="unknown device 'strict'"):

@@ -6,7 +6,9 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_svc.cli import main
 from gradcheck_svc.graph import load_graph

@@ -17,8 +17,10 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
-import torch.nn.functional as F
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
+F = LazyModule("torch.nn.functional")
 
 from gradcheck_svc.backend import NUMPY
 from gradcheck_svc.engine import Program, backward, forward, prepare_feeds

@@ -7,7 +7,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-import torch
+from conftest import LazyModule
+
+torch = LazyModule("torch")  # imported by the first test that uses it
 
 import gradcheck_svc
 from gradcheck_client import Tracer

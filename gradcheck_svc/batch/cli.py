@@ -148,7 +148,7 @@ def _check_common(args):
 
     from ..errors import LimitError, OptionError
     from ..limits import ServerLimits, limit_flag_values
-    from ..server.execute import verify_options
+    from ..request import verify_options
     from ..verify.run import check_options
 
     if not args.time_limit > 0:  # NaN too

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from gradcheck_client.client import make_request
+from gradcheck_client.request_message import make_request
 
 from ..bounded import WorkerDied, bounded_call
 from ..errors import BackendUnavailable, GradcheckError, OptionError, TimeLimitError
@@ -78,9 +78,9 @@ def present_faults(graph, faults: tuple) -> tuple:
 def _verify_outcome(request, limits) -> dict:
     """The record's fields of one verification (the server's own request path: ONNX and allow_nonfinite
     included), computed in bounded.py's child: only JSON values cross back, never the gradients."""
-    from ..server.execute import verify_report
+    from ..request import run_request
 
-    report = verify_report(request, limits)
+    report = run_request(request, limits)
     return {"status": report.verdict, "report": report.to_dict(), "device": report.device,
             "dtype": report.dtype, "digests": {p.name: gradient_digest(p.gradient) for p in report.parameters},
             "digest_scope": "full"}
@@ -95,7 +95,7 @@ class LocalVerifier:
     where = "in-process"
 
     def __init__(self, options: dict, limits=None, limit_flag: str = "--time-limit"):
-        from ..server.config import ServerLimits
+        from ..limits import ServerLimits
         from .store import code_version
 
         self.options, self.limits, self.limit_flag = options, limits or ServerLimits(), limit_flag

@@ -16,8 +16,7 @@ held, the meter knows three parts -- the graph's inputs (held from the start,
 excluded from the others), the tensors kept for backward (`saved`) and the
 parameters' gradients (`grads`, tagged by the backward pass); whatever else
 is held (adjoints of intermediate values, an output before its inputs are
-released) is a transient. The peak is the maximum of the bytes held, and the
-parts at the instant it was reached are kept with it (`peak_parts`). With a
+released) is a transient. The peak is the maximum of the bytes held. With a
 timeline each step records a Mark: the bytes held after it and the highest
 bytes held during it (with the parts at that instant), so the maximum over
 the timeline's `high` is the peak itself, not a sample of it.
@@ -115,12 +114,10 @@ class MemoryMeter:
         self.grads = 0  # bytes of the parameters' gradients held now
         self.high = 0  # the most bytes held since the last mark
         self.high_parts = (0, 0)  # (saved, grads) when `high` was reached
-        self.peak_parts = (0, 0)  # (saved, grads) when `peak` was reached
         self.timeline: Timeline | None = Timeline() if record_timeline else None
         self._sampler = sampler
         self._offset = 0
         self.sampled_peak = 0
-        self.sampled_peak_parts = (0, 0)
         # mark() only does something with a sampler or a timeline; the loops skip the call (and
         # building its label) otherwise
         self.marks = sampler is not None or record_timeline
@@ -135,10 +132,9 @@ class MemoryMeter:
         """`current` passed the step's high: note it, and the parts at this instant."""
         c = self.current
         self.high = c
-        self.high_parts = parts = (self.saved.current, self.grads)
+        self.high_parts = (self.saved.current, self.grads)
         if c > self.peak:
             self.peak = c
-            self.peak_parts = parts
 
     # hold/drop run several times per step: the common case (an array owning its memory) is inlined
     def hold(self, a) -> None:
@@ -152,10 +148,9 @@ class MemoryMeter:
             c = self.current = self.current + o.nbytes
             if c > self.high:  # (_grew, inlined)
                 self.high = c
-                self.high_parts = parts = (self.saved.current, self.grads)
+                self.high_parts = (self.saved.current, self.grads)
                 if c > self.peak:
                     self.peak = c
-                    self.peak_parts = parts
 
     def drop(self, a) -> None:
         o = a if a.base is None else owner(a)
@@ -187,10 +182,8 @@ class MemoryMeter:
         if ref[3] == 1:
             self.grads += o.nbytes
             c = self.current
-            if c == self.high:  # the instant of the step's high (and maybe the peak): its parts follow
+            if c == self.high:  # the instant of the step's high: its parts follow
                 self.high_parts = (self.saved.current, self.grads)
-                if c == self.peak:
-                    self.peak_parts = self.high_parts
 
     def drop_grad(self, a) -> None:
         """Undo hold_grad."""
@@ -251,7 +244,6 @@ class MemoryMeter:
         if self._sampler is not None:
             self._offset = self.current - self._sampler()
             self.sampled_peak = self.current
-            self.sampled_peak_parts = (self.saved.current, self.grads)
 
     @property
     def measured(self) -> int:
@@ -264,11 +256,6 @@ class MemoryMeter:
     def measured_peak(self) -> int:
         """Peak over the marks (device samples) or over every hold (counted)."""
         return self.sampled_peak if self._sampler is not None else self.peak
-
-    @property
-    def measured_peak_parts(self) -> tuple[int, int]:
-        """(saved, grads) bytes at the instant of measured_peak."""
-        return self.sampled_peak_parts if self._sampler is not None else self.peak_parts
 
     def restart_step(self) -> None:
         """Start the current step's high from the bytes held now. After bytes were released
@@ -292,7 +279,7 @@ class MemoryMeter:
         now = self.measured
         parts = (self.saved.current, self.grads)
         if now > self.sampled_peak:  # the device is read at marks only: a step's high is its sample
-            self.sampled_peak, self.sampled_peak_parts = now, parts
+            self.sampled_peak = now
         if timeline is not None:
             timeline.append(kind, name, now, now, parts[0], *parts)
         self.high, self.high_parts = self.current, parts

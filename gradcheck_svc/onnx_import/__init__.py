@@ -36,26 +36,6 @@ def import_onnx(source, options=None, name: str = "", budget=None):
     return import_model(model, options, name, budget)
 
 
-def read_tensor(path, field: str = "inputs", max_elements: int | None = None):
-    """A TensorProto file (.pb, as ONNX's test data) -> (name, NumPy array); external data is read
-    only from beside the file (tensors.load_beside)."""
-    _require_onnx()
-    from pathlib import Path
-
-    import onnx
-
-    from .tensors import parse_tensor
-
-    where = f"{field} '{path}'"
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise GraphError(f"cannot read tensor file: {exc.strerror or exc}", field=where) from None
-    data = embed_beside(data, Path(path).parent, where, max_elements)
-    array = parse_tensor(data, where)
-    return onnx.TensorProto.FromString(data).name, array
-
-
 def embed_beside(data: bytes, base_dir, field: str, max_elements: int | None = None) -> bytes:
     """A serialized TensorProto from a file the user named, its external data (if any) read from
     base_dir and embedded: the bytes then name no file, as a request's must."""
@@ -72,10 +52,6 @@ def embed_beside(data: bytes, base_dir, field: str, max_elements: int | None = N
         return data
     load_beside(t, base_dir, field, max_elements)
     return t.SerializeToString()
-
-
-def is_onnx_path(path) -> bool:
-    return str(path).lower().endswith(".onnx")
 
 
 def options_from_proto(msg):

@@ -15,75 +15,28 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 
 import grpc
 from google.protobuf import json_format
-from google.protobuf.message import DecodeError
 
 from gradcheck.v1 import service_pb2
 
 from .. import __version__, errors
 from ..limits import check_request_size
-from ..text import clip
+from .accounting import Accounting, CallInfo, Ledger, parse_or_none
 from .config import ServerConfig
 from .metrics import Metrics
 from .pool import WorkerPool
 from .status import failure_for
+from .tasks import BoundedTasks
 
 SERVICE = "gradcheck.v1.GradCheckService"
 EMPTY_REQUEST_WAIT = 0.2  # seconds a Verify call without a request message waits for its cancellation
 log = logging.getLogger("gradcheck.server")
 
 
-class CallInfo:
-    """What the log and the metrics need from a call, read when the call starts.
-
-    A call's context must not be touched once the call has ended (gRPC's core frees it: calling
-    peer() then crashed the server), and a stream's items outlive it when the client goes away."""
-
-    __slots__ = ("peer", "deadline", "slack")
-
-    def __init__(self, context):
-        self.peer = context.peer()
-        remaining = context.time_remaining()
-        self.deadline = None if remaining is None else time.monotonic() + remaining
-        # the client's deadline ends the call a little before the server's copy of it (grpc-timeout is
-        # measured from the client's send, the server's deadline from receipt of the headers): a cancel
-        # this close to the deadline is the deadline (a loaded machine delays the headers by tens of ms)
-        self.slack = 0.0 if remaining is None else min(1.0, 0.1 + 0.01 * remaining)
-
-    def ended_code(self) -> str:
-        """Why a call ended early: the client's deadline passed, or it cancelled (or went away)."""
-        if self.deadline is not None and time.monotonic() >= self.deadline - self.slack:
-            return "DEADLINE_EXCEEDED"
-        return "CANCELLED"
-
-
 async def _ready(payload: bytes) -> bytes:
     return payload
-
-
-def _parse_or_none(payload: bytes):
-    try:
-        return service_pb2.VerifyRequest.FromString(payload)
-    except DecodeError:
-        return None
-
-
-def _request_id(request) -> str:
-    """The client's tag, echoed unchanged in the response (it correlates stream items)."""
-    return request.id if request is not None else ""
-
-
-def _what(request) -> dict:
-    """What the request log says of the request's graph: its name and size, or for an ONNX model
-    (imported in the worker, so unnamed here) its size in bytes."""
-    if request is None:
-        return {"graph": None, "nodes": None}
-    if request.onnx_model:
-        return {"graph": None, "onnx_model_bytes": len(request.onnx_model)}
-    return {"graph": clip(request.graph.name), "nodes": len(request.graph.nodes)}
 
 
 def _error_from_worker(result: tuple) -> Exception:
@@ -133,72 +86,65 @@ class GradCheckServicer:
         self.config = config
         self.pool = pool
         self.metrics = metrics
+        self.ledger = Ledger(metrics)  # every request's one log line and one count
         self._ops = None
         self._info = server_info(config)
-        self.active = 0  # calls of Verify/VerifyStream items not yet logged (shutdown waits for 0)
         metrics.gauge("gradcheck_in_flight", "Verifications running, queued or being received",
                       lambda: pool.pending)
         metrics.gauge("gradcheck_workers", "Worker processes", lambda: pool.size)
 
+    @property
+    def active(self) -> int:
+        """Requests not yet logged (shutdown waits for 0)."""
+        return self.ledger.active
+
     # -- one verification, shared by Verify and VerifyStream --------------------------
 
-    async def _verify_one(self, receive, call: "CallInfo", method: str, received: bytes | None = None):
-        """-> (response bytes or None, Failure or None, request id).
+    async def _verify_one(self, entry: Accounting, receive):
+        """-> (response bytes or None, Failure or None), accounted in `entry` (logged when it closes).
 
         `receive()` gives the request's bytes: for Verify it reads them from the call, after a place
         in the pool is taken (a busy server refuses without reading them); for a VerifyStream item it
-        has them already as `received` (the stream's own backpressure bounds what it reads), and the
-        busy check still comes before they are parsed (then only for the id the busy answer carries).
+        has them already (the stream's own backpressure bounds what it reads), and the busy check
+        still comes before they are parsed.
 
         Never touches the call's context: a stream's context may be gone (client cancel, deadline,
-        disconnect) while its items are still in the pool, and gRPC's core frees it with the call.
-        Everything the log needs was read into `call` when the call started."""
-        t0 = time.perf_counter()
-        request = None
-        outcome: dict = {}
-        self.active += 1
-        try:
+        disconnect) while its items are still in the pool, and gRPC's core frees it with the call."""
+        with entry:
             try:
-                with self.pool.admitted():
-                    payload = await receive()
-                    if payload is None:
-                        raise errors.GraphError("malformed VerifyRequest: no request message", field="request")
-                    # parsed even when over the limit (the transport admits 2x): the answer carries its id
-                    request = _parse_or_none(payload)
-                    check_request_size(len(payload), self.config.limits.max_message_bytes)
-                    if request is None:
-                        raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message",
-                                                field="request")
-                    # the server's own time limit; the client's deadline or cancel arrives as CancelledError
-                    # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
-                    result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
-                if result[0] != "ok":
-                    raise _error_from_worker(result)
-            except asyncio.CancelledError:
-                outcome = {"code": call.ended_code()}
+                result = await self._run(entry, receive)
+            except asyncio.CancelledError:  # the client's deadline or cancel: entry says which as it closes
                 raise
             except Exception as exc:
-                if request is None and received is not None:  # a stream item's answer names its id
-                    request = _parse_or_none(received)
+                if entry.request is None:  # a stream item's answer names its id
+                    entry.request = parse_or_none(entry.payload)
                 failure = failure_for(exc, self.config.limits.max_request_seconds)
                 if failure.kind == "internal":
                     log.error("internal error", exc_info=exc)
-                outcome = {"code": failure.code.name, "error": failure.message}
-                return None, failure, _request_id(request)
+                entry.outcome = {"code": failure.code.name, "error": failure.message}
+                return None, failure
             _, response, verdict, causes = result
-            outcome = {"code": "OK", "verdict": verdict, "findings": causes}
+            entry.outcome = {"code": "OK", "verdict": verdict, "findings": causes}
             self.metrics.verdict(verdict, causes)
-            return response, None, request.id
-        finally:
-            self.active -= 1
-            self._account(method, call, request, outcome, time.perf_counter() - t0)
+            return response, None
 
-    def _account(self, method: str, call: "CallInfo", request, outcome: dict, seconds: float) -> None:
-        """The one log line and the one count of a request."""
-        self.metrics.request(method, outcome.get("code", "UNKNOWN"), seconds)
-        log.info("request", extra={"fields": {
-            "method": method, "peer": call.peer, "id": clip(request.id) if request else None,
-            **_what(request), "duration_ms": round(seconds * 1000, 3), **outcome}})
+    async def _run(self, entry: Accounting, receive) -> tuple:
+        """The request read (within a place in the pool), parsed, checked and run by a worker: its result."""
+        with self.pool.admitted():
+            payload = await receive()
+            if payload is None:
+                raise errors.GraphError("malformed VerifyRequest: no request message", field="request")
+            # parsed even when over the limit (the transport admits 2x): the answer carries its id
+            entry.request = parse_or_none(payload)
+            check_request_size(len(payload), self.config.limits.max_message_bytes)
+            if entry.request is None:
+                raise errors.GraphError("malformed VerifyRequest: not a valid protobuf message", field="request")
+            # the server's own time limit; the client's deadline or cancel arrives as CancelledError
+            # (grpc.aio cancels this task), and either way pool.run kills the worker doing the work
+            result = await asyncio.wait_for(self.pool.run(payload), self.config.limits.max_request_seconds)
+        if result[0] != "ok":
+            raise _error_from_worker(result)
+        return result
 
     # -- RPCs ---------------------------------------------------------------------------
 
@@ -217,7 +163,7 @@ class GradCheckServicer:
                 raise asyncio.CancelledError()
             return None
 
-        response, failure, _ = await self._verify_one(receive, call, "Verify")
+        response, failure = await self._verify_one(self.ledger.open("Verify", call), receive)
         if failure is not None:
             await context.abort_with_status(failure.rich_status())
         return response
@@ -225,48 +171,31 @@ class GradCheckServicer:
     async def verify_stream(self, requests, context):
         """Reports go out as each verification finishes, in completion order.
 
-        One stream keeps at most `workers` items in the pool; further requests are read only as
-        earlier ones finish, so a client streaming thousands of graphs gets backpressure (gRPC flow
-        control), not RESOURCE_EXHAUSTED for the items beyond the queue."""
+        The items run as a bounded task group: at most `workers` of one stream in the pool, further
+        requests read only as earlier ones finish, so a client streaming thousands of graphs gets
+        backpressure (gRPC flow control), not RESOURCE_EXHAUSTED for the items beyond the queue. Each
+        item read is accounted from then on: answered, or dropped unstarted when the stream ends."""
         call = CallInfo(context)
         done: asyncio.Queue = asyncio.Queue()
-        tasks: set[asyncio.Task] = set()
-        slots = asyncio.Semaphore(self.pool.size)
+        group = BoundedTasks(self.pool.size)
 
-        async def one(payload: bytes, started: list):
-            started.append(True)
-            try:
-                response, failure, rid = await self._verify_one(lambda: _ready(payload), call, "VerifyStream",
-                                                                received=payload)
-            finally:
-                slots.release()
+        async def one(entry: Accounting):
+            response, failure = await self._verify_one(entry, lambda: _ready(entry.payload))
             if failure is not None:
+                rid = entry.request.id if entry.request is not None else ""
                 response = service_pb2.VerifyResponse(id=rid, error=failure.stream_error()).SerializeToString()
             await done.put(response)
 
-        def ended(task: asyncio.Task, payload: bytes, started: list) -> None:
-            tasks.discard(task)
-            if not started:  # cancelled with the stream before it began: still a request, logged once
-                slots.release()
-                self._account("VerifyStream", call, _parse_or_none(payload), {"code": call.ended_code()}, 0.0)
-
         async def reader():
             async for payload in requests:
-                try:
-                    await slots.acquire()
-                except asyncio.CancelledError:  # the stream ended with this item read but not begun
-                    self._account("VerifyStream", call, _parse_or_none(payload), {"code": call.ended_code()}, 0.0)
-                    raise
-                started: list = []
-                t = asyncio.create_task(one(payload, started))
-                tasks.add(t)
-                t.add_done_callback(lambda t, payload=payload, started=started: ended(t, payload, started))
+                entry = self.ledger.open("VerifyStream", call, payload)
+                await group.spawn(one(entry), entry.close)
 
         read = asyncio.create_task(reader())
         getter = None
         try:
             while True:
-                live = {t for t in tasks if not t.done()}
+                live = group.live()
                 if done.empty() and read.done() and not live:
                     read.result()  # surface a broken request stream
                     return
@@ -278,9 +207,10 @@ class GradCheckServicer:
                 else:
                     getter.cancel()
         finally:  # client gone or cancelled: stop the work (frees the workers)
-            for t in (read, getter, *tasks):
+            for t in (read, getter):
                 if t is not None:
                     t.cancel()
+            group.cancel()
 
     async def list_ops(self, request, context) -> service_pb2.ListOpsResponse:
         if self._ops is None:

@@ -14,7 +14,6 @@ from ..backend import get_backend
 from ..engine import Program, backward, checkpoint_plan, forward, inject, parse_policy, prepare_feeds
 from ..engine.faults import STALE_STEP
 from ..engine.program import program_of
-from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
 from ..graph.ir import Graph
 from ..engine import budget
@@ -79,23 +78,44 @@ def _metering_forward(program, backend):
     return tape
 
 
-def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False,
-               profile: bool = True) -> EngineRun:
-    """Without a checkpoint policy: gradients (reported), a no-grad forward, and gradients under
-    sqrt as a what-if for the memory profile (not for graphs with in-place nodes). Under a
-    policy: gradients under it (reported), a no-grad forward, and a metering forward for the
-    un-checkpointed figures, so the process never holds every activation at once. Faults are
-    injected into the run whose gradients are reported. profile=False: only the reported
-    gradient run (no memory profile), e.g. to re-trace adjoints for localization."""
-    backend = get_backend(options.device)
-    program = program_of(graph, DTYPES[dtype])
-    if options.integrity not in INTEGRITY_MODES:
-        raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)", field="integrity")
+@dataclass
+class _GradientRun:
+    """One forward (+ faults) + backward: its tape, device gradients, fault records and seconds."""
+
+    tape: object
+    grads: dict
+    records: list
+    seconds: float
+
+
+def _check_engine_options(program, options: VerifyOptions, dtype: str) -> None:
+    """What only the program can tell: a fault's node exists; the optimizer's dtype is one. (The options
+    that are wrong whatever the graph were checked once, before: run.check_options.)"""
     for f in options.faults:
         if f.node not in program.shapes:
             raise OptionError(f"fault names unknown value '{f.node}'{hint(f.node, program.shapes, what='values')}",
                               field="fault")
     memory_profile.optimizer_state_bytes(options.optimizer, options.optimizer_dtype or dtype, 0)  # (its errors, now)
+
+
+def profile_asked(options: VerifyOptions) -> bool:
+    """Whether the memory profile's extra runs are made: unless memory_profile is off (a timeline, which
+    the profile records, turns it on)."""
+    return options.memory_profile or options.memory_timeline
+
+
+def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False,
+               profile: bool | None = None) -> EngineRun:
+    """The engine's phases: the gradient run whose gradients are reported (faults injected into it),
+    then -- for the memory profile only (`profile`, default profile_asked(options)) -- an inference
+    (no-grad) forward and a checkpointed what-if. Without a checkpoint policy the what-if is sqrt (not
+    for graphs with in-place nodes); under a policy the reported run is checkpointed and the
+    un-checkpointed figures come from a metering forward, so the process never holds every activation
+    at once. profile=False: only the reported gradient run, e.g. to re-trace adjoints for localization."""
+    profile = profile_asked(options) if profile is None else profile
+    backend = get_backend(options.device)
+    program = program_of(graph, DTYPES[dtype])
+    _check_engine_options(program, options, dtype)
     policy = parse_policy(options.checkpoint)
     metered = chosen = None
     if policy.kind == "budget":  # the segments come from what the plain run would save: meter it first
@@ -104,58 +124,59 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
         metered = _metering_forward(program, backend)
         chosen = budget.plan_for_budget(program, metered, policy.k)
     requested = checkpoint_plan(program, policy, ends=chosen.ends if chosen else None)
-    ckpt_plan = requested
-    if ckpt_plan is None and profile and not program.inplace_root:
-        ckpt_plan = checkpoint_plan(program, "sqrt")
     earlier = _earlier_values(program, backend, options.faults)
-    in_plain = requested is None
-    if in_plain:
-        plain, grads, records, seconds = _gradient_run(program, backend, options, None, options.faults, earlier,
-                                                       keep_adjoints, profile=profile)
-        reported, reported_grads = plain, grads
-    # every profiled run records its timeline: the figures are read from it (memory_profile)
-    inference = forward(program, backend, prepare_feeds(program, backend), grad=False,
-                        record_timeline=True) if profile else None
-    ckpt = ckpt_grads = None
-    if ckpt_plan is not None:
+    run = lambda plan, **kw: _GradientRun(*_gradient_run(program, backend, options, plan, earlier=earlier,  # noqa: E731
+                                                          profile=profile, **kw))
+    if requested is None:
+        reported = run(None, faults=options.faults, keep_adjoints=keep_adjoints)
+        plain, inference = reported.tape, _inference_forward(program, backend) if profile else None
+        what_if_plan = checkpoint_plan(program, "sqrt") if profile and not program.inplace_root else None
         # the sqrt what-if reports memory, not gradients: its saved tensors need no fingerprints
-        ckpt, ckpt_grads, ckpt_records, ckpt_seconds = _gradient_run(
-            program, backend, options, ckpt_plan, () if in_plain else options.faults, earlier,
-            keep_adjoints and not in_plain, integrity="off" if in_plain else None,
-            profile=profile and ckpt_plan is not None)
-    if not in_plain:
+        checked = run(what_if_plan, faults=(), integrity="off") if what_if_plan is not None else None
+        equal = _bitwise_equal(backend, reported.grads, checked.grads) if checked is not None else None
+        profile_plan = what_if_plan
+    else:
+        inference = _inference_forward(program, backend) if profile else None
+        checked = reported = run(requested, faults=options.faults, keep_adjoints=keep_adjoints)
         # Under a policy the un-checkpointed run is never made: its activations are what the
         # policy exists to avoid holding. Its figures come from a metering forward (counted, not
         # kept), and the gradients are bit for bit those without checkpointing exactly when every
         # recomputed value matched the first forward's (the backward is the same code over the
         # same values) and no fault changed what the backward read.
-        reported, reported_grads, records, seconds = ckpt, ckpt_grads, ckpt_records, ckpt_seconds
         plain = (metered or _metering_forward(program, backend)) if profile else None
-        grads = ckpt_grads
-
-    host = {p: np.asarray(backend.to_host(g), dtype=np.float64) for p, g in reported_grads.items()}
-    equal = None
-    if ckpt is not None:
-        if in_plain:  # the what-if: compared with the reported run's gradients
-            # bit for bit (NaNs included): one bytes comparison per parameter, not array_equal's
-            # elementwise pass -- chain_1024 has 2,048 parameters
-            equal = all(backend.to_host(grads[p]).tobytes() == backend.to_host(ckpt_grads[p]).tobytes()
-                        for p in grads)
-        else:
-            equal = not ckpt.checkpoint.mismatches and not any(r.readers for r in records)
+        equal = not reported.tape.checkpoint.mismatches and not any(r.readers for r in reported.records)
+        profile_plan = requested
+    ckpt = checked.tape if checked is not None else None
     memory, timelines = {}, {}
     if profile:
         memory, timelines = memory_profile.profile(
-            program, prepare_feeds(program, backend), plain, grads, inference,
-            policy=str(policy), sampled=backend.memory_sampler() is not None, metered=not in_plain,
-            checkpointed=ckpt, profile_plan=ckpt_plan, gradients_equal=equal, optimizer=options.optimizer,
+            program, prepare_feeds(program, backend), plain, reported.grads, inference,
+            policy=str(policy), sampled=backend.memory_sampler() is not None, metered=requested is not None,
+            checkpointed=ckpt, profile_plan=profile_plan, gradients_equal=equal, optimizer=options.optimizer,
             optimizer_dtype=options.optimizer_dtype, dtype=dtype, budget_plan=chosen)
         if not options.memory_timeline:
             timelines = {}
     findings = recompute_check.findings(program, ckpt.checkpoint if ckpt is not None else None,
-                                        str(ckpt_plan.policy) if ckpt_plan else "", not in_plain)
-    loss = float(np.asarray(backend.to_host(reported.loss), dtype=np.float64).reshape(-1)[0])
+                                        str(profile_plan.policy) if profile_plan else "", requested is not None)
+    return _engine_run(backend, program, reported, memory, findings, timelines)
+
+
+def _inference_forward(program, backend):
+    """The memory profile's no-grad forward (its timeline: the inference figures)."""
+    return forward(program, backend, prepare_feeds(program, backend), grad=False, record_timeline=True)
+
+
+def _bitwise_equal(backend, grads: dict, other: dict) -> bool:
+    """Bit for bit (NaNs included): one bytes comparison per parameter, not array_equal's elementwise
+    pass -- chain_1024 has 2,048 parameters."""
+    return all(backend.to_host(grads[p]).tobytes() == backend.to_host(other[p]).tobytes() for p in grads)
+
+
+def _engine_run(backend, program, reported: _GradientRun, memory, findings, timelines) -> EngineRun:
     f64 = lambda a: np.asarray(backend.to_host(a), dtype=np.float64)  # noqa: E731
-    return EngineRun(loss, host, memory, records, seconds, reported.store.events, program,
-                     {k: f64(v) for k, v in reported.adjoints.items()},
-                     {k: f64(v) for k, v in reported.contributions.items()}, findings, timelines)
+    tape = reported.tape
+    loss = float(f64(tape.loss).reshape(-1)[0])
+    return EngineRun(loss, {p: f64(g) for p, g in reported.grads.items()}, memory, reported.records,
+                     reported.seconds, tape.store.events, program,
+                     {k: f64(v) for k, v in tape.adjoints.items()},
+                     {k: f64(v) for k, v in tape.contributions.items()}, findings, timelines)

@@ -117,7 +117,7 @@ def _setup(graph, options):
     tolerance, the joint screen and the parameters checked on their own."""
     check_options(options)
     dtype = options.dtype or graph.declared_float_dtype
-    engine = run_engine(graph, options, dtype)
+    engine = run_engine(graph, options, dtype, profile=False)  # the gradients only: a shard reports no memory
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
     subject = claims.subject_gradients(graph, engine.gradients)

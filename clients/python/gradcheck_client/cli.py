@@ -17,16 +17,16 @@ import sys
 import time
 from pathlib import Path
 
-from . import __version__, json_text
+from . import __version__
 from .claims import ClaimsFileError, claims_for, with_claims
 from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
-from .outputs.guard import html_text, junit_text, markdown_text
+from .outputs.guard import write_reports
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
-from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome
-from .outputs.text import clip, escape_controls, lines
+from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
+from .outputs.text import clip, escape_controls
 from .report import Report
 from .verify_args import add_verify_arguments
 from .scan import find_graphs
@@ -209,9 +209,10 @@ def unreachable_message(server: str, error: str, answered: bool = False) -> str:
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
     from gradcheck_svc.bounded import bounded_call
     from gradcheck_svc.errors import GradcheckError, TimeLimitError
-    from gradcheck_svc.server.execute import verify_request
+    from gradcheck_svc.report_proto import client_report
+    from gradcheck_svc.request import run_request
 
-    from .client import make_request
+    from .request_message import make_request
 
     out = {}
     for path, graph in graphs.items():
@@ -219,9 +220,9 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
         try:
             # --timeout per graph, as with a server: in a child process killed at the limit, as a server's worker
             request = make_request(graph, path, **_options(args))
-            response = bounded_call(args.timeout, "timeout", verify_request, request, limits, symbolic=symbolic,
-                                    on_phase=lambda phase, path=path: progress.phase(path, phase))
-            out[path] = Outcome(path, report=Report.from_proto(response.report, id=path))
+            report = bounded_call(args.timeout, "timeout", run_request, request, limits, symbolic=symbolic,
+                                  on_phase=lambda phase, path=path: progress.phase(path, phase))
+            out[path] = Outcome(path, report=client_report(report, id=path))  # as a server's answer reads
         except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
             out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
         except GradcheckError as exc:
@@ -237,7 +238,7 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
 
 def _in_process_available() -> bool:
     try:
-        import gradcheck_svc.server.execute  # noqa: F401
+        import gradcheck_svc.request  # noqa: F401
     except ImportError:
         return False
     return True
@@ -325,31 +326,16 @@ def _verify(args) -> int:
         graph = graphs.get(o.path)
         o.graph = None if isinstance(graph, OnnxModel) else graph
 
-    if args.format == "json":
-        print(json_text.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
-                                "error": o.error or None} for o in ordered]))
-    else:
-        for o in ordered:  # paths, reports and errors echo user strings: escaped for the terminal
-            print(f"== {clip(o.path, 1000)}")
-            print(lines(o.report) if o.report else f"{o.status.upper()}: {clip(o.error, 2000)}")
-            print()
-    if args.junit:
-        _write_file(args.junit, junit_text(ordered), "--junit")
-    if args.html:
-        from .outputs.html_report import RunItem
-
-        items = [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
-                         no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")
-                 for o in ordered]
-        _write_file(args.html, html_text(items, args.integrity or BY_NAME["integrity"].default), "--html")
+    print_outcomes(ordered, args.format)
     if args.memory_plot:
         _write_plots(args, ordered)
-    md = markdown_text(ordered)
-    if args.summary_md:
-        _write_file(args.summary_md, md, "--summary-md")
-    if os.environ.get("GITHUB_STEP_SUMMARY"):
-        with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as fh:
-            fh.write(md)
+    from .outputs.html_report import RunItem
+
+    write_reports(ordered, _write_file, junit=args.junit,
+                  summary_md=args.summary_md, html=args.html, integrity=args.integrity or BY_NAME["integrity"].default,
+                  html_items=lambda: [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
+                                              no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel)
+                                              else "") for o in ordered])
     code = max(o.exit_code for o in ordered)
     counts = {s: sum(o.status == s for o in ordered) for s in ("pass", "fail", "invalid", "error")}
     print("gradcheck: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), file=sys.stderr)

@@ -32,13 +32,11 @@ import grpc
 
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 
-from .graphio import to_graph
-from .onnx_options import OnnxModel
 from .report import Report, message_to_dict
+from .request_message import OPTION_FIELDS, make_request  # noqa: F401 (re-exported: its earlier home)
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GradCheckService"].full_name  # gradcheck.v1.GradCheckService
 KIND_KEY, FIELD_KEY = "gradcheck-error-kind", "gradcheck-error-field"  # the server's error trailers
-OPTION_FIELDS = tuple(f.name for f in service_pb2.VerifyOptions.DESCRIPTOR.fields)
 INVALID_CODES = (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.FAILED_PRECONDITION,
                  grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 
@@ -75,19 +73,6 @@ class VerifyError(Exception):
         e = item.error
         code = next((c for c in grpc.StatusCode if c.value[0] == e.code), grpc.StatusCode.UNKNOWN)
         return cls(code, e.message, e.kind, e.field, item.id)
-
-
-def make_request(graph, id: str = "", **options) -> service_pb2.VerifyRequest:
-    unknown = sorted(set(options) - set(OPTION_FIELDS))
-    if unknown:
-        raise TypeError(f"unknown verify option(s) {unknown}; expected some of {list(OPTION_FIELDS)}")
-    opts = {k: v for k, v in options.items() if v is not None}
-    if "faults" in opts:
-        opts["faults"] = list(opts["faults"])
-    if isinstance(graph, OnnxModel):  # the server imports it
-        return service_pb2.VerifyRequest(id=id, onnx_model=graph.data, onnx=graph.options,
-                                         options=service_pb2.VerifyOptions(**opts))
-    return service_pb2.VerifyRequest(id=id, graph=to_graph(graph), options=service_pb2.VerifyOptions(**opts))
 
 
 def _requests(graphs, options) -> list[service_pb2.VerifyRequest]:

@@ -1,8 +1,10 @@
 """Every verification option, defined once.
 
-Each Option is one `VerifyOptions` field: its name is the protobuf field, the keyword of
-`Client.verify()` / `verify_many()`, and (dashed, with the few historical spellings kept as
-aliases) the flag of both `gradcheck verify` and `gradcheck-svc verify`. Its default is what the
+Each Option is one `VerifyOptions` field: its name is the protobuf field, the JSON key, the keyword
+of `Client.verify()` / `verify_many()`, and (dashed, with the few historical spellings kept as
+aliases) the flag of both `gradcheck verify` and `gradcheck-svc verify`. Where the verifier's own
+dataclass spells the concept otherwise (an oracle's option, e.g. symbolic_budget is
+SymbolicOptions.max_elements), `target` names that field, once, here: every mapping reads it. Its default is what the
 server uses when the option is unset, and its help text is shared by both commands and the docs'
 option table (tests/test_options_table.py checks that the proto, both parsers, the server's
 defaults and the docs all agree with this table).
@@ -48,6 +50,8 @@ class Option:
     repeated: bool = False  # a list: the flag may be given several times
     switch: bool = False  # a boolean flag without a value (--allow-inplace-hazards)
     negation: str | None = None  # a flag that sets the option to False (--no-localize)
+    target: str = ""  # the gradcheck_svc VerifyOptions field it sets ("symbolic.max_elements"; default: name),
+    # or "validate.X": an argument of the graph's validation (graph/validate.py), not of the verifier
     extra: dict = field(default_factory=dict)
 
     @property
@@ -63,18 +67,19 @@ OPTIONS: tuple[Option, ...] = (
     Option("fd_mode", "finite differences: every element (full), random directions per parameter "
            "(projection), random directions spanning all parameters at once, then per parameter only where "
            "they disagree (joint), or by cost (auto)", default="auto", choices=("auto", "full", "projection", "joint"),
-           flag="--fd"),
+           flag="--fd", target="fd.mode"),
     Option("dtype", "engine precision (default: the graph's float dtype)", choices=("float32", "float64")),
     Option("device", "engine device", default="cpu", choices=("cpu", "cuda")),
     Option("atol", "absolute tolerance (default per dtype)", type=float, metavar="X"),
     Option("rtol", "relative tolerance (default per dtype)", type=float, metavar="X"),
-    Option("directions", "random directions in projection mode", type=int, default=16, metavar="N"),
+    Option("directions", "random directions in projection mode", type=int, default=16, metavar="N",
+           target="fd.directions"),
     Option("seed", "seed for the projection directions (0 or more)", type=non_negative_int, default=0,
-           metavar="N"),
+           metavar="N", target="fd.seed"),
     Option("faults", "corrupt NODE's cached value between forward and backward (KIND: overwrite, scale, zero, "
            "nan, bitflip, stale); repeatable", metavar="NODE:KIND[:VALUE]", flag="--fault", repeated=True),
     Option("symbolic_budget", "symbolic oracle budget: scalar elements (inputs plus node outputs)", type=int,
-           default=5000, metavar="N", aliases=("--symbolic-max-elements",)),
+           default=5000, metavar="N", aliases=("--symbolic-max-elements",), target="symbolic.max_elements"),
     Option("localize", "find the faulty node and its cause when a gradient fails", type=on_off, default=True,
            metavar="on|off", negation="--no-localize"),
     Option("checkpoint", "gradient checkpointing for the verified gradients: none, sqrt, every:K, budget:BYTES "
@@ -86,11 +91,16 @@ OPTIONS: tuple[Option, ...] = (
            "(wrong) gradient and diagnose it instead of stopping with an error", type=bool, default=False,
            switch=True),
     Option("symbolic", "exact SymPy reference gradient for graphs within its budget", type=on_off, default=True,
-           metavar="on|off"),
+           metavar="on|off", target="symbolic.enabled"),
     Option("allow_nonfinite", "accept NaN/Inf in input data (refused by default, naming the input); the "
-           "report names the input as their origin", type=bool, default=False, switch=True),
+           "report names the input as their origin", type=bool, default=False, switch=True,
+           target="validate.allow_nonfinite"),  # the graph's validation's, not the verifier's
     Option("memory_timeline", "record live bytes after every forward/backward step into the report "
            "(memory_timelines; drawn by --html)", type=bool, default=False, switch=True),
+    Option("memory_profile", "the report's memory profile (`memory`): besides the gradient run, an inference "
+           "forward and a checkpointed what-if (sqrt, or the policy's metering forward); off: only the gradient "
+           "run, `memory` empty (--memory-timeline, --memory-plot and --html turn it on)", type=on_off,
+           default=True, metavar="on|off"),
     Option("optimizer", "the optimizer whose state joins the training memory figure: none, sgd (no state), "
            "momentum (1x the parameters), adam or adamw (2x)", default="none",
            choices=("none", "sgd", "momentum", "adam", "adamw")),
@@ -144,7 +154,12 @@ def values_from_args(args) -> dict:
 
 
 def flag_of(name: str) -> str:
-    return BY_NAME[name].cli_flag
+    return (BY_NAME.get(name) or IN_PROCESS_BY_NAME[name]).cli_flag
+
+
+def target_of(o: Option) -> tuple[str, ...]:
+    """The VerifyOptions attribute path the option sets: ("symbolic", "max_elements"), ("dtype",)."""
+    return tuple((o.target or o.name).split("."))
 
 
 # --- the rest of a `verify` command: the same flags for `gradcheck verify` and `gradcheck-svc verify` -----------
@@ -157,11 +172,13 @@ def flag_of(name: str) -> str:
 # are SymbolicOptions' (oracles/symbolic.py; a test checks they agree).
 IN_PROCESS_OPTIONS: tuple[Option, ...] = (
     Option("symbolic_max_partials", "symbolic oracle budget: non-zero local partial derivatives", type=int,
-           default=250_000, metavar="N"),
-    Option("symbolic_timeout", "symbolic oracle wall-clock budget", type=float, default=30.0, metavar="SECONDS"),
+           default=250_000, metavar="N", target="symbolic.max_edges"),
+    Option("symbolic_timeout", "symbolic oracle wall-clock budget", type=float, default=30.0, metavar="SECONDS",
+           target="symbolic.timeout_s"),
     Option("simplify_timeout", "time to prove a user derivative (an expr node's) equal to SymPy's", type=float,
-           default=10.0, metavar="SECONDS"),
+           default=10.0, metavar="SECONDS", target="symbolic.simplify_timeout_s"),
 )
+IN_PROCESS_BY_NAME = {o.name: o for o in IN_PROCESS_OPTIONS}
 # In a verify run a symbolic budget and the limit on it overlap: the budget asked for is allowed (its cap
 # rises to it), so help shows the budget only; the cap flags stay accepted, hidden, and when given they
 # still cap the budget (scripts that mirror a server's limits keep their meaning).

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyOptions(_message.Message):
-    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite", "memory_timeline", "optimizer", "optimizer_dtype")
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite", "memory_timeline", "memory_profile", "optimizer", "optimizer_dtype")
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -26,6 +26,7 @@ class VerifyOptions(_message.Message):
     SYMBOLIC_FIELD_NUMBER: _ClassVar[int]
     ALLOW_NONFINITE_FIELD_NUMBER: _ClassVar[int]
     MEMORY_TIMELINE_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_PROFILE_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_DTYPE_FIELD_NUMBER: _ClassVar[int]
     fd_mode: str
@@ -44,9 +45,10 @@ class VerifyOptions(_message.Message):
     symbolic: bool
     allow_nonfinite: bool
     memory_timeline: bool
+    memory_profile: bool
     optimizer: str
     optimizer_dtype: str
-    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ...) -> None: ...
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ..., memory_profile: _Optional[bool] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("id", "graph", "options", "onnx_model", "onnx")

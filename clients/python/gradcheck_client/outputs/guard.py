@@ -39,3 +39,25 @@ def markdown_text(outcomes: list) -> str:
 
     return written("the Markdown summary", lambda: summary_markdown(outcomes),
                    lambda: summary_markdown(outcomes, diagrams=False), "one without diagrams")
+
+
+def write_reports(outcomes: list, save, *, junit=None, summary_md=None, html=None, html_items=None,
+                  integrity: str = "check", title: str = "gradcheck report") -> None:
+    """The CI files of both `verify` commands, from the same Outcomes: --junit, --html (html_items(): the
+    page's RunItems), --summary-md and $GITHUB_STEP_SUMMARY (appended). save(path, text, flag) writes one
+    file, raising the command's own one-line error when it cannot."""
+    import os
+
+    if junit:
+        save(junit, junit_text(outcomes), "--junit")
+    if html:
+        save(html, html_text(html_items(), integrity, title=title), "--html")
+    step_summary = os.environ.get("GITHUB_STEP_SUMMARY")
+    if not summary_md and not step_summary:
+        return
+    md = markdown_text(outcomes)
+    if summary_md:
+        save(summary_md, md, "--summary-md")
+    if step_summary:
+        with open(step_summary, "a") as fh:
+            fh.write(md)

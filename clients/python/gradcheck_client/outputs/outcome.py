@@ -34,3 +34,20 @@ class Outcome:
         if self.report is not None:
             return EXIT_OK if self.report.passed else EXIT_MISMATCH
         return EXIT_INVALID if self.invalid else EXIT_TRANSPORT
+
+
+def print_outcomes(outcomes: list, format: str) -> None:
+    """Several graphs' outcomes on stdout, as both `verify` commands print them: JSON, a list of
+    {path, status, report, error}; text, per graph `== PATH` then its report or `STATUS: error`
+    (paths, reports and errors echo user strings: escaped for the terminal)."""
+    from .. import json_text
+    from .text import clip, lines
+
+    if format == "json":
+        print(json_text.dumps([{"path": o.path, "status": o.status, "report": o.report.data if o.report else None,
+                                "error": o.error or None} for o in outcomes]))
+        return
+    for o in outcomes:
+        print(f"== {clip(o.path, 1000)}")
+        print(lines(o.report) if o.report else f"{o.status.upper()}: {clip(o.error, 2000)}")
+        print()

@@ -1,0 +1,24 @@
+"""The VerifyRequest message of a graph (or an ONNX model) and options: what a client sends, and what
+the in-process modes hand to gradcheck_svc/request.py. Protobuf only, no gRPC: `gradcheck-svc verify`
+and `gradcheck verify` without a server build requests without loading grpc."""
+from __future__ import annotations
+
+from gradcheck.v1 import service_pb2
+
+from .graphio import to_graph
+from .onnx_options import OnnxModel
+
+OPTION_FIELDS = tuple(f.name for f in service_pb2.VerifyOptions.DESCRIPTOR.fields)
+
+
+def make_request(graph, id: str = "", **options) -> service_pb2.VerifyRequest:
+    unknown = sorted(set(options) - set(OPTION_FIELDS))
+    if unknown:
+        raise TypeError(f"unknown verify option(s) {unknown}; expected some of {list(OPTION_FIELDS)}")
+    opts = {k: v for k, v in options.items() if v is not None}
+    if "faults" in opts:
+        opts["faults"] = list(opts["faults"])
+    if isinstance(graph, OnnxModel):  # the server imports it
+        return service_pb2.VerifyRequest(id=id, onnx_model=graph.data, onnx=graph.options,
+                                         options=service_pb2.VerifyOptions(**opts))
+    return service_pb2.VerifyRequest(id=id, graph=to_graph(graph), options=service_pb2.VerifyOptions(**opts))

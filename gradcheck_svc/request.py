@@ -1,0 +1,139 @@
+"""The one request pipeline: a graph (or an ONNX model) plus options (plus claimed gradients, which travel
+in the graph message: graph.proto's Claims) -> Report.
+
+Every front end reaches `run_request`: the server's worker (server/worker.py), batch and screen
+(batch/verifiers.py), a finite-difference shard (`prepare`, then verify/fd_shards.py), check()
+(check_call.py, and the client's in-process modes) and both `verify` commands. Whatever arrives is
+checked here the same way: the request's size, its options against the limits (the one mapping from
+option values to VerifyOptions), the graph validated (an ONNX model imported first), then verified.
+
+It speaks protobuf messages (gradcheck.v1, no gRPC): a request is what a client would send.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+from gradcheck.v1 import service_pb2
+from gradcheck_client.options import BY_NAME, OPTIONS, target_of
+
+from .backend import USER_DEVICES
+from .engine import parse_fault
+from .errors import LimitError, OptionError
+from .graph import validate
+from .limits import ServerLimits, check_request_size
+from .oracles.finite_diff import MODES as FD_MODES
+from .verify import VerifyOptions, verify
+from .verify.report import Report
+
+__all__ = ["check_option_limits", "options_from_proto", "prepare", "proto_values", "run_request",
+           "verify_options"]
+
+
+def proto_values(pb: service_pb2.VerifyOptions) -> dict:
+    """The options a request sets, by name (proto3: a zero or empty field is unset, except the
+    fields with presence, which are set when present)."""
+    out = {}
+    for o in OPTIONS:
+        value = getattr(pb, o.name)
+        has_presence = pb.DESCRIPTOR.fields_by_name[o.name].has_presence and not o.repeated
+        if (pb.HasField(o.name) if has_presence else bool(value)):
+            out[o.name] = list(value) if o.repeated else value
+    return out
+
+
+def options_from_proto(pb: service_pb2.VerifyOptions, limits: ServerLimits) -> VerifyOptions:
+    return verify_options(proto_values(pb), limits)
+
+
+def verify_options(values: dict, limits: ServerLimits, field=lambda name: f"options.{name}",
+                   hint: bool = False) -> VerifyOptions:
+    """The one mapping from option values (by OPTIONS name; unset ones absent) to VerifyOptions, for
+    the server (`field` names options.X) and the CLI (`field` names the flag, `hint` says which
+    --max-... flag raises a limit). Unset options take the defaults in OPTIONS, within the limits."""
+    get = lambda name: values.get(name, BY_NAME[name].default)  # noqa: E731
+    mode = get("fd_mode")
+    if mode not in FD_MODES:
+        raise OptionError(f"unknown fd_mode '{mode}' (expected one of {', '.join(FD_MODES)})",
+                          field=field("fd_mode"))
+    if get("device") not in USER_DEVICES:  # "strict" is a test-only backend, never served
+        raise OptionError(f"unknown device '{get('device')}' (expected {' or '.join(USER_DEVICES)})",
+                          field=field("device"))
+    if get("directions") < 0:
+        raise OptionError("directions must be positive", field=field("directions"))
+    if get("seed") < 0:
+        raise OptionError(f"seed must be 0 or more, got {get('seed')}", field=field("seed"))
+    faults = values.get("faults") or ()
+    if len(faults) > limits.max_faults:  # before parsing them
+        raise LimitError(f"{len(faults)} faults, the limit is {limits.max_faults}"
+                         + (" (raise it with --max-faults)" if hint else ""), field=field("faults"))
+    options = VerifyOptions(faults=tuple(parse_fault(f) for f in faults))
+    for o in OPTIONS:  # each to the field the table names (target_of): one mapping, no list kept here
+        path = target_of(o)
+        if o.name == "faults" or path[0] == "validate":  # parsed above; the graph's validation's
+            continue
+        value = get(o.name)
+        if o.name == "symbolic_budget" and o.name not in values:  # the oracle's default, within the limit
+            value = min(options.symbolic.max_elements, limits.max_symbolic_budget)
+        _set(options, path, value)
+    _set(options, ("symbolic", "max_edges"), min(options.symbolic.max_edges, limits.max_symbolic_partials))
+    check_option_limits(options, limits, field, hint)
+    return options
+
+
+def _set(options: VerifyOptions, path: tuple, value) -> None:
+    """options.a = value, or options.a.b = value (the oracles' options are frozen: replaced)."""
+    if len(path) == 1:
+        setattr(options, path[0], value)
+    else:
+        setattr(options, path[0], dataclasses.replace(getattr(options, path[0]), **{path[1]: value}))
+
+
+def check_option_limits(options: VerifyOptions, limits: ServerLimits, field=lambda name: f"options.{name}",
+                        hint: bool = False) -> None:
+    """LimitError for an option over its cap, naming the field (or flag) and, from the CLI, the limit's flag.
+    (Faults are counted before they are parsed, and the symbolic partials are capped, in verify_options.)"""
+    for name, value, limit_name in (("directions", options.fd.directions if options.fd.mode != "full" else 0,
+                                     "max_directions"),
+                                    ("symbolic_budget", options.symbolic.max_elements, "max_symbolic_budget")):
+        limit = getattr(limits, limit_name)
+        if value > limit:
+            more = f" (raise it with --{limit_name.replace('_', '-')})" if hint else ""
+            raise LimitError(f"{value} is over the limit of {limit}{more}", field=field(name))
+
+
+def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None, *,
+            options: VerifyOptions | None = None, message=None, hint: bool = False):
+    """(Graph, VerifyOptions) of a request, checked: its size, its options against the limits (unless the
+    caller mapped them already, `options`: the CLIs' flags, with budgets no request carries), its graph
+    validated -- an ONNX model imported here, as in the worker, unless the caller imported it (`message`:
+    the CLI reads external data beside the user's files). `hint`: a limit's error names its flag.
+
+    Raises GradcheckError for anything the user can fix."""
+    limits = limits or ServerLimits()
+    # the server's own check, for in-process callers
+    check_request_size(request.ByteSize(), limits.max_message_bytes, hint=hint)
+    if options is None:
+        options = options_from_proto(request.options, limits)
+    if message is None:
+        message = request.graph
+        if request.onnx_model:
+            from .onnx_import import graph_from_request
+
+            message = graph_from_request(request, limits)
+    graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
+    return graph, options
+
+
+def run_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None, *, on_phase=None,
+                symbolic: dict | None = None, options: VerifyOptions | None = None, message=None,
+                hint: bool = False, fd_source=None) -> Report:
+    """The pipeline: `prepare` the request, then verify it. on_phase(name) is told as each phase starts
+    (in-process progress); `symbolic`: SymbolicOptions fields no request carries (the in-process
+    budget flags); fd_source: the parameters' finite differences from elsewhere (verify/fd_shards.py).
+
+    A MemoryError goes up as it is: the server's worker answers it RESOURCE_EXHAUSTED (a limit of that
+    process), while a batch shard exits 75 so that its Job retries it on a node with more memory."""
+    graph, options = prepare(request, limits, options=options, message=message, hint=hint)
+    if symbolic:
+        options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
+    return verify(graph, options, on_phase=on_phase, fd_source=fd_source)
