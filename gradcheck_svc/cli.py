@@ -431,8 +431,10 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     if fd_mode[0] == "shard":
         graph, options = prepare(request, limits, **ask)
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
-    return message, run_request(request, limits, **ask, fd_source=fd_shards.shard_source(
-        fd_shards.read_shards(fd_mode[1], content, options)))
+
+    def from_shards(*args):  # read once the graph validated: a bad graph is named before its shards are
+        return fd_shards.shard_source(fd_shards.read_shards(fd_mode[1], content, options))(*args)
+    return message, run_request(request, limits, **ask, fd_source=from_shards)
 
 
 @contextmanager

@@ -579,16 +579,23 @@ class FiniteDifferences:
         return self._full(param)
 
     def _full(self, param: str) -> FDResult:
-        x = np.asarray(self.base[param], dtype=np.float64)
-        flat = x.reshape(-1)
-        n = flat.size
-        h = element_steps(flat)
-        every = np.arange(n)
+        shape = np.shape(self.base[param])
+        every = self.elements(param, np.arange(int(np.prod(shape, dtype=np.int64))))
+        return FDResult("full", every.reference.reshape(shape), every.noise.reshape(shape),
+                        evaluations=every.evaluations)
+
+    def elements(self, param: str, index: np.ndarray) -> FDResult:
+        """Central differences of the flat elements `index` of param, each alone (one-element copies):
+        a "full" FDResult over those elements, flat -- every element of a full check, or the few a
+        flagged parameter was narrowed to (verify/joint_check.py)."""
+        index = np.asarray(index, dtype=np.intp)
+        x = np.asarray(self.base[param], dtype=np.float64).reshape(-1)[index]
+        h = element_steps(x)
         with np.errstate(invalid="ignore"):  # a non-finite x has a NaN step: NaN rows, as they should
-            losses = self.one_hot_losses(param, np.concatenate([every, every]), np.concatenate([flat + h, flat - h]))
+            losses = self.one_hot_losses(param, np.concatenate([index, index]), np.concatenate([x + h, x - h]))
         with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
-            ref = (losses[:n] - losses[n:]) / (2 * h)
-        return FDResult("full", ref.reshape(x.shape), self.noise(h).reshape(x.shape), evaluations=2 * n)
+            ref = (losses[:index.size] - losses[index.size:]) / (2 * h)
+        return FDResult("full", ref, self.noise(h), evaluations=2 * index.size)
 
     def _projection(self, param: str, k: int) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64)

@@ -117,16 +117,10 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
 
 
 def elements_check(fd, name: str, g: np.ndarray, index: np.ndarray, tol: Tolerance, floor=None) -> FDCheck:
-    """Elements `index` (flat) of value `name` by ordinary central differences (one-element copies,
-    FiniteDifferences.one_hot_losses), refined where the first pass misses, against the engine's g
-    (flat, the whole value's); floor: as fd_check's (None: the tolerance model on these values)."""
-    from ..oracles.finite_diff import FDResult, element_steps
+    """Elements `index` (flat) of value `name` by ordinary central differences (FiniteDifferences.elements),
+    refined where the first pass misses, against the engine's g (flat, the whole value's); floor: as
+    fd_check's (None: the tolerance model on these values)."""
     index = np.asarray(index, dtype=np.intp)
-    x = np.asarray(fd.base[name], dtype=np.float64).reshape(-1)[index]
-    h = element_steps(x)
-    losses = fd.one_hot_losses(name, np.concatenate([index, index]), np.concatenate([x + h, x - h]))
-    with np.errstate(all="ignore"):
-        ref = (losses[:index.size] - losses[index.size:]) / (2 * h)
-    full = FDResult("full", None, None)
-    return fd_check(np.asarray(g, dtype=np.float64).reshape(-1)[index], ref, fd.noise(h), tol,
-                    lambda which, settled: fd.refine(name, full, index[which], settled), floor=floor)
+    res = fd.elements(name, index)
+    return fd_check(np.asarray(g, dtype=np.float64).reshape(-1)[index], res.reference, res.noise, tol,
+                    lambda which, settled: fd.refine(name, res, index[which], settled), floor=floor)

@@ -45,6 +45,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..oracles.finite_diff import element_steps
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
 
@@ -88,7 +89,6 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dic
     (RESOLVE / 4 x the smallest own bound)^2, an element's own bound being its tolerance plus the
     rounding of its own central difference -- so that an element whose bound is far below its block's
     typical tolerance is seen at RESOLVE x its own."""
-    from ..oracles.finite_diff import element_steps
     out = {}
     for p in params:
         b = _element_bounds(gradients[p], tol)
@@ -190,7 +190,6 @@ def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol:
     """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
     own bound -- tolerance + the rounding of their own central difference -- would not move the screen's
     values past what it allows (`reach`): such an error moves every direction by weight x error."""
-    from ..oracles.finite_diff import element_steps
     out = {}
     for p in params:
         if dirs.weight[p] <= 0:
