@@ -381,6 +381,9 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     # take is refused unread), then the whole request within max_request_seconds, in a child process
     # that is killed at the limit (bounded.py), as the server's worker is
     check_file_size(path, limits.max_message_bytes)
+    from .request import preload
+
+    preload(options.symbolic.enabled)  # the children start warm (request.preload)
     with limit_hints(is_onnx(path)):
         message, report = bounded_call(limits.max_request_seconds, "max_request_seconds", _decode_and_verify,
                                        path, args, limits, values, options, fd_mode, claims)

@@ -102,10 +102,9 @@ class LocalVerifier:
         self.version = code_version()  # what answers: this process's code
 
     def check(self) -> None:
-        # what a verification imports lazily (SymPy, mpmath: a second), imported before the child is forked:
-        # each fresh child (the one after a time-out too) starts warm, so no graph's limit pays for it and
-        # a graph's record does not depend on whether the graph before it timed out
-        from ..oracles import local_jacobian  # noqa: F401
+        from ..request import preload
+
+        preload(self.options.get("symbolic", True))  # before the first child is forked (request.preload)
 
         if self.options.get("device") == "cuda" and not cuda_usable():
             raise InfraError("no usable CUDA device on this node")

@@ -210,10 +210,11 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
     from gradcheck_svc.bounded import bounded_call
     from gradcheck_svc.errors import GradcheckError, TimeLimitError
     from gradcheck_svc.report_proto import client_report
-    from gradcheck_svc.request import run_request
+    from gradcheck_svc.request import preload, run_request
 
     from .request_message import make_request
 
+    preload(_options(args).get("symbolic", True) is not False)  # the children start warm (request.preload)
     out = {}
     for path, graph in graphs.items():
         start = time.perf_counter()
