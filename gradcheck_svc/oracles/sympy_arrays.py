@@ -66,6 +66,8 @@ def _tree(func):
 
 
 _add = lambda row: sp.Add(*row)  # noqa: E731
+_vmin = _vectorize(lambda a, b: sp.Min(a, b, evaluate=False), 2)
+_vmax = _vectorize(lambda a, b: sp.Max(a, b, evaluate=False), 2)
 
 
 def _per_matrix(f, *arrays):
@@ -153,6 +155,18 @@ class SympyArrays:
     @staticmethod
     def min(x, axis=None, keepdims=False):
         return reduce_rows(x, axis, keepdims, _tree(sp.Min))
+
+    @staticmethod
+    def sort(x, axis=-1):
+        """Ascending along axis by an odd-even transposition network of binary Min/Max (top_k's forward):
+        each element a SymPy expression of the inputs, the same function as a numeric sort."""
+        x = np.moveaxis(np.array(x, dtype=object), axis, -1)
+        n = x.shape[-1]
+        for r in range(n):
+            for i in range(r % 2, n - 1, 2):
+                a, b = x[..., i].copy(), x[..., i + 1].copy()
+                x[..., i], x[..., i + 1] = _vmin(a, b), _vmax(a, b)
+        return np.moveaxis(x, -1, axis)
 
     @staticmethod
     def matmul(a, b):
