@@ -56,6 +56,9 @@ class Context:
         self.dtypes: dict[str, str] = {}  # gradcheck value name -> "float" | "int64" | "bool" (ops.base)
         self.poisoned: set[str] = set()
         self.sequences: dict[str, list[str]] = {}  # ONNX sequence value -> its elements' gradcheck names
+        # computed int64 indices (top_k_indices nodes) -> (their float source, the node's attrs): a shape op on
+        # indices is the same op on the source, then its indices again (converters.indices_through)
+        self.indices_of: dict[str, tuple[str, dict]] = {}
         self.taken = set(taken_names)
         self.onnx_name = ""  # the node being converted (for messages)
 

@@ -31,7 +31,7 @@ import numpy as np
 from ..errors import GraphError
 from .context import Context, Filled, Unsupported
 from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
-from .converters import CONVERTERS, constant_of_shape, constant_value
+from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import source_names
@@ -160,11 +160,12 @@ class Importer:
             raise GraphError(f"the model has no input '{sorted(unknown)[0]}'", field="inputs")
 
     def _initializers(self) -> None:
+        static = static_initializers(self.model.graph, self.inits)  # Resize's scales: never a weight
         for name, value in self.inits.items():
             if name in self.ctx.emitted:
                 continue
             if value.dtype.kind == "f" and (self._wants(name, "initializers") or
-                                            (value.ndim >= 1 and "weights" in self.groups)):
+                                            (value.ndim >= 1 and "weights" in self.groups and name not in static)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value

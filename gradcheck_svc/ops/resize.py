@@ -26,14 +26,16 @@ TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
 NEAREST = ("round_prefer_floor", "round_prefer_ceil", "floor", "ceil")
 
 
-def source_coordinate(mode: str, out: np.ndarray, n_in: int, n_out: int, scale: float) -> np.ndarray:
-    """ONNX's x_original of each output position x_resized (its coordinate_transformation_mode)."""
+def source_coordinate(mode: str, out: np.ndarray, n_in: int, scale: float) -> np.ndarray:
+    """ONNX's x_original of each output position x_resized (its coordinate_transformation_mode), with
+    ONNX's length_resized = n_in * scale (unrounded, as its reference evaluator reads the spec)."""
+    length = n_in * scale
     if mode == "half_pixel":
         return (out + 0.5) / scale - 0.5
     if mode == "pytorch_half_pixel":
-        return (out + 0.5) / scale - 0.5 if n_out > 1 else np.zeros_like(out)
+        return (out + 0.5) / scale - 0.5 if length != 1 else np.full_like(out, -0.5)
     if mode == "align_corners":
-        return out * (n_in - 1) / (n_out - 1) if n_out > 1 else np.zeros_like(out)
+        return out * (n_in - 1) / (length - 1) if length != 1 else np.zeros_like(out)
     return out / scale  # asymmetric
 
 
@@ -50,8 +52,7 @@ def _nearest_index(src: np.ndarray, rule: str) -> np.ndarray:
 
 def interpolation_matrix(n_in: int, n_out: int, scale: float, attrs: dict) -> np.ndarray:
     """The (n_out, n_in) matrix of one axis: output = M @ input along it."""
-    src = source_coordinate(attrs["coordinate_transformation_mode"], np.arange(n_out, dtype=np.float64),
-                            n_in, n_out, scale)
+    src = source_coordinate(attrs["coordinate_transformation_mode"], np.arange(n_out, dtype=np.float64), n_in, scale)
     m = np.zeros((n_out, n_in))
     rows = np.arange(n_out)
     if attrs["mode"] == "nearest":
