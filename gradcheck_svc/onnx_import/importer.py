@@ -208,16 +208,34 @@ class Importer:
         return np.asarray(shape[start:end], dtype=np.int64)
 
     def _foldable(self, node) -> bool:
-        """All inputs are constants, and either no registry op does this or it computes on
-        non-float values (shape arithmetic). Float work on constants is emitted as nodes, so it
-        runs through the registry's ops like everything else."""
+        """All inputs are constants, and either no registry op does this, or it computes on
+        non-float values (shape arithmetic), or its value must be known at import time (it ends in
+        integers or in a node only folding computes: _needed_constants). Other float work on
+        constants is emitted as nodes, so it runs through the registry's ops like everything else."""
         ins = [n for n in node.input if n]
         if not all(self.ctx.is_const(n) for n in ins):
             return False
         if node.op_type in ("Constant", "ConstantOfShape") or node.op_type not in CONVERTERS:
             return True
+        if any(o in self.needed for o in node.output):
+            return True
         return any(np.asarray(self.ctx.consts[n]).dtype.kind != "f" for n in ins
                    if not isinstance(self.ctx.consts[n], Filled))
+
+    def _needed_constants(self) -> set[str]:
+        """Values that must be import-time constants: the inputs of a Cast to integers or bool (T5's
+        relative-position buckets: float logs of int positions, then cast) and of nodes no converter
+        takes (ScatterND: Swin's shifted-window mask), and, in turn, every input of a node making one."""
+        from onnx import helper
+
+        needed: set[str] = set()
+        for node in reversed(self.model.graph.node):
+            casts_to_int = node.op_type == "Cast" and np.dtype(helper.tensor_dtype_to_np_dtype(
+                next((a.i for a in node.attribute if a.name == "to"), 1))).kind != "f"
+            only_folded = node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size")
+            if casts_to_int or only_folded or any(o in needed for o in node.output):
+                needed.update(n for n in node.input if n)
+        return needed
 
     def _node(self, node) -> None:
         ctx = self.ctx
@@ -286,6 +304,7 @@ class Importer:
         ctx.builder.output(name)
 
     def run(self):
+        self.needed = self._needed_constants()
         self._graph_inputs()
         self._initializers()
         for node in self.model.graph.node:
