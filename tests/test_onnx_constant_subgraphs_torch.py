@@ -14,9 +14,8 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
-from torch import nn  # noqa: E402
-
 from test_bert_torch import _export  # noqa: E402
+from torch import nn  # noqa: E402
 
 from gradcheck_svc.errors import GraphError  # noqa: E402
 from gradcheck_svc.graph import load_graph  # noqa: E402

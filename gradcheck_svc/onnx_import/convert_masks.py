@@ -71,7 +71,8 @@ def _cast_constant(ctx, node, to: np.dtype):
         else:
             ctx.consts[node.output[0]] = v
             return [None]
-    ctx.consts[node.output[0]] = np.asarray(v).astype(np.float64 if to.kind == "f" else to)
+    with np.errstate(invalid="ignore"):  # -inf to an integer, as the model asks (masked later: T5's buckets)
+        ctx.consts[node.output[0]] = np.asarray(v).astype(np.float64 if to.kind == "f" else to)
     return [None]
 
 

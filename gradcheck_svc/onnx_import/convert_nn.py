@@ -11,7 +11,7 @@ import numpy as np
 
 from ..errors import GraphError
 from .context import Unsupported
-from .converters import _axis, _ins, _present, converter
+from .converters import _axis, _ins, _ints, _present, converter
 
 
 def simple_fraction(v: float) -> float:
@@ -223,7 +223,7 @@ def _resize(ctx, node, a, opset):
             if bad:
                 raise Unsupported(f"Resize with {why}")
         scales = _floats(ctx.const(node.input[2], "scales")) if _present(node, 2) else None
-        sizes = [int(d) for d in np.asarray(ctx.const(node.input[3], "sizes")).reshape(-1)] if _present(node, 3) else None
+        sizes = _ints(ctx.const(node.input[3], "sizes")) if _present(node, 3) else None
         scales = scales or None  # opset 11-12 pass an empty scales beside sizes
         axes = [_axis(v, rank) for v in a["axes"]] if a.get("axes") else None
         if axes is not None:  # opset 18: scales or sizes for these axes only

@@ -81,7 +81,7 @@ def _infer(node, specs, attrs):
     if scales is not None:
         if any(not s > 0 for s in scales):
             raise GraphError(f"resize: scales must be positive, got {list(scales)}", node=node)
-        out = tuple(int(math.floor(n * s)) for n, s in zip(shape, scales))  # ONNX: floor(input * scale)
+        out = tuple(math.floor(n * s) for n, s in zip(shape, scales))  # ONNX: floor(input * scale)
     else:
         out = tuple(int(d) for d in sizes)
         scales = [o / n if n else 1.0 for o, n in zip(out, shape)]
