@@ -158,3 +158,36 @@ def test_integer_gather_elements_out_of_range_is_one_line():
     with pytest.raises(GraphError, match=r"GatherElements node .*out of range \[-100, 99\]") as err:
         import_onnx(_gather_model(data, np.array([[3, 100]], dtype=np.int64), 1), ImportOptions(params="w"))
     assert "\n" not in str(err.value)
+
+
+class MaskedAttention(nn.Module):
+    """GPT-2-style attention with an additive causal mask held as a buffer: float32's minimum above the
+    diagonal (what the dynamo exporter folds a causal mask into), an initializer of the export."""
+
+    def __init__(self, d=4, t=3):
+        super().__init__()
+        self.qkv = nn.Linear(d, 3 * d)
+        self.register_buffer("causal", torch.full((t, t), torch.finfo(torch.float32).min).triu(1))
+
+    def forward(self, x):
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        return torch.softmax(q @ k.transpose(1, 2) + self.causal, -1) @ v
+
+
+@pytest.mark.parametrize("exporter", ["legacy", "dynamo"])
+def test_an_additive_mask_initializer_is_a_constant_by_default(exporter):
+    import onnx
+    from onnx import numpy_helper
+
+    model = _seeded(MaskedAttention())
+    torch.manual_seed(1)
+    x = torch.randn(2, 3, 4, dtype=torch.float64)
+    blob = _export(model, (x,), exporter)
+    masks = [t.name for t in onnx.load_from_string(blob).graph.initializer
+             if numpy_helper.to_array(t).dtype.kind == "f" and np.abs(numpy_helper.to_array(t)).max() > 1e38]
+    assert masks  # the export holds the mask as an initializer
+    graph = load_graph(import_onnx(blob))
+    assert not set(masks) & set(graph.parameters) and graph.parameters
+    assert verify(graph, VerifyOptions()).verdict == "pass"
+    named = load_graph(import_onnx(blob, ImportOptions(params=f"weights,{masks[0]}")))
+    assert masks[0] in named.parameters  # asked for by name, it is a parameter like any other

@@ -3,7 +3,9 @@
 Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
   weights       every float initializer of rank >= 1 (the default: a model's weights; scalar
                 initializers -- exponents, epsilons, the 0.5 of a GELU, as the dynamo exporter
-                stores them -- stay constants: d/d(exponent) of x**p is NaN at negative x)
+                stores them -- stay constants: d/d(exponent) of x**p is NaN at negative x; so do
+                masks, initializers holding an entry of magnitude >= 1e30 such as an additive
+                causal mask's finfo.min, and Resize's scales)
   initializers  every float initializer, scalars too
   inputs        every float graph input that is not an initializer
   constants     every float value known at import time that a node makes
@@ -51,6 +53,16 @@ class ImportOptions:
     loss: str = "sum"
     cotangent: np.ndarray | None = None
     cotangent_seed: int = 0
+
+
+MASK_MAGNITUDE = 1e30  # beyond any trained weight: a mask's finfo.min (-3.4e38, -1.8e308) or -inf
+
+
+def is_mask(value: np.ndarray) -> bool:
+    """A float initializer holding an entry of magnitude >= MASK_MAGNITUDE: an additive mask (GPT-2's
+    causal mask, folded by the dynamo exporter), not a weight: its gradient means nothing, and as a
+    parameter its huge entries would defeat the joint finite-difference screen."""
+    return value.dtype.kind == "f" and value.size > 0 and bool(np.any(np.abs(value) >= MASK_MAGNITUDE))
 
 
 def _attrs(node) -> dict:
@@ -164,8 +176,8 @@ class Importer:
         for name, value in self.inits.items():
             if name in self.ctx.emitted:
                 continue
-            if value.dtype.kind == "f" and (self._wants(name, "initializers") or
-                                            (value.ndim >= 1 and "weights" in self.groups and name not in static)):
+            weight = value.ndim >= 1 and name not in static and not is_mask(value)
+            if value.dtype.kind == "f" and (self._wants(name, "initializers") or (weight and "weights" in self.groups)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
