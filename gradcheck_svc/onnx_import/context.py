@@ -124,6 +124,9 @@ class Context:
     def emit_node(self, op_name: str, inputs: list[str], attrs: dict, name: str) -> str:
         """Add one registry op node and record its static shape from the op's own infer."""
         op = get_op(op_name)
+        for k, i in enumerate(inputs):  # int values exist only as constants and TopK's indices (converters.py)
+            if self.dtypes[i] != op.kind_of(k) and op.kind_of(k) == FLOAT:
+                raise Unsupported(f"{op_name} of a computed {self.dtypes[i]} value")
         self.builder.node(op_name, *inputs, name=name, **attrs)
         normalized = convert_attrs(name, op, attrs)
         spec, _ = op.infer(name, [Spec(self.shapes[i], self.dtypes[i]) for i in inputs], normalized)
