@@ -56,6 +56,7 @@ class Graph:
     nodes: list[Node]  # topological order
     output: str
     specs: dict[str, Spec] = field(default_factory=dict)  # every value's static type
+    notes: tuple[str, ...] = ()  # the converter's word to the report (Graph.notes); not read by the verification
 
     @property
     def parameters(self) -> list[str]:

@@ -335,12 +335,41 @@ class Importer:
         return msg
 
     def _source_names(self, msg) -> None:
-        """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py)."""
+        """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py);
+        the torch parameters a dynamo export lists but holds under none of them: a note (folded_note)."""
         params = self.made_params & set(self.inits)
         found = source_names(self.model, params, {n: self.inits[n].ndim for n in params})
         for inp in msg.inputs:
             for entry in found.get(inp.name, ()):
                 inp.source_names.add(**entry)
+        if "weights" in self.groups or "initializers" in self.groups:
+            named = set(params) | {e["name"] for entries in found.values() for e in entries}
+            note = folded_note(self.model, named)
+            if note:
+                msg.notes.append(note)
+
+
+_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the dynamo exporter's graph metadata
+
+
+def exported_parameters(model) -> list[str]:
+    """The torch parameters (named_parameters() keys) a dynamo export's graph signature lists."""
+    import re
+
+    text = next((p.value for p in model.graph.metadata_props if p.key == _SIGNATURE), "")
+    return re.findall(r": PARAMETER target='([^']*)'", text)
+
+
+def folded_note(model, named: set[str], shown: int = 8) -> str:
+    """"not checked: ..." for the torch parameters the export lists but no parameter is, or is named after
+    (source_names): the exporter's optimizer folded them into constants (or the forward never reads them)."""
+    missing = [p for p in exported_parameters(model) if p not in named]
+    if not missing:
+        return ""
+    more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
+    return (f"not checked: {len(missing)} torch parameter(s) the model does not hold, {', '.join(missing[:shown])}"
+            f"{more}: folded by the exporter into constants (or unused); torch.onnx.export(..., dynamo=True, "
+            "optimize=False) keeps them")
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):
