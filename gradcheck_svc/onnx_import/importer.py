@@ -343,7 +343,8 @@ class Importer:
             for entry in found.get(inp.name, ()):
                 inp.source_names.add(**entry)
         if "weights" in self.groups or "initializers" in self.groups:
-            named = set(params) | {e["name"] for entries in found.values() for e in entries}
+            # held by the model (a parameter, or a constant by choice: scalars, masks) or named by provenance
+            named = set(self.inits) | {e["name"] for entries in found.values() for e in entries}
             note = folded_note(self.model, named)
             if note:
                 msg.notes.append(note)
