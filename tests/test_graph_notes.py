@@ -1,6 +1,6 @@
 """Graph.notes: what the converter that made a graph wants the report to say (the ONNX importer's
-"not checked: ..." for parameters an exporter folded away) reaches the report's warnings, in every
-format; notes are request strings, bounded in count and length like names."""
+"not checked under their PyTorch names ..." for parameters an exporter folded away) reaches the
+report's warnings, in every format; notes are request strings, bounded in count and length."""
 from __future__ import annotations
 
 import json

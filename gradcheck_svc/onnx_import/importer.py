@@ -362,15 +362,16 @@ def exported_parameters(model) -> list[str]:
 
 
 def folded_note(model, named: set[str], shown: int = 8) -> str:
-    """"not checked: ..." for the torch parameters the export lists but no parameter is, or is named after
-    (source_names): the exporter's optimizer folded them into constants (or the forward never reads them)."""
+    """"not checked ..." for the torch parameters the export lists but the model holds under no name, its own
+    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read."""
     missing = [p for p in exported_parameters(model) if p not in named]
     if not missing:
         return ""
     more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
-    return (f"not checked: {len(missing)} torch parameter(s) the model does not hold, {', '.join(missing[:shown])}"
-            f"{more}: folded by the exporter into constants (or unused); torch.onnx.export(..., dynamo=True, "
-            "optimize=False) keeps them")
+    return (f"not checked under their PyTorch names: {len(missing)} torch parameter(s) the model holds under no "
+            f"name traced to them, {', '.join(missing[:shown])}{more}: the exporter folded them into constants "
+            "(or into a Conv: BatchNorm), merged them (RNN gates into W, R, B), or the forward does not read them; "
+            "torch.onnx.export(..., dynamo=True, optimize=False) keeps what its optimizer folds")
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):
