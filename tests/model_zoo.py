@@ -148,6 +148,8 @@ def mlp_layernorm_gelu():
     return MLP(), torch.randn(3, 6)
 
 
+
+
 class _ExactHardsigmoid(nn.Module):
     def forward(self, x):
         return torch.clamp(x / 6.0 + 0.5, 0.0, 1.0)
@@ -238,5 +240,61 @@ def tiny_vit_merged():
     return TinyViT().eval().double(), torch.randn(1, 3, 8, 8, dtype=torch.float64)
 
 
+class TinyUNet(nn.Module):
+    """A U-Net's two levels: conv, max-pool down, conv, nn.Upsample back (nearest, or bilinear with or
+    without align_corners: each exports its own Resize modes), the skip concatenated, a last conv."""
+
+    def __init__(self, mode="nearest", align_corners=None, c=3):
+        super().__init__()
+        self.down, self.mid = nn.Conv2d(2, c, 3, padding=1), nn.Conv2d(c, c, 3, padding=1)
+        self.pool = nn.MaxPool2d(2)
+        self.up = nn.Upsample(scale_factor=2, mode=mode, align_corners=align_corners)
+        self.out = nn.Conv2d(2 * c, 2, 1)
+
+    def forward(self, x):
+        skip = torch.tanh(self.down(x))
+        deep = torch.tanh(self.mid(self.pool(skip)))
+        return self.out(torch.cat([skip, self.up(deep)], dim=1))
+
+
+@_seeded
+def unet_nearest():
+    return TinyUNet("nearest"), torch.randn(1, 2, 6, 6)
+
+
+@_seeded
+def unet_bilinear():
+    return TinyUNet("bilinear", align_corners=False), torch.randn(1, 2, 6, 6)
+
+
+@_seeded
+def unet_bilinear_corners():
+    return TinyUNet("bilinear", align_corners=True), torch.randn(1, 2, 6, 6)
+
+
+class Top2MoE(nn.Module):
+    """A top-2 mixture of experts over tokens: a router's softmax, torch.topk(2), the two weights
+    renormalized, and the chosen experts' outputs gathered (torch.gather with topk's indices) and mixed."""
+
+    def __init__(self, d=4, experts=4):
+        super().__init__()
+        self.router = nn.Linear(d, experts)
+        self.experts = nn.Linear(d, experts * d)  # every expert's d outputs, side by side
+        self.d, self.n = d, experts
+
+    def forward(self, x):
+        probs = torch.softmax(self.router(x), dim=-1)  # (T, E)
+        w, idx = probs.topk(2, dim=-1)  # (T, 2)
+        w = w / w.sum(-1, keepdim=True)
+        outs = self.experts(x).reshape(x.shape[0], self.n, self.d).transpose(1, 2)  # (T, d, E)
+        chosen = outs.gather(2, idx.unsqueeze(1).expand(-1, self.d, -1))  # (T, d, 2)
+        return (chosen * w.unsqueeze(1)).sum(-1)
+
+
+@_seeded
+def moe_top2():
+    return Top2MoE(), torch.randn(5, 4)
+
+
 ZOO = [resnet_block, mobilenetv3_block, lstm, gru, rnn_tanh, transformer_encoder_layer, tiny_vit, mlp_layernorm_gelu,
-       groupnorm_modulelist, tiny_vit_merged]
+       groupnorm_modulelist, tiny_vit_merged, unet_nearest, unet_bilinear, unet_bilinear_corners, moe_top2]

@@ -16,7 +16,8 @@ from gradcheck_svc.onnx_import.importer import ImportOptions, import_model
 
 OPS = ["LayerNormalization", "Erf", "Gelu", "HardSwish", "HardSigmoid", "CastLike", "Where", "Equal", "Less",
        "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "GatherElements",
-       "Trilu", "Expand", "Range", "Einsum", "ScatterElements", "LSTM", "GRU", "RNN"]
+       "Trilu", "Expand", "Range", "Einsum", "ScatterElements", "LSTM", "GRU", "RNN", "Resize", "Upsample",
+       "TopK"]
 
 
 @functools.cache
@@ -36,7 +37,8 @@ def _cases():
     return out
 
 
-FLOAT_DATA = {"Trilu"}  # ONNX's cases feed int64 matrices: here the same values as float64 data
+FLOAT_DATA = {"Trilu"}
+CONST_INPUTS = {"Resize", "Upsample"}  # ONNX's cases feed roi and scales as inputs  # ONNX's cases feed int64 matrices: here the same values as float64 data
 
 
 def _with_float_loss(model):
@@ -75,6 +77,12 @@ def _run(case):
         model.graph.output[0].type.tensor_type.elem_type = TensorProto.DOUBLE
         ins[0] = np.asarray(ins[0], dtype=np.float64)
     feeds = dict(zip(names, ins))
+    if op in CONST_INPUTS:  # in exported models these are initializers (constants), not inputs
+        model = onnx.ModelProto.FromString(model.SerializeToString())
+        keep = [vi for vi in model.graph.input if vi.name == names[0]]
+        model.graph.initializer.extend(numpy_helper.from_array(np.asarray(feeds.pop(n)), n) for n in names[1:])
+        del model.graph.input[:]
+        model.graph.input.extend(keep)
     feeds["_w"] = np.asarray(1.0)
     try:
         msg = import_model(_with_float_loss(model), ImportOptions(inputs=feeds, params="none", output="_loss_src"))

@@ -33,6 +33,7 @@ TORCH = {
     "hard_sigmoid": lambda x, alpha=0.2, beta=0.5: torch.clamp(alpha * x + beta, 0.0, 1.0),
     "layer_norm": _layer_norm,
     "einsum": lambda *xs, equation: torch.einsum(equation, *xs),
+    "top_k": lambda x, k, axis, largest: torch.topk(x, k, dim=axis, largest=largest).values,
     "equal": torch.eq, "less": torch.lt, "greater": torch.gt, "less_equal": torch.le, "greater_equal": torch.ge,
     "logical_not": torch.logical_not, "logical_and": torch.logical_and, "logical_or": torch.logical_or,
     "logical_xor": torch.logical_xor, "isnan": torch.isnan, "isinf": torch.isinf,

@@ -102,7 +102,7 @@ def _traced_inputs(t, case):
 
 def test_shape_ndim_len_right_for_every_op():
     """Each op on each of its registry test cases: the traced shape is the server's inferred one."""
-    from gradcheck_svc.verify.audit import mask_shape
+    from gradcheck_svc.verify.audit import index_range, mask_shape
 
     checked = set()
     for op in REGISTRY.values():
@@ -113,6 +113,8 @@ def test_shape_ndim_len_right_for_every_op():
             if mask_shape(op, case) is not None:  # a bool mask: a float loss reads it through where
                 ones = t.input("ones", np.ones(y.shape))
                 loss = ops.where(y, ones, -ones).sum()
+            elif index_range(op, case) is not None:  # int indices (top_k_indices): read through take
+                loss = ops.take(t.input("r", np.arange(float(index_range(op, case)))), y, axis=0).sum()
             else:
                 loss = y.sum() if y.shape else y
             server = validate(t.graph(loss), require_parameters=False).specs[y.name].shape

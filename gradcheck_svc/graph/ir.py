@@ -67,6 +67,7 @@ class Graph:
     output: str
     specs: dict[str, Spec] = field(default_factory=dict)  # every value's static type
     claims: Claims | None = None  # the gradients under test, when other code computed them
+    notes: tuple[str, ...] = ()  # the converter's word to the report (Graph.notes); not read by the verification
 
     @property
     def parameters(self) -> list[str]:

@@ -48,6 +48,20 @@ def _source_names(inp, where: str, limits: Limits) -> tuple:
     return tuple(out)
 
 
+MAX_NOTES, MAX_NOTE_LENGTH = 16, 2000  # a graph's notes are echoed in reports
+
+
+def _notes(msg) -> tuple[str, ...]:
+    """The graph's notes, within their count and length (they are echoed in reports)."""
+    if len(msg.notes) > MAX_NOTES:
+        raise LimitError(f"{len(msg.notes)} notes, the limit is {MAX_NOTES}", field="notes")
+    for j, note in enumerate(msg.notes):
+        if len(note) > MAX_NOTE_LENGTH:
+            raise LimitError(f"note is {len(note)} characters long, the limit is {MAX_NOTE_LENGTH}",
+                             field=f"notes[{j}]")
+    return tuple(msg.notes)
+
+
 def _paren_depth(text: str) -> int:
     depth = deepest = 0
     for c in text:
@@ -349,4 +363,5 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
                          limit="max_elements")
     claims = decode_claims(msg, [n for n, i in inputs.items() if i.requires_grad], specs, [n.name for n in nodes],
                            decode_tensor)
-    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs, claims)
+    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs, claims,
+                 _notes(msg))

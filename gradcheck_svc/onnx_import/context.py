@@ -56,6 +56,9 @@ class Context:
         self.dtypes: dict[str, str] = {}  # gradcheck value name -> "float" | "int64" | "bool" (ops.base)
         self.poisoned: set[str] = set()
         self.sequences: dict[str, list[str]] = {}  # ONNX sequence value -> its elements' gradcheck names
+        # computed int64 indices (top_k_indices nodes) -> (their float source, the node's attrs): a shape op on
+        # indices is the same op on the source, then its indices again (converters.indices_through)
+        self.indices_of: dict[str, tuple[str, dict]] = {}
         self.taken = set(taken_names)
         self.onnx_name = ""  # the node being converted (for messages)
 
@@ -121,6 +124,9 @@ class Context:
     def emit_node(self, op_name: str, inputs: list[str], attrs: dict, name: str) -> str:
         """Add one registry op node and record its static shape from the op's own infer."""
         op = get_op(op_name)
+        for k, i in enumerate(inputs):  # int values exist only as constants and TopK's indices (converters.py)
+            if self.dtypes[i] != op.kind_of(k) and op.kind_of(k) == FLOAT:
+                raise Unsupported(f"{op_name} of a computed {self.dtypes[i]} value")
         self.builder.node(op_name, *inputs, name=name, **attrs)
         normalized = convert_attrs(name, op, attrs)
         spec, _ = op.infer(name, [Spec(self.shapes[i], self.dtypes[i]) for i in inputs], normalized)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from ..ops.base import BOOL, FLOAT
+from ..ops.base import BOOL, FLOAT, INT
 from .context import Filled, Unsupported
 from .converters import _ins, converter
 
@@ -49,6 +49,8 @@ def _cast_to(ctx, node, x: str, to: np.dtype):
             return x  # float -> float: the engine runs one float dtype
         if src == BOOL:  # a mask as 0.0 / 1.0
             return ctx.emit("where", [x, ctx.scalar(1.0), ctx.scalar(0.0)], name=node.output[0])
+    elif to.kind in "iu" and src == INT and to.itemsize == 8:  # int64 -> int64 (TopK's indices): an alias
+        return x
     elif to.kind == "b":
         if src == BOOL:
             return x
@@ -69,7 +71,8 @@ def _cast_constant(ctx, node, to: np.dtype):
         else:
             ctx.consts[node.output[0]] = v
             return [None]
-    ctx.consts[node.output[0]] = np.asarray(v).astype(np.float64 if to.kind == "f" else to)
+    with np.errstate(invalid="ignore"):  # -inf to an integer, as the model asks (masked later: T5's buckets)
+        ctx.consts[node.output[0]] = np.asarray(v).astype(np.float64 if to.kind == "f" else to)
     return [None]
 
 

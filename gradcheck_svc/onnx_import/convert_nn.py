@@ -1,5 +1,6 @@
 """Today's transformer and MobileNet ops: HardSigmoid, Gelu, LayerNormalization (with its stash outputs),
-GatherElements, Trilu. (Erf and HardSwish are registry ops ONNX names as they are: converters.py.)
+GatherElements, Trilu, TopK (MoE routing), Resize and Upsample (U-Nets). (Erf and HardSwish are registry
+ops ONNX names as they are: converters.py.)
 
 Where ONNX defines a function body for an op, the converter says whether it follows it.
 """
@@ -10,7 +11,7 @@ import numpy as np
 
 from ..errors import GraphError
 from .context import Unsupported
-from .converters import _axis, _ins, _present, converter
+from .converters import _axis, _ins, _ints, _present, converter
 
 
 def simple_fraction(v: float) -> float:
@@ -69,6 +70,8 @@ def _gather_elements(ctx, node, a, opset):
     x = ctx.value(node.input[0])
     shape = ctx.shape(x)
     axis = _axis(a.get("axis", 0), len(shape))
+    if not ctx.is_const(node.input[1]):  # computed indices (TopK's), non-negative, checked when they are made
+        return ctx.emit("take_along_axis", [x, ctx.value(node.input[1])], {"axis": axis}, name=node.output[0])
     idx = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64)
     n = shape[axis]
     if idx.size and (idx.min() < -n or idx.max() >= n):
@@ -175,3 +178,72 @@ def _sequence_at(ctx, node, a, opset):
         raise Unsupported(f"SequenceAt position {i} of a sequence of {len(parts)}")
     part = parts[i]  # a node under the output's name (an alias would leave the name to another value)
     return ctx.emit("reshape", [part], {"shape": list(ctx.shape(part))}, name=node.output[0])
+
+
+@converter("TopK")
+def _top_k(ctx, node, a, opset):
+    """Values: top_k (the gradient flows to the selected elements); indices: top_k_indices (int64, no
+    gradient), read by Gather / GatherElements. sorted=0 leaves the order open: the sorted one is one."""
+    x = ctx.value(node.input[0])
+    k = int(a["k"]) if opset < 10 else int(np.asarray(ctx.const(node.input[1], "K")).reshape(-1)[0])
+    rank = len(ctx.shape(x))
+    attrs = {"k": k, "axis": _axis(a.get("axis", -1), rank) - rank, "largest": bool(a.get("largest", 1))}
+    values = ctx.emit("top_k", [x], attrs, name=node.output[0] or ctx.fresh(f"{ctx.onnx_name}/values"))
+    indices = None
+    if _present_out(node, 1):
+        indices = ctx.emit("top_k_indices", [x], attrs, name=node.output[1])
+        ctx.indices_of[indices] = (x, attrs)
+    return [values, indices]
+
+
+def _present_out(node, i: int) -> bool:
+    return len(node.output) > i and bool(node.output[i])
+
+
+RESIZE_TRANSFORMS = ("half_pixel", "pytorch_half_pixel", "align_corners", "asymmetric")
+
+
+@converter("Resize", "Upsample")
+def _resize(ctx, node, a, opset):
+    """nearest and linear (bilinear, trilinear) with the coordinate transformations PyTorch exports; cubic,
+    antialias, tf_crop_and_resize and a kept aspect ratio are refused by name. Upsample (opset 7-9) is
+    Resize with asymmetric coordinates and floor rounding (ONNX's own reading: a repeat)."""
+    x = ctx.value(node.input[0])
+    rank = len(ctx.shape(x))
+    mode = a.get("mode", "nearest")
+    if mode not in ("nearest", "linear"):
+        raise Unsupported(f"{node.op_type} with mode {mode}")
+    if node.op_type == "Upsample":
+        transform, rounding = "asymmetric", "floor"
+        scales = a["scales"] if "scales" in a else _floats(ctx.const(node.input[1], "scales"))
+        sizes = None
+    else:
+        if opset < 11:
+            raise Unsupported("Resize before opset 11 (its coordinate mapping is not stated)")
+        transform = a.get("coordinate_transformation_mode", "half_pixel")
+        rounding = a.get("nearest_mode", "round_prefer_floor")
+        for bad, why in ((transform not in RESIZE_TRANSFORMS, f"coordinate_transformation_mode {transform}"),
+                         (a.get("antialias", 0), "antialias"),
+                         (a.get("keep_aspect_ratio_policy", "stretch") != "stretch",
+                          f"keep_aspect_ratio_policy {a.get('keep_aspect_ratio_policy')}")):
+            if bad:
+                raise Unsupported(f"Resize with {why}")
+        scales = _floats(ctx.const(node.input[2], "scales")) if _present(node, 2) else None
+        sizes = _ints(ctx.const(node.input[3], "sizes")) if _present(node, 3) else None
+        scales = scales or None  # opset 11-12 pass an empty scales beside sizes
+        axes = [_axis(v, rank) for v in a["axes"]] if a.get("axes") else None
+        if axes is not None:  # opset 18: scales or sizes for these axes only
+            full_scales, full_sizes = [1.0] * rank, list(ctx.shape(x))
+            for i, ax in enumerate(axes):
+                if scales:
+                    full_scales[ax] = scales[i]
+                if sizes:
+                    full_sizes[ax] = sizes[i]
+            scales, sizes = (full_scales, None) if scales else (None, full_sizes)
+    attrs = {"mode": mode, "coordinate_transformation_mode": transform, "nearest_mode": rounding}
+    attrs.update({"sizes": sizes} if sizes else {"scales": scales})
+    return ctx.emit("resize", [x], attrs, name=node.output[0])
+
+
+def _floats(v) -> list[float]:
+    return [float(e) for e in np.asarray(v).reshape(-1)]

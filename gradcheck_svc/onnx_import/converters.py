@@ -21,6 +21,21 @@ from .context import Context, Filled, Unsupported
 
 CONVERTERS: dict = {}
 
+# input slots a converter reads as import-time constants, never as graph values (Resize's roi, scales
+# and sizes): an initializer read only there is a constant, not a parameter, under the default "weights"
+STATIC_INPUTS: dict[str, tuple[int, ...]] = {"Resize": (1, 2, 3), "Upsample": (1,)}
+
+
+def static_initializers(graph, initializers) -> set[str]:
+    """The initializers that every node reading them reads at a STATIC_INPUTS slot."""
+    static, dynamic = set(), set()
+    for node in graph.node:
+        slots = STATIC_INPUTS.get(node.op_type, ())
+        for i, name in enumerate(node.input):
+            if name in initializers:
+                (static if i in slots else dynamic).add(name)
+    return static - dynamic
+
 
 def converter(*op_types):
     def wrap(f):
@@ -333,9 +348,34 @@ def _unsqueeze(ctx, node, a, opset):
     shape = list(ctx.shape(x))
     axes = _axes_of(ctx, node, a, opset, 13)
     rank = len(shape) + len(axes)
-    for ax in sorted(_axis(v, rank) for v in axes):
-        shape.insert(ax, 1)
-    return _reshape_to(ctx, node, x, shape)
+    inserted = sorted(_axis(v, rank) for v in axes)
+    if x in ctx.indices_of:
+        return _unsqueeze_indices(ctx, node, x, inserted)
+    return _reshape_to(ctx, node, x, _inserted(shape, inserted, 1))
+
+
+def _unsqueeze_indices(ctx, node, idx: str, inserted: list[int]) -> str:
+    src, attrs = ctx.indices_of[idx]
+    rank = len(ctx.shape(src))
+    marks = _inserted(list(range(rank)), inserted, None)  # where each source axis lands
+    moved = ctx.emit("reshape", [src], {"shape": _inserted(list(ctx.shape(src)), inserted, 1)})
+    return _indices_again(ctx, node, moved, {**attrs, "axis": marks.index(attrs["axis"] + rank) - len(marks)})
+
+
+def _inserted(items: list, at: list[int], fill) -> list:
+    items = list(items)
+    for ax in at:
+        items.insert(ax, fill)
+    return items
+
+
+def _indices_again(ctx, node, src: str, attrs: dict) -> str:
+    """Computed indices after a shape op (Unsqueeze, Expand: a MoE's gather of its chosen experts) are
+    the same op on their float source, indexed again: top_k_indices of copies of a row are copies of its
+    indices (and no int value ever needs a shape op of its own)."""
+    out = ctx.emit("top_k_indices", [src], attrs, name=node.output[0])
+    ctx.indices_of[out] = (src, attrs)
+    return out
 
 
 @converter("Squeeze")
@@ -358,10 +398,23 @@ def _concat(ctx, node, a, opset):
 @converter("Expand")
 def _expand(ctx, node, a, opset):
     x = ctx.value(node.input[0])
-    if ctx.dtype(x) != "float":
+    if ctx.dtype(x) != "float" and x not in ctx.indices_of:
         raise Unsupported(f"Expand of a computed {ctx.dtype(x)} value")
     target = np.broadcast_shapes(ctx.shape(x), tuple(_ints(ctx.const(node.input[1], "shape"))))
+    if x in ctx.indices_of:
+        return _expand_indices(ctx, node, x, list(target))
     return ctx.emit("broadcast_to", [x], {"shape": list(target)}, name=node.output[0])
+
+
+def _expand_indices(ctx, node, idx: str, target: list[int]) -> str:
+    src, attrs = ctx.indices_of[idx]
+    axis = attrs["axis"]  # negative: the same axis after a broadcast
+    if target[axis] != ctx.shape(idx)[axis]:
+        raise Unsupported("Expand of TopK's indices along their top-k axis")
+    shape = list(target)
+    shape[axis] = ctx.shape(src)[axis]
+    lifted = ctx.emit("reshape", [src], {"shape": [1] * (len(target) - len(ctx.shape(src))) + list(ctx.shape(src))})
+    return _indices_again(ctx, node, ctx.emit("broadcast_to", [lifted], {"shape": shape}), attrs)
 
 
 @converter("Tile")

@@ -4,7 +4,8 @@ Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
   weights       every float initializer of rank >= 1 (the default: a model's weights; scalar
                 initializers -- exponents, epsilons, the 0.5 of a GELU, as the dynamo exporter
                 stores them, 0-d or an exporter-made shape [1] -- stay constants: d/d(exponent)
-                of x**p is NaN at negative x)
+                of x**p is NaN at negative x; so do masks, initializers holding an entry of magnitude
+                >= 1e30 such as an additive causal mask's finfo.min, and Resize's scales)
   initializers  every float initializer, scalars too
   inputs        every float graph input that is not an initializer
   constants     every float value known at import time that a node makes
@@ -33,7 +34,7 @@ import numpy as np
 from ..errors import GraphError, LimitError
 from .context import Context, Filled, Unsupported
 from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
-from .converters import CONVERTERS, constant_of_shape, constant_value
+from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
@@ -53,6 +54,16 @@ class ImportOptions:
     loss: str = "sum"
     cotangent: np.ndarray | None = None
     cotangent_seed: int = 0
+
+
+MASK_MAGNITUDE = 1e30  # beyond any trained weight: a mask's finfo.min (-3.4e38, -1.8e308) or -inf
+
+
+def is_mask(value: np.ndarray) -> bool:
+    """A float initializer holding an entry of magnitude >= MASK_MAGNITUDE: an additive mask (GPT-2's
+    causal mask, folded by the dynamo exporter), not a weight: its gradient means nothing, and as a
+    parameter its huge entries would defeat the joint finite-difference screen."""
+    return value.dtype.kind == "f" and value.size > 0 and bool(np.any(np.abs(value) >= MASK_MAGNITUDE))
 
 
 def _attrs(node) -> dict:
@@ -176,11 +187,12 @@ class Importer:
             raise GraphError(f"the model has no input '{sorted(unknown)[0]}'", field="inputs")
 
     def _initializers(self) -> None:
+        static = static_initializers(self.model.graph, self.inits)  # Resize's scales: never a weight
         for name, value in self.inits.items():
             if name in self.ctx.emitted:
                 continue
-            if value.dtype.kind == "f" and (self._wants(name, "initializers") or
-                                            (_is_weight(name, value) and "weights" in self.groups)):
+            weight = _is_weight(name, value) and name not in static and not is_mask(value)
+            if value.dtype.kind == "f" and (self._wants(name, "initializers") or (weight and "weights" in self.groups)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
@@ -223,16 +235,34 @@ class Importer:
         return np.asarray(shape[start:end], dtype=np.int64)
 
     def _foldable(self, node) -> bool:
-        """All inputs are constants, and either no registry op does this or it computes on
-        non-float values (shape arithmetic). Float work on constants is emitted as nodes, so it
-        runs through the registry's ops like everything else."""
+        """All inputs are constants, and either no registry op does this, or it computes on
+        non-float values (shape arithmetic), or its value must be known at import time (it ends in
+        integers or in a node only folding computes: _needed_constants). Other float work on
+        constants is emitted as nodes, so it runs through the registry's ops like everything else."""
         ins = [n for n in node.input if n]
         if not all(self.ctx.is_const(n) for n in ins):
             return False
         if node.op_type in ("Constant", "ConstantOfShape") or node.op_type not in CONVERTERS:
             return True
+        if any(o in self.needed for o in node.output):
+            return True
         return any(np.asarray(self.ctx.consts[n]).dtype.kind != "f" for n in ins
                    if not isinstance(self.ctx.consts[n], Filled))
+
+    def _needed_constants(self) -> set[str]:
+        """Values that must be import-time constants: the inputs of a Cast to integers or bool (T5's
+        relative-position buckets: float logs of int positions, then cast) and of nodes no converter
+        takes (ScatterND: Swin's shifted-window mask), and, in turn, every input of a node making one."""
+        from onnx import helper
+
+        needed: set[str] = set()
+        for node in reversed(self.model.graph.node):
+            casts_to_int = node.op_type == "Cast" and np.dtype(helper.tensor_dtype_to_np_dtype(
+                next((a.i for a in node.attribute if a.name == "to"), 1))).kind != "f"
+            only_folded = node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size")
+            if casts_to_int or only_folded or any(o in needed for o in node.output):
+                needed.update(n for n in node.input if n)
+        return needed
 
     def _node(self, node) -> None:
         ctx = self.ctx
@@ -301,6 +331,7 @@ class Importer:
         ctx.builder.output(name)
 
     def run(self):
+        self.needed = self._needed_constants()
         self._graph_inputs()
         self._initializers()
         for node in self.model.graph.node:
@@ -319,12 +350,43 @@ class Importer:
         return msg
 
     def _source_names(self, msg) -> None:
-        """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py)."""
+        """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py);
+        the torch parameters a dynamo export lists but holds under none of them: a note (folded_note)."""
         params = self.made_params & set(self.inits)
         found = source_names(self.model, params, {n: self.inits[n].shape for n in params})
         for inp in msg.inputs:
             for entry in found.get(inp.name, ()):
                 inp.source_names.add(**entry)
+        if "weights" in self.groups or "initializers" in self.groups:
+            # held by the model (a parameter, or a constant by choice: scalars, masks) or named by provenance
+            named = set(self.inits) | {e["name"] for entries in found.values() for e in entries}
+            note = folded_note(self.model, named)
+            if note:
+                msg.notes.append(note)
+
+
+_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the dynamo exporter's graph metadata
+
+
+def exported_parameters(model) -> list[str]:
+    """The torch parameters (named_parameters() keys) a dynamo export's graph signature lists."""
+    import re
+
+    text = next((p.value for p in model.graph.metadata_props if p.key == _SIGNATURE), "")
+    return re.findall(r": PARAMETER target='([^']*)'", text)
+
+
+def folded_note(model, named: set[str], shown: int = 8) -> str:
+    """"not checked ..." for the torch parameters the export lists but the model holds under no name, its own
+    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read."""
+    missing = [p for p in exported_parameters(model) if p not in named]
+    if not missing:
+        return ""
+    more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
+    return (f"not checked under their PyTorch names: {len(missing)} torch parameter(s) the model holds under no "
+            f"name traced to them, {', '.join(missing[:shown])}{more}: the exporter folded them into constants "
+            "(or into a Conv: BatchNorm), merged them (RNN gates into W, R, B), or the forward does not read them; "
+            "torch.onnx.export(..., dynamo=True, optimize=False) keeps what its optimizer folds")
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):

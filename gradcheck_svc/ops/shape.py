@@ -367,9 +367,11 @@ def _infer_take_along(node, specs, attrs):
 def _take_along(xp, x, idx, axis, in_shape):
     if axis is None:
         return _zero_d_pick(xp, x, idx)
-    lead = lead_of(x, len(in_shape))
-    if lead:
-        idx = xp.broadcast_to(idx, x.shape[:lead] + idx.shape)
+    lead, idx_lead = lead_of(x, len(in_shape)), lead_of(idx, len(in_shape))
+    if lead or idx_lead:  # batch axes on either side (computed indices: top_k_indices of a batched input)
+        batch = tuple(np.broadcast_shapes(x.shape[:lead], idx.shape[:idx_lead]))
+        x = xp.broadcast_to(x, batch + x.shape[lead:])
+        idx = xp.broadcast_to(idx, batch + idx.shape[idx_lead:])
     return xp.take_along_axis(x, idx, axis=axis)
 
 

@@ -23,7 +23,7 @@ import numpy as np
 import sympy as sp
 from sympy.functions.elementary.miscellaneous import MinMaxBase
 
-from ..ops.base import FLOAT, OpDef, Spec
+from ..ops.base import FLOAT, INT, OpDef, Spec
 from .mp_eval import MpEvaluator, Unsupported
 from .sympy_arrays import SYMPY_XP
 
@@ -209,6 +209,8 @@ class LocalJacobians:
 
     def node(self, op: OpDef, attrs: dict, in_values: list, in_specs: list[Spec], out_spec: Spec,
              wanted: tuple[bool, ...]) -> NodeJacobian:
+        if out_spec.dtype == INT and op.vjp is None:
+            return _indices(op, attrs, in_values, in_specs)
         if op.sympy is not None:
             return self._elementwise(op, attrs, in_values, in_specs, out_spec, wanted)
         return self._scalarized(op, attrs, in_values, in_specs, out_spec, wanted)
@@ -291,6 +293,15 @@ class LocalJacobians:
                     edges.append((j, k, i, d))
             self.budget.add_edges(len(edges) - n_before)
         return NodeJacobian(out.reshape(out_spec.shape), edges)
+
+
+def _indices(op: OpDef, attrs: dict, in_values: list, in_specs: list[Spec]) -> NodeJacobian:
+    """An int64 output computed from float values (top_k_indices: positions) is piecewise constant, of
+    derivative 0 wherever it is defined, and no SymPy expression: its own forward on the inputs' values
+    (rounded to float64, which orders them as the engine's float64 run does), with no edges."""
+    xs = [np.asarray([float(e) for e in np.asarray(v, dtype=object).reshape(-1)], dtype=np.float64
+                     if s.dtype == FLOAT else None).reshape(s.shape) for v, s in zip(in_values, in_specs)]
+    return NodeJacobian(np.asarray(op.forward(np, *xs, **attrs), dtype=np.int64), [])
 
 
 def _mp(mpf, v):

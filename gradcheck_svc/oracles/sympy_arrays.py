@@ -68,6 +68,20 @@ def _tree(func):
 _add = lambda row: sp.Add(*row)  # noqa: E731
 
 
+def _lattice(cls):
+    """cls(a, b) as a bare node: even unevaluated, SymPy's Min/Max order their arguments by a sort key
+    computed over the whole expression tree, exponential in a sort network's depth (shared subtrees)."""
+    def make(a, b):
+        obj = sp.Expr.__new__(cls, a, b)
+        obj._argset = frozenset((a, b))
+        return obj
+    return _vectorize(make, 2)
+
+
+_vmin, _vmax = _lattice(sp.Min), _lattice(sp.Max)
+MAX_SORT_STEPS = 4096  # elements x rounds of a symbolic sort (2 rows of 32: about a second to differentiate)
+
+
 def _per_matrix(f, *arrays):
     """f on each (n, n) matrix of stacked object arrays (the last two axes), as sympy Matrices."""
     a = np.asarray(arrays[0], dtype=object)
@@ -153,6 +167,21 @@ class SympyArrays:
     @staticmethod
     def min(x, axis=None, keepdims=False):
         return reduce_rows(x, axis, keepdims, _tree(sp.Min))
+
+    @staticmethod
+    def sort(x, axis=-1):
+        """Ascending along axis by an odd-even transposition network of binary Min/Max (top_k's forward):
+        each element a SymPy expression of the inputs, the same function as a numeric sort."""
+        x = np.moveaxis(np.array(x, dtype=object), axis, -1)
+        n = x.shape[-1]
+        if n * x.size > MAX_SORT_STEPS:  # n rounds of n/2 comparisons per row: bounded, not a hang
+            raise Unsupported(f"a symbolic sort of {x.size // max(n, 1)} rows of {n} elements needs "
+                              f"{n * x.size // 2} comparisons, over {MAX_SORT_STEPS // 2}")
+        for r in range(n):
+            for i in range(r % 2, n - 1, 2):
+                a, b = x[..., i].copy(), x[..., i + 1].copy()
+                x[..., i], x[..., i + 1] = _vmin(a, b), _vmax(a, b)
+        return np.moveaxis(x, -1, axis)
 
     @staticmethod
     def matmul(a, b):

@@ -79,12 +79,25 @@ def near_kink_cases(op: OpDef, cases: list[Case], rng) -> list[Case]:
     return out
 
 
-def mask_shape(op: OpDef, case: Case):
-    """The output shape when the op makes a bool mask, else None."""
+def _out_spec(op: OpDef, case: Case):
     kinds = {"f": FLOAT, "b": BOOL}
     specs = [Spec(np.shape(x), kinds.get(np.asarray(x).dtype.kind, INT)) for x in case.inputs]
-    spec, _ = op.infer("y", specs, convert_attrs("y", op, dict(case.attrs)))
+    return op.infer("y", specs, convert_attrs("y", op, dict(case.attrs)))
+
+
+def mask_shape(op: OpDef, case: Case):
+    """The output shape when the op makes a bool mask, else None."""
+    spec, _ = _out_spec(op, case)
     return spec.shape if spec.dtype == BOOL else None
+
+
+def index_range(op: OpDef, case: Case) -> int | None:
+    """When the op makes int64 values (indices): 1 + the largest it makes at the case, else None."""
+    spec, attrs = _out_spec(op, case)
+    if spec.dtype != INT:
+        return None
+    y = np.asarray(op.forward(np, *[np.asarray(x) for x in case.inputs], **attrs))
+    return int(y.max(initial=0)) + 1
 
 
 def op_graph(op: OpDef, case: Case, weights=None) -> Graph:
@@ -97,7 +110,9 @@ def op_graph(op: OpDef, case: Case, weights=None) -> Graph:
         diff = x.dtype.kind == "f" and op.is_differentiable(i)
         names.append(b.input(f"in{i}", x, requires_grad=diff))
     y = b.node(op.name, *names, name="y", **case.attrs)
-    mask = mask_shape(op, case)
+    mask, n_index = mask_shape(op, case), index_range(op, case)
+    if n_index is not None:  # int values (indices) are read as take(r, y), r distinct: each value counts
+        y = b.node("take", b.input("r_index", 1.0 + 0.37 * np.arange(n_index)), y, name="y_read", axis=0)
     if mask is not None:  # a bool output (a mask) is read as where(mask, r, -r): each element counts
         r = np.ones(mask) if weights is None else weights
         y = b.node("where", y, b.input("r", r), b.input("-r", -r), name="yr")

@@ -144,6 +144,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     warnings = claim_warnings + [
         f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
         for f in engine.faults if not f.readers]
+    warnings += list(graph.notes)  # the converter's (an ONNX export's folded parameters: not checked)
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
     if symbolic.status == "skipped":

@@ -117,9 +117,12 @@ WITHOUT_VALUE = (
     'max_pool',
     'mse_loss',
     'pad',
+    'resize',
     'scatter_elements',
     'slice',
     'softmax',
+    'top_k',
+    'top_k_indices',
 )
 
 # every op: arity (None: any number), input kinds, attributes with defaults and kinds, NumPy's
@@ -190,6 +193,7 @@ OPS = {
     'prod': {'name': 'prod', 'arity': 1, 'inputs': ('float',), 'attrs': {'axis': None, 'keepdims': False}, 'kinds': {'axis': 'axes', 'keepdims': 'bool'}, 'numpy': 'prod', 'shape': 'numpy'},
     'relu': {'name': 'relu', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': None, 'shape': 'numpy'},
     'reshape': {'name': 'reshape', 'arity': 1, 'inputs': ('float',), 'attrs': {'shape': REQUIRED}, 'kinds': {'shape': 'ints'}, 'numpy': 'reshape', 'shape': 'numpy'},
+    'resize': {'name': 'resize', 'arity': 1, 'inputs': ('float',), 'attrs': {'sizes': None, 'scales': None, 'mode': 'nearest', 'coordinate_transformation_mode': 'half_pixel', 'nearest_mode': 'round_prefer_floor'}, 'kinds': {'sizes': 'ints', 'scales': 'value', 'mode': 'str', 'coordinate_transformation_mode': 'str', 'nearest_mode': 'str'}, 'numpy': None, 'shape': 'resized'},
     'scatter_elements': {'name': 'scatter_elements', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {'indices': REQUIRED, 'axis': 0, 'reduction': 'none'}, 'kinds': {'indices': 'value', 'axis': 'int', 'reduction': 'str'}, 'numpy': None, 'shape': 'same'},
     'sigmoid': {'name': 'sigmoid', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': None, 'shape': 'numpy'},
     'sign': {'name': 'sign', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': 'sign', 'shape': 'numpy'},
@@ -207,6 +211,8 @@ OPS = {
     'take_along_axis': {'name': 'take_along_axis', 'arity': 2, 'inputs': ('float', 'int64'), 'attrs': {'axis': REQUIRED}, 'kinds': {'axis': 'int'}, 'numpy': 'take_along_axis', 'shape': 'numpy'},
     'tanh': {'name': 'tanh', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': 'tanh', 'shape': 'numpy'},
     'tile': {'name': 'tile', 'arity': 1, 'inputs': ('float',), 'attrs': {'reps': REQUIRED}, 'kinds': {'reps': 'ints'}, 'numpy': 'tile', 'shape': 'numpy'},
+    'top_k': {'name': 'top_k', 'arity': 1, 'inputs': ('float',), 'attrs': {'k': REQUIRED, 'axis': -1, 'largest': True}, 'kinds': {'k': 'int', 'axis': 'int', 'largest': 'bool'}, 'numpy': None, 'shape': 'top_k'},
+    'top_k_indices': {'name': 'top_k_indices', 'arity': 1, 'inputs': ('float',), 'attrs': {'k': REQUIRED, 'axis': -1, 'largest': True}, 'kinds': {'k': 'int', 'axis': 'int', 'largest': 'bool'}, 'numpy': None, 'shape': 'top_k'},
     'transpose': {'name': 'transpose', 'arity': 1, 'inputs': ('float',), 'attrs': {'axes': None}, 'kinds': {'axes': 'ints'}, 'numpy': 'transpose', 'shape': 'numpy'},
     'where': {'name': 'where', 'arity': 3, 'inputs': ('bool', 'float', 'float'), 'attrs': {}, 'kinds': {}, 'numpy': 'where', 'shape': 'numpy'},
 }

@@ -134,9 +134,25 @@ def einsum(shapes, attrs, entry):
     return tuple(dims[c] for c in out)
 
 
+def top_k(shapes, attrs, entry):
+    """Input 0 with `k` along `axis` (top_k, top_k_indices)."""
+    shape = list(shapes[0])
+    shape[attrs["axis"]] = attrs["k"]
+    return tuple(shape)
+
+
+def resized(shapes, attrs, entry):
+    """`sizes`, or floor(input * scales) per axis, as ONNX Resize (resize)."""
+    import math
+
+    if attrs.get("sizes") is not None:
+        return tuple(int(d) for d in attrs["sizes"])
+    return tuple(math.floor(d * s) for d, s in zip(shapes[0], attrs["scales"]))
+
+
 RULES = {"numpy": numpy_rule, "broadcast": broadcast, "same": same, "scalar": scalar, "reduce": reduce,
          "constant": constant, "slice": onnx_slice, "attr_shape": attr_shape, "padded": padded, "window": window,
-         "transposed_window": transposed_window, "einsum": einsum}
+         "transposed_window": transposed_window, "einsum": einsum, "top_k": top_k, "resized": resized}
 
 
 def output_shape(entry: dict, shapes: list, attrs: dict) -> tuple:

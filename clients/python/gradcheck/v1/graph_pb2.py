@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gradcheck/v1/graph.proto\x12\x0cgradcheck.v1\x1a\x1cgoogle/protobuf/struct.proto\"A\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x05\x12\x0c\n\x04\x64\x61ta\x18\x03 \x03(\x01\x12\x0b\n\x03raw\x18\x04 \x01(\x0c\"\x81\x01\n\x05Input\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.gradcheck.v1.Tensor\x12\x15\n\rrequires_grad\x18\x03 \x01(\x08\x12.\n\x0csource_names\x18\x04 \x03(\x0b\x32\x18.gradcheck.v1.SourceName\"P\n\nSourceName\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08relation\x18\x02 \x01(\t\x12\x11\n\tonnx_name\x18\x03 \x01(\t\x12\x0f\n\x07read_by\x18\x04 \x03(\t\"i\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12&\n\x05\x61ttrs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07inplace\x18\x05 \x01(\x08\"\xab\x01\n\x05Graph\x12\x15\n\ropset_version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12#\n\x06inputs\x18\x03 \x03(\x0b\x32\x13.gradcheck.v1.Input\x12!\n\x05nodes\x18\x04 \x03(\x0b\x32\x12.gradcheck.v1.Node\x12\x0e\n\x06output\x18\x05 \x01(\t\x12%\n\x07\x63laimed\x18\x06 \x01(\x0b\x32\x14.gradcheck.v1.Claims\"\x85\x02\n\x06\x43laims\x12\x36\n\tgradients\x18\x01 \x03(\x0b\x32#.gradcheck.v1.Claims.GradientsEntry\x12\x34\n\x08\x61\x64joints\x18\x02 \x03(\x0b\x32\".gradcheck.v1.Claims.AdjointsEntry\x1a\x46\n\x0eGradientsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.gradcheck.v1.Tensor:\x02\x38\x01\x1a\x45\n\rAdjointsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.gradcheck.v1.Tensor:\x02\x38\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18gradcheck/v1/graph.proto\x12\x0cgradcheck.v1\x1a\x1cgoogle/protobuf/struct.proto\"A\n\x06Tensor\x12\r\n\x05\x64type\x18\x01 \x01(\t\x12\r\n\x05shape\x18\x02 \x03(\x05\x12\x0c\n\x04\x64\x61ta\x18\x03 \x03(\x01\x12\x0b\n\x03raw\x18\x04 \x01(\x0c\"\x81\x01\n\x05Input\x12\x0c\n\x04name\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.gradcheck.v1.Tensor\x12\x15\n\rrequires_grad\x18\x03 \x01(\x08\x12.\n\x0csource_names\x18\x04 \x03(\x0b\x32\x18.gradcheck.v1.SourceName\"P\n\nSourceName\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08relation\x18\x02 \x01(\t\x12\x11\n\tonnx_name\x18\x03 \x01(\t\x12\x0f\n\x07read_by\x18\x04 \x03(\t\"i\n\x04Node\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12&\n\x05\x61ttrs\x18\x04 \x01(\x0b\x32\x17.google.protobuf.Struct\x12\x0f\n\x07inplace\x18\x05 \x01(\x08\"\xba\x01\n\x05Graph\x12\x15\n\ropset_version\x18\x01 \x01(\x05\x12\x0c\n\x04name\x18\x02 \x01(\t\x12#\n\x06inputs\x18\x03 \x03(\x0b\x32\x13.gradcheck.v1.Input\x12!\n\x05nodes\x18\x04 \x03(\x0b\x32\x12.gradcheck.v1.Node\x12\x0e\n\x06output\x18\x05 \x01(\t\x12%\n\x07\x63laimed\x18\x06 \x01(\x0b\x32\x14.gradcheck.v1.Claims\x12\r\n\x05notes\x18\x07 \x03(\t\"\x85\x02\n\x06\x43laims\x12\x36\n\tgradients\x18\x01 \x03(\x0b\x32#.gradcheck.v1.Claims.GradientsEntry\x12\x34\n\x08\x61\x64joints\x18\x02 \x03(\x0b\x32\".gradcheck.v1.Claims.AdjointsEntry\x1a\x46\n\x0eGradientsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.gradcheck.v1.Tensor:\x02\x38\x01\x1a\x45\n\rAdjointsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12#\n\x05value\x18\x02 \x01(\x0b\x32\x14.gradcheck.v1.Tensor:\x02\x38\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -45,11 +45,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_NODE']._serialized_start=353
   _globals['_NODE']._serialized_end=458
   _globals['_GRAPH']._serialized_start=461
-  _globals['_GRAPH']._serialized_end=632
-  _globals['_CLAIMS']._serialized_start=635
-  _globals['_CLAIMS']._serialized_end=896
-  _globals['_CLAIMS_GRADIENTSENTRY']._serialized_start=755
-  _globals['_CLAIMS_GRADIENTSENTRY']._serialized_end=825
-  _globals['_CLAIMS_ADJOINTSENTRY']._serialized_start=827
-  _globals['_CLAIMS_ADJOINTSENTRY']._serialized_end=896
+  _globals['_GRAPH']._serialized_end=647
+  _globals['_CLAIMS']._serialized_start=650
+  _globals['_CLAIMS']._serialized_end=911
+  _globals['_CLAIMS_GRADIENTSENTRY']._serialized_start=770
+  _globals['_CLAIMS_GRADIENTSENTRY']._serialized_end=840
+  _globals['_CLAIMS_ADJOINTSENTRY']._serialized_start=842
+  _globals['_CLAIMS_ADJOINTSENTRY']._serialized_end=911
 # @@protoc_insertion_point(module_scope)

@@ -58,20 +58,22 @@ class Node(_message.Message):
     def __init__(self, name: _Optional[str] = ..., op: _Optional[str] = ..., inputs: _Optional[_Iterable[str]] = ..., attrs: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., inplace: _Optional[bool] = ...) -> None: ...
 
 class Graph(_message.Message):
-    __slots__ = ("opset_version", "name", "inputs", "nodes", "output", "claimed")
+    __slots__ = ("opset_version", "name", "inputs", "nodes", "output", "claimed", "notes")
     OPSET_VERSION_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     INPUTS_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     OUTPUT_FIELD_NUMBER: _ClassVar[int]
     CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    NOTES_FIELD_NUMBER: _ClassVar[int]
     opset_version: int
     name: str
     inputs: _containers.RepeatedCompositeFieldContainer[Input]
     nodes: _containers.RepeatedCompositeFieldContainer[Node]
     output: str
     claimed: Claims
-    def __init__(self, opset_version: _Optional[int] = ..., name: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Input, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., output: _Optional[str] = ..., claimed: _Optional[_Union[Claims, _Mapping]] = ...) -> None: ...
+    notes: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, opset_version: _Optional[int] = ..., name: _Optional[str] = ..., inputs: _Optional[_Iterable[_Union[Input, _Mapping]]] = ..., nodes: _Optional[_Iterable[_Union[Node, _Mapping]]] = ..., output: _Optional[str] = ..., claimed: _Optional[_Union[Claims, _Mapping]] = ..., notes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Claims(_message.Message):
     __slots__ = ("gradients", "adjoints")
