@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from ...engine.executor import selection_of
 from ...engine.program import Step
 from ...oracles.finite_diff import EPS, STEP_SCALE, element_steps, projection_step
 from ..compare import Tolerance, compare
@@ -80,13 +81,16 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
 
 
 def near_kink(step: Step, xs: list):
-    """The kink an input of this step sits at (or within a finite-difference step of), or None."""
+    """The kink an input of this step sits at (or within a finite-difference step of), or None. A step
+    finite differences evaluate on its frozen piece (engine/executor.selection_of) straddles no kink: only
+    an input exactly at one counts (where the piece is a convention)."""
+    frozen = selection_of(np, step, [np.asarray(x) for x in xs]) is not None
     for kink in step.op.kinks:
         if kink.distance is None:
             continue
         d = np.asarray(kink.distance(xs, step.attrs), dtype=np.float64)
         scale = max(1.0, max((float(np.max(np.abs(x))) for x in xs if np.size(x)), default=1.0))
-        if d.size and float(np.min(d)) <= KINK_BAND * scale:
+        if d.size and float(np.min(d)) <= (0.0 if frozen else KINK_BAND * scale):
             at = np.unravel_index(int(np.argmin(d)), d.shape) if d.shape else ()
             return kink, tuple(int(i) for i in at)
     return None
