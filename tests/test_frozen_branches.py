@@ -3,8 +3,11 @@ piecewise op on the piece the unperturbed forward took, so finite differences ne
 
 - next to kinks (inputs within one step of them), the frozen differences equal the analytic derivative
   (torch autograd) where ordinary ones straddle and miss it;
+- each op's frozen piece is its forward wherever the piece holds (registry-wide, batched too), and every
+  op with a declared kink is frozen or listed;
 - they cannot hide a bug: every piecewise op's planted wrong rule (its vjp scaled, or a wrong piece) is
-  still found and named at its node, in float64 and float32, with its inputs crowded next to the kink;
+  still found and named at its node (relu, leaky_relu, abs, clip, maximum, minimum, max, min, max_pool,
+  where behind a held comparison), in float64 and float32, with its inputs crowded next to the kink;
 - a convention that differs from the declared one at an exact tie stays a kink finding, never a FAIL;
 - a max-pool with exact ties (windows of ReLU zeros) passes, with a kink note, under every --fd mode;
 - the joint screen of a ReLU CNN with many near-kink inputs takes its 2k whole-graph evaluations and no

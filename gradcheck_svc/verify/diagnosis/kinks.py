@@ -99,7 +99,7 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
                        f"step ({inputs_at(step, fd.base, at)}{more}; convention at the kink: {kink.convention}): "
                        f"{crossing}; the engine's gradient agrees with the reference that "
                        f"settled it ({'; '.join(sides)}); not a failure", params, None)
-    unsure = _symbolic_nan_at_kink(ctx, step, d, exact, params)
+    unsure = _symbolic_excused_at_kink(ctx, step, d, exact, params)
     nan = any(np.isnan(np.asarray(r.symbolic, dtype=np.float64)).any() for r in ctx.results
               if r.name in unsure and r.symbolic is not None)
     symbolic = f"; the symbolic reference is {'NaN' if nan else 'of another convention'} there for " \
@@ -112,7 +112,7 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
                    f"({'; '.join(sides)}){taken}{symbolic}; not a failure", params, None)
 
 
-def _symbolic_nan_at_kink(ctx: Context, step, d: np.ndarray, exact: np.ndarray, params: list) -> list[str]:
+def _symbolic_excused_at_kink(ctx: Context, step, d: np.ndarray, exact: np.ndarray, params: list) -> list[str]:
     """The parameters whose only disagreement is the symbolic reference at this kink, finite differences
     agreeing with the engine: all of the failing ones among `params`, or [] (then nothing is excused).
     Either NaN at the kink's elements (a parameter counts only as a direct input of the kink's node, whose
