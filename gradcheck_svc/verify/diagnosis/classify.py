@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import numpy as np
 
-from ...engine.executor import selection_of
 from ...engine.program import Step
 from ...oracles.finite_diff import EPS, STEP_SCALE, element_steps, projection_step
 from ..compare import Tolerance, compare
@@ -47,7 +46,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
         # every local derivative agrees (a tie split evenly matches a central difference), yet the
         # total does not: first suspect a kink under the parameter-level differences
         for c in loc.consumers:
-            near = near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs])
+            near = near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs], ctx.fd.frozen)
             if near is not None:
                 return _nondifferentiable(ctx, c.step, near, params)
         return _accumulation(ctx, loc, params)
@@ -56,7 +55,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
     name = step.inputs[k]
     where = f"input {k} ('{name}')"
     xs64 = [ctx.fd.base[n] for n in step.inputs]
-    near = near_kink(step, xs64)
+    near = near_kink(step, xs64, ctx.fd.frozen)
     if near is not None:
         return _nondifferentiable(ctx, step, near, params)
     shape = ctx.program.shapes[name]
@@ -80,11 +79,11 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
                    f"(integrity checking {ctx.options.integrity})", params, w)
 
 
-def near_kink(step: Step, xs: list):
+def near_kink(step: Step, xs: list, frozen=()):
     """The kink an input of this step sits at (or within a finite-difference step of), or None. A step
-    finite differences evaluate on its frozen piece (engine/executor.selection_of) straddles no kink: only
-    an input exactly at one counts (where the piece is a convention)."""
-    frozen = selection_of(np, step, [np.asarray(x) for x in xs]) is not None
+    finite differences evaluate on its frozen piece (its name in `frozen`, FiniteDifferences.frozen)
+    straddles no kink: only an input exactly at one counts (where the piece is a convention)."""
+    frozen = step.name in frozen
     for kink in step.op.kinks:
         if kink.distance is None:
             continue
