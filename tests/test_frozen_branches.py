@@ -328,3 +328,19 @@ def test_the_joint_screen_next_to_kinks_costs_its_2k_evaluations():
     before, _ = joint_evaluations(graph, frozen=False)
     assert before > after  # ordinary differences straddle the kinks and the screen re-evaluates
     assert verify(graph, VerifyOptions(fd=FDOptions(mode="joint"))).verdict == "pass"
+
+
+def test_full_differences_of_a_near_kink_cnn_equal_torch_s_gradient():
+    """The conv weight's one-element copies travel as slices (one output channel each) through the frozen
+    relu and max_pool (slices.independent_frozen): the differences are torch autograd's gradient, though
+    most ReLU inputs and pooling windows sit within a step of their kinks."""
+    graph = _near_kink_cnn(np.random.default_rng(6))
+    v = {n: torch.tensor(np.asarray(i.value)) for n, i in graph.inputs.items()}
+    w = v["w"].clone().requires_grad_(True)
+    z = torch.nn.functional.conv2d(v["x"], w, padding=1) - v["shift"]
+    q = torch.relu(torch.nn.functional.max_pool2d(torch.relu(z), 2, 2) - v["s2"])
+    (q * v["r"]).sum().backward()
+    frozen = FiniteDifferences(graph, FDOptions(mode="full"))
+    np.testing.assert_allclose(frozen.gradient("w").reference, w.grad.numpy(), rtol=1e-8, atol=1e-8)
+    ordinary = FiniteDifferences(graph, FDOptions(mode="full", frozen_branches=False))
+    assert np.max(np.abs(ordinary.gradient("w").reference - w.grad.numpy())) > 1e-3

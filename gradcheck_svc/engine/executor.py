@@ -31,6 +31,7 @@ from ..backend import Backend
 from ..errors import GraphError, OptionError
 from ..ops.slices import Sliced
 from ..ops.slices import elementwise as slices_elementwise
+from ..ops.slices import independent_frozen
 from .memory import MemoryMeter, MeteringMeter
 from .program import Program, Step
 from .saved import CountingStore, SavedStore
@@ -304,11 +305,16 @@ HELD = object()  # a frozen step whose output keeps its unperturbed value
 
 def frozen_step(xp, step: Step, selection, xs: list, batched: list, base_out=None):
     """The step on its frozen piece: OpDef.frozen with the selection. Elementwise ops keep a one-slice
-    change to one slice, the selection entering as one more (unbatched) input; others densify."""
+    change to one slice, the selection entering as one more (unbatched) input, and so do ops that map
+    slices each on their own (pooling, max/min: slices.independent_frozen); others densify."""
     op = step.op
     sliced = all(isinstance(x, Sliced) for x, b in zip(xs, batched) if b)
-    if base_out is not None and op.slice_rule is slices_elementwise and sliced:
-        y = slices_elementwise(xp, _Piece(op.frozen), [selection, *xs], base_out, step.attrs)
+    if base_out is not None and sliced:
+        y = None
+        if op.slice_rule is slices_elementwise:
+            y = slices_elementwise(xp, _Piece(op.frozen), [selection, *xs], base_out, step.attrs)
+        elif hasattr(op.slice_rule, "out_axis") and len(xs) == 1:
+            y = independent_frozen(xp, op, selection, xs[0], base_out, step.attrs)
         if y is not None:
             return y
     xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
