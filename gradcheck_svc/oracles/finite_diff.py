@@ -43,8 +43,8 @@ one-sided and projected differences are computed:
                                           the same, one-sided on each side (at a kink)
     random_directions(n, k, seed)         the projection directions (FDResult.directions)
 
-Frozen branches: every perturbed forward but the one-sided ones evaluates each piecewise op on the
-piece the unperturbed forward took (OpDef.select / frozen: relu's sign, max_pool's argmax, clip's
+Frozen branches: every perturbed forward but the one-sided ones (the local ones of one op included)
+evaluates each piecewise op on the piece the unperturbed forward took (OpDef.select / frozen: relu's sign, max_pool's argmax, clip's
 segment; comparisons held), so no difference straddles a kink; at an exact tie the piece is the one
 the op's declared convention names. The one-sided differences (one_sided, local_one_sided) use the
 ordinary forward: they judge the kink itself, on both sides.
@@ -94,8 +94,9 @@ class FDOptions:
     # cache (bench/bench_fd.py: 8 MiB is ~2x faster than 128 MiB at 2,000 elements)
     chunk_bytes: int = 8 * 2**20
     # frozen branches: the perturbed forwards evaluate every piecewise op on the piece the unperturbed
-    # forward took (OpDef.select / frozen), so no difference straddles a kink (off: ordinary forwards,
-    # for comparison; the one-sided differences at a kink are always ordinary)
+    # forward took (OpDef.select / frozen), so no difference straddles a kink (off: ordinary parameter-
+    # level forwards, for comparison; the one-sided differences at a kink are always ordinary, one op's
+    # local differences always frozen)
     frozen_branches: bool = True
 
 
