@@ -254,14 +254,16 @@ def test_a_different_convention_at_an_exact_kink_is_a_kink_finding_not_a_fail():
         for dtype in ("float64", "float32"):
             report = verify(_graph("relu", {"x": (x, True)}, rng, {}, bad.name), VerifyOptions(dtype=dtype))
             assert report.verdict == "pass", report.to_text()
-            kinks = [f for f in report.findings if f.cause == "nondifferentiable_point"]
-            assert [(f.node, f.severity) for f in report.findings] == [("y", "warning")], report.to_text()
-            assert "exactly at its kink" in kinks[0].detail or "not a failure" in kinks[0].detail
+            assert [(f.node, f.cause, f.severity) for f in report.findings] == \
+                [("y", "nondifferentiable_point", "warning")], report.to_text()
+            assert "exactly at its kink" in report.findings[0].detail
+            (row,) = report.parameters  # the differences saw the other convention; the kink explains it
+            assert not row.fd_passed and row.status == "ok (kink)", report.to_text()
     finally:
         del REGISTRY[bad.name]
 
 
-def _pool_graph(rng):
+def _pool_graph(rng, pool="max_pool"):
     """relu -> max_pool: windows all ReLU zeros (exact ties at 0) and windows with two equal maxima."""
     x = rng.uniform(0.1, 1.0, size=(1, 2, 4, 6))
     x[0, 0, :2, :2] = -rng.uniform(0.1, 1.0, size=(2, 2))  # a window of zeros after the relu
@@ -271,7 +273,7 @@ def _pool_graph(rng):
     b = GraphBuilder("relu_pool_ties")
     b.input("x", x, requires_grad=True)
     h = b.node("relu", "x", name="h")
-    y = b.node("max_pool", h, name="y", kernel_shape=[2, 2], strides=[2, 2])
+    y = b.node(pool, h, name="y", kernel_shape=[2, 2], strides=[2, 2])
     b.output(b.node("sum", b.node("mul", y, b.input("r", rng.uniform(0.5, 1.5, size=(1, 2, 2, 3))), name="yr"),
                     name="L"))
     return load_graph(b.build())
@@ -289,6 +291,31 @@ def test_max_pool_ties_of_relu_zeros_pass_with_a_note_under_every_mode(mode, dty
     assert "exactly at its kink ties for a window's maximum" in note.detail, report.to_text()
     # kink proximity: the tied windows counted, and what the differences did there
     assert "4 elements within a finite-difference step of it" in note.detail and "frozen branches" in note.detail
+
+
+def test_max_pool_with_another_tie_convention_is_a_kink_finding_not_a_fail():
+    """A max_pool whose vjp gives a tied window's gradient to its last maximum, not the declared first: the
+    frozen differences take the first and disagree at the tied windows; the kink analysis's one-sided
+    differences hold the engine's value there -- a warning, not a failure, in float64 and float32."""
+    from gradcheck_svc.ops.pool import _flat_windows
+    from gradcheck_svc.ops.windows import crop_spatial, windows_adjoint
+
+    def last_max(xp, g, saved, geo):
+        flat = _flat_windows(xp, saved[0], geo, -np.inf)
+        last = flat.shape[-1] - 1 - xp.argmax(flat[..., ::-1], axis=-1)
+        dflat = (xp.arange(flat.shape[-1]) == last[..., None]) * g[..., None]
+        return (crop_spatial(windows_adjoint(xp, dflat.reshape(dflat.shape[:-1] + geo.kernel), geo), geo),)
+    bad = _planted(REGISTRY["max_pool"], last_max, "max_pool_last")
+    try:
+        for dtype in ("float64", "float32"):
+            report = verify(_pool_graph(np.random.default_rng(5), bad.name), VerifyOptions(dtype=dtype))
+            assert report.verdict == "pass", report.to_text()
+            (row,) = report.parameters  # the differences saw the other convention; the kink explains it
+            assert not row.fd_passed and row.status == "ok (kink)", report.to_text()
+            assert [(f.node, f.cause, f.severity) for f in report.findings] == \
+                [("y", "nondifferentiable_point", "warning")], report.to_text()
+    finally:
+        del REGISTRY[bad.name]
 
 
 # -- the joint screen's cost next to kinks -------------------------------------------------------------
