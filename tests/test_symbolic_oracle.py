@@ -14,6 +14,7 @@ from gradcheck_svc.cli import main
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.ops import REGISTRY
+from gradcheck_svc.oracles.finite_diff import FDOptions
 from gradcheck_svc.oracles.symbolic import SymbolicOptions, symbolic_gradients
 from gradcheck_svc.verify import VerifyOptions, verify
 
@@ -81,12 +82,14 @@ def test_report_three_way_fields(rng):
 
 
 def test_verdict_follows_symbolic_when_fd_is_wrong():
-    # relu exactly at its kink: FD's central difference is 1/2, the one-sided ones 0 and 1 -- its bound
-    # reaches them, so FD cannot decide the value; the engine and SymPy's Piecewise both give 0
+    # relu exactly at its kink, by ordinary differences (frozen branches off): FD's central difference is
+    # 1/2, the one-sided ones 0 and 1 -- its bound reaches them, so FD cannot decide the value; the engine
+    # and SymPy's Piecewise both give 0 (frozen branches, the default, take relu's piece: 0, decided)
     b = GraphBuilder("kink")
     x = b.input("x", np.array([0.0, 1.5, -2.0]), requires_grad=True)
     b.output(b.node("sum", b.node("relu", x)))
-    d = verify(load_graph(b.build())).to_dict()
+    assert verify(load_graph(b.build())).to_dict()["parameters"][0]["reference"][0] == 0.0
+    d = verify(load_graph(b.build()), VerifyOptions(fd=FDOptions(frozen_branches=False))).to_dict()
     p = d["parameters"][0]
     assert p["symbolic"]["gradient"] == [0.0, 1.0, 0.0]
     assert p["reference"][0] == pytest.approx(0.5) and p["fd_error"][0] >= 0.5 and p["fd_undecidable"] == [0]

@@ -2,7 +2,8 @@
 SavedStore), run backward. Backend-generic: the array module comes in."""
 from .checkpoint import Plan, Policy, parse_policy
 from .checkpoint import plan as checkpoint_plan
-from .executor import Tape, backward, fit, forward, forward_batched, prepare_feeds
+from .executor import (HELD, Tape, backward, fit, forward, forward_batched, frozen_step, prepare_feeds, selection_of,
+                       selections)
 from .faults import Fault, inject, parse_fault
 from .program import Program, Step
 

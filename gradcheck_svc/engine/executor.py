@@ -11,7 +11,8 @@ soon as their step is done.
 with a leading batch axis on them -- the finite-difference oracle's stacked
 perturbations -- reusing every other value from a base evaluation; a stack
 given as one changed slice per copy (ops/slices.py) stays that way through
-the ops that can keep it.
+the ops that can keep it. With `frozen` (selections of the base) it evaluates each piecewise op
+on the piece the base took (OpDef.select / frozen): the finite differences' frozen branches.
 
 In-place nodes (graph/inplace.py) really write into their first input's
 buffer in a gradient run, bumping its version counter (versions.py), so a
@@ -29,6 +30,8 @@ import numpy as np
 from ..backend import Backend
 from ..errors import GraphError, OptionError
 from ..ops.slices import Sliced
+from ..ops.slices import elementwise as slices_elementwise
+from ..ops.slices import independent_frozen
 from .memory import MemoryMeter, MeteringMeter
 from .program import Program, Step
 from .saved import CountingStore, SavedStore
@@ -271,7 +274,66 @@ def run_step_batched(xp, step: Step, xs: list, is_batched: list):
     return run_step(xp, step, xs)
 
 
-def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict, stats: dict | None = None):
+def selections(program: Program, xp, values: dict) -> dict:
+    """Frozen branches: for each step of a piecewise op, the piece it took at `values` (a keep_values
+    forward), as selection_of gives it. What forward_batched(frozen=...) evaluates the perturbed copies on."""
+    out = {}
+    with _quiet(xp):
+        for step in program.steps:
+            if step.op.held or step.op.select is not None:
+                piece = selection_of(xp, step, [values[n] for n in step.inputs])
+                if piece is not None:
+                    out[step.name] = piece
+    return out
+
+
+def selection_of(xp, step: Step, xs: list):
+    """The piece of a piecewise op at inputs xs: OpDef.select's selection, HELD where the op's output is
+    piecewise constant (held at its value), None where nothing is frozen -- an op that is not piecewise,
+    or an input that is not finite (its ordinary forward carries the NaN or infinity, as the verifier
+    expects)."""
+    if not (step.op.held or step.op.select is not None):
+        return None
+    with _quiet(xp):
+        if not all(bool(xp.isfinite(x).all()) for x in xs if x.dtype.kind == "f"):
+            return None
+        return HELD if step.op.held else step.op.select(xp, *xs, **step.attrs)
+
+
+HELD = object()  # a frozen step whose output keeps its unperturbed value
+
+
+def frozen_step(xp, step: Step, selection, xs: list, batched: list, base_out=None):
+    """The step on its frozen piece: OpDef.frozen with the selection. Elementwise ops keep a one-slice
+    change to one slice, the selection entering as one more (unbatched) input, and so do ops that map
+    slices each on their own (pooling, max/min: slices.independent_frozen); others densify."""
+    op = step.op
+    sliced = all(isinstance(x, Sliced) for x, b in zip(xs, batched) if b)
+    if base_out is not None and sliced:
+        y = None
+        if op.slice_rule is slices_elementwise:
+            y = slices_elementwise(xp, _Piece(op.frozen), [selection, *xs], base_out, step.attrs)
+        elif hasattr(op.slice_rule, "out_axis") and len(xs) == 1:
+            y = independent_frozen(xp, op, selection, xs[0], base_out, step.attrs)
+        if y is not None:
+            return y
+    xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
+    if op.broadcast:  # as run_step_batched: ranks aligned after the batch axis
+        rank = max(step.in_ranks)
+        xs = [x.reshape(x.shape[:1] + (1,) * (rank - r) + x.shape[1:]) if b and r < rank else x
+              for x, b, r in zip(xs, batched, step.in_ranks)]
+    return op.frozen(xp, selection, *xs, **step.attrs)
+
+
+@dataclass(frozen=True)
+class _Piece:
+    """An op-like stand-in whose forward is a frozen piece (what slices.elementwise calls)."""
+
+    forward: object
+
+
+def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict, stats: dict | None = None,
+                    frozen: dict | None = None):
     """Loss values for a stack of perturbed inputs.
 
     overrides: name -> the B perturbed copies replacing that value, as an array (B, *shape) or as
@@ -281,15 +343,23 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     (OpDef.slice_rule) gets them as they are; any other step, or one whose rule declines (None),
     gets them densified and runs batched. Returns the loss with shape (B,). stats: receives
     "row_bytes", the bytes per copy of every batched value made (all are held to the end): what
-    sizes the next chunk."""
+    sizes the next chunk. frozen: selections(program, ...) of the base -- each piecewise step is
+    evaluated on the piece it took there (OpDef.frozen), a HELD one keeps its base value."""
     xp = backend.xp
     values = dict(overrides)  # the batched values only; the rest come from base
+    frozen = frozen or {}
     with _quiet(xp):
         for step in program.steps:
             batched = [n in values for n in step.inputs]
             if not any(batched):
                 continue
             xs = [values[n] if b else base[n] for n, b in zip(step.inputs, batched)]
+            selection = frozen.get(step.name)
+            if selection is HELD:
+                continue  # its base value stands for every copy
+            if selection is not None:
+                values[step.name] = frozen_step(xp, step, selection, xs, batched, base[step.name])
+                continue
             y = None
             rule = step.op.slice_rule
             if rule is not None and all(isinstance(x, Sliced) for x, b in zip(xs, batched) if b):
@@ -298,9 +368,12 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
                 xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
                 y = run_step_batched(xp, step, xs, batched)
             values[step.name] = y
-    if program.output not in values:
+    if program.output in values:
+        out = values[program.output]
+    elif frozen:  # every path to the loss passes a HELD value: each copy has the base's loss
+        out = xp.broadcast_to(xp.reshape(base[program.output], (1,)), (len(next(iter(overrides.values()))),))
+    else:
         raise ValueError("overrides do not reach the output")
-    out = values[program.output]
     if isinstance(out, Sliced):
         out = out.dense(xp)
     if stats is not None:

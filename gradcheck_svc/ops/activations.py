@@ -29,6 +29,17 @@ def _hard_sigmoid_grad(xp, x, y, alpha=0.2, beta=0.5):
     return (alpha * ((u > 0) & (u < 1))).astype(x.dtype)
 
 
+def _hard_sigmoid_select(xp, x, alpha=0.2, beta=0.5):
+    """The piece: -1 on the flat 0 (u <= 0), 1 on the flat 1 (u >= 1), 0 on the slope; the corners
+    belong to the flat pieces, as the derivative convention 0 there."""
+    u = alpha * x + beta
+    return (u >= 1).astype(xp.int8) - (u <= 0).astype(xp.int8)
+
+
+def _hard_sigmoid_frozen(xp, s, x, alpha=0.2, beta=0.5):
+    return xp.where(s < 0, 0.0, xp.where(s > 0, 1.0, alpha * x + beta))
+
+
 def _corner_distance(alpha, beta):
     """|x - corner| for the two corners alpha*x + beta = 0 and = 1."""
     def distance(xs, attrs):
@@ -53,7 +64,7 @@ register(OpDef(
     name="hard_sigmoid", forward=_hard_sigmoid, vjp=_hs_vjp, save=_hs_save, infer=_infer_same, arity=1,
     input_kinds=(FLOAT,), attrs={"alpha": Attr("float", 0.2), "beta": Attr("float", 0.5)},
     sympy=lambda sp, x, alpha=0.2, beta=0.5: sp.Min(sp.Max(sp.Float(alpha) * x + sp.Float(beta), 0), 1),
-    domain=(_WIDE,), cases=_hard_sigmoid_cases,
+    domain=(_WIDE,), cases=_hard_sigmoid_cases, select=_hard_sigmoid_select, frozen=_hard_sigmoid_frozen,
     kinks=(Kink("alpha*x + beta == 0 or == 1", "derivative 0 (as PyTorch)", _corner_distance(0.2, 0.5)),),
     doc="max(0, min(1, alpha * x + beta)) (ONNX HardSigmoid; PyTorch's is alpha = 1/6)"))
 
@@ -68,7 +79,16 @@ def _hard_swish_grad(xp, x, y):
     return xp.where(x < -3.0, 0.0, xp.where(x <= 3.0, x / 3.0 + 0.5, 1.0)).astype(x.dtype)
 
 
-unary("hard_swish", _hard_swish, _hard_swish_grad, uses="x",
+def _hard_swish_select(xp, x):
+    """The piece: -1 below -3, 1 above 3, 0 on the closed interval (the convention's x/3 + 1/2 at both)."""
+    return (x > 3.0).astype(xp.int8) - (x < -3.0).astype(xp.int8)
+
+
+def _hard_swish_frozen(xp, s, x):
+    return xp.where(s < 0, 0.0, xp.where(s > 0, x * 6.0 / 6.0, x * (x + 3.0) / 6.0))
+
+
+unary("hard_swish", _hard_swish, _hard_swish_grad, uses="x", select=_hard_swish_select, frozen=_hard_swish_frozen,
       sympy=lambda sp, x: x * sp.Min(sp.Max(x + 3, 0), 6) / 6,
       domain=Domain(-4.5, 4.5, avoid=(-3.0, 3.0)),
       kinks=[Kink("x == -3 or x == 3", "derivative x/3 + 1/2 at both (as PyTorch)",

@@ -162,6 +162,17 @@ class OpDef:
     # scratch(in_shapes, out_shape, attrs) -> int, attrs as `infer` normalized them. Counted against
     # max_elements at validation and in finite differences' batch sizes, before anything is allocated.
     scratch: Callable | None = None
+    # Frozen branches, for finite differences (oracles/finite_diff.py) -- forward code, never derivative
+    # code: a piecewise op's piece at the unperturbed inputs, select(xp, *xs, **attrs) -> selection (a
+    # mask, the argmax positions, the winning side), and its forward on that piece alone,
+    # frozen(xp, selection, *xs, **attrs) -> y, equal to `forward` at every input that selects the same
+    # piece. The selection has the unbatched shape; xs may carry leading batch axes. At an exact tie the
+    # selection is the piece the engine's convention names (relu's x > 0, max_pool's first maximum).
+    # An op whose output is piecewise constant (sign, floor, comparisons) needs neither: finite
+    # differences hold every such value at its unperturbed one (`held`).
+    select: Callable | None = None
+    frozen: Callable | None = None
+    held: bool = False
 
     @property
     def save_takes_needs_input_grad(self) -> bool:

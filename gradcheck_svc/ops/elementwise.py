@@ -69,11 +69,11 @@ _UNARY_RULES = {"": _rules_none, "x": _rules_x, "y": _rules_y, "xy": _rules_xy}
 
 
 def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc="", formula_name=None, numpy=None,
-          torch=None, onnx=None, differentiable=None):
+          torch=None, onnx=None, differentiable=None, select=None, frozen=None, held=False):
     """Register an elementwise unary op y = f(x) with dy/dx = d(xp, x, y, **attrs).
 
     uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved.
-    formula_name, numpy, torch, onnx: see OpDef."""
+    formula_name, numpy, torch, onnx, select, frozen, held: see OpDef."""
 
     # one save/vjp pair per `uses`, chosen here rather than on every call: these run
     # once per node per pass, and small-array graphs are dominated by such overhead
@@ -99,6 +99,9 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
             torch=torch,
             onnx=onnx,
             differentiable=differentiable,
+            select=select,
+            frozen=frozen,
+            held=held,
         )
     )
 
@@ -178,7 +181,13 @@ unary("gelu", _gelu, _gelu_grad, uses="x", sympy=_gelu_sympy,
 # NOTE relu: derivative 0 at x == 0 (as PyTorch); saves the output, whose sign is enough.
 # The derivative stays a bool mask: the vjp g * mask (the same values as g * float mask: NaN, inf
 # and all) makes two passes over the activations, where a float copy of the mask made three.
+def _positive(xp, x, **_):
+    """The piece of relu-like ops: x > 0 (at x == 0 the left piece, as their derivative convention)."""
+    return x > 0
+
+
 unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: y > 0, uses="y",
+      select=_positive, frozen=lambda xp, s, x: xp.where(s, x, 0.0),
       sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())],
       formula_name="relu", torch="torch.relu", onnx="Relu", doc='max(x, 0)')
@@ -187,7 +196,7 @@ unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: y > 0, uses="y"
 unary("leaky_relu",
       lambda xp, x, negative_slope=0.01: xp.where(x > 0, x, x * negative_slope),
       lambda xp, x, y, negative_slope=0.01: xp.where(x > 0, 1.0, negative_slope).astype(x.dtype),
-      uses="x",
+      uses="x", select=_positive, frozen=lambda xp, s, x, negative_slope=0.01: xp.where(s, x, x * negative_slope),
       sympy=lambda sp, x, negative_slope=0.01: sp.Piecewise((x, x > 0), (sp.Float(negative_slope) * x, True)),
       attrs={"negative_slope": Attr("float", 0.01)},
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative negative_slope", _abs_distance())],
@@ -198,7 +207,8 @@ unary("leaky_relu",
 unary("elu",
       lambda xp, x, alpha=1.0, scale=1.0: scale * xp.where(x > 0, x, alpha * (xp.exp(xp.minimum(x, 0.0)) - 1)),
       lambda xp, x, y, alpha=1.0, scale=1.0: scale * xp.where(x > 0, 1.0, alpha * xp.exp(xp.minimum(x, 0.0))),
-      uses="x",
+      uses="x", select=_positive,
+      frozen=lambda xp, s, x, alpha=1.0, scale=1.0: scale * xp.where(s, x, alpha * (xp.exp(xp.where(s, 0.0, x)) - 1)),
       sympy=lambda sp, x, alpha=1.0, scale=1.0: sp.Float(scale) * sp.Piecewise(
           (x, x > 0), (sp.Float(alpha) * (sp.exp(x) - 1), True)),
       attrs={"alpha": Attr("float", 1.0), "scale": Attr("float", 1.0)},
@@ -207,6 +217,7 @@ unary("elu",
 
 # NOTE abs: derivative sign(x), 0 at x == 0 (as PyTorch).
 unary("abs", lambda xp, x: xp.abs(x), lambda xp, x, y: xp.sign(x), uses="x",
+      select=lambda xp, x: xp.sign(x), frozen=lambda xp, s, x: s * x,  # the piece: sign(x) x, 0 at 0
       sympy=lambda sp, x: sp.Abs(x), domain=Domain(avoid=(0.0,)),
       kinks=[Kink("x == 0", "derivative 0", _abs_distance())], formula_name="abs", numpy="abs", torch="torch.abs", onnx="Abs",
       doc='absolute value |x|')
@@ -239,6 +250,22 @@ def _clip_sympy(sp, x, min=None, max=None):
     return e
 
 
+def _clip_select(xp, x, min=None, max=None):
+    """The piece: -1 below min, 1 above max, 0 on the closed interval (the bounds are inside)."""
+    below = x < min if min is not None else xp.zeros(x.shape, dtype=bool)
+    above = x > max if max is not None else xp.zeros(x.shape, dtype=bool)
+    return above.astype(xp.int8) - below.astype(xp.int8)
+
+
+def _clip_frozen(xp, s, x, min=None, max=None):
+    y = x
+    if min is not None:
+        y = xp.where(s < 0, min, y)
+    if max is not None:
+        y = xp.where(s > 0, max, y)
+    return y
+
+
 def _clip_distance(xs, attrs):
     import numpy as np
 
@@ -260,7 +287,8 @@ register(OpDef(
     vjp=lambda xp, g, saved, **a: (g * _clip_grad(xp, saved[0], None, **a),),
     infer=_infer_same, arity=1, input_kinds=(FLOAT,),
     attrs={"min": Attr("float", None), "max": Attr("float", None)},
-    save=save_inputs, sympy=_clip_sympy, domain=(Domain(avoid=(-0.5, 0.7)),),
+    save=save_inputs, sympy=_clip_sympy, domain=(Domain(avoid=(-0.5, 0.7)),), select=_clip_select,
+    frozen=_clip_frozen,
     kinks=(Kink("x == min or x == max", "derivative 1 at the bounds", _clip_distance),),
     cases=_clip_cases, doc="clip(x, min, max); either bound may be omitted", torch="torch.clamp"))
 
@@ -268,7 +296,7 @@ register(OpDef(
 
 
 def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc="", formula_name=None,
-           numpy=None, torch=None, onnx=None):
+           numpy=None, torch=None, onnx=None, select=None, frozen=None):
     """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape.
     Binary ops take no attributes, so grads is the vjp itself (no wrapper call per backward step)."""
     register(OpDef(
@@ -276,7 +304,7 @@ def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_
         infer=_infer_broadcast, arity=2, input_kinds=(FLOAT, FLOAT), save=save,
         broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
         cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc,
-        formula_name=formula_name, numpy=numpy, torch=torch, onnx=onnx))
+        formula_name=formula_name, numpy=numpy, torch=torch, onnx=onnx, select=select, frozen=frozen))
 
 
 binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing,
@@ -330,6 +358,7 @@ binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=_pow_sympy,
 binary("prelu", lambda xp, x, slope: xp.where(x > 0, x, x * slope),
        lambda xp, g, s: (g * xp.where(s[0] > 0, 1.0, s[1]), g * xp.where(s[0] > 0, 0.0, s[0])),
        sympy=lambda sp, x, slope: sp.Piecewise((x, x > 0), (slope * x, True)),
+       select=lambda xp, x, slope: x > 0, frozen=lambda xp, s, x, slope: xp.where(s, x, x * slope),
        domain=(Domain(avoid=(0.0,)), REALS), kinks=[Kink("x == 0", "derivative slope", _abs_distance())],
        doc="x where x > 0, else slope * x (slope broadcast)")
 
@@ -347,12 +376,22 @@ def _extremum_grads(pick):
     return grads
 
 
+def _winner(pick):
+    """The piece of maximum/minimum: 1 where a wins, 0 where b does, 0.5 at a tie (their mean there, as
+    the convention splits the gradient)."""
+    return lambda xp, a, b: pick(a, b) + 0.5 * (a == b)
+
+
+def _extremum_frozen(xp, s, a, b):
+    return xp.where(s == 1, a, xp.where(s == 0, b, 0.5 * (a + b)))
+
+
 binary("maximum", lambda xp, a, b: xp.maximum(a, b), _extremum_grads(lambda a, b: a > b),
-       sympy=lambda sp, a, b: sp.Max(a, b),
+       sympy=lambda sp, a, b: sp.Max(a, b), select=_winner(lambda a, b: a > b), frozen=_extremum_frozen,
        kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)],
       formula_name="max", numpy="maximum", torch="torch.maximum", doc='elementwise larger of a and b, broadcast')
 binary("minimum", lambda xp, a, b: xp.minimum(a, b), _extremum_grads(lambda a, b: a < b),
-       sympy=lambda sp, a, b: sp.Min(a, b),
+       sympy=lambda sp, a, b: sp.Min(a, b), select=_winner(lambda a, b: a < b), frozen=_extremum_frozen,
        kinks=[Kink("a == b", "gradient split evenly between a and b", _tie_distance)],
       formula_name="min", numpy="minimum", torch="torch.minimum", doc='elementwise smaller of a and b, broadcast')
 

@@ -20,7 +20,7 @@ def _infer_mask(node, specs, attrs):
 def _mask(name, forward, sympy, *, arity, input_kind, cases, doc, numpy=None, torch=None, onnx=None, kinks=()):
     register(OpDef(
         name=name, forward=forward, vjp=None, infer=_infer_mask, arity=arity, input_kinds=(input_kind,) * arity,
-        broadcast=arity > 1, sympy=sympy, cases=cases, kinks=tuple(kinks), doc=doc,
+        broadcast=arity > 1, sympy=sympy, cases=cases, kinks=tuple(kinks), doc=doc, held=True,
         numpy=numpy, torch=torch, onnx=onnx))
 
 

@@ -33,7 +33,7 @@ _STEPS = Domain(-2.0, 2.0, avoid=(-2.0, -1.0, 0.0, 1.0, 2.0), gap=0.1)
 unary("sign", lambda xp, x: xp.sign(x), lambda xp, x, y: 0.0 * x, uses="x",
       sympy=lambda sp, x: sp.Piecewise((1, x > 0), (-1, x < 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0 (a jump)", _abs_distance())],
-      numpy="sign", torch="torch.sign", onnx="Sign", differentiable=(False,),
+      numpy="sign", torch="torch.sign", onnx="Sign", differentiable=(False,), held=True,
       doc="-1, 0 or 1 by the sign of x (derivative 0)")
 
 
@@ -53,12 +53,12 @@ _STEP_CLASSES: dict = {}
 unary("floor", lambda xp, x: xp.floor(x), lambda xp, x, y: 0.0 * x, uses="x",
       sympy=lambda sp, x: _step_sympy("floor")(x),
       domain=_STEPS, kinks=[Kink("x an integer", "derivative 0 (a jump)", _integer_distance)],
-      numpy="floor", torch="torch.floor", onnx="Floor", differentiable=(False,),
+      numpy="floor", torch="torch.floor", onnx="Floor", differentiable=(False,), held=True,
       doc="largest integer <= x (derivative 0)")
 unary("ceil", lambda xp, x: xp.ceil(x), lambda xp, x, y: 0.0 * x, uses="x",
       sympy=lambda sp, x: _step_sympy("ceiling")(x),
       domain=_STEPS, kinks=[Kink("x an integer", "derivative 0 (a jump)", _integer_distance)],
-      numpy="ceil", torch="torch.ceil", onnx="Ceil", differentiable=(False,),
+      numpy="ceil", torch="torch.ceil", onnx="Ceil", differentiable=(False,), held=True,
       doc="smallest integer >= x (derivative 0)")
 
 

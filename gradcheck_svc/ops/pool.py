@@ -66,6 +66,17 @@ def _max_pool_vjp(xp, g, saved, geo):
     return (crop_spatial(windows_adjoint(xp, dwin, geo), geo),)
 
 
+def _max_pool_select(xp, x, geo):
+    """The piece: each window's first maximal element (window order, as the vjp's convention at a tie)."""
+    return xp.argmax(_flat_windows(xp, x, geo, -np.inf), axis=-1)
+
+
+def _max_pool_frozen(xp, first, x, geo):
+    flat = _flat_windows(xp, x, geo, -np.inf)
+    at = xp.broadcast_to(first[..., None], flat.shape[:-1] + (1,))
+    return xp.take_along_axis(flat, at, axis=-1)[..., 0]
+
+
 def _window_tie_gap(xs, attrs):
     """Per output element, the gap between the two largest values of its window."""
     flat = _flat_windows(np, np.asarray(xs[0], dtype=np.float64), attrs["geo"], -np.inf)
@@ -96,6 +107,7 @@ def _cases(rng, extra=None):
 register(OpDef(
     name="max_pool", forward=_max_pool, vjp=_max_pool_vjp, infer=_infer_max, arity=1, input_kinds=(FLOAT,),
     attrs=POOL_ATTRS, save=save_inputs, cases=_cases, scratch=_windows_scratch,
+    select=_max_pool_select, frozen=_max_pool_frozen,
     kinks=(Kink("ties for a window's maximum", "gradient to the first maximal element", _window_tie_gap),),
     sliced=PER_CHANNEL, doc="ONNX MaxPool (padding never wins: pads are -inf)"))
 

@@ -79,12 +79,12 @@ def _linear_sliced(xp, op, xs, base_out, attrs):
     return base_out + op.forward(xp, xp.expand_dims(x.values - x.old(xp), x.axis), **attrs)
 
 
-def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True, linear=False):
+def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True, linear=False, select=None, frozen=None):
     register(OpDef(
         name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
         input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc,
         numpy=name,  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
-        sliced=_linear_sliced if linear else _PER_POSITION))
+        sliced=_linear_sliced if linear else _PER_POSITION, select=select, frozen=frozen))
 
 
 def _sum(xp, x, axes, keepdims, **_):
@@ -112,6 +112,19 @@ def _extremum_vjp(xp, g, s, axes, keepdims, **_):
     return (mask * (_keep(xp, g, axes, keepdims) / count),)
 
 
+def _extremum_select(pick):
+    """The piece of max/min: per element its share of the output, 1 for the extremum, 1/c for each of c
+    tied ones (as the convention splits the gradient), 0 for the rest."""
+    def select(xp, x, axes, keepdims, **_):
+        mask = (x == _keep(xp, getattr(xp, pick)(x, axis=axes, keepdims=keepdims), axes, keepdims)).astype(x.dtype)
+        return mask / xp.sum(mask, axis=axes, keepdims=True)
+    return select
+
+
+def _extremum_frozen(xp, s, x, axes, keepdims, **_):
+    return xp.sum(xp.where(s > 0, x * s, 0.0), axis=axes, keepdims=keepdims)
+
+
 def _tie_gap(xs, attrs):
     """Per reduced group, the gap between the two largest (or smallest) elements."""
     x = np.asarray(xs[0])
@@ -134,5 +147,5 @@ for _name, _fn in (("max", "max"), ("min", "min")):
         lambda xs, y, **_: (xs[0], y),
         f"{_name} over axes",
         kinks=[Kink("ties for the extremum", "gradient split evenly among the tied elements", _tie_gap)],
-        identity=False,
+        identity=False, select=_extremum_select(_fn), frozen=_extremum_frozen,
     )

@@ -99,4 +99,23 @@ def independent(out_axis):
             return None
         y = op.forward(xp, xp.expand_dims(x.values, x.axis), **attrs)
         return Sliced(base_out, at, x.index, xp.squeeze(y, axis=at))
+    rule.out_axis = out_axis  # (frozen branches slice the op's selection along it: independent_frozen)
     return rule
+
+
+def independent_frozen(xp, op, selection, x: Sliced, base_out, attrs):
+    """An `independent` op's frozen piece (OpDef.frozen) on a one-slice change, or None (densify): the
+    selection sliced at the same positions -- along the output's axis where it is shaped like the output
+    (max_pool's argmax), along the input's where it is shaped like the input (max's shares)."""
+    at = op.slice_rule.out_axis(x.axis, attrs)
+    if at is None:
+        return None
+    if selection.shape == base_out.shape:
+        along = at
+    elif selection.shape == x.base.shape:
+        along = x.axis
+    else:
+        return None
+    piece = xp.expand_dims(take_slices(xp, selection, along, x.index), along)
+    y = op.frozen(xp, piece, xp.expand_dims(x.values, x.axis), **attrs)
+    return Sliced(base_out, at, x.index, xp.squeeze(y, axis=at))

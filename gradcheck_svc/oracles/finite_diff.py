@@ -43,6 +43,12 @@ one-sided and projected differences are computed:
                                           the same, one-sided on each side (at a kink)
     random_directions(n, k, seed)         the projection directions (FDResult.directions)
 
+Frozen branches: every perturbed forward but the one-sided ones (the local ones of one op included)
+evaluates each piecewise op on the piece the unperturbed forward took (OpDef.select / frozen: relu's sign, max_pool's argmax, clip's
+segment; comparisons held), so no difference straddles a kink; at an exact tie the piece is the one
+the op's declared convention names. The one-sided differences (one_sided, local_one_sided) use the
+ordinary forward: they judge the kink itself, on both sides.
+
 Every value comes with an estimate of its own error (FDResult.noise). The first pass
 is the cheap one above, whose estimate is the rounding term alone (~eps |L| / h): where
 it already agrees with the engine, the step was small enough. The values that do not
@@ -63,9 +69,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from ..backend import NUMPY
-from ..engine import forward, forward_batched, prepare_feeds
+from ..engine import forward, forward_batched, prepare_feeds, selections
 from ..engine.program import program_of
-from ..engine.executor import run_step_batched
+from ..engine.executor import HELD, frozen_step, run_step, run_step_batched, selection_of
 from ..graph.ir import Graph
 from ..ops.slices import one_hot
 
@@ -87,6 +93,11 @@ class FDOptions:
     # memory budget for one stacked batch: small enough that a chunk's values stay in
     # cache (bench/bench_fd.py: 8 MiB is ~2x faster than 128 MiB at 2,000 elements)
     chunk_bytes: int = 8 * 2**20
+    # frozen branches: the perturbed forwards evaluate every piecewise op on the piece the unperturbed
+    # forward took (OpDef.select / frozen), so no difference straddles a kink (off: ordinary parameter-
+    # level forwards, for comparison; the one-sided differences at a kink are always ordinary, one op's
+    # local differences always frozen)
+    frozen_branches: bool = True
 
 
 # a copy of the whole graph is large and its steps many: per-step overhead, not cache misses, is
@@ -147,20 +158,28 @@ def projection_step(flat: np.ndarray) -> float:
     return STEP_SCALE * max(1.0, float(np.max(np.abs(flat))) if flat.size else 1.0)
 
 
-def _weighted_output(step, xs: list, k: int, a: np.ndarray):
+def _weighted_output(step, xs: list, k: int, a: np.ndarray, frozen: bool = True):
     """stack (B, n) of input k -> (sum(a * (step(..., x_k, ...) - y)), its rounding scale) per row, y the
     step's output at xs: the scalar whose gradient in x_k is J_k^T a, centered on y so that its rounding
     scales with what the perturbation changes, not with the whole output (a one-element change of a
     65,536-element matmul input moves one column: summing a * out over every element would bury a wrong
     contribution under the rounding of all the others). The scale sums |a| (|out| + |y|) over the
-    elements that moved; those that did not are bit-identical and contribute exactly nothing."""
+    elements that moved; those that did not are bit-identical and contribute exactly nothing.
+    frozen: the step on its piece at xs (frozen branches, as the parameter-level differences), else by
+    its ordinary forward (the one-sided differences at a kink)."""
     x = np.asarray(xs[k], dtype=np.float64)
     grads = [i == k for i in range(len(xs))]
+    piece = selection_of(np, step, [np.asarray(v) for v in xs]) if frozen else None
 
     def run(stack):
         args = list(xs)
         args[k] = stack.reshape((len(stack),) + x.shape)
         with np.errstate(all="ignore"):
+            if piece is HELD:  # piecewise constant: every copy is the unperturbed output
+                y = np.asarray(run_step(np, step, list(xs)), dtype=np.float64)
+                return np.broadcast_to(y, (len(stack),) + y.shape)
+            if piece is not None:
+                return np.asarray(frozen_step(np, step, piece, args, grads), dtype=np.float64)
             return np.asarray(run_step_batched(np, step, args, grads), dtype=np.float64)
     y = run(x.reshape(1, -1))[0]
     weights = np.broadcast_to(np.asarray(a, dtype=np.float64), y.shape)
@@ -209,7 +228,7 @@ def local_one_sided(step, xs: list, k: int, a: np.ndarray, directions: np.ndarra
     """(left, right): second-order one-sided differences of J_k^T a of one step along each direction
     (m, n) of input k, step steps[j] for direction j -- the derivatives on each side of a kink."""
     flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
-    evaluate = _weighted_output(step, xs, k, a)
+    evaluate = _weighted_output(step, xs, k, a, frozen=False)  # both sides of the kink, never frozen
     base = float(evaluate(flat[None, :])[0][0])
     m = len(directions)
     stack = np.concatenate([flat + c * steps[:, None] * directions for c in (1, 2, -1, -2)])
@@ -390,6 +409,9 @@ class FiniteDifferences:
         base = forward(self.program, NUMPY, prepare_feeds(self.program, NUMPY), grad=False, keep_values=True)
         self.base = base.values
         self.loss = float(np.asarray(base.loss).reshape(-1)[0])
+        # step -> the piece its op took here (engine/executor.selections): what every perturbed forward
+        # but the one-sided ones evaluates on
+        self.frozen = selections(self.program, np, self.base) if self.options.frozen_branches else {}
         self._row_bytes: dict[str, int] = {}
         self._sliced_cost: dict[str, float] = {}
         self._to_loss: set[str] = set()  # parameters the loss depends on (_param_row_bytes)
@@ -498,17 +520,20 @@ class FiniteDifferences:
                                                    for v in self.program.downstream([name])))
         return self._row_bytes[name]
 
-    def losses(self, param: str, stack: np.ndarray) -> np.ndarray:
-        """Loss for each row of stack (B, *shape), in memory-bounded chunks."""
-        return self.losses_of(param, stack.shape[0], lambda s, e: stack[s:e])
+    def losses(self, param: str, stack: np.ndarray, frozen: bool = True) -> np.ndarray:
+        """Loss for each row of stack (B, *shape), in memory-bounded chunks; frozen: on the base's
+        branches (self.frozen), else by the ordinary forward (which crosses kinks)."""
+        return self.losses_of(param, stack.shape[0], lambda s, e: stack[s:e], frozen)
 
-    def losses_of(self, param: str, b: int, rows_of) -> np.ndarray:
+    def losses_of(self, param: str, b: int, rows_of, frozen: bool = True) -> np.ndarray:
         """Loss for each of b copies of param, made by rows_of(s, e) -> (e - s, *shape) one memory-bounded
         chunk at a time (never all b at once: 2k directions of a large parameter would be GBs)."""
         rows = max(1, self.options.chunk_bytes // self.row_bytes(param))
         out = np.empty(b)
+        pieces = self.frozen if frozen else None
         for s in range(0, b, rows):
-            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: rows_of(s, min(b, s + rows))})
+            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: rows_of(s, min(b, s + rows))},
+                                              frozen=pieces)
         return out
 
     def slice_axis(self, name: str) -> int | None:
@@ -536,7 +561,8 @@ class FiniteDifferences:
         if axis is None:
             return self.row_bytes(name) / 8
         stats = {}
-        forward_batched(self.program, NUMPY, self.base, {name: one_hot(np, x, axis, [0], x.reshape(-1)[:1])}, stats)
+        forward_batched(self.program, NUMPY, self.base, {name: one_hot(np, x, axis, [0], x.reshape(-1)[:1])}, stats,
+                        frozen=self.frozen)
         return stats["row_bytes"] / 8
 
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
@@ -554,7 +580,7 @@ class FiniteDifferences:
         while s < len(flat_index):
             stats = {}
             stack = one_hot(np, x, axis, flat_index[s:s + rows], new_values[s:s + rows])
-            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats)
+            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats, frozen=self.frozen)
             s += rows
             rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
@@ -634,13 +660,13 @@ class FiniteDifferences:
         """(left, right): second-order one-sided differences of L along each direction (m, n) of
         param, with step steps[j] for direction j. O(h^2) on each smooth piece -- a first-order
         one-sided difference would be off by O(h f'') -- so at a kink they bracket a right
-        (sub)gradient closely."""
+        (sub)gradient closely. By the ordinary forward, never frozen: they must see both sides."""
         x = np.asarray(self.base[param], dtype=np.float64)
         flat = x.reshape(-1)
         m = len(directions)
         multiples = (1, 2, -1, -2)
         stack = np.concatenate([flat + k * steps[:, None] * directions for k in multiples])
-        losses = self.losses(param, stack.reshape((4 * m,) + x.shape)).reshape(4, m)
+        losses = self.losses(param, stack.reshape((4 * m,) + x.shape), frozen=False).reshape(4, m)
         with np.errstate(all="ignore"):
             right = (-3 * self.loss + 4 * losses[0] - losses[1]) / (2 * steps)
             left = (3 * self.loss - 4 * losses[2] + losses[3]) / (2 * steps)
@@ -688,7 +714,7 @@ class FiniteDifferences:
             e = min(b, s + rows)
             chunk = rows_of(s, e)
             out[s:e] = forward_batched(self.program, NUMPY, self.base, {
-                p: chunk[p].reshape((-1,) + tuple(self.program.shapes[p])) for p in params})
+                p: chunk[p].reshape((-1,) + tuple(self.program.shapes[p])) for p in params}, frozen=self.frozen)
         return out
 
     def joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray | None = None) -> FDResult:

@@ -93,7 +93,7 @@ def localize_claims(graph, fd, results, tol: Tolerance) -> list[Finding]:
     order = sorted((v for v in known if v in consumers and v in down),
                    key=lambda v: -min(position[s.name] for s, _ in consumers[v]))
     for v in order:
-        if any(s.name not in known or near_kink(s, [fd.base[n] for n in s.inputs]) for s, _ in consumers[v]):
+        if any(s.name not in known or near_kink(s, [fd.base[n] for n in s.inputs], fd.frozen) for s, _ in consumers[v]):
             continue  # undecided here: a consumer's claimed adjoint is missing, or it sits at a kink
         check, dirs = _consistency(fd, consumers[v], v, known, tol)
         if check.passed:

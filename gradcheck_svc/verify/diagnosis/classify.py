@@ -22,6 +22,7 @@ from .rules import rule_contribution
 
 EPS32 = float(np.finfo(np.float32).eps)
 KINK_BAND = 100 * STEP_SCALE  # relative distance to a kink within which FD straddles it
+FLIP_BAND = 64 * EPS32  # relative distance within which a float32 forward may choose another piece
 ONE_SIDED_MAX = 64  # failing elements checked one-sidedly per parameter
 
 
@@ -46,7 +47,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
         # every local derivative agrees (a tie split evenly matches a central difference), yet the
         # total does not: first suspect a kink under the parameter-level differences
         for c in loc.consumers:
-            near = near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs])
+            near = near_kink(c.step, [ctx.fd.base[n] for n in c.step.inputs], ctx.fd.frozen, ctx.dtype)
             if near is not None:
                 return _nondifferentiable(ctx, c.step, near, params)
         return _accumulation(ctx, loc, params)
@@ -55,7 +56,7 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
     name = step.inputs[k]
     where = f"input {k} ('{name}')"
     xs64 = [ctx.fd.base[n] for n in step.inputs]
-    near = near_kink(step, xs64)
+    near = near_kink(step, xs64, ctx.fd.frozen, ctx.dtype)
     if near is not None:
         return _nondifferentiable(ctx, step, near, params)
     shape = ctx.program.shapes[name]
@@ -79,14 +80,19 @@ def classify(ctx: Context, loc: Located, params: list[str]) -> Finding:
                    f"(integrity checking {ctx.options.integrity})", params, w)
 
 
-def near_kink(step: Step, xs: list):
-    """The kink an input of this step sits at (or within a finite-difference step of), or None."""
+def near_kink(step: Step, xs: list, frozen=(), dtype: str = "float64"):
+    """The kink an input of this step sits at (or within a finite-difference step of), or None. A step
+    finite differences evaluate on its frozen piece (its name in `frozen`, FiniteDifferences.frozen)
+    straddles no kink: only an input exactly at one counts (where the piece is a convention) -- or, for
+    a float32 engine, within FLIP_BAND of one, where its forward may take another piece than the float64
+    forward the differences froze."""
+    band = (FLIP_BAND if dtype == "float32" else 0.0) if step.name in frozen else KINK_BAND
     for kink in step.op.kinks:
         if kink.distance is None:
             continue
         d = np.asarray(kink.distance(xs, step.attrs), dtype=np.float64)
         scale = max(1.0, max((float(np.max(np.abs(x))) for x in xs if np.size(x)), default=1.0))
-        if d.size and float(np.min(d)) <= KINK_BAND * scale:
+        if d.size and float(np.min(d)) <= band * scale:
             at = np.unravel_index(int(np.argmin(d)), d.shape) if d.shape else ()
             return kink, tuple(int(i) for i in at)
     return None

@@ -42,21 +42,22 @@ def exact_kink_notes(ctx: Context, findings: list[Finding]) -> list[Finding]:
             with np.errstate(all="ignore"):
                 d = np.asarray(kink.distance(xs, step.attrs), dtype=np.float64)
             exact = np.flatnonzero(d.reshape(-1) == 0)
-            if not exact.size:  # near it: within the first pass's step (scaled as the steps are)
-                scale = max(1.0, max((float(np.max(np.abs(x))) for x in xs if np.size(x)), default=1.0))
-                with np.errstate(invalid="ignore"):
-                    near = np.flatnonzero(d.reshape(-1) <= STEP_SCALE * scale)
+            # near it: within the first pass's step (scaled as the steps are)
+            scale = max(1.0, max((float(np.max(np.abs(x))) for x in xs if np.size(x)), default=1.0))
+            with np.errstate(invalid="ignore"):
+                near = np.flatnonzero(d.reshape(-1) <= STEP_SCALE * scale)
+            if not exact.size:
                 if not near.size:
                     continue
                 exact = near[np.argsort(d.reshape(-1)[near], kind="stable")]
-            note = _note(ctx, step, kink, d, exact)
+            note = _note(ctx, step, kink, d, exact, near.size)
             if note is not None:
                 out.append(note)
                 break  # one note per node
     return out
 
 
-def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray) -> Finding | None:
+def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int) -> Finding | None:
     fd = ctx.fd
     at = tuple(int(i) for i in np.unravel_index(int(exact[0]), d.shape)) if d.shape else ()
     out_shape = fd.program.shapes[step.name]
@@ -87,44 +88,93 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray) -> Finding
         return None
     more = f" and {exact.size - 1} more element{'s' if exact.size > 2 else ''}" if exact.size > 1 else ""
     gap = float(d[at]) if d.shape else float(d)
+    frozen = step.name in fd.frozen
+    # kink proximity: how many elements the first pass's step reaches across, and what the differences did
+    within = f"{near} element{'s' if near != 1 else ''} within a finite-difference step of it"
+    crossing = f"{within}, where finite differences held the piece the forward took (frozen branches)" \
+        if frozen else "central differences straddle it"
     if gap != 0:
         return Finding(step.name, step.op.name, "nondifferentiable_point", "info",
                        f"an input is near its kink {kink.where}, {gap:.3g} from it -- within a finite-difference "
                        f"step ({inputs_at(step, fd.base, at)}{more}; convention at the kink: {kink.convention}): "
-                       f"central differences straddle it; the engine's gradient agrees with the reference that "
+                       f"{crossing}; the engine's gradient agrees with the reference that "
                        f"settled it ({'; '.join(sides)}); not a failure", params, None)
-    unsure = _symbolic_nan_at_kink(ctx, step, d, exact, params)
+    unsure = _symbolic_excused_at_kink(ctx, step, d, exact, params)
+    nan = any(np.isnan(np.asarray(r.symbolic, dtype=np.float64)).any() for r in ctx.results
+              if r.name in unsure and r.symbolic is not None)
+    symbolic = f"; the symbolic reference is {'NaN' if nan else 'of another convention'} there for " \
+        f"{', '.join(unsure)} ({'undefined' if nan else 'the value of its formula'} at the kink) and finite " \
+        "differences agree with the engine" if unsure else ""
+    taken = f"; finite differences took the engine's piece there (frozen branches; {within})" if frozen else ""
     return Finding(step.name, step.op.name, "nondifferentiable_point", "warning" if unsure else "info",
                    f"an input is exactly at its kink {kink.where} ({inputs_at(step, fd.base, at)}{more}): the "
                    f"gradient there is a convention, not a derivative; the engine uses '{kink.convention}' "
-                   f"({'; '.join(sides)})" + (f"; the symbolic reference is NaN there for {', '.join(unsure)} "
-                                              "(undefined at the kink) and finite differences agree with the "
-                                              "engine" if unsure else "") + "; not a failure", params, None)
+                   f"({'; '.join(sides)}){taken}{symbolic}; not a failure", params, None)
 
 
-def _symbolic_nan_at_kink(ctx: Context, step, d: np.ndarray, exact: np.ndarray, params: list) -> list[str]:
-    """The parameters whose only disagreement is a NaN symbolic reference at this kink's elements, finite
-    differences agreeing with the engine: all of the failing ones among `params`, or [] (then nothing is
-    excused). A parameter counts only as a direct input of the kink's node, whose elements map to the kink's
-    by broadcasting."""
+def _symbolic_excused_at_kink(ctx: Context, step, d: np.ndarray, exact: np.ndarray, params: list) -> list[str]:
+    """The parameters whose only disagreement is the symbolic reference at this kink, finite differences
+    agreeing with the engine: all of the failing ones among `params`, or [] (then nothing is excused).
+    Either NaN at the kink's elements (a parameter counts only as a direct input of the kink's node, whose
+    elements map to the kink's by broadcasting), or, where finite differences took the engine's frozen
+    piece, SymPy's own value at a tie (another subgradient: between the one-sided differences of the loss
+    at each disagreeing element, which must differ there)."""
     rows = {r.name: r for r in ctx.results if r.name in params and not r.passed}
     if not rows or d.reshape(-1)[exact].any():
         return []
     for name, r in rows.items():
-        if name not in step.inputs or r.symbolic is None or not r.fd_passed or not d.shape:
+        if r.symbolic is None or not r.fd_passed:
             return []
-        size = int(np.prod(r.shape, dtype=np.int64))
-        try:
-            at_kink = np.broadcast_to(np.arange(size).reshape(r.shape), d.shape).reshape(-1)[exact]
-        except ValueError:
+        sym = np.asarray(r.symbolic, dtype=np.float64)
+        nan = np.isnan(sym)
+        if nan.any():
+            if name not in step.inputs:
+                return []
+            size = int(np.prod(r.shape, dtype=np.int64))
+            try:
+                at_kink = np.broadcast_to(np.arange(size).reshape(r.shape), d.shape).reshape(-1)[exact]
+            except ValueError:
+                return []
+            if not set(np.flatnonzero(nan)) <= set(at_kink.tolist()):
+                return []
+        elif step.name in ctx.fd.frozen:
+            # finite differences took the engine's piece at the kink (frozen branches), and agree with it:
+            # SymPy's own value there (Heaviside(0) = 1/2 at clip's bound, a tie's share) is another
+            # subgradient where it lies between the one-sided differences of a real kink
+            nan = _disagree(r.gradient, sym, ctx.tol)
+            if not nan.any() or not _other_subgradient(ctx, r, np.flatnonzero(nan), sym.reshape(-1)):
+                return []
+        else:
             return []
-        nan = np.isnan(np.asarray(r.symbolic, dtype=np.float64)).reshape(-1)
-        if not nan.any() or not set(np.flatnonzero(nan)) <= set(at_kink.tolist()):
-            return []
-        rest = np.where(nan.reshape(r.shape), r.gradient, r.symbolic)  # the NaN elements judged by FD alone
+        rest = np.where(nan, r.gradient, r.symbolic)  # those elements judged by FD alone
         if not compare(r.gradient, rest, ctx.tol).passed:
             return []
     return sorted(rows)
+
+
+ONE_SIDED_MAX = 64  # disagreeing elements checked one-sidedly per parameter
+
+
+def _other_subgradient(ctx: Context, r, bad: np.ndarray, sym: np.ndarray) -> bool:
+    """Each element `bad` of parameter r is at a kink (its one-sided differences differ) and the symbolic
+    value lies between them."""
+    if bad.size > ONE_SIDED_MAX:
+        return False
+    x = np.asarray(ctx.fd.base[r.name], dtype=np.float64).reshape(-1)
+    dirs = np.zeros((bad.size, x.size))
+    dirs[np.arange(bad.size), bad] = 1.0
+    left, right = ctx.fd.one_sided(r.name, dirs, element_steps(x[bad]))
+    lo, hi = np.minimum(left, right), np.maximum(left, right)
+    slack = ctx.tol.absolute(float(np.max(np.abs(hi), initial=0.0))) + ctx.tol.rtol * np.abs(hi)
+    with np.errstate(invalid="ignore"):
+        return bool(np.all((hi - lo > 2 * slack) & (sym[bad] >= lo - slack) & (sym[bad] <= hi + slack)))
+
+
+def _disagree(g: np.ndarray, ref: np.ndarray, tol) -> np.ndarray:
+    """Elements of g outside the tolerance of ref (NaN ones included)."""
+    bound = tol.absolute(float(np.max(np.abs(np.nan_to_num(ref)), initial=0.0))) + tol.rtol * np.abs(ref)
+    with np.errstate(invalid="ignore"):
+        return ~(np.abs(np.asarray(g, dtype=np.float64) - ref) <= bound)
 
 
 def _input_element(shape: tuple, out_shape: tuple, at: tuple, rule: np.ndarray) -> int:

@@ -75,7 +75,7 @@ def check_locally(ctx: Context, traced, step: Step, k: int) -> NodeVerdict:
     name = step.inputs[k]
     shape = ctx.program.shapes[name]
     xs64 = [fd.base[n] for n in step.inputs]
-    deferred = near_kink(step64, xs64) is not None
+    deferred = near_kink(step64, xs64, fd.frozen, ctx.dtype) is not None
     a = np.asarray(traced.adjoints.get(step.name, np.zeros(ctx.program.shapes[step.name])), dtype=np.float64)
     a = np.broadcast_to(a, ctx.program.shapes[step.name])
     where = f"input {k} ('{name}')"
