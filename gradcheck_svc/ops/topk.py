@@ -54,6 +54,13 @@ def _indices(xp, x, k, axis, largest):
     return xp.moveaxis(_order(xp, xp.moveaxis(x, axis, -1), k, largest), -1, axis)
 
 
+def _frozen_values(xp, idx, x, k, axis, largest):
+    """The values at the positions the unperturbed forward selected (idx: _indices'), for finite differences'
+    frozen branches (ops/base.py): x may carry leading batch axes."""
+    lead = x.ndim - idx.ndim
+    return xp.take_along_axis(x, xp.broadcast_to(idx, x.shape[:lead] + idx.shape), axis=axis % idx.ndim + lead)
+
+
 def _values_vjp(xp, g, saved, k, axis, largest):
     (x,) = saved
     moved = xp.moveaxis(x, axis, -1)
@@ -92,10 +99,10 @@ TIES = Kink("ties among the k+1 extreme values of a row", "the lower index first
 
 register(OpDef(
     name="top_k", forward=_values, vjp=_values_vjp, infer=_infer(FLOAT), arity=1, input_kinds=(FLOAT,),
-    attrs=ATTRS, save=save_inputs, kinks=(TIES,), cases=_cases,
+    attrs=ATTRS, save=save_inputs, kinks=(TIES,), cases=_cases, select=_indices, frozen=_frozen_values,
     doc="ONNX TopK's values: the k largest (smallest) values along axis, sorted, as torch.topk"))
 
 register(OpDef(
     name="top_k_indices", forward=_indices, vjp=None, infer=_infer(INT), arity=1, input_kinds=(FLOAT,),
-    attrs=ATTRS, kinks=(TIES,), cases=_cases,
+    attrs=ATTRS, kinks=(TIES,), cases=_cases, held=True,  # perturbed forwards keep the selection
     doc="ONNX TopK's indices (int64, no gradient): where top_k's values are along axis"))
