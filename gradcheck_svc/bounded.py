@@ -5,11 +5,12 @@ it only when the call returns. Killing a process stops anything, so the in-proce
 (`gradcheck-svc verify`, `plan-memory`, `gradcheck verify` without a server) run each graph's work in a
 child and kill it at `max_request_seconds` (`--timeout`), like server/pool.py does with a worker.
 
-The child is forked from this process at the first call, so it starts with every module imported here
-(a fork, not a fresh interpreter: milliseconds), and it serves the calls that follow one at a time, so
-what it imports lazily (SymPy, onnx) is imported once per run, not once per graph. A call that runs
-past its limit kills the child (SIGKILL) and raises the limit's TimeLimitError; the next call forks a
-fresh one. The parent only waits on a pipe: the limit holds whatever the child is doing, and nothing
+Each call forks its own child, so the child starts with every module imported here and with this
+process's state as it is at the call (a fork, not a fresh interpreter: milliseconds). A child kept for
+later calls would not: an op registered, a module patched or an option set after its fork would be
+invisible to it -- a verification of another program than the caller's. What a verification imports
+lazily is imported here first (request.preload), so each child starts warm. A call that runs past its
+limit kills its child (SIGKILL) and raises the limit's TimeLimitError. The parent only waits on a pipe: the limit holds whatever the child is doing, and nothing
 the child raises can race with it. Where there is no fork (Windows), the work runs here under the
 signal-based limits.request_time_limit instead.
 """
@@ -139,7 +140,7 @@ class _Child:
             pass
 
 
-_child: _Child | None = None  # this process's one child, forked at the first call
+_child: _Child | None = None  # the child of the call in progress
 
 
 def _close() -> None:
@@ -164,18 +165,15 @@ def bounded_call(seconds: float, hint: str | None, fn, *args, on_phase=None, **k
         with request_time_limit(seconds, hint):
             return fn(*args, **kwargs, **({"on_phase": on_phase} if on_phase else {}))
     deadline = time.monotonic() + seconds
-    if _child is None:
-        _child = _Child()
+    _child = _Child()  # this call's: forked now, it sees this process as it is now
     try:
         answer = _child.call(deadline, fn, args, kwargs, on_phase)
     except WorkerDied:
         _child = None
         raise
-    except BaseException:  # Ctrl-C while waiting (or a broken pipe): the child goes with it
+    finally:  # answered, over time, or Ctrl-C while waiting: the child goes
         _close()
-        raise
     if answer is None:
-        _close()
         raise over_time_error(seconds, hint)
     kind, value = answer
     if kind == "raise":

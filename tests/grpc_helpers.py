@@ -149,9 +149,20 @@ def descendants(pid: int) -> set[int]:
         return set()
 
 
-def stray_processes(since: float, *owners: int) -> list[str]:
+def stray_processes(since: float, *owners: int, settle: float = 15.0) -> list[str]:
     """Python processes started after `since` (time.time()), re-parented to init and not an
-    owner's descendants: what a request left behind (other people's processes have live parents)."""
+    owner's descendants: what a request left behind (other people's processes have live parents).
+    A process already on its way out (a forkserver reads its parent's closed pipe a moment after the
+    server exits) is given up to `settle` seconds to go; the answer comes as soon as none is left."""
+    end = time.monotonic() + settle
+    while True:
+        left = _strays(since, owners)
+        if not left or time.monotonic() >= end:
+            return left
+        time.sleep(0.2)
+
+
+def _strays(since: float, owners: tuple) -> list[str]:
     import sys
 
     import psutil

@@ -262,6 +262,12 @@ def _user_error():
     raise LimitError("too many", node="n", limit="max_elements")
 
 
+def _mark():
+    import os
+
+    return os.environ.get("GRADCHECK_BOUNDED_MARK")
+
+
 @pytest.fixture
 def child():
     """bounded_call's child in this process, ended after the test (none is left behind)."""
@@ -282,7 +288,7 @@ def test_the_limit_fires_while_a_memory_error_unwinds(child):
     assert time.monotonic() - start < 1.0 + SLACK
 
 
-def test_what_the_child_raises_comes_back_whole(child):
+def test_what_the_child_raises_comes_back_whole(child, monkeypatch):
     from gradcheck_svc.errors import LimitError
 
     with pytest.raises(LimitError) as exc:
@@ -294,8 +300,12 @@ def test_what_the_child_raises_comes_back_whole(child):
         child(30, None, _escaping_base_exception)
     import os
 
-    pid = child(30, None, os.getpid)  # a child, not this process, and the same one serves the next call
-    assert pid != os.getpid() and child(30, None, os.getpid) == pid
+    assert child(30, None, os.getpid) != os.getpid()  # a child, not this process
+    # forked for each call, so it sees this process as it is at the call: a change made after an earlier
+    # call (an op registered, a module patched) is not lost on a child kept from before it
+    assert child(30, None, _mark) is None
+    monkeypatch.setenv("GRADCHECK_BOUNDED_MARK", "set after the first child")
+    assert child(30, None, _mark) == "set after the first child"
 
 
 def test_einsum_contracts_a_chain_pairwise():
