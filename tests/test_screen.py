@@ -299,3 +299,16 @@ def test_node_lists_as_kubectl_writes_them(tmp_path):
     f.write_text("# kubectl get nodes -l gradcheck.dev/screen=true -o name\nnode/b\nnode/a\n\nnode/a\n")
     assert screen.parse_nodes("@" + str(f)) == ["a", "b"]
     assert screen.parse_nodes(" c, a  b\n") == ["a", "b", "c"]
+
+
+def test_numerics_name_numpys_blas_whatever_else_is_loaded():
+    """A node's numerics are what decides the engine's bits: NumPy's BLAS, not another library's loaded
+    beside it (scipy.special brings SciPy's own OpenBLAS). Otherwise a record made before SciPy was
+    imported and a reference made after it differ, and a bit-level difference goes unblamed."""
+    import subprocess
+    import sys
+
+    code = ("from gradcheck_svc.batch.screen import numerics; before = numerics(); import scipy.special; "
+            "after = numerics(); assert before == after, (before, after); print(after['blas'])")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() and out.strip() != "none"

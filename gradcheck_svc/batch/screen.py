@@ -174,12 +174,18 @@ def numerics(device: str | None = "cpu") -> dict:
         from numpy._core._multiarray_umath import __cpu_dispatch__, __cpu_features__
     except ImportError:  # NumPy 1.x
         from numpy.core._multiarray_umath import __cpu_dispatch__, __cpu_features__
+    import os
+
     blas = "unknown"
     try:
         from threadpoolctl import threadpool_info
 
+        # NumPy's own BLAS (numpy/ or numpy.libs/), the one the engine calls: another library's (SciPy's
+        # bundled OpenBLAS, loaded by scipy.special) may be loaded or not, and changes no bit of ours
+        ours = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(np.__file__))), "numpy")
         blas = "; ".join(sorted(f"{i.get('internal_api')} {i.get('version')} {i.get('architecture')}"
-                                for i in threadpool_info() if i.get("user_api") == "blas")) or "none"
+                                for i in threadpool_info() if i.get("user_api") == "blas"
+                                and os.path.realpath(i.get("filepath") or "").startswith(ours))) or "none"
     except ImportError:
         pass
     return {"device": device or "cpu", "machine": platform.machine(), "numpy": np.__version__,
