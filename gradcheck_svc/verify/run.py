@@ -28,6 +28,7 @@ from .compare import VANISHING, Tolerance, compare, magnitude
 from . import claims, recompute_check
 from .attributes import attributes_used
 from .custom_ops import check_custom_ops
+from .diagnosis.claimed import diagnose_claims
 from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
@@ -154,8 +155,9 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     if graph.claims is None:  # the engine is the subject: its runs are diagnosed
         prior = recompute_check.attribute(engine.findings, results)
         findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
-    else:  # the claims are: localized by their own adjoints, when they carry some
-        findings = claims.localize_claims(graph, fd, results, tol) if options.localize else []
+    else:  # the claims are: the same analyses (kinks, float32 rounding), localized by their own adjoints
+        findings = diagnose_claims(Context(graph, options, claims.tolerance_dtype(graph, dtype), engine, results, fd,
+                                           tol, subject="claimed"))
     findings += undecidable_findings(results, engine.program, findings)
     findings += unresolved_findings(results, findings)
     if graph.claims is None:

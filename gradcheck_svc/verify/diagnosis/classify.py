@@ -124,10 +124,10 @@ def _nondifferentiable(ctx: Context, step: Step, near, params: list[str]) -> Fin
             f"({x}; convention at the kink: {kink.convention})")
     if outside:
         return Finding(step.name, step.op.name, "nondifferentiable_point", "error",
-                       f"{head}, and the engine's gradient of {', '.join(outside)} lies outside the one-sided "
+                       f"{head}, and {ctx.whose} gradient of {', '.join(outside)} lies outside the one-sided "
                        "differences", params, worst)
     return Finding(step.name, step.op.name, "nondifferentiable_point", "warning",
-                   f"{head}; central differences straddle it, and the engine's (sub)gradient lies between the "
+                   f"{head}; central differences straddle it, and {ctx.whose} (sub)gradient lies between the "
                    "one-sided differences: not a failure", params, worst)
 
 
