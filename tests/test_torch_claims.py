@@ -415,6 +415,35 @@ def test_at_a_kink_an_opaque_nodes_value_must_lie_between_the_one_sided_derivati
     assert entry["verdict"] == "fail" and "(worst [2]: torch's VJP 3, differences 2 +- " in entry["detail"]
 
 
+def test_opaque_nodes_checked_here_and_the_graph_on_a_server_make_one_verdict_that_says_where(server):
+    """A server cannot run the user's Python: an opaque node's differences are taken in process, the captured
+    graph (its outputs as parameters) is verified on the server, and the report merges both into one verdict,
+    saying where each part was checked."""
+    def hooked(x):  # a hook after the opaque op doubles the gradient reaching h * h: the server's part fails
+        h = torch.tanh(wavy(x * 2))
+        h.register_hook(lambda g: g * 2)
+        return (h * h).sum()
+    cases = {"both right": (lambda x: torch.tanh(wavy(x * 2)).sum(), "wavy", "pass", "pass"),
+             "the opaque node wrong": (lambda x: torch.tanh(wavy_wrong(x * 2)).sum(), "wavy_wrong", "fail", "pass"),
+             "the graph wrong": (hooked, "wavy", "pass", "fail")}
+    for what, (fn, op, opaque_verdict, graph_verdict) in cases.items():
+        here = check(fn, X)
+        there = check(fn, X, server=server.target)
+        assert here.data["checked"] == {"graph": "in process", "opaque": "in process"}
+        assert there.data["checked"] == {"graph": f"on server {server.target}", "opaque": "in process"}
+        assert (f"checked: the captured graph on server {server.target}; 1 opaque node(s) in this process (the "
+                "server cannot run their Python); one verdict for both") in there.text.splitlines()[:2]  # (a merged
+        # verdict other than the captured graph's is the line before)
+        for report in (here, there):
+            entry = _opaque(report, f"gradcheck_tests::{op}")
+            assert entry["verdict"] == opaque_verdict and entry["checked"].startswith("in process"), what
+            graph_ok = all(p.status == "ok" for p in report.parameters) and \
+                not any(f.severity == "error" for f in report.findings)
+            assert graph_ok == (graph_verdict == "pass"), (what, report.text)
+            expected = "pass" if opaque_verdict == graph_verdict == "pass" else "fail"
+            assert report.verdict == report.data["verdict"] == expected, (what, report.text)
+
+
 def test_a_module_with_a_custom_op_layer_names_the_op_and_the_layer():
     class WavyLayer(torch.nn.Module):
         def __init__(self, op: str):
