@@ -264,6 +264,11 @@ def test_a_claim_at_a_declared_kink_is_judged_as_the_engines_is(op):
         assert (f.node, f.cause) == ("k", "nondifferentiable_point")
         assert "the claimed gradient of x lies outside the one-sided differences" in f.detail
         assert f.worst.index == (0,) and f.worst.engine == 5.0
+    # off where the loss is smooth (x[1]): a plain mismatch at that element, not blamed on the kink
+    report = claimed({**convention, "x": [convention["x"][0], convention["x"][1] + 0.5, convention["x"][2]]})
+    assert report.verdict == "fail"
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert (f.node, f.cause, f.worst.index) == ("x", "gradient_mismatch", (1,))
 
 
 CANCELLATION = EXAMPLES / "faults" / "float32_cancellation.json"  # mse of (w + 1e5) and (target + 1e5)

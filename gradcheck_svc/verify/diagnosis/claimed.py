@@ -4,7 +4,8 @@ to the claims, in the order diagnose.py runs them for the engine.
 1. localization by the claimed adjoints (claims.localize_claims): the node whose claimed adjoints disagree
    with its own local derivative is a `rule_error`;
 2. kinks: a failing claimed parameter whose path crosses a declared kink (exactly at it, or within a
-   finite-difference step of it) is judged as the engine's gradient is there (classify.py): its claimed
+   finite-difference step of it), and whose failing elements all sit where the loss has one (their
+   one-sided differences differ), is judged as the engine's gradient is there (classify.py): its claimed
    value must lie between the one-sided differences of the loss -- a warning (not a failure) or an error;
 3. float32: a float32 claim over float32's tolerance that nothing else explains gets the precision note
    (a pass) only when its rounding is shown. Where the claim carries adjoints at every value on the
@@ -27,7 +28,7 @@ from ..claims import PROVIDED, consistency, consumers_of, localize_claims
 from ..compare import compare
 from ..engine_run import run_engine
 from ..findings import Finding, WorstElement
-from .classify import EPS32, _nondifferentiable, near_kink
+from .classify import EPS32, _nondifferentiable, _one_sided, near_kink
 from .context import Context
 from .kinks import exact_kink_notes
 from .local_sweep import ROUNDING_ULPS, RULE_TOL
@@ -56,10 +57,13 @@ def _unexplained(ctx: Context, findings: list[Finding]) -> list[str]:
 
 def _kink_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """Each failing parameter at the declared kink nearest the loss on its path, judged by the one-sided
-    differences of the loss (classify._nondifferentiable: the same test as the engine's)."""
+    differences of the loss (classify._nondifferentiable: the same test as the engine's) -- when the loss is
+    not differentiable along any of its failing elements (their one-sided differences differ): an element
+    off where the loss is smooth is a plain mismatch, whatever kinks the graph has."""
     fd = ctx.fd
     at: dict = {}
-    for p in _unexplained(ctx, findings):
+    rows = {r.name: r for r in ctx.results}
+    for p in (p for p in _unexplained(ctx, findings) if _straddles(ctx, rows[p])):
         down = fd.program.downstream([p])
         for step in reversed(fd.program.steps):
             if not step.needs_grad or not any(n in down for n, want in zip(step.inputs, step.grad_inputs) if want):
@@ -69,6 +73,18 @@ def _kink_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
                 at.setdefault(step.name, (step, near, []))[2].append(p)
                 break
     return [_nondifferentiable(ctx, step, near, params) for step, near, params in at.values()]
+
+
+def _straddles(ctx: Context, r) -> bool:
+    """Every failing element (or direction) of r sits where the loss has a kink: its one-sided differences
+    differ by more than the tolerance (classify._one_sided, the slack classify._nondifferentiable allows)."""
+    lo, hi, _, _ = _one_sided(ctx, r)
+    if not lo.size:
+        return False
+    slack = ctx.tol.atol * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi))) + \
+        ctx.tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 1e-6 * np.maximum(1.0, np.abs(hi - lo))
+    with np.errstate(invalid="ignore"):
+        return bool(np.all(hi - lo > 2 * slack))
 
 
 def _rounding_notes(ctx: Context, findings: list[Finding], rounding: "_Rounding") -> list[Finding]:
