@@ -172,6 +172,41 @@ def test_through_a_server(server):
     assert all(p.status == "ok" for p in report.parameters)
 
 
+class _KinkedRelu(torch.autograd.Function):
+    """relu whose backward gives 2 at 0: outside its one-sided derivatives 0 and 1 -- no convention."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * torch.where(x > 0, 1.0, torch.where(x == 0, 2.0, 0.0)).to(g.dtype)
+
+
+def test_torchs_conventions_at_kinks_are_judged_as_the_engines_not_failed():
+    """torch's relu'(0) = 0 and clamp's 1 at a bound are other subgradients than the engine's: between the
+    one-sided derivatives, the kink warning and a pass; a backward outside them fails at the kink."""
+    x = torch.tensor([0.0, 1.0, -1.0, 0.5], dtype=torch.float64)
+    c = torch.arange(1.0, 5.0, dtype=torch.float64)
+    for fn in (lambda x: (torch.relu(x) * c).sum(), lambda x: (torch.clamp(x, -1.0, 0.5) * c).sum()):
+        report = check(fn, x)
+        assert report.verdict == "pass", report.text
+        assert [p.status for p in report.parameters] == ["ok (kink)"]
+        [f] = report.findings
+        assert (f.cause, f.severity) == ("nondifferentiable_point", "warning")
+        assert "exactly at its kink" in f.detail and f.detail.endswith("not a failure")
+    report = check(lambda x: (_KinkedRelu.apply(x) * c).sum(), x)
+    assert report.verdict == "fail"
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert f.cause == "nondifferentiable_point" and "lies outside the one-sided differences" in f.detail
+    worst = f.data["worst_element"]
+    assert worst["index"] == [0] and worst["engine"] == 2.0  # the claimed value at x[0] = 0
+    assert _custom(report, "_KinkedRelu")["verdict"] == "fail"
+
+
 def test_in_place_ops_are_replayed_and_a_stale_saved_value_is_caught():
     def inplace(x):
         h = x * 2
