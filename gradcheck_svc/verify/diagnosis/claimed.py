@@ -28,7 +28,7 @@ from ..claims import PROVIDED, consistency, consumers_of, localize_claims
 from ..compare import compare
 from ..engine_run import run_engine
 from ..findings import Finding, WorstElement
-from .classify import EPS32, _nondifferentiable, _one_sided, near_kink
+from .classify import EPS32, _nondifferentiable, near_kink, one_sided, side_slack
 from .context import Context
 from .kinks import exact_kink_notes
 from .local_sweep import ROUNDING_ULPS, RULE_TOL
@@ -57,34 +57,30 @@ def _unexplained(ctx: Context, findings: list[Finding]) -> list[str]:
 
 def _kink_findings(ctx: Context, findings: list[Finding]) -> list[Finding]:
     """Each failing parameter at the declared kink nearest the loss on its path, judged by the one-sided
-    differences of the loss (classify._nondifferentiable: the same test as the engine's) -- when the loss is
-    not differentiable along any of its failing elements (their one-sided differences differ): an element
-    off where the loss is smooth is a plain mismatch, whatever kinks the graph has."""
+    differences of the loss (classify._nondifferentiable: the same test as the engine's) -- when the loss has
+    a kink along every one of its failing elements (their one-sided differences differ): an element off where
+    the loss is smooth is a plain mismatch, whatever kinks the graph has."""
     fd = ctx.fd
     at: dict = {}
     rows = {r.name: r for r in ctx.results}
-    for p in (p for p in _unexplained(ctx, findings) if _straddles(ctx, rows[p])):
+    for p in _unexplained(ctx, findings):
         down = fd.program.downstream([p])
-        for step in reversed(fd.program.steps):
-            if not step.needs_grad or not any(n in down for n, want in zip(step.inputs, step.grad_inputs) if want):
-                continue
-            near = near_kink(step, [fd.base[n] for n in step.inputs], fd.frozen, ctx.dtype)
-            if near is not None:
-                at.setdefault(step.name, (step, near, []))[2].append(p)
-                break
+        on_path = (s for s in reversed(fd.program.steps)
+                   if s.needs_grad and any(n in down for n, want in zip(s.inputs, s.grad_inputs) if want))
+        kinked = next(((s, near) for s in on_path
+                       if (near := near_kink(s, [fd.base[n] for n in s.inputs], fd.frozen, ctx.dtype)) is not None),
+                      None)
+        if kinked is not None and _straddles(ctx, rows[p]):
+            at.setdefault(kinked[0].name, (*kinked, []))[2].append(p)
     return [_nondifferentiable(ctx, step, near, params) for step, near, params in at.values()]
 
 
 def _straddles(ctx: Context, r) -> bool:
     """Every failing element (or direction) of r sits where the loss has a kink: its one-sided differences
-    differ by more than the tolerance (classify._one_sided, the slack classify._nondifferentiable allows)."""
-    lo, hi, _, _ = _one_sided(ctx, r)
-    if not lo.size:
-        return False
-    slack = ctx.tol.atol * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi))) + \
-        ctx.tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 1e-6 * np.maximum(1.0, np.abs(hi - lo))
+    differ by more than twice the slack a (sub)gradient is allowed outside them (classify.side_slack)."""
+    lo, hi, _, _ = one_sided(ctx, r)
     with np.errstate(invalid="ignore"):
-        return bool(np.all(hi - lo > 2 * slack))
+        return bool(lo.size) and bool(np.all(hi - lo > 2 * side_slack(ctx.tol, lo, hi)))
 
 
 def _rounding_notes(ctx: Context, findings: list[Finding], rounding: "_Rounding") -> list[Finding]:
