@@ -132,6 +132,7 @@ def test_over_grpc_by_torch_name_and_by_initializer_name(net, server):
 @pytest.mark.parametrize("cmd", ["svc", "client"])
 def test_what_cannot_be_mapped_exactly_is_refused_in_one_line(cmd, net, tmp_path):
     model, xflag, grads = net
+    [fc1] = [n.input[1] for n in onnx.load(str(model)).graph.node if n.name == "/fc1/MatMul"]  # onnx::MatMul_N
     cases = {
         "unknown": ({**grads, "fc3.weight": np.ones((2, 5))},
                     "claimed gradient 'fc3.weight': names no parameter of the model: neither an initializer that is "
@@ -139,6 +140,8 @@ def test_what_cannot_be_mapped_exactly_is_refused_in_one_line(cmd, net, tmp_path
         "partial merge": ({k: v for k, v in grads.items() if k != "conv3.bias"},
                           "claimed gradient 'conv1.bias': the exporter merged it with 'conv3.bias' into one "
                           "initializer 'conv1.bias' (its gradient is the sum of theirs): give all of them"),
+        "twice": ({**grads, fc1: grads["fc1.weight"].T},
+                  f"claimed gradient '{fc1}': is given twice: by its own name and as 'fc1.weight'"),
         "shape": ({**grads, "fc1.weight": grads["fc1.weight"].T},
                   "claimed gradient 'fc1.weight': has shape [4, 5], needs shape [5, 4] (the model's 'onnx::MatMul_"),
     }

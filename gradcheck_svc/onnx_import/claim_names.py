@@ -10,7 +10,9 @@ initializer (equal tensors the exporter made one) gets the sum of its torch para
 exactly its gradient -- so all of them must be given. What has no exact image is refused, naming the
 key: a `derived` tensor (BatchNorm folded into a Conv: no torch parameter has its gradient), an RNN's
 stacked and reordered gates, a torch name standing for several initializers (a tied or copied weight:
-its gradient is their sum, which cannot be split), an initializer given both ways.
+its gradient is their sum, which cannot be split), an initializer given both ways. An archive whose every key
+is an initializer name is read by initializer names (a merged initializer's own name is also one of its torch
+names: alone, it is the initializer's whole gradient).
 """
 from __future__ import annotations
 
