@@ -1,6 +1,7 @@
 """torch.autograd.gradcheck and gradcheck_client.torch on the same planted bugs: what each says, and its time.
 
-    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=.:clients/python .venv/bin/python bench/bench_torch_claims.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=.:clients/python \
+        .venv/bin/python bench/bench_torch_claims.py
 
 The cases are tests/test_torch_claims.py's: a custom autograd.Function y = x**3 whose backward is right,
 1% off, wrong at one element, wrong for negative inputs; a hook that doubles a gradient; opaque nodes

@@ -78,7 +78,7 @@ def server(tmp_path_factory):
 
 
 def _run(cmd, *args):
-    exe = [sys.executable, "-m", "gradcheck_svc.cli"] if cmd == "svc" else [sys.executable, "-m", "gradcheck_client.cli"]
+    exe = [sys.executable, "-m", "gradcheck_svc.cli" if cmd == "svc" else "gradcheck_client.cli"]
     p = subprocess.run([*exe, "verify", *map(str, args)], capture_output=True, text=True, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
