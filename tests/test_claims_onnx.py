@@ -111,7 +111,7 @@ def test_torchs_own_gradients_by_torch_name_pass_and_a_corrupted_element_fails_n
     assert "worst [1] of the sum of conv1.bias, conv2.bias, conv3.bias (merged by the exporter)" in line
 
 
-def test_over_grpc_by_torch_name_and_by_initializer_name(net, server):
+def test_over_grpc_by_torch_name_and_by_initializer_name(net, server, tmp_path):
     model, xflag, grads = net
     name, path = xflag.split("=", 1)
     onnx_options = service_pb2.OnnxImport(inputs={name: open(path, "rb").read()})
@@ -127,6 +127,12 @@ def test_over_grpc_by_torch_name_and_by_initializer_name(net, server):
         assert row["source_names"][0]["name"] == "fc2.weight" and row["worst_index"] == [4, 0]
         # the initializers' own names, as the report gives them, are claims too
         assert client.verify(with_claims(m, claims_message(by_init))).verdict == "pass"
+    # the CI command against that server: the same archive, the same verdict
+    np.savez(tmp_path / "bad.npz", **_corrupt(grads, "fc2.weight", (0, 4)))
+    code, out, err = _run("client", model, "--input", xflag, "--claimed", tmp_path / "bad.npz",
+                          "--server", server.target)
+    assert code == 1, out + err
+    assert "= fc2.weight[0, 4] (transposed)" in out
 
 
 @pytest.mark.parametrize("cmd", ["svc", "client"])
