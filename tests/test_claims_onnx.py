@@ -165,3 +165,37 @@ def test_a_folded_batchnorm_conv_weight_is_refused_naming_it(tmp_path):
     assert code == 2, out + err
     assert "claimed gradient 'conv4.weight': the model's initializer 'onnx::Conv_" in err + out
     assert "is it derived (docs/onnx.md): its gradient is not a torch parameter's one to one" in err + out
+
+
+def _model_message():
+    """An imported model's graph as the importer writes it: parameters with their source_names (real protobuf)."""
+    from gradcheck.v1 import graph_pb2
+
+    msg = graph_pb2.Graph(name="m")
+    for name, shape, names in [("gn_w", [3, 1, 1], [("gn.weight", "reshaped")]),
+                               ("W", [1, 8, 2], [("lstm.weight_ih_l0", "lstm_gates")]),
+                               ("emb", [4, 2], [("emb.weight", "same")]),
+                               ("onnx::MatMul_9", [2, 4], [("emb.weight", "transposed")])]:
+        inp = msg.inputs.add(name=name, requires_grad=True)
+        inp.value.shape[:] = shape
+        inp.value.data[:] = [0.0] * int(np.prod(shape))
+        for n, relation in names:
+            inp.source_names.add(name=n, relation=relation, onnx_name=name)
+    return msg
+
+
+def test_reshaped_maps_and_stacked_gates_and_tied_weights_are_refused():
+    from gradcheck_svc.errors import GraphError
+    from gradcheck_svc.graph.validate import decode_tensor
+    from gradcheck_svc.onnx_import.claim_names import onto_initializers
+
+    msg = _model_message()
+    out = onto_initializers(msg, claims_message({"gn.weight": np.arange(3, dtype=np.float32)}))
+    value, dtype = decode_tensor(out.gradients["gn_w"], "gn_w")
+    assert dtype == "float32" and value.shape == (3, 1, 1) and value.reshape(-1).tolist() == [0.0, 1.0, 2.0]
+    with pytest.raises(GraphError, match=r"claimed gradient 'lstm.weight_ih_l0': the model's initializer 'W' is "
+                                         r"it lstm_gates \(docs/onnx.md\)"):
+        onto_initializers(msg, claims_message({"lstm.weight_ih_l0": np.ones((8, 2))}))
+    with pytest.raises(GraphError, match=r"claimed gradient 'emb.weight': stands for 2 of the model's initializers "
+                                         r"\('emb', 'onnx::MatMul_9': a tied or copied weight\)"):
+        onto_initializers(msg, claims_message({"emb.weight": np.ones((4, 2))}))
