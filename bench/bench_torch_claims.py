@@ -1,19 +1,22 @@
 """torch.autograd.gradcheck and gradcheck_client.torch on the same planted bugs: what each says, and its time.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_torch_claims.py
+    env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=.:clients/python \
+        .venv/bin/python bench/bench_torch_claims.py
 
 The cases are tests/test_torch_claims.py's: a custom autograd.Function y = x**3 whose backward is right,
 1% off, wrong at one element, wrong for negative inputs; a hook that doubles a gradient; opaque nodes
 (opaque.py): a torch.library custom op whose registered backward is 1% off for negative inputs, and a
-custom Function around cumsum (an op outside the capture's table) whose backward is 1% off. Prints a
-Markdown table: each tool's verdict and first line, and its median time over a few runs (in process;
-gradcheck_client.torch includes its capture, torch's backward, the custom Function's own check and the
-verification with the symbolic oracle and finite differences).
+custom Function around cumsum (an op outside the capture's table) whose backward is 1% off. Prints the
+machine line and a Markdown table: each tool's verdict and first line, and its min / median time over the
+repetitions (in process, 1 thread for numpy's BLAS and torch alike; every call of both tools interleaved
+within each repetition, their order rotating, so background load hits all alike; gradcheck_client.torch
+includes its capture, torch's backward, the custom Function's own check and the verification with the
+symbolic oracle and finite differences).
 """
 from __future__ import annotations
 
+import argparse
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -21,7 +24,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
-from harness import machine, median, table  # noqa: E402
+from harness import interleaved, load, machine, match_threads, min_med, table  # noqa: E402
 from test_torch_claims import (NEGATIVES, OFF_1PC, ONE_ELEMENT, RIGHT, X, cumulative_function,  # noqa: E402
                                through, wavy_wrong)
 
@@ -53,26 +56,24 @@ def ours_says(fn) -> str:
     if report.passed:
         return "pass"
     first = next(line for line in report.text.splitlines() if not line.startswith("verdict "))  # the culprit's
-    return f"{report.verdict.upper()}: " + first[:140]
+    return f"{report.verdict.upper()}: " + first.replace(f"{ROOT}/", "")[:140]  # paths as in the repository
 
 
-def timed(say, fn, reps: int = 3):
-    times, said = [], ""
-    for _ in range(reps):
-        t0 = time.perf_counter()
-        said = say(fn)
-        times.append(time.perf_counter() - t0)
-    return said, median(times)
-
-
-def main() -> None:
+def main(argv=None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--reps", type=int, default=7, help="repetitions of every call (default 7)")
+    args = ap.parse_args(argv)
+    match_threads(1)
+    said = {(name, who): say(fn) for name, fn in CASES.items() for who, say in (("torch", torch_says),
+                                                                                  ("ours", ours_says))}
+    calls = {(name, who): (lambda say=say, fn=fn: say(fn)) for name, fn in CASES.items()
+             for who, say in (("torch", torch_says), ("ours", ours_says))}
+    times = interleaved(calls, reps=args.reps, warmup=0)  # warmed up by the calls that said what each says
     print(f"machine: {machine()}\n")
-    rows = []
-    for name, fn in CASES.items():
-        theirs, t_theirs = timed(torch_says, fn)
-        ours, t_ours = timed(ours_says, fn)
-        rows.append([name, theirs, f"{t_theirs * 1e3:.1f} ms", ours, f"{t_ours * 1e3:.0f} ms"])
-    print(table(["case", "torch.autograd.gradcheck", "time", "gradcheck_client.torch", "time"], rows))
+    rows = [[name, said[name, "torch"], min_med(times[name, "torch"]), said[name, "ours"], min_med(times[name, "ours"])]
+            for name in CASES]
+    print(table(["case", "torch.autograd.gradcheck", "min / median", "gradcheck_client.torch", "min / median"], rows))
+    print(f"\n{args.reps} repetitions, interleaved; after the runs: {load()}")
 
 
 if __name__ == "__main__":

@@ -412,7 +412,12 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
     imported = None
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
-        request = make_request(_onnx_model(path, args), "", **values)
+        model = _onnx_model(path, args)
+        if claims is not None:  # keyed by initializer or torch names: request.py maps them once imported
+            from gradcheck_client.claims import with_claims
+
+            model = with_claims(model, claims)
+        request = make_request(model, "", **values)
         check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
         # imported here (external data beside the user's files), decoded once: the HTML report draws
         # the same message that was verified

@@ -120,6 +120,12 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
             from .onnx_import import graph_from_request
 
             message = graph_from_request(request, limits)
+    if request.onnx_model and request.graph.HasField("claimed"):  # the model's claims: by initializer or torch name
+        from gradcheck_client.claims import with_claims
+
+        from .onnx_import.claim_names import onto_initializers
+
+        message = with_claims(message, onto_initializers(message, request.graph.claimed))
     graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
     return graph, options
 

@@ -22,6 +22,7 @@ from gradcheck_client.claims import claims_message, with_claims
 from gradcheck_client.graphio import load_graph as read_graph
 from gradcheck_client.trace_errors import TracerError
 from gradcheck_svc.graph import load_graph
+from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.graph.decode import parse_graph
 from gradcheck_svc.verify import verify
 from grpc_helpers import module_server
@@ -217,6 +218,100 @@ def test_a_value_read_by_several_nodes_names_them_all():
     assert (f.node, f.cause) == ("u", "rule_error")
     assert "consumers 'uu', 'sin_u', 'half_u' (one of them is wrong; only their sum is claimed)" in f.detail
     assert report.verdict == "fail"
+
+
+# ---- the same kink and float32 analyses as for the engine ----------------------------------------------
+
+def _tied(op, x, y=None):
+    """k = op(x[, y]) weighted by c = [1, 2, 3] and summed: x[0] on op's kink (a tie, or abs at 0)."""
+    b = GraphBuilder(f"tie_{op}")
+    names = [b.input("x", np.array(x), requires_grad=True)]
+    if y is not None:
+        names.append(b.input("y", np.array(y), requires_grad=True))
+    k = b.node(op, *names, name="k")
+    b.output(b.node("sum", b.node("mul", k, b.input("c", np.array([1.0, 2.0, 3.0])), name="wc"), name="L"))
+    return b.build()
+
+
+TIES = {"maximum": (_tied("maximum", [0.5, -0.25, 1.0], [0.5, 0.0, 2.0]),  # a tie at element 0
+                    {"x": [0.5, 0.0, 0.0], "y": [0.5, 2.0, 3.0]}, {"x": [1.0, 0.0, 0.0], "y": [0.0, 2.0, 3.0]}),
+        "abs": (_tied("abs", [0.0, -0.25, 1.0]), {"x": [0.0, -2.0, 3.0]}, {"x": [1.0, -2.0, 3.0]})}
+
+
+@pytest.mark.parametrize("op", sorted(TIES))
+def test_a_claim_at_a_declared_kink_is_judged_as_the_engines_is(op):
+    """The engine's convention there: the exact-kink note; another subgradient (torch's convention, say):
+    the kink warning, between the one-sided differences -- not a failure; outside them: an error at the kink."""
+    msg, convention, other = TIES[op]
+    claimed = lambda grads, adjoints=None: verify(load_graph(with_claims(  # noqa: E731
+        msg, claims_message({k: np.array(v) for k, v in grads.items()}, adjoints))))
+    report = claimed(convention)
+    assert report.verdict == "pass" and report.subject == "claimed"
+    [note] = report.findings
+    assert (note.node, note.cause, note.severity) == ("k", "nondifferentiable_point", "info")
+    assert "exactly at its kink" in note.detail
+    report = claimed(other)
+    assert report.verdict == "pass", report.to_text()
+    [f] = report.findings
+    assert (f.node, f.cause, f.severity) == ("k", "nondifferentiable_point", "warning")
+    assert "the claimed (sub)gradient lies between the one-sided differences: not a failure" in f.detail
+    assert {p.name: p.status for p in report.parameters}["x"] == "ok (kink)"
+    outside = {**other, "x": [5.0, *other["x"][1:]]}
+    for adjoints in (None, {"wc": np.ones(3), "L": np.array(1.0)}):  # the kink's own output adjoint absent
+        report = claimed(outside, adjoints)
+        assert report.verdict == "fail"
+        [f] = [f for f in report.findings if f.severity == "error"]
+        assert (f.node, f.cause) == ("k", "nondifferentiable_point")
+        assert "the claimed gradient of x lies outside the one-sided differences" in f.detail
+        assert f.worst.index == (0,) and f.worst.engine == 5.0
+    # off where the loss is smooth (x[1]): a plain mismatch at that element, not blamed on the kink
+    report = claimed({**convention, "x": [convention["x"][0], convention["x"][1] + 0.5, convention["x"][2]]})
+    assert report.verdict == "fail"
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert (f.node, f.cause, f.worst.index) == ("x", "gradient_mismatch", (1,))
+
+
+CANCELLATION = EXAMPLES / "faults" / "float32_cancellation.json"  # mse of (w + 1e5) and (target + 1e5)
+
+
+def _cancelling_backward(scale=1.0):
+    """A hand-written float32 backward of CANCELLATION: its rounding is the float32 forward's (w + 1e5)."""
+    msg = read_graph(CANCELLATION)
+    w, big, target = (np.array(i.value.data, dtype=np.float32).reshape(tuple(i.value.shape)) for i in msg.inputs)
+    d = (w + big) - (target + big)  # float32 cancellation: ~1e-2 absolute
+    dshifted = np.float32(2.0 / 3.0) * d * np.float32(scale)
+    return msg, {"w": dshifted}, {"shifted": dshifted, "L": np.array(1.0, np.float32)}
+
+
+@pytest.mark.parametrize("with_adjoints", [False, True])
+def test_a_float32_claim_off_by_float32_rounding_only_gets_the_engines_float32_verdict(with_adjoints):
+    msg, grads, adjoints = _cancelling_backward()
+    engine = verify(load_graph(msg))  # the float32 engine: over the tolerance, explained as rounding
+    assert engine.verdict == "pass" and engine.parameters[0].status == "ok (precision)"
+    report = verify(load_graph(with_claims(msg, claims_message(grads, adjoints if with_adjoints else None))))
+    assert report.verdict == "pass", report.to_text()
+    [w] = report.parameters
+    assert not w.passed and w.status == "ok (precision)"  # over float32's tolerance, explained
+    [note] = report.findings
+    assert (note.node, note.cause, note.severity) == ("w", "precision", "info")
+    assert ("each of the 2 values on its path holds a claimed adjoint within its float32 rounding band"
+            if with_adjoints else "within the float32 rounding band of the whole backward") in note.detail
+    # 1% off is no rounding: a FAIL, at the node whose claimed adjoints say so where they are given
+    msg, grads, adjoints = _cancelling_backward(1.01)
+    report = verify(load_graph(with_claims(msg, claims_message(grads, adjoints if with_adjoints else None))))
+    assert report.verdict == "fail" and report.parameters[0].status == "FAIL"
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert (f.node, f.cause) == (("L", "rule_error") if with_adjoints else ("w", "gradient_mismatch"))
+
+
+def test_a_float32_claim_of_a_wrong_rule_still_names_the_culprit():
+    _, x, w = chain_graph()
+    f32 = lambda d: {k: np.float32(v) for k, v in d.items()}  # noqa: E731
+    right = verify(load_graph(_claimed_graph(*map(f32, chain_backward(x, w)))))
+    assert right.verdict == "pass" and not right.findings
+    report = verify(load_graph(_claimed_graph(*map(f32, chain_backward(x, w, lambda t: 1 - t)))))
+    assert report.verdict == "fail"
+    assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [("t", "rule_error")]
 
 
 # ---- an .npz through both verify commands, and over gRPC -------------------------------------------------

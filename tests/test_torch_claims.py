@@ -172,6 +172,41 @@ def test_through_a_server(server):
     assert all(p.status == "ok" for p in report.parameters)
 
 
+class _KinkedRelu(torch.autograd.Function):
+    """relu whose backward gives 2 at 0: outside its one-sided derivatives 0 and 1 -- no convention."""
+
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        return x.clamp(min=0)
+
+    @staticmethod
+    def backward(ctx, g):
+        x, = ctx.saved_tensors
+        return g * torch.where(x > 0, 1.0, torch.where(x == 0, 2.0, 0.0)).to(g.dtype)
+
+
+def test_torchs_conventions_at_kinks_are_judged_as_the_engines_not_failed():
+    """torch's relu'(0) = 0 and clamp's 1 at a bound are other subgradients than the engine's: between the
+    one-sided derivatives, the kink warning and a pass; a backward outside them fails at the kink."""
+    x = torch.tensor([0.0, 1.0, -1.0, 0.5], dtype=torch.float64)
+    c = torch.arange(1.0, 5.0, dtype=torch.float64)
+    for fn in (lambda x: (torch.relu(x) * c).sum(), lambda x: (torch.clamp(x, -1.0, 0.5) * c).sum()):
+        report = check(fn, x)
+        assert report.verdict == "pass", report.text
+        assert [p.status for p in report.parameters] == ["ok (kink)"]
+        [f] = report.findings
+        assert (f.cause, f.severity) == ("nondifferentiable_point", "warning")
+        assert "exactly at its kink" in f.detail and f.detail.endswith("not a failure")
+    report = check(lambda x: (_KinkedRelu.apply(x) * c).sum(), x)
+    assert report.verdict == "fail"
+    [f] = [f for f in report.findings if f.severity == "error"]
+    assert f.cause == "nondifferentiable_point" and "lies outside the one-sided differences" in f.detail
+    worst = f.data["worst_element"]
+    assert worst["index"] == [0] and worst["engine"] == 2.0  # the claimed value at x[0] = 0
+    assert _custom(report, "_KinkedRelu")["verdict"] == "fail"
+
+
 def test_in_place_ops_are_replayed_and_a_stale_saved_value_is_caught():
     def inplace(x):
         h = x * 2
@@ -413,6 +448,35 @@ def test_at_a_kink_an_opaque_nodes_value_must_lie_between_the_one_sided_derivati
         _opaque(report, "gradcheck_tests::ramp")["detail"]
     entry = _opaque(check(lambda x: torch.sin(ramp_wrong_at_0(x)).sum(), x), "gradcheck_tests::ramp_wrong_at_0")
     assert entry["verdict"] == "fail" and "(worst [2]: torch's VJP 3, differences 2 +- " in entry["detail"]
+
+
+def test_opaque_nodes_checked_here_and_the_graph_on_a_server_make_one_verdict_that_says_where(server):
+    """A server cannot run the user's Python: an opaque node's differences are taken in process, the captured
+    graph (its outputs as parameters) is verified on the server, and the report merges both into one verdict,
+    saying where each part was checked."""
+    def hooked(x):  # a hook after the opaque op doubles the gradient reaching h * h: the server's part fails
+        h = torch.tanh(wavy(x * 2))
+        h.register_hook(lambda g: g * 2)
+        return (h * h).sum()
+    cases = {"both right": (lambda x: torch.tanh(wavy(x * 2)).sum(), "wavy", "pass", "pass"),
+             "the opaque node wrong": (lambda x: torch.tanh(wavy_wrong(x * 2)).sum(), "wavy_wrong", "fail", "pass"),
+             "the graph wrong": (hooked, "wavy", "pass", "fail")}
+    for what, (fn, op, opaque_verdict, graph_verdict) in cases.items():
+        here = check(fn, X)
+        there = check(fn, X, server=server.target)
+        assert here.data["checked"] == {"graph": "in process", "opaque": "in process"}
+        assert there.data["checked"] == {"graph": f"on server {server.target}", "opaque": "in process"}
+        assert (f"checked: the captured graph on server {server.target}; 1 opaque node(s) in this process (the "
+                "server cannot run their Python); one verdict for both") in there.text.splitlines()[:2]  # (a merged
+        # verdict other than the captured graph's is the line before)
+        for report in (here, there):
+            entry = _opaque(report, f"gradcheck_tests::{op}")
+            assert entry["verdict"] == opaque_verdict and entry["checked"].startswith("in process"), what
+            graph_ok = all(p.status == "ok" for p in report.parameters) and \
+                not any(f.severity == "error" for f in report.findings)
+            assert graph_ok == (graph_verdict == "pass"), (what, report.text)
+            expected = "pass" if opaque_verdict == graph_verdict == "pass" else "fail"
+            assert report.verdict == report.data["verdict"] == expected, (what, report.text)
 
 
 def test_a_module_with_a_custom_op_layer_names_the_op_and_the_layer():

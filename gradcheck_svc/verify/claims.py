@@ -75,9 +75,11 @@ def mark_missing(results) -> None:
             r.status, r.failed_by = NOT_PROVIDED, None
 
 
-def localize_claims(graph, fd, results, tol: Tolerance) -> list[Finding]:
+def localize_claims(graph, fd, results, tol: Tolerance, dtype: str = "float64", rounding=None) -> list[Finding]:
     """The first node (from the loss backwards) whose claimed adjoints disagree with its own local
-    derivative, for the failing claimed parameters (module docstring); [] without claimed adjoints."""
+    derivative, for the failing claimed parameters (module docstring); [] without claimed adjoints.
+    dtype: the claims' (a float32 forward may take another piece near a kink); rounding(v): whether v's
+    disagreement is float32 rounding (diagnosis/claimed.py), which names no culprit."""
     failing = [r.name for r in results if r.claim == PROVIDED and not r.passed]
     if not failing or not graph.claims.adjoints:
         return []
@@ -87,16 +89,17 @@ def localize_claims(graph, fd, results, tol: Tolerance) -> list[Finding]:
         return [seed]
     known = {**graph.claims.adjoints, **graph.claims.gradients}
     known.setdefault(program.output, np.ones(program.shapes[program.output]))
-    consumers = _consumers(program)
+    consumers = consumers_of(program)
     position = {s.name: i for i, s in enumerate(program.steps)}
     down = program.downstream(failing)
     order = sorted((v for v in known if v in consumers and v in down),
                    key=lambda v: -min(position[s.name] for s, _ in consumers[v]))
     for v in order:
-        if any(s.name not in known or near_kink(s, [fd.base[n] for n in s.inputs], fd.frozen) for s, _ in consumers[v]):
+        if any(s.name not in known or near_kink(s, [fd.base[n] for n in s.inputs], fd.frozen, dtype)
+               for s, _ in consumers[v]):
             continue  # undecided here: a consumer's claimed adjoint is missing, or it sits at a kink
-        check, dirs = _consistency(fd, consumers[v], v, known, tol)
-        if check.passed:
+        check, dirs = consistency(fd, consumers[v], v, known, tol)
+        if check.passed or (rounding is not None and rounding(v)):
             continue
         return [_culprit(program, v, consumers[v], check, dirs, failing)]
     return []
@@ -114,7 +117,7 @@ def _wrong_seed(program, adjoints: dict, tol: Tolerance, failing: list[str]) -> 
                    "while dL/dL is 1", list(failing), WorstElement((), value, 1.0))
 
 
-def _consumers(program) -> dict:
+def consumers_of(program) -> dict:
     out: dict = {}
     for s in program.steps:
         if s.needs_grad:
@@ -124,7 +127,7 @@ def _consumers(program) -> dict:
     return out
 
 
-def _consistency(fd, consumers: list, v: str, known: dict, tol: Tolerance):
+def consistency(fd, consumers: list, v: str, known: dict, tol: Tolerance):
     """v's claimed adjoint against the sum of its consumers' local vjps of their claimed adjoints."""
     shape = fd.program.shapes[v]
     dirs = local_directions(int(np.prod(shape, dtype=np.int64)))

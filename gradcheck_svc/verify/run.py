@@ -28,6 +28,7 @@ from .compare import VANISHING, Tolerance, compare, magnitude
 from . import claims, recompute_check
 from .attributes import attributes_used
 from .custom_ops import check_custom_ops
+from .diagnosis.claimed import diagnose_claims
 from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
@@ -154,8 +155,9 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     if graph.claims is None:  # the engine is the subject: its runs are diagnosed
         prior = recompute_check.attribute(engine.findings, results)
         findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
-    else:  # the claims are: localized by their own adjoints, when they carry some
-        findings = claims.localize_claims(graph, fd, results, tol) if options.localize else []
+    else:  # the claims are: the same analyses (kinks, float32 rounding), localized by their own adjoints
+        findings = diagnose_claims(Context(graph, options, claims.tolerance_dtype(graph, dtype), engine, results, fd,
+                                           tol, subject="claimed"))
     findings += undecidable_findings(results, engine.program, findings)
     findings += unresolved_findings(results, findings)
     if graph.claims is None:
@@ -281,12 +283,29 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
         because = "the claim holds no adjoint that localizes it further" if r.claim and localized else why
         out.append(Finding(
             node=r.name, op="input", cause="gradient_mismatch", severity="error",
-            detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}: "
+            detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}"
+                   f"{_in_source_terms(r, where)}: "
                    f"{subject} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
                    f"tolerance atol {r.atol:g}, rtol {r.rtol:g}{_held_to_size(r)}) and {because}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))
     return out
+
+
+def _in_source_terms(r, where: list) -> str:
+    """' = fc1.weight[3, 1] (transposed)': the worst element in the names of the framework that made the
+    model (the ONNX importer's source_names), where one torch parameter is the initializer one to one."""
+    named = [s for s in r.source_names if s.name]
+    if r.mode != "full" or not named:
+        return ""
+    if len(named) > 1:
+        return f" of the sum of {', '.join(s.name for s in named)} (merged by the exporter)"
+    s = named[0]
+    if s.relation == "same":
+        return f" = {s.name}{list(where)}" if s.name != r.name else ""
+    if s.relation == "transposed":
+        return f" = {s.name}{list(reversed(where))} (transposed)"
+    return f" of {s.name} ({s.relation})"
 
 
 def _held_to_size(r) -> str:

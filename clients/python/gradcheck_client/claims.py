@@ -4,17 +4,20 @@ An .npz archive (`--claimed GRADS.npz` of both verify commands) holds one array 
 its name; an array under `adjoint:NODE` is the claimed adjoint of node NODE (dL/d its output).
 `np.savez("grads.npz", w=dw, b=db, **{"adjoint:h": dh})` writes one. The arrays go into the graph's
 `claimed` field (graph.proto's Claims); the verifier checks names, shapes and values (gradcheck_svc/
-graph/claims.py), so a request, a graph file and an archive are refused with the same words.
+graph/claims.py), so a request, a graph file and an archive are refused with the same words. An ONNX
+model's archive may be keyed by torch's names instead: the importer maps them to its initializers
+(gradcheck_svc/onnx_import/claim_names.py).
 """
 from __future__ import annotations
 
+import dataclasses
 import zipfile
 
 import numpy as np
 
 from gradcheck.v1 import graph_pb2
 
-from .onnx_options import is_onnx
+from .onnx_options import OnnxModel
 from .outputs.text import clip
 
 ADJOINT_PREFIX = "adjoint:"
@@ -44,8 +47,8 @@ def claims_for(path: str | None, graphs: list) -> graph_pb2.Claims | None:
     """`--claimed PATH` of a verify command given these graph paths: the claims, or None without the flag."""
     if path is None:
         return None
-    if len(graphs) != 1 or is_onnx(graphs[0]):
-        raise ClaimsFileError("claimed gradients are one graph's: give one graph file (.json or .pb)")
+    if len(graphs) != 1:
+        raise ClaimsFileError("claimed gradients are one graph's: give one graph file (.json, .pb or .onnx)")
     return read_claims(path)
 
 
@@ -75,8 +78,12 @@ def read_claims(path: str) -> graph_pb2.Claims:
     return claims_message(gradients, adjoints)
 
 
-def with_claims(graph: graph_pb2.Graph, claims: graph_pb2.Claims) -> graph_pb2.Graph:
-    """A copy of the graph message carrying the claims (replacing any it had)."""
+def with_claims(graph, claims: graph_pb2.Claims):
+    """A copy of the graph message (or OnnxModel) carrying the claims (replacing any it had). An ONNX model's
+    may be keyed by the torch names its initializers stand for: the importer maps them
+    (gradcheck_svc/onnx_import/claim_names.py)."""
+    if isinstance(graph, OnnxModel):
+        return dataclasses.replace(graph, claims=claims)
     out = graph_pb2.Graph()
     out.CopyFrom(graph)
     out.claimed.CopyFrom(claims)

@@ -85,7 +85,9 @@ def onnx_import_message(args) -> service_pb2.OnnxImport:
 
 @dataclass
 class OnnxModel:
-    """An ONNX model to verify: its file's bytes and how to import it."""
+    """An ONNX model to verify: its file's bytes and how to import it (and the gradients claimed for it,
+    graph.proto's Claims, keyed by initializer or torch names: gradcheck_svc/onnx_import/claim_names.py)."""
 
     data: bytes
     options: service_pb2.OnnxImport
+    claims: object = None  # graph_pb2.Claims | None

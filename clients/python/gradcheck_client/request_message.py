@@ -18,7 +18,10 @@ def make_request(graph, id: str = "", **options) -> service_pb2.VerifyRequest:
     opts = {k: v for k, v in options.items() if v is not None}
     if "faults" in opts:
         opts["faults"] = list(opts["faults"])
-    if isinstance(graph, OnnxModel):  # the server imports it
-        return service_pb2.VerifyRequest(id=id, onnx_model=graph.data, onnx=graph.options,
-                                         options=service_pb2.VerifyOptions(**opts))
+    if isinstance(graph, OnnxModel):  # the server imports it; its claims travel in the (otherwise empty) graph
+        request = service_pb2.VerifyRequest(id=id, onnx_model=graph.data, onnx=graph.options,
+                                            options=service_pb2.VerifyOptions(**opts))
+        if graph.claims is not None:
+            request.graph.claimed.CopyFrom(graph.claims)
+        return request
     return service_pb2.VerifyRequest(id=id, graph=to_graph(graph), options=service_pb2.VerifyOptions(**opts))

@@ -106,9 +106,8 @@ def _nondifferentiable(ctx: Context, step: Step, near, params: list[str]) -> Fin
     for r in ctx.results:
         if r.name not in params or r.passed:
             continue
-        lo, hi, eng, labels = _one_sided(ctx, r)
-        slack = ctx.tol.atol * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi))) + \
-            ctx.tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 1e-6 * np.maximum(1.0, np.abs(hi - lo))
+        lo, hi, eng, labels = one_sided(ctx, r)
+        slack = side_slack(ctx.tol, lo, hi)
         bad = (eng < lo - slack) | (eng > hi + slack)
         if bad.any():
             outside.append(r.name)
@@ -124,14 +123,21 @@ def _nondifferentiable(ctx: Context, step: Step, near, params: list[str]) -> Fin
             f"({x}; convention at the kink: {kink.convention})")
     if outside:
         return Finding(step.name, step.op.name, "nondifferentiable_point", "error",
-                       f"{head}, and the engine's gradient of {', '.join(outside)} lies outside the one-sided "
+                       f"{head}, and {ctx.whose} gradient of {', '.join(outside)} lies outside the one-sided "
                        "differences", params, worst)
     return Finding(step.name, step.op.name, "nondifferentiable_point", "warning",
-                   f"{head}; central differences straddle it, and the engine's (sub)gradient lies between the "
+                   f"{head}; central differences straddle it, and {ctx.whose} (sub)gradient lies between the "
                    "one-sided differences: not a failure", params, worst)
 
 
-def _one_sided(ctx: Context, r):
+def side_slack(tol: Tolerance, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
+    """How far outside the one-sided differences [lo, hi] a (sub)gradient may lie: the tolerance, plus the
+    differences' own error (O(h^2) on each piece, ~1e-6 of their gap)."""
+    return tol.atol * np.maximum(1.0, np.maximum(np.abs(lo), np.abs(hi))) + \
+        tol.rtol * np.maximum(np.abs(lo), np.abs(hi)) + 1e-6 * np.maximum(1.0, np.abs(hi - lo))
+
+
+def one_sided(ctx: Context, r):
     """(low, high, engine, labels) for the failing elements (full) or directions (projection) of
     parameter r: the one-sided differences on each side, and the engine's value."""
     fd = ctx.fd

@@ -35,9 +35,15 @@ class Context:
     results: list[ParameterResult]
     fd: FiniteDifferences
     tol: Tolerance
+    subject: str = "engine"  # whose gradient the findings speak of: "engine" or "claimed" (diagnosis/claimed.py)
     _clean: dict | None = None
     _traced: EngineRun | None = None
     _params_of: dict = field(default_factory=dict)
+
+    @property
+    def whose(self) -> str:
+        """"the engine's" / "the claimed", before "gradient" in a finding's words."""
+        return "the engine's" if self.subject == "engine" else "the claimed"
 
     @property
     def program(self) -> Program:

@@ -97,14 +97,14 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
         return Finding(step.name, step.op.name, "nondifferentiable_point", "info",
                        f"an input is near its kink {kink.where}, {gap:.3g} from it -- within a finite-difference "
                        f"step ({inputs_at(step, fd.base, at)}{more}; convention at the kink: {kink.convention}): "
-                       f"{crossing}; the engine's gradient agrees with the reference that "
+                       f"{crossing}; {ctx.whose} gradient agrees with the reference that "
                        f"settled it ({'; '.join(sides)}); not a failure", params, None)
     unsure = _symbolic_excused_at_kink(ctx, step, d, exact, params)
     nan = any(np.isnan(np.asarray(r.symbolic, dtype=np.float64)).any() for r in ctx.results
               if r.name in unsure and r.symbolic is not None)
     symbolic = f"; the symbolic reference is {'NaN' if nan else 'of another convention'} there for " \
         f"{', '.join(unsure)} ({'undefined' if nan else 'the value of its formula'} at the kink) and finite " \
-        "differences agree with the engine" if unsure else ""
+        f"differences agree with {'the engine' if ctx.subject == 'engine' else 'the claimed gradient'}" if unsure else ""
     taken = f"; finite differences took the engine's piece there (frozen branches; {within})" if frozen else ""
     return Finding(step.name, step.op.name, "nondifferentiable_point", "warning" if unsure else "info",
                    f"an input is exactly at its kink {kink.where} ({inputs_at(step, fd.base, at)}{more}): the "

@@ -77,8 +77,8 @@ def _checked(fn, inputs, wrt, server, options: dict) -> Report:
     report.data["sources"] = {f.node: where[f.node] for f in report.findings if f.node in where}
     for node, at in report.data["sources"].items():  # the culprit in the user's terms
         report.text = f"node '{node}' was made at {at}\n{report.text}"
-    report.data["custom_functions"] = [{**_function_check(cls, args, server, options), "module": module}
-                                       for cls, args, module in calls]
+    report.data["custom_functions"] = [{**_function_check(cls, args, server, options), "module": module,
+                                        "checked": _where(server)} for cls, args, module in calls]
     for c in report.data["custom_functions"]:
         if c["verdict"] != "pass":
             inside = f" in {c['module']}" if c["module"] else ""
@@ -87,10 +87,29 @@ def _checked(fn, inputs, wrt, server, options: dict) -> Report:
         if c["verdict"] == "fail":  # a wrong backward fails the check even where this call's gradients hide it
             report.verdict = report.data["verdict"] = "fail"
     report = _with_opaque(report, opaque_nodes)
+    _say_where(report, server, opaque_nodes)
     if report.verdict != graph_verdict:  # the server's text below states the captured graph's verdict only
         report.text = (f"verdict {report.verdict.upper()} (the captured graph's own verdict below is "
                        f"{graph_verdict.upper()})\n{report.text}")
     return report
+
+
+def _where(server) -> str:
+    """Where a graph is verified: "in process", or "on server HOST:PORT"."""
+    if server is None:
+        return "in process"
+    return f"on server {getattr(server, 'target', server)}"
+
+
+def _say_where(report: Report, server, opaque_nodes: list) -> None:
+    """report.data["checked"]: where each part was checked -- the captured graph (and each custom Function's
+    own graph) where the verification ran, the opaque nodes always in this process: a server cannot run the
+    user's Python (their forward and backward), so their float64 differences are taken here; one verdict
+    covers both (_with_opaque). With a server and opaque nodes, the text says so first."""
+    report.data["checked"] = {"graph": _where(server), "opaque": "in process" if opaque_nodes else None}
+    if server is not None and opaque_nodes:
+        report.text = (f"checked: the captured graph {_where(server)}; {len(opaque_nodes)} opaque node(s) in this "
+                       "process (the server cannot run their Python); one verdict for both\n" + report.text)
 
 
 def _with_opaque(report: Report, entries: list) -> Report:

@@ -1,0 +1,113 @@
+"""Claimed gradients keyed by PyTorch's names, onto an imported model's initializers.
+
+`--claimed GRADS.npz` with an ONNX model (graph.proto's Claims beside VerifyRequest.onnx_model) takes an
+archive keyed by the model's initializer names (the graph's parameters, as the report names them) or by
+the torch names the importer traced to them (source_names, provenance.py): the `named_parameters()`
+keys, so `{n: p.grad for n, p in model.named_parameters()}` of a training step is checked as it is.
+Each torch-named gradient reaches its initializer through the relation: `same` as it is, `transposed`
+(an nn.Linear weight a MatMul reads) transposed, `reshaped` to the initializer's shape; a merged
+initializer (equal tensors the exporter made one) gets the sum of its torch parameters' gradients --
+exactly its gradient -- so all of them must be given. What has no exact image is refused, naming the
+key: a `derived` tensor (BatchNorm folded into a Conv: no torch parameter has its gradient), an RNN's
+stacked and reordered gates, a torch name standing for several initializers (a tied or copied weight:
+its gradient is their sum, which cannot be split), an initializer given both ways. An archive whose every key
+is an initializer name is read by initializer names (a merged initializer's own name is also one of its torch
+names: alone, it is the initializer's whole gradient).
+"""
+from __future__ import annotations
+
+import numpy as np
+from gradcheck_client.claims import claims_message
+from gradcheck_client.hints import hint
+
+from ..errors import GraphError
+from ..graph.validate import decode_tensor
+
+EXACT = {"same", "transposed", "reshaped"}  # relations whose gradient maps one to one
+
+
+def onto_initializers(message, claims):
+    """Claims keyed by initializer names: `claims` itself when every key already is one, else each key
+    taken as a torch name (or an initializer name) and mapped (module docstring); GraphError naming a key
+    that matches nothing or cannot be mapped exactly."""
+    params = {i.name: i for i in message.inputs if i.requires_grad}
+    if all(k in params for k in claims.gradients):
+        return claims
+    torch_names: dict = {}  # torch name -> [(initializer, relation)]
+    for p, inp in params.items():
+        for sn in inp.source_names or [_Own(p)]:
+            if sn.name:
+                torch_names.setdefault(sn.name, []).append((p, sn.relation))
+    parts: dict = {}  # initializer -> {key: its gradient, mapped}
+    for key in sorted(claims.gradients):
+        where = f"claimed gradient '{key}'"
+        value, _ = decode_tensor(claims.gradients[key], where)
+        p, relation = _target(key, torch_names, params, where)
+        parts.setdefault(p, {})[key] = (relation, _mapped(value, relation, key, p, params[p], where))
+    gradients = {p: _merged(p, got, params[p]) for p, got in parts.items()}
+    out = claims_message(gradients)
+    for name, t in claims.adjoints.items():
+        out.adjoints[name].CopyFrom(t)
+    return out
+
+
+class _Own:
+    """A parameter read by its own name only (source_names empty): that name is torch's."""
+
+    def __init__(self, name: str):
+        self.name, self.relation = name, "same"
+
+
+def _target(key: str, torch_names: dict, params: dict, where: str) -> tuple[str, str]:
+    """(the initializer `key` names, the relation): by torch name first, else by initializer name."""
+    found = torch_names.get(key)
+    if found is None:
+        if key in params:
+            return key, "initializer"
+        raise GraphError("names no parameter of the model: neither an initializer that is one nor a torch "
+                         f"name the importer traced to one (source_names){hint(key, [*torch_names, *params])}",
+                         field=where)
+    if len(found) > 1:
+        inits = ", ".join(f"'{p}'" for p, _ in found)
+        raise GraphError(f"stands for {len(found)} of the model's initializers ({inits}: a tied or copied "
+                         "weight); its gradient is their sum, which cannot be split: give each initializer's "
+                         "gradient under its own name", field=where)
+    p, relation = found[0]
+    if relation not in EXACT:
+        raise GraphError(f"the model's initializer '{p}' is it {relation} (docs/onnx.md): its gradient is not a "
+                         "torch parameter's one to one; give that initializer's gradient under its own name",
+                         field=where)
+    return p, relation
+
+
+def _mapped(value: np.ndarray, relation: str, key: str, p: str, inp, where: str) -> np.ndarray:
+    """The gradient given under `key`, as the initializer `p` (the relation's image); GraphError naming the key
+    when its shape does not fit."""
+    shape = tuple(int(d) for d in inp.value.shape)
+    fits = {"transposed": value.shape == shape[::-1],
+            "reshaped": value.size == int(np.prod(shape, dtype=np.int64))}.get(relation, value.shape == shape)
+    if not fits:
+        need = {"transposed": f"shape {list(shape[::-1])} (the model's '{p}', shape {list(shape)}, is it transposed)",
+                "reshaped": f"{int(np.prod(shape, dtype=np.int64))} elements (the model's '{p}' is it reshaped to "
+                            f"{list(shape)})"}.get(relation, f"shape {list(shape)} (the model's '{p}')")
+        raise GraphError(f"has shape {list(value.shape)}, needs {need}", field=where)
+    return value.T if relation == "transposed" else value.reshape(shape)
+
+
+def _merged(p: str, got: dict, inp) -> np.ndarray:
+    """One initializer's gradient from what was given for it: by its own name, or its torch names (all of
+    them: a merged initializer's gradient is the sum of theirs)."""
+    keys = sorted(got)
+    if any(relation == "initializer" for relation, _ in got.values()):
+        if len(keys) > 1:
+            raise GraphError(f"is given twice: by its own name and as {', '.join(repr(k) for k in keys if k != p)} "
+                             "(a torch name the importer traced to it)", field=f"claimed gradient '{p}'")
+        return got[keys[0]][1]
+    names = sorted({sn.name for sn in inp.source_names} or {p})
+    missing = [n for n in names if n not in got]
+    if missing:
+        shown = ", ".join(f"'{n}'" if n else "(a tensor with no torch name)" for n in missing)
+        raise GraphError(f"the exporter merged it with {shown} into one initializer '{p}' (its gradient is the "
+                         f"sum of theirs): give all of them, or the initializer's gradient under '{p}'",
+                         field=f"claimed gradient '{keys[0]}'")
+    return sum(value for _, value in got.values())
