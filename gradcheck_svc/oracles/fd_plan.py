@@ -36,9 +36,10 @@ JOINT_FULL_SHARE = 1 / 16
 class FDOptions:
     mode: str = "auto"  # full | projection | joint | auto
     projection_threshold: int = 100_000  # elements per parameter above which auto projects
-    # auto screens the parameters jointly when checking each on its own would evaluate more than
-    # this many values (2 x elements x values downstream, summed: counted densely, and where that
-    # is over, measured on one sliced copy); ~1e9 is a few seconds of NumPy on one core
+    # auto checks in full at most this many values (2 x elements x values downstream, summed: counted
+    # densely, and where that is over, measured on one sliced copy), whatever the joint pass would cost
+    # (plan(): in full only while no dearer than the joint screen); ~1e9 is a few seconds of NumPy on one
+    # core. own_mode: a flagged parameter whose full check alone is over is narrowed or projected instead
     full_cost_budget: float = 1e9
     directions: int = 16
     seed: int = 0
@@ -219,20 +220,25 @@ def plan(costs: Costs, options: FDOptions) -> FDPlan:
 
 
 def _auto_modes(costs: Costs, options: FDOptions) -> dict[str, str]:
-    """auto: joint above the size threshold, full for the rest -- unless that would evaluate more than the
-    cost budget; then the joint screen for all but the cheapest, checked in full while their cost together
-    stays within JOINT_FULL_SHARE of the joint pass's."""
+    """auto: the cheaper of two plans, so that its cost never jumps as a graph grows (min of two costs that
+    grow with the graph) -- every parameter in full, or the joint screen (2k forwards of the whole graph)
+    with the cheapest parameters checked in full while their cost together stays within JOINT_FULL_SHARE
+    of the joint pass's. In full, then, only while that costs no more than the screen (and stays within
+    full_cost_budget): a full check's cost per parameter is never far above the screen's, and the whole
+    first pass stays within (1 + JOINT_FULL_SHARE) 2k forwards of the graph. Parameters above the size
+    threshold are screened jointly whatever the rest costs."""
     params = list(costs.program.params)
-    budget = options.full_cost_budget
+    joint = costs.joint_cost(options.directions)
     # above the size threshold, the joint screen rather than projections of each parameter: the same 2k
     # forwards, and a flag is narrowed to elements (verify/joint_check.py) -- a few random projections
     # would not see one wrong element of 10^5 (it moves each by e / sqrt(n))
     modes = {p: "joint" if costs.size(p) > options.projection_threshold else "full" for p in params}
     rest = [p for p in params if modes[p] == "full"]
     dense = {p: costs.dense_full_cost(p) for p in rest}
-    if _fits(costs, dense, budget):
+    budget = min(options.full_cost_budget, (1 + JOINT_FULL_SHARE) * joint)
+    if len(rest) == len(params) and _fits(costs, dense, budget):
         return modes
-    cheap, spent, share = set(), 0.0, JOINT_FULL_SHARE * costs.joint_cost(options.directions)
+    cheap, spent, share = set(), 0.0, min(options.full_cost_budget, JOINT_FULL_SHARE * joint)
     for p in sorted(rest, key=dense.get):
         if spent + dense[p] > share:
             break

@@ -28,8 +28,8 @@ joint: k random directions spanning every parameter at once, 2k forwards of the
     a 10^5-element weight), and the whole graph's directional derivative
     sum_p g_p . v_p is compared (verify/joint_check.py); blocks are split in
     halves only where it disagrees, down to the parameters to check on their own.
-    Auto uses it when a per-parameter check of the graph would exceed
-    `full_cost_budget`; parameters cheap to check in full (together no more
+    Auto uses it when checking every parameter in full would cost more than the
+    joint pass (fd_plan.py); parameters cheap to check in full (together no more
     than JOINT_FULL_SHARE of what the joint pass costs) are still checked in full.
 
 The public API is every difference the verifier takes -- the one place central,
