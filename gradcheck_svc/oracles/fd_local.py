@@ -42,11 +42,19 @@ def _weighted_output(step, xs: list, k: int, a: np.ndarray, frozen: bool = True)
     weights = np.broadcast_to(np.asarray(a, dtype=np.float64), y.shape)
 
     def evaluate(stack):
+        # one (B, *out) buffer for both sums, written in place: a 4-copy one-sided stack of a 524k-element
+        # relu held five such temporaries at once (80 MiB for a 13 MiB training peak)
         out = run(stack)
+        moved = out != y
         with np.errstate(all="ignore"):
-            change = ((out - y) * weights).reshape(len(stack), -1)
-            size = np.where(out != y, np.abs(weights) * (np.abs(out) + np.abs(y)), 0.0).reshape(len(stack), -1)
-            return change.sum(axis=1), size.sum(axis=1)
+            work = np.subtract(out, y)
+            work *= weights
+            change = work.reshape(len(stack), -1).sum(axis=1)
+            np.abs(out, out=work)
+            work += np.abs(y)
+            work *= np.abs(weights)
+            work[~moved] = 0.0
+            return change, work.reshape(len(stack), -1).sum(axis=1)
     return evaluate
 
 
