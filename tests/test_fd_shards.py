@@ -47,8 +47,9 @@ def run_shards(graph: Path, out: Path, count: int, *opts: str) -> list[str]:
     return lines
 
 
+FULL = ("--fd", "full")
 VARIANTS = {
-    # every parameter in full
+    # the joint screen, the cheapest parameter in full (oracles/fd_plan.py)
     "auto": (),
     # projections: the merge regenerates each one's directions from the seed
     "projection": ("--fd", "projection", "--directions", "5", "--seed", "3"),
@@ -90,55 +91,56 @@ def test_split_report_equals_the_single_process_report(tmp_path, variant):
 def test_merge_refuses_missing_foreign_and_mismatched_shards(tmp_path):
     graph = tmp_path / "mlp.json"
     graph.write_text(mlp())
+    # every parameter in full, so that every shard has parameters to refuse (auto screens this graph jointly)
     out = tmp_path / "fd"
-    run_shards(graph, out, 3)
+    run_shards(graph, out, 3, *FULL)
     # a missing index is named, with the file expected
     (out / "fd-shard-0001-of-0003.npz").rename(tmp_path / "kept.npz")
-    r = cli(str(graph), "--fd-from", str(out))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
     assert r.returncode == 2 and "shard 1 of 3 missing" in r.stderr, r.stderr
     assert "fd-shard-0001-of-0003.npz" in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
     (tmp_path / "kept.npz").rename(out / "fd-shard-0001-of-0003.npz")
     # other options than the shards': refused, naming the shard and the cause
-    r = cli(str(graph), "--fd-from", str(out), "--atol", "1e-3")
+    r = cli(str(graph), *FULL, "--fd-from", str(out), "--atol", "1e-3")
     assert r.returncode == 2 and "fd-shard-0000-of-0003.npz was made from other options" in r.stderr, r.stderr
     # another graph (same names, other values): refused as such
     other = tmp_path / "other.json"
     other.write_text(mlp(seed=1))
-    r = cli(str(other), "--fd-from", str(out))
+    r = cli(str(other), *FULL, "--fd-from", str(out))
     assert r.returncode == 2 and "was made from another graph" in r.stderr, r.stderr
     # a shard re-run under another count into the same directory: the mix is refused, naming the files
-    r = cli(str(graph), "--fd-shard-count", "2", "--fd-out", str(out), index=0)
+    r = cli(str(graph), *FULL, "--fd-shard-count", "2", "--fd-out", str(out), index=0)
     assert r.returncode == 0, r.stderr
-    r = cli(str(graph), "--fd-from", str(out))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
     assert r.returncode == 2 and "shards of different counts" in r.stderr and "fd-shard-0000-of-0002.npz" in r.stderr
     # a file from another gradcheck version: its version field rewritten (the digest of the source differs)
     (out / "fd-shard-0000-of-0002.npz").unlink()
     path = out / "fd-shard-0002-of-0003.npz"
     original = path.read_bytes()
     rewrite(path, lambda meta, arrays: meta.update(gradcheck_version="0.0.1+src.000000000000"))
-    r = cli(str(graph), "--fd-from", str(out))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
     assert r.returncode == 2 and "fd-shard-0002-of-0003.npz was made from another gradcheck version" in r.stderr
     # made against another engine gradient, or another screen / loss / work list than the merge's: refused
     path.write_bytes(original)
     rewrite(path, lambda meta, arrays: meta["parameters"][0].update(gradient="0" * 64))
-    r = cli(str(graph), "--fd-from", str(out))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
     assert r.returncode == 2 and "was checked against another engine gradient" in r.stderr, r.stderr
     path.write_bytes(original)
     rewrite(path, lambda meta, arrays: meta.update(work="0" * 64))
-    r = cli(str(graph), "--fd-from", str(out))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
     assert r.returncode == 2 and "fd-shard-0002-of-0003.npz: computed against another loss" in r.stderr, r.stderr
     # the merge reads the shards' differences, it does not compute them again: a value changed in a shard
     # is the value the report shows
     path.write_bytes(original)
-    good = json.loads(cli(str(graph), "--fd-from", str(out), "--format", "json").stdout)
+    good = json.loads(cli(str(graph), *FULL, "--fd-from", str(out), "--format", "json").stdout)
     name = {}
 
     def bump(meta, arrays):
         name["p"] = meta["parameters"][0]["name"]
         arrays["0.reference"] = arrays["0.reference"] + 1.0
     rewrite(path, bump)
-    r = cli(str(graph), "--fd-from", str(out), "--format", "json")
+    r = cli(str(graph), *FULL, "--fd-from", str(out), "--format", "json")
     rows = {p["name"]: p for p in json.loads(r.stdout)["parameters"]}
     before = {p["name"]: p for p in good["parameters"]}
     assert np.allclose(np.asarray(rows[name["p"]]["reference"]), np.asarray(before[name["p"]]["reference"]) + 1.0)

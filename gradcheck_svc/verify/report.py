@@ -26,7 +26,10 @@ RNN's "lstm_gates", "gru_gates", "rnn_stacked"; `onnx_name`, the name the model 
 `read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic` (status, reason when skipped,
 sizes, seconds), `custom_ops` (one entry per `expr` node, with `user_grad_matches` true/false/null)
 and `attributes` (verify/attributes.py: the structural attributes nodes were verified with, `used`,
-those not given, `defaulted`, and the `nodes` that share them).
+those not given, `defaulted`, and the `nodes` that share them), `fd_plan` (oracles/fd_plan.py: the
+option's `mode`, how many `parameters` each mode checks, `directions`, and the first pass's cost:
+`forwards` perturbed forwards evaluating `values` values, `whole_graph_evaluations` forwards of the whole
+graph's worth, `forward_values` one forward's values; null when no finite differences ran).
 
 `subject` (top level) says what was verified: "engine" (its gradients of the graph) or "claimed"
 (the gradients the graph's `claimed` carried, computed by other code: verify/claims.py). Under
@@ -55,7 +58,7 @@ from ..text import escape_controls, graph_label
 from .compare import Comparison
 from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
-from .report_text import parameter_table, source_name_lines, timings_line
+from .report_text import parameter_table, plan_line, source_name_lines, timings_line
 
 MAX_LISTED = 1000  # gradient/reference values included per parameter
 TEXT_ROWS = 20  # parameter rows in the text report: the worst ones, then a count (JSON has all)
@@ -224,6 +227,7 @@ class Report:
     custom_ops: list = field(default_factory=list)  # verify.custom_ops.CustomOpCheck
     subject: str = "engine"  # what was verified: "engine" | "claimed" (gradients other code computed)
     attributes: list = field(default_factory=list)  # verify/attributes.py: what each node was verified with
+    fd_plan: object = None  # oracles.fd_plan.FDPlan: each parameter's mode and the first pass's cost
 
     @property
     def passed(self) -> bool:
@@ -244,6 +248,7 @@ class Report:
             "symbolic": self.symbolic.to_dict() if self.symbolic is not None else {"status": "off"},
             "custom_ops": [c.to_dict() for c in self.custom_ops],
             "attributes": [dict(a) for a in self.attributes],
+            "fd_plan": self.fd_plan.to_dict() if self.fd_plan is not None else None,
             "memory": dict(self.memory),
             "memory_timelines": [{"run": run, "steps": [m.label for m in marks],
                                   "live_bytes": marks.columns[0].tolist(),
@@ -294,6 +299,8 @@ class Report:
         else:
             lines.append("  no parameters (no input has requires_grad)")
         lines.extend("  " + line for line in memory_summary(self.memory))
+        if self.fd_plan is not None and self.parameters:
+            lines.append("  " + plan_line(self.fd_plan.to_dict()))
         lines.append("  " + timings_line(self.timings))
         # each line is one line: a control character in it came from a name in the request
         return "\n".join(escape_controls(line) for line in lines)

@@ -115,3 +115,13 @@ def source_name_lines(params: list, max_rows: int, max_readers: int = 6) -> list
 def timings_line(timings: dict) -> str:
     """`*_s` keys are seconds: printed as seconds, so the text and the JSON say the same."""
     return "timings: " + ", ".join(f"{k} {v:.3g}" for k, v in timings.items()) + " (seconds)"
+
+
+def plan_line(plan: dict) -> str:
+    """The finite-difference plan (Report.fd_plan's dict) and its cost, one line."""
+    modes = ", ".join(f"{n} {m}" for m, n in plan["parameters"].items()) or "no parameter reaching the loss"
+    if set(plan["parameters"]) - {"full"}:
+        modes += f" ({plan['directions']} directions)"
+    return (f"finite-difference plan: {plan['mode']}: {modes}; first pass "
+            f"{plan['forwards']:,} perturbed forwards, {plan['values']:.3g} values "
+            f"(~{plan['whole_graph_evaluations']:.3g} whole-graph forwards)")

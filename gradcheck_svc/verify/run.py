@@ -176,7 +176,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
         parameters=results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=symbolic, custom_ops=custom, subject="engine" if graph.claims is None else "claimed",
-        attributes=attributes_used(graph))
+        attributes=attributes_used(graph), fd_plan=fd.plan)
 
 
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):

@@ -171,6 +171,31 @@ class SymbolicSummary(_message.Message):
     reason: str
     def __init__(self, status: _Optional[str] = ..., elements: _Optional[int] = ..., edges: _Optional[int] = ..., seconds: _Optional[float] = ..., digits: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
+class FDPlan(_message.Message):
+    __slots__ = ("mode", "parameters", "directions", "forwards", "values", "forward_values", "whole_graph_evaluations")
+    class ParametersEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    PARAMETERS_FIELD_NUMBER: _ClassVar[int]
+    DIRECTIONS_FIELD_NUMBER: _ClassVar[int]
+    FORWARDS_FIELD_NUMBER: _ClassVar[int]
+    VALUES_FIELD_NUMBER: _ClassVar[int]
+    FORWARD_VALUES_FIELD_NUMBER: _ClassVar[int]
+    WHOLE_GRAPH_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    mode: str
+    parameters: _containers.ScalarMap[str, int]
+    directions: int
+    forwards: int
+    values: float
+    forward_values: int
+    whole_graph_evaluations: float
+    def __init__(self, mode: _Optional[str] = ..., parameters: _Optional[_Mapping[str, int]] = ..., directions: _Optional[int] = ..., forwards: _Optional[int] = ..., values: _Optional[float] = ..., forward_values: _Optional[int] = ..., whole_graph_evaluations: _Optional[float] = ...) -> None: ...
+
 class CustomOpInput(_message.Message):
     __slots__ = ("sympy_grad", "counterexample", "symbolic")
     SYMPY_GRAD_FIELD_NUMBER: _ClassVar[int]
@@ -436,7 +461,7 @@ class AttributesUsed(_message.Message):
     def __init__(self, op: _Optional[str] = ..., used: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., defaulted: _Optional[_Iterable[str]] = ..., nodes: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Report(_message.Message):
-    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "subject", "attributes", "text")
+    __slots__ = ("graph", "verdict", "loss", "dtype", "device", "parameters", "faults", "warnings", "memory", "timings", "findings", "symbolic", "custom_ops", "memory_timelines", "subject", "attributes", "fd_plan", "text")
     class TimingsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -460,6 +485,7 @@ class Report(_message.Message):
     MEMORY_TIMELINES_FIELD_NUMBER: _ClassVar[int]
     SUBJECT_FIELD_NUMBER: _ClassVar[int]
     ATTRIBUTES_FIELD_NUMBER: _ClassVar[int]
+    FD_PLAN_FIELD_NUMBER: _ClassVar[int]
     TEXT_FIELD_NUMBER: _ClassVar[int]
     graph: str
     verdict: str
@@ -477,8 +503,9 @@ class Report(_message.Message):
     memory_timelines: _containers.RepeatedCompositeFieldContainer[MemoryTimeline]
     subject: str
     attributes: _containers.RepeatedCompositeFieldContainer[AttributesUsed]
+    fd_plan: FDPlan
     text: str
-    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., memory_timelines: _Optional[_Iterable[_Union[MemoryTimeline, _Mapping]]] = ..., subject: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[AttributesUsed, _Mapping]]] = ..., text: _Optional[str] = ...) -> None: ...
+    def __init__(self, graph: _Optional[str] = ..., verdict: _Optional[str] = ..., loss: _Optional[float] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., parameters: _Optional[_Iterable[_Union[ParameterResult, _Mapping]]] = ..., faults: _Optional[_Iterable[_Union[FaultRecord, _Mapping]]] = ..., warnings: _Optional[_Iterable[str]] = ..., memory: _Optional[_Union[Memory, _Mapping]] = ..., timings: _Optional[_Mapping[str, float]] = ..., findings: _Optional[_Iterable[_Union[Finding, _Mapping]]] = ..., symbolic: _Optional[_Union[SymbolicSummary, _Mapping]] = ..., custom_ops: _Optional[_Iterable[_Union[CustomOp, _Mapping]]] = ..., memory_timelines: _Optional[_Iterable[_Union[MemoryTimeline, _Mapping]]] = ..., subject: _Optional[str] = ..., attributes: _Optional[_Iterable[_Union[AttributesUsed, _Mapping]]] = ..., fd_plan: _Optional[_Union[FDPlan, _Mapping]] = ..., text: _Optional[str] = ...) -> None: ...
 
 class ListOpsRequest(_message.Message):
     __slots__ = ()

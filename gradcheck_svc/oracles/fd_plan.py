@@ -1,0 +1,272 @@
+"""The finite-difference plan: what to difference, by which scheme, at what cost.
+
+`plan(costs, options) -> FDPlan` decides each parameter's mode before any difference is taken, from a
+cost model counted in values evaluated (Costs: every value downstream of what is perturbed, per perturbed
+copy; a full check's one-element copies measured on one sliced copy, ops/slices.py). The FDPlan is plain
+data: the modes, and what the first pass will cost -- perturbed forwards and values, and those values as
+whole-graph evaluations -- which the report states (Report.fd_plan). Refinement and the joint screen's
+bisection come on top, only where the first pass disagrees; the report's per-parameter `fd_evaluations`
+count what was spent.
+
+full: every element of every parameter. projection: k random directions per parameter. joint: k
+directions spanning every parameter at once (finite_diff.py's docstring). auto: see plan().
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ..backend import NUMPY
+from ..engine import forward_batched
+from ..ops.slices import one_hot
+
+MODES = ("auto", "full", "projection", "joint")
+
+# auto's full checks next to the joint screen: the cheapest parameters, while their values together
+# stay within this share of the joint pass's. Counted in values, a full check's one-element copies
+# cost more per value than the joint pass's whole-graph ones (ResNet-18: its 16 cheapest tensors,
+# within the joint pass's values, took 6x its time; 4 within an eighth, 60% of it). The screen covers
+# them all the same; full checks add element-wise detail where it is cheap (chain_256's last biases)
+JOINT_FULL_SHARE = 1 / 16
+
+
+@dataclass
+class FDOptions:
+    mode: str = "auto"  # full | projection | joint | auto
+    projection_threshold: int = 100_000  # elements per parameter above which auto projects
+    # auto checks in full at most this many values (2 x elements x values downstream, summed: counted
+    # densely, and where that is over, measured on one sliced copy), whatever the joint pass would cost
+    # (plan(): in full only while no dearer than the joint screen); ~1e9 is a few seconds of NumPy on one
+    # core. own_mode: a flagged parameter whose full check alone is over is narrowed or projected instead
+    full_cost_budget: float = 1e9
+    directions: int = 16
+    seed: int = 0
+    # memory budget for one stacked batch: small enough that a chunk's values stay in
+    # cache (bench/bench_fd.py: 8 MiB is ~2x faster than 128 MiB at 2,000 elements)
+    chunk_bytes: int = 8 * 2**20
+    # frozen branches: the perturbed forwards evaluate every piecewise op on the piece the unperturbed
+    # forward took (OpDef.select / frozen), so no difference straddles a kink (off: ordinary parameter-
+    # level forwards, for comparison; the one-sided differences at a kink are always ordinary, one op's
+    # local differences always frozen)
+    frozen_branches: bool = True
+
+
+class Costs:
+    """The cost model: values each kind of check evaluates, per perturbed copy and in all. program, and
+    base (a keep_values forward) and frozen (its selections) for the one sliced copy a full check is
+    measured on."""
+
+    def __init__(self, program, base: dict, frozen: dict):
+        self.program, self.base, self.frozen = program, base, frozen
+        self._row_bytes: dict = {}
+        self._sliced_cost: dict[str, float] = {}
+        self._to_loss: set[str] = set()  # parameters the loss depends on (_param_row_bytes)
+
+    def size(self, p: str) -> int:
+        return math.prod(self.program.shapes[p])
+
+    def forward_values(self) -> int:
+        """Values one forward of everything downstream of the parameters evaluates (the joint pass's copy)."""
+        params = list(self.program.params)
+        return max(1, sum(math.prod(self.program.shapes[v]) for v in self.program.downstream(params))) if params else 1
+
+    def joint_cost(self, k: int) -> float:
+        """Values the joint pass evaluates: 2k copies of everything downstream of the parameters."""
+        return 2 * k * self.forward_values() if self.program.params else 0.0
+
+    def dense_full_cost(self, p: str) -> float:
+        """A full check of p counted densely: 2 x elements x every value downstream."""
+        return 2 * self.size(p) * self.row_bytes(p) / 8
+
+    def full_cost(self, p: str) -> float:
+        """Values a full check of p evaluates: 2 x elements x values one copy evaluates, measured on
+        one sliced copy (slices make it far below the dense bound)."""
+        if p not in self._sliced_cost:
+            self._sliced_cost[p] = 2 * self.size(p) * self._sliced_row_values(p) if self.size(p) else 0.0
+        return self._sliced_cost[p]
+
+    def projection_cost(self, p: str, k: int) -> float:
+        """Values k projections of p evaluate: 2k copies of what is downstream."""
+        return 2.0 * k * self.row_bytes(p) / 8
+
+    def reaches_loss(self, name: str) -> bool:
+        if name in self.program.params:
+            self.row_bytes(name)  # computes the parameters' reach, the loss's among it
+            return name in self._to_loss
+        return self.program.output in self.program.downstream([name])
+
+    def row_bytes(self, name: str) -> int:
+        """Bytes one batch row costs: every value downstream of `name`."""
+        if name not in self._row_bytes and name in self.program.params:
+            self._param_row_bytes()
+        if name not in self._row_bytes:
+            self._row_bytes[name] = 8 * max(1, sum(self.program.footprint[v]
+                                                   for v in self.program.downstream([name])))
+        return self._row_bytes[name]
+
+    def set_row_bytes(self, params) -> int:
+        """Bytes one batch row costs when all of `params` are perturbed together."""
+        key = tuple(params)
+        if key not in self._row_bytes:
+            self._row_bytes[key] = 8 * max(1, sum(self.program.footprint[v]
+                                                  for v in self.program.downstream(list(params))))
+        return self._row_bytes[key]
+
+    def _param_row_bytes(self) -> None:
+        """row_bytes of every parameter in one pass over the steps (a reachability matrix: value x
+        parameter), not one pass per parameter -- a graph of 512 parameters spent 0.4 s here."""
+        params = list(self.program.params)
+        index = {p: i for i, p in enumerate(params)}
+        reach = {p: np.eye(1, len(params), index[p], dtype=bool)[0] for p in params}
+        total = np.array([math.prod(self.program.shapes[p]) for p in params], dtype=np.float64)
+        for step in self.program.steps:
+            rows = [reach[n] for n in step.inputs if n in reach]
+            if rows:
+                r = np.logical_or.reduce(rows) if len(rows) > 1 else rows[0]
+                reach[step.name] = r
+                total += self.program.footprint[step.name] * r
+        for p in params:
+            self._row_bytes[p] = 8 * max(1, int(total[index[p]]))
+        out = reach.get(self.program.output)
+        self._to_loss = {p for p in params if p == self.program.output or (out is not None and out[index[p]])}
+
+    def slice_axis(self, name: str) -> int | None:
+        """The axis one-element perturbations of `name` are carried along (ops/slices.py): the first
+        one a consumer prefers (matmul: a's rows, b's columns; conv: W's filters), else the last;
+        None for a scalar."""
+        rank = len(self.program.shapes[name])
+        if rank == 0:
+            return None
+        for step in self.program.steps:
+            prefer = step.op.sliced_axes
+            for k, n in enumerate(step.inputs):
+                if n == name and prefer:
+                    axis = prefer[min(k, len(prefer) - 1)]
+                    axis = axis - rank if axis >= 0 else axis  # OpDef.sliced_axes may count from the front
+                    if -rank <= axis < 0:
+                        return axis
+        return -1
+
+    def _sliced_row_values(self, name: str) -> float:
+        """Values one perturbed copy of `name` really evaluates, carried as a slice: measured on one
+        copy (what it costs is one copy's worth of the downstream graph, against 2n for a full check)."""
+        x = np.asarray(self.base[name], dtype=np.float64)
+        axis = self.slice_axis(name)
+        if axis is None:
+            return self.row_bytes(name) / 8
+        stats = {}
+        forward_batched(self.program, NUMPY, self.base, {name: one_hot(np, x, axis, [0], x.reshape(-1)[:1])}, stats,
+                        frozen=self.frozen)
+        return stats["row_bytes"] / 8
+
+
+@dataclass(frozen=True)
+class FDPlan:
+    """Each parameter's mode and what the first pass costs: `forwards` perturbed forwards (2 per element
+    checked in full, 2k per projected parameter, 2k for the joint screen however many it spans), of part
+    of the graph or all of it, evaluating `values` values -- `whole_graph_evaluations` forwards of the
+    whole graph's worth (values / forward_values)."""
+
+    mode: str  # the option: auto | full | projection | joint
+    modes: dict = field(default_factory=dict)  # parameter -> full | projection | joint
+    directions: int = 16
+    forwards: int = 0
+    values: float = 0.0
+    forward_values: int = 1  # values one forward of the graph (downstream of its parameters) evaluates
+
+    def __getitem__(self, p: str) -> str:
+        return self.modes[p]
+
+    def get(self, p: str, default=None):
+        return self.modes.get(p, default)
+
+    @property
+    def whole_graph_evaluations(self) -> float:
+        return self.values / self.forward_values
+
+    def counts(self) -> dict:
+        """Parameters per mode, in MODES' order."""
+        out = {m: 0 for m in MODES[1:]}
+        for m in self.modes.values():
+            out[m] += 1
+        return {m: n for m, n in out.items() if n}
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "parameters": self.counts(), "directions": self.directions,
+                "forwards": int(self.forwards), "values": float(self.values),
+                "forward_values": int(self.forward_values),
+                "whole_graph_evaluations": round(self.whole_graph_evaluations, 3)}
+
+
+def plan(costs: Costs, options: FDOptions) -> FDPlan:
+    """The plan of options.mode: every parameter so (projection, joint: the tiny or huge ones too), or
+    auto's (_auto_modes), with its cost."""
+    params = list(costs.program.params)
+    modes = _auto_modes(costs, options) if options.mode == "auto" else {p: options.mode for p in params}
+    k = options.directions
+    forwards, values = 0, 0.0
+    if any(m == "joint" for m in modes.values()):
+        forwards, values = 2 * k, costs.joint_cost(k)
+    for p, m in modes.items():
+        if not costs.reaches_loss(p):  # its gradient is zero without a difference taken
+            continue
+        if m == "full":
+            forwards, values = forwards + 2 * costs.size(p), values + costs.full_cost(p)
+        elif m == "projection":
+            forwards, values = forwards + 2 * k, values + costs.projection_cost(p, k)
+    return FDPlan(options.mode, modes, k, forwards, values, costs.forward_values())
+
+
+def _auto_modes(costs: Costs, options: FDOptions) -> dict[str, str]:
+    """auto: the cheaper of two plans, so that its cost never jumps as a graph grows (min of two costs that
+    grow with the graph) -- every parameter in full, or the joint screen (2k forwards of the whole graph)
+    with the cheapest parameters checked in full while their cost together stays within JOINT_FULL_SHARE
+    of the joint pass's. In full, then, only while that costs no more than the screen (and stays within
+    full_cost_budget): a full check's cost per parameter is never far above the screen's, and the whole
+    first pass stays within (1 + JOINT_FULL_SHARE) 2k forwards of the graph. Parameters above the size
+    threshold are screened jointly whatever the rest costs."""
+    params = list(costs.program.params)
+    joint = costs.joint_cost(options.directions)
+    # above the size threshold, the joint screen rather than projections of each parameter: the same 2k
+    # forwards, and a flag is narrowed to elements (verify/joint_check.py) -- a few random projections
+    # would not see one wrong element of 10^5 (it moves each by e / sqrt(n))
+    modes = {p: "joint" if costs.size(p) > options.projection_threshold else "full" for p in params}
+    rest = [p for p in params if modes[p] == "full"]
+    dense = {p: costs.dense_full_cost(p) for p in rest}
+    budget = min(options.full_cost_budget, (1 + JOINT_FULL_SHARE) * joint)
+    if len(rest) == len(params) and _fits(costs, dense, budget):
+        return modes
+    cheap, spent, share = set(), 0.0, min(options.full_cost_budget, JOINT_FULL_SHARE * joint)
+    for p in sorted(rest, key=dense.get):
+        if spent + dense[p] > share:
+            break
+        cheap.add(p)
+        spent += dense[p]
+    return {p: "full" if p in cheap else "joint" for p in params}
+
+
+def _fits(costs: Costs, dense: dict, budget: float) -> bool:
+    """Whether full checks of the parameters in `dense` (their dense costs) stay within budget: counted
+    densely, and where that is over, measured (one sliced copy each) costliest first until the rest fits
+    (dense bounds for the unmeasured) or what is measured alone is over."""
+    total, measured = sum(dense.values()), 0.0
+    if total <= budget:
+        return True
+    for p in sorted(dense, key=dense.get, reverse=True):
+        if total <= budget:
+            return True
+        if measured > budget:
+            break
+        total += costs.full_cost(p) - dense[p]
+        measured += costs.full_cost(p)
+    return total <= budget
+
+
+def own_mode(costs: Costs, options: FDOptions, param: str) -> str:
+    """How to check one parameter on its own (a joint one the screen flagged): full unless it is over the
+    size threshold or its full check alone would exceed the cost budget."""
+    if costs.size(param) > options.projection_threshold or costs.full_cost(param) > options.full_cost_budget:
+        return "projection"
+    return "full"

@@ -1,0 +1,106 @@
+"""The finite-difference plan (oracles/fd_plan.py, issue 32 item 3): one plan without cliffs, stated in the report.
+
+Counts, never timings: the plan's cost is the values its first pass evaluates (the cost model's count, a
+full check's copies measured on one sliced copy) and its perturbed forwards. Over a size sweep -- the seed,
+then MLPs and CNNs growing in width, depth and channels -- that cost never drops as the graph grows (the
+old absolute budget checked an MLP of depth 8 in full at ~8,000 forwards of the graph and one of depth 16
+jointly at 32), stays within (1 + JOINT_FULL_SHARE) 2k forwards of the whole graph (linear in the graph's
+work, parameters x forward cost), and no mode costs per parameter 20x what the joint screen does."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from gradcheck_svc.graph import load_graph
+from gradcheck_svc.graph.build import GraphBuilder
+from gradcheck_svc.oracles.fd_plan import JOINT_FULL_SHARE
+from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
+from gradcheck_svc.verify import VerifyOptions, verify
+from grpc_helpers import EXAMPLES
+from plants import mlp
+
+
+def cnn(channels: int, size: int = 8, batch: int = 2):
+    """conv 3x3 -> relu -> max_pool -> conv 3x3 -> tanh -> sum, `channels` filters in each conv."""
+    rng = np.random.default_rng(channels)
+    b = GraphBuilder(f"cnn{channels}")
+    h = b.input("img", rng.standard_normal((batch, 3, size, size)))
+    k1 = b.input("K1", rng.standard_normal((channels, 3, 3, 3)) / 3, requires_grad=True)
+    h = b.node("conv", h, k1, b.input("c1", rng.uniform(-0.5, 0.5, channels), requires_grad=True), pads=[1, 1, 1, 1])
+    h = b.node("max_pool", b.node("relu", h), kernel_shape=[2, 2], strides=[2, 2])
+    k2 = b.input("K2", rng.standard_normal((channels, channels, 3, 3)) / (3 * np.sqrt(channels)), requires_grad=True)
+    h = b.node("conv", h, k2, b.input("c2", rng.uniform(-0.5, 0.5, channels), requires_grad=True), pads=[1, 1, 1, 1])
+    b.output(b.node("sum", b.node("tanh", h), name="L"))
+    return load_graph(b.build())
+
+
+def seed():
+    return load_graph(EXAMPLES / "seed.json")
+
+
+# each sweep grows both the parameters and the forward's values, so the graph's work grows at every step
+SWEEPS = {
+    "mlp width": [seed] + [lambda w=w: mlp(width=w, depth=2) for w in (4, 8, 16, 32, 64, 128)],
+    "mlp depth": [seed] + [lambda d=d: mlp(width=64, depth=d) for d in (2, 4, 8, 16)],
+    "cnn channels": [seed] + [lambda c=c: cnn(c) for c in (2, 4, 8, 16)],
+}
+
+
+def _plans(sweep):
+    out = []
+    for make in SWEEPS[sweep]:
+        fd = FiniteDifferences(make())
+        params = sum(fd.costs.size(p) for p in fd.program.params)
+        out.append((fd, params * fd.plan.forward_values))
+    return out
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_the_plans_cost_grows_monotonically_and_at_most_linearly_with_the_graphs_work(sweep):
+    plans = _plans(sweep)
+    work = [w for _, w in plans]
+    assert all(a < b for a, b in zip(work, work[1:])), work  # the sweep really grows
+    values = [fd.plan.values for fd, _ in plans]
+    assert all(a <= b for a, b in zip(values, values[1:])), values
+    forwards = [fd.plan.whole_graph_evaluations for fd, _ in plans]
+    k = FDOptions().directions
+    assert all(f <= 2 * k * (1 + JOINT_FULL_SHARE) for f in forwards), forwards
+    # the sweep spans both plans: the seed in full, the largest graph screened jointly
+    assert plans[0][0].plan.counts() == {"full": 2} and "joint" in plans[-1][0].plan.counts()
+
+
+@pytest.mark.parametrize("sweep", SWEEPS)
+def test_no_mode_costs_per_parameter_twenty_times_the_joint_screens(sweep):
+    for fd, _ in _plans(sweep):
+        modes = fd.plan.modes
+        k = fd.plan.directions
+        per_tensor_joint = fd.costs.joint_cost(k) / max(1, sum(m == "joint" for m in modes.values()) or len(modes))
+        full = [fd.costs.full_cost(p) for p, m in modes.items() if m == "full"]
+        assert all(c <= 20 * per_tensor_joint for c in full), (fd.graph.name, max(full), per_tensor_joint)
+
+
+def test_the_report_states_the_plan_and_its_cost():
+    report = verify(seed())
+    plan = report.to_dict()["fd_plan"]
+    # w and x, one element each: 2 perturbed copies each, of the 5 values downstream of them (z, a, L: 3 for w's
+    # copies and x's alike, sliced to what each copy changes)
+    assert plan["mode"] == "auto" and plan["parameters"] == {"full": 2} and plan["forwards"] == 4
+    assert plan["values"] == sum(FiniteDifferences(seed()).costs.full_cost(p) for p in ("w", "x"))
+    assert plan["whole_graph_evaluations"] == pytest.approx(plan["values"] / plan["forward_values"], rel=1e-3)
+    assert sum(r["fd_evaluations"] for r in report.to_dict()["parameters"]) == plan["forwards"]
+    assert "  finite-difference plan: auto: 2 full; first pass 4 perturbed forwards" in report.to_text()
+    json.loads(report.to_json())  # plain JSON
+
+
+def test_a_jointly_screened_graphs_plan_counts_the_screens_forwards():
+    report = verify(mlp(width=64, depth=8), VerifyOptions(fd=FDOptions(directions=8)))
+    plan = report.to_dict()["fd_plan"]
+    assert plan["parameters"] == {"joint": 16} and plan["directions"] == 8 and plan["forwards"] == 16
+    assert 15.9 < plan["whole_graph_evaluations"] <= 16.0  # 16 copies of the graph downstream of W0
+    rows = report.to_dict()["parameters"]
+    assert {r["fd_checked_by"] for r in rows} == {"joint"} and report.verdict == "pass"
+    # what the screen spent: the planned first pass, plus any refinement (never less)
+    assert all(r["fd_evaluations"] >= plan["forwards"] for r in rows)
+    assert "finite-difference plan: auto: 16 joint (8 directions); first pass 16 perturbed forwards" in report.to_text()
