@@ -412,11 +412,12 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
     imported = None
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
-        request = make_request(_onnx_model(path, args), "", **values)
+        model = _onnx_model(path, args, limits)
+        request = make_request(model, "", **values)
         check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
-        # imported here (external data beside the user's files), decoded once: the HTML report draws
-        # the same message that was verified
-        imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
+        # imported here from the bytes a client sends (external data embedded), decoded once: the HTML
+        # report draws the same message that was verified
+        imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits), model.data)
     else:
         message = parse_graph(path)
         if claims is not None:
@@ -491,26 +492,31 @@ def _write_outputs(args, runs, integrity: str) -> None:
                   html_items=items, integrity=integrity, title=title)
 
 
-def _onnx_model(path: str, args):
-    """The model as the CI command sends it (bytes and import options), to measure the request."""
-    from pathlib import Path
-
+def _onnx_model(path: str, args, limits):
+    """The model as the CI command sends it (bytes, external data embedded, and import options), to
+    measure the request; its data files are refused, unread, over `limits`."""
+    from gradcheck_client.onnx_files import OnnxFileError
     from gradcheck_client.onnx_options import OnnxFlagError, OnnxModel, onnx_import_message
 
     from .errors import OptionError
+    from .onnx_import.tensors import file_error
 
     try:
-        return OnnxModel(Path(path).read_bytes(), onnx_import_message(args))
+        return OnnxModel.from_file(path, onnx_import_message(args), max_elements=limits.max_elements,
+                                   max_bytes=limits.max_message_bytes)
     except OnnxFlagError as exc:
         raise OptionError(str(exc)) from None
+    except OnnxFileError as exc:
+        raise file_error(exc, path) from None
     except OSError:
         return OnnxModel(b"", None)  # the importer says what is wrong with the path
 
 
-def _onnx_graph(path: str, args, budget):
-    """An ONNX model imported with the flags' options, through the same mapping the server uses.
-    External data is read only from beside the files the user named (the model, --input and
-    --cotangent files); `budget` bounds import-time folding (onnx_import/folding.py)."""
+def _onnx_graph(path: str, args, budget, data: bytes = b""):
+    """An ONNX model imported with the flags' options, through the same mapping the server uses: from
+    `data`, the model's bytes with its external data embedded, if given, else from `path`. External
+    data is read only from beside the files the user named (the model, --input and --cotangent
+    files); `budget` bounds import-time folding (onnx_import/folding.py)."""
     from pathlib import Path
 
     from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
@@ -529,7 +535,7 @@ def _onnx_graph(path: str, args, budget):
     if args.onnx_cotangent:
         message.cotangent = embed_beside(message.cotangent, Path(args.onnx_cotangent).parent, "--cotangent",
                                          budget.max_elements)
-    return import_onnx(path, options_from_proto(message), budget=budget)
+    return import_onnx(data or path, options_from_proto(message), name=Path(path).stem, budget=budget, where=path)
 
 
 def _plan_memory(args) -> int:

@@ -19,9 +19,10 @@ def _require_onnx() -> None:
                          field="model") from None
 
 
-def import_onnx(source, options=None, name: str = "", budget=None):
+def import_onnx(source, options=None, name: str = "", budget=None, where: str = "model"):
     """source: a path or the model's bytes. Returns a gradcheck.v1.Graph message (validate with load_graph).
-    budget: a FoldBudget (what import-time folding may compute; default: the default limits')."""
+    budget: a FoldBudget (what import-time folding may compute; default: the default limits'); where: what
+    an error about bytes names (a path names itself)."""
     _require_onnx()
     from pathlib import Path
 
@@ -30,7 +31,7 @@ def import_onnx(source, options=None, name: str = "", budget=None):
     from .model import read_model
 
     budget = budget or FoldBudget()
-    model = read_model(source, max_elements=budget.max_elements)
+    model = read_model(source, where=where, max_elements=budget.max_elements)
     if not name and isinstance(source, (str, Path)):
         name = Path(source).stem
     return import_model(model, options, name, budget)

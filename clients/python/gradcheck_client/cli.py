@@ -20,6 +20,7 @@ from pathlib import Path
 from . import __version__
 from .claims import ClaimsFileError, claims_for, with_claims
 from .graphio import GraphFileError, load_graph
+from .onnx_files import OnnxFileError
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
 from .outputs.guard import write_reports
@@ -148,6 +149,12 @@ def _local_setup(args):
     except GradcheckError as exc:
         raise UsageError(exc.message) from None
     return limits, symbolic
+
+
+def _embed_limits(limits) -> dict:
+    """What bounds a model's external data before it is read: in process, the limits this run applies; with
+    a server, none here (the server measures the request it receives)."""
+    return {} if limits is None else {"max_elements": limits.max_elements, "max_bytes": limits.max_message_bytes}
 
 
 def _write_plots(args, ordered: list) -> None:
@@ -304,14 +311,17 @@ def _verify(args) -> int:
     graphs = {}
     for p in paths:
         try:
-            # an ONNX model goes as it is: the server (or the in-process service) imports it
-            graphs[str(p)] = OnnxModel(p.read_bytes(), onnx_options) if is_onnx(p) else load_graph(p)
+            # an ONNX model goes as its bytes, external data embedded: the server (or the in-process service)
+            # imports it
+            graphs[str(p)] = OnnxModel.from_file(p, onnx_options, **_embed_limits(limits)) if is_onnx(p) \
+                else load_graph(p)
             if claims is not None:  # the gradients under test travel in the graph (graph.proto's Claims)
                 graphs[str(p)] = with_claims(graphs[str(p)], claims)
         except OSError as exc:
             outcomes[str(p)] = Outcome(str(p), error=f"{p}: cannot read: {exc.strerror or exc}", invalid=True)
-        except GraphFileError as exc:
-            outcomes[str(p)] = Outcome(str(p), error=str(exc), invalid=True)
+        except (GraphFileError, OnnxFileError) as exc:
+            outcomes[str(p)] = Outcome(str(p), error=str(exc) if isinstance(exc, GraphFileError) else f"{p}: {exc}",
+                                       invalid=True)
     progress = Progress(len(paths))
     try:
         if graphs:

@@ -89,3 +89,16 @@ class OnnxModel:
 
     data: bytes
     options: service_pb2.OnnxImport
+
+    @classmethod
+    def from_file(cls, path, options: service_pb2.OnnxImport | None = None, **limits) -> "OnnxModel":
+        """The model at `path`, its external data (files beside it) embedded: what every door sends
+        (onnx_files.py). limits: max_elements / max_bytes, checked before a data file is read.
+        Raises OSError (the file) or onnx_files.OnnxFileError (its data)."""
+        from .onnx_files import model_bytes
+
+        if options is None:
+            from gradcheck.v1 import service_pb2
+
+            options = service_pb2.OnnxImport()
+        return cls(model_bytes(path, **limits), options)
