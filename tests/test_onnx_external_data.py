@@ -93,8 +93,7 @@ def test_every_limit_counts_the_external_weights(server, tmp_path, capsys):
         text = captured.err if prog == "gradcheck-svc" else captured.out
         line = next(ln for ln in text.splitlines() if "external data" in ln)
         assert f"external data alone is {8 * 4096 * 8} bytes, over the request limit of {LIMIT}" in line, line
-        if prog == "gradcheck-svc":
-            assert line.endswith("(raise it with --max-message-bytes)"), line
+        assert line.endswith("(raise it with --max-message-bytes)"), line
     # and the element limit sees the external tensors too
     assert svc_main(["verify", str(path), "--max-elements", "1000"]) == 2
     err = capsys.readouterr().err.strip()

@@ -73,28 +73,33 @@ def _paren_depth(text: str) -> int:
     return deepest
 
 
-def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
-    """Bound a node's attributes before any op reads them: value count, string length, nesting."""
-    count = 0
+def _attr_values(attrs: dict):
+    """Every value in a node's attributes, containers included (already decoded: the message bounds them)."""
     stack = [attrs]
     while stack:
         v = stack.pop()
-        count += 1
-        if count > limits.max_attribute_values:
-            raise LimitError(f"attributes hold more than {limits.max_attribute_values} values", node=node,
-                             limit="max_attribute_values")
+        yield v
         if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
-        elif isinstance(v, str):
+
+
+def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
+    """Bound a node's attributes before any op reads them: value count, string length, nesting."""
+    values = list(_attr_values(attrs))
+    if len(values) > limits.max_attribute_values:
+        raise LimitError(f"attributes hold {len(values)} values, the limit is {limits.max_attribute_values}",
+                         node=node, limit="max_attribute_values")
+    for v in values:
+        if isinstance(v, str):
             if len(v) > limits.max_formula_chars:
                 raise LimitError(f"a string attribute is {len(v)} characters long, the limit is "
                                  f"{limits.max_formula_chars}", node=node, limit="max_formula_chars")
             # at the parser's own cap (the default) the parser says it, naming the column
             if limits.max_formula_depth < FORMULA_MAX_DEPTH and _paren_depth(v) > limits.max_formula_depth:
                 raise LimitError(f"a formula is nested {_paren_depth(v)} levels deep, the limit is "
-                                 f"{limits.max_formula_depth}", node=node)
+                                 f"{limits.max_formula_depth}", node=node, limit="max_formula_depth")
 
 
 # --- tensors ---------------------------------------------------------------------------
@@ -318,6 +323,7 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
     order = topological_order(list(msg.nodes), producers)
     specs = {name: gi.spec for name, gi in inputs.items()}
     nodes: list[Node] = []
+    first_over = None  # the node that took the graph over max_elements
     for i in order:
         pb = msg.nodes[i]
         op = REGISTRY[pb.op]
@@ -341,15 +347,19 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         except (ValueError, TypeError, IndexError) as exc:
             raise GraphError(f"invalid attributes for op '{op.name}': {exc}", node=pb.name) from None
         elements += spec.size
-        if elements > limits.max_elements:
-            raise LimitError(f"graph holds more than {limits.max_elements} elements", node=pb.name,
-                             limit="max_elements")
+        if elements > limits.max_elements and first_over is None:
+            # named, and counted on (shapes only, nothing is allocated): the error states what the graph needs
+            first_over = pb.name
         scratch = op.scratch([s.shape for s in in_specs], spec.shape, **norm) if op.scratch else 0
-        if elements + scratch > limits.max_elements:  # a temporary is memory too, while the op runs
+        if first_over is None and elements + scratch > limits.max_elements:  # a temporary is memory too
             raise LimitError(f"op '{op.name}' needs a temporary of {scratch} elements, over the limit of "
                              f"{limits.max_elements} with the graph's {elements}", node=pb.name, limit="max_elements")
         specs[pb.name] = spec
         nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec))
+    if elements > limits.max_elements:
+        raise LimitError(f"graph holds {elements} elements (inputs and node outputs), the limit is "
+                         f"{limits.max_elements}", node=first_over, field=None if first_over else "graph",
+                         limit="max_elements")
 
     nodes, output = resolve_inplace(nodes, inputs, specs, msg.output)
     out_spec = specs[output]
@@ -358,9 +368,6 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
                if out_spec.dtype == FLOAT else "")
         raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
                          f"{list(out_spec.shape)}{fix}", field="output")
-    if elements > limits.max_elements:
-        raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph",
-                         limit="max_elements")
     claims = decode_claims(msg, [n for n, i in inputs.items() if i.requires_grad], specs, [n.name for n in nodes],
                            decode_tensor)
     return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs, claims,
