@@ -535,7 +535,8 @@ def _onnx_graph(path: str, args, budget, data: bytes = b""):
     if args.onnx_cotangent:
         message.cotangent = embed_beside(message.cotangent, Path(args.onnx_cotangent).parent, "--cotangent",
                                          budget.max_elements)
-    return import_onnx(data or path, options_from_proto(message), name=Path(path).stem, budget=budget, where=path)
+    return import_onnx(data or path, options_from_proto(message, bool(getattr(args, "allow_nonfinite", False))),
+                       name=Path(path).stem, budget=budget, where=path)
 
 
 def _plan_memory(args) -> int:

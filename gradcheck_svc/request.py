@@ -120,7 +120,8 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
             from .onnx_import import graph_from_request
 
             message = graph_from_request(request, limits)
-    graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
+    graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite,
+                     nonfinite_constants=bool(request.onnx_model))
     return graph, options
 
 

@@ -250,24 +250,29 @@ def _find_cycle(nodes, producers, indeg) -> list[str]:
 
 
 def _check_finite(inp: GraphInput, allow: bool) -> None:
-    if allow or not inp.declared_dtype.startswith("float"):
-        return
-    bad = ~np.isfinite(inp.value)
+    if not allow and inp.declared_dtype.startswith("float"):
+        refuse_nonfinite(inp.value, f"input '{inp.name}'")
+
+
+def refuse_nonfinite(value: np.ndarray, field: str) -> None:
+    """GraphError naming the first NaN/Inf in a float array of input data (and how to allow them)."""
+    bad = ~np.isfinite(value)
     if bad.any():
         index = [int(i) for i in np.argwhere(bad)[0]]
-        raise GraphError(f"data holds {int(bad.sum())} NaN/Inf value(s), first {inp.value[tuple(index)]} at "
-                         f"index {index} (allow them with allow_nonfinite / --allow-nonfinite)",
-                         field=f"input '{inp.name}'")
+        raise GraphError(f"data holds {int(bad.sum())} NaN/Inf value(s), first {value[tuple(index)]} at "
+                         f"index {index} (allow them with allow_nonfinite / --allow-nonfinite)", field=field)
 
 
 def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
-             require_parameters: bool = True) -> Graph:
+             require_parameters: bool = True, nonfinite_constants: bool = False) -> Graph:
     """The graph message as a checked Graph, or GraphError/LimitError naming the node or field.
 
     A graph with no parameter (no input with requires_grad) checks nothing: it is invalid input, so that a
     verification (CLI, server, CI command, batch) cannot pass without checking a gradient. Tools that only
     convert or inspect graphs (ONNX import, shape inference, the op audit's one-op graphs) pass
-    require_parameters=False."""
+    require_parameters=False. nonfinite_constants: inputs that are not parameters may hold NaN/Inf without
+    allow_nonfinite (an imported model's own constants -- a causal mask's -inf -- are part of its function;
+    the data a user gave it is checked where it is imported, onnx_import.options_from_proto)."""
     if msg.opset_version > OPSET_VERSION:
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
@@ -291,7 +296,7 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         elements += value.size
         inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype,
                                       _source_names(inp, f"inputs[{k}]", limits))
-        _check_finite(inputs[inp.name], allow_nonfinite)
+        _check_finite(inputs[inp.name], allow_nonfinite or (nonfinite_constants and not inp.requires_grad))
 
     if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
         raise GraphError("no parameters: nothing to check (no input has requires_grad)", field="inputs")

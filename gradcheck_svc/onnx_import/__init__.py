@@ -55,18 +55,20 @@ def embed_beside(data: bytes, base_dir, field: str, max_elements: int | None = N
     return t.SerializeToString()
 
 
-def options_from_proto(msg):
+def options_from_proto(msg, allow_nonfinite: bool = False):
     """gradcheck.v1.OnnxImport -> ImportOptions (tensors arrive as serialized TensorProtos; one that
-    names a file is refused before anything is read)."""
+    names a file is refused before anything is read; one holding NaN/Inf unless allow_nonfinite: the
+    user's data is checked here, the model's own constants are part of its function)."""
     _require_onnx()
     from .importer import DEFAULT_PARAMS, ImportOptions
-    from .tensors import parse_tensor
+    from .tensors import parse_data
 
     return ImportOptions(
         params=msg.params or DEFAULT_PARAMS,
-        inputs={name: parse_tensor(data, f"onnx.inputs[{name}]") for name, data in msg.inputs.items()},
+        inputs={name: parse_data(data, f"onnx.inputs[{name}]", allow_nonfinite)
+                for name, data in msg.inputs.items()},
         input_seed=msg.input_seed, output=msg.loss_output or None, loss=msg.loss or "sum",
-        cotangent=parse_tensor(msg.cotangent, "onnx.cotangent") if msg.cotangent else None,
+        cotangent=parse_data(msg.cotangent, "onnx.cotangent", allow_nonfinite) if msg.cotangent else None,
         cotangent_seed=msg.cotangent_seed)
 
 
@@ -78,4 +80,5 @@ def graph_from_request(request, limits=None):
     from .folding import FoldBudget
 
     budget = FoldBudget.from_limits(limits) if limits is not None else None
-    return import_onnx(request.onnx_model, options_from_proto(request.onnx), budget=budget)
+    return import_onnx(request.onnx_model, options_from_proto(request.onnx, request.options.allow_nonfinite),
+                       budget=budget)

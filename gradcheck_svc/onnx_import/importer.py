@@ -38,6 +38,7 @@ from .converters import CONVERTERS, constant_of_shape, constant_value, static_in
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
+from .tables import exporter_made, rotary_tables
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -123,6 +124,7 @@ class Importer:
             self.groups |= {"initializers", "inputs", "constants"}
         self.named = [t for t in tokens if t not in PARAM_GROUPS]
         self.made_params: set[str] = set()
+        self.made_constants: set[str] = set()  # tables.exporter_made
         self.unsupported: dict[str, list] = {}  # reason -> [count, first node]
 
     # --- parameters and inputs --------------------------------------------------------
@@ -188,14 +190,33 @@ class Importer:
 
     def _initializers(self) -> None:
         static = static_initializers(self.model.graph, self.inits)  # Resize's scales: never a weight
+        tables = rotary_tables(self.model.graph, self.inits) | self._made()
         for name, value in self.inits.items():
             if name in self.ctx.emitted:
                 continue
-            weight = _is_weight(name, value) and name not in static and not is_mask(value)
+            weight = _is_weight(name, value) and name not in static and not is_mask(value) and name not in tables
             if value.dtype.kind == "f" and (self._wants(name, "initializers") or (weight and "weights" in self.groups)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
+
+    def _readers(self, names: set[str]) -> dict[str, str]:
+        """Each of `names` -> the first node that reads it (its name, or the op type and output)."""
+        out = {}
+        for node in self.model.graph.node:
+            for n in node.input:
+                if n in names and n not in out:
+                    out[n] = node.name or f"{node.op_type} -> {node.output[0]}"
+        return {n: out.get(n, "no node") for n in names}
+
+    def _made(self) -> set[str]:
+        """A dynamo export's initializers that are no torch parameter nor traced to one (tables.py); kept
+        for the note (folded_note) that names them."""
+        floats = [n for n, v in self.inits.items() if v.dtype.kind == "f"]
+        found = source_names(self.model, set(floats), {n: self.inits[n].shape for n in floats})
+        traced = {p for p, entries in found.items() if any(e["name"] for e in entries)}
+        self.made_constants = exporter_made(exported_parameters(self.model), self.inits, traced)
+        return self.made_constants
 
     # --- nodes ---------------------------------------------------------------------------
 
@@ -359,8 +380,10 @@ class Importer:
                 inp.source_names.add(**entry)
         if "weights" in self.groups or "initializers" in self.groups:
             # held by the model (a parameter, or a constant by choice: scalars, masks) or named by provenance
-            named = set(self.inits) | {e["name"] for entries in found.values() for e in entries}
-            note = folded_note(self.model, named)
+            named = (set(self.inits) - self.made_constants) | {e["name"] for entries in found.values() for e in entries}
+            # the tables a parameter can fold into (a folded scalar is an exporter's own number, not listed)
+            note = folded_note(self.model, named, self._readers({n for n in self.made_constants
+                                                                  if self.inits[n].size > 1}))
             if note:
                 msg.notes.append(note)
 
@@ -376,17 +399,25 @@ def exported_parameters(model) -> list[str]:
     return re.findall(r": PARAMETER target='([^']*)'", text)
 
 
-def folded_note(model, named: set[str], shown: int = 8) -> str:
+def _listed(items: list[str], shown: int) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+def folded_note(model, named: set[str], made: dict[str, str] | None = None, shown: int = 8) -> str:
     """"not checked ..." for the torch parameters the export lists but the model holds under no name, its own
-    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read."""
+    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read.
+    made: the constants the exporter made, no torch parameter (tables.exporter_made), each with the node
+    that reads it: what the missing parameters were folded into."""
     missing = [p for p in exported_parameters(model) if p not in named]
     if not missing:
         return ""
-    more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
-    return (f"not checked under their PyTorch names: {len(missing)} torch parameter(s) the model holds under no "
-            f"name traced to them, {', '.join(missing[:shown])}{more}: the exporter folded them into constants "
-            "(or into a Conv: BatchNorm), merged them (RNN gates into W, R, B), or the forward does not read them; "
-            "torch.onnx.export(..., dynamo=True, optimize=False) keeps what its optimizer folds")
+    here = (f" (here: {_listed([f'{c} read by {by}' for c, by in sorted(made.items())], shown)}; constants, not "
+            "parameters)" if made else "")
+    return (f"not checked: {len(missing)} torch parameter(s) the model holds under no name traced to them, "
+            f"{_listed(missing, shown)}: the exporter folded them into constants{here} or into a Conv (BatchNorm), "
+            "merged them (RNN gates into W, R, B), or the forward never reads them; keep them with "
+            "torch.onnx.export(..., dynamo=True, optimize=False) (the TorchScript exporter: do_constant_folding=False)")
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):

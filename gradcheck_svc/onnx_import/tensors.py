@@ -64,6 +64,17 @@ def parse_tensor(data: bytes, field: str):
         raise GraphError(f"not a serialized TensorProto ({_one_line(exc)})", field=field) from None
 
 
+def parse_data(data: bytes, field: str, allow_nonfinite: bool = False):
+    """parse_tensor of a tensor the user gave (an input's value, the cotangent): NaN/Inf refused unless
+    allowed, as validation refuses them in a graph's inputs."""
+    from ..graph.validate import refuse_nonfinite
+
+    value = parse_tensor(data, field)
+    if not allow_nonfinite and value.dtype.kind == "f":
+        refuse_nonfinite(value, field)
+    return value
+
+
 def _one_line(exc: Exception) -> str:
     text = str(exc).strip()
     return text.splitlines()[0] if text else type(exc).__name__
