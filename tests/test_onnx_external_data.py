@@ -68,6 +68,12 @@ def test_external_weights_verify_the_same_in_process_and_through_a_server(server
     onnx.save(mlp(16), tmp_path / "embedded.onnx")
     embedded = _json(capsys, 0, ["verify", str(tmp_path / "embedded.onnx"), *flags, "--server", server.target])
     assert embedded["report"]["loss"] == remote["report"]["loss"]
+    # the Python client, given the path, sends the same
+    from gradcheck_client import Client
+
+    with Client(server.target, timeout=120) as client:
+        report = client.verify(path)
+    assert report.verdict == "pass" and sorted(p.name for p in report.parameters) == ["W1", "W2", "b1"]
     # the bytes every door sends: the model with its data in it, naming no file
     sent = onnx.load_model_from_string(model_bytes(path))
     assert all(t.data_location == TensorProto.DEFAULT and not t.external_data for t in sent.graph.initializer)

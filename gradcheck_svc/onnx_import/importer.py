@@ -5,7 +5,9 @@ Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
                 initializers -- exponents, epsilons, the 0.5 of a GELU, as the dynamo exporter
                 stores them, 0-d or an exporter-made shape [1] -- stay constants: d/d(exponent)
                 of x**p is NaN at negative x; so do masks, initializers holding an entry of magnitude
-                >= 1e30 such as an additive causal mask's finfo.min, and Resize's scales)
+                >= 1e30 such as an additive causal mask's finfo.min, Resize's scales, rotary tables --
+                initializers read only through Cos/Sin -- and what a dynamo export's optimizer made and
+                traced to no torch parameter: its cos/sin, a folded position embedding; tables.py)
   initializers  every float initializer, scalars too
   inputs        every float graph input that is not an initializer
   constants     every float value known at import time that a node makes

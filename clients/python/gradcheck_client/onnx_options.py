@@ -23,7 +23,8 @@ ONNX_SUFFIX = ".onnx"
 
 ONNX_FLAGS: tuple[Option, ...] = (  # the rows of options.py's kind; each name is an OnnxImport field
     Option("params", "which values become parameters: comma-separated weights (float initializers of "
-           "rank >= 1; scalar ones and masks, |entry| >= 1e30, stay constants), initializers (all float ones), "
+           "rank >= 1; scalar ones, masks (|entry| >= 1e30), rotary cos/sin tables and a dynamo export's folded "
+           "constants stay constants), initializers (all float ones), "
            "inputs, constants (values "
            "nodes make at import time, e.g. ConstantOfShape weights), all, none, or value names",
            default="weights", metavar="SPEC"),
