@@ -382,7 +382,7 @@ class Importer:
                 inp.source_names.add(**entry)
         if "weights" in self.groups or "initializers" in self.groups:
             # held by the model (a parameter, or a constant by choice: scalars, masks) or named by provenance
-            named = (set(self.inits) - self.made_constants) | {e["name"] for entries in found.values() for e in entries}
+            named = set(self.inits) | {e["name"] for entries in found.values() for e in entries}
             # the tables a parameter can fold into (a folded scalar is an exporter's own number, not listed)
             note = folded_note(self.model, named, self._readers({n for n in self.made_constants
                                                                   if self.inits[n].size > 1}))
