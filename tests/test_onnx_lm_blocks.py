@@ -94,6 +94,9 @@ def test_decoder_block_verifies_with_torchs_gradients(name, exporter):
     if folded:  # which parameter, into which constant (and who reads it), and how to keep it
         [note] = unchecked
         assert all(n in note for n in folded) and "embedding_1 read by node_add" in note, note
+        # the line that reads the constant, from the exporter's metadata, names the parameter folded into it
+        assert "embedding_1 read by node_add (`x = self.wte(ids) + self.wpe(torch.arange(" in note, note
+        assert "unsqueeze(0))`: wpe.weight)" in note, note
         assert "optimize=False" in note and "do_constant_folding=False" in note, note
         assert "embedding_1" not in graph.parameters  # its gradient means nothing to a torch user
     else:
@@ -151,3 +154,17 @@ def test_a_users_nonfinite_input_is_still_refused():
                                          r"\[0, 1, 2\] \(allow them with allow_nonfinite"):
         graph_from_request(request(blob, ids, c))
     load_graph(graph_from_request(request(blob, ids, c, allow_nonfinite=True)), allow_nonfinite=True)
+
+
+def test_the_folded_note_fits_a_graphs_note_limit():
+    """Many long parameter names and constants: the note is cut, never over validation's bound, and still
+    ends with the way to keep them."""
+    from gradcheck_svc.graph.validate import MAX_NOTE_LENGTH
+    from gradcheck_svc.onnx_import.importer import _SIGNATURE, folded_note
+
+    model = onnx.ModelProto()
+    model.graph.metadata_props.add(key=_SIGNATURE, value=" ".join(
+        f": PARAMETER target='{'layer' * 50}.{k}.weight'" for k in range(20)))
+    note = folded_note(model, set(), {f"constant_{k}" * 20: None for k in range(20)})
+    assert len(note) == MAX_NOTE_LENGTH and note.startswith("not checked: 20 torch parameter(s)")
+    assert note.endswith("(the TorchScript exporter: do_constant_folding=False)")

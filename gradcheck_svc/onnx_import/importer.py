@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GraphError, LimitError
+from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
 from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
@@ -202,14 +203,14 @@ class Importer:
             else:
                 self.ctx.consts[name] = value
 
-    def _readers(self, names: set[str]) -> dict[str, str]:
-        """Each of `names` -> the first node that reads it (its name, or the op type and output)."""
-        out = {}
+    def _readers(self, names: set[str]) -> dict[str, object]:
+        """Each of `names` -> the first node that reads it (None if none does)."""
+        out: dict[str, object] = dict.fromkeys(names)
         for node in self.model.graph.node:
             for n in node.input:
-                if n in names and n not in out:
-                    out[n] = node.name or f"{node.op_type} -> {node.output[0]}"
-        return {n: out.get(n, "no node") for n in names}
+                if n in names and out[n] is None:
+                    out[n] = node
+        return out
 
     def _made(self) -> set[str]:
         """A dynamo export's initializers that are no torch parameter nor traced to one (tables.py); kept
@@ -406,20 +407,54 @@ def _listed(items: list[str], shown: int) -> str:
     return ", ".join(items[:shown]) + more
 
 
-def folded_note(model, named: set[str], made: dict[str, str] | None = None, shown: int = 8) -> str:
+GENERIC = {"weight", "bias"}  # a parameter's last name part that says nothing of which module it is
+
+
+def _source_lines(node) -> list[str]:
+    """The user's source lines in a dynamo export's stack trace of a node (none from another exporter)."""
+    trace = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.stack_trace"), "")[:20_000]
+    return [ln.strip() for ln in trace.splitlines() if ln.strip() and not ln.lstrip().startswith("File ")]
+
+
+def _mentioned(param: str, lines: list[str]) -> bool:
+    """A source line reads the parameter's attribute or its module's (`self.wpe(pos)` for wpe.weight)."""
+    import re
+
+    parts = param.split(".")
+    words = [w for w in (parts[-1], parts[-2] if len(parts) > 1 else "") if w and w not in GENERIC]
+    return any(re.search(rf"\bself\.{re.escape(w)}\b", ln) for w in words for ln in lines)
+
+
+def _made_entry(const: str, reader, missing: list[str]) -> str:
+    """'embedding_1 read by node_add (`x = ... self.wpe(pos)`: wpe.weight)': which missing parameter the line
+    reading the constant names, if one does -- a pointer for the user, from the exporter's own metadata."""
+    if reader is None:
+        return f"{const} (read by no node)"
+    label = reader.name or f"the {reader.op_type} node making '{reader.output[0]}'"
+    lines = _source_lines(reader)
+    found = [p for p in missing if _mentioned(p, lines)]
+    line = next((ln for ln in reversed(lines) if any(_mentioned(p, [ln]) for p in found)), "")
+    return f"{const} read by {label}" + (f" (`{line[:160]}`: {', '.join(found)})" if found else "")
+
+
+def folded_note(model, named: set[str], made: dict | None = None, shown: int = 8) -> str:
     """"not checked ..." for the torch parameters the export lists but the model holds under no name, its own
     or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read.
     made: the constants the exporter made, no torch parameter (tables.exporter_made), each with the node
-    that reads it: what the missing parameters were folded into."""
+    that reads it (or None): what the missing parameters were folded into, with the source line that reads
+    each and the missing parameters it names."""
     missing = [p for p in exported_parameters(model) if p not in named]
     if not missing:
         return ""
-    here = (f" (here: {_listed([f'{c} read by {by}' for c, by in sorted(made.items())], shown)}; constants, not "
-            "parameters)" if made else "")
-    return (f"not checked: {len(missing)} torch parameter(s) the model holds under no name traced to them, "
+    entries = [_made_entry(c, reader, missing) for c, reader in sorted((made or {}).items())]
+    here = f" (here: {_listed(entries, shown)}; constants, not parameters)" if entries else ""
+    head = (f"not checked: {len(missing)} torch parameter(s) the model holds under no name traced to them, "
             f"{_listed(missing, shown)}: the exporter folded them into constants{here} or into a Conv (BatchNorm), "
-            "merged them (RNN gates into W, R, B), or the forward never reads them; keep them with "
-            "torch.onnx.export(..., dynamo=True, optimize=False) (the TorchScript exporter: do_constant_folding=False)")
+            "merged them (RNN gates into W, R, B), or the forward never reads them")
+    tail = ("; keep them with torch.onnx.export(..., dynamo=True, optimize=False) (the TorchScript exporter: "
+            "do_constant_folding=False)")
+    room = MAX_NOTE_LENGTH - len(tail)  # a graph's note is bounded (validation): the way to keep them stays
+    return (head if len(head) <= room else head[:room - 3] + "...") + tail
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):
