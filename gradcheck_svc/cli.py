@@ -405,6 +405,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from gradcheck_client.onnx_options import is_onnx
     from gradcheck_client.request_message import make_request
 
+    from .errors import LimitError
     from .graph.decode import parse_graph
     from .limits import check_request_size
     from .onnx_import.folding import FoldBudget
@@ -414,7 +415,11 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
         model = _onnx_model(path, args, limits)
         request = make_request(model, "", **values)
-        check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
+        try:
+            check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
+        except LimitError as exc:  # one round, not two: the element limit it would meet next, if over too
+            raise LimitError(exc.reason + _weights_over(model.data, limits.max_elements), field=exc.field,
+                             limit=exc.limit) from None
         # imported here from the bytes a client sends (external data embedded), decoded once: the HTML
         # report draws the same message that was verified
         imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits), model.data)
@@ -490,6 +495,24 @@ def _write_outputs(args, runs, integrity: str) -> None:
     title = f"gradcheck: {runs[0][2].graph or runs[0][0]}" if len(runs) == 1 and runs[0][2] else "gradcheck report"
     write_reports(outcomes_of(runs), save, junit=args.junit, summary_md=args.summary_md, html=args.html,
                   html_items=items, integrity=integrity, title=title)
+
+
+def _weights_over(data: bytes, max_elements: int) -> str:
+    """'; its initializers alone hold N elements, over ... too (raise it with --max-elements)' for a model
+    whose weights alone are over the element limit (so a request over the byte limit says both), else ''."""
+    from math import prod
+
+    import onnx
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:  # DecodeError: the importer would say what is wrong; the size is the news here
+        return ""
+    n = sum(prod(t.dims) for t in model.graph.initializer)
+    if n <= max_elements:
+        return ""
+    return f"; its initializers alone hold {n} elements, over the limit of {max_elements} too (raise it with --max-elements)"
 
 
 def _onnx_model(path: str, args, limits):

@@ -105,6 +105,13 @@ def test_every_limit_counts_the_external_weights(server, tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert err.endswith("external tensors alone hold 32768 elements, over the limit of 1000 (raise it with "
                         "--max-elements)"), err
+    # embedded, over both limits: one line says both amounts (one round of raising, not two)
+    onnx.save(mlp(4096), tmp_path / "wide_embedded.onnx")
+    assert svc_main(["verify", str(tmp_path / "wide_embedded.onnx"), "--max-message-bytes", str(LIMIT),
+                     "--max-elements", "1000"]) == 2
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert f"the limit is {LIMIT} (raise it with --max-message-bytes); its initializers alone hold 32768 " \
+           "elements, over the limit of 1000 too (raise it with --max-elements)" in line, line
     # raised, the same model verifies
     assert svc_main(["verify", str(path), "--max-message-bytes", str(8 * LIMIT), "--fd", "projection"]) == 0
     capsys.readouterr()
