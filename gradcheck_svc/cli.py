@@ -405,6 +405,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from gradcheck_client.onnx_options import is_onnx
     from gradcheck_client.request_message import make_request
 
+    from .errors import LimitError
     from .graph.decode import parse_graph
     from .limits import check_request_size
     from .onnx_import.folding import FoldBudget
@@ -412,16 +413,20 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
     imported = None
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
-        model = _onnx_model(path, args)
+        model = _onnx_model(path, args, limits)
         if claims is not None:  # keyed by initializer or torch names: request.py maps them once imported
             from gradcheck_client.claims import with_claims
 
             model = with_claims(model, claims)
         request = make_request(model, "", **values)
-        check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
-        # imported here (external data beside the user's files), decoded once: the HTML report draws
-        # the same message that was verified
-        imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits))
+        try:
+            check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
+        except LimitError as exc:  # one round, not two: the element limit it would meet next, if over too
+            raise LimitError(exc.reason + _weights_over(model.data, limits.max_elements), field=exc.field,
+                             limit=exc.limit) from None
+        # imported here from the bytes a client sends (external data embedded), decoded once: the HTML
+        # report draws the same message that was verified
+        imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits), model.data)
     else:
         message = parse_graph(path)
         if claims is not None:
@@ -496,26 +501,49 @@ def _write_outputs(args, runs, integrity: str) -> None:
                   html_items=items, integrity=integrity, title=title)
 
 
-def _onnx_model(path: str, args):
-    """The model as the CI command sends it (bytes and import options), to measure the request."""
-    from pathlib import Path
+def _weights_over(data: bytes, max_elements: int) -> str:
+    """'; its initializers alone hold N elements, over ... too (raise it with --max-elements)' for a model
+    whose weights alone are over the element limit (so a request over the byte limit says both), else ''."""
+    from math import prod
 
+    import onnx
+
+    model = onnx.ModelProto()
+    try:
+        model.ParseFromString(data)
+    except Exception:  # DecodeError: the importer would say what is wrong; the size is the news here
+        return ""
+    n = sum(prod(t.dims) for t in model.graph.initializer)
+    if n <= max_elements:
+        return ""
+    return f"; its initializers alone hold {n} elements, over the limit of {max_elements} too (raise it with --max-elements)"
+
+
+def _onnx_model(path: str, args, limits):
+    """The model as the CI command sends it (bytes, external data embedded, and import options), to
+    measure the request; its data files are refused, unread, over `limits`."""
+    from gradcheck_client.onnx_files import OnnxFileError
     from gradcheck_client.onnx_options import OnnxFlagError, OnnxModel, onnx_import_message
 
     from .errors import OptionError
+    from .onnx_import.tensors import file_error
 
     try:
-        return OnnxModel(Path(path).read_bytes(), onnx_import_message(args))
+        return OnnxModel.from_file(path, onnx_import_message(args), max_elements=limits.max_elements,
+                                   max_bytes=limits.max_message_bytes)
     except OnnxFlagError as exc:
         raise OptionError(str(exc)) from None
+    except OnnxFileError as exc:
+        raise file_error(exc, path) from None
     except OSError:
         return OnnxModel(b"", None)  # the importer says what is wrong with the path
 
 
-def _onnx_graph(path: str, args, budget):
-    """An ONNX model imported with the flags' options, through the same mapping the server uses.
-    External data is read only from beside the files the user named (the model, --input and
-    --cotangent files); `budget` bounds import-time folding (onnx_import/folding.py)."""
+def _onnx_graph(path: str, args, budget, data: bytes = b""):
+    """An ONNX model imported with the flags' options, through the same mapping the server uses: from
+    `data`, the model's bytes with its external data embedded, if given, else from `path`. External
+    data is read only from beside the files the user named (the model, --input and --cotangent
+    files); `budget` bounds import-time folding (onnx_import/folding.py)."""
     from pathlib import Path
 
     from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
@@ -534,7 +562,8 @@ def _onnx_graph(path: str, args, budget):
     if args.onnx_cotangent:
         message.cotangent = embed_beside(message.cotangent, Path(args.onnx_cotangent).parent, "--cotangent",
                                          budget.max_elements)
-    return import_onnx(path, options_from_proto(message), budget=budget)
+    return import_onnx(data or path, options_from_proto(message, bool(getattr(args, "allow_nonfinite", False))),
+                       name=Path(path).stem, budget=budget, where=path)
 
 
 def _plan_memory(args) -> int:

@@ -126,7 +126,8 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
         from .onnx_import.claim_names import onto_initializers
 
         message = with_claims(message, onto_initializers(message, request.graph.claimed))
-    graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite)
+    graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite,
+                     nonfinite_constants=bool(request.onnx_model))
     return graph, options
 
 

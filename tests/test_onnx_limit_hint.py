@@ -19,7 +19,7 @@ from grpc_helpers import ROOT, _env  # noqa: E402
 
 
 def _model() -> bytes:
-    """y = x @ W, x [1, 4], W [4, 3]: 19 elements with the loss."""
+    """y = x @ W, x [1, 4], W [4, 3]: 20 elements with y and the loss."""
     w = helper.make_tensor("W", TensorProto.DOUBLE, [4, 3], [0.1 * i for i in range(12)])
     graph = helper.make_graph([helper.make_node("MatMul", ["x", "W"], ["y"], name="mm")], "small",
                               [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [1, 4])],
@@ -33,7 +33,8 @@ def _cli(path, *flags):
 
 
 @pytest.mark.parametrize(("flags", "expected"), [
-    (("--max-elements", "10"), "graph holds more than 10 elements (raise it with --max-elements)"),
+    (("--max-elements", "10"), "graph holds 20 elements (inputs and node outputs), the limit is 10 (raise it with "
+                               "--max-elements)"),
     (("--max-message-bytes", "100"), "the limit is 100 (raise it with --max-message-bytes)"),
     (("--max-nodes", "1"), "nodes, the limit is 1 (raise it with --max-nodes)"),
 ])
@@ -53,4 +54,16 @@ def test_the_server_names_the_limit_not_a_flag():
     with pytest.raises(LimitError) as err:
         verify_report(request, ServerLimits(max_elements=10))
     assert err.value.limit == "max_elements"
-    assert "graph holds more than 10 elements" in err.value.message and "raise it" not in err.value.message
+    assert "graph holds 20 elements (inputs and node outputs), the limit is 10" in err.value.message
+    assert "raise it" not in err.value.message
+
+
+def test_the_ci_command_in_process_names_the_amount_and_the_flag_too(tmp_path, capsys):
+    from gradcheck_client.cli import main as ci_main
+
+    path = tmp_path / "small.onnx"
+    path.write_bytes(_model())
+    assert ci_main(["verify", str(path), "--max-elements", "10"]) == 2
+    out = capsys.readouterr().out
+    assert "INVALID: node 'y': graph holds 20 elements (inputs and node outputs), the limit is 10 (raise it with " \
+           "--max-elements)" in out, out

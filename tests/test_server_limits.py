@@ -59,7 +59,8 @@ def test_too_many_elements(client):
     with pytest.raises(VerifyError) as info:
         client.verify(t.graph(loss))
     assert info.value.code == grpc.StatusCode.RESOURCE_EXHAUSTED and info.value.kind == "limit"
-    assert info.value.message == "node 'sum_1': graph holds more than 200000 elements"
+    # the amount the graph needs beside the limit (the node that took it over is named)
+    assert info.value.message == "node 'sum_1': graph holds 250001 elements (inputs and node outputs), the limit is 200000"
 
 
 def test_message_too_large(client):

@@ -124,7 +124,8 @@ def test_large_graph_is_skipped_without_work():
     r = symbolic_gradients(load_graph(b.build()))
     assert r.status == "skipped" and r.elements == 2_000_001
     # no work: not one local partial built (r.seconds is not even measured on this path)
-    assert r.edges == 0 and r.reason == "graph has 2000001 scalar elements, budget is 5000"
+    assert r.edges == 0 and r.reason == "graph has 2000001 scalar elements, budget is 5000 (raise it with " \
+                                     "symbolic_budget / --symbolic-budget)"
 
 
 def test_cli_symbolic_options(tmp_path, capsys):

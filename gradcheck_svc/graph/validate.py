@@ -73,28 +73,33 @@ def _paren_depth(text: str) -> int:
     return deepest
 
 
-def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
-    """Bound a node's attributes before any op reads them: value count, string length, nesting."""
-    count = 0
+def _attr_values(attrs: dict):
+    """Every value in a node's attributes, containers included (already decoded: the message bounds them)."""
     stack = [attrs]
     while stack:
         v = stack.pop()
-        count += 1
-        if count > limits.max_attribute_values:
-            raise LimitError(f"attributes hold more than {limits.max_attribute_values} values", node=node,
-                             limit="max_attribute_values")
+        yield v
         if isinstance(v, dict):
             stack.extend(v.values())
         elif isinstance(v, list):
             stack.extend(v)
-        elif isinstance(v, str):
+
+
+def _check_attr_sizes(node: str, attrs: dict, limits: Limits) -> None:
+    """Bound a node's attributes before any op reads them: value count, string length, nesting."""
+    values = list(_attr_values(attrs))
+    if len(values) > limits.max_attribute_values:
+        raise LimitError(f"attributes hold {len(values)} values, the limit is {limits.max_attribute_values}",
+                         node=node, limit="max_attribute_values")
+    for v in values:
+        if isinstance(v, str):
             if len(v) > limits.max_formula_chars:
                 raise LimitError(f"a string attribute is {len(v)} characters long, the limit is "
                                  f"{limits.max_formula_chars}", node=node, limit="max_formula_chars")
             # at the parser's own cap (the default) the parser says it, naming the column
             if limits.max_formula_depth < FORMULA_MAX_DEPTH and _paren_depth(v) > limits.max_formula_depth:
                 raise LimitError(f"a formula is nested {_paren_depth(v)} levels deep, the limit is "
-                                 f"{limits.max_formula_depth}", node=node)
+                                 f"{limits.max_formula_depth}", node=node, limit="max_formula_depth")
 
 
 # --- tensors ---------------------------------------------------------------------------
@@ -245,24 +250,29 @@ def _find_cycle(nodes, producers, indeg) -> list[str]:
 
 
 def _check_finite(inp: GraphInput, allow: bool) -> None:
-    if allow or not inp.declared_dtype.startswith("float"):
-        return
-    bad = ~np.isfinite(inp.value)
+    if not allow and inp.declared_dtype.startswith("float"):
+        refuse_nonfinite(inp.value, f"input '{inp.name}'")
+
+
+def refuse_nonfinite(value: np.ndarray, field: str) -> None:
+    """GraphError naming the first NaN/Inf in a float array of input data (and how to allow them)."""
+    bad = ~np.isfinite(value)
     if bad.any():
         index = [int(i) for i in np.argwhere(bad)[0]]
-        raise GraphError(f"data holds {int(bad.sum())} NaN/Inf value(s), first {inp.value[tuple(index)]} at "
-                         f"index {index} (allow them with allow_nonfinite / --allow-nonfinite)",
-                         field=f"input '{inp.name}'")
+        raise GraphError(f"data holds {int(bad.sum())} NaN/Inf value(s), first {value[tuple(index)]} at "
+                         f"index {index} (allow them with allow_nonfinite / --allow-nonfinite)", field=field)
 
 
 def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
-             require_parameters: bool = True) -> Graph:
+             require_parameters: bool = True, nonfinite_constants: bool = False) -> Graph:
     """The graph message as a checked Graph, or GraphError/LimitError naming the node or field.
 
     A graph with no parameter (no input with requires_grad) checks nothing: it is invalid input, so that a
     verification (CLI, server, CI command, batch) cannot pass without checking a gradient. Tools that only
     convert or inspect graphs (ONNX import, shape inference, the op audit's one-op graphs) pass
-    require_parameters=False."""
+    require_parameters=False. nonfinite_constants: inputs that are not parameters may hold NaN/Inf without
+    allow_nonfinite (an imported model's own constants -- a causal mask's -inf -- are part of its function;
+    the data a user gave it is checked where it is imported, onnx_import.options_from_proto)."""
     if msg.opset_version > OPSET_VERSION:
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
@@ -286,7 +296,7 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         elements += value.size
         inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype,
                                       _source_names(inp, f"inputs[{k}]", limits))
-        _check_finite(inputs[inp.name], allow_nonfinite)
+        _check_finite(inputs[inp.name], allow_nonfinite or (nonfinite_constants and not inp.requires_grad))
 
     if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
         raise GraphError("no parameters: nothing to check (no input has requires_grad)", field="inputs")
@@ -318,6 +328,7 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
     order = topological_order(list(msg.nodes), producers)
     specs = {name: gi.spec for name, gi in inputs.items()}
     nodes: list[Node] = []
+    first_over = None  # the node that took the graph over max_elements
     for i in order:
         pb = msg.nodes[i]
         op = REGISTRY[pb.op]
@@ -341,15 +352,19 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         except (ValueError, TypeError, IndexError) as exc:
             raise GraphError(f"invalid attributes for op '{op.name}': {exc}", node=pb.name) from None
         elements += spec.size
-        if elements > limits.max_elements:
-            raise LimitError(f"graph holds more than {limits.max_elements} elements", node=pb.name,
-                             limit="max_elements")
+        if elements > limits.max_elements and first_over is None:
+            # named, and counted on (shapes only, nothing is allocated): the error states what the graph needs
+            first_over = pb.name
         scratch = op.scratch([s.shape for s in in_specs], spec.shape, **norm) if op.scratch else 0
-        if elements + scratch > limits.max_elements:  # a temporary is memory too, while the op runs
+        if first_over is None and elements + scratch > limits.max_elements:  # a temporary is memory too
             raise LimitError(f"op '{op.name}' needs a temporary of {scratch} elements, over the limit of "
                              f"{limits.max_elements} with the graph's {elements}", node=pb.name, limit="max_elements")
         specs[pb.name] = spec
         nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec))
+    if elements > limits.max_elements:
+        raise LimitError(f"graph holds {elements} elements (inputs and node outputs), the limit is "
+                         f"{limits.max_elements}", node=first_over, field=None if first_over else "graph",
+                         limit="max_elements")
 
     nodes, output = resolve_inplace(nodes, inputs, specs, msg.output)
     out_spec = specs[output]
@@ -358,9 +373,6 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
                if out_spec.dtype == FLOAT else "")
         raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
                          f"{list(out_spec.shape)}{fix}", field="output")
-    if elements > limits.max_elements:
-        raise LimitError(f"graph holds {elements} elements, the limit is {limits.max_elements}", field="graph",
-                         limit="max_elements")
     claims = decode_claims(msg, [n for n, i in inputs.items() if i.requires_grad], specs, [n.name for n in nodes],
                            decode_tensor)
     return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs, claims,

@@ -19,9 +19,10 @@ def _require_onnx() -> None:
                          field="model") from None
 
 
-def import_onnx(source, options=None, name: str = "", budget=None):
+def import_onnx(source, options=None, name: str = "", budget=None, where: str = "model"):
     """source: a path or the model's bytes. Returns a gradcheck.v1.Graph message (validate with load_graph).
-    budget: a FoldBudget (what import-time folding may compute; default: the default limits')."""
+    budget: a FoldBudget (what import-time folding may compute; default: the default limits'); where: what
+    an error about bytes names (a path names itself)."""
     _require_onnx()
     from pathlib import Path
 
@@ -30,7 +31,7 @@ def import_onnx(source, options=None, name: str = "", budget=None):
     from .model import read_model
 
     budget = budget or FoldBudget()
-    model = read_model(source, max_elements=budget.max_elements)
+    model = read_model(source, where=where, max_elements=budget.max_elements)
     if not name and isinstance(source, (str, Path)):
         name = Path(source).stem
     return import_model(model, options, name, budget)
@@ -54,18 +55,20 @@ def embed_beside(data: bytes, base_dir, field: str, max_elements: int | None = N
     return t.SerializeToString()
 
 
-def options_from_proto(msg):
+def options_from_proto(msg, allow_nonfinite: bool = False):
     """gradcheck.v1.OnnxImport -> ImportOptions (tensors arrive as serialized TensorProtos; one that
-    names a file is refused before anything is read)."""
+    names a file is refused before anything is read; one holding NaN/Inf unless allow_nonfinite: the
+    user's data is checked here, the model's own constants are part of its function)."""
     _require_onnx()
     from .importer import DEFAULT_PARAMS, ImportOptions
-    from .tensors import parse_tensor
+    from .tensors import parse_data
 
     return ImportOptions(
         params=msg.params or DEFAULT_PARAMS,
-        inputs={name: parse_tensor(data, f"onnx.inputs[{name}]") for name, data in msg.inputs.items()},
+        inputs={name: parse_data(data, f"onnx.inputs[{name}]", allow_nonfinite)
+                for name, data in msg.inputs.items()},
         input_seed=msg.input_seed, output=msg.loss_output or None, loss=msg.loss or "sum",
-        cotangent=parse_tensor(msg.cotangent, "onnx.cotangent") if msg.cotangent else None,
+        cotangent=parse_data(msg.cotangent, "onnx.cotangent", allow_nonfinite) if msg.cotangent else None,
         cotangent_seed=msg.cotangent_seed)
 
 
@@ -77,4 +80,5 @@ def graph_from_request(request, limits=None):
     from .folding import FoldBudget
 
     budget = FoldBudget.from_limits(limits) if limits is not None else None
-    return import_onnx(request.onnx_model, options_from_proto(request.onnx), budget=budget)
+    return import_onnx(request.onnx_model, options_from_proto(request.onnx, request.options.allow_nonfinite),
+                       budget=budget)

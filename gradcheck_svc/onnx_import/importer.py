@@ -5,7 +5,9 @@ Parameters (requires_grad) are chosen by a spec, a comma-separated list of:
                 initializers -- exponents, epsilons, the 0.5 of a GELU, as the dynamo exporter
                 stores them, 0-d or an exporter-made shape [1] -- stay constants: d/d(exponent)
                 of x**p is NaN at negative x; so do masks, initializers holding an entry of magnitude
-                >= 1e30 such as an additive causal mask's finfo.min, and Resize's scales)
+                >= 1e30 such as an additive causal mask's finfo.min, Resize's scales, rotary tables --
+                initializers read only through Cos/Sin -- and what a dynamo export's optimizer made and
+                traced to no torch parameter: its cos/sin, a folded position embedding; tables.py)
   initializers  every float initializer, scalars too
   inputs        every float graph input that is not an initializer
   constants     every float value known at import time that a node makes
@@ -32,12 +34,14 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GraphError, LimitError
+from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
 from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
+from .tables import exporter_made, rotary_tables
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -123,6 +127,7 @@ class Importer:
             self.groups |= {"initializers", "inputs", "constants"}
         self.named = [t for t in tokens if t not in PARAM_GROUPS]
         self.made_params: set[str] = set()
+        self.made_constants: set[str] = set()  # tables.exporter_made
         self.unsupported: dict[str, list] = {}  # reason -> [count, first node]
 
     # --- parameters and inputs --------------------------------------------------------
@@ -188,14 +193,33 @@ class Importer:
 
     def _initializers(self) -> None:
         static = static_initializers(self.model.graph, self.inits)  # Resize's scales: never a weight
+        tables = rotary_tables(self.model.graph, self.inits) | self._made()
         for name, value in self.inits.items():
             if name in self.ctx.emitted:
                 continue
-            weight = _is_weight(name, value) and name not in static and not is_mask(value)
+            weight = _is_weight(name, value) and name not in static and not is_mask(value) and name not in tables
             if value.dtype.kind == "f" and (self._wants(name, "initializers") or (weight and "weights" in self.groups)):
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
+
+    def _readers(self, names: set[str]) -> dict[str, object]:
+        """Each of `names` -> the first node that reads it (None if none does)."""
+        out: dict[str, object] = dict.fromkeys(names)
+        for node in self.model.graph.node:
+            for n in node.input:
+                if n in names and out[n] is None:
+                    out[n] = node
+        return out
+
+    def _made(self) -> set[str]:
+        """A dynamo export's initializers that are no torch parameter nor traced to one (tables.py); kept
+        for the note (folded_note) that names them."""
+        floats = [n for n, v in self.inits.items() if v.dtype.kind == "f"]
+        found = source_names(self.model, set(floats), {n: self.inits[n].shape for n in floats})
+        traced = {p for p, entries in found.items() if any(e["name"] for e in entries)}
+        self.made_constants = exporter_made(exported_parameters(self.model), self.inits, traced)
+        return self.made_constants
 
     # --- nodes ---------------------------------------------------------------------------
 
@@ -360,7 +384,9 @@ class Importer:
         if "weights" in self.groups or "initializers" in self.groups:
             # held by the model (a parameter, or a constant by choice: scalars, masks) or named by provenance
             named = set(self.inits) | {e["name"] for entries in found.values() for e in entries}
-            note = folded_note(self.model, named)
+            # the tables a parameter can fold into (a folded scalar is an exporter's own number, not listed)
+            note = folded_note(self.model, named, self._readers({n for n in self.made_constants
+                                                                  if self.inits[n].size > 1}))
             if note:
                 msg.notes.append(note)
 
@@ -376,17 +402,59 @@ def exported_parameters(model) -> list[str]:
     return re.findall(r": PARAMETER target='([^']*)'", text)
 
 
-def folded_note(model, named: set[str], shown: int = 8) -> str:
+def _listed(items: list[str], shown: int) -> str:
+    more = f" and {len(items) - shown} more" if len(items) > shown else ""
+    return ", ".join(items[:shown]) + more
+
+
+GENERIC = {"weight", "bias"}  # a parameter's last name part that says nothing of which module it is
+
+
+def _source_lines(node) -> list[str]:
+    """The user's source lines in a dynamo export's stack trace of a node (none from another exporter)."""
+    trace = next((p.value for p in node.metadata_props if p.key == "pkg.torch.onnx.stack_trace"), "")[:20_000]
+    return [ln.strip() for ln in trace.splitlines() if ln.strip() and not ln.lstrip().startswith("File ")]
+
+
+def _mentioned(param: str, lines: list[str]) -> bool:
+    """A source line reads the parameter's attribute or its module's (`self.wpe(pos)` for wpe.weight)."""
+    import re
+
+    parts = param.split(".")
+    words = [w for w in (parts[-1], parts[-2] if len(parts) > 1 else "") if w and w not in GENERIC]
+    return any(re.search(rf"\bself\.{re.escape(w)}\b", ln) for w in words for ln in lines)
+
+
+def _made_entry(const: str, reader, missing: list[str]) -> str:
+    """'embedding_1 read by node_add (`x = ... self.wpe(pos)`: wpe.weight)': which missing parameter the line
+    reading the constant names, if one does -- a pointer for the user, from the exporter's own metadata."""
+    if reader is None:
+        return f"{const} (read by no node)"
+    label = reader.name or f"the {reader.op_type} node making '{reader.output[0]}'"
+    lines = _source_lines(reader)
+    found = [p for p in missing if _mentioned(p, lines)]
+    line = next((ln for ln in reversed(lines) if any(_mentioned(p, [ln]) for p in found)), "")
+    return f"{const} read by {label}" + (f" (`{line[:160]}`: {', '.join(found)})" if found else "")
+
+
+def folded_note(model, named: set[str], made: dict | None = None, shown: int = 8) -> str:
     """"not checked ..." for the torch parameters the export lists but the model holds under no name, its own
-    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read."""
+    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read.
+    made: the constants the exporter made, no torch parameter (tables.exporter_made), each with the node
+    that reads it (or None): what the missing parameters were folded into, with the source line that reads
+    each and the missing parameters it names."""
     missing = [p for p in exported_parameters(model) if p not in named]
     if not missing:
         return ""
-    more = f" and {len(missing) - shown} more" if len(missing) > shown else ""
-    return (f"not checked under their PyTorch names: {len(missing)} torch parameter(s) the model holds under no "
-            f"name traced to them, {', '.join(missing[:shown])}{more}: the exporter folded them into constants "
-            "(or into a Conv: BatchNorm), merged them (RNN gates into W, R, B), or the forward does not read them; "
-            "torch.onnx.export(..., dynamo=True, optimize=False) keeps what its optimizer folds")
+    entries = [_made_entry(c, reader, missing) for c, reader in sorted((made or {}).items())]
+    here = f" (here: {_listed(entries, shown)}; constants, not parameters)" if entries else ""
+    head = (f"not checked: {len(missing)} torch parameter(s) the model holds under no name traced to them, "
+            f"{_listed(missing, shown)}: the exporter folded them into constants{here} or into a Conv (BatchNorm), "
+            "merged them (RNN gates into W, R, B), or the forward never reads them")
+    tail = ("; keep them with torch.onnx.export(..., dynamo=True, optimize=False) (the TorchScript exporter: "
+            "do_constant_folding=False)")
+    room = MAX_NOTE_LENGTH - len(tail)  # a graph's note is bounded (validation): the way to keep them stays
+    return (head if len(head) <= room else head[:room - 3] + "...") + tail
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):

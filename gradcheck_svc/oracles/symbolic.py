@@ -94,7 +94,8 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
     program = program_of(graph, np.float64)
     elements = graph_elements(program)
     if elements > options.max_elements:
-        return SymbolicResult("skipped", f"graph has {elements} scalar elements, budget is {options.max_elements}",
+        return SymbolicResult("skipped", f"graph has {elements} scalar elements, budget is {options.max_elements} "
+                              "(raise it with symbolic_budget / --symbolic-budget)",
                               elements=elements, digits=options.digits)
     # SymPy and mpmath load here, on the first graph the oracle runs on: never with the oracle off
     from .local_jacobian import Budget, LocalJacobians, OverBudget
@@ -110,7 +111,9 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
     try:
         result = _run(program, LocalJacobians(MpEvaluator(ctx), budget), ctx)
     except OverBudget as exc:
-        return skipped(f"over budget: {exc} (timeout {options.timeout_s:g} s, {budget.edges} edges so far)")
+        # the partials are not counted on past the budget (each costs SymPy work): the amount is a lower bound
+        return skipped(f"over budget: {exc} (timeout {options.timeout_s:g} s, {budget.edges} edges so far; raise "
+                       "them with --symbolic-timeout / --symbolic-max-partials)")
     except Unsupported as exc:
         return skipped(f"no symbolic form: {exc}")
     except Exception as exc:  # noqa: BLE001 - SymPy failing on one node must not cost the whole report

@@ -20,6 +20,7 @@ from pathlib import Path
 from . import __version__
 from .claims import ClaimsFileError, claims_for, with_claims
 from .graphio import GraphFileError, load_graph
+from .onnx_files import OnnxFileError
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
 from .outputs.guard import write_reports
@@ -150,6 +151,21 @@ def _local_setup(args):
     return limits, symbolic
 
 
+def _embed_limits(limits) -> dict:
+    """What bounds a model's external data before it is read: in process, the limits this run applies; with
+    a server, none here (the server measures the request it receives)."""
+    return {} if limits is None else {"max_elements": limits.max_elements, "max_bytes": limits.max_message_bytes}
+
+
+def _limit_hint(exc, limits) -> str:
+    """In process, where a limit is the user's to raise: the flag that raises the one `exc` is over."""
+    if limits is None or not getattr(exc, "limit", None):
+        return ""
+    from gradcheck_svc.limits import _raise_hint
+
+    return _raise_hint(exc.limit)
+
+
 def _write_plots(args, ordered: list) -> None:
     """--memory-plot: one file per graph with a report (gradcheck-svc's plot of its memory timelines)."""
     try:
@@ -208,6 +224,7 @@ def unreachable_message(server: str, error: str, answered: bool = False) -> str:
 
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
     from gradcheck_svc.bounded import bounded_call
+    from gradcheck_svc.cli import limit_hints
     from gradcheck_svc.errors import GradcheckError, TimeLimitError
     from gradcheck_svc.report_proto import client_report
     from gradcheck_svc.request import preload, run_request
@@ -221,8 +238,9 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
         try:
             # --timeout per graph, as with a server: in a child process killed at the limit, as a server's worker
             request = make_request(graph, path, **_options(args))
-            report = bounded_call(args.timeout, "timeout", run_request, request, limits, symbolic=symbolic,
-                                  on_phase=lambda phase, path=path: progress.phase(path, phase))
+            with limit_hints(isinstance(graph, OnnxModel)):  # as gradcheck-svc verify says it: the flag too
+                report = bounded_call(args.timeout, "timeout", run_request, request, limits, symbolic=symbolic,
+                                      on_phase=lambda phase, path=path: progress.phase(path, phase))
             out[path] = Outcome(path, report=client_report(report, id=path))  # as a server's answer reads
         except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
             out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
@@ -304,14 +322,17 @@ def _verify(args) -> int:
     graphs = {}
     for p in paths:
         try:
-            # an ONNX model goes as it is: the server (or the in-process service) imports it
-            graphs[str(p)] = OnnxModel(p.read_bytes(), onnx_options) if is_onnx(p) else load_graph(p)
+            # an ONNX model goes as its bytes, external data embedded: the server (or the in-process service)
+            # imports it
+            graphs[str(p)] = OnnxModel.from_file(p, onnx_options, **_embed_limits(limits)) if is_onnx(p) \
+                else load_graph(p)
             if claims is not None:  # the gradients under test travel in the graph (graph.proto's Claims)
                 graphs[str(p)] = with_claims(graphs[str(p)], claims)
         except OSError as exc:
             outcomes[str(p)] = Outcome(str(p), error=f"{p}: cannot read: {exc.strerror or exc}", invalid=True)
-        except GraphFileError as exc:
-            outcomes[str(p)] = Outcome(str(p), error=str(exc), invalid=True)
+        except (GraphFileError, OnnxFileError) as exc:
+            error = str(exc) if isinstance(exc, GraphFileError) else f"{p}: {exc}{_limit_hint(exc, limits)}"
+            outcomes[str(p)] = Outcome(str(p), error=error, invalid=True)
     progress = Progress(len(paths))
     try:
         if graphs:

@@ -23,7 +23,8 @@ ONNX_SUFFIX = ".onnx"
 
 ONNX_FLAGS: tuple[Option, ...] = (  # the rows of options.py's kind; each name is an OnnxImport field
     Option("params", "which values become parameters: comma-separated weights (float initializers of "
-           "rank >= 1; scalar ones and masks, |entry| >= 1e30, stay constants), initializers (all float ones), "
+           "rank >= 1; scalar ones, masks (|entry| >= 1e30), rotary cos/sin tables and a dynamo export's folded "
+           "constants stay constants), initializers (all float ones), "
            "inputs, constants (values "
            "nodes make at import time, e.g. ConstantOfShape weights), all, none, or value names",
            default="weights", metavar="SPEC"),
@@ -91,3 +92,16 @@ class OnnxModel:
     data: bytes
     options: service_pb2.OnnxImport
     claims: object = None  # graph_pb2.Claims | None
+
+    @classmethod
+    def from_file(cls, path, options: service_pb2.OnnxImport | None = None, **limits) -> "OnnxModel":
+        """The model at `path`, its external data (files beside it) embedded: what every door sends
+        (onnx_files.py). limits: max_elements / max_bytes, checked before a data file is read.
+        Raises OSError (the file) or onnx_files.OnnxFileError (its data)."""
+        from .onnx_files import model_bytes
+
+        if options is None:
+            from gradcheck.v1 import service_pb2
+
+            options = service_pb2.OnnxImport()
+        return cls(model_bytes(path, **limits), options)

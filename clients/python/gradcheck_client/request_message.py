@@ -3,10 +3,12 @@ the in-process modes hand to gradcheck_svc/request.py. Protobuf only, no gRPC: `
 and `gradcheck verify` without a server build requests without loading grpc."""
 from __future__ import annotations
 
+from pathlib import Path
+
 from gradcheck.v1 import service_pb2
 
 from .graphio import to_graph
-from .onnx_options import OnnxModel
+from .onnx_options import OnnxModel, is_onnx
 
 OPTION_FIELDS = tuple(f.name for f in service_pb2.VerifyOptions.DESCRIPTOR.fields)
 
@@ -18,6 +20,8 @@ def make_request(graph, id: str = "", **options) -> service_pb2.VerifyRequest:
     opts = {k: v for k, v in options.items() if v is not None}
     if "faults" in opts:
         opts["faults"] = list(opts["faults"])
+    if isinstance(graph, (str, Path)) and not str(graph).lstrip().startswith("{") and is_onnx(graph):
+        graph = OnnxModel.from_file(graph)  # a model file: its bytes, external data embedded (onnx_files.py)
     if isinstance(graph, OnnxModel):  # the server imports it; its claims travel in the (otherwise empty) graph
         request = service_pb2.VerifyRequest(id=id, onnx_model=graph.data, onnx=graph.options,
                                             options=service_pb2.VerifyOptions(**opts))

@@ -1,0 +1,59 @@
+"""Float initializers that are tables, not weights: constants by default (importer.py's `weights`).
+
+- **Rotary tables**: an initializer whose every way into the model passes through a Cos or Sin of
+  values known at import time (RoPE's inverse frequencies, positions times them). Its gradient means
+  nothing to a user, and torch holds it as a buffer, not a parameter.
+- **What a dynamo export's optimizer made**: an initializer of a torch.export program (its graph
+  signature is in the model) that is no torch parameter and that provenance traces to none -- its
+  optimizer folded it from buffers, constants and parameters: RoPE's `cos`/`sin`, a learned position
+  embedding read at `arange` positions (`embedding_1`: GPT-2's wpe), a tied weight's transpose
+  (`permute`). The parameters folded into them are named by the report's "not checked" note, with
+  these constants and the way to keep them (importer.folded_note).
+"""
+from __future__ import annotations
+
+TRIG = ("Cos", "Sin")
+SHAPES = ("Shape", "Size")  # their outputs are known at import time, whatever their input
+
+
+def _static_values(graph, initializers) -> set[str]:
+    """Values known at import time: initializers, and the outputs of nodes reading only such values
+    (Constant nodes, shape arithmetic, Shape and Size of anything)."""
+    static = set(initializers)
+    for node in graph.node:
+        if node.op_type in SHAPES or all(n in static for n in node.input if n):
+            static.update(o for o in node.output if o)
+    return static
+
+
+def rotary_tables(graph, initializers) -> set[str]:
+    """The float initializers whose every reader is a Cos or Sin, or a node of import-time values whose
+    outputs are in turn read only so (positions times inverse frequencies, then Cos and Sin). One pass
+    over the nodes backwards (ONNX lists them in topological order: a value's readers come after it)."""
+    static = _static_values(graph, initializers)
+    readers: dict[str, list[int]] = {}
+    for i, node in enumerate(graph.node):
+        for n in node.input:
+            if n:
+                readers.setdefault(n, []).append(i)
+    graph_outputs = {vi.name for vi in graph.output}
+    ok: dict[int, bool] = {}  # node index -> it leads its import-time inputs only into Cos or Sin
+
+    def only_trig(value: str) -> bool:
+        nodes = readers.get(value, [])
+        return bool(nodes) and value not in graph_outputs and all(ok.get(i, False) for i in nodes)
+
+    for i in range(len(graph.node) - 1, -1, -1):
+        node = graph.node[i]
+        ok[i] = node.op_type in TRIG or (all(n in static for n in node.input if n)
+                                         and all(only_trig(o) for o in node.output if o))
+    return {name for name, value in initializers.items() if value.dtype.kind == "f" and only_trig(name)}
+
+
+def exporter_made(exported: list[str], initializers, traced: set[str]) -> set[str]:
+    """The float initializers of a dynamo export (exported: its signature's torch parameters; empty for
+    another exporter: nothing) that are no torch parameter and that no source_names entry traces to one."""
+    if not exported:
+        return set()
+    keep = set(exported) | traced
+    return {name for name, value in initializers.items() if value.dtype.kind == "f" and name not in keep}
