@@ -21,6 +21,7 @@ from .engine import parse_fault
 from .errors import LimitError, OptionError
 from .graph import validate
 from .limits import ServerLimits, check_request_size
+from .oracles.fd_modes import FDMode
 from .oracles.finite_diff import MODES as FD_MODES
 from .verify import VerifyOptions, verify
 from .verify.report import Report
@@ -92,7 +93,7 @@ def check_option_limits(options: VerifyOptions, limits: ServerLimits, field=lamb
                         hint: bool = False) -> None:
     """LimitError for an option over its cap, naming the field (or flag) and, from the CLI, the limit's flag.
     (Faults are counted before they are parsed, and the symbolic partials are capped, in verify_options.)"""
-    for name, value, limit_name in (("directions", options.fd.directions if options.fd.mode != "full" else 0,
+    for name, value, limit_name in (("directions", options.fd.directions if options.fd.mode != FDMode.FULL else 0,
                                      "max_directions"),
                                     ("symbolic_budget", options.symbolic.max_elements, "max_symbolic_budget")):
         limit = getattr(limits, limit_name)

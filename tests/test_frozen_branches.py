@@ -258,7 +258,7 @@ def test_a_different_convention_at_an_exact_kink_is_a_kink_finding_not_a_fail():
                 [("y", "nondifferentiable_point", "warning")], report.to_text()
             assert "exactly at its kink" in report.findings[0].detail
             (row,) = report.parameters  # the differences saw the other convention; the kink explains it
-            assert not row.fd_passed and row.status == "ok (kink)", report.to_text()
+            assert not row.fd.passed and row.status == "ok (kink)", report.to_text()
     finally:
         del REGISTRY[bad.name]
 
@@ -311,7 +311,7 @@ def test_max_pool_with_another_tie_convention_is_a_kink_finding_not_a_fail():
             report = verify(_pool_graph(np.random.default_rng(5), bad.name), VerifyOptions(dtype=dtype))
             assert report.verdict == "pass", report.to_text()
             (row,) = report.parameters  # the differences saw the other convention; the kink explains it
-            assert not row.fd_passed and row.status == "ok (kink)", report.to_text()
+            assert not row.fd.passed and row.status == "ok (kink)", report.to_text()
             assert [(f.node, f.cause, f.severity) for f in report.findings] == \
                 [("y", "nondifferentiable_point", "warning")], report.to_text()
     finally:
