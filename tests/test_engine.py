@@ -162,7 +162,7 @@ def test_cuda_device_without_gpu_is_a_clear_error():
 
 
 @pytest.mark.parametrize("options, message", [
-    (VerifyOptions(fd=FDOptions(mode="sideways")), "fd: unknown fd mode 'sideways'"),
+    (VerifyOptions(fd=FDOptions(mode="sideways")), "fd_mode: unknown fd_mode 'sideways'"),
     (VerifyOptions(fd=FDOptions(directions=0)), "directions: 0: needs at least 1 direction"),
     (VerifyOptions(atol=float("inf")), "atol: inf is not a finite number >= 0"),
 ])

@@ -49,7 +49,7 @@ from . import claims, fd_record
 from ..text import clip
 from .compare import Tolerance
 from .engine_run import run_engine
-from .run import check_options, fd_plan, parameter_fd
+from .run import fd_plan, parameter_fd
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
 FORMAT = 1
@@ -114,8 +114,8 @@ def assign(costs: list[float], count: int) -> list[int]:
 
 def _setup(graph, options):
     """As verify() sets up: the gradients under test (the engine's, or the graph's claims), the oracle, the
-    tolerance, the joint screen and the parameters checked on their own."""
-    check_options(options)
+    tolerance, the joint screen and the parameters checked on their own. `options` were checked at the edge
+    (request.verify_options)."""
     dtype = options.dtype or graph.declared_float_dtype
     engine = run_engine(graph, options, dtype, profile=False)  # the gradients only: a shard reports no memory
     fd = FiniteDifferences(graph, options.fd)

@@ -17,11 +17,7 @@ import time
 
 import numpy as np
 
-from ..engine import parse_policy
-from ..engine.saved import INTEGRITY_MODES
-from ..errors import OptionError
 from ..graph.ir import Graph
-from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
@@ -35,48 +31,29 @@ from .engine_run import EngineRun, run_engine
 from .fd_check import as_referenced, fd_check
 from .joint_check import RESOLVE, joint_screen, usable
 from .findings import Finding, WorstElement, parameters_through
-from .options import DTYPES, VerifyOptions
+from .options import DTYPES, VerifyOptions, check
 from .parameter_result import FDRow, ParameterResult, Screen, SymbolicRow
 from .report import Report
 from .verdict import settle
 
-__all__ = ["DTYPES", "EngineRun", "VerifyOptions", "run_engine", "verify"]
+__all__ = ["DTYPES", "EngineRun", "VerifyOptions", "run_engine", "verify", "verify_checked"]
 
 FD_VS_SYMBOLIC = Tolerance.for_dtype("float64")  # FD runs in float64 whatever the engine's dtype
 
 
-def check_options(options: VerifyOptions, field=lambda name: name) -> None:
-    """Every option that is wrong whatever the graph (FD settings and tolerances that would make the
-    verdict meaningless, an unknown dtype or integrity mode, a checkpoint policy that does not parse)
-    is a user error, raised before any work; `field` maps the VerifyOptions name to what the error
-    names (the batch command: its flag)."""
-    for name in ("atol", "rtol"):
-        value = getattr(options, name)
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise OptionError(f"{value} is not a finite number >= 0", field=field(name))
-    if options.fd.mode not in FD_MODES:
-        raise OptionError(f"unknown fd mode '{options.fd.mode}' (expected one of {', '.join(FD_MODES)})",
-                          field=field("fd"))
-    if options.fd.directions < 1:
-        raise OptionError(f"{options.fd.directions}: needs at least 1 direction", field=field("directions"))
-    if options.dtype is not None and options.dtype not in DTYPES:
-        raise OptionError(f"unknown dtype '{options.dtype}' (expected float32 or float64)", field=field("dtype"))
-    if options.integrity not in INTEGRITY_MODES:
-        raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)",
-                          field=field("integrity"))
-    try:
-        parse_policy(options.checkpoint)
-    except OptionError as exc:
-        raise OptionError(exc.reason, field=field("checkpoint")) from None
-
-
 def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd_source=None) -> Report:
-    """on_phase(name), when given, is called as each phase starts (a progress display's hook).
+    """The Python API (docs/service.md): `options` checked (options.check), then verified (verify_checked)."""
+    options = options or VerifyOptions()
+    check(options)
+    return verify_checked(graph, options, on_phase, fd_source)
+
+
+def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_source=None) -> Report:
+    """Verify with options already checked at the edge (request.verify_options, or verify above).
+    on_phase(name), when given, is called as each phase starts (a progress display's hook).
     fd_source(fd, screen, own, tol) -> lookup(name, g) -> (FDResult, FDCheck): where each parameter checked on its
     own gets its finite differences (default local_fd: computed here; fd_shards.py: read from shards)."""
     phase = on_phase or (lambda name: None)
-    options = options or VerifyOptions()
-    check_options(options)
     dtype = options.dtype or graph.declared_float_dtype
     t_start = time.perf_counter()
     phase("engine")
