@@ -20,6 +20,7 @@ from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify import fd_check as fd_check_module
 
 from conftest import EXAMPLES
+from plants import tanh_over_small_d
 
 CHAIN = EXAMPLES / "chain_256.json"
 ZOO = json.loads((EXAMPLES / "faults" / "manifest.json").read_text())["cases"]
@@ -139,22 +140,9 @@ def test_joint_screen_flags_only_the_wrong_parameter(one_percent_op):
     assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [("bug", "rule_error")]
 
 
-def _tanh_over_small_d(n, bug=None):
-    """tanh(x / d) with |d| ~ 1e-3: the first pass's step is not small next to x, every value misses.
-    bug: an op put between x and the division (tests/plants.py element_bug)."""
-    rng = np.random.default_rng(0)
-    d = rng.choice([-1, 1], n) * rng.uniform(0.5e-3, 2e-3, n)
-    b = GraphBuilder("tanh_small_d")
-    x = b.input("x", d * rng.uniform(-1.5, 1.5, n), requires_grad=True)
-    if bug is not None:
-        x = b.node(bug, x, name="x_bug")
-    b.output(b.node("sum", b.node("tanh", b.node("div", x, b.input("d", d))), name="L"))
-    return load_graph(b.build())
-
-
 def test_values_past_the_refinement_cap_are_undecided_never_a_silent_fail_nor_a_silent_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
-    report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
+    report = verify(tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
     # values never refined decide nothing either way: the row is undecided and the verdict not a pass
     assert report.verdict == "fail"
     row = report.parameters[0]
@@ -169,7 +157,7 @@ def test_values_past_the_refinement_cap_are_undecided_never_a_silent_fail_nor_a_
     assert "undecided" in u.detail and f"{fd.unrefined} values still off" in u.detail
     # without the cap every value is refined to a decision
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 2048)
-    report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
+    report = verify(tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
     assert report.verdict == "pass" and not report.findings and len(report.parameters[0].fd.refined) > 64
 
 

@@ -16,8 +16,7 @@ from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify import fd_check as fd_check_module
 from gradcheck_svc.verify.compare import Tolerance
 
-from plants import element_bound, element_bug, mlp, unregister
-from test_fd_joint import _tanh_over_small_d
+from plants import element_bound, element_bug, mlp, tanh_over_small_d, unregister
 
 
 def _options(dtype=None, mode="joint"):
@@ -83,12 +82,12 @@ def test_full_differences_localize_one_wrong_element_of_a_tensor(target, times):
 def test_a_bug_among_values_past_the_refinement_cap_is_not_a_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
     options = VerifyOptions(symbolic=SymbolicOptions(enabled=False))
-    clean = verify(_tanh_over_small_d(300), options)
+    clean = verify(tanh_over_small_d(300), options)
     assert clean.parameters[0].fd.unrefined > 0 and clean.parameters[0].status == "undecided"
     g = clean.parameters[0].gradient
     op = element_bug(0.1 * float(np.max(np.abs(g))), 299)  # the last element: refined last, if at all
     try:
-        report = verify(_tanh_over_small_d(300, bug=op), options)
+        report = verify(tanh_over_small_d(300, bug=op), options)
     finally:
         unregister(op)
     assert report.verdict == "fail"
