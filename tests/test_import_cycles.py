@@ -165,3 +165,20 @@ def test_the_in_process_commands_import_no_grpc(tmp_path):
         imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
         assert "gradcheck_svc.request" in imported  # the pipeline ran, and importtime saw it
         assert not {m for m in imported if m == "grpc" or m.startswith("grpc.")}, module
+
+
+# test modules share helpers through conftest.py and helper modules, never through each other; the one exception
+# reads which ops the torch tests check there (their tables), to check that together they cover the registry
+TEST_IMPORTS_OK = {"test_torch_reference": {"test_cnn_ops_torch", "test_onnx_ops_torch"}}
+
+
+def test_no_test_module_imports_another():
+    found = {}
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text())):
+            names = [n.module or ""] if isinstance(n, ast.ImportFrom) else \
+                [a.name for a in n.names] if isinstance(n, ast.Import) else []
+            for m in names:
+                if m.startswith("test_") and m not in TEST_IMPORTS_OK.get(path.stem, ()):
+                    found.setdefault(path.stem, []).append(m)
+    assert not found, found
