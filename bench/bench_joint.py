@@ -71,7 +71,7 @@ def run(reps: int, budget_s: float, projection: bool):
     assert worst < 1e-9, worst
     modes = {}
     for p in report.parameters:
-        modes[p.checked_by] = modes.get(p.checked_by, 0) + 1
+        modes[p.fd.checked_by] = modes.get(p.fd.checked_by, 0) + 1
     cases = {"ours (default)": lambda: ours(graph),
              "torch fast_mode": lambda: torch.autograd.gradcheck(f, params, fast_mode=True)}
     if projection:

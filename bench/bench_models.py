@@ -124,7 +124,7 @@ def run_model(name: str, size: int, reps: int):
     t = median(times["torch gradcheck fast_mode"])
     modes = {}
     for p in report.parameters:
-        modes[p.checked_by] = modes.get(p.checked_by, 0) + 1
+        modes[p.fd.checked_by] = modes.get(p.fd.checked_by, 0) + 1
     elements = sum(int(np.prod(p.shape)) for p in report.parameters)
     torch_elements = sum(p.numel() for p in params)
     rows = []

@@ -21,8 +21,10 @@ from .engine import parse_fault
 from .errors import LimitError, OptionError
 from .graph import validate
 from .limits import ServerLimits, check_request_size
-from .oracles.finite_diff import MODES as FD_MODES
-from .verify import VerifyOptions, verify
+from .oracles.fd_modes import FDMode
+from .verify import VerifyOptions
+from .verify.options import check
+from .verify.run import verify_checked
 from .verify.report import Report
 
 __all__ = ["check_option_limits", "options_from_proto", "prepare", "proto_values", "run_request",
@@ -51,17 +53,9 @@ def verify_options(values: dict, limits: ServerLimits, field=lambda name: f"opti
     the server (`field` names options.X) and the CLI (`field` names the flag, `hint` says which
     --max-... flag raises a limit). Unset options take the defaults in OPTIONS, within the limits."""
     get = lambda name: values.get(name, BY_NAME[name].default)  # noqa: E731
-    mode = get("fd_mode")
-    if mode not in FD_MODES:
-        raise OptionError(f"unknown fd_mode '{mode}' (expected one of {', '.join(FD_MODES)})",
-                          field=field("fd_mode"))
     if get("device") not in USER_DEVICES:  # "strict" is a test-only backend, never served
         raise OptionError(f"unknown device '{get('device')}' (expected {' or '.join(USER_DEVICES)})",
                           field=field("device"))
-    if get("directions") < 0:
-        raise OptionError("directions must be positive", field=field("directions"))
-    if get("seed") < 0:
-        raise OptionError(f"seed must be 0 or more, got {get('seed')}", field=field("seed"))
     faults = values.get("faults") or ()
     if len(faults) > limits.max_faults:  # before parsing them
         raise LimitError(f"{len(faults)} faults, the limit is {limits.max_faults}"
@@ -76,6 +70,7 @@ def verify_options(values: dict, limits: ServerLimits, field=lambda name: f"opti
             value = min(options.symbolic.max_elements, limits.max_symbolic_budget)
         _set(options, path, value)
     _set(options, ("symbolic", "max_edges"), min(options.symbolic.max_edges, limits.max_symbolic_partials))
+    check(options, field)  # the one validation (verify/options.py); nothing below checks them again
     check_option_limits(options, limits, field, hint)
     return options
 
@@ -92,7 +87,7 @@ def check_option_limits(options: VerifyOptions, limits: ServerLimits, field=lamb
                         hint: bool = False) -> None:
     """LimitError for an option over its cap, naming the field (or flag) and, from the CLI, the limit's flag.
     (Faults are counted before they are parsed, and the symbolic partials are capped, in verify_options.)"""
-    for name, value, limit_name in (("directions", options.fd.directions if options.fd.mode != "full" else 0,
+    for name, value, limit_name in (("directions", options.fd.directions if options.fd.mode != FDMode.FULL else 0,
                                      "max_directions"),
                                     ("symbolic_budget", options.symbolic.max_elements, "max_symbolic_budget")):
         limit = getattr(limits, limit_name)
@@ -143,7 +138,7 @@ def run_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None 
     graph, options = prepare(request, limits, options=options, message=message, hint=hint)
     if symbolic:
         options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
-    return verify(graph, options, on_phase=on_phase, fd_source=fd_source)
+    return verify_checked(graph, options, on_phase=on_phase, fd_source=fd_source)
 
 
 def preload(symbolic: bool = True) -> None:

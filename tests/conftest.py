@@ -74,3 +74,16 @@ class LazyModule:
         if self._module is None:
             self._module = pytest.importorskip(self._name)
         return getattr(self._module, attr)
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    """kubectl's path (installed when missing: deploy_helpers.install_kubectl), or the test skips saying why."""
+    import shutil
+
+    from deploy_helpers import install_kubectl
+
+    path = shutil.which("kubectl") or install_kubectl()
+    if not os.path.isfile(path):
+        pytest.skip(f"kubectl is not installed and could not be installed here ({path})")
+    return path

@@ -79,3 +79,19 @@ def mlp(width: int = 64, depth: int = 3, batch: int = 8, bugs: dict | None = Non
         loss = b.node("add", loss, b.input("offset", np.array(offset), dtype=dtype))
     b.output(b.node("add", loss, b.input("zero", np.array(0.0), dtype=dtype), name="L"))
     return load_graph(b.build())
+
+
+def tanh_over_small_d(n, bug=None):
+    """tanh(x / d) with |d| ~ 1e-3: the first pass's step is not small next to x, every value misses.
+    bug: an op put between x and the division (element_bug). Used by test_fd_joint and test_fd_power."""
+    from gradcheck_svc.graph import load_graph
+    from gradcheck_svc.graph.build import GraphBuilder
+
+    rng = np.random.default_rng(0)
+    d = rng.choice([-1, 1], n) * rng.uniform(0.5e-3, 2e-3, n)
+    b = GraphBuilder("tanh_small_d")
+    x = b.input("x", d * rng.uniform(-1.5, 1.5, n), requires_grad=True)
+    if bug is not None:
+        x = b.node(bug, x, name="x_bug")
+    b.output(b.node("sum", b.node("tanh", b.node("div", x, b.input("d", d))), name="L"))
+    return load_graph(b.build())

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from grpc_helpers import slow_graph
+from slow_graphs import SLACK, unfinishable_graph
 from gradcheck_client import save_graph
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
@@ -124,22 +125,7 @@ def test_per_graph_time_limit(capsys, tmp_path):
     assert status["quick.json"]["status"] == "pass"  # the shard carried on after the timeout
 
 
-LIMIT, SLACK = 2.0, 20.0  # seconds; the slack covers a loaded 2-core machine, the graph below runs for minutes
-
-
-def unfinishable_graph() -> dict:
-    """One einsum of 8 operands (20 x 20 x 20, a cycle of letter triples 'abc,bcd,...,hab->') that no pairwise
-    order contracts within the operands' size: NumPy runs it as one C loop over 20^8 index combinations, many
-    minutes on any CPU, which no signal handler interrupts (tests/test_inprocess_limits.py's einsum)."""
-    import numpy as np
-
-    n, letters = 20, "abcdefgh"
-    rng = np.random.default_rng(0)
-    inputs = [{"name": f"x{i}", "value": {"shape": [n, n, n], "data": rng.uniform(-1, 1, n ** 3).round(3).tolist()},
-               "requiresGrad": True} for i in range(8)]
-    return {"name": "einsum8", "inputs": inputs, "output": "e",
-            "nodes": [{"name": "e", "op": "einsum", "inputs": [f"x{i}" for i in range(8)],
-                       "attrs": {"equation": ",".join((letters * 2)[i:i + 3] for i in range(8)) + "->"}}]}
+LIMIT = 2.0  # seconds
 
 
 def test_max_request_seconds_stops_one_long_call_and_fails_that_graph_only(capsys, tmp_path):

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import free_port as _free_port
 from grpc_helpers import ROOT, _env, slow_graph
-from test_deploy import FAILURE_COUNT, _settings, kubectl, render  # noqa: F401 -- kubectl: the fixture
+from deploy_helpers import FAILURE_COUNT, deploy_copy, render
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.cli import main
@@ -248,7 +248,7 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
     write_graphs(tmp_path / "g" / "team", 7, size=2, kinds=lambda i: "mismatch" if i == 2 else "ok")
     fs.put(str(tmp_path / "g") + "/", f"{bucket}/graphs/", recursive=True)
 
-    root = _settings(tmp_path, "batch-run", run="s3-nightly", shards="3")
+    root = deploy_copy(tmp_path, "batch-run", run="s3-nightly", shards="3")
 
     def pod(objs, kind, name):
         (obj,) = [o for o in objs if o["kind"] == kind and o["metadata"]["name"] == name]

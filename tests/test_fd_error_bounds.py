@@ -46,14 +46,14 @@ def errors(report):
 def test_small_denominators_pass_and_the_bound_holds_the_exact_value(b):
     report = verify(div_graph(b), FD_ONLY)
     assert report.verdict == "pass" and not errors(report), report.to_text()
-    grad_b = next(p for p in report.parameters if p.name == "b")
+    grad_b = next(p for p in report.parameters if p.name == "b").fd
     exact = -C * A / b ** 2
-    assert grad_b.fd_refined.tolist() == [0]  # only the element next to the pole needed more steps
+    assert grad_b.refined.tolist() == [0]  # only the element next to the pole needed more steps
     # the refined difference is within its own error bound of the closed form, and the bound is tight
     # enough to decide (refinement stops once the comparison is decided: about the tolerance's size)
-    assert abs(grad_b.reference[0] - exact) <= grad_b.fd_error[0] <= 1e-5 * abs(exact)
-    d = grad_b.to_dict()
-    assert d["fd_error"][0] == grad_b.fd_error[0] and d["fd_refined"] == 1 and d["fd_undecidable"] == []
+    assert abs(grad_b.reference[0] - exact) <= grad_b.error[0] <= 1e-5 * abs(exact)
+    d = next(p for p in report.parameters if p.name == "b").to_dict()
+    assert d["fd_error"][0] == grad_b.error[0] and d["fd_refined"] == 1 and d["fd_undecidable"] == []
 
 
 def test_the_first_pass_alone_is_off_by_more_than_the_tolerance():
@@ -72,11 +72,11 @@ def test_the_first_pass_alone_is_off_by_more_than_the_tolerance():
 def test_near_a_domain_edge_or_overflow_no_error(op, x):
     report = verify(unary_graph(op, np.array(x)), FD_ONLY)
     assert report.verdict == "pass" and not errors(report), report.to_text()
-    p = report.parameters[0]
+    p = report.parameters[0].fd
     exact = {"log": lambda v: 1 / v, "sqrt": lambda v: 0.5 / np.sqrt(v), "exp": np.exp}[op](np.array(x))
     exact = exact * np.linspace(0.5, 1.5, len(x))
     # each difference is within its error bound of the closed form, up to the comparison's tolerance
-    allowed = p.fd_error + bounds(exact, Tolerance.for_dtype("float64"))
+    allowed = p.error + bounds(exact, Tolerance.for_dtype("float64"))
     assert np.all(np.abs(p.reference - exact) <= allowed), (p.reference, exact)
 
 
@@ -180,10 +180,10 @@ def test_projected_differences_are_refined_too():
     report = verify(load_graph(g.build()), VerifyOptions(fd=FDOptions(mode="projection"),
                                                          symbolic=SymbolicOptions(enabled=False)))
     assert report.verdict == "pass" and not errors(report), report.to_text()
-    grad_b = next(p for p in report.parameters if p.name == "b")
-    assert grad_b.mode == "projection" and len(grad_b.fd_refined) >= 1
+    grad_b = next(p for p in report.parameters if p.name == "b").fd
+    assert grad_b.mode == "projection" and len(grad_b.refined) >= 1
     exact = grad_b.directions @ (-a_values / b_values ** 2)
-    assert np.all(np.abs(grad_b.reference - exact)[grad_b.fd_refined] <= grad_b.fd_error[grad_b.fd_refined])
+    assert np.all(np.abs(grad_b.reference - exact)[grad_b.refined] <= grad_b.error[grad_b.refined])
 
 
 def test_localization_does_not_blame_a_node_for_the_oracles_truncation(tanh_one_percent_off):
@@ -248,4 +248,4 @@ def test_a_kink_under_the_steps_never_confirms_a_correct_gradient_wrong(t):
     report = verify(kink_graph(t), FD_ONLY)
     assert report.verdict == "pass" and not errors(report), report.to_text()
     (grad_b,) = report.parameters
-    assert abs(grad_b.reference[0] - exact) <= grad_b.fd_error[0]
+    assert abs(grad_b.fd.reference[0] - exact) <= grad_b.fd.error[0]

@@ -20,6 +20,7 @@ from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify import fd_check as fd_check_module
 
 from conftest import EXAMPLES
+from plants import tanh_over_small_d
 
 CHAIN = EXAMPLES / "chain_256.json"
 ZOO = json.loads((EXAMPLES / "faults" / "manifest.json").read_text())["cases"]
@@ -35,7 +36,7 @@ def test_chain_256_is_screened_jointly_and_passes(chain_doc):
     assert report.verdict == "pass" and not report.findings
     by = {}
     for p in report.parameters:
-        by.setdefault(p.checked_by, []).append(p.name)
+        by.setdefault(p.fd.checked_by, []).append(p.name)
     # all but the cheapest tensors (the last layers: little downstream) are screened jointly
     assert set(by) == {"joint", "full"} and len(by["joint"]) > 400
     assert all(int(n[1:]) >= 200 for n in by["full"])
@@ -104,8 +105,8 @@ def test_one_percent_error_in_one_of_512_tensors_is_found_and_localized(chain_do
     failing = [p.name for p in report.parameters if p.status != "ok"]
     assert failing == [target]
     row = next(p for p in report.parameters if p.name == target)
-    assert row.checked_by in ("joint, then full", "full")
-    if row.checked_by != "full":  # flagged by the screen (a neighbour in its half may be too, and pass)
+    assert row.fd.checked_by in ("joint, then full", "full")
+    if row.fd.checked_by != "full":  # flagged by the screen (a neighbour in its half may be too, and pass)
         assert re.search(r"\b\d+ flagged and checked on their own", report.to_text())
     errors = [f for f in report.findings if f.severity == "error"]
     assert [(f.node, f.cause, f.parameters) for f in errors] == [(f"{target}_bug", "rule_error", [target])]
@@ -133,43 +134,31 @@ def test_joint_screen_flags_only_the_wrong_parameter(one_percent_op):
         h = b.node("tanh", b.node("matmul", h, w))
     b.output(b.node("sum", h, name="L"))
     report = verify(load_graph(b.build()), VerifyOptions(fd=FDOptions(mode="joint")))
-    assert {p.name: p.checked_by for p in report.parameters} == {
+    assert {p.name: p.fd.checked_by for p in report.parameters} == {
         **{f"W{i}": "joint" for i in range(6)}, "W3": "joint, then full"}
     assert report.verdict == "fail"
     assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [("bug", "rule_error")]
 
 
-def _tanh_over_small_d(n, bug=None):
-    """tanh(x / d) with |d| ~ 1e-3: the first pass's step is not small next to x, every value misses.
-    bug: an op put between x and the division (tests/plants.py element_bug)."""
-    rng = np.random.default_rng(0)
-    d = rng.choice([-1, 1], n) * rng.uniform(0.5e-3, 2e-3, n)
-    b = GraphBuilder("tanh_small_d")
-    x = b.input("x", d * rng.uniform(-1.5, 1.5, n), requires_grad=True)
-    if bug is not None:
-        x = b.node(bug, x, name="x_bug")
-    b.output(b.node("sum", b.node("tanh", b.node("div", x, b.input("d", d))), name="L"))
-    return load_graph(b.build())
-
-
 def test_values_past_the_refinement_cap_are_undecided_never_a_silent_fail_nor_a_silent_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
-    report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
+    report = verify(tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
     # values never refined decide nothing either way: the row is undecided and the verdict not a pass
     assert report.verdict == "fail"
     row = report.parameters[0]
     assert row.status == "undecided" and row.failed_by == "fd_unresolved"
-    assert len(row.fd_refined) == 64 and row.fd_unrefined > 0
-    assert len(row.fd_undecidable) >= row.fd_unrefined
+    fd = row.fd
+    assert len(fd.refined) == 64 and fd.unrefined > 0
+    assert len(fd.undecidable) >= fd.unrefined
     assert [(f.cause, f.severity, f.parameters) for f in report.findings] == [
         ("fd_undecidable", "warning", ["x"]), ("fd_unresolved", "error", ["x"])]
     f, u = report.findings
-    assert f"{row.fd_unrefined} still off on the first pass" in f.detail and "after 64 values" in f.detail
-    assert "undecided" in u.detail and f"{row.fd_unrefined} values still off" in u.detail
+    assert f"{fd.unrefined} still off on the first pass" in f.detail and "after 64 values" in f.detail
+    assert "undecided" in u.detail and f"{fd.unrefined} values still off" in u.detail
     # without the cap every value is refined to a decision
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 2048)
-    report = verify(_tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
-    assert report.verdict == "pass" and not report.findings and len(report.parameters[0].fd_refined) > 64
+    report = verify(tanh_over_small_d(300), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
+    assert report.verdict == "pass" and not report.findings and len(report.parameters[0].fd.refined) > 64
 
 
 EXAMPLE_CASES = [pytest.param({"graph": str(p.relative_to(EXAMPLES)), "options": {}}, id=p.stem)
@@ -242,10 +231,10 @@ def test_after_a_confirmed_mismatch_unrefined_values_are_unconfirmed_not_shown_w
     report = verify(load_graph(b.build()), VerifyOptions(symbolic=SymbolicOptions(enabled=False)))
     assert report.verdict == "fail"
     (row,) = report.parameters
-    refined, unconfirmed = set(row.fd_refined.tolist()), set(row.fd_unconfirmed.tolist())
+    refined, unconfirmed = set(row.fd.refined.tolist()), set(row.fd.unconfirmed.tolist())
     assert len(refined) == fd_check_module.REFINE_BATCH and len(unconfirmed) == 100 - len(refined)
     assert not refined & unconfirmed
-    worst = int(np.ravel_multi_index(row.worst_index, row.shape))
+    worst = int(np.ravel_multi_index(row.fd.comparison.worst_index, row.shape))
     assert worst in refined
     assert f"{len(unconfirmed)} more off on the first pass, not refined" in report.to_text()
     data = report.to_dict()["parameters"][0]
@@ -272,7 +261,7 @@ def test_a_vanishing_gradient_is_held_to_its_own_size(one_percent_op, planted):
         assert 1e-8 < float(np.abs(row.gradient).max()) < 1e-6
         assert row.verdict_reference == ("symbolic" if symbolic else "finite_differences")
         absolute = row.to_dict()["tolerance"]["absolute"]
-        assert 0 < absolute < 1e-3 * float(np.abs(row.gradient).max()) * 1.01 and absolute < row.atol
+        assert 0 < absolute < 1e-3 * float(np.abs(row.gradient).max()) * 1.01 and absolute < row.tolerance.atol
         assert report.verdict == ("fail" if planted else "pass"), report.to_text()
         if planted:
             (f,) = [f for f in report.findings if f.severity == "error"]

@@ -16,8 +16,7 @@ from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify import fd_check as fd_check_module
 from gradcheck_svc.verify.compare import Tolerance
 
-from plants import element_bound, element_bug, mlp, unregister
-from test_fd_joint import _tanh_over_small_d
+from plants import element_bound, element_bug, mlp, tanh_over_small_d, unregister
 
 
 def _options(dtype=None, mode="joint"):
@@ -45,11 +44,11 @@ def _found_and_localized(report, target, index, checked_by):
     assert report.verdict == "fail"
     assert [(p.name, p.status) for p in report.parameters if p.status != "ok"] == [(target, "FAIL")]
     row = next(p for p in report.parameters if p.name == target)
-    assert row.checked_by == checked_by
+    assert row.fd.checked_by == checked_by
     errors = [(f.node, f.cause, f.parameters) for f in report.findings if f.severity == "error"]
     assert errors == [(f"{target}_bug", "rule_error", [target])]
     # the element itself is named: the worst element of the row is the planted one
-    assert np.ravel_multi_index(row.worst_index, row.shape) == index
+    assert np.ravel_multi_index(row.fd.comparison.worst_index, row.shape) == index
 
 
 # (a): a flag on a tensor too large for a full check used to be cleared by 16 fresh projections
@@ -83,12 +82,12 @@ def test_full_differences_localize_one_wrong_element_of_a_tensor(target, times):
 def test_a_bug_among_values_past_the_refinement_cap_is_not_a_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
     options = VerifyOptions(symbolic=SymbolicOptions(enabled=False))
-    clean = verify(_tanh_over_small_d(300), options)
-    assert clean.parameters[0].fd_unrefined > 0 and clean.parameters[0].status == "undecided"
+    clean = verify(tanh_over_small_d(300), options)
+    assert clean.parameters[0].fd.unrefined > 0 and clean.parameters[0].status == "undecided"
     g = clean.parameters[0].gradient
     op = element_bug(0.1 * float(np.max(np.abs(g))), 299)  # the last element: refined last, if at all
     try:
-        report = verify(_tanh_over_small_d(300, bug=op), options)
+        report = verify(tanh_over_small_d(300, bug=op), options)
     finally:
         unregister(op)
     assert report.verdict == "fail"
@@ -111,7 +110,7 @@ def test_what_the_screen_cannot_resolve_is_listed_undecided_never_a_silent_pass(
     report = verify(load_graph(json.loads((EXAMPLES / "chain_256.json").read_text())))
     assert report.verdict == "fail"
     undecided = [p for p in report.parameters if p.status == "undecided"]
-    assert undecided and all(p.checked_by == "joint" and p.failed_by == "fd_unresolved" for p in undecided)
+    assert undecided and all(p.fd.checked_by == "joint" and p.failed_by == "fd_unresolved" for p in undecided)
     assert not [p for p in report.parameters if p.status not in ("ok", "undecided")]
     errors = [f for f in report.findings if f.severity == "error"]
     assert {f.cause for f in errors} == {"fd_unresolved"} and len(errors) == len(undecided)

@@ -19,7 +19,6 @@ import dataclasses
 
 import numpy as np
 import pytest
-import torch
 
 from gradcheck_svc.backend import NUMPY
 from gradcheck_svc.engine import Program, backward, forward, frozen_step, prepare_feeds
@@ -53,21 +52,27 @@ def _graph(op, inputs: dict, rng, attrs, node_op=None):
 
 
 def _shape(op, inputs, attrs):
+    import torch
+
     vals = [torch.tensor(v) for v, _ in inputs.values()]
-    return tuple(TORCH[op](*vals, **attrs).shape)
+    return tuple(_torch_ops()[op](*vals, **attrs).shape)
 
 
-TORCH = {
-    "relu": lambda x: torch.relu(x),
-    "leaky_relu": lambda x, negative_slope=0.01: torch.nn.functional.leaky_relu(x, negative_slope),
-    "abs": torch.abs,
-    "clip": lambda x, min=None, max=None: torch.clamp(x, min, max),
-    "maximum": torch.maximum,
-    "minimum": torch.minimum,
-    "max": lambda x, axis=None, keepdims=False: torch.amax(x, dim=axis, keepdim=keepdims),
-    "min": lambda x, axis=None, keepdims=False: torch.amin(x, dim=axis, keepdim=keepdims),
-    "max_pool": lambda x, kernel_shape, strides=None: torch.nn.functional.max_pool2d(x, kernel_shape, strides),
-}
+def _torch_ops() -> dict:
+    """Each kinked op as torch computes it (torch imported when a test needs it: collection stays cheap)."""
+    import torch
+
+    return {
+        "relu": lambda x: torch.relu(x),
+        "leaky_relu": lambda x, negative_slope=0.01: torch.nn.functional.leaky_relu(x, negative_slope),
+        "abs": torch.abs,
+        "clip": lambda x, min=None, max=None: torch.clamp(x, min, max),
+        "maximum": torch.maximum,
+        "minimum": torch.minimum,
+        "max": lambda x, axis=None, keepdims=False: torch.amax(x, dim=axis, keepdim=keepdims),
+        "min": lambda x, axis=None, keepdims=False: torch.amin(x, dim=axis, keepdim=keepdims),
+        "max_pool": lambda x, kernel_shape, strides=None: torch.nn.functional.max_pool2d(x, kernel_shape, strides),
+    }
 
 
 def _cases(rng, gap=NEAR):
@@ -95,8 +100,10 @@ def _cases(rng, gap=NEAR):
 
 
 def _torch_grad(op, inputs, attrs, r):
+    import torch
+
     ts = [torch.tensor(v, requires_grad=g) for v, g in inputs.values()]
-    (TORCH[op](*ts, **attrs) * torch.tensor(r)).sum().backward()
+    (_torch_ops()[op](*ts, **attrs) * torch.tensor(r)).sum().backward()
     return [t.grad.numpy() for t in ts]
 
 
@@ -258,7 +265,7 @@ def test_a_different_convention_at_an_exact_kink_is_a_kink_finding_not_a_fail():
                 [("y", "nondifferentiable_point", "warning")], report.to_text()
             assert "exactly at its kink" in report.findings[0].detail
             (row,) = report.parameters  # the differences saw the other convention; the kink explains it
-            assert not row.fd_passed and row.status == "ok (kink)", report.to_text()
+            assert not row.fd.passed and row.status == "ok (kink)", report.to_text()
     finally:
         del REGISTRY[bad.name]
 
@@ -311,7 +318,7 @@ def test_max_pool_with_another_tie_convention_is_a_kink_finding_not_a_fail():
             report = verify(_pool_graph(np.random.default_rng(5), bad.name), VerifyOptions(dtype=dtype))
             assert report.verdict == "pass", report.to_text()
             (row,) = report.parameters  # the differences saw the other convention; the kink explains it
-            assert not row.fd_passed and row.status == "ok (kink)", report.to_text()
+            assert not row.fd.passed and row.status == "ok (kink)", report.to_text()
             assert [(f.node, f.cause, f.severity) for f in report.findings] == \
                 [("y", "nondifferentiable_point", "warning")], report.to_text()
     finally:
@@ -324,6 +331,8 @@ def test_max_pool_with_another_tie_convention_is_a_kink_finding_not_a_fail():
 def _near_kink_cnn(rng):
     """conv -> relu -> max_pool -> relu, its pre-activations shifted to within NEAR of 0 (most ReLU inputs
     and pooling windows sit within a step of their kinks)."""
+    import torch
+
     x = rng.uniform(-1, 1, size=(2, 2, 6, 6))
     w = rng.uniform(-0.5, 0.5, size=(4, 2, 3, 3))
     conv = torch.nn.functional.conv2d(torch.tensor(x), torch.tensor(w), padding=1).numpy()
@@ -361,6 +370,8 @@ def test_full_differences_of_a_near_kink_cnn_equal_torch_s_gradient():
     """The conv weight's one-element copies travel as slices (one output channel each) through the frozen
     relu and max_pool (slices.independent_frozen): the differences are torch autograd's gradient, though
     most ReLU inputs and pooling windows sit within a step of their kinks."""
+    import torch
+
     graph = _near_kink_cnn(np.random.default_rng(6))
     v = {n: torch.tensor(np.asarray(i.value)) for n, i in graph.inputs.items()}
     w = v["w"].clone().requires_grad_(True)

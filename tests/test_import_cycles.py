@@ -88,6 +88,18 @@ def test_no_module_outside_the_server_imports_it_but_the_entry_points():
                                                       known)  # the check reads real imports
 
 
+def test_no_client_module_imports_the_server():
+    """The client's in-process modes (gradcheck verify without --server, check(), the torch front end) reach
+    the pipeline (gradcheck_svc/request.py), never the server package: there is no request module there."""
+    known = _modules()
+    offenders = {name: sorted(t for t in _imports(name, path, known) if t.startswith("gradcheck_svc.server"))
+                 for name, path in known.items() if name.startswith("gradcheck_client")}
+    assert not {k: v for k, v in offenders.items() if v}
+    assert "gradcheck_svc.request" in _imports("gradcheck_client.torch.check", known["gradcheck_client.torch.check"],
+                                               known)  # the check reads real imports
+    assert "gradcheck_svc.server.execute" not in known  # the shim is gone: server/worker.py answers the message
+
+
 def _calls(path: Path) -> set[str]:
     """The functions a module calls or hands on to be called (f(...), x.f(...), bounded_call(f, ...))."""
     out = set()
@@ -101,10 +113,11 @@ def _calls(path: Path) -> set[str]:
 # each front end, and the pipeline function it calls (a finite-difference shard prepares the request
 # through the pipeline, then differences its share: verify/fd_shards.run_shard)
 FRONT_ENDS = {
-    "gradcheck_svc.server.execute": {"run_request"},  # the worker's (server/worker.py calls verify_request)
+    "gradcheck_svc.server.worker": {"run_request"},  # the server's (verify_request: the response message)
     "gradcheck_svc.batch.verifiers": {"run_request"},  # batch and screen (LocalVerifier)
     "gradcheck_svc.check_call": {"run_request"},  # check()
     "gradcheck_client.cli": {"run_request"},  # gradcheck verify without --server
+    "gradcheck_client.torch.check": {"run_request"},  # the torch front end without a server
     "gradcheck_svc.cli": {"run_request", "prepare"},  # gradcheck-svc verify, its fd shards and their merge
 }
 
@@ -152,3 +165,20 @@ def test_the_in_process_commands_import_no_grpc(tmp_path):
         imported = {line.rsplit("|", 1)[-1].strip() for line in run.stderr.splitlines() if line.startswith("import time:")}
         assert "gradcheck_svc.request" in imported  # the pipeline ran, and importtime saw it
         assert not {m for m in imported if m == "grpc" or m.startswith("grpc.")}, module
+
+
+# test modules share helpers through conftest.py and helper modules, never through each other; the one exception
+# reads which ops the torch tests check there (their tables), to check that together they cover the registry
+TEST_IMPORTS_OK = {"test_torch_reference": {"test_cnn_ops_torch", "test_onnx_ops_torch"}}
+
+
+def test_no_test_module_imports_another():
+    found = {}
+    for path in sorted((ROOT / "tests").glob("*.py")):
+        for n in ast.walk(ast.parse(path.read_text())):
+            names = [n.module or ""] if isinstance(n, ast.ImportFrom) else \
+                [a.name for a in n.names] if isinstance(n, ast.Import) else []
+            for m in names:
+                if m.startswith("test_") and m not in TEST_IMPORTS_OK.get(path.stem, ()):
+                    found.setdefault(path.stem, []).append(m)
+    assert not found, found

@@ -61,7 +61,7 @@ def test_allowed_hazard_computes_the_wrong_gradient_and_is_diagnosed():
     right = 2 * z * X + (z > 0) * X
     [p] = report.parameters
     np.testing.assert_allclose(p.gradient, silently_wrong)
-    np.testing.assert_allclose(p.reference, right, rtol=1e-7)
+    np.testing.assert_allclose(p.fd.reference, right, rtol=1e-7)
     [f] = [f for f in report.findings if f.severity == "error"]
     assert (f.node, f.op, f.cause) == ("a", "square", "inplace_overwrite")
     assert "overwritten in place by node 'r'" in f.detail and "version 0 → 1" in f.detail

@@ -23,8 +23,9 @@ import pytest
 onnx = pytest.importorskip("onnx", reason="the optional 'onnx' extra is not installed (pip install '.[onnx]')")
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
+from slow_graphs import SLACK, unfinishable_graph  # noqa: E402
+
 LIMIT = 3.0  # seconds
-SLACK = 20.0  # interpreter start-up and a loaded 2-core machine; each unbounded case runs for minutes
 RSS_BOUND_MB = 200  # an idle `gradcheck-svc verify` of seed.json peaks near 80 MB
 
 
@@ -54,19 +55,9 @@ def _model(tmp_path, name: str, nodes, inputs, initializers=()) -> str:
 
 @pytest.fixture(scope="module")
 def einsum_graph(tmp_path_factory) -> str:
-    """One einsum of 8 operands (20 x 20 x 20 each, a cycle of letter triples: 'abc,bcd,...,hab->')
-    that no pairwise order contracts within the operands' size, so NumPy evaluates it as one C loop
-    over 20^8 = 2.6e10 index combinations, 8 operands each: many minutes on any CPU."""
-    n, letters = 20, "abcdefgh"
-    rng = np.random.default_rng(0)
-    inputs = [{"name": f"x{i}", "value": {"shape": [n, n, n], "data": rng.uniform(-1, 1, n ** 3).round(3).tolist()},
-               "requiresGrad": True} for i in range(8)]
-    equation = ",".join((letters * 2)[i:i + 3] for i in range(8)) + "->"
-    graph = {"name": "einsum8", "inputs": inputs, "output": "e",
-             "nodes": [{"name": "e", "op": "einsum", "inputs": [f"x{i}" for i in range(8)],
-                        "attrs": {"equation": equation}}]}
+    """slow_graphs.unfinishable_graph, as a file."""
     path = tmp_path_factory.mktemp("einsum") / "einsum8.json"
-    path.write_text(json.dumps(graph))
+    path.write_text(json.dumps(unfinishable_graph()))
     return str(path)
 
 

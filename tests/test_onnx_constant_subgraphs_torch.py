@@ -14,7 +14,6 @@ import pytest
 
 torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
-from test_bert_torch import _export  # noqa: E402
 from torch import nn  # noqa: E402
 
 from gradcheck_svc.errors import GraphError  # noqa: E402
@@ -23,6 +22,7 @@ from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
 from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 from gradcheck_svc.verify.run import run_engine  # noqa: E402
+from torch_export import export_onnx  # noqa: E402
 
 
 def t5_bucket(relative_position, num_buckets=8, max_distance=16):
@@ -107,7 +107,7 @@ def test_constant_subgraphs_fold_and_gradients_equal_torch(name, exporter):
     model = build()
     torch.manual_seed(1)
     x = torch.randn(*shape, dtype=torch.float64)
-    blob = _export(model, (x,), exporter)
+    blob = export_onnx(model, (x,), exporter)
     m = onnx.load_from_string(blob)
     inits = {t.name for t in m.graph.initializer}
     (xname,) = [vi.name for vi in m.graph.input if vi.name not in inits]
@@ -182,7 +182,7 @@ def test_an_additive_mask_initializer_is_a_constant_by_default(exporter):
     model = _seeded(MaskedAttention())
     torch.manual_seed(1)
     x = torch.randn(2, 3, 4, dtype=torch.float64)
-    blob = _export(model, (x,), exporter)
+    blob = export_onnx(model, (x,), exporter)
     masks = [t.name for t in onnx.load_from_string(blob).graph.initializer
              if numpy_helper.to_array(t).dtype.kind == "f" and np.abs(numpy_helper.to_array(t)).max() > 1e38]
     assert masks  # the export holds the mask as an initializer

@@ -23,7 +23,7 @@ from gradcheck_svc.graph import load_graph  # noqa: E402
 from gradcheck_svc.oracles.symbolic import SymbolicOptions  # noqa: E402
 from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
 from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
-from gradcheck_svc.server.execute import report_to_proto  # noqa: E402
+from gradcheck_svc.report_proto import report_to_proto  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 
 

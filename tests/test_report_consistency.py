@@ -51,7 +51,7 @@ def test_log_zero_fails_everywhere():
     (p,) = report.parameters
     assert p.status == "FAIL" and p.failed_by == "nonfinite"
     # FD is NaN (the loss is -inf) where the symbolic gradient is 2: they do not agree
-    fs = p.fd_vs_symbolic
+    fs = p.symbolic.fd_vs_symbolic
     assert not fs.passed and np.isnan(fs.engine_at_worst) and fs.reference_at_worst == 2.0
     d = report.to_dict()["parameters"][0]
     assert d["fd_vs_symbolic"]["agree"] is False and d["status"] == "FAIL"

@@ -123,10 +123,10 @@ def test_invalid_graph_is_invalid_argument_with_bad_request_detail(stub):
 @pytest.mark.parametrize("options, field", [
     (service_pb2.VerifyOptions(fd_mode="sideways"), "options.fd_mode"),
     (service_pb2.VerifyOptions(faults=["z:melt"]), "fault"),
-    (service_pb2.VerifyOptions(dtype="float16"), "dtype"),
-    (service_pb2.VerifyOptions(atol=-1.0), "atol"),
-    (service_pb2.VerifyOptions(rtol=float("nan")), "rtol"),
-    (service_pb2.VerifyOptions(integrity="sometimes"), "integrity"),
+    (service_pb2.VerifyOptions(dtype="float16"), "options.dtype"),  # every option's value named as the request names it
+    (service_pb2.VerifyOptions(atol=-1.0), "options.atol"),
+    (service_pb2.VerifyOptions(rtol=float("nan")), "options.rtol"),
+    (service_pb2.VerifyOptions(integrity="sometimes"), "options.integrity"),
 ])
 def test_bad_options_are_invalid_argument(stub, options, field):
     with pytest.raises(grpc.RpcError) as info:

@@ -89,3 +89,17 @@ def test_only_the_oracle_takes_finite_differences():
         src = f.read_text()
         assert not stencil.search(src), f"{f.relative_to(ROOT)} takes its own finite differences"
         assert "._losses(" not in src and "standard_normal" not in src, f.relative_to(ROOT)
+
+
+def test_fd_modes_are_one_list_and_no_result_parses_a_mode_string():
+    """The FD modes are data (oracles/fd_modes.FDMode, the oracle's own list) and so is how a row was checked
+    (parameter_result: FDMode and Screen): the report's code never compares a mode with a string literal
+    nor parses "joint, then X" back (issue 37 item 3)."""
+    from gradcheck_svc.oracles.fd_modes import FDMode
+    from gradcheck_svc.oracles.finite_diff import MODES
+
+    assert tuple(m.value for m in FDMode) == MODES
+    pattern = re.compile(r"""(\.mode|mode_for\([^)]*\)|checked_by)\s*[!=]=\s*["']|startswith\(["']joint""")
+    for path in [*VERIFY.rglob("*.py"), ROOT / "request.py"]:
+        offending = [line.strip() for line in path.read_text().splitlines() if pattern.search(line)]
+        assert not offending, (path.name, offending)

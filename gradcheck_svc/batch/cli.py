@@ -149,7 +149,6 @@ def _check_common(args):
     from ..errors import LimitError, OptionError
     from ..limits import ServerLimits, limit_flag_values
     from ..request import verify_options
-    from ..verify.run import check_options
 
     if not args.time_limit > 0:  # NaN too
         raise OptionError("must be positive", field="--time-limit")
@@ -162,8 +161,7 @@ def _check_common(args):
     if "device" in values and values["device"] == "auto":  # screen's own choice, resolved per node
         values = {k: v for k, v in values.items() if k != "device"}
     try:
-        check_options(verify_options(values, limits, field=flag_of),
-                      field=lambda name: "--" + name.replace("_", "-"))
+        verify_options(values, limits, field=flag_of)  # every option checked, each error naming its flag
     except LimitError:
         if getattr(args, "server", None) is None:
             raise

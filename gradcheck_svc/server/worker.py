@@ -13,11 +13,18 @@ import signal
 from gradcheck.v1 import service_pb2
 
 from ..errors import GradcheckError
+from ..report_proto import report_to_proto
+from ..request import run_request
 from .config import ServerLimits
-from .execute import verify_request
 from .metrics import configure_logging
 
 log = logging.getLogger("gradcheck.worker")
+
+
+def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None
+                   ) -> service_pb2.VerifyResponse:
+    """The pipeline's report (request.run_request), tagged with the request's id, as the response message."""
+    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(run_request(request, limits)))
 
 
 def run_payload(payload: bytes, limits: ServerLimits) -> tuple:

@@ -32,7 +32,10 @@ from .diagnosis.localize import local_directions
 from .fd_check import fd_check
 from .findings import Finding, WorstElement, parameters_through
 
-PROVIDED, NOT_PROVIDED = "provided", "not provided"
+from .parameter_result import NOT_PROVIDED, PROVIDED
+
+__all__ = ["NOT_PROVIDED", "PROVIDED", "annotate", "localize_claims", "mark_missing", "subject_gradients",
+           "tolerance_dtype"]
 
 
 def tolerance_dtype(graph, dtype: str) -> str:
@@ -56,7 +59,7 @@ def annotate(results, graph, engine_gradients: dict, tol: Tolerance) -> list[str
     warnings = []
     for r in results:
         if r.name not in graph.claims.gradients:
-            r.claim, r.passed = NOT_PROVIDED, False
+            r.claim = NOT_PROVIDED  # its row fails (ParameterResult.passed)
             warnings.append(f"no claimed gradient for parameter '{r.name}': not verified (a claim gives every "
                             "parameter's gradient)")
             continue

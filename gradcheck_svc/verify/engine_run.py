@@ -90,7 +90,7 @@ class _GradientRun:
 
 def _check_engine_options(program, options: VerifyOptions, dtype: str) -> None:
     """What only the program can tell: a fault's node exists; the optimizer's dtype is one. (The options
-    that are wrong whatever the graph were checked once, before: run.check_options.)"""
+    that are wrong whatever the graph were checked once, at the edge: verify/options.check.)"""
     for f in options.faults:
         if f.node not in program.shapes:
             raise OptionError(f"fault names unknown value '{f.node}'{hint(f.node, program.shapes, what='values')}",

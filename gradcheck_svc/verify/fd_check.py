@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..oracles.fd_modes import FDMode
 from .compare import Comparison, Tolerance, compare, within
 from .compare import bounds as _bounds
 
@@ -45,6 +46,11 @@ class FDCheck:
     @property
     def passed(self) -> bool:
         return self.comparison.passed
+
+
+def as_referenced(ref, g: np.ndarray) -> np.ndarray:
+    """A gradient as a finite_diff.FDResult `ref` holds it: its directional derivatives for a projection."""
+    return ref.directions @ np.reshape(g, -1) if ref.mode == FDMode.PROJECTION else g
 
 
 def _over(engine, reference, allowed) -> np.ndarray:

@@ -43,13 +43,13 @@ import numpy as np
 
 from ..batch.store import as_path, atomic_write, code_version, options_sha256
 from ..errors import OptionError
-from ..oracles.finite_diff import FDResult, FiniteDifferences, random_directions
-from . import claims
+from ..oracles.fd_modes import FDMode
+from ..oracles.finite_diff import FiniteDifferences, random_directions
+from . import claims, fd_record
 from ..text import clip
-from .compare import Comparison, Tolerance
+from .compare import Tolerance
 from .engine_run import run_engine
-from .fd_check import FDCheck
-from .run import check_options, fd_plan, parameter_fd
+from .run import fd_plan, parameter_fd
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
 FORMAT = 1
@@ -114,8 +114,8 @@ def assign(costs: list[float], count: int) -> list[int]:
 
 def _setup(graph, options):
     """As verify() sets up: the gradients under test (the engine's, or the graph's claims), the oracle, the
-    tolerance, the joint screen and the parameters checked on their own."""
-    check_options(options)
+    tolerance, the joint screen and the parameters checked on their own. `options` were checked at the edge
+    (request.verify_options)."""
     dtype = options.dtype or graph.declared_float_dtype
     engine = run_engine(graph, options, dtype, profile=False)  # the gradients only: a shard reports no memory
     fd = FiniteDifferences(graph, options.fd)
@@ -135,18 +135,10 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     for i, name in enumerate(mine):
         g = subject[name]
         ref, check = parameter_fd(fd, name, g, tol)
-        c = check.comparison
-        params.append({
-            "name": name, "mode": ref.mode, "evaluations": int(ref.evaluations), "gradient": _digest(g),
-            "directions": None if ref.directions is None else _digest(ref.directions),
-            "comparison": {"max_abs_error": float(c.max_abs_error), "max_rel_error": float(c.max_rel_error),
-                           "worst_index": [int(x) for x in c.worst_index],
-                           "engine_at_worst": float(c.engine_at_worst),
-                           "reference_at_worst": float(c.reference_at_worst), "passed": bool(c.passed)}})
-        for field, a in (("fd_reference", ref.reference), ("fd_noise", ref.noise), ("reference", check.reference),
-                         ("error", check.error), ("refined", check.refined), ("undecidable", check.undecidable),
-                         ("unrefined", check.unrefined), ("unconfirmed", check.unconfirmed)):
-            arrays[f"{i}.{field}"] = np.asarray(a)
+        meta, record = fd_record.to_record(ref, check)
+        params.append({"name": name, **meta, "gradient": _digest(g),
+                       "directions": None if ref.directions is None else _digest(ref.directions)})
+        arrays.update({f"{i}.{field}": a for field, a in record.items()})
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
             "shard_count": count, "work": _screen_digest(fd, screen, own), "parameters": params}
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
@@ -251,16 +243,11 @@ def shard_source(shards: dict):
                 raise OptionError(f"{file}: parameter '{name[:200]}' was checked against another engine gradient "
                                   "than this process's; re-run the shards", field="--fd-from")
             directions = None
-            if p["mode"] == "projection":  # regenerated from the seed, as FiniteDifferences._projection makes them
+            if p["mode"] == FDMode.PROJECTION:  # regenerated from the seed, as FiniteDifferences._projection makes them
                 directions = random_directions(int(np.size(fd.base[name])), len(a["fd_reference"]), fd.options.seed)
                 if _digest(directions) != p["directions"]:
                     raise OptionError(f"{file}: parameter '{name[:200]}': the projection directions differ from "
                                       "this process's", field="--fd-from")
-            ref = FDResult(p["mode"], a["fd_reference"], a["fd_noise"], directions, p["evaluations"])
-            c = p["comparison"]
-            cmp = Comparison(c["max_abs_error"], c["max_rel_error"], tuple(c["worst_index"]), c["engine_at_worst"],
-                             c["reference_at_worst"], c["passed"])
-            return ref, FDCheck(cmp, a["reference"], a["error"], a["refined"], a["undecidable"], a["unrefined"],
-                                   a["unconfirmed"])
+            return fd_record.from_record(p, a, directions)
         return lookup
     return source

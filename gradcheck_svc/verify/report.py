@@ -50,149 +50,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-import numpy as np
 from gradcheck_client import json_text
-from gradcheck_client.report import row_status
 
 from ..text import escape_controls, graph_label
-from .compare import Comparison
 from .jsonnum import json_float
 from .memory_profile import summary as memory_summary
-from .report_text import parameter_table, plan_line, source_name_lines, timings_line
+from .parameter_result import ParameterResult
+from .report_text import parameter_table, plan_line, screen_lines, source_name_lines, timings_line
 
-MAX_LISTED = 1000  # gradient/reference values included per parameter
+__all__ = ["FaultRecord", "ParameterResult", "Report"]
+
 TEXT_ROWS = 20  # parameter rows in the text report: the worst ones, then a count (JSON has all)
-
-
-def _listed(a: np.ndarray) -> list:
-    v = np.asarray(a, dtype=np.float64).reshape(-1)[:MAX_LISTED]
-    return v.tolist() if np.isfinite(v).all() else [json_float(x) for x in v.tolist()]
-
-
-@dataclass
-class ParameterResult:
-    name: str
-    shape: tuple
-    mode: str  # fd mode used: "full" | "projection" | "joint"
-    gradient: np.ndarray  # engine dL/dp (float64 copy on the host)
-    reference: np.ndarray  # full: FD gradient; projection: FD directional derivatives
-    engine_projection: np.ndarray | None  # projection mode: engine gradient . directions
-    max_abs_error: float
-    max_rel_error: float
-    worst_index: tuple
-    engine_at_worst: float
-    reference_at_worst: float
-    atol: float
-    rtol: float
-    passed: bool
-    evaluations: int = 0
-    fd_passed: bool | None = None
-    symbolic: np.ndarray | None = None  # exact gradient (float64), when the symbolic oracle ran
-    symbolic_comparison: object = None  # compare.Comparison, engine vs symbolic
-    fd_vs_symbolic: object = None  # compare.Comparison, FD vs symbolic
-    directions: np.ndarray | None = None  # projection mode: the FD oracle's unit directions (k, n)
-    fd_error: np.ndarray | None = None  # estimated error of each reference value (shape of reference)
-    fd_refined: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices refined
-    fd_undecidable: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))  # flat indices
-    fd_unrefined: int = 0  # of fd_undecidable, those left so by fd_check.REFINE_MAX
-    # flat indices off on the first pass and never refined: a confirmed mismatch settled the verdict
-    # first; left out of the comparison (fd_check.py)
-    fd_unconfirmed: np.ndarray = field(default_factory=lambda: np.zeros(0, np.intp))
-    # atol's term as applied (compare.Tolerance.absolute): atol * max(1, max|ref|), or less for a float64
-    # gradient that vanishes (held to its own size); None for a row the joint screen cleared
-    absolute: float | None = None
-    # how finite differences checked it: "full" | "projection" | "joint" (cleared by the joint screen:
-    # reference / engine_projection are the whole graph's directional derivatives) | "joint, then full" /
-    # "joint, then projection" (the joint screen flagged it, its own check decided) | "joint, then bisection"
-    # (flagged and narrowed to elements, joint_check.narrow)
-    checked_by: str = ""
-    # why finite differences could neither confirm nor clear the parameter (None: they decided): its row is
-    # "undecided" and the verdict is not a pass (an fd_unresolved finding says why)
-    unresolved: str | None = None
-    status: str = ""  # verdict.py: "ok" | "ok (precision)" | "ok (kink)" | "affected" | "undecided" | "FAIL" |
-    # "not provided" (claimed gradients: no claim for it)
-    explained_by: str | None = None  # the finding cause that excuses a failed comparison
-    failed_by: str | None = None  # the error finding's cause that fails this parameter
-    # graph.ir.SourceName: the names it has in the framework that made the model (merged, transposed or
-    # derived initializers of an ONNX export; empty when its own name says it all)
-    source_names: list = field(default_factory=list)
-    # under claimed gradients (verify/claims.py): "provided" | "not provided" ("" when the engine is the
-    # subject); `gradient` is then the claimed gradient, and vs_engine (compare.Comparison) the claim
-    # against the engine's own
-    claim: str = ""
-    vs_engine: object = None
-
-    @property
-    def verdict_reference(self) -> str:
-        return "symbolic" if self.symbolic_comparison is not None else "finite_differences"
-
-    @property
-    def verdict_comparison(self):
-        """The comparison `passed` and `status` were judged on (engine vs the verdict reference)."""
-        if self.symbolic_comparison is not None:
-            return self.symbolic_comparison
-        return Comparison(self.max_abs_error, self.max_rel_error, self.worst_index, self.engine_at_worst,
-                          self.reference_at_worst, bool(self.fd_passed if self.fd_passed is not None
-                                                        else self.passed))
-
-    def to_dict(self) -> dict:
-        d = {
-            "name": self.name,
-            "shape": list(self.shape),
-            "fd_mode": self.mode,
-            "fd_checked_by": self.checked_by or self.mode,
-            "gradient": _listed(self.gradient),
-            "reference": _listed(self.reference),
-            "max_abs_error": json_float(self.max_abs_error),
-            "max_rel_error": json_float(self.max_rel_error),
-            "worst_index": list(self.worst_index),
-            "engine_at_worst": json_float(self.engine_at_worst),
-            "reference_at_worst": json_float(self.reference_at_worst),
-            "tolerance": {"atol": self.atol, "rtol": self.rtol,
-                          **({} if self.absolute is None else {"absolute": json_float(self.absolute)})},
-            "passed": self.passed,
-            "gradient_norm": json_float(np.linalg.norm(self.gradient)),
-            "fd_evaluations": self.evaluations,
-        }
-        if self.fd_error is not None:
-            d["fd_error"] = _listed(self.fd_error)
-            worst = np.ravel_multi_index(self.worst_index, np.shape(self.reference)) if self.worst_index else 0
-            d["fd_error_at_worst"] = json_float(self.fd_error.reshape(-1)[worst]) if self.fd_error.size else 0.0
-            d["fd_refined"] = int(len(self.fd_refined))
-            d["fd_undecidable"] = [int(i) for i in self.fd_undecidable]  # flat, like reference
-            d["fd_unconfirmed"] = [int(i) for i in self.fd_unconfirmed]
-        if self.gradient.size > MAX_LISTED:
-            d["truncated"] = True
-        if self.engine_projection is not None:
-            d["engine_projection"] = _listed(self.engine_projection)
-        d["fd_passed"] = self.passed if self.fd_passed is None else self.fd_passed
-        d["verdict_reference"] = self.verdict_reference
-        d["status"] = row_status(self.status, self.passed)
-        d["explained_by"] = self.explained_by
-        d["failed_by"] = self.failed_by
-        d["source_names"] = [s.to_dict() for s in self.source_names]
-        if self.claim:
-            d["claim"] = self.claim
-        if self.vs_engine is not None:
-            c = self.vs_engine
-            d["vs_engine"] = {"max_abs_error": json_float(c.max_abs_error), "worst_index": list(c.worst_index),
-                              "claimed_at_worst": json_float(c.engine_at_worst),
-                              "engine_at_worst": json_float(c.reference_at_worst), "agree": c.passed}
-        d["symbolic"] = None
-        d["fd_vs_symbolic"] = None
-        if self.symbolic_comparison is not None:
-            c = self.symbolic_comparison
-            d["symbolic"] = {"gradient": _listed(self.symbolic), "max_abs_error": json_float(c.max_abs_error),
-                             "max_rel_error": json_float(c.max_rel_error), "worst_index": list(c.worst_index),
-                             "engine_at_worst": json_float(c.engine_at_worst),
-                             "symbolic_at_worst": json_float(c.reference_at_worst), "passed": c.passed}
-        if self.fd_vs_symbolic is not None:
-            c = self.fd_vs_symbolic
-            d["fd_vs_symbolic"] = {"max_abs_error": json_float(c.max_abs_error),
-                                   "max_rel_error": json_float(c.max_rel_error),
-                                   "worst_index": list(c.worst_index), "fd_at_worst": json_float(c.engine_at_worst),
-                                   "symbolic_at_worst": json_float(c.reference_at_worst), "agree": c.passed}
-        return d
 
 
 @dataclass
@@ -282,17 +150,7 @@ class Report:
         for c in self.custom_ops:
             mark = {True: "ok  ", False: "FAIL", None: "??  "}[c.user_grad_matches]
             lines.append(f"  {mark} custom op node '{c.node}' ({c.formula}): {c.detail}")
-        by = {}
-        for p in self.parameters:
-            by.setdefault(p.checked_by or p.mode, []).append(p.name)
-        if any(k.startswith("joint") for k in by):
-            cleared = next((p for p in self.parameters if p.mode == "joint"), None)  # its reference: the k values
-            screened = sum(len(v) for k, v in by.items() if k.startswith("joint"))
-            flagged = sum(len(v) for k, v in by.items() if k.startswith("joint, then"))
-            rest = ", ".join(f"{len(v)} {k}" for k, v in by.items() if not k.startswith("joint"))
-            how = f" ({len(cleared.reference)} directions spanning them all)" if cleared is not None else ""
-            lines.append(f"  finite differences: {screened} parameters screened jointly{how}, {flagged} flagged and "
-                         "checked on their own" + (f"; {rest}" if rest else ""))
+        lines += [f"  {line}" for line in screen_lines(self.parameters)]
         if self.parameters:
             lines += ["  " + line for line in parameter_table(self.parameters, TEXT_ROWS)]
             lines += ["  " + line for line in source_name_lines(self.parameters, TEXT_ROWS)]

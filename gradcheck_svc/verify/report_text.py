@@ -12,28 +12,32 @@ import math
 import numpy as np
 from gradcheck_client.report import row_label
 
+from ..oracles.fd_modes import FDMode
+from .parameter_result import Screen
+
 REFERENCE_NAMES = {"symbolic": "the symbolic gradient (exact)", "finite_differences": "finite differences"}
 
 
 def _badness(p) -> tuple:
     """Sort key, worst first: failing rows, then explained ones, then by error over tolerance."""
-    c = p.verdict_comparison
-    scale = p.atol + p.rtol * abs(c.reference_at_worst) if math.isfinite(c.reference_at_worst) else 1.0
+    c, tol = p.verdict_comparison, p.tolerance
+    scale = tol.atol + tol.rtol * abs(c.reference_at_worst) if math.isfinite(c.reference_at_worst) else 1.0
     ratio = c.max_abs_error / scale if scale > 0 else c.max_abs_error
     rank = 0 if p.status in ("FAIL", "undecided") else 1 if p.status.startswith("ok (") else 2
     return rank, -(ratio if not math.isnan(ratio) else math.inf)
 
 
 def _worst(p) -> str:
-    c = p.verdict_comparison
-    what = "direction" if p.mode == "projection" else "joint direction" if p.mode == "joint" and \
-        p.symbolic_comparison is None else "index"
+    c, fd = p.verdict_comparison, p.fd
+    what = "direction" if fd.mode is FDMode.PROJECTION else "joint direction" if fd.mode is FDMode.JOINT and \
+        p.symbolic is None else "index"
     text = f"{what} {list(c.worst_index)}: {c.engine_at_worst:.8g} vs {c.reference_at_worst:.8g}"
-    if p.symbolic_comparison is None and p.fd_error is not None and p.fd_error.size:
-        flat = np.ravel_multi_index(p.worst_index, p.fd_error.shape) if p.worst_index else 0
-        text += f" ± {float(p.fd_error.reshape(-1)[flat]):.2g}"  # the FD reference's own error bound
-    if len(p.fd_unconfirmed):
-        text += f"; {len(p.fd_unconfirmed)} more off on the first pass, not refined (not compared)"
+    if p.symbolic is None and fd.error.size:
+        worst = fd.comparison.worst_index
+        flat = np.ravel_multi_index(worst, fd.error.shape) if worst else 0
+        text += f" ± {float(fd.error.reshape(-1)[flat]):.2g}"  # the FD reference's own error bound
+    if len(fd.unconfirmed):
+        text += f"; {len(fd.unconfirmed)} more off on the first pass, not refined (not compared)"
     return text
 
 
@@ -52,12 +56,13 @@ def parameter_table(params: list, max_rows: int) -> list[str]:
                  f"{'symbolic' if reference == 'symbolic' else 'FD'})")
     shown = sorted(params, key=_badness)[:max_rows] if len(params) > max_rows else params
     for p in shown:
-        sc, fs = p.symbolic_comparison, p.fd_vs_symbolic
+        sc, fs = (p.symbolic.comparison, p.symbolic.fd_vs_symbolic) if p.symbolic is not None else (None, None)
+        c = p.fd.comparison
         vs_sym = f"{sc.max_abs_error:>12.3g}" if sc is not None else f"{'-':>12}"
         fd_sym = (f"{fs.max_abs_error:>10.3g}" if fs.passed else f"{'FAIL ' + format(fs.max_abs_error, '.3g'):>10}") \
             if fs is not None else f"{'-':>10}"
-        lines.append(f"{p.name:<{width}}  {list(p.shape)!s:<12} {p.mode:<10} {p.max_abs_error:>11.3g} "
-                     f"{p.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {_status(p):<16} {_worst(p)}")
+        lines.append(f"{p.name:<{width}}  {list(p.shape)!s:<12} {p.fd.mode.value:<10} {c.max_abs_error:>11.3g} "
+                     f"{c.max_rel_error:>11.3g} {vs_sym} {fd_sym}  {_status(p):<16} {_worst(p)}")
     rest = [p for p in params if p not in shown]
     if rest:
         counts = {}
@@ -66,6 +71,23 @@ def parameter_table(params: list, max_rows: int) -> list[str]:
         lines.append(f"... {len(rest)} more parameters ({', '.join(f'{n} {s}' for s, n in counts.items())}); "
                      "the JSON report (--format json) lists every one")
     return lines
+
+
+def screen_lines(params: list) -> list[str]:
+    """What the joint screen did, when it ran: how many it screened and flagged, how the rest were checked."""
+    screened = [p for p in params if p.fd.screen is not Screen.NONE]
+    if not screened:
+        return []
+    cleared = next((p for p in screened if p.fd.screen is Screen.CLEARED), None)  # its reference: the k values
+    flagged = sum(p.fd.screen in (Screen.FLAGGED, Screen.NARROWED) for p in screened)
+    rest: dict = {}
+    for p in params:
+        if p.fd.screen is Screen.NONE:
+            rest[p.fd.mode.value] = rest.get(p.fd.mode.value, 0) + 1
+    how = f" ({len(cleared.fd.reference)} directions spanning them all)" if cleared is not None else ""
+    rest_text = ", ".join(f"{n} {mode}" for mode, n in rest.items())
+    return [f"finite differences: {len(screened)} parameters screened jointly{how}, {flagged} flagged and "
+            "checked on their own" + (f"; {rest_text}" if rest_text else "")]
 
 
 # an ONNX LSTM/GRU/RNN's W, R or B: torch's tensors of each direction stacked, the gate blocks reordered

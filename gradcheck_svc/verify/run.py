@@ -17,11 +17,8 @@ import time
 
 import numpy as np
 
-from ..engine import parse_policy
-from ..engine.saved import INTEGRITY_MODES
-from ..errors import OptionError
 from ..graph.ir import Graph
-from ..oracles.finite_diff import MODES as FD_MODES
+from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
@@ -32,50 +29,32 @@ from .diagnosis.claimed import diagnose_claims
 from .diagnosis.context import Context
 from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
-from .fd_check import fd_check
+from .fd_check import as_referenced, fd_check
 from .joint_check import RESOLVE, joint_screen, usable
 from .findings import Finding, WorstElement, parameters_through
-from .options import DTYPES, VerifyOptions
-from .report import ParameterResult, Report
+from .options import DTYPES, VerifyOptions, check
+from .parameter_result import FDRow, ParameterResult, Screen, SymbolicRow
+from .report import Report
 from .verdict import settle
 
-__all__ = ["DTYPES", "EngineRun", "VerifyOptions", "run_engine", "verify"]
+__all__ = ["DTYPES", "EngineRun", "VerifyOptions", "run_engine", "verify", "verify_checked"]
 
 FD_VS_SYMBOLIC = Tolerance.for_dtype("float64")  # FD runs in float64 whatever the engine's dtype
 
 
-def check_options(options: VerifyOptions, field=lambda name: name) -> None:
-    """Every option that is wrong whatever the graph (FD settings and tolerances that would make the
-    verdict meaningless, an unknown dtype or integrity mode, a checkpoint policy that does not parse)
-    is a user error, raised before any work; `field` maps the VerifyOptions name to what the error
-    names (the batch command: its flag)."""
-    for name in ("atol", "rtol"):
-        value = getattr(options, name)
-        if value is not None and not (math.isfinite(value) and value >= 0):
-            raise OptionError(f"{value} is not a finite number >= 0", field=field(name))
-    if options.fd.mode not in FD_MODES:
-        raise OptionError(f"unknown fd mode '{options.fd.mode}' (expected one of {', '.join(FD_MODES)})",
-                          field=field("fd"))
-    if options.fd.directions < 1:
-        raise OptionError(f"{options.fd.directions}: needs at least 1 direction", field=field("directions"))
-    if options.dtype is not None and options.dtype not in DTYPES:
-        raise OptionError(f"unknown dtype '{options.dtype}' (expected float32 or float64)", field=field("dtype"))
-    if options.integrity not in INTEGRITY_MODES:
-        raise OptionError(f"unknown integrity mode '{options.integrity}' (expected off or check)",
-                          field=field("integrity"))
-    try:
-        parse_policy(options.checkpoint)
-    except OptionError as exc:
-        raise OptionError(exc.reason, field=field("checkpoint")) from None
-
-
 def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd_source=None) -> Report:
-    """on_phase(name), when given, is called as each phase starts (a progress display's hook).
+    """The Python API (docs/service.md): `options` checked (options.check), then verified (verify_checked)."""
+    options = options or VerifyOptions()
+    check(options)
+    return verify_checked(graph, options, on_phase, fd_source)
+
+
+def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_source=None) -> Report:
+    """Verify with options already checked at the edge (request.verify_options, or verify above).
+    on_phase(name), when given, is called as each phase starts (a progress display's hook).
     fd_source(fd, screen, own, tol) -> lookup(name, g) -> (FDResult, FDCheck): where each parameter checked on its
     own gets its finite differences (default local_fd: computed here; fd_shards.py: read from shards)."""
     phase = on_phase or (lambda name: None)
-    options = options or VerifyOptions()
-    check_options(options)
     dtype = options.dtype or graph.declared_float_dtype
     t_start = time.perf_counter()
     phase("engine")
@@ -93,43 +72,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
     subject = claims.subject_gradients(graph, engine.gradients)  # what is verified: the engine's or the claims
     joint, screen, own = fd_plan(fd, subject, graph, tol)
     lookup = (fd_source or local_fd)(fd, screen, own, tol)
-    results = []
-    for name in graph.parameters:
-        g = subject[name]  # what is verified: the engine's gradient or the claim (the screen judged the same)
-        if screen is not None and name in screen.narrowed:
-            ref, check = _narrowed_fd(screen.narrowed[name], g)
-        elif screen is not None and name in joint and name not in screen.flagged:
-            results.append(_joint_row(name, g, screen, symbolic, tol))
-            continue
-        else:
-            ref, check = lookup(name, g)
-        engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
-        cmp = check.comparison
-        reference = check.reference.reshape(np.shape(ref.reference))
-        sym = sym_cmp = fd_sym = None
-        if symbolic.ran:
-            sym = symbolic.gradients[name]
-            sym_cmp = compare(g, sym, tol)
-            sym_of_fd = ref.directions @ sym.reshape(-1) if ref.mode == "projection" else sym
-            fd_values = reference
-            if screen is not None and name in screen.narrowed:  # differences only at the elements checked
-                checked = np.zeros(g.size, bool)
-                checked[screen.narrowed[name].index] = True
-                fd_values = np.where(checked.reshape(g.shape), reference, sym)
-            fd_sym = compare(fd_values, sym_of_fd, FD_VS_SYMBOLIC, check.error.reshape(reference.shape))
-        results.append(ParameterResult(
-            name=name, shape=tuple(g.shape), mode=ref.mode, gradient=g, reference=reference,
-            engine_projection=engine_proj, directions=ref.directions, max_abs_error=cmp.max_abs_error,
-            max_rel_error=cmp.max_rel_error,
-            worst_index=cmp.worst_index, engine_at_worst=cmp.engine_at_worst,
-            reference_at_worst=cmp.reference_at_worst, atol=tol.atol, rtol=tol.rtol,
-            passed=sym_cmp.passed if sym_cmp is not None else cmp.passed,
-            evaluations=ref.evaluations, fd_passed=cmp.passed, symbolic=sym, symbolic_comparison=sym_cmp,
-            fd_vs_symbolic=fd_sym, fd_error=check.error.reshape(reference.shape), fd_refined=check.refined,
-            fd_undecidable=check.undecidable, fd_unrefined=len(check.unrefined), fd_unconfirmed=check.unconfirmed,
-            absolute=tol.absolute(magnitude(sym if sym is not None else reference)),
-            checked_by=_checked_by(name, joint, screen, ref.mode),
-            unresolved=screen.narrowed[name].unresolved if screen is not None and name in screen.narrowed else None))
+    results = [parameter_row(name, subject[name], joint, screen, lookup, symbolic, tol) for name in graph.parameters]
     t_fd = time.perf_counter() - t0
     claim_warnings = claims.annotate(results, graph, engine.gradients, tol)
     for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
@@ -182,7 +125,7 @@ def verify(graph: Graph, options: VerifyOptions | None = None, on_phase=None, fd
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):
     """(the parameters the plan screens jointly, the joint screen or None, the parameters checked on their own:
     every one the screen did not clear), in the graph's order."""
-    joint = [p for p in graph.parameters if fd.mode_for(p) == "joint"]
+    joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screen = joint_screen(fd, gradients, joint, tol) if usable(fd, gradients, joint) else None
     own = [p for p in graph.parameters if screen is None or p not in joint or p in screen.flagged]
     return joint, screen, own
@@ -192,28 +135,21 @@ def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
     """One parameter's finite differences against its engine gradient g: (FDResult, FDCheck), refined
     where the first pass misses."""
     ref = fd.gradient(name)
-    engine_proj = ref.directions @ g.reshape(-1) if ref.mode == "projection" else None
     # a NaN/Inf loss leaves differences nothing to refine: the non-finite diagnosis takes it
     refine = None
     if math.isfinite(fd.loss):
         def refine(which, settled):
             return fd.refine(name, ref, which, settled)
-    return ref, fd_check(g if engine_proj is None else engine_proj, ref.reference, ref.noise, tol, refine)
+    return ref, fd_check(as_referenced(ref, g), ref.reference, ref.noise, tol, refine)
 
 
 def _narrowed_fd(narrowed, g: np.ndarray):
     """A parameter the screen flagged and narrowed to elements, as (FDResult, FDCheck) of its whole shape:
     the elements checked carry their differences, the rest the engine's values (compared with themselves)."""
     chk = narrowed.check
-    ref = FDResult("full", chk.reference.reshape(np.shape(g)), chk.error.reshape(np.shape(g)),
+    ref = FDResult(FDMode.FULL, chk.reference.reshape(np.shape(g)), chk.error.reshape(np.shape(g)),
                    evaluations=narrowed.evaluations)
     return ref, chk
-
-
-def _checked_by(name: str, joint, screen, mode: str) -> str:
-    if screen is None or name not in joint:
-        return mode
-    return "joint, then bisection" if name in screen.narrowed else f"joint, then {mode}"
 
 
 def local_fd(fd, screen, own, tol: Tolerance):
@@ -221,26 +157,63 @@ def local_fd(fd, screen, own, tol: Tolerance):
     return lambda name, g: parameter_fd(fd, name, g, tol)
 
 
-def _joint_row(name: str, g: np.ndarray, screen, symbolic, tol: Tolerance) -> ParameterResult:
-    """A parameter the joint screen cleared: its row shows the whole graph's directional derivatives
-    (`reference` FD, `engine_projection` the engine's sum), the same for every such parameter."""
-    cmp = screen.comparison  # the whole's; where it failed, the bisection cleared this parameter's half
-    sym = sym_cmp = fd_sym = None
-    if symbolic.ran:
-        sym = symbolic.gradients[name]
-        sym_cmp = compare(g, sym, tol)
-        if screen.sym_of_fd is None:  # the exact directional derivatives, once
+def parameter_row(name: str, g: np.ndarray, joint, screen, lookup, symbolic, tol: Tolerance) -> ParameterResult:
+    """One parameter's row, however finite differences checked it: the one place rows are built. g: the
+    gradient under test (the engine's or the claim; the screen judged the same)."""
+    narrowed = screen.narrowed.get(name) if screen is not None else None
+    if narrowed is None and screen is not None and name in joint and name not in screen.flagged:
+        fd_row, unresolved = _cleared_fd(screen), _blind(screen, name)
+    else:
+        ref, check = _narrowed_fd(narrowed, g) if narrowed is not None else lookup(name, g)
+        how = Screen.NARROWED if narrowed is not None else \
+            Screen.FLAGGED if screen is not None and name in joint else Screen.NONE
+        fd_row, unresolved = fd_row_of(ref, check, g, how), narrowed.unresolved if narrowed is not None else None
+    sym = _symbolic_row(name, g, fd_row, symbolic, screen, narrowed, tol)
+    # a row the screen cleared shows the whole graph's directional derivatives: no tolerance of its own
+    absolute = None if fd_row.screen is Screen.CLEARED else \
+        tol.absolute(magnitude(sym.gradient if sym is not None else fd_row.reference))
+    return ParameterResult(name=name, shape=tuple(g.shape), gradient=g, fd=fd_row, symbolic=sym, tolerance=tol,
+                           absolute=absolute, unresolved=unresolved)
+
+
+def fd_row_of(ref: FDResult, check, g: np.ndarray, screen: Screen = Screen.NONE) -> FDRow:
+    """A parameter checked on its own: the oracle's differences (FDResult) and their check (FDCheck)."""
+    reference = check.reference.reshape(np.shape(ref.reference))
+    return FDRow(mode=FDMode(ref.mode), comparison=check.comparison, reference=reference,
+                 error=check.error.reshape(reference.shape), evaluations=ref.evaluations, screen=screen,
+                 passed=check.comparison.passed,
+                 engine_projection=as_referenced(ref, g) if ref.mode == FDMode.PROJECTION else None,
+                 directions=ref.directions, refined=check.refined, undecidable=check.undecidable,
+                 unrefined=len(check.unrefined), unconfirmed=check.unconfirmed)
+
+
+def _cleared_fd(screen) -> FDRow:
+    """A parameter the joint screen cleared: the whole graph's directional derivatives (`reference` FD,
+    `engine_projection` the engine's sum), the same for every such parameter; passed, where the whole
+    failed, because the bisection cleared this parameter's half."""
+    return FDRow(mode=FDMode.JOINT, comparison=screen.comparison, reference=screen.reference, error=screen.error,
+                 evaluations=screen.evaluations, screen=Screen.CLEARED, passed=True,
+                 engine_projection=screen.engine, refined=screen.refined)
+
+
+def _symbolic_row(name: str, g: np.ndarray, fd_row: FDRow, symbolic, screen, narrowed, tol: Tolerance):
+    """g against the exact gradient, and the differences against what they would be exactly: the exact
+    gradient's projection on the same directions (for a cleared row, the whole graph's, computed once)."""
+    if not symbolic.ran:
+        return None
+    sym = symbolic.gradients[name]
+    if fd_row.screen is Screen.CLEARED:
+        if screen.sym_of_fd is None:
             screen.sym_of_fd = sum(screen.directions.project(p, symbolic.gradients[p]) for p in screen.params)
-        fd_sym = compare(screen.reference, screen.sym_of_fd, FD_VS_SYMBOLIC, screen.error)
-    return ParameterResult(
-        name=name, shape=tuple(g.shape), mode="joint", gradient=g, reference=screen.reference,
-        engine_projection=screen.engine, directions=None,
-        max_abs_error=cmp.max_abs_error, max_rel_error=cmp.max_rel_error, worst_index=cmp.worst_index,
-        engine_at_worst=cmp.engine_at_worst, reference_at_worst=cmp.reference_at_worst, atol=tol.atol,
-        rtol=tol.rtol, passed=sym_cmp.passed if sym_cmp is not None else True,
-        evaluations=screen.evaluations, fd_passed=True, symbolic=sym, symbolic_comparison=sym_cmp,
-        fd_vs_symbolic=fd_sym, fd_error=screen.error, fd_refined=screen.refined, checked_by="joint",
-        unresolved=_blind(screen, name))
+        exact = screen.sym_of_fd
+    else:
+        exact = fd_row.directions @ sym.reshape(-1) if fd_row.mode is FDMode.PROJECTION else sym
+    fd_values = fd_row.reference
+    if narrowed is not None:  # differences only at the elements checked
+        checked = np.zeros(g.size, bool)
+        checked[narrowed.index] = True
+        fd_values = np.where(checked.reshape(g.shape), fd_row.reference, sym)
+    return SymbolicRow(sym, compare(g, sym, tol), compare(fd_values, exact, FD_VS_SYMBOLIC, fd_row.error))
 
 
 def _blind(screen, name: str) -> str | None:
@@ -277,7 +250,7 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
             continue
         c = r.verdict_comparison
         against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
-        where = list(c.worst_index) if r.mode != "projection" and r.mode != "joint" else ["direction", *c.worst_index]
+        where = ["direction", *c.worst_index] if r.fd.directional else list(c.worst_index)
         subject = "claimed" if r.claim else "engine"  # verify/claims.py: the gradient under test
         off = abs(c.engine_at_worst - c.reference_at_worst)
         because = "the claim holds no adjoint that localizes it further" if r.claim and localized else why
@@ -286,7 +259,7 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
             detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}"
                    f"{_in_source_terms(r, where)}: "
                    f"{subject} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
-                   f"tolerance atol {r.atol:g}, rtol {r.rtol:g}{_held_to_size(r)}) and {because}",
+                   f"tolerance atol {r.tolerance.atol:g}, rtol {r.tolerance.rtol:g}{_held_to_size(r)}) and {because}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))
     return out
@@ -311,7 +284,7 @@ def _in_source_terms(r, where: list) -> str:
 def _held_to_size(r) -> str:
     """', absolute term A: held to the gradient's size' where a vanishing gradient's absolute term is below
     atol (compare.py), so that a mismatch smaller than atol does not read as a contradiction."""
-    if r.absolute is None or not r.absolute < r.atol:
+    if r.absolute is None or not r.absolute < r.tolerance.atol:
         return ""
     return f", absolute term {r.absolute:.3g}: a float64 gradient under {VANISHING['float64']:g} is held to its own size"
 
@@ -324,9 +297,10 @@ def unresolved_findings(results, findings=()) -> list:
     blamed = {p for f in findings if f.severity == "error" for p in f.parameters}
     out = []
     for r in results:
-        why = r.unresolved or (f"{r.fd_unrefined} values still off on the first pass once {len(r.fd_refined)} "
-                               "were refined, the most one check refines" if r.fd_unrefined else None)
-        if why is None or r.name in blamed or not r.passed or r.symbolic_comparison is not None:
+        fd = r.fd
+        why = r.unresolved or (f"{fd.unrefined} values still off on the first pass once {len(fd.refined)} "
+                               "were refined, the most one check refines" if fd.unrefined else None)
+        if why is None or r.name in blamed or not r.passed or r.symbolic is not None:
             continue  # decided otherwise: an error, a failed comparison, the exact symbolic gradient
         out.append(Finding(node=r.name, op="input", cause="fd_unresolved", severity="error",
                            detail=f"finite differences could neither confirm nor clear its gradient ({why}): "
@@ -345,26 +319,28 @@ def undecidable_findings(results, program, findings=()) -> list:
               for p in f.parameters}
     out = []
     for r in results:
-        if not len(r.fd_undecidable) or r.name in kinked:
+        fd = r.fd
+        if not len(fd.undecidable) or r.name in kinked:
             continue
-        flat = r.reference.reshape(-1)
-        first = int(r.fd_undecidable[0])
-        tried = len(r.fd_undecidable) - r.fd_unrefined
+        flat = fd.reference.reshape(-1)
+        first = int(fd.undecidable[0])
+        tried = len(fd.undecidable) - fd.unrefined
         why = []
         if tried:
             why.append(f"{tried} with no trustworthy estimate at any step tried")
-        if r.fd_unrefined:
-            why.append(f"{r.fd_unrefined} still off on the first pass (its error estimate covers rounding only) "
-                       f"after {len(r.fd_refined)} values were refined, the most one check refines")
-        label = ["direction", first] if r.mode == "projection" else \
+        if fd.unrefined:
+            why.append(f"{fd.unrefined} still off on the first pass (its error estimate covers rounding only) "
+                       f"after {len(fd.refined)} values were refined, the most one check refines")
+        projected = fd.mode is FDMode.PROJECTION
+        label = ["direction", first] if projected else \
             [int(i) for i in np.unravel_index(first, r.shape)] if r.shape else []
-        engine = (r.engine_projection if r.mode == "projection" else r.gradient).reshape(-1)[first]
-        what = "directional derivatives" if r.mode == "projection" else "elements"
+        engine = (fd.engine_projection if projected else r.gradient).reshape(-1)[first]
+        what = "directional derivatives" if projected else "elements"
         out.append(Finding(
             node=r.name, op="input", cause="fd_undecidable", severity="warning",
-            detail=f"finite differences cannot decide {len(r.fd_undecidable)} of its {what} ({'; '.join(why)}), "
-                   f"first {label}: the {'first-pass ' if first not in set(r.fd_refined) else ''}estimate "
-                   f"{flat[first]:.8g} (error bound {float(r.fd_error.reshape(-1)[first]):.3g}, engine {engine:.8g}); "
+            detail=f"finite differences cannot decide {len(fd.undecidable)} of its {what} ({'; '.join(why)}), "
+                   f"first {label}: the {'first-pass ' if first not in set(fd.refined) else ''}estimate "
+                   f"{flat[first]:.8g} (error bound {float(fd.error.reshape(-1)[first]):.3g}, engine {engine:.8g}); "
                    "not counted as a mismatch",
             parameters=[r.name], worst=WorstElement(tuple(label), float(engine), float(flat[first]))))
     return out

@@ -350,7 +350,8 @@ class Tracer:
         out.tracer = self
         return out
 
-    def _fresh(self, prefix: str) -> str:
+    def fresh_name(self, prefix: str) -> str:
+        """A name no value of this trace has yet, PREFIX_N (claimed: the next call gives another)."""
         while True:
             self._count += 1
             name = f"{prefix}_{self._count}"
@@ -384,6 +385,11 @@ class Tracer:
         self._inputs.append((node, requires_grad, dtype))
         return Value(self, node)
 
+    def constant_input(self, v: Value) -> None:
+        """Make the input `v` a constant of the graph: its requires_grad cleared (an opaque torch output autograd
+        does not track: torch gives no gradient through it, gradcheck_client/torch/capture.py)."""
+        self._inputs = [(n, False, d) if n is v._node else (n, g, d) for n, g, d in self._inputs]
+
     def param(self, name: str, value, dtype: str | None = None) -> Value:
         """An input whose gradient is checked (requires_grad). Integer data (`t.param("w", 3)`) is taken
         as the trace's float dtype: a parameter is always real-valued; booleans are refused."""
@@ -396,7 +402,7 @@ class Tracer:
         flows through it: the graph records the number, as a stop-gradient would)."""
         if isinstance(value, Value):
             value = value._known()
-        return self.input(name or self._fresh("const"), value)
+        return self.input(name or self.fresh_name("const"), value)
 
     def _lift(self, x, kind: str = "float") -> Value:
         if isinstance(x, Value):
@@ -408,7 +414,7 @@ class Tracer:
             raise TracerError(f"cannot use {type(x).__name__} {x!r} as a value in a trace")
         # a constant takes the kind the op wants at this input: a where mask bool, indices int64,
         # numbers the trace's float dtype
-        return self.input(self._fresh("const"), arr, dtype=self.dtype if kind == "float" else kind)
+        return self.input(self.fresh_name("const"), arr, dtype=self.dtype if kind == "float" else kind)
 
     def apply(self, op: str, *inputs, name: str | None = None, **attrs) -> Value:
         """Record node `op` (any op in the server's registry) on `inputs` with `attrs`."""
@@ -439,7 +445,7 @@ class Tracer:
         if op in _EAGER and all(x.value is not None for x in xs):
             with np.errstate(all="ignore"):
                 value = np.asarray(_EAGER[op](*(x.value for x in xs), **attrs), dtype=np.float64)
-        node = _Node(self._claim(name) if name else self._fresh(op), value)
+        node = _Node(self._claim(name) if name else self.fresh_name(op), value)
         base = None
         if op in VIEW_OPS:  # NumPy gives a view here: in-place updates of either would reach the other
             base = xs[0]._base if xs[0]._base is not None else xs[0]

@@ -12,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from ...engine.program import Step
+from ...oracles.fd_modes import FDMode
 from ...oracles.finite_diff import EPS, STEP_SCALE, element_steps, projection_step
 from ..compare import Tolerance, compare
 from ..fd_check import fd_check
@@ -142,13 +143,13 @@ def one_sided(ctx: Context, r):
     parameter r: the one-sided differences on each side, and the engine's value."""
     fd = ctx.fd
     x = np.asarray(fd.base[r.name], dtype=np.float64).reshape(-1)
-    if r.mode == "projection":
-        dirs = r.directions
-        eng = np.asarray(r.engine_projection)
+    if r.fd.mode is FDMode.PROJECTION:
+        dirs = r.fd.directions
+        eng = np.asarray(r.fd.engine_projection)
         hs = np.full(len(dirs), projection_step(x))
         labels = [("direction", j) for j in range(len(dirs))]
     else:
-        g, ref = r.gradient.reshape(-1), np.asarray(r.reference).reshape(-1)
+        g, ref = r.gradient.reshape(-1), np.asarray(r.fd.reference).reshape(-1)
         bound = ctx.tol.absolute(float(np.max(np.abs(ref)))) + ctx.tol.rtol * np.abs(ref)
         failing = np.flatnonzero(~(np.abs(g - ref) <= bound))[:ONE_SIDED_MAX]
         dirs = np.zeros((failing.size, x.size))

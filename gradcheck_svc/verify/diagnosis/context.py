@@ -15,12 +15,13 @@ from ...backend import get_backend
 from ...engine import forward, prepare_feeds
 from ...engine.program import Program, Step
 from ...graph.ir import Graph
+from ...oracles.fd_modes import FDMode
 from ...oracles.finite_diff import FiniteDifferences
 from ..compare import Tolerance, bounds
 from ..engine_run import EngineRun, run_engine
 from ..findings import parameters_through
 from ..options import VerifyOptions
-from ..report import ParameterResult
+from ..parameter_result import ParameterResult
 
 
 EVIDENCE = 8  # failing elements localization checks one by one
@@ -76,12 +77,12 @@ class Context:
         element). Localization checks these elements themselves: a few random projections of a large
         tensor, where one element moves a value by e / sqrt(n), would lose them."""
         r = next((r for r in self.results if r.name == name), None)
-        if r is None or r.mode != "full" or r.passed or r.fd_error is None:
+        if r is None or r.fd.mode is not FDMode.FULL or r.passed:
             return None
-        g, ref = r.gradient.reshape(-1), np.asarray(r.reference, dtype=np.float64).reshape(-1)
+        g, ref = r.gradient.reshape(-1), np.asarray(r.fd.reference, dtype=np.float64).reshape(-1)
         with np.errstate(all="ignore"):
-            ratio = np.nan_to_num(np.abs(g - ref) / bounds(ref, self.tol, r.fd_error.reshape(-1)), nan=np.inf)
-        ratio[np.asarray(r.fd_undecidable, dtype=np.intp)] = 0.0
+            ratio = np.nan_to_num(np.abs(g - ref) / bounds(ref, self.tol, r.fd.error.reshape(-1)), nan=np.inf)
+        ratio[np.asarray(r.fd.undecidable, dtype=np.intp)] = 0.0
         over = np.flatnonzero(ratio > 1)
         return over[np.argsort(-ratio[over], kind="stable")][:most] if over.size else None
 

@@ -54,7 +54,7 @@ def localization_findings(ctx: Context, known: list[Finding]) -> list[Finding]:
     # So are parameters that pass with values finite differences could not decide (a kink nearer than
     # every step): the walk finds the kink, whose one-sided differences say whether the engine is right.
     fd_only = [r.name for r in ctx.results if r.passed and r.name not in covered and
-               (not getattr(r, "fd_passed", True) or len(r.fd_undecidable) > r.fd_unrefined)]
+               (not r.fd.passed or len(r.fd.undecidable) > r.fd.unrefined)]
     failing += fd_only
     if not failing:
         return []
@@ -133,10 +133,11 @@ def _rounding_notes(ctx: Context, found: list[Finding], rest: list[str], verdict
         if not path or any(v.cause is not None or v.deferred for v in path):
             continue
         r = next(r for r in ctx.results if r.name == p)
+        c, tol = r.fd.comparison, r.tolerance  # against finite differences, the float64 reference
         nodes = list(dict.fromkeys(v.step.name for v in path))
         out.append(Finding(p, "input", "precision", "info",
-                           f"float32 rounding: its gradient is off the float64 reference by {r.max_abs_error:.3g} "
-                           f"(tolerance atol {r.atol:g}, rtol {r.rtol:g}), yet each of the {len(nodes)} nodes on its "
+                           f"float32 rounding: its gradient is off the float64 reference by {c.max_abs_error:.3g} "
+                           f"(tolerance atol {tol.atol:g}, rtol {tol.rtol:g}), yet each of the {len(nodes)} nodes on its "
                            "path is within its float32 rounding band of the float64 reference, checked one by one; "
-                           "pass", [p], WorstElement(tuple(r.worst_index), r.engine_at_worst, r.reference_at_worst)))
+                           "pass", [p], WorstElement(tuple(c.worst_index), c.engine_at_worst, c.reference_at_worst)))
     return out

@@ -100,7 +100,7 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
                        f"{crossing}; {ctx.whose} gradient agrees with the reference that "
                        f"settled it ({'; '.join(sides)}); not a failure", params, None)
     unsure = _symbolic_excused_at_kink(ctx, step, d, exact, params)
-    nan = any(np.isnan(np.asarray(r.symbolic, dtype=np.float64)).any() for r in ctx.results
+    nan = any(np.isnan(np.asarray(r.symbolic.gradient, dtype=np.float64)).any() for r in ctx.results
               if r.name in unsure and r.symbolic is not None)
     symbolic = f"; the symbolic reference is {'NaN' if nan else 'of another convention'} there for " \
         f"{', '.join(unsure)} ({'undefined' if nan else 'the value of its formula'} at the kink) and finite " \
@@ -123,9 +123,9 @@ def _symbolic_excused_at_kink(ctx: Context, step, d: np.ndarray, exact: np.ndarr
     if not rows or d.reshape(-1)[exact].any():
         return []
     for name, r in rows.items():
-        if r.symbolic is None or not r.fd_passed:
+        if r.symbolic is None or not r.fd.passed:
             return []
-        sym = np.asarray(r.symbolic, dtype=np.float64)
+        sym = np.asarray(r.symbolic.gradient, dtype=np.float64)
         nan = np.isnan(sym)
         if nan.any():
             if name not in step.inputs:
@@ -146,7 +146,7 @@ def _symbolic_excused_at_kink(ctx: Context, step, d: np.ndarray, exact: np.ndarr
                 return []
         else:
             return []
-        rest = np.where(nan, r.gradient, r.symbolic)  # those elements judged by FD alone
+        rest = np.where(nan, r.gradient, sym)  # those elements judged by FD alone
         if not compare(r.gradient, rest, ctx.tol).passed:
             return []
     return sorted(rows)

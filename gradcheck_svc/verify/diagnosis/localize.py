@@ -22,9 +22,10 @@ from typing import Callable
 import numpy as np
 
 from ...engine.program import Program, Step
+from ...oracles.fd_modes import FDMode
 from ...oracles.finite_diff import FiniteDifferences, local_vjp, random_directions, refine_local_vjp
 from ..compare import Comparison, Tolerance
-from ..fd_check import elements_check, fd_check
+from ..fd_check import as_referenced, elements_check, fd_check
 from ..findings import WorstElement
 
 FULL_UP_TO = 32  # elements: check every element of an adjoint; above, random projections
@@ -121,10 +122,9 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
             if elements is not None and engine.size > FULL_UP_TO:
                 chk = elements_check(fd, v, engine.reshape(-1), elements, tol)
             else:
-                ref = fd.gradient(v, mode="full" if engine.size <= FULL_UP_TO else "projection",
+                ref = fd.gradient(v, mode=FDMode.FULL if engine.size <= FULL_UP_TO else FDMode.PROJECTION,
                                   directions=DIRECTIONS)
-                eng = engine if ref.mode == "full" else ref.directions @ engine.reshape(-1)
-                chk = fd_check(eng, ref.reference, ref.noise, tol,
+                chk = fd_check(as_referenced(ref, engine), ref.reference, ref.noise, tol,
                                lambda which, settled: fd.refine(v, ref, which, settled))
             cmp = chk.comparison
             if elements is not None and engine.size > FULL_UP_TO:  # the worst element, as an index of v

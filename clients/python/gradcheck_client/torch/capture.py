@@ -314,7 +314,7 @@ class Capture(TorchDispatchMode):
         """Each float output of an opaque call bound to a new parameter holding torch's value."""
         leaves, short = [], label.split("::")[-1].split(".")[0]
         for t in _floats(out):
-            value = self.tracer.param(self.tracer._fresh(f"opaque_{short}"), t.detach().cpu().numpy())
+            value = self.tracer.param(self.tracer.fresh_name(f"opaque_{short}"), t.detach().cpu().numpy())
             self.bind(t, value)
             self.where.setdefault(value.name, self._where())
             leaves.append((t, value))
@@ -330,8 +330,8 @@ class Capture(TorchDispatchMode):
             if untracked and not node.grad_enabled:
                 raise TracerError(f"torch op {node.name} ran on traced values under torch.no_grad at {node.source}: "
                                   "it cannot be checked as an opaque node")
-            for _, v in untracked:  # the tracer's input record, its requires_grad flag cleared
-                self.tracer._inputs = [(n, False, d) if n is v._node else (n, g, d) for n, g, d in self.tracer._inputs]
+            for _, v in untracked:
+                self.tracer.constant_input(v)
             node.outputs = [(t, v) for t, v in node.outputs if t.requires_grad]
             if not node.outputs:
                 self.opaque.remove(node)

@@ -382,11 +382,12 @@ def _function_check(cls, args, server, options) -> dict:
 def _verify(graph, server, options: dict) -> Report:
     if server is None:
         from gradcheck.v1 import service_pb2
-        from gradcheck_svc.server.execute import verify_request
+        from gradcheck_svc.report_proto import client_report
+        from gradcheck_svc.request import run_request
 
         faults = {"faults": list(options["faults"])} if "faults" in options else {}
         request = service_pb2.VerifyRequest(graph=graph, options=service_pb2.VerifyOptions(**{**options, **faults}))
-        return Report.from_proto(verify_request(request).report)
+        return client_report(run_request(request))
     from ..client import Client
 
     if isinstance(server, Client):
