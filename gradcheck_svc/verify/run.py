@@ -269,7 +269,7 @@ def _in_source_terms(r, where: list) -> str:
     """' = fc1.weight[3, 1] (transposed)': the worst element in the names of the framework that made the
     model (the ONNX importer's source_names), where one torch parameter is the initializer one to one."""
     named = [s for s in r.source_names if s.name]
-    if r.mode != "full" or not named:
+    if r.fd.mode is not FDMode.FULL or not named:
         return ""
     if len(named) > 1:
         return f" of the sum of {', '.join(s.name for s in named)} (merged by the exporter)"

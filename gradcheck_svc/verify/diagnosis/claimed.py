@@ -24,6 +24,7 @@ import functools
 
 import numpy as np
 
+from ...oracles.fd_modes import FDMode
 from ..claims import PROVIDED, consistency, consumers_of, localize_claims
 from ..compare import compare
 from ..engine_run import run_engine
@@ -96,10 +97,12 @@ def _rounding_notes(ctx: Context, findings: list[Finding], rounding: "_Rounding"
                    "the whole backward (4x the engine's own float32 backward's distance from the reference)")
         else:
             continue
+        c = r.fd.comparison
         out.append(Finding(p, "input", "precision", "info",
                            f"float32 rounding: its claimed gradient is off the float64 reference by "
-                           f"{r.max_abs_error:.3g} (tolerance atol {r.atol:g}, rtol {r.rtol:g}), yet {how}; pass",
-                           [p], WorstElement(tuple(r.worst_index), r.engine_at_worst, r.reference_at_worst)))
+                           f"{c.max_abs_error:.3g} (tolerance atol {r.tolerance.atol:g}, rtol {r.tolerance.rtol:g}), "
+                           f"yet {how}; pass", [p], WorstElement(tuple(c.worst_index), c.engine_at_worst,
+                                                                 c.reference_at_worst)))
     return out
 
 
@@ -167,9 +170,9 @@ class _Rounding:
         if self.ctx.options.faults:
             return False
         if r.symbolic is not None:
-            ref, slack = np.asarray(r.symbolic, dtype=np.float64), 0.0
-        elif r.mode == "full":
-            ref, slack = np.asarray(r.reference, dtype=np.float64), np.asarray(r.fd_error, dtype=np.float64)
+            ref, slack = np.asarray(r.symbolic.gradient, dtype=np.float64), 0.0
+        elif r.fd.mode is FDMode.FULL:
+            ref, slack = np.asarray(r.fd.reference, dtype=np.float64), np.asarray(r.fd.error, dtype=np.float64)
         else:
             return False  # projections: no element-wise reference to hold the claim to
         if not compare(self.at("float64").engine.gradients[r.name], ref, RULE_TOL, slack).passed:
