@@ -133,7 +133,10 @@ def layouts(model: str, opts: list, counts: list, tmp: Path, single: dict, resul
             results[f"{count} shards"].append((max(c for c, _, _ in shards) + cpu_m, max(w for _, w, _ in shards) + wall_m,
                                                [c for c, _, _ in shards], cpu_m, equal))
         return go
-    cases = {"single": one}
+    def idle():  # a shard with nothing to evaluate (index 999 of 1000): the fixed cost every process pays
+        cpu, wall, _ = run([model, *opts, "--fd-shard-count", "1000", "--fd-out", str(tmp / "idle")], 999)
+        results["idle shard"].append((cpu, wall, [cpu], 0.0, True))
+    cases = {"single": one, "idle shard": idle}
     for c in counts:
         cases[f"{c} shards"] = split(c)
     for name in cases:
@@ -180,14 +183,21 @@ def main() -> None:
         print()
         base = median([r[0] for r in results["single"]])
         print("| layout | slowest shard + merge, CPU s (min / median) | the same, wall s (min / median) "
-              "| slowest shard (median) | merge (median) | single / that (medians, CPU) | report equal |")
+              "| slowest shard (median, CPU s) | merge (median, CPU s) | single / that (medians, CPU) | report equal |")
         print("|---|---|---|---|---|---|---|")
+        fixed = median([r[0] for r in results["idle shard"]])
         for name, rows in results.items():
+            if name == "idle shard":
+                continue
             crit, wall = [r[0] for r in rows], [r[1] for r in rows]
             slow, merge = median([max(r[2]) for r in rows]), median([r[3] for r in rows])
             equal = "—" if name == "single" else ("yes" if all(r[4] for r in rows) else "NO")
             print(f"| {name} | {min(crit):.2f} / {median(crit):.2f} | {min(wall):.2f} / {median(wall):.2f} | "
-                  f"{slow:.2f} | {merge:.2f} | {base / median(crit):.2f}x | {equal} |")
+                  f"{slow:.2f} ({slow - fixed:+.2f}) | {merge:.2f} | {base / median(crit):.2f}x | {equal} |")
+        idle = [r[0] for r in results["idle shard"]]
+        print(f"\nA shard with nothing to evaluate (index 999 of 1000: start-up, import, engine, FD plan), CPU s: "
+              f"{min(idle):.2f} / {median(idle):.2f} (min / median); in parentheses, each slowest shard's median "
+              "less that: its share of the finite differences.")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,12 @@ error. Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanish
 large block, an element whose tolerance is far below its block's) get a second pass with a larger
 step and stricter allowances (_second_pass); what is still unresolved is listed (JointScreen.
 unresolved), and the verification says so (an fd_unresolved finding, the row "undecided").
+
+Split over processes (verify/fd_shards.py): the directions are seeded, so every process makes the same ones,
+and the first pass -- 2 whole-graph forwards per direction, the screen's bulk -- can be evaluated by direction
+elsewhere (screen_share: directions I, I + N, ...; joint_screen's first_pass takes them back), for the screen
+and for the second pass a passing screen takes. What follows the first pass (refining, bisecting, narrowing,
+another second pass) needs the whole result and runs where it is, the code below unchanged.
 """
 from __future__ import annotations
 
