@@ -322,8 +322,10 @@ def _fd_shard(path: str, args, limits, values, options, fd_mode, claims) -> int:
 
     _, summary = _verify_one(path, args, limits, values, options, several=False, fd_mode=fd_mode, claims=claims)
     names = ", ".join(summary["parameters"]) or "none"
+    rows = "".join(f", {m} of the joint screen's {k} directions" if i == 0 else f" (and {m} of {k} in its second pass)"
+                   for i, (m, k) in enumerate(summary["screen_rows"]))
     print(f"fd shard {fd_mode[1]}/{fd_mode[2]}: {len(summary['parameters'])} of the "
-          f"{summary['checked_on_own']} parameters checked on their own ({clip(names, 2000)}) -> {summary['file']}")
+          f"{summary['checked_on_own']} parameters checked on their own ({clip(names, 2000)}){rows} -> {summary['file']}")
     return EXIT_OK
 
 
@@ -445,9 +447,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
         graph, options = prepare(request, limits, **ask)
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
 
-    def from_shards(*args):  # read once the graph validated: a bad graph is named before its shards are
-        return fd_shards.shard_source(fd_shards.read_shards(fd_mode[1], content, options))(*args)
-    return message, run_request(request, limits, **ask, fd_source=from_shards)
+    # read once the graph validated: a bad graph is named before its shards are
+    return message, run_request(request, limits, **ask, fd_source=fd_shards.ShardSource(fd_mode[1], content, options))
 
 
 @contextmanager

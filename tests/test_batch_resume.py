@@ -136,3 +136,39 @@ def test_merge_manifest_errors(capsys, tmp_path, corpus):
     shards(capsys, corpus, out, 1)
     code, _, err = run(capsys, "batch-merge", out, "--manifest", tmp_path / "nope")
     assert code == 2 and err.startswith("gradcheck-svc: error: --manifest: no such file, directory or matching glob")
+
+
+def test_a_timed_out_graph_is_verified_again_on_resume(capsys, tmp_path, corpus):
+    """A time-out is retryable (a slow or crowded node, exit 75's meaning): the shard records it and goes on, and
+    a resumed shard -- same run, same flags -- verifies that graph again instead of keeping the time-out as its
+    answer; the graphs answered otherwise are kept. Once a retry finishes it, the merge reports the answer."""
+    from gradcheck_client import save_graph
+    from grpc_helpers import slow_graph
+
+    save_graph(slow_graph(width=96), corpus / "slow.json")  # tens of seconds of full finite differences
+    out = tmp_path / "out"
+    flags = ("batch", "--manifest", corpus, "--shard-index", 0, "--out", out, "--fd", "full", "--time-limit", 1)
+    code, _, err = run(capsys, *flags)
+    assert code == 0 and "9 graphs, 0 already done, 9 to verify" in err, err
+    results = out / RUN / "shard-0000" / "results"
+    records = {json.loads(p.read_text())["graph"]: p for p in results.glob("*.json")}
+    first = json.loads(records["slow.json"].read_text())
+    assert first["status"] == "timeout"
+    # resumed: only the time-out is verified again (here it times out again: the limit did not change)
+    code, _, err = run(capsys, *flags)
+    assert code == 0 and "9 graphs, 8 already done, 1 to verify" in err and "timeout slow.json" in err, err
+    again = json.loads(records["slow.json"].read_text())
+    assert again["status"] == "timeout" and again["finished_at"] != first["finished_at"]
+    # a graph that timed out on a crowded node (its record as that attempt wrote it) is answered by the resume
+    victim = records["gen-00003.json"]
+    record = json.loads(victim.read_text())
+    assert record["status"] == "pass"
+    record.update(status="timeout", report=None, error="over the per-graph time limit of 1 s (raise it with "
+                                                        "--time-limit)")
+    victim.write_text(json.dumps(record))
+    (corpus / "slow.json").unlink()  # the rest of the set, for the merge to pass
+    code, _, err = run(capsys, *flags)
+    assert code == 0 and "8 graphs, 7 already done, 1 to verify" in err and "pass    gen-00003.json" in err, err
+    assert json.loads(victim.read_text())["status"] == "pass"
+    code, _, err = run(capsys, "batch-merge", out, "--manifest", corpus)
+    assert code == 0 and "8 graphs: 8 pass" in err, err

@@ -1,11 +1,14 @@
-"""One graph's finite differences split over processes, as an Indexed Job runs them (issue 24 item 6): shards
-`gradcheck-svc verify G --fd-shard-count N --fd-out DIR` with JOB_COMPLETION_INDEX set, then `verify G --fd-from
-DIR`, must print the report a single `verify G` prints -- every JSON field but the timings -- for N = 1, 2, 3;
-and a merge refuses, naming them, shards that are missing or were made from another graph, options or version."""
+"""One graph's finite differences split over processes, as an Indexed Job runs them (issue 24 item 6, issue 36
+item 5): shards `gradcheck-svc verify G --fd-shard-count N --fd-out DIR` with JOB_COMPLETION_INDEX set, then
+`verify G --fd-from DIR`, must print the report a single `verify G` prints -- every JSON field but the timings --
+for N = 1, 2, 3, with the joint screen's directions split over the shards (each direction evaluated by exactly
+one) as well as the parameters checked on their own; and a merge refuses, naming them, shards that are missing
+or were made from another graph, options or version."""
 from __future__ import annotations
 
 import io
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -53,10 +56,51 @@ VARIANTS = {
     "auto": (),
     # projections: the merge regenerates each one's directions from the seed
     "projection": ("--fd", "projection", "--directions", "5", "--seed", "3"),
-    # the joint screen, which a corrupted saved value makes flag parameters (checked on their own, split),
-    # then the merge's diagnosis names the node: a failing report, exit 1
+    # the joint screen, its directions split; a corrupted saved value makes it flag parameters (the follow-up:
+    # refined, bisected, checked on their own by the merge), then the merge's diagnosis names the node: exit 1
     "joint-fault": ("--fd", "joint", "--fault", "h1:scale:1.01"),
+    # the joint screen passing, its 7 directions split unevenly (3 shards: 3, 2, 2)
+    "joint": ("--fd", "joint", "--directions", "7"),
 }
+CHAIN = ROOT / "examples" / "graphs" / "chain_256.json"
+
+
+def shard_split(lines: list[str], count: int) -> tuple[list[str], list[tuple[int, int]]]:
+    """From the shards' lines: the parameters each checked on its own, and per shard (its directions of the
+    joint screen, k) -- or None where it ran no screen."""
+    names, rows = [], []
+    for line in lines:
+        share = line.split("(")[1].split(")")[0]
+        names += [] if share == "none" else share.split(", ")
+        m = re.search(r", (\d+) of the joint screen's (\d+) directions", line)
+        rows.append(None if m is None else (int(m.group(1)), int(m.group(2))))
+    return names, rows
+
+
+def check_split(graph: Path, tmp_path: Path, opts: tuple, want: dict, code: int) -> list:
+    """Shards of 1, 2 and 3, each merged: the single process's report every time. Returns the shards' screen rows."""
+    planned = [p["name"] for p in want["parameters"] if not p["fd_checked_by"].startswith("joint")]
+    screened = any(p["fd_checked_by"].startswith("joint") for p in want["parameters"])
+    seen = []
+    for count in (1, 2, 3):
+        out = tmp_path / f"fd-{count}"
+        lines = run_shards(graph, out, count, *opts)
+        split, rows = shard_split(lines, count)
+        # each parameter the plan checks on its own is computed by exactly one shard (those the screen flags, by
+        # the merge: the screen's follow-up)
+        assert sorted(split) == sorted(planned), lines
+        if screened:  # shard i evaluates directions i, i + N, ...: every one of the k by exactly one shard
+            k = rows[0][1]
+            assert [m for m, _ in rows] == [len(range(i, k, count)) for i in range(count)], lines
+        else:
+            assert rows == [None] * count, lines
+        seen.append(rows)
+        assert sorted(p.name for p in out.iterdir()) == [f"fd-shard-{i:04d}-of-{count:04d}.npz" for i in range(count)]
+        merged = cli(str(graph), *opts, "--fd-from", str(out), "--format", "json")
+        assert merged.returncode == code, merged.stderr
+        got = json.loads(merged.stdout)
+        assert without_timings(got) == without_timings(want), f"{count} shards"
+    return seen
 
 
 @pytest.mark.parametrize("variant", VARIANTS)
@@ -69,23 +113,59 @@ def test_split_report_equals_the_single_process_report(tmp_path, variant):
     want = json.loads(single.stdout)
     if variant == "joint-fault":
         assert single.returncode == 1 and want["verdict"] == "fail"
-        assert any(p["fd_checked_by"] != "joint" for p in want["parameters"])  # flagged ones, split below
+        assert any(p["fd_checked_by"] != "joint" for p in want["parameters"])  # flagged: the merge's follow-up
         assert any(f["node"] == "h1" for f in want["findings"])
     else:
         assert single.returncode == 0 and want["verdict"] == "pass"
-    params_on_own = [p["name"] for p in want["parameters"] if p["fd_checked_by"] != "joint"]
-    for count in (1, 2, 3):
-        out = tmp_path / f"fd-{count}"
-        lines = run_shards(graph, out, count, *opts)
-        shares = [line.split("(")[1].split(")")[0] for line in lines]
-        split = [n for s in shares if s != "none" for n in s.split(", ")]
-        # each parameter checked on its own is computed by exactly one shard
-        assert sorted(split) == sorted(params_on_own), lines
-        assert sorted(p.name for p in out.iterdir()) == [f"fd-shard-{i:04d}-of-{count:04d}.npz" for i in range(count)]
-        merged = cli(str(graph), *opts, "--fd-from", str(out), "--format", "json")
-        assert merged.returncode == single.returncode, merged.stderr
-        got = json.loads(merged.stdout)
-        assert without_timings(got) == without_timings(want), f"{count} shards"
+    check_split(graph, tmp_path, opts, want, single.returncode)
+
+
+def test_chain_256_split_by_direction_equals_the_single_process(tmp_path):
+    """chain_256 under the default --fd auto: 505 tensors screened jointly (16 directions, and a second pass of 8
+    over the blocks the first cannot resolve), the 7 cheapest in full. The shards split both passes' directions
+    and the 7 full checks; the merge evaluates no direction of its own and prints the single process's report."""
+    want = json.loads(cli(str(CHAIN), "--format", "json").stdout)
+    assert want["verdict"] == "pass"
+    assert sum(p["fd_checked_by"] == "joint" for p in want["parameters"]) == 505
+    rows = check_split(CHAIN, tmp_path, (), want, 0)
+    assert rows[1] == [(8, 16), (8, 16)] and rows[2] == [(6, 16), (5, 16), (5, 16)]
+    lines = run_shards(CHAIN, tmp_path / "again", 2)
+    assert all("(and 4 of 8 in its second pass)" in line for line in lines), lines  # the second pass split too
+
+
+def test_the_merge_reads_the_screen_s_directions_from_the_shards(tmp_path):
+    """The merge does not evaluate the screen's directions again: a first-pass value changed in a shard's file
+    is the value the merged report shows for that direction (every joint row shows the whole's), and a
+    direction held by two shards, or by none, is refused."""
+    graph = tmp_path / "mlp.json"
+    graph.write_text(mlp())
+    opts = ("--fd", "joint", "--directions", "6")
+    out = tmp_path / "fd"
+    run_shards(graph, out, 2, *opts)
+    good = json.loads(cli(str(graph), *opts, "--fd-from", str(out), "--format", "json").stdout)
+    path = out / "fd-shard-0001-of-0002.npz"
+    original = path.read_bytes()
+    rows = {}
+
+    def bump(meta, arrays):
+        rows["r"] = int(arrays["screen0.rows"][0])
+        # far inside what the direction is allowed (no refinement, no flag): the row shows it as it is
+        arrays["screen0.values"] = arrays["screen0.values"] * np.array([1 + 1e-12, 1, 1])
+    rewrite(path, bump)
+    r = cli(str(graph), *opts, "--fd-from", str(out), "--format", "json")
+    got = json.loads(r.stdout)
+    assert rows["r"] == 1  # shard 1 of 2 holds directions 1, 3, 5
+    before = np.asarray(good["parameters"][0]["reference"])
+    after = np.asarray(got["parameters"][0]["reference"])
+    assert good["parameters"][0]["fd_checked_by"] == "joint" and after[1] != before[1]
+    assert np.array_equal(np.delete(after, 1), np.delete(before, 1))
+    for change in (lambda meta, arrays: arrays.update({"screen0.rows": arrays["screen0.rows"] - 1}),  # 0, 2, 4 twice
+                   lambda meta, arrays: meta.update(screens=[])):  # 1, 3, 5 by none
+        path.write_bytes(original)
+        rewrite(path, change)
+        r = cli(str(graph), *opts, "--fd-from", str(out))
+        assert r.returncode == 2 and "the joint screen's directions are not split once over every shard" in r.stderr, \
+            r.stderr
 
 
 def test_merge_refuses_missing_foreign_and_mismatched_shards(tmp_path):

@@ -22,7 +22,8 @@ renamed over its final name and the directory fsync'ed; in an object store it
 is one PUT of one object. Either way a reader (the merge, or the same shard
 restarted after SIGKILL or OOM) sees either nothing or the whole file, never
 half of one. A restarted shard skips graphs whose record exists and is whole
-(schema.py); a damaged one is verified again and replaced.
+(schema.py); a damaged one is verified again and replaced, and so is a time-out's
+(RETRIED: a retry may finish it).
 """
 from __future__ import annotations
 
@@ -38,6 +39,10 @@ from .location import ObjectPath, prefetch
 from .schema import Damaged, check_record, check_unit, parse
 
 RUNS = "runs"
+# statuses a resumed unit verifies again (the record replaced): a time-out measures the node it ran on (slow,
+# crowded) as much as the graph -- retryable, as an exit 75 is -- while pass, fail, invalid and error are the
+# graph's own answer under this key
+RETRIED = ("timeout",)
 RESULTS = "results"
 UNIT_FILE = "unit.json"
 ENDED_FILE = "ended.json"  # how the unit's latest attempt ended: what a waiting merge (--wait) watches
@@ -195,7 +200,8 @@ class UnitStore:
         return self.results / f"{key}.json"
 
     def done(self, key: str) -> bool:
-        """A whole, valid record answers this key (a damaged one does not: the graph is verified again)."""
+        """A whole, valid record answers this key, and not with a time-out (a damaged one or a time-out's does
+        not: the graph is verified again)."""
         return self._whole(self.record_path(key), key)
 
     def done_many(self, keys) -> set[str]:
@@ -212,7 +218,7 @@ class UnitStore:
             return False
         except Damaged:
             return False
-        return key_of(record) == key
+        return key_of(record) == key and record["status"] not in RETRIED
 
     def write(self, record: dict) -> None:
         write_json(self.record_path(key_of(record)), record)

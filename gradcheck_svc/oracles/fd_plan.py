@@ -21,8 +21,9 @@ import numpy as np
 from ..backend import NUMPY
 from ..engine import forward_batched
 from ..ops.slices import one_hot
+from .fd_modes import FDMode
 
-MODES = ("auto", "full", "projection", "joint")
+MODES = tuple(m.value for m in FDMode)  # the fd option's values: auto, then the three modes
 
 # auto's full checks next to the joint screen: the cheapest parameters, while their values together
 # stay within this share of the joint pass's. Counted in values, a full check's one-element copies
@@ -176,7 +177,7 @@ class FDPlan:
     values: float = 0.0
     forward_values: int = 1  # values one forward of the graph (downstream of its parameters) evaluates
 
-    def __getitem__(self, p: str) -> str:
+    def __getitem__(self, p: str) -> FDMode:
         return self.modes[p]
 
     def get(self, p: str, default=None):
@@ -207,14 +208,14 @@ def plan(costs: Costs, options: FDOptions) -> FDPlan:
     modes = _auto_modes(costs, options) if options.mode == "auto" else {p: options.mode for p in params}
     k = options.directions
     forwards, values = 0, 0.0
-    if any(m == "joint" for m in modes.values()):
+    if any(m == FDMode.JOINT for m in modes.values()):
         forwards, values = 2 * k, costs.joint_cost(k)
     for p, m in modes.items():
         if not costs.reaches_loss(p):  # its gradient is zero without a difference taken
             continue
-        if m == "full":
+        if m == FDMode.FULL:
             forwards, values = forwards + 2 * costs.size(p), values + costs.full_cost(p)
-        elif m == "projection":
+        elif m == FDMode.PROJECTION:
             forwards, values = forwards + 2 * k, values + costs.projection_cost(p, k)
     return FDPlan(options.mode, modes, k, forwards, values, costs.forward_values())
 
@@ -232,8 +233,8 @@ def _auto_modes(costs: Costs, options: FDOptions) -> dict[str, str]:
     # above the size threshold, the joint screen rather than projections of each parameter: the same 2k
     # forwards, and a flag is narrowed to elements (verify/joint_check.py) -- a few random projections
     # would not see one wrong element of 10^5 (it moves each by e / sqrt(n))
-    modes = {p: "joint" if costs.size(p) > options.projection_threshold else "full" for p in params}
-    rest = [p for p in params if modes[p] == "full"]
+    modes = {p: FDMode.JOINT if costs.size(p) > options.projection_threshold else FDMode.FULL for p in params}
+    rest = [p for p in params if modes[p] == FDMode.FULL]
     dense = {p: costs.dense_full_cost(p) for p in rest}
     budget = min(options.full_cost_budget, (1 + JOINT_FULL_SHARE) * joint)
     if len(rest) == len(params) and _fits(costs, dense, budget):
@@ -244,7 +245,7 @@ def _auto_modes(costs: Costs, options: FDOptions) -> dict[str, str]:
             break
         cheap.add(p)
         spent += dense[p]
-    return {p: "full" if p in cheap else "joint" for p in params}
+    return {p: FDMode.FULL if p in cheap else FDMode.JOINT for p in params}
 
 
 def _fits(costs: Costs, dense: dict, budget: float) -> bool:
@@ -264,9 +265,9 @@ def _fits(costs: Costs, dense: dict, budget: float) -> bool:
     return total <= budget
 
 
-def own_mode(costs: Costs, options: FDOptions, param: str) -> str:
+def own_mode(costs: Costs, options: FDOptions, param: str) -> FDMode:
     """How to check one parameter on its own (a joint one the screen flagged): full unless it is over the
     size threshold or its full check alone would exceed the cost budget."""
     if costs.size(param) > options.projection_threshold or costs.full_cost(param) > options.full_cost_budget:
-        return "projection"
-    return "full"
+        return FDMode.PROJECTION
+    return FDMode.FULL

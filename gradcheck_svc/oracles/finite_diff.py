@@ -82,6 +82,7 @@ from .fd_formulas import (EPS, STEP_SCALE, Moves, Refined, central, element_step
                           projection_step, random_directions)
 from .fd_joint import JointDirections
 from .fd_local import local_one_sided, local_vjp, refine_local_vjp
+from .fd_modes import FDMode
 from .fd_plan import MODES, Costs, FDOptions, FDPlan, own_mode, plan
 
 __all__ = ["EPS", "MODES", "STEP_SCALE", "FDOptions", "FDPlan", "FDResult", "FiniteDifferences", "JointDirections",
@@ -95,7 +96,7 @@ JOINT_CHUNK_BYTES = 32 * 2**20
 
 @dataclass
 class FDResult:
-    mode: str  # "full" | "projection" | "joint"
+    mode: FDMode  # FULL | PROJECTION | JOINT
     reference: np.ndarray  # full: dL/dp (shape of p); projection: directional derivatives (k,)
     noise: np.ndarray  # estimated error of each reference value (first pass: rounding; refined: both)
     directions: np.ndarray | None = None  # projection: (k, n) unit vectors
@@ -119,11 +120,11 @@ class FiniteDifferences:
 
     # -- the plan and its cost model (fd_plan.py) --
 
-    def mode_for(self, param: str) -> str:
+    def mode_for(self, param: str) -> FDMode:
         """The parameter's mode in the plan: full | projection | joint."""
         return self.plan[param]
 
-    def own_mode(self, param: str) -> str:
+    def own_mode(self, param: str) -> FDMode:
         """How to check one parameter on its own (a joint one the screen flagged): full | projection."""
         return own_mode(self.costs, self.options, param)
 
@@ -201,17 +202,17 @@ class FiniteDifferences:
         re-runs only what is downstream). mode/directions override the options for this call."""
         if not self.costs.reaches_loss(param):
             shape = self.program.shapes[param]  # the loss does not depend on it
-            return FDResult("full", np.zeros(shape), np.zeros(shape))
+            return FDResult(FDMode.FULL, np.zeros(shape), np.zeros(shape))
         mode = mode or self.plan.get(param, self.options.mode)
         if mode == "auto":  # an intermediate value
-            mode = "full"
-        elif mode == "joint":
+            mode = FDMode.FULL
+        elif mode == FDMode.JOINT:
             mode = self.own_mode(param)
-        if mode == "projection":
+        if mode == FDMode.PROJECTION:
             return self._projection(param, directions or self.options.directions)
         shape = np.shape(self.base[param])
         every = self.elements(param, np.arange(int(np.prod(shape, dtype=np.int64))))
-        return FDResult("full", every.reference.reshape(shape), every.noise.reshape(shape),
+        return FDResult(FDMode.FULL, every.reference.reshape(shape), every.noise.reshape(shape),
                         evaluations=every.evaluations)
 
     def elements(self, param: str, index: np.ndarray) -> FDResult:
@@ -225,7 +226,7 @@ class FiniteDifferences:
             losses = self.one_hot_losses(param, np.concatenate([index, index]), np.concatenate([x + h, x - h]))
         with np.errstate(all="ignore"):  # inf - inf: the verifier reports NaN/Inf itself
             ref = central(losses[:index.size], losses[index.size:], h)
-        return FDResult("full", ref, self.noise(h), evaluations=2 * index.size)
+        return FDResult(FDMode.FULL, ref, self.noise(h), evaluations=2 * index.size)
 
     def _projection(self, param: str, k: int) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64)
@@ -239,7 +240,7 @@ class FiniteDifferences:
         losses = self.losses_of(param, 2 * k, rows_of)
         with np.errstate(all="ignore"):
             ref = central(losses[:k], losses[k:], h)
-        return FDResult("projection", ref, np.full(k, self.noise(h)), directions=v, evaluations=2 * k)
+        return FDResult(FDMode.PROJECTION, ref, np.full(k, self.noise(h)), directions=v, evaluations=2 * k)
 
     def joint_directions(self, params: list[str], k: int | None = None) -> JointDirections:
         """k directions over `params`: per block random signs (seeded by the options' seed), each row
@@ -264,7 +265,7 @@ class FiniteDifferences:
         losses = self.joint_losses(params, 2 * m, rows_of)
         with np.errstate(all="ignore"):
             ref = central(losses[:m], losses[m:], h)
-        return FDResult("joint", ref, np.full(m, self.noise(h)), evaluations=2 * m)
+        return FDResult(FDMode.JOINT, ref, np.full(m, self.noise(h)), evaluations=2 * m)
 
     # -- refinement (fd_formulas.ladder) and one-sided differences, of what the first pass took --
 
@@ -278,7 +279,7 @@ class FiniteDifferences:
         def evaluate(stack):
             losses = self.losses(param, stack.reshape((len(stack),) + np.shape(self.base[param])))
             return losses, np.abs(losses)
-        if result.mode == "full":
+        if result.mode == FDMode.FULL:
             return ladder(evaluate, self.loss, Moves(flat, index=which), element_steps(flat[which]), which, settled)
         return ladder(evaluate, self.loss, Moves(flat, directions=result.directions[which]),
                       np.full(which.size, projection_step(flat)), which, settled)

@@ -1,33 +1,46 @@
 """One graph's finite differences split over processes (a Job's indices), merged into the report one process gives.
 
-A large model's verification is mostly finite differences of the parameters checked on their own (every
-parameter the plan checks in full or projected, and every one the joint screen flags). Those are
-independent of one another, so they are the unit split here:
+A large model's verification is mostly finite differences: the joint screen's first pass (2k forwards of the
+whole graph along k directions spanning every screened parameter, verify/joint_check.py) and the parameters
+checked on their own (every parameter the plan checks in full or projected). Both are split here, in one wave
+of shards and one merge (no second fan-in):
 
     shard I of N   runs what every process needs to agree on the work -- the engine (forward, backward), the
-                   FD oracle's base forward and plan, the joint screen -- then the per-parameter differences
-                   (parameter_fd, the function verify() itself calls) of the parameters assigned to it, and
-                   writes them as one file, DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write)
-    the merge      runs verify() as one process would, each parameter's differences read from its shard
-                   instead of computed (verify(fd_source=...)); the symbolic oracle, comparisons, diagnosis
-                   and the report are the single process's code, unchanged
+                   FD oracle's base forward and plan -- then its share: the screen's first-pass differences along
+                   directions I, I + N, I + 2N, ... of the k (the directions are seeded: every process makes
+                   the same ones, and shard I evaluates its rows of them; joint_check.screen_share), the same
+                   rows of the screen's second pass as a passing screen takes it, and the per-parameter
+                   differences (parameter_fd, the function verify() itself calls) of the parameters the plan
+                   checks on their own that are assigned to it; it writes them as one file,
+                   DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write)
+    the merge      runs verify() as one process would, the screen's first passes and each planned parameter's
+                   differences read from the shards instead of computed (verify(fd_source=ShardSource(...)));
+                   the follow-up -- refining the screen's failing directions, bisecting them to the parameters
+                   they flag, narrowing those, their own checks, a second pass other than the one the shards
+                   took -- is the single process's code, run here: it needs the whole screen's result, which
+                   only the merge has, and it is small next to the first pass where the screen passes (a
+                   graph that fails is diagnosed by the merge anyway)
 
-Assignment is deterministic and balanced by cost: the parameters in the graph's order, costliest first (values
-evaluated, as the plan counts them: a full check measured on one sliced copy, a projection 2k copies of what is
-downstream), each to the shard with the least cost so far (ties: the lower index). The first pass's
-refinement is not counted (it is only known once it runs).
+Assignment is deterministic. The screen's directions by stride (each costs the same: 2 whole-graph forwards);
+the parameters in the graph's order, costliest first (values evaluated, as the plan counts them: a full
+check measured on one sliced copy, a projection 2k copies of what is downstream), each to the shard with the
+least cost so far (ties: the lower index). The first pass's refinement is not counted (it is only known once
+it runs).
 
 Faithful or refused. Each shard file carries the graph's content sha256, the options' sha256 and the gradcheck
 version (batch/store.py's keying); the merge refuses, naming them, shards that are missing, duplicated, of
 another count, or made from another graph, options or version. Each also carries digests of what it computed
-against: the loss, the joint screen's outcome, the list of parameters checked on their own and each of its
-parameters' engine gradient; the merge recomputes them and refuses any that differ (a non-deterministic
-engine would otherwise pair one process's differences with another's gradient). A projection's directions are
-not stored (16 x the parameter's size): the merge regenerates them from the seed and checks their digest.
+against: the loss and the list of parameters planned on their own, each of its parameters' engine gradient,
+and per screen pass a key of its directions (parameters, count, step, block weights: with the seed and the
+graph they fix every sign); the merge recomputes them and refuses any that differ (a non-deterministic engine
+would otherwise pair one process's differences with another's gradient); a screen pass whose key the merge
+does not ask for is not used, so a second pass the shards guessed wrong costs time, never the answer. A
+projection's directions are not stored (16 x the parameter's size): the merge regenerates them from the seed
+and checks their digest. Every row of a screen pass must come from exactly one shard.
 
-What is not split: the joint screen (2k whole-graph forwards, plus its bisection where the whole disagrees)
-runs in every shard and in the merge, and so do the engine and the symbolic oracle's budget check; the merge
-alone runs the symbolic oracle and the diagnosis (localization's differences, only where a parameter fails).
+What is not split: every shard and the merge run the engine and the FD oracle's plan (the fixed cost); the
+merge alone runs the symbolic oracle, the screen's follow-up and the diagnosis (localization's differences,
+only where a parameter fails).
 """
 from __future__ import annotations
 
@@ -49,10 +62,11 @@ from . import claims, fd_record
 from ..text import clip
 from .compare import Tolerance
 from .engine_run import run_engine
-from .run import fd_plan, parameter_fd
+from .joint_check import screen_share, usable
+from .run import parameter_fd
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
-FORMAT = 1
+FORMAT = 2  # 2: the joint screen split by direction ("screens")
 # options that only record (the memory timeline, for a plot or page) never change a value: not keyed
 UNKEYED = ("memory_timeline",)
 
@@ -83,21 +97,25 @@ def _digest(*arrays) -> str:
     return h.hexdigest()
 
 
-def _screen_digest(fd, screen, own) -> str:
-    """What every process must agree on before the work is split: the loss, the screen's outcome, the work."""
-    parts = [np.float64(fd.loss), np.array(own, dtype=str)]
-    if screen is not None:
-        parts += [np.array(screen.params, dtype=str), np.array(screen.flagged, dtype=str), screen.reference,
-                  screen.error, np.int64(screen.evaluations)]
-    return _digest(*parts)
+def _work_digest(fd, own) -> str:
+    """What every process must agree on before the work is split: the loss, the parameters planned on their own
+    (the rest are screened jointly)."""
+    return _digest(np.float64(fd.loss), np.array(own, dtype=str))
+
+
+def screen_key(dirs, params) -> str:
+    """A screen pass's directions: its parameters, their count, the step and each block's weight (the signs
+    follow from these, the seed and the graph, all keyed)."""
+    return _digest(np.array(params, dtype=str), np.int64(dirs.k), np.float64(dirs.step),
+                   np.array([dirs.weight[p] for p in params], dtype=np.float64))
 
 
 def _cost(fd, p: str) -> float:
     mode = fd.mode_for(p)
-    if mode == "joint":  # flagged by the screen: checked as gradient() checks it on its own
+    if mode is FDMode.JOINT:  # flagged by the screen: checked as gradient() checks it on its own
         mode = fd.own_mode(p)
-    if mode == "projection":
-        return 2.0 * fd.options.directions * fd.row_bytes(p) / 8
+    if mode is FDMode.PROJECTION:
+        return fd.costs.projection_cost(p, fd.options.directions)
     return fd.full_cost(p)
 
 
@@ -114,21 +132,24 @@ def assign(costs: list[float], count: int) -> list[int]:
 
 def _setup(graph, options):
     """As verify() sets up: the gradients under test (the engine's, or the graph's claims), the oracle, the
-    tolerance, the joint screen and the parameters checked on their own. `options` were checked at the edge
-    (request.verify_options)."""
+    tolerance, the parameters the joint screen takes (none where it is not usable: then every parameter is
+    checked on its own, run.fd_plan) and those the plan checks on their own. `options` were checked at the
+    edge (request.verify_options)."""
     dtype = options.dtype or graph.declared_float_dtype
     engine = run_engine(graph, options, dtype, profile=False)  # the gradients only: a shard reports no memory
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
     subject = claims.subject_gradients(graph, engine.gradients)
-    _, screen, own = fd_plan(fd, subject, graph, tol)
-    return subject, fd, tol, screen, own
+    joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
+    screened = joint if usable(fd, subject, joint) else []
+    own = [p for p in graph.parameters if p not in screened]
+    return subject, fd, tol, screened, own
 
 
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
-    subject, fd, tol, screen, own = _setup(graph, options)
+    subject, fd, tol, screened, own = _setup(graph, options)
     where = assign([_cost(fd, p) for p in own], count)
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
@@ -140,7 +161,9 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
                        "directions": None if ref.directions is None else _digest(ref.directions)})
         arrays.update({f"{i}.{field}": a for field, a in record.items()})
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
-            "shard_count": count, "work": _screen_digest(fd, screen, own), "parameters": params}
+            "shard_count": count, "work": _work_digest(fd, own), "parameters": params}
+    screens = screen_share(fd, subject, screened, tol, index, count) if screened else []
+    _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
     buf = io.BytesIO()
     np.savez(buf, **arrays)
@@ -148,7 +171,18 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     root.mkdir(parents=True, exist_ok=True)
     path = root / shard_file(index, count)
     atomic_write(path, buf.getvalue())
-    return {"file": str(path), "parameters": mine, "checked_on_own": len(own)}
+    return {"file": str(path), "parameters": mine, "checked_on_own": len(own),
+            "screen_rows": [(len(rows), dirs.k) for dirs, _, rows, _ in screens]}
+
+
+def _add_screens(meta: dict, arrays: dict, screens: list) -> None:
+    """A shard's rows of each screen pass (joint_check.screen_share): meta["screens"][j] its key and
+    direction count, arrays screen{j}.rows / screen{j}.values."""
+    meta["screens"] = []
+    for j, (dirs, params, rows, values) in enumerate(screens):
+        meta["screens"].append({"key": screen_key(dirs, params), "k": int(dirs.k)})
+        arrays[f"screen{j}.rows"] = np.asarray(rows, dtype=np.int64)
+        arrays[f"screen{j}.values"] = np.asarray(values, dtype=np.float64)
 
 
 # what a damaged (truncated, overwritten, foreign) file raises on the way in: not a zip, a member cut short
@@ -203,7 +237,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
     want = identity(graph_sha256, options)
     what = {"graph_sha256": "another graph", "options_sha256": "other options",
             "gradcheck_version": "another gradcheck version"}
-    params, work = {}, {}
+    params, work, screens = {}, {}, {}
     for name, (index, _, f) in sorted(found.items()):
         meta, arrays = _load(f)
         if meta.get("shard_index") != index or meta.get("shard_count") != count:
@@ -220,24 +254,80 @@ def read_shards(src, graph_sha256: str, options) -> dict:
                                   field="--fd-from")
             params[p["name"]] = (p, {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(f"{i}.")},
                                  name)
-    return {"params": params, "work": work, "count": count}
+        _read_screens(name, meta, arrays, screens)
+    return {"params": params, "work": work, "count": count, "screens": screens}
+
+
+def _read_screens(name: str, meta: dict, arrays: dict, screens: dict) -> None:
+    """screens: key -> (k, {shard file: (rows, values)}), this shard's rows added."""
+    try:
+        for j, entry in enumerate(meta.get("screens", [])):
+            rows, values = arrays[f"screen{j}.rows"], arrays[f"screen{j}.values"]
+            if rows.shape != values.shape or rows.ndim != 1 or not np.all((rows >= 0) & (rows < entry["k"])):
+                raise ValueError(f"screen pass {j}: rows and values do not match")
+            screens.setdefault(entry["key"], (int(entry["k"]), {}))[1][name] = (rows, values)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise OptionError(f"{name}: damaged or not a finite-difference shard ({clip(str(exc), 200)}); run its "
+                          "shard again", field="--fd-from") from None
+
+
+def screen_values(shards: dict, dirs, params) -> np.ndarray | None:
+    """The first pass along every direction of dirs over `params`, assembled from the shards' rows; None when
+    no shard evaluated this pass (the merge evaluates it: a screen's second pass other than the shards')."""
+    entry = shards["screens"].get(screen_key(dirs, params))
+    if entry is None:
+        return None
+    k, parts = entry
+    values, seen = np.zeros(dirs.k), np.zeros(dirs.k, np.int64)
+    for rows, v in parts.values():
+        values[rows] = v
+        np.add.at(seen, rows, 1)
+    if k != dirs.k or len(parts) != shards["count"] or not np.all(seen == 1):
+        held = ", ".join(sorted(parts))
+        raise OptionError(f"the joint screen's directions are not split once over every shard (held by {held}); "
+                          "re-run the shards", field="--fd-from")
+    return values
+
+
+class ShardSource:
+    """verify()'s fd_source for a merge: the shards under `src` (read when first needed, once the graph
+    validated: a bad graph is named before its shards are), the joint screen's first passes
+    (joint_values) and each planned parameter's differences (called as fd_source) from them."""
+
+    def __init__(self, src, graph_sha256: str, options):
+        self._read = (src, graph_sha256, options)
+        self._shards = None
+
+    def shards(self) -> dict:
+        if self._shards is None:
+            self._shards = read_shards(*self._read)
+        return self._shards
+
+    def joint_values(self, dirs, params):
+        return screen_values(self.shards(), dirs, params)
+
+    def __call__(self, fd, screen, own, tol):
+        return shard_source(self.shards())(fd, screen, own, tol)
 
 
 def shard_source(shards: dict):
-    """verify()'s fd_source: each parameter's differences from its shard, after checking that this process
-    agrees with every shard on the work (loss, screen, parameters) and with each one's engine gradient."""
+    """verify()'s fd_source: each planned parameter's differences from its shard, after checking that this
+    process agrees with every shard on the work (loss, parameters) and with each one's engine gradient; the
+    parameters the joint screen flagged are its follow-up, computed here."""
     def source(fd, screen, own, tol):
-        here = _screen_digest(fd, screen, own)
+        planned = [p for p in own if screen is None or p not in screen.params]
+        here = _work_digest(fd, planned)
         off = sorted(n for n, w in shards["work"].items() if w != here)
         if off:
-            raise OptionError(f"{', '.join(off)}: computed against another loss, joint screen or parameter list "
-                              "than this process's (a non-deterministic forward?); re-run the shards",
-                              field="--fd-from")
-        absent = [p for p in own if p not in shards["params"]]
+            raise OptionError(f"{', '.join(off)}: computed against another loss or parameter list than this "
+                              "process's (a non-deterministic forward?); re-run the shards", field="--fd-from")
+        absent = [p for p in planned if p not in shards["params"]]
         if absent:
             raise OptionError(f"no shard holds parameter '{absent[0][:200]}'", field="--fd-from")
 
         def lookup(name, g):
+            if name not in planned:  # flagged by the screen: its follow-up, here
+                return parameter_fd(fd, name, g, tol)
             p, a, file = shards["params"][name]
             if _digest(g) != p["gradient"]:
                 raise OptionError(f"{file}: parameter '{name[:200]}' was checked against another engine gradient "

@@ -37,6 +37,12 @@ error. Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanish
 large block, an element whose tolerance is far below its block's) get a second pass with a larger
 step and stricter allowances (_second_pass); what is still unresolved is listed (JointScreen.
 unresolved), and the verification says so (an fd_unresolved finding, the row "undecided").
+
+Split over processes (verify/fd_shards.py): the directions are seeded, so every process makes the same ones,
+and the first pass -- 2 whole-graph forwards per direction, the screen's bulk -- can be evaluated by direction
+elsewhere (screen_share: directions I, I + N, ...; joint_screen's first_pass takes them back), for the screen
+and for the second pass a passing screen takes. What follows the first pass (refining, bisecting, narrowing,
+another second pass) needs the whole result and runs where it is, the code below unchanged.
 """
 from __future__ import annotations
 
@@ -45,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..oracles.finite_diff import element_steps
+from ..oracles.finite_diff import FDResult, element_steps
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
 
@@ -99,11 +105,11 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dic
     return out
 
 
-def _check_rows(fd, dirs, group, rows, eng, floor, tol):
+def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None):
     """fd_check of the directional derivatives of dirs' `rows` restricted to the blocks `group` against
     the engine's `eng`, each held to floor + its FD error: (the check, which rows fail or are
-    undecided, how far off each is in floors)."""
-    ref = fd.joint(dirs, group, rows)
+    undecided, how far off each is in floors). given: their first pass, evaluated elsewhere."""
+    ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, given)
     chk = fd_check(eng, ref.reference, ref.noise, tol,
                    lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
     failing = _over(eng, chk.reference, floor + chk.error)
@@ -113,11 +119,9 @@ def _check_rows(fd, dirs, group, rows, eng, floor, tol):
     return chk, failing, ratio
 
 
-def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float = 1.0,
-                 resolve: bool = True) -> JointScreen:
-    """step_scale: the directions' step times this, and each block held to no more than its strictest
-    element's own bound allows (_allowed: the second pass over the blocks the first could not resolve);
-    resolve: whether blocks still unresolved get that second pass (else they are listed)."""
+def _directions(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float, resolve: bool):
+    """The screen's directions, each block weighted (below), and what each block allows per direction:
+    (JointDirections, p -> a_jp^2 (k,))."""
     # the second pass needs fewer directions: one element's error moves every direction alike
     dirs = fd.joint_directions(params, None if resolve else max(4, fd.options.directions // 2))
     dirs.step *= step_scale
@@ -134,15 +138,31 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     for p in params:
         if scale[p] > target:
             dirs.weight[p] *= target / scale[p]
-    a2 = {p: np.full(dirs.k, dirs.weight[p] ** 2 * allowed[p]) for p in params}
+    return dirs, {p: np.full(dirs.k, dirs.weight[p] ** 2 * allowed[p]) for p in params}
+
+
+def _floor(a2: dict, group: list[str], rows: np.ndarray, ceiling) -> np.ndarray:
+    """What the group's directional derivatives `rows` are allowed (the root mean square of its blocks'),
+    never above ceiling."""
+    return np.minimum(np.sqrt(np.mean([a2[p][rows] for p in group], axis=0)), ceiling)
+
+
+def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float = 1.0,
+                 resolve: bool = True, first_pass=None) -> JointScreen:
+    """step_scale: the directions' step times this, and each block held to no more than its strictest
+    element's own bound allows (_allowed: the second pass over the blocks the first could not resolve);
+    resolve: whether blocks still unresolved get that second pass (else they are listed).
+    first_pass(dirs, params) -> (k,) values or None: the whole's first-pass differences along every direction
+    where they were evaluated elsewhere (fd_shards.py: the directions split over processes; None: here)."""
+    dirs, a2 = _directions(fd, gradients, params, tol, step_scale, resolve)
     c = {p: dirs.project(p, gradients[p]) for p in params}  # the engine's projections (k,)
     before = fd.joint_rows
 
-    def check(group, rows, ceiling):
+    def check(group, rows, ceiling, given=None):
         """The group's rows checked, its floor never above ceiling: (check, floor, failing, ratio)."""
         eng = np.sum([c[p][rows] for p in group], axis=0)
-        floor = np.minimum(np.sqrt(np.mean([a2[p][rows] for p in group], axis=0)), ceiling)
-        chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol)
+        floor = _floor(a2, group, rows, ceiling)
+        chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol, given)
         return chk, floor, failing, ratio
 
     flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
@@ -162,7 +182,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
             bisect(half, rows[failing], floor[failing])
 
     every = np.arange(dirs.k)
-    top, top_floor, failing, ratio = check(params, every, np.inf)
+    top, top_floor, failing, ratio = check(params, every, np.inf, first_pass and first_pass(dirs, params))
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
         bisect(params, rows, top_floor[rows])
@@ -181,7 +201,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     screen.unresolved = {p: r for p, r in _unresolved(fd, dirs, gradients, params, reach, tol).items()
                          if p not in flagged}
     if resolve and screen.unresolved:
-        _second_pass(fd, gradients, tol, screen)
+        _second_pass(fd, gradients, tol, screen, first_pass)
     screen.evaluations = fd.joint_rows - before
     return screen
 
@@ -203,16 +223,53 @@ def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol:
     return out
 
 
-def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen) -> None:
+def _evaluated_elsewhere(fd, dirs, values) -> FDResult:
+    """A first pass another process evaluated, as fd.joint gives it (its error the rounding term of the
+    step) and counted as evaluated: a report counts the work its verdict rests on, wherever it ran."""
+    m = len(values)
+    fd.joint_rows += 2 * m
+    return FDResult("joint", np.asarray(values, dtype=np.float64), np.full(m, fd.noise(dirs.step)),
+                    evaluations=2 * m)
+
+
+def _second_plan(params: list[str], unresolved: dict) -> tuple[list[str], float]:
+    """The second pass's blocks (those unresolved, in the screen's order) and its step scale."""
+    worst = max(r for _, r in unresolved.values())
+    return [p for p in params if p in unresolved], min(MAX_STEP_SCALE, 2 * worst)
+
+
+def screen_share(fd, gradients: dict, params: list[str], tol: Tolerance, index: int, count: int) -> list:
+    """The first-pass differences process `index` of `count` evaluates for a screen of `params` split by
+    direction (fd_shards.py): directions index, index + count, ... of the screen's, and of its second pass
+    the one the screen takes when no direction needs refining or bisecting (a passing graph's; any other is
+    the merge's to evaluate). [(dirs, params, rows, values)]; the same directions in every process (seeded)."""
+    dirs, a2 = _directions(fd, gradients, params, tol, 1.0, True)
+    out = [_rows_of(fd, dirs, params, index, count)]
+    every = np.arange(dirs.k)
+    # as joint_screen's reach, when every first-pass value stands (its error the rounding term)
+    reach = float(np.min(_floor(a2, params, every, np.inf) + 2 * np.full(dirs.k, fd.noise(dirs.step))))
+    unresolved = _unresolved(fd, dirs, gradients, params, reach, tol)
+    if unresolved:
+        blind, scale = _second_plan(params, unresolved)
+        again, _ = _directions(fd, gradients, blind, tol, scale, False)
+        out.append(_rows_of(fd, again, blind, index, count))
+    return out
+
+
+def _rows_of(fd, dirs, params: list[str], index: int, count: int) -> tuple:
+    rows = np.arange(index, dirs.k, count)
+    return dirs, params, rows, fd.joint(dirs, params, rows).reference
+
+
+def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first_pass=None) -> None:
     """The blocks the screen could not resolve, screened again on their own with a larger step (the
     rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient) and
     each held to no more than its strictest element's own bound allows (an allowance set by the block's
     typical tolerance hides an element whose own is far below it); a larger step's truncation error fails
     directions rather than hiding errors, and those are refined on the ladder of steps (Richardson
     included) like any other. What is still unresolved stays listed."""
-    worst = max(r for _, r in screen.unresolved.values())
-    blind = [p for p in screen.params if p in screen.unresolved]
-    again = joint_screen(fd, gradients, blind, tol, step_scale=min(MAX_STEP_SCALE, 2 * worst), resolve=False)
+    blind, scale = _second_plan(screen.params, screen.unresolved)
+    again = joint_screen(fd, gradients, blind, tol, step_scale=scale, resolve=False, first_pass=first_pass)
     screen.flagged += [p for p in again.flagged if p not in screen.flagged]
     screen.narrowed.update(again.narrowed)
     screen.unresolved = again.unresolved

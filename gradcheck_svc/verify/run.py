@@ -53,7 +53,8 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     """Verify with options already checked at the edge (request.verify_options, or verify above).
     on_phase(name), when given, is called as each phase starts (a progress display's hook).
     fd_source(fd, screen, own, tol) -> lookup(name, g) -> (FDResult, FDCheck): where each parameter checked on its
-    own gets its finite differences (default local_fd: computed here; fd_shards.py: read from shards)."""
+    own gets its finite differences (default local_fd: computed here; fd_shards.py: read from shards); one with a
+    joint_values(dirs, params) method gives the joint screen's first passes too (joint_check.joint_screen)."""
     phase = on_phase or (lambda name: None)
     dtype = options.dtype or graph.declared_float_dtype
     t_start = time.perf_counter()
@@ -70,7 +71,7 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     fd = FiniteDifferences(graph, options.fd)
     tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
     subject = claims.subject_gradients(graph, engine.gradients)  # what is verified: the engine's or the claims
-    joint, screen, own = fd_plan(fd, subject, graph, tol)
+    joint, screen, own = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
     lookup = (fd_source or local_fd)(fd, screen, own, tol)
     results = [parameter_row(name, subject[name], joint, screen, lookup, symbolic, tol) for name in graph.parameters]
     t_fd = time.perf_counter() - t0
@@ -122,11 +123,11 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
         attributes=attributes_used(graph), fd_plan=fd.plan)
 
 
-def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance):
+def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None):
     """(the parameters the plan screens jointly, the joint screen or None, the parameters checked on their own:
-    every one the screen did not clear), in the graph's order."""
+    every one the screen did not clear), in the graph's order. first_pass: joint_screen's."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
-    screen = joint_screen(fd, gradients, joint, tol) if usable(fd, gradients, joint) else None
+    screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass) if usable(fd, gradients, joint) else None
     own = [p for p in graph.parameters if screen is None or p not in joint or p in screen.flagged]
     return joint, screen, own
 
