@@ -76,10 +76,9 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
         shape = fd.program.shapes[name]
         rule = rule_contribution(step, xs, fd.base[step.name], a, k, shape).reshape(-1)
         j = _input_element(shape, d.shape, at, rule)
-        direction = np.zeros((1, rule.size))
-        direction[0, j] = 1.0
-        h = element_steps(np.asarray(xs[k], dtype=np.float64).reshape(-1)[j:j + 1])
-        left, right = local_one_sided(step, xs, k, a, direction, h)
+        x = np.asarray(xs[k], dtype=np.float64)  # (its element j without x.reshape(-1): a strided x is copied)
+        h = element_steps(x[np.unravel_index([j], x.shape)] if x.ndim else x.reshape(1))
+        left, right = local_one_sided(step, xs, k, a, np.array([j]), h)  # one element: never a dense direction
         label = f"{name}{[int(i) for i in np.unravel_index(j, shape)] if len(shape) else ''}"
         sides.append(f"d/d{label}: engine {rule[j]:.6g}, one-sided {float(left[0]):.6g} (left) and "
                      f"{float(right[0]):.6g} (right)")
