@@ -34,7 +34,7 @@ def _weighted_output(step, xs: list, k: int, a: np.ndarray, frozen: bool = True)
         args[k] = stack.reshape((len(stack),) + x.shape)
         with np.errstate(all="ignore"):
             if piece is HELD:  # piecewise constant: every copy is the unperturbed output
-                y = np.asarray(run_step(np, step, list(xs)), dtype=np.float64)
+                y = np.asarray(run_step(np, step, list(xs)) if y is None else y, dtype=np.float64)
                 return np.broadcast_to(y, (len(stack),) + y.shape)
             if piece is not None:
                 return np.asarray(frozen_step(np, step, piece, args, grads), dtype=np.float64)
@@ -90,13 +90,14 @@ def refine_local_vjp(step, xs: list, k: int, a: np.ndarray, directions: np.ndarr
     return ladder(evaluate, base, _moves(flat, directions, which), h0, which, settled)
 
 
-def local_one_sided(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray, steps: np.ndarray):
+def local_one_sided(step, xs: list, k: int, a: np.ndarray, directions: np.ndarray, steps: np.ndarray, y=None):
     """(left, right): second-order one-sided differences of J_k^T a of one step along each direction
     (m, n) of input k -- or along the unit vectors at flat elements `directions` (m,), integers --, step
-    steps[j] for direction j: the derivatives on each side of a kink."""
+    steps[j] for direction j: the derivatives on each side of a kink. y: the step's output at xs (float64),
+    where the caller holds it (else it is evaluated)."""
     directions = np.asarray(directions)
     elements = directions.ndim == 1
-    sliced = _one_sided_sliced(step, xs, k, a, directions, steps) if elements else None
+    sliced = _one_sided_sliced(step, xs, k, a, directions, steps, y) if elements else None
     if sliced is not None:
         return sliced
     flat = np.asarray(xs[k], dtype=np.float64).reshape(-1)
@@ -106,7 +107,7 @@ def local_one_sided(step, xs: list, k: int, a: np.ndarray, directions: np.ndarra
     return one_sided_pair(lambda stack: evaluate(stack)[0], base, moves, steps)
 
 
-def _one_sided_sliced(step, xs: list, k: int, a: np.ndarray, elements: np.ndarray, steps: np.ndarray):
+def _one_sided_sliced(step, xs: list, k: int, a: np.ndarray, elements: np.ndarray, steps: np.ndarray, y=None):
     """local_one_sided along the flat `elements` of input k where the op keeps each change to one slice
     (OpDef.slice_rule: elementwise and windowed ops): the op evaluated on the changed slices only -- a kink
     note about one element of a 524k-element relu evaluated four whole copies of it (97 MiB traced for a
@@ -122,7 +123,7 @@ def _one_sided_sliced(step, xs: list, k: int, a: np.ndarray, elements: np.ndarra
     at = x[np.unravel_index(index[:len(steps)], x.shape)]  # (not x.reshape(-1): a strided x would be copied)
     moved = np.concatenate([at + c * steps for c in ONE_SIDED])
     with np.errstate(all="ignore"):
-        y = np.asarray(run_step(np, step, list(xs)), dtype=np.float64)
+        y = np.asarray(run_step(np, step, list(xs)) if y is None else y, dtype=np.float64)
         weights = np.broadcast_to(np.asarray(a, dtype=np.float64), y.shape)
         if not (np.isfinite(y).all() and np.isfinite(weights).all()):
             return None

@@ -76,11 +76,13 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
         shape = fd.program.shapes[name]
         rule = rule_contribution(step, xs, fd.base[step.name], a, k, shape).reshape(-1)
         j = _input_element(shape, d.shape, at, rule)
+        rule = rule[j]  # (the rest is not held through the differences below)
         x = np.asarray(xs[k], dtype=np.float64)  # (its element j without x.reshape(-1): a strided x is copied)
         h = element_steps(x[np.unravel_index([j], x.shape)] if x.ndim else x.reshape(1))
-        left, right = local_one_sided(step, xs, k, a, np.array([j]), h)  # one element: never a dense direction
+        # one element (never a dense direction), the base's output of the step (never evaluated again)
+        left, right = local_one_sided(step, xs, k, a, np.array([j]), h, fd.base[step.name])
         label = f"{name}{[int(i) for i in np.unravel_index(j, shape)] if len(shape) else ''}"
-        sides.append(f"d/d{label}: engine {rule[j]:.6g}, one-sided {float(left[0]):.6g} (left) and "
+        sides.append(f"d/d{label}: engine {rule:.6g}, one-sided {float(left[0]):.6g} (left) and "
                      f"{float(right[0]):.6g} (right)")
         params += [p for p in ctx.params_through(name) if p not in params]
     if not params:
@@ -179,8 +181,14 @@ def _disagree(g: np.ndarray, ref: np.ndarray, tol) -> np.ndarray:
 def _input_element(shape: tuple, out_shape: tuple, at: tuple, rule: np.ndarray) -> int:
     """The element of an input that feeds the output element `at`: through broadcasting for an
     elementwise op; for a reduction, the element the rule credits most (a tied extremum)."""
+    shape, out_shape = tuple(shape), tuple(out_shape)
     try:
-        index = np.broadcast_to(np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape), out_shape)
-        return int(index[at])
+        fits = len(shape) <= len(out_shape) and np.broadcast_shapes(shape, out_shape) == out_shape
     except ValueError:
+        fits = False
+    if not fits:
         return int(np.argmax(np.abs(rule)))
+    # at's coordinates in the input: the trailing axes, 0 along a broadcast one (no index array of the
+    # input's size: a 524k-element relu's was 4 MiB)
+    coords = tuple(0 if n == 1 else i for n, i in zip(shape, at[len(at) - len(shape):]))
+    return int(np.ravel_multi_index(coords, shape)) if shape else 0
