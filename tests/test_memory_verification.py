@@ -52,3 +52,44 @@ def test_a_verifications_peak_stays_near_twice_the_engines_training_peak():
     assert {"relu_2", "max_pool_3"} <= notes, notes
     assert training > 6 * 2**20  # arrays dominate: Python's own objects are a small part of the peak
     assert peak <= REACHED * training, (peak / 2**20, training / 2**20, peak / training)
+
+
+def _kink_graph():
+    """relu, max_pool, a max reduction and abs, on values with exact kinks (zeros, ties)."""
+    rng = np.random.default_rng(3)
+    b = GraphBuilder("kinks")
+    x = rng.standard_normal((2, 3, 6, 6))
+    x[0, 0, 0, :3] = 0.0  # relu and abs at their kink; ReLU zeros tie in a max-pool window
+    h = b.input("x", x, requires_grad=True)
+    r = b.node("relu", h)
+    p = b.node("max_pool", r, kernel_shape=[2, 2], strides=[2, 2])
+    m = b.node("max", b.node("abs", h), axis=3, keepdims=False)
+    b.output(b.node("add", b.node("sum", p), b.node("sum", m), name="L"))
+    return load_graph(b.build())
+
+
+def test_one_sided_differences_on_the_changed_slice_equal_the_dense_ones_bit_for_bit():
+    from gradcheck_svc.oracles.fd_formulas import element_steps
+    from gradcheck_svc.oracles.fd_local import _one_sided_sliced, local_one_sided
+    from gradcheck_svc.oracles.finite_diff import FiniteDifferences
+
+    fd = FiniteDifferences(_kink_graph())
+    checked = set()
+    for step in fd.program.steps:
+        if not step.op.kinks:
+            continue
+        xs = [fd.base[n] for n in step.inputs]
+        out = fd.program.shapes[step.name]
+        x = np.asarray(xs[0], dtype=np.float64)
+        for a in (np.eye(1, int(np.prod(out)), 5).reshape(out), np.ones(out)):  # one-hot, and every element
+            for j in (0, 1, 2, x.size - 1):
+                dense = np.zeros((1, x.size))
+                dense[0, j] = 1.0
+                h = element_steps(x.reshape(-1)[j:j + 1])
+                want = local_one_sided(step, xs, 0, a, dense, h)
+                got = local_one_sided(step, xs, 0, a, np.array([j]), h, fd.base[step.name])
+                np.testing.assert_array_equal(np.concatenate(got), np.concatenate(want), err_msg=f"{step.name} {j}")
+                # ... and it was the slice that was evaluated (not the dense path, as a fallback)
+                assert _one_sided_sliced(step, xs, 0, a, np.array([j]), h, fd.base[step.name]) is not None
+        checked.add(step.op.name)
+    assert checked == {"relu", "max_pool", "abs", "max"}
