@@ -2,7 +2,8 @@
 
     local_vjp(step, xs, k, a, directions)              central differences, every element or projected
     refine_local_vjp(step, xs, k, a, directions, which)  those values refined on the ladder
-    local_one_sided(step, xs, k, a, directions, steps) one-sided on each side (at a kink)
+    local_one_sided(step, xs, k, a, directions, steps) one-sided on each side (at a kink); along single
+                                                        elements, on the changed slice only
 
 Frozen like the parameter-level differences (the step on the piece it took at xs), except the one-sided
 ones, which judge the kink itself and so use the ordinary forward. The formulas are fd_formulas'.
