@@ -4,11 +4,11 @@
 x86-64 machine and BLAS, unlike ru_maxrss. The training peak is the engine's accounting (engine/memory.py,
 verify/memory_profile.py: the arrays a gradient run holds, op temporaries such as im2col not counted).
 
-Reached: 2.5x on the mid-size CNN below (it was 7.6x: the kink notes evaluated four whole copies of a
-ReLU's and a max-pool's output, joint chunks of 32 MiB held every copy's values to the end). What keeps
-it above 2x: the finite differences keep the base forward's values throughout (~1x: localization and the
-notes read them) while one joint copy runs, whose conv im2col temporary alone is ~0.75x; the kink note of
-a max-pool evaluates the engine's rule (its vjp) at full size, whose window temporaries are ~1x."""
+Reached: 2.4x on the mid-size CNN below (it was 7.6x: the kink notes evaluated four whole copies of a
+ReLU's and a max-pool's output and the max-pool's rule at full size, joint chunks of 32 MiB held every
+copy's values to the end). What keeps it above 2x: the finite differences keep the base forward's values
+throughout (~1x: localization and the notes read them) while one joint copy runs, whose conv im2col
+temporary alone is ~0.75x."""
 import tracemalloc
 
 import numpy as np
@@ -17,7 +17,7 @@ from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.verify import verify
 
-REACHED = 2.6  # the bound this suite holds (the goal: 2)
+REACHED = 2.5  # the bound this suite holds (the goal: 2; 2.39x measured)
 
 
 def cnn(c1: int = 32, c2: int = 64, batch: int = 4, size: int = 48):
@@ -93,3 +93,21 @@ def test_one_sided_differences_on_the_changed_slice_equal_the_dense_ones_bit_for
                 assert _one_sided_sliced(step, xs, 0, a, np.array([j]), h, fd.base[step.name]) is not None
         checked.add(step.op.name)
     assert checked == {"relu", "max_pool", "abs", "max"}
+
+
+def test_a_pools_rule_for_its_note_on_one_slice_equals_the_whole_rule():
+    from gradcheck_svc.oracles.finite_diff import FiniteDifferences
+    from gradcheck_svc.verify.diagnosis.kinks import _input_element, _rule_at
+    from gradcheck_svc.verify.diagnosis.rules import rule_contribution
+
+    fd = FiniteDifferences(_kink_graph())
+    (step,) = [s for s in fd.program.steps if s.op.name == "max_pool"]
+    xs, y = [fd.base[n] for n in step.inputs], fd.base[step.name]
+    out, shape = fd.program.shapes[step.name], fd.program.shapes[step.inputs[0]]
+    for flat in range(0, int(np.prod(out)), 7):
+        at = tuple(int(i) for i in np.unravel_index(flat, out))
+        a = np.zeros(out)
+        a[at] = 1.0
+        whole = rule_contribution(step, xs, y, a, 0, shape).reshape(-1)
+        j = _input_element(shape, out, at, whole)
+        assert _rule_at(step, xs, y, a, 0, shape, out, at) == (j, whole[j])
