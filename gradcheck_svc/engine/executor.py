@@ -342,32 +342,27 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     keep_values forward). A step whose batched inputs are all Sliced and whose op has a slice rule
     (OpDef.slice_rule) gets them as they are; any other step, or one whose rule declines (None),
     gets them densified and runs batched. Returns the loss with shape (B,). stats: receives
-    "row_bytes", the bytes per copy of every batched value made (all are held to the end): what
+    "row_bytes", the bytes per copy of every batched value made (the overrides included): what
     sizes the next chunk. frozen: selections(program, ...) of the base -- each piecewise step is
-    evaluated on the piece it took there (OpDef.frozen), a HELD one keeps its base value."""
+    evaluated on the piece it took there (OpDef.frozen), a HELD one keeps its base value.
+    Each batched value is released after its last consumer ran, as forward() does for inference (a
+    chunk of whole-graph copies held every one of them to the end: the joint screen's peak)."""
     xp = backend.xp
     values = dict(overrides)  # the batched values only; the rest come from base
     frozen = frozen or {}
+    made = 0  # bytes of the batched values made (stats), released or not
     with _quiet(xp):
         for step in program.steps:
             batched = [n in values for n in step.inputs]
             if not any(batched):
                 continue
-            xs = [values[n] if b else base[n] for n, b in zip(step.inputs, batched)]
-            selection = frozen.get(step.name)
-            if selection is HELD:
-                continue  # its base value stands for every copy
-            if selection is not None:
-                values[step.name] = frozen_step(xp, step, selection, xs, batched, base[step.name])
-                continue
-            y = None
-            rule = step.op.slice_rule
-            if rule is not None and all(isinstance(x, Sliced) for x, b in zip(xs, batched) if b):
-                y = rule(xp, step.op, xs, base[step.name], step.attrs)
-            if y is None:
-                xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
-                y = run_step_batched(xp, step, xs, batched)
-            values[step.name] = y
+            y = _batched_step(xp, step, values, base, batched, frozen.get(step.name))
+            if y is not None:
+                values[step.name] = y
+                made += (y.values if isinstance(y, Sliced) else y).nbytes
+            for name in step.release:
+                if name != program.output:
+                    values.pop(name, None)
     if program.output in values:
         out = values[program.output]
     elif frozen:  # every path to the loss passes a HELD value: each copy has the base's loss
@@ -377,6 +372,23 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     if isinstance(out, Sliced):
         out = out.dense(xp)
     if stats is not None:
-        stats["row_bytes"] = sum((v.values if isinstance(v, Sliced) else v).nbytes for v in values.values()) \
-            // max(1, len(out))
+        stats["row_bytes"] = (made + sum((v.values if isinstance(v, Sliced) else v).nbytes
+                                         for n, v in overrides.items())) // max(1, len(out))
     return out.reshape(out.shape[0])
+
+
+def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selection):
+    """One step of forward_batched on its batched inputs (values) and the base's others; None for a HELD
+    step (its base value stands for every copy)."""
+    xs = [values[n] if b else base[n] for n, b in zip(step.inputs, batched)]
+    if selection is HELD:
+        return None
+    if selection is not None:
+        return frozen_step(xp, step, selection, xs, batched, base[step.name])
+    rule = step.op.slice_rule
+    if rule is not None and all(isinstance(x, Sliced) for x, b in zip(xs, batched) if b):
+        y = rule(xp, step.op, xs, base[step.name], step.attrs)
+        if y is not None:
+            return y
+    xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
+    return run_step_batched(xp, step, xs, batched)

@@ -57,7 +57,8 @@ def one_hot(xp, value, axis: int, flat_index, new_values) -> Sliced:
     coords = np.unravel_index(np.asarray(flat_index), shape)
     rest_shape = shape[:p] + shape[p + 1:]
     at = np.ravel_multi_index(coords[:p] + coords[p + 1:], rest_shape) if rest_shape else 0
-    slices = xp.ascontiguousarray(take_slices(xp, value, axis, coords[p]))  # reshape below must be a view
+    # reshape below must be a view; (not take_slices: take() copies a strided value whole first)
+    slices = xp.ascontiguousarray(xp.moveaxis(value, axis, 0)[coords[p]])
     slices.reshape(len(coords[p]), -1)[np.arange(len(coords[p])), at] = new_values
     return Sliced(value, axis, coords[p], slices)
 

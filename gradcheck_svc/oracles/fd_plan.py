@@ -115,6 +115,21 @@ class Costs:
                                                   for v in self.program.downstream(list(params))))
         return self._row_bytes[key]
 
+    def live_row_bytes(self, params) -> int:
+        """The most bytes one copy holds at once, all of `params` perturbed together, as forward_batched
+        evaluates it (each value released after its last consumer; a value costs its op's temporary too
+        while it is made), the perturbed parameters included: what a joint chunk's row costs."""
+        held = set(params)
+        live = peak = sum(self.size(p) for p in held)
+        for s in self.program.steps:
+            if not any(n in held for n in s.inputs):
+                continue
+            held.add(s.name)
+            peak = max(peak, live + self.program.footprint[s.name])
+            live += math.prod(self.program.shapes[s.name])
+            live -= sum(math.prod(self.program.shapes[n]) for n in s.release if n in held)
+        return 8 * max(1, peak)
+
     def _param_row_bytes(self) -> None:
         """row_bytes of every parameter in one pass over the steps (a reachability matrix: value x
         parameter), not one pass per parameter -- a graph of 512 parameters spent 0.4 s here."""

@@ -92,6 +92,10 @@ __all__ = ["EPS", "MODES", "STEP_SCALE", "FDOptions", "FDPlan", "FDResult", "Fin
 # a copy of the whole graph is large and its steps many: per-step overhead, not cache misses, is
 # what the joint pass pays (chain_256: 32 copies in 4 chunks of 8 MiB 0.09 s, in one of 26 MiB 0.05 s)
 JOINT_CHUNK_BYTES = 32 * 2**20
+# ... but no more than one forward's values and the parameters (what training holds too), unless that
+# is under the options' chunk_bytes (the full checks' budget): then the process peak of a graph whose
+# training peak is above chunk_bytes stays near twice that peak (a 32 MiB chunk was 2.5x the training
+# peak of a 32/64-channel CNN at 4x3x64x64, 8x that of a 16/32-channel one at 2x3x48x48)
 
 
 @dataclass
@@ -181,8 +185,9 @@ class FiniteDifferences:
         (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
         done with it when the next is asked for (joint() writes them into one buffer)."""
         self.joint_rows += b
-        row = self.costs.set_row_bytes(params) + 8 * sum(self.costs.size(p) for p in params)
-        rows = max(1, max(self.options.chunk_bytes, JOINT_CHUNK_BYTES) // row)
+        held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
+        budget = max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
+        rows = max(1, budget // self.costs.live_row_bytes(params))
         out = np.empty(b)
         for s in range(0, b, rows):
             e = min(b, s + rows)

@@ -74,14 +74,13 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
             continue
         seen.add(name)
         shape = fd.program.shapes[name]
-        rule = rule_contribution(step, xs, fd.base[step.name], a, k, shape).reshape(-1)
-        j = _input_element(shape, d.shape, at, rule)
-        direction = np.zeros((1, rule.size))
-        direction[0, j] = 1.0
-        h = element_steps(np.asarray(xs[k], dtype=np.float64).reshape(-1)[j:j + 1])
-        left, right = local_one_sided(step, xs, k, a, direction, h)
+        j, rule = _rule_at(step, xs, fd.base[step.name], a, k, shape, d.shape, at)
+        x = np.asarray(xs[k], dtype=np.float64)  # (its element j without x.reshape(-1): a strided x is copied)
+        h = element_steps(x[np.unravel_index([j], x.shape)] if x.ndim else x.reshape(1))
+        # one element (never a dense direction), the base's output of the step (never evaluated again)
+        left, right = local_one_sided(step, xs, k, a, np.array([j]), h, fd.base[step.name])
         label = f"{name}{[int(i) for i in np.unravel_index(j, shape)] if len(shape) else ''}"
-        sides.append(f"d/d{label}: engine {rule[j]:.6g}, one-sided {float(left[0]):.6g} (left) and "
+        sides.append(f"d/d{label}: engine {rule:.6g}, one-sided {float(left[0]):.6g} (left) and "
                      f"{float(right[0]):.6g} (right)")
         params += [p for p in ctx.params_through(name) if p not in params]
     if not params:
@@ -177,11 +176,51 @@ def _disagree(g: np.ndarray, ref: np.ndarray, tol) -> np.ndarray:
         return ~(np.abs(np.asarray(g, dtype=np.float64) - ref) <= bound)
 
 
+def _rule_at(step, xs: list, y, a: np.ndarray, k: int, shape: tuple, d_shape: tuple, at: tuple):
+    """(j, the rule's contribution to flat element j of input k): the element that feeds the output element
+    `at`. For a one-input op that maps slices each on its own (pooling: OpDef.slice_rule's out_axis) and a
+    one-hot cotangent, the rule evaluated on the slice holding `at` alone -- the same values, the other
+    slices' contributions being zero -- not on the whole input (a max-pool's window temporaries: as large
+    as the training peak)."""
+    out_axis = getattr(step.op.slice_rule, "out_axis", None)
+    rank = len(shape)
+    if out_axis is not None and len(xs) == 1 and tuple(d_shape) == np.shape(a) and rank \
+            and _broadcast_index(shape, d_shape, at) is None:
+        for axis in range(-1, -rank - 1, -1):
+            o = out_axis(axis, step.attrs)
+            if o is None:
+                continue
+            i = at[o]
+            part = rule_contribution(step, [np.take(xs[0], [i], axis=axis)], np.take(y, [i], axis=o),
+                                     np.take(a, [i], axis=o), k, shape[:rank + axis] + (1,) + shape[rank + axis + 1:])
+            if not part.any():
+                break
+            coords = list(np.unravel_index(int(np.argmax(np.abs(part.reshape(-1)))), part.shape))
+            coords[rank + axis] = i
+            j = int(np.ravel_multi_index(coords, shape))
+            return j, part[tuple(coords[:rank + axis]) + (0,) + tuple(coords[rank + axis + 1:])]
+    rule = rule_contribution(step, xs, y, a, k, shape).reshape(-1)
+    j = _input_element(shape, d_shape, at, rule)
+    return j, rule[j]
+
+
 def _input_element(shape: tuple, out_shape: tuple, at: tuple, rule: np.ndarray) -> int:
     """The element of an input that feeds the output element `at`: through broadcasting for an
     elementwise op; for a reduction, the element the rule credits most (a tied extremum)."""
+    j = _broadcast_index(shape, out_shape, at)
+    return int(np.argmax(np.abs(rule))) if j is None else j
+
+
+def _broadcast_index(shape: tuple, out_shape: tuple, at: tuple) -> int | None:
+    """The flat element of an input of `shape` that broadcasting maps to output element `at`, or None
+    where the shape does not broadcast to out_shape. (No index array of the input's size: a 524k-element
+    relu's was 4 MiB.)"""
+    shape, out_shape = tuple(shape), tuple(out_shape)
     try:
-        index = np.broadcast_to(np.arange(int(np.prod(shape, dtype=np.int64))).reshape(shape), out_shape)
-        return int(index[at])
+        fits = len(shape) <= len(out_shape) and np.broadcast_shapes(shape, out_shape) == out_shape
     except ValueError:
-        return int(np.argmax(np.abs(rule)))
+        fits = False
+    if not fits:
+        return None
+    coords = tuple(0 if n == 1 else i for n, i in zip(shape, at[len(at) - len(shape):]))
+    return int(np.ravel_multi_index(coords, shape)) if shape else 0
