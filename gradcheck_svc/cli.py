@@ -9,38 +9,17 @@ from __future__ import annotations
 import argparse
 import signal
 import sys
-from contextlib import contextmanager
 
 from . import __version__
 from .errors import GradcheckError, TimeLimitError
 from gradcheck_client.onnx_options import add_onnx_flags
-from gradcheck_client.options import HelpFormatter, suggest_flag
+from gradcheck_client.options import CommandParser
 from gradcheck_client.verify_args import add_verify_arguments
 
+from .in_process import limit_hints, verify_setup
 from .limits import add_limit_flags
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message):  # usage errors: one line, exit 2
-        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
-
-    def parse_args(self, args=None, namespace=None):
-        """argparse's, with a did-you-mean for a mistyped flag of the subcommand given."""
-        args, unknown = self.parse_known_args(args, namespace)
-        if unknown:
-            sub = _subcommands(self).get(getattr(args, "command", None), self)
-            sub.error(f"unrecognized arguments: {' '.join(unknown)}{suggest_flag(sub, unknown)}")
-        return args
-
-
-def _subcommands(parser) -> dict:
-    return next((a.choices for a in parser._actions if isinstance(a, argparse._SubParsersAction)), {})
 
 
 VERIFY_EPILOG = """\
@@ -63,12 +42,22 @@ exit codes: 0 stopped by SIGTERM/SIGINT after draining, 2 invalid usage, 3 inter
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gradcheck-svc", description="Verify the gradients of a computation graph.",
-                epilog="exit codes: 0 ok, 1 a gradient mismatch, 2 invalid input or usage, 3 internal error "
-                       "(batch commands: see their help)")
+    p = CommandParser(prog="gradcheck-svc", description="Verify the gradients of a computation graph.",
+                      epilog="exit codes: 0 ok, 1 a gradient mismatch, 2 invalid input or usage, 3 internal error "
+                             "(batch commands: see their help)")
     p.add_argument("--version", action="version", version=f"gradcheck-svc {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=CommandParser)
 
+    for add in (_add_verify, _add_plan_memory, _add_import_onnx, _add_serve, _add_audit_ops, _add_ops):
+        add(sub)
+    from .batch.cli import add_parsers  # batch, batch-merge, screen (their exit codes: batch/cli.py)
+
+    add_parsers(sub)
+    return p
+
+
+def _add_verify(sub) -> None:
+    """`verify`: the CI command's arguments (verify_args.py), the limits raised here, the fd shard flags."""
     v = sub.add_parser("verify", help="verify graphs (.json, .pb, ONNX .onnx, or directories of them) in this process",
                        description="Verify the gradients of graphs in this process: the engine against "
                                    "finite differences\nand the exact SymPy gradient; prints a report per graph.",
@@ -77,6 +66,9 @@ def build_parser() -> argparse.ArgumentParser:
         parser, server=False, what="the same as the server's; raise them here", hidden=hidden))
     add_fd_shard_flags(v)
 
+
+def _add_plan_memory(sub) -> None:
+    """`plan-memory`."""
     m = sub.add_parser("plan-memory", help="plan a training step's memory from one metering forward or from shapes: "
                        "the whole formula, activations by node, checkpoints for a budget")
     m.add_argument("graph", metavar="FILE", help="graph file (.json, .pb) or an ONNX model (.onnx, imported as import-onnx does)")
@@ -97,6 +89,9 @@ def build_parser() -> argparse.ArgumentParser:
     add_limit_flags(m, server=False, what="the same as the server's; raise them here")
     add_onnx_flags(m)
 
+
+def _add_import_onnx(sub) -> None:
+    """`import-onnx`."""
     i = sub.add_parser("import-onnx", help="convert an ONNX model to a gradcheck graph (.pb or .json)",
                        description="Convert an ONNX model to a gradcheck graph file.",
                        epilog="example:\n  gradcheck-svc import-onnx model.onnx -o model.pb\n\n"
@@ -105,6 +100,9 @@ def build_parser() -> argparse.ArgumentParser:
     i.add_argument("-o", "--out", required=True, metavar="FILE", help="graph file to write: .pb or .json")
     add_onnx_flags(i)
 
+
+def _add_serve(sub) -> None:
+    """`serve`: network and security, workers, the server's limits."""
     s = sub.add_parser("serve", help="run the gRPC server (GradCheckService, health, reflection)",
                        description="Run the gRPC server: GradCheckService (Verify, VerifyStream, ListOps, "
                                    "GetServerInfo),\ngRPC health and reflection, optional Prometheus metrics.",
@@ -129,6 +127,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-message-mb", type=float, default=None, help=argparse.SUPPRESS)
     add_limit_flags(s, server=True, what="server")
 
+
+def _add_audit_ops(sub) -> None:
+    """`audit-ops`."""
     a = sub.add_parser("audit-ops", help="check every op's VJP against SymPy's derivative",
                        description="Check every op's VJP against SymPy's derivative at random points.",
                        epilog="example:\n  gradcheck-svc audit-ops --op tanh --op softmax\n\n"
@@ -139,6 +140,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seed for the random test points (default %(default)s)")
     a.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
 
+
+def _add_ops(sub) -> None:
+    """`ops`."""
     o = sub.add_parser("ops", help="list the registered ops (one line each), or describe one",
                        description="List the registered ops, one line each (name, NumPy name, inputs, doc); "
                                    "name one for its attributes, formula and kinks.",
@@ -151,11 +155,6 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--long", action="store_true",
                    help="every op in full: attributes, formula, kinks (default: one line each)")
     o.add_argument("--format", choices=["text", "json"], default="text", help="output format (default text)")
-
-    from .batch.cli import add_parsers  # batch, batch-merge, screen (their exit codes: batch/cli.py)
-
-    add_parsers(sub)
-    return p
 
 
 def add_fd_shard_flags(parser) -> None:
@@ -213,51 +212,6 @@ def _fd_mode(args, single: bool):
     if not 0 <= index < args.fd_shard_count:
         raise OptionError(f"{index} is not in 0..{args.fd_shard_count - 1}", field="--fd-shard-index")
     return ("shard", index, args.fd_shard_count, location(args.fd_out, "--fd-out"))
-
-
-def verify_setup(args):
-    """The limits, options and symbolic budgets of an in-process verification, from the flags (both
-    `verify` commands): OptionError / LimitError naming the flag, before any graph is read."""
-    import dataclasses
-
-    from gradcheck_client.options import (IN_PROCESS_OPTIONS, VERIFY_HIDDEN_LIMITS, flag_of, in_process_values,
-                                          values_from_args)
-
-    from .errors import LimitError, OptionError
-    from .limits import LIMIT_SPECS, ServerLimits, limit_flag_values
-    from .request import verify_options
-
-    values, local = values_from_args(args), in_process_values(args)
-    for o in IN_PROCESS_OPTIONS:
-        if o.name in local and not local[o.name] > 0:  # NaN too
-            raise OptionError("must be positive", field=o.cli_flag)
-    flags = limit_flag_values(args)
-    # a budget asked for here is allowed here, unless its (hidden) cap flag is given too: VERIFY_HIDDEN_LIMITS
-    for budget, limit in VERIFY_HIDDEN_LIMITS.items():
-        asked = values.get(budget, local.get(budget))
-        if asked is not None and flags.get(limit) is None and asked > LIMIT_SPECS[limit].default:
-            flags[limit] = asked
-    limits = ServerLimits.from_flags(flags)
-    options = verify_options(values, limits, field=flag_of, hint=True)  # the server's own mapping
-    symbolic = symbolic_budgets(local)
-    options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
-    if options.symbolic.max_edges > limits.max_symbolic_partials:
-        raise LimitError(f"{options.symbolic.max_edges} is over the limit of {limits.max_symbolic_partials} "
-                         "(raise it with --max-symbolic-partials)", field="--symbolic-max-partials")
-    if args.memory_plot is not None and not args.memory_plot.lower().endswith((".svg", ".png")):
-        raise OptionError(f"'{args.memory_plot}': the plot file must end in .svg or .png", field="memory-plot")
-    # the memory plot and the page draw the timeline: have the verifier record it
-    options.memory_timeline = options.memory_timeline or args.memory_plot is not None or args.html is not None
-    return limits, values, options, symbolic
-
-
-def symbolic_budgets(local: dict) -> dict:
-    """SymbolicOptions fields from the in-process flags given (IN_PROCESS_OPTIONS: each names its field)."""
-    from gradcheck_client.options import IN_PROCESS_BY_NAME, target_of
-
-    fields = {name: target_of(IN_PROCESS_BY_NAME[name]) for name in local}
-    assert all(f[0] == "symbolic" for f in fields.values()), fields  # the in-process budgets are the oracle's
-    return {fields[name][1]: value for name, value in local.items()}
 
 
 def _verify(args) -> int:
@@ -449,23 +403,6 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
     # read once the graph validated: a bad graph is named before its shards are
     return message, run_request(request, limits, **ask, fd_source=fd_shards.ShardSource(fd_mode[1], content, options))
-
-
-@contextmanager
-def limit_hints(enabled: bool = True):
-    """A LimitError from importing or validating an ONNX model names its limit; here, where the limit is
-    the user's to raise (a model is not edited to fit), its one line also says which flag raises it. A
-    graph file's refusal stays the server's message word for word (tests/test_bad_input_corpus.py)."""
-    from .errors import LimitError, TimeLimitError
-    from .limits import _raise_hint
-
-    try:
-        yield
-    except LimitError as exc:
-        if not enabled or getattr(exc, "limit", None) is None or isinstance(exc, TimeLimitError) or "raise it with" in exc.reason:
-            raise
-        raise LimitError(exc.reason + _raise_hint(exc.limit), node=exc.node, field=exc.field,
-                         limit=exc.limit) from None
 
 
 def outcomes_of(runs) -> list:

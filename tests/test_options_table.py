@@ -119,7 +119,7 @@ def test_both_verify_commands_take_several_paths(module):
 def test_the_in_process_budgets_defaults_are_the_oracles():
     from gradcheck_client.options import IN_PROCESS_OPTIONS
 
-    from gradcheck_svc.cli import symbolic_budgets
+    from gradcheck_svc.in_process import symbolic_budgets
     from gradcheck_svc.oracles.symbolic import SymbolicOptions
 
     defaults = symbolic_budgets({o.name: o.default for o in IN_PROCESS_OPTIONS})

@@ -22,7 +22,7 @@ from .claims import ClaimsFileError, claims_for, with_claims
 from .graphio import GraphFileError, load_graph
 from .onnx_files import OnnxFileError
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
-from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
+from .options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
 from .outputs.guard import write_reports
 from .outputs.junit import junit_xml
 from .outputs.markdown import summary_markdown
@@ -34,24 +34,6 @@ from .scan import find_graphs
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
-
-
-class _Parser(argparse.ArgumentParser):
-    def __init__(self, *args, **kwargs):
-        kwargs.setdefault("formatter_class", HelpFormatter)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message):
-        self.exit(EXIT_INVALID, f"{self.prog}: error: {message}\n")
-
-    def parse_args(self, args=None, namespace=None):
-        """argparse's, with a did-you-mean for a mistyped flag of the subcommand given."""
-        args, unknown = self.parse_known_args(args, namespace)
-        if unknown:
-            subs = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
-            sub = subs.get(getattr(args, "command", None), self)
-            sub.error(f"unrecognized arguments: {' '.join(unknown)}{suggest_flag(sub, unknown)}")
-        return args
 
 
 VERIFY_EPILOG = """\
@@ -76,9 +58,9 @@ def _add_limits():
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="gradcheck", description="Verify the gradients of computation graphs (CI command).")
+    p = CommandParser(prog="gradcheck", description="Verify the gradients of computation graphs (CI command).")
     p.add_argument("--version", action="version", version=f"gradcheck {__version__}")
-    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    sub = p.add_subparsers(dest="command", required=True, parser_class=CommandParser)
     v = sub.add_parser("verify", help="verify graph files (.json/.pb), ONNX models (.onnx) or directories of them",
                        description="Verify graphs on a gradcheck server (--server) or in this process; "
                                    "write JUnit, Markdown and HTML reports for CI.",
@@ -141,7 +123,7 @@ def _in_process_only(args) -> list[str]:
 
 def _local_setup(args):
     """The in-process limits and symbolic budgets (gradcheck-svc verify's own mapping of the flags)."""
-    from gradcheck_svc.cli import verify_setup
+    from gradcheck_svc.in_process import verify_setup
     from gradcheck_svc.errors import GradcheckError
 
     try:
@@ -224,7 +206,7 @@ def unreachable_message(server: str, error: str, answered: bool = False) -> str:
 
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
     from gradcheck_svc.bounded import bounded_call
-    from gradcheck_svc.cli import limit_hints
+    from gradcheck_svc.in_process import limit_hints
     from gradcheck_svc.errors import GradcheckError, TimeLimitError
     from gradcheck_svc.report_proto import client_report
     from gradcheck_svc.request import preload, run_request
@@ -286,53 +268,12 @@ def _write_file(path: str, text: str, what: str) -> None:
 
 
 def _verify(args) -> int:
-    try:
-        scan = find_graphs(args.paths, args.include, args.exclude)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    for note in scan.skipped:  # a note, not a failure
-        print(f"gradcheck: {clip(note, 1000)}", file=sys.stderr)
-    paths = scan.graphs
-    if not paths:
-        raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
-    if not args.server and not _in_process_available():
-        raise UsageError("no server given and gradcheck-svc is not installed here; pass --server "
-                         "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")
-    if not args.timeout > 0:  # NaN too
-        raise UsageError(f"--timeout: must be positive, got {args.timeout}")
-    if args.server and _in_process_only(args):  # silently ignored would be worse
-        raise UsageError(f"{_in_process_only(args)[0]}: applies in-process only: with --server, the server's "
-                         "own limits and budgets apply")
-    limits, symbolic = (None, None) if args.server else _local_setup(args)
-    if args.memory_plot and not args.memory_plot.lower().endswith((".svg", ".png")):
-        raise UsageError(f"--memory-plot: '{args.memory_plot}': the plot file must end in .svg or .png")
-    token = _read_file(args.token_file, "token file").decode(errors="replace").strip() if args.token_file else None
-    token = token or os.environ.get("GRADCHECK_TOKEN") or None
-    ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
-
-    try:
-        onnx_options = onnx_import_message(args)
-    except OnnxFlagError as exc:
-        raise UsageError(str(exc)) from None
-    try:
-        claims = claims_for(args.claimed, paths)
-    except ClaimsFileError as exc:
-        raise UsageError(f"--claimed: {exc}") from None
-    outcomes: dict[str, Outcome] = {}
-    graphs = {}
-    for p in paths:
-        try:
-            # an ONNX model goes as its bytes, external data embedded: the server (or the in-process service)
-            # imports it
-            graphs[str(p)] = OnnxModel.from_file(p, onnx_options, **_embed_limits(limits)) if is_onnx(p) \
-                else load_graph(p)
-            if claims is not None:  # the gradients under test travel in the graph (graph.proto's Claims)
-                graphs[str(p)] = with_claims(graphs[str(p)], claims)
-        except OSError as exc:
-            outcomes[str(p)] = Outcome(str(p), error=f"{p}: cannot read: {exc.strerror or exc}", invalid=True)
-        except (GraphFileError, OnnxFileError) as exc:
-            error = str(exc) if isinstance(exc, GraphFileError) else f"{p}: {exc}{_limit_hint(exc, limits)}"
-            outcomes[str(p)] = Outcome(str(p), error=error, invalid=True)
+    """The CI command: the graphs found, checked flags, each graph loaded, verified (on a server or in this
+    process) and reported; the highest exit code."""
+    paths = _scan(args)
+    limits, symbolic = _check_flags(args)
+    token, ca = _credentials(args)
+    graphs, outcomes = _load_graphs(args, paths, limits)
     progress = Progress(len(paths))
     try:
         if graphs:
@@ -347,7 +288,76 @@ def _verify(args) -> int:
     for o in ordered:  # the drawings need the graph: an ONNX model is imported by the verifier, not here
         graph = graphs.get(o.path)
         o.graph = None if isinstance(graph, OnnxModel) else graph
+    return _report(args, ordered, graphs)
 
+
+def _scan(args) -> list:
+    """The graph files named or found in the directories named (a skipped file is a note, not a failure)."""
+    try:
+        scan = find_graphs(args.paths, args.include, args.exclude)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    for note in scan.skipped:  # a note, not a failure
+        print(f"gradcheck: {clip(note, 1000)}", file=sys.stderr)
+    if not scan.graphs:
+        raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
+    return scan.graphs
+
+
+def _check_flags(args):
+    """The flags checked before any graph is read: (limits, symbolic budgets) in process, (None, None) with
+    a server."""
+    if not args.server and not _in_process_available():
+        raise UsageError("no server given and gradcheck-svc is not installed here; pass --server "
+                         "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")
+    if not args.timeout > 0:  # NaN too
+        raise UsageError(f"--timeout: must be positive, got {args.timeout}")
+    if args.server and _in_process_only(args):  # silently ignored would be worse
+        raise UsageError(f"{_in_process_only(args)[0]}: applies in-process only: with --server, the server's "
+                         "own limits and budgets apply")
+    limits, symbolic = (None, None) if args.server else _local_setup(args)
+    if args.memory_plot and not args.memory_plot.lower().endswith((".svg", ".png")):
+        raise UsageError(f"--memory-plot: '{args.memory_plot}': the plot file must end in .svg or .png")
+    return limits, symbolic
+
+
+def _credentials(args):
+    """(token, CA certificates) for a server: --token-file, else $GRADCHECK_TOKEN; --ca-file."""
+    token = _read_file(args.token_file, "token file").decode(errors="replace").strip() if args.token_file else None
+    token = token or os.environ.get("GRADCHECK_TOKEN") or None
+    ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
+    return token, ca
+
+
+def _load_graphs(args, paths: list, limits):
+    """({path: graph message or OnnxModel}, {path: Outcome} for the files that could not be read)."""
+    try:
+        onnx_options = onnx_import_message(args)
+    except OnnxFlagError as exc:
+        raise UsageError(str(exc)) from None
+    try:
+        claims = claims_for(args.claimed, paths)
+    except ClaimsFileError as exc:
+        raise UsageError(f"--claimed: {exc}") from None
+    graphs, outcomes = {}, {}
+    for p in paths:
+        try:
+            # an ONNX model goes as its bytes, external data embedded: the server (or the in-process service)
+            # imports it
+            graphs[str(p)] = OnnxModel.from_file(p, onnx_options, **_embed_limits(limits)) if is_onnx(p) \
+                else load_graph(p)
+            if claims is not None:  # the gradients under test travel in the graph (graph.proto's Claims)
+                graphs[str(p)] = with_claims(graphs[str(p)], claims)
+        except OSError as exc:
+            outcomes[str(p)] = Outcome(str(p), error=f"{p}: cannot read: {exc.strerror or exc}", invalid=True)
+        except (GraphFileError, OnnxFileError) as exc:
+            error = str(exc) if isinstance(exc, GraphFileError) else f"{p}: {exc}{_limit_hint(exc, limits)}"
+            outcomes[str(p)] = Outcome(str(p), error=error, invalid=True)
+    return graphs, outcomes
+
+
+def _report(args, ordered: list, graphs: dict) -> int:
+    """Print the outcomes, write the plots and the report files, say the counts: the highest exit code."""
     print_outcomes(ordered, args.format)
     if args.memory_plot:
         _write_plots(args, ordered)

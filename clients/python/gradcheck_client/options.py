@@ -193,6 +193,26 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
         super().__init__(prog, max_help_position=32)
 
 
+class CommandParser(argparse.ArgumentParser):
+    """Both commands' parser (`gradcheck`, `gradcheck-svc`): usage errors are one line and exit 2 (the
+    exit-code contract), a mistyped flag of the subcommand given gets a did-you-mean."""
+
+    def __init__(self, *args, **kwargs):
+        kwargs.setdefault("formatter_class", HelpFormatter)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message):  # usage errors: one line, exit 2
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+    def parse_args(self, args=None, namespace=None):
+        args, unknown = self.parse_known_args(args, namespace)
+        if unknown:
+            subs = next((a.choices for a in self._actions if isinstance(a, argparse._SubParsersAction)), {})
+            sub = subs.get(getattr(args, "command", None), self)
+            sub.error(f"unrecognized arguments: {' '.join(unknown)}{suggest_flag(sub, unknown)}")
+        return args
+
+
 def in_process_values(args) -> dict:
     """IN_PROCESS_OPTIONS name -> value for the flags given (unset ones left out)."""
     return {o.name: getattr(args, o.name) for o in IN_PROCESS_OPTIONS if getattr(args, o.name, None) is not None}
