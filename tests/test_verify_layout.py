@@ -103,3 +103,33 @@ def test_fd_modes_are_one_list_and_no_result_parses_a_mode_string():
     for path in [*VERIFY.rglob("*.py"), ROOT / "request.py"]:
         offending = [line.strip() for line in path.read_text().splitlines() if pattern.search(line)]
         assert not offending, (path.name, offending)
+
+
+def _calls_and_imports(path: Path) -> tuple[set, set, set]:
+    """(functions defined, (module, name) imported, names called) in one file."""
+    tree = ast.parse(path.read_text())
+    defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))}
+    imported = {(n.module or "", a.name) for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) for a in n.names}
+    called = {n.func.id for n in ast.walk(tree) if isinstance(n, ast.Call) and isinstance(n.func, ast.Name)}
+    called |= {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)}  # passed on, e.g. to bounded_call
+    return defined, imported, called
+
+
+def test_both_verify_commands_share_the_in_process_setup_and_the_pipeline():
+    """`gradcheck-svc verify` and `gradcheck verify` (in process) check their flags with one function
+    (in_process.verify_setup), name a limit's flag with one (in_process.limit_hints), parse with one parser
+    class (options.CommandParser) and run each request through the one pipeline (request.run_request);
+    neither defines its own copy, and the CI command does not reach into the service's CLI (issue 37 item 1)."""
+    svc = ROOT / "cli.py"
+    client = ROOT.parent / "clients" / "python" / "gradcheck_client" / "cli.py"
+    shared = {("in_process", "verify_setup"), ("in_process", "limit_hints"), ("request", "run_request"),
+              ("options", "CommandParser")}
+    for path in (svc, client):
+        defined, imported, called = _calls_and_imports(path)
+        reached = {(m.rsplit(".", 1)[-1], name) for m, name in imported if name in called}
+        assert shared <= reached, (path.name, shared - reached)
+        assert not defined & {name for _, name in shared}, path.name
+        assert not any(isinstance(n, ast.ClassDef) and any(getattr(b, "attr", "") == "ArgumentParser"
+                                                            for b in n.bases)
+                       for n in ast.walk(ast.parse(path.read_text()))), f"{path.name} defines its own parser"
+    assert not {m for m, _ in _calls_and_imports(client)[1] if m == "gradcheck_svc.cli"}
