@@ -3,7 +3,9 @@
 node, naming that parameter) with default options? Issue 25 goal 2; tests/test_fd_joint.py checks six
 of them on every `make test`, this sweeps them all (minutes).
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_chain_plants.py [--every K] [--first N]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_chain_plants.py [--quick] [--every K] [--first N]
+
+--quick: every 128th tensor (W0, W64, W128, W192: a smoke run), unless --every is given.
 
 The plant: an identity node before the parameter's consumer whose vjp multiplies by 1.01
 (tests/test_fd_joint.py `_planted`). Prints one line per miss and a summary with the time per
@@ -30,13 +32,14 @@ from gradcheck_svc.verify import verify  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--every", type=int, default=1, help="plant in every K-th tensor (default 1: all 512)")
+    ap.add_argument("--quick", action="store_true", help="every 128th tensor (smoke run)")
+    ap.add_argument("--every", type=int, default=None, help="plant in every K-th tensor (default 1: all 512)")
     ap.add_argument("--first", type=int, default=None, help="only the first N tensors")
     args = ap.parse_args(argv)
     register(_one_percent_op())
     doc = json.loads((ROOT / "examples" / "graphs" / "chain_256.json").read_text())
     params = [i["name"] for i in doc["inputs"] if i.get("requiresGrad") or i.get("requires_grad")]
-    params = params[:args.first][::args.every]
+    params = params[:args.first][::args.every or (128 if args.quick else 1)]
     print(f"machine: {machine()}")
     times, missed = [], []
     for target in params:

@@ -13,7 +13,9 @@ cost what the bytes cost, not per-element Python. Cases, interleaved (harness.in
 Each process row is start-up + decode + the same verification + the JSON report on stdout; its
 ratio is against the function's median.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_command.py [--rounds N]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_command.py [--quick] [--rounds N]
+
+--quick: 2 rounds (a smoke run).
 """
 from __future__ import annotations
 
@@ -40,7 +42,10 @@ CHAIN = ROOT / "examples" / "graphs" / "chain_256.json"
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="2 rounds (smoke run)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds = 2
     match_threads(1)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])}

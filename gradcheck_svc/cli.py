@@ -383,7 +383,7 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     check_file_size(path, limits.max_message_bytes)
     from .request import preload
 
-    preload(options.symbolic.enabled)  # the children start warm (request.preload)
+    preload(options.symbolic.enabled, 2 if several else 1)  # the children start warm (request.preload)
     with limit_hints(is_onnx(path)):
         message, report = bounded_call(limits.max_request_seconds, "max_request_seconds", _decode_and_verify,
                                        path, args, limits, values, options, fd_mode, claims)
@@ -407,11 +407,12 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
     from .graph.decode import parse_graph
     from .limits import check_request_size
-    from .onnx_import.folding import FoldBudget
     from .request import prepare, run_request
 
     imported = None
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
+        from .onnx_import.folding import FoldBudget
+
         request = make_request(_onnx_model(path, args), "", **values)
         check_request_size(request.ByteSize(), limits.max_message_bytes, hint=True)
         # imported here (external data beside the user's files), decoded once: the HTML report draws
@@ -470,10 +471,13 @@ def outcomes_of(runs) -> list:
 
 def _write_outputs(args, runs, integrity: str) -> None:
     """--html, --junit, --summary-md (and $GITHUB_STEP_SUMMARY): the CI command's writers, for the same files."""
-    from gradcheck_client.outputs.guard import write_reports
-    from gradcheck_client.outputs.html_report import RunItem
+    from gradcheck_client.outputs.guard import wanted, write_reports
 
     from .errors import OptionError
+
+    if not wanted(args.junit, args.summary_md, args.html):  # no report built again for nothing
+        return
+    from gradcheck_client.outputs.html_report import RunItem
 
     def save(path: str, text: str, flag: str) -> None:
         try:

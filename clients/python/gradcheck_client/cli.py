@@ -214,7 +214,7 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
 
     from .request_message import make_request
 
-    preload(_options(args).get("symbolic", True) is not False)  # the children start warm (request.preload)
+    preload(_options(args).get("symbolic", True) is not False, len(graphs))  # warm children (request.preload)
     out = {}
     for path, graph in graphs.items():
         start = time.perf_counter()
