@@ -19,8 +19,8 @@ Timed, per repetition (interleaved, 1 thread first: numpy's BLAS and torch the s
 Before timing, both sides must agree: the engine's loss equals torch's, and every initializer that kept
 its torch name (and its shape) has torch autograd's gradient within 1e-9 relative.
 
-Then, each in a fresh process of its own (the peak resident memory the kernel counted for it, wait4's
-ru_maxrss): ours (the ONNX file read, imported and verified with defaults; torch is not imported), torch
+Then, each in a fresh process of its own (the peak resident memory the kernel counted for it,
+/proc's VmHWM): ours (the ONNX file read, imported and verified with defaults; torch is not imported), torch
 (the model built, gradcheck once), and ours with --fd projection (its verdict and time; killed at
 --projection-timeout).
 
@@ -178,8 +178,6 @@ def in_child(args: list, timeout: float) -> dict:
 def child(argv: list) -> int:
     """--child ours|projection DIR, or --child torch NAME SIZE SEQ: one run; prints
     {verdict, seconds, peak_bytes} (ru_maxrss of this process)."""
-    import resource
-
     kind = argv[0]
     t0 = time.perf_counter()
     if kind == "torch":
@@ -199,9 +197,19 @@ def child(argv: list) -> int:
         _, report = ours(blob, x, (d / "input_name").read_text(), "projection" if kind == "projection" else "auto",
                          must_pass=False)
         verdict = report.verdict.upper()
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    peak = peak_rss()
     print(json.dumps({"verdict": verdict, "seconds": time.perf_counter() - t0, "peak_bytes": peak}))
     return 0
+
+
+def peak_rss() -> int | None:
+    """This process's peak resident memory: /proc's VmHWM, which exec starts afresh (getrusage's ru_maxrss
+    would carry the parent's peak across the exec)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmHWM:"))
+    except (OSError, StopIteration):
+        return None
 
 
 def fmt_bytes(b) -> str:
