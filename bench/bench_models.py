@@ -105,7 +105,12 @@ def torch_problem(model, x):
     return f, names, params
 
 
-def agree(report, graph, f, names, params) -> tuple[float, int]:
+# ONNX float attributes are float32: MobileNetV3's HardSigmoid slope 1/6 is exported as 1/6 (1 + 3.0e-8), so
+# the gradients through its squeeze-excitation blocks differ from torch's exact 1/6 by that much (relative)
+AGREEMENT = {"mobilenet_v3_small": 1e-7}
+
+
+def agree(report, graph, f, names, params, within: float = 1e-9) -> tuple[float, int]:
     """Loss and the gradients of the initializers that kept their torch names equal torch's."""
     import torch
 
@@ -121,7 +126,7 @@ def agree(report, graph, f, names, params) -> tuple[float, int]:
         g = g.numpy()
         worst = max(worst, float(np.abs(p.gradient - g).max() / max(np.abs(g).max(), 1e-300)))
         n += 1
-    assert n and worst < 1e-9, (n, worst)
+    assert n and worst < within, (n, worst)
     return worst, n
 
 
@@ -143,7 +148,7 @@ def run_model(name: str, size: int, seq: int, reps: int):
     graph, report = ours(blob, x.numpy(), xname)
     first = time.perf_counter() - t0
     f, names, params = torch_problem(model, x)
-    worst, matched = agree(report, graph, f, names, params)
+    worst, matched = agree(report, graph, f, names, params, AGREEMENT.get(name, 1e-9))
     cases = {"ours": lambda: ours(blob, x.numpy(), xname),
              "torch": lambda: torch.autograd.gradcheck(f, params, fast_mode=True)}
     times = interleaved(cases, reps=reps, warmup=0)  # warmed up by the agreement check
