@@ -23,8 +23,6 @@ from .graphio import GraphFileError, load_graph
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, HelpFormatter, plot_path, suggest_flag, values_from_args
 from .outputs.guard import write_reports
-from .outputs.junit import junit_xml
-from .outputs.markdown import summary_markdown
 from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
 from .outputs.text import clip, escape_controls
 from .report import Report
@@ -33,6 +31,18 @@ from .scan import find_graphs
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
+
+
+def __getattr__(name: str):
+    """junit_xml and summary_markdown, re-exported here, are imported when asked for: a run that writes no
+    JUnit or Markdown file does not pay for their modules at start-up."""
+    if name == "junit_xml":
+        from .outputs.junit import junit_xml
+        return junit_xml
+    if name == "summary_markdown":
+        from .outputs.markdown import summary_markdown
+        return summary_markdown
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class _Parser(argparse.ArgumentParser):
@@ -330,13 +340,16 @@ def _verify(args) -> int:
     print_outcomes(ordered, args.format)
     if args.memory_plot:
         _write_plots(args, ordered)
-    from .outputs.html_report import RunItem
 
+    def html_items():  # the page's modules only when a page is asked for
+        from .outputs.html_report import RunItem
+
+        return [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
+                        no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")
+                for o in ordered]
     write_reports(ordered, _write_file, junit=args.junit,
                   summary_md=args.summary_md, html=args.html, integrity=args.integrity or BY_NAME["integrity"].default,
-                  html_items=lambda: [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
-                                              no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel)
-                                              else "") for o in ordered])
+                  html_items=html_items)
     code = max(o.exit_code for o in ordered)
     counts = {s: sum(o.status == s for o in ordered) for s in ("pass", "fail", "invalid", "error")}
     print("gradcheck: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), file=sys.stderr)
