@@ -9,6 +9,7 @@ cost what the bytes cost, not per-element Python. Cases, interleaved (harness.in
   svc json        `python -m gradcheck_svc.cli verify chain_256.json --format json` (a fresh process)
   svc pb          the same on chain_256.pb
   client json     `python -m gradcheck_client.cli verify chain_256.json --format json` (in process mode)
+  client pb       the same on chain_256.pb
 
 Each process row is start-up + decode + the same verification + the JSON report on stdout; its
 ratio is against the function's median.
@@ -61,6 +62,7 @@ def main(argv=None):
             "svc json": process("gradcheck_svc.cli", "verify", str(CHAIN), "--format", "json"),
             "svc pb": process("gradcheck_svc.cli", "verify", str(pb), "--format", "json"),
             "client json": process("gradcheck_client.cli", "verify", str(CHAIN), "--format", "json"),
+            "client pb": process("gradcheck_client.cli", "verify", str(pb), "--format", "json"),
         }
         times = interleaved(cases, reps=args.rounds, warmup=1)
     base = median(times["function"])
