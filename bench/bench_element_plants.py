@@ -107,6 +107,8 @@ def sweep(name, correct, planted, every: int, cases) -> tuple[int, list, list]:
                 missed.append((target, kind, times))
                 print(f"MISSED {name} {target} {kind} {times}x: verdict {report.verdict}, failing {failing}, "
                       f"errors {errors}", flush=True)
+            else:  # progress, for a sweep that may be stopped before its summary
+                print(f"found {name} {target} {kind} {times}x in {times_s[-1]:.1f} s", file=sys.stderr, flush=True)
     return len(params) * len(cases), missed, times_s
 
 
