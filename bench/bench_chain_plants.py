@@ -23,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import load, machine, median  # noqa: E402
+from harness import load, machine, match_threads, median  # noqa: E402
 from test_fd_joint import _one_percent_op, _planted  # noqa: E402
 
 from gradcheck_svc.ops.registry import register  # noqa: E402
@@ -36,6 +36,7 @@ def main(argv=None):
     ap.add_argument("--every", type=int, default=None, help="plant in every K-th tensor (default 1: all 512)")
     ap.add_argument("--first", type=int, default=None, help="only the first N tensors")
     args = ap.parse_args(argv)
+    match_threads(1)  # 1 thread, as the tables say
     register(_one_percent_op())
     doc = json.loads((ROOT / "examples" / "graphs" / "chain_256.json").read_text())
     params = [i["name"] for i in doc["inputs"] if i.get("requiresGrad") or i.get("requires_grad")]

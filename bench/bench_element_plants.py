@@ -29,7 +29,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import load, machine, median  # noqa: E402
+from harness import load, machine, match_threads, median  # noqa: E402
 from plants import element_bound, element_bug, mlp, plant, plant_message, unregister  # noqa: E402
 
 from gradcheck_svc.graph import load_graph  # noqa: E402
@@ -121,6 +121,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     cases = [("element", 10)] if args.quick else [(k, t) for k in ("element", "tensor") for t in (10, 100)]
     which = set(args.graphs.split(",")) - ({"resnet18"} if args.quick else set())
+    match_threads(1)  # 1 thread, as the tables say
     print(f"machine: {machine()}")
     total_missed = 0
     for name, correct, planted, family in _graphs(which):
