@@ -3,7 +3,9 @@
 node, naming that parameter) with default options? Issue 25 goal 2; tests/test_fd_joint.py checks six
 of them on every `make test`, this sweeps them all (minutes).
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_chain_plants.py [--every K] [--first N]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_chain_plants.py [--quick] [--every K] [--first N]
+
+--quick: every 128th tensor (W0, W64, W128, W192: a smoke run), unless --every is given.
 
 The plant: an identity node before the parameter's consumer whose vjp multiplies by 1.01
 (tests/test_fd_joint.py `_planted`). Prints one line per miss and a summary with the time per
@@ -21,7 +23,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import load, machine, median  # noqa: E402
+from harness import load, machine, match_threads, median  # noqa: E402
 from test_fd_joint import _one_percent_op, _planted  # noqa: E402
 
 from gradcheck_svc.ops.registry import register  # noqa: E402
@@ -30,13 +32,15 @@ from gradcheck_svc.verify import verify  # noqa: E402
 
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--every", type=int, default=1, help="plant in every K-th tensor (default 1: all 512)")
+    ap.add_argument("--quick", action="store_true", help="every 128th tensor (smoke run)")
+    ap.add_argument("--every", type=int, default=None, help="plant in every K-th tensor (default 1: all 512)")
     ap.add_argument("--first", type=int, default=None, help="only the first N tensors")
     args = ap.parse_args(argv)
+    match_threads(1)  # 1 thread, as the tables say
     register(_one_percent_op())
     doc = json.loads((ROOT / "examples" / "graphs" / "chain_256.json").read_text())
     params = [i["name"] for i in doc["inputs"] if i.get("requiresGrad") or i.get("requires_grad")]
-    params = params[:args.first][::args.every]
+    params = params[:args.first][::args.every or (128 if args.quick else 1)]
     print(f"machine: {machine()}")
     times, missed = [], []
     for target in params:

@@ -9,11 +9,14 @@ cost what the bytes cost, not per-element Python. Cases, interleaved (harness.in
   svc json        `python -m gradcheck_svc.cli verify chain_256.json --format json` (a fresh process)
   svc pb          the same on chain_256.pb
   client json     `python -m gradcheck_client.cli verify chain_256.json --format json` (in process mode)
+  client pb       the same on chain_256.pb
 
 Each process row is start-up + decode + the same verification + the JSON report on stdout; its
 ratio is against the function's median.
 
-    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_command.py [--rounds N]
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_command.py [--quick] [--rounds N]
+
+--quick: 2 rounds (a smoke run).
 """
 from __future__ import annotations
 
@@ -40,7 +43,10 @@ CHAIN = ROOT / "examples" / "graphs" / "chain_256.json"
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
+    ap.add_argument("--quick", action="store_true", help="2 rounds (smoke run)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds = 2
     match_threads(1)
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",
            "PYTHONPATH": os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python")])}
@@ -56,6 +62,7 @@ def main(argv=None):
             "svc json": process("gradcheck_svc.cli", "verify", str(CHAIN), "--format", "json"),
             "svc pb": process("gradcheck_svc.cli", "verify", str(pb), "--format", "json"),
             "client json": process("gradcheck_client.cli", "verify", str(CHAIN), "--format", "json"),
+            "client pb": process("gradcheck_client.cli", "verify", str(pb), "--format", "json"),
         }
         times = interleaved(cases, reps=args.rounds, warmup=1)
     base = median(times["function"])

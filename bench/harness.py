@@ -16,10 +16,10 @@ def blas_info() -> dict:
         from threadpoolctl import threadpool_info
     except ImportError:
         return {}
-    for info in threadpool_info():
-        if info.get("user_api") == "blas":
-            return info
-    return {}
+    blas = [info for info in threadpool_info() if info.get("user_api") == "blas"]
+    # numpy's own first (SciPy's bundled OpenBLAS may be loaded beside it)
+    blas.sort(key=lambda info: "numpy" not in info.get("filepath", ""))
+    return blas[0] if blas else {}
 
 
 _limits = []  # keeps threadpoolctl's limit in force for the whole run
@@ -30,6 +30,10 @@ def match_threads(n: int | None = None) -> int:
     as numpy's BLAS has, so neither side gets more cores. Without torch installed only
     numpy's BLAS is set."""
     import numpy  # noqa: F401 -- threadpoolctl limits only the BLAS libraries already loaded
+    try:  # the engine's erf (scipy.special) loads SciPy's own OpenBLAS: limit it too, and name numpy's
+        import scipy.special  # noqa: F401
+    except ImportError:
+        pass
 
     try:
         import torch

@@ -339,7 +339,7 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     check_file_size(path, limits.max_message_bytes)
     from .request import preload
 
-    preload(options.symbolic.enabled)  # the children start warm (request.preload)
+    preload(options.symbolic.enabled, 2 if several else 1)  # the children start warm (request.preload)
     with limit_hints(is_onnx(path)):
         message, report = bounded_call(limits.max_request_seconds, "max_request_seconds", _decode_and_verify,
                                        path, args, limits, values, options, fd_mode, claims)
@@ -364,11 +364,12 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from .errors import LimitError
     from .graph.decode import parse_graph
     from .limits import check_request_size
-    from .onnx_import.folding import FoldBudget
     from .request import prepare, run_request
 
     imported = None
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
+        from .onnx_import.folding import FoldBudget
+
         model = _onnx_model(path, args, limits)
         if claims is not None:  # keyed by initializer or torch names: request.py maps them once imported
             from gradcheck_client.claims import with_claims
@@ -418,10 +419,13 @@ def outcomes_of(runs) -> list:
 
 def _write_outputs(args, runs, integrity: str) -> None:
     """--html, --junit, --summary-md (and $GITHUB_STEP_SUMMARY): the CI command's writers, for the same files."""
-    from gradcheck_client.outputs.guard import write_reports
-    from gradcheck_client.outputs.html_report import RunItem
+    from gradcheck_client.outputs.guard import wanted, write_reports
 
     from .errors import OptionError
+
+    if not wanted(args.junit, args.summary_md, args.html):  # no report built again for nothing
+        return
+    from gradcheck_client.outputs.html_report import RunItem
 
     def save(path: str, text: str, flag: str) -> None:
         try:

@@ -52,6 +52,8 @@ def _fill(msg, d: dict) -> None:
             if field.type == _MESSAGE:
                 for item in v:
                     _fill(target.add(), item)
+            elif field.type in _FLOATS and str not in set(map(type, v)):  # C-speed: 1,000 values a gradient
+                target.extend(v)
             else:
                 target.extend([_scalar(field, item) for item in v])
         elif field.type == _MESSAGE and field.message_type.full_name == "google.protobuf.Struct":

@@ -45,6 +45,22 @@ def plant(doc: dict, target: str, op: str) -> dict:
     return doc
 
 
+def plant_message(msg, target: str, op: str):
+    """plant() for a gradcheck.v1.Graph message (an imported ONNX model: too large for a JSON document):
+    a copy whose parameter `target` reaches its first consumer through `op` (node `{target}_bug`)."""
+    out = type(msg)()
+    out.CopyFrom(msg)
+    del out.nodes[:]
+    first = next(k for k, n in enumerate(msg.nodes) if target in n.inputs)
+    for k, node in enumerate(msg.nodes):
+        if k == first:
+            out.nodes.add(name=f"{target}_bug", op=op).inputs.append(target)
+        out.nodes.add().CopyFrom(node)
+        if k == first:
+            out.nodes[-1].inputs[:] = [f"{target}_bug" if x == target else x for x in node.inputs]
+    return out
+
+
 def element_bound(g: np.ndarray, tol, loss: float, x: np.ndarray) -> np.ndarray:
     """Each element's own bound in a per-element check: its tolerance (compare.py) plus the first-pass
     rounding of its central difference at the default step (finite_diff: 4 eps (|L| + 1) / h)."""

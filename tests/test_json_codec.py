@@ -23,6 +23,7 @@ TENSORS = [
     '{"data":[1,2,3.5]}', '{"dtype":"float32","shape":[2],"data":[1.5,-2]}', '{"data":[]}',
     '{"data":[1,2,"x"]}', '{"data":[1,true]}', '{"data":["NaN",1,"-Infinity"]}', '{"data":[NaN,1]}',
     '{"data":[1e400]}', '{"data":[-Infinity]}', '{"data":[12345678901234567890123]}', '{"data":[9007199254740993]}',
+    '{"data":[0.5,9007199254740992,-9007199254740992,3]}', '{"data":[0.5,1e400]}',
     '{"data":5}', '{"data":[[1]]}', '{"data":[1],"raw":"AAAAAAAA8D8="}', '{"data":null}', '[1]', '"x"',
 ]
 DOCUMENTS = ['{', 'null', '[]', '"x"', '5', '{"inputs": 5}', '{"inputs":[5]}', '{"inputs":[null]}',

@@ -24,8 +24,6 @@ from .onnx_files import OnnxFileError
 from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from .options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
 from .outputs.guard import write_reports
-from .outputs.junit import junit_xml
-from .outputs.markdown import summary_markdown
 from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
 from .outputs.text import clip, escape_controls
 from .report import Report
@@ -34,6 +32,18 @@ from .scan import find_graphs
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
+
+
+def __getattr__(name: str):
+    """junit_xml and summary_markdown, re-exported here, are imported when asked for: a run that writes no
+    JUnit or Markdown file does not pay for their modules at start-up."""
+    if name == "junit_xml":
+        from .outputs.junit import junit_xml
+        return junit_xml
+    if name == "summary_markdown":
+        from .outputs.markdown import summary_markdown
+        return summary_markdown
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 VERIFY_EPILOG = """\
@@ -213,7 +223,7 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
 
     from .request_message import make_request
 
-    preload(_options(args).get("symbolic", True) is not False)  # the children start warm (request.preload)
+    preload(_options(args).get("symbolic", True) is not False, len(graphs))  # warm children (request.preload)
     out = {}
     for path, graph in graphs.items():
         start = time.perf_counter()
@@ -361,13 +371,16 @@ def _report(args, ordered: list, graphs: dict) -> int:
     print_outcomes(ordered, args.format)
     if args.memory_plot:
         _write_plots(args, ordered)
-    from .outputs.html_report import RunItem
 
+    def html_items():  # the page's modules only when a page is asked for
+        from .outputs.html_report import RunItem
+
+        return [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
+                        no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")
+                for o in ordered]
     write_reports(ordered, _write_file, junit=args.junit,
                   summary_md=args.summary_md, html=args.html, integrity=args.integrity or BY_NAME["integrity"].default,
-                  html_items=lambda: [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
-                                              no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel)
-                                              else "") for o in ordered])
+                  html_items=html_items)
     code = max(o.exit_code for o in ordered)
     counts = {s: sum(o.status == s for o in ordered) for s in ("pass", "fail", "invalid", "error")}
     print("gradcheck: " + ", ".join(f"{n} {s}" for s, n in counts.items() if n), file=sys.stderr)

@@ -132,7 +132,10 @@ def _plain_numbers(values: list) -> bool:
     """Finite ints and floats only. type() is exact: bool (an int subclass) and strings ("NaN", "1e3")
     go to json_format, and so do the NaN literal and an overflow to inf (it refuses both, naming the
     quoted spelling)."""
-    if not all(type(v) is float or (type(v) is int and -_EXACT <= v <= _EXACT) for v in values):
+    types = set(map(type, values))  # C-speed, where a generator over the elements was 1/4 of a decode
+    if not types <= {float, int}:
+        return False
+    if int in types and not all(-_EXACT <= v <= _EXACT for v in values if type(v) is int):
         return False
     return bool(np.isfinite(np.fromiter(values, np.float64, len(values))).all())
 

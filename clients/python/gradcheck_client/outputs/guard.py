@@ -41,6 +41,13 @@ def markdown_text(outcomes: list) -> str:
                    lambda: summary_markdown(outcomes, diagrams=False), "one without diagrams")
 
 
+def wanted(junit=None, summary_md=None, html=None) -> bool:
+    """Whether write_reports would write anything: a caller skips building its Outcomes when not."""
+    import os
+
+    return bool(junit or summary_md or html or os.environ.get("GITHUB_STEP_SUMMARY"))
+
+
 def write_reports(outcomes: list, save, *, junit=None, summary_md=None, html=None, html_items=None,
                   integrity: str = "check", title: str = "gradcheck report") -> None:
     """The CI files of both `verify` commands, from the same Outcomes: --junit, --html (html_items(): the
