@@ -23,7 +23,6 @@ ALLOWED = {
     # not yet shortened (this branch works down the list)
     **{(f, n): "not yet shortened (issue 37)" for f, n in [
         ("gradcheck_svc/batch/cli.py", "add_parsers"),
-        ("gradcheck_svc/verify/diagnosis/nonfinite.py", "nonfinite_findings"),
         ("gradcheck_svc/server/main.py", "serve"), ("gradcheck_svc/oracles/mp_eval.py", "_value"),
         ("gradcheck_svc/batch/cli.py", "screen"), ("gradcheck_svc/verify/memory_profile.py", "profile"),
         ("gradcheck_svc/verify/fd_check.py", "fd_check")]},
