@@ -50,6 +50,13 @@ def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
 
 
 def add_parsers(sub) -> None:
+    """The batch, batch-merge and screen subcommands, added to the service CLI's subparsers."""
+    _add_batch(sub)
+    _add_merge(sub)
+    _add_screen(sub)
+
+
+def _add_batch(sub) -> None:
     b = sub.add_parser("batch", help="verify one shard of many graphs, one result file per graph (Indexed Jobs)",
                        description="Verify one shard of a manifest's graphs, one result file per graph. "
                                    "--fault applies to every graph of the manifest (a graph without that node is "
@@ -73,6 +80,8 @@ def add_parsers(sub) -> None:
 
     add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
 
+
+def _add_merge(sub) -> None:
     m = sub.add_parser("batch-merge", help="merge batch or screen results into JSON, JUnit and Markdown")
     m.add_argument("dir", metavar="DIR", help="the --out directory (or URL) of the batch or screen")
     m.add_argument("--json", default=None, metavar="FILE",
@@ -111,6 +120,8 @@ def add_parsers(sub) -> None:
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
                         "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
 
+
+def _add_screen(sub) -> None:
     s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)",
                        description="Run the screening suite (example and generated graphs) on this node. "
                                    "--fault plants a fault in every graph of the suite that has that node "
