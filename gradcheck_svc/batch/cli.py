@@ -404,11 +404,29 @@ def _wrong_node(out, node: str, expected, index, run_id) -> str | None:
             "landed on it again (its landing is recorded for the merge); retry elsewhere")
 
 
+def _screen_suite_and_nodes(args) -> list[str] | None:
+    """Check screen's own options (the suite's size, --expect-nodes against --node-count): the nodes
+    the screen is meant to cover, or None when not given."""
+    from ..errors import OptionError
+    from . import screen as screen_nodes
+
+    if args.generated < 0:
+        raise OptionError("must be 0 or more", field="--generated")
+    if args.size < 1:
+        raise OptionError("must be at least 1", field="--size")
+    expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+    if args.node_count is not None and args.node_count < 1:  # (argparse converts $GRADCHECK_NODE_COUNT too)
+        raise OptionError("must be at least 1", field="--node-count")
+    if expected is not None and args.node_count is not None and len(expected) != args.node_count:
+        raise OptionError(f"{args.node_count} screen pod(s) for the {len(expected)} node(s) of --expect-nodes: "
+                          "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
+    return expected
+
+
 def screen(args) -> int:
     import socket
     import tempfile
 
-    from ..errors import OptionError
     from . import screen as screen_nodes
     from .location import location
     from .manifest import load_manifest
@@ -418,18 +436,9 @@ def screen(args) -> int:
 
     limits = _check_common(args)
     out = location(args.out, "--out")
-    if args.generated < 0:
-        raise OptionError("must be 0 or more", field="--generated")
-    if args.size < 1:
-        raise OptionError("must be at least 1", field="--size")
+    expected = _screen_suite_and_nodes(args)
     node = args.node_name or socket.gethostname()
     run_id, started_at = _run_id(args), _now()
-    expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
-    if args.node_count is not None and args.node_count < 1:  # (argparse converts $GRADCHECK_NODE_COUNT too)
-        raise OptionError("must be at least 1", field="--node-count")
-    if expected is not None and args.node_count is not None and len(expected) != args.node_count:
-        raise OptionError(f"{args.node_count} screen pod(s) for the {len(expected)} node(s) of --expect-nodes: "
-                          "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
     index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":  # asked in the verifying child (verifiers.cuda_usable): CUDA does not survive a fork
