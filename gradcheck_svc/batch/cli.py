@@ -50,6 +50,13 @@ def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
 
 
 def add_parsers(sub) -> None:
+    """The batch, batch-merge and screen subcommands, added to the service CLI's subparsers."""
+    _add_batch(sub)
+    _add_merge(sub)
+    _add_screen(sub)
+
+
+def _add_batch(sub) -> None:
     b = sub.add_parser("batch", help="verify one shard of many graphs, one result file per graph (Indexed Jobs)",
                        description="Verify one shard of a manifest's graphs, one result file per graph. "
                                    "--fault applies to every graph of the manifest (a graph without that node is "
@@ -73,6 +80,8 @@ def add_parsers(sub) -> None:
 
     add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
 
+
+def _add_merge(sub) -> None:
     m = sub.add_parser("batch-merge", help="merge batch or screen results into JSON, JUnit and Markdown")
     m.add_argument("dir", metavar="DIR", help="the --out directory (or URL) of the batch or screen")
     m.add_argument("--json", default=None, metavar="FILE",
@@ -111,6 +120,8 @@ def add_parsers(sub) -> None:
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
                         "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
 
+
+def _add_screen(sub) -> None:
     s = sub.add_parser("screen", help="run the screening suite on this node (one pod per node)",
                        description="Run the screening suite (example and generated graphs) on this node. "
                                    "--fault plants a fault in every graph of the suite that has that node "
@@ -393,11 +404,29 @@ def _wrong_node(out, node: str, expected, index, run_id) -> str | None:
             "landed on it again (its landing is recorded for the merge); retry elsewhere")
 
 
+def _screen_suite_and_nodes(args) -> list[str] | None:
+    """Check screen's own options (the suite's size, --expect-nodes against --node-count): the nodes
+    the screen is meant to cover, or None when not given."""
+    from ..errors import OptionError
+    from . import screen as screen_nodes
+
+    if args.generated < 0:
+        raise OptionError("must be 0 or more", field="--generated")
+    if args.size < 1:
+        raise OptionError("must be at least 1", field="--size")
+    expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
+    if args.node_count is not None and args.node_count < 1:  # (argparse converts $GRADCHECK_NODE_COUNT too)
+        raise OptionError("must be at least 1", field="--node-count")
+    if expected is not None and args.node_count is not None and len(expected) != args.node_count:
+        raise OptionError(f"{args.node_count} screen pod(s) for the {len(expected)} node(s) of --expect-nodes: "
+                          "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
+    return expected
+
+
 def screen(args) -> int:
     import socket
     import tempfile
 
-    from ..errors import OptionError
     from . import screen as screen_nodes
     from .location import location
     from .manifest import load_manifest
@@ -407,18 +436,9 @@ def screen(args) -> int:
 
     limits = _check_common(args)
     out = location(args.out, "--out")
-    if args.generated < 0:
-        raise OptionError("must be 0 or more", field="--generated")
-    if args.size < 1:
-        raise OptionError("must be at least 1", field="--size")
+    expected = _screen_suite_and_nodes(args)
     node = args.node_name or socket.gethostname()
     run_id, started_at = _run_id(args), _now()
-    expected = screen_nodes.parse_nodes(args.expect_nodes) if args.expect_nodes is not None else None
-    if args.node_count is not None and args.node_count < 1:  # (argparse converts $GRADCHECK_NODE_COUNT too)
-        raise OptionError("must be at least 1", field="--node-count")
-    if expected is not None and args.node_count is not None and len(expected) != args.node_count:
-        raise OptionError(f"{args.node_count} screen pod(s) for the {len(expected)} node(s) of --expect-nodes: "
-                          "launch one pod per listed node (settings.yaml `nodes`)", field="--node-count")
     index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":  # asked in the verifying child (verifiers.cuda_usable): CUDA does not survive a fork

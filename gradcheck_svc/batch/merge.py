@@ -175,16 +175,8 @@ def _choose_batch(plan: dict, good: list, allow_mixed: bool) -> dict:
                                      for u in sorted(plan["superseded"], key=lambda u: u.name)]}}
 
 
-def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
-            expect_nodes: list[str] | None = None, manifest: str | None = None) -> dict:
-    run = resolve_run(out, run_id)
-    rdir = run_dir(out, run)
-    try:
-        units = read_run(rdir)
-    except OSError as exc:
-        raise StoreUnreadable(f"cannot read results under {rdir}: {exc.strerror or exc}") from None
-    good = [u for u in units if u.plan is not None]
-    damaged = [{"file": str(path), "reason": reason} for u in units for path, reason in u.damaged]
+def _mode(good: list, shard_count, manifest, expect_nodes) -> str:
+    """The run's mode, "batch" or "screen" (one of them, not both), and the merge options that fit it."""
     modes = {u.plan["mode"] for u in good}
     if len(modes) > 1:
         raise OptionError(f"mixes batch and screen results ({', '.join(sorted(modes))}); merge them apart",
@@ -196,38 +188,68 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
         raise OptionError("applies to a batch; this run is a screen (its suite is recorded)", field="--manifest")
     if mode == "batch" and expect_nodes is not None:
         raise OptionError("applies to a screen; this run is a batch", field="--expect-nodes")
+    return mode
+
+
+def _collect_batch(good: list, shard_count, manifest, allow_mixed: bool):
+    """A batch's current units, expected graphs, shard count, inconsistent units, chosen records and
+    missing graphs."""
+    plan = _batch_plan(good, shard_count, manifest_contents(manifest) if manifest is not None else None)
+    chosen = _choose_batch(plan, good, allow_mixed)
+    current, expected, count = plan["current"], plan["expected"], plan["count"]
+    inconsistent = [u.name for u in current if not _node_list(u.plan.get("expected_nodes") or [])]
+    answered = {r["graph"] for r in chosen["records"]} | {o["graph"] for o in chosen["other"]}
+    missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in answered]
+    return current, expected, count, inconsistent, chosen, missing
+
+
+def _collect_screen(good: list, units: list, rdir: Path, allow_mixed: bool, expect_nodes):
+    """A screen's expected graphs, inconsistent units, chosen records (with their duplicates), missing
+    (graph, node) pairs and the account of its nodes."""
+    expected, inconsistent, chosen = _choose_screen(good, allow_mixed)
+    where = defaultdict(list)  # (graph, node) -> the units holding a record of it
+    for r in chosen["records"]:
+        where[(r["graph"], r["node"])].append(r["unit_dir"])
+    # answered only under other options: named as such, not again as missing
+    waiting = {(o["graph"], o["node"]) for o in chosen["other"]}
+    nodes = sorted({u.plan["node"] for u in good})
+    missing = [{"graph": g, "node": n} for n in nodes for g in expected
+               if (g, n) not in where and (g, n) not in waiting]
+    chosen["duplicates"] = [{"graph": g, "node": n, "units": u} for (g, n), u in sorted(where.items())
+                            if len(u) > 1]
+    for r in chosen["records"]:
+        del r["unit_dir"]
+    # the nodes meant to be screened: what every unit recorded at launch, and the merge's --expect-nodes
+    intended = set(expect_nodes or [])
+    for u in good:
+        if _node_list(u.plan.get("expected_nodes")):
+            intended |= set(u.plan["expected_nodes"])
+    screen_nodes = {"expected": sorted(intended), "screened": nodes,
+                    "unscreened": sorted(intended - set(nodes)),
+                    "unexpected": sorted(set(nodes) - intended) if intended else [],
+                    "landings": screen.read_landings(rdir, [u.name for u in units])}
+    return expected, inconsistent, chosen, missing, screen_nodes
+
+
+def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
+            expect_nodes: list[str] | None = None, manifest: str | None = None) -> dict:
+    run = resolve_run(out, run_id)
+    rdir = run_dir(out, run)
+    try:
+        units = read_run(rdir)
+    except OSError as exc:
+        raise StoreUnreadable(f"cannot read results under {rdir}: {exc.strerror or exc}") from None
+    good = [u for u in units if u.plan is not None]
+    damaged = [{"file": str(path), "reason": reason} for u in units for path, reason in u.damaged]
+    mode = _mode(good, shard_count, manifest, expect_nodes)
     if mode == "batch":
-        plan = _batch_plan(good, shard_count, manifest_contents(manifest) if manifest is not None else None)
-        chosen = _choose_batch(plan, good, allow_mixed)
-        current, expected, count = plan["current"], plan["expected"], plan["count"]
-        inconsistent = [u.name for u in current if not _node_list(u.plan.get("expected_nodes") or [])]
-        answered = {r["graph"] for r in chosen["records"]} | {o["graph"] for o in chosen["other"]}
-        missing = [{"graph": g, "shard": shard_of(g, count)} for g in expected if g not in answered]
+        current, expected, count, inconsistent, chosen, missing = _collect_batch(good, shard_count, manifest,
+                                                                                 allow_mixed)
         screen_nodes = None
     else:
         current, count = good, 1
-        expected, inconsistent, chosen = _choose_screen(good, allow_mixed)
-        where = defaultdict(list)  # (graph, node) -> the units holding a record of it
-        for r in chosen["records"]:
-            where[(r["graph"], r["node"])].append(r["unit_dir"])
-        # answered only under other options: named as such, not again as missing
-        waiting = {(o["graph"], o["node"]) for o in chosen["other"]}
-        nodes = sorted({u.plan["node"] for u in good})
-        missing = [{"graph": g, "node": n} for n in nodes for g in expected
-                   if (g, n) not in where and (g, n) not in waiting]
-        chosen["duplicates"] = [{"graph": g, "node": n, "units": u} for (g, n), u in sorted(where.items())
-                                if len(u) > 1]
-        for r in chosen["records"]:
-            del r["unit_dir"]
-        # the nodes meant to be screened: what every unit recorded at launch, and the merge's --expect-nodes
-        intended = set(expect_nodes or [])
-        for u in good:
-            if _node_list(u.plan.get("expected_nodes")):
-                intended |= set(u.plan["expected_nodes"])
-        screen_nodes = {"expected": sorted(intended), "screened": nodes,
-                        "unscreened": sorted(intended - set(nodes)),
-                        "unexpected": sorted(set(nodes) - intended) if intended else [],
-                        "landings": screen.read_landings(rdir, [u.name for u in units])}
+        expected, inconsistent, chosen, missing, screen_nodes = _collect_screen(good, units, rdir, allow_mixed,
+                                                                                expect_nodes)
     identities = defaultdict(list)  # (options, version) -> the current units made under it
     for u in current:
         identities[_identity(u.plan)].append(u.name)

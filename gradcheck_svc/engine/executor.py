@@ -192,7 +192,11 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
     """dL/dp for every parameter, as device arrays (zeros if the loss does not depend on p).
 
     keep_adjoints: also keep every value's dL/dv (tape.adjoints) and each vjp's
-    contribution to each input (tape.contributions), for fault localization."""
+    contribution to each input (tape.contributions), for fault localization.
+
+    Kept in one piece: it is the engine's hot loop, run once per step of every backward
+    pass; its lookups are bound to locals once and the per-step bookkeeping (adjoint
+    accumulation, live-memory accounting) is inlined, where a helper call per step costs speed."""
     program, xp, store, live, ckpt = tape.program, tape.backend.xp, tape.store, tape.live, tape.checkpoint
     ndarray = xp.ndarray
     hold, drop, marks = live.hold, live.drop, live.marks  # hot loop: locals

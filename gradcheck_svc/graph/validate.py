@@ -281,9 +281,29 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
                          limit="max_nodes")
     _check_name(msg.name, "name", limits)
     _check_name(msg.output, "output", limits)
+    inputs = _inputs(msg, limits, allow_nonfinite, nonfinite_constants)
+    if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
+        raise GraphError("no parameters: nothing to check (no input has requires_grad)", field="inputs")
+    producers = _producers(msg, inputs, limits)
+    specs = {name: gi.spec for name, gi in inputs.items()}
+    nodes = _typed_nodes(msg, topological_order(list(msg.nodes), producers), specs,
+                         sum(gi.value.size for gi in inputs.values()), limits)
+    nodes, output = resolve_inplace(nodes, inputs, specs, msg.output)
+    out_spec = specs[output]
+    if out_spec.size != 1 or out_spec.dtype != FLOAT:
+        fix = (f" (add a 'sum' or 'mean' node reading '{output}' and make it the output)"
+               if out_spec.dtype == FLOAT else "")
+        raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
+                         f"{list(out_spec.shape)}{fix}", field="output")
+    claims = decode_claims(msg, [n for n, i in inputs.items() if i.requires_grad], specs, [n.name for n in nodes],
+                           decode_tensor)
+    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs, claims,
+                 _notes(msg))
 
+
+def _inputs(msg, limits: Limits, allow_nonfinite: bool, nonfinite_constants: bool) -> dict[str, GraphInput]:
+    """The graph's inputs decoded, named uniquely, and finite unless allowed (see validate)."""
     inputs: dict[str, GraphInput] = {}
-    elements = 0
     for k, inp in enumerate(msg.inputs):
         if not inp.name:
             raise GraphError("input has no name", field=f"inputs[{k}]")
@@ -293,14 +313,15 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         value, dtype = decode_tensor(inp.value, f"input '{inp.name}'")
         if inp.requires_grad and not dtype.startswith("float"):
             raise GraphError(f"requires_grad needs a float dtype, got {dtype}", field=f"input '{inp.name}'")
-        elements += value.size
         inputs[inp.name] = GraphInput(inp.name, value, inp.requires_grad, dtype,
                                       _source_names(inp, f"inputs[{k}]", limits))
         _check_finite(inputs[inp.name], allow_nonfinite or (nonfinite_constants and not inp.requires_grad))
+    return inputs
 
-    if require_parameters and not any(inp.requires_grad for inp in inputs.values()):
-        raise GraphError("no parameters: nothing to check (no input has requires_grad)", field="inputs")
 
+def _producers(msg, inputs: dict, limits: Limits) -> dict[str, int]:
+    """Node name -> its index, once every node is named uniquely, its op is known and what it reads and
+    the graph's output exist."""
     producers: dict[str, int] = {}
     for i, node in enumerate(msg.nodes):
         if not node.name:
@@ -324,24 +345,19 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
     if msg.output not in inputs and msg.output not in producers:
         raise GraphError(f"output '{msg.output}' is not an input or node"
                          f"{hint(msg.output, [*inputs, *producers])}", field="output")
+    return producers
 
-    order = topological_order(list(msg.nodes), producers)
-    specs = {name: gi.spec for name, gi in inputs.items()}
+
+def _typed_nodes(msg, order: list[int], specs: dict, elements: int, limits: Limits) -> list[Node]:
+    """The nodes in topological order, each checked (arity, input dtypes, attributes) and its output's spec
+    inferred into specs; elements (the inputs' count) grows by each output, within max_elements."""
     nodes: list[Node] = []
     first_over = None  # the node that took the graph over max_elements
     for i in order:
         pb = msg.nodes[i]
         op = REGISTRY[pb.op]
-        n_in = len(pb.inputs)
-        if (op.arity is None and n_in == 0) or (op.arity is not None and n_in != op.arity):
-            want = "at least 1" if op.arity is None else str(op.arity)
-            raise GraphError(f"op '{op.name}' takes {want} input(s), got {n_in}", node=pb.name)
         in_specs = [specs[name] for name in pb.inputs]
-        for k, (name, s) in enumerate(zip(pb.inputs, in_specs)):
-            want = op.kind_of(k)
-            if s.dtype != want:
-                raise GraphError(f"input {k} ('{name}') of op '{op.name}' must be {want}, got {s.dtype}",
-                                 node=pb.name)
+        _check_arity_and_dtypes(pb, op, in_specs)
         user_attrs = _struct_to_dict(pb.attrs) if pb.HasField("attrs") else {}
         _check_attr_sizes(pb.name, user_attrs, limits)
         attrs = convert_attrs(pb.name, op, user_attrs)
@@ -365,15 +381,16 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
         raise LimitError(f"graph holds {elements} elements (inputs and node outputs), the limit is "
                          f"{limits.max_elements}", node=first_over, field=None if first_over else "graph",
                          limit="max_elements")
+    return nodes
 
-    nodes, output = resolve_inplace(nodes, inputs, specs, msg.output)
-    out_spec = specs[output]
-    if out_spec.size != 1 or out_spec.dtype != FLOAT:
-        fix = (f" (add a 'sum' or 'mean' node reading '{output}' and make it the output)"
-               if out_spec.dtype == FLOAT else "")
-        raise GraphError(f"output must be a float scalar (the loss), got {out_spec.dtype} of shape "
-                         f"{list(out_spec.shape)}{fix}", field="output")
-    claims = decode_claims(msg, [n for n, i in inputs.items() if i.requires_grad], specs, [n.name for n in nodes],
-                           decode_tensor)
-    return Graph(msg.name, msg.opset_version or OPSET_VERSION, inputs, nodes, output, specs, claims,
-                 _notes(msg))
+
+def _check_arity_and_dtypes(pb, op: OpDef, in_specs: list) -> None:
+    n_in = len(pb.inputs)
+    if (op.arity is None and n_in == 0) or (op.arity is not None and n_in != op.arity):
+        want = "at least 1" if op.arity is None else str(op.arity)
+        raise GraphError(f"op '{op.name}' takes {want} input(s), got {n_in}", node=pb.name)
+    for k, (name, s) in enumerate(zip(pb.inputs, in_specs)):
+        want = op.kind_of(k)
+        if s.dtype != want:
+            raise GraphError(f"input {k} ('{name}') of op '{op.name}' must be {want}, got {s.dtype}",
+                             node=pb.name)

@@ -86,15 +86,7 @@ class MpEvaluator:
             except KeyError:
                 raise Unsupported(f"free symbol {e}") from None
         if e.is_Number or e.is_NumberSymbol:
-            if e.is_Rational:
-                return c.mpf(e.p) / e.q if e.q != 1 else c.mpf(e.p)
-            if e.is_Float:
-                return c.mpf(e._mpf_)
-            if e.is_NumberSymbol:  # pi, E: at the context's precision plus guard bits
-                return c.mpf(e._as_mpf_val(c.prec + 20))
-            if e in (sp.nan, sp.zoo, sp.oo, -sp.oo):
-                return {sp.oo: c.inf, -sp.oo: -c.inf}.get(e, c.nan)
-            raise Unsupported(f"number {e}")
+            return self._number(e)
         if e is sp.true:
             return True
         if e is sp.false:
@@ -104,20 +96,7 @@ class MpEvaluator:
         if e.is_Mul:
             return c.fprod(self.value(a, env, memo) for a in e.args)
         if e.is_Pow:
-            base, ex = e.args
-            b = self.value(base, env, memo)
-            if ex is sp.S.Half:
-                return c.sqrt(b) if b >= 0 else c.nan
-            if ex.is_Integer:
-                return b ** int(ex) if (b != 0 or ex > 0) else c.inf
-            x = self.value(ex, env, memo)
-            if b < 0:
-                if x == c.floor(x):  # an integer-valued exponent (e.g. a constant input 2.0)
-                    return b ** int(x)
-                return c.nan  # a real power of a negative base: outside the real domain
-            if b == 0:
-                return c.zero if x > 0 else (c.one if x == 0 else c.inf)
-            return c.power(b, x)
+            return self._power(e, env, memo)
         if e.is_Piecewise:
             for piece, cond in e.args:
                 if self.value(cond, env, memo):
@@ -142,3 +121,35 @@ class MpEvaluator:
         except (ValueError, ZeroDivisionError):
             return c.nan
         return c.nan if isinstance(r, c.mpc) else r  # e.g. log of a negative number: not real
+
+    def _number(self, e):
+        """A SymPy number or constant (pi, E, oo, nan) in the context."""
+        c = self.ctx
+        if e.is_Rational:
+            return c.mpf(e.p) / e.q if e.q != 1 else c.mpf(e.p)
+        if e.is_Float:
+            return c.mpf(e._mpf_)
+        if e.is_NumberSymbol:  # pi, E: at the context's precision plus guard bits
+            return c.mpf(e._as_mpf_val(c.prec + 20))
+        if e in (sp.nan, sp.zoo, sp.oo, -sp.oo):
+            return {sp.oo: c.inf, -sp.oo: -c.inf}.get(e, c.nan)
+        raise Unsupported(f"number {e}")
+
+    def _power(self, e, env, memo):
+        """base**exponent on the reals: NaN outside their domain (a negative base to a non-integer power),
+        inf for zero to a negative power."""
+        c = self.ctx
+        base, ex = e.args
+        b = self.value(base, env, memo)
+        if ex is sp.S.Half:
+            return c.sqrt(b) if b >= 0 else c.nan
+        if ex.is_Integer:
+            return b ** int(ex) if (b != 0 or ex > 0) else c.inf
+        x = self.value(ex, env, memo)
+        if b < 0:
+            if x == c.floor(x):  # an integer-valued exponent (e.g. a constant input 2.0)
+                return b ** int(x)
+            return c.nan  # a real power of a negative base: outside the real domain
+        if b == 0:
+            return c.zero if x > 0 else (c.one if x == 0 else c.inf)
+        return c.power(b, x)

@@ -89,12 +89,10 @@ def _check_port_free(host: str, port: int, address: str) -> None:
         raise OptionError(f"cannot listen on {address} (address in use or not available)", field="--port") from None
 
 
-async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
-    metrics = Metrics()
-    pool = WorkerPool(config.workers, config.limits.max_queue, config.limits,
-                      on_restart=metrics.worker_restarts.inc)
+def _grpc_server(config: ServerConfig, metrics: Metrics):
+    """The gRPC server, its token check and transport limits set, no service added yet."""
     size = config.limits.max_message_bytes
-    server = grpc.aio.server(
+    return grpc.aio.server(
         interceptors=[BearerTokenInterceptor(config.token, metrics.auth_failures)] if config.token else None,
         # the transport admits twice the limit so that the servicer, not the transport, refuses an
         # over-size request: its answer then carries the `limit` kind and names the field
@@ -103,12 +101,11 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
                  # streams open at once on one connection (HTTP/2 SETTINGS): a client's further calls wait
                  # for one to end, so that unauthenticated health Watch streams cannot pile up without bound
                  ("grpc.max_concurrent_streams", MAX_STREAMS_PER_CONNECTION)])
-    servicer = GradCheckServicer(config, pool, metrics)
-    server.add_generic_rpc_handlers((servicer.handlers(),))
-    health_servicer = health.aio.HealthServicer()
-    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
-    names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
-    reflection.enable_server_reflection(names, server)
+
+
+def _bind(server, config: ServerConfig) -> tuple[int, object]:
+    """Bind the service's port (and check the metrics port is free): (the bound port, the TLS
+    credentials or None); an OptionError naming --port if it cannot listen."""
     address = grpc_address(config.host, config.port)
     creds = _credentials(config)
     _check_port_free(config.host, config.port, address)
@@ -120,6 +117,39 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
         port = 0
     if port == 0:
         raise OptionError(f"cannot listen on {address} (address in use or not available)", field="--port")
+    return port, creds
+
+
+async def _shut_down(config: ServerConfig, server, health_servicer, servicer, pool, httpd) -> None:
+    """Drain within the grace period, let cancelled calls log their lines, then stop the workers and
+    the metrics endpoint; "stopped" is the last line."""
+    log.info("shutting down", extra={"fields": {"in_flight": pool.pending, "grace_s": config.grace_seconds}})
+    await health_servicer.enter_graceful_shutdown()
+    await server.stop(config.grace_seconds)
+    # calls cancelled at the end of the grace log their line as they unwind: let them, so that
+    # "stopped" is the last line and every request is accounted for
+    for _ in range(200):
+        if servicer.active == 0:
+            break
+        await asyncio.sleep(0.01)
+    await pool.close()
+    if httpd:
+        httpd.shutdown()
+    log.info("stopped", extra={"fields": {}})
+
+
+async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
+    metrics = Metrics()
+    pool = WorkerPool(config.workers, config.limits.max_queue, config.limits,
+                      on_restart=metrics.worker_restarts.inc)
+    server = _grpc_server(config, metrics)
+    servicer = GradCheckServicer(config, pool, metrics)
+    server.add_generic_rpc_handlers((servicer.handlers(),))
+    health_servicer = health.aio.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    names = (SERVICE, health.SERVICE_NAME, reflection.SERVICE_NAME)
+    reflection.enable_server_reflection(names, server)
+    port, creds = _bind(server, config)
     await pool.start()
     httpd = metrics.serve_http(bare_host(config.host), config.metrics_port) if config.metrics_port is not None \
         else None
@@ -141,19 +171,7 @@ async def serve(config: ServerConfig, *, install_signals: bool = True) -> None:
     try:
         await stop.wait()
     finally:
-        log.info("shutting down", extra={"fields": {"in_flight": pool.pending, "grace_s": config.grace_seconds}})
-        await health_servicer.enter_graceful_shutdown()
-        await server.stop(config.grace_seconds)
-        # calls cancelled at the end of the grace log their line as they unwind: let them, so that
-        # "stopped" is the last line and every request is accounted for
-        for _ in range(200):
-            if servicer.active == 0:
-                break
-            await asyncio.sleep(0.01)
-        await pool.close()
-        if httpd:
-            httpd.shutdown()
-        log.info("stopped", extra={"fields": {}})
+        await _shut_down(config, server, health_servicer, servicer, pool, httpd)
 
 
 def run(config: ServerConfig) -> int:

@@ -59,6 +59,22 @@ def _over(engine, reference, allowed) -> np.ndarray:
         return ~within(engine, reference, np.abs(engine - reference), allowed)
 
 
+def _deciders(least: np.ndarray, g: np.ndarray):
+    """For one refined batch, with least its allowed error and g the engine's values there:
+    trusted_at(values, err), an estimate whose error is small enough to trust, and
+    settled(values, err), an estimate that already decides the comparison."""
+    def trusted_at(values, err):
+        with np.errstate(invalid="ignore"):
+            return np.isfinite(err) & (err <= np.maximum(least, TRUST * np.abs(values)))
+
+    def settled(values, err):
+        """Decided: agreeing with a bound within the tolerance, or disagreeing with a trusted one."""
+        with np.errstate(invalid="ignore"):
+            off = np.abs(g - values)
+            return ((err <= least) & (off <= least + err)) | (trusted_at(values, err) & (off > least + err))
+    return trusted_at, settled
+
+
 def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine, floor=None) -> FDCheck:
     """engine and reference in the reference's shape; noise its first-pass error estimate;
     refine(flat indices, settled) -> finite_diff.Refined for those values, where settled(values,
@@ -86,17 +102,7 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
         with np.errstate(all="ignore"):
             ratio = np.where(over, np.nan_to_num(np.abs(eng - ref) / allowed, nan=np.inf), -1.0)
         batch = np.argsort(-ratio, kind="stable")[:min(REFINE_BATCH, int(over.sum()), REFINE_MAX - int(refined.sum()))]
-        least, g = bounds(ref, tol)[batch], eng[batch]
-
-        def trusted_at(values, err, least=least):
-            with np.errstate(invalid="ignore"):
-                return np.isfinite(err) & (err <= np.maximum(least, TRUST * np.abs(values)))
-
-        def settled(values, err, least=least, g=g):
-            """Decided: agreeing with a bound within the tolerance, or disagreeing with a trusted one."""
-            with np.errstate(invalid="ignore"):
-                off = np.abs(g - values)
-                return ((err <= least) & (off <= least + err)) | (trusted_at(values, err) & (off > least + err))
+        trusted_at, settled = _deciders(bounds(ref, tol)[batch], eng[batch])
         r = refine(batch, settled)  # a value stops descending the ladder once it is decided
         ref[batch], error[batch] = r.values, r.error
         refined[batch] = True

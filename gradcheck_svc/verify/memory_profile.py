@@ -197,27 +197,34 @@ def profile(program, feeds: dict, plain, plain_grads: dict, inference, *, policy
     timelines = {"none": none.timeline, "inference": inf.timeline}
     if checkpointed is not None:
         ck = of_timeline(checkpointed.live.timeline)
-        memory.update({
-            "checkpoint_profile": str(profile_plan.policy),
-            "checkpoint_segments": len(profile_plan.segments),
-            "checkpoint_kept_values": len(profile_plan.kept),
-            "checkpoint_activations_peak_bytes": int(checkpointed.store.saved.peak),
-            "checkpoint_live_peak_bytes": ck.peak,
-            "checkpoint_training_peak_bytes": ck.peak + opt_bytes,
-            "checkpoint_op_evaluations": int(checkpointed.op_evaluations),
-            "checkpoint_gradients_equal": bool(gradients_equal),
-        })
+        memory.update(_checkpoint_figures(ck, checkpointed, profile_plan, budget_plan, opt_bytes, gradients_equal))
         timelines[str(profile_plan.policy)] = ck.timeline
-        if budget_plan is not None:  # budget:BYTES (engine/budget.py): the plan's prediction and its choice
-            memory.update({
-                "checkpoint_budget_bytes": int(profile_plan.policy.k),
-                "checkpoint_predicted_activations_peak_bytes": int(budget_plan.predicted_peak),
-                "checkpoint_kept": list(budget_plan.kept),
-                "checkpoint_recomputed_steps": int(budget_plan.recomputed_steps),
-                "checkpoint_budget_method": budget_plan.method,
-            })
     return memory, timelines
 
+
+
+def _checkpoint_figures(ck, checkpointed, profile_plan, budget_plan, opt_bytes: int, gradients_equal) -> dict:
+    """The checkpointed run's figures: ck its timeline's summary, checkpointed its tape; with a budget
+    policy, the budget plan's prediction and choice too."""
+    memory = {
+        "checkpoint_profile": str(profile_plan.policy),
+        "checkpoint_segments": len(profile_plan.segments),
+        "checkpoint_kept_values": len(profile_plan.kept),
+        "checkpoint_activations_peak_bytes": int(checkpointed.store.saved.peak),
+        "checkpoint_live_peak_bytes": ck.peak,
+        "checkpoint_training_peak_bytes": ck.peak + opt_bytes,
+        "checkpoint_op_evaluations": int(checkpointed.op_evaluations),
+        "checkpoint_gradients_equal": bool(gradients_equal),
+    }
+    if budget_plan is not None:  # budget:BYTES (engine/budget.py): the plan's prediction and its choice
+        memory.update({
+            "checkpoint_budget_bytes": int(profile_plan.policy.k),
+            "checkpoint_predicted_activations_peak_bytes": int(budget_plan.predicted_peak),
+            "checkpoint_kept": list(budget_plan.kept),
+            "checkpoint_recomputed_steps": int(budget_plan.recomputed_steps),
+            "checkpoint_budget_method": budget_plan.method,
+        })
+    return memory
 
 # --- the one-screen summary ---------------------------------------------------------------
 

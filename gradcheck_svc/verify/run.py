@@ -84,29 +84,10 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
                               timeout_s=options.symbolic.simplify_timeout_s)
     t_custom = time.perf_counter() - t0
 
-    why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
-           if engine.memory.get("checkpoint", "none") != "none" else "")
-    warnings = claim_warnings + [
-        f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
-        for f in engine.faults if not f.readers]
-    warnings += list(graph.notes)  # the converter's (an ONNX export's folded parameters: not checked)
-    if not graph.parameters:
-        warnings.append("no input has requires_grad: nothing to check")
-    if symbolic.status == "skipped":
-        warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
+    warnings = _warnings(graph, engine, symbolic, claim_warnings)
     t0 = time.perf_counter()
     phase("diagnosis")
-    if graph.claims is None:  # the engine is the subject: its runs are diagnosed
-        prior = recompute_check.attribute(engine.findings, results)
-        findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
-    else:  # the claims are: the same analyses (kinks, float32 rounding), localized by their own adjoints
-        findings = diagnose_claims(Context(graph, options, claims.tolerance_dtype(graph, dtype), engine, results, fd,
-                                           tol, subject="claimed"))
-    findings += undecidable_findings(results, engine.program, findings)
-    findings += unresolved_findings(results, findings)
-    if graph.claims is None:
-        findings += _wrong_user_derivatives(custom, findings, engine.program)
-    findings += unexplained_mismatches(results, findings, options.localize)
+    findings = _findings(graph, options, dtype, engine, results, fd, tol, custom)
     t_diag = time.perf_counter() - t0
     verdict = settle(results, findings)  # each row's status and the verdict, from the same facts
     claims.mark_missing(results)
@@ -121,6 +102,38 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=symbolic, custom_ops=custom, subject="engine" if graph.claims is None else "claimed",
         attributes=attributes_used(graph), fd_plan=fd.plan)
+
+
+def _warnings(graph: Graph, engine, symbolic, claim_warnings: list) -> list[str]:
+    """The report's warnings: the claims', faults that had no effect, the converter's notes, and what was
+    not checked or skipped."""
+    why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
+           if engine.memory.get("checkpoint", "none") != "none" else "")
+    warnings = claim_warnings + [
+        f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
+        for f in engine.faults if not f.readers]
+    warnings += list(graph.notes)  # the converter's (an ONNX export's folded parameters: not checked)
+    if not graph.parameters:
+        warnings.append("no input has requires_grad: nothing to check")
+    if symbolic.status == "skipped":
+        warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
+    return warnings
+
+
+def _findings(graph: Graph, options: VerifyOptions, dtype, engine, results: list, fd, tol, custom) -> list:
+    """The diagnosis's findings: of the engine's runs, or of the claims when the graph carries them."""
+    if graph.claims is None:  # the engine is the subject: its runs are diagnosed
+        prior = recompute_check.attribute(engine.findings, results)
+        findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
+    else:  # the claims are: the same analyses (kinks, float32 rounding), localized by their own adjoints
+        findings = diagnose_claims(Context(graph, options, claims.tolerance_dtype(graph, dtype), engine, results, fd,
+                                           tol, subject="claimed"))
+    findings += undecidable_findings(results, engine.program, findings)
+    findings += unresolved_findings(results, findings)
+    if graph.claims is None:
+        findings += _wrong_user_derivatives(custom, findings, engine.program)
+    findings += unexplained_mismatches(results, findings, options.localize)
+    return findings
 
 
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None):

@@ -105,34 +105,13 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
     order = [s.name for s in reversed(program.steps) if s.needs_grad and s.name in down and s.name != program.output]
     order += [p for p in params if p not in order]
     position = {v: i for i, v in enumerate(order)}
-    consumers_of: dict[str, list[tuple[Step, int]]] = {}
-    for s in program.steps:
-        if s.needs_grad:
-            for k, (i, want) in enumerate(zip(s.inputs, s.grad_inputs)):
-                if want:
-                    consumers_of.setdefault(i, []).append((s, k))
+    consumers_of = _consumers(program)
     checks: dict[str, Comparison] = {}
     shown: dict[str, bool] = {}  # the adjoint shown right: agreeing, and no value undecidable
 
     def check(v: str) -> bool:
         if v not in checks:
-            engine = np.asarray(adjoints.get(v, np.zeros(program.shapes[v])), dtype=np.float64)
-            engine = np.broadcast_to(engine, program.shapes[v])
-            elements = evidence(v)
-            if elements is not None and engine.size > FULL_UP_TO:
-                chk = elements_check(fd, v, engine.reshape(-1), elements, tol)
-            else:
-                ref = fd.gradient(v, mode=FDMode.FULL if engine.size <= FULL_UP_TO else FDMode.PROJECTION,
-                                  directions=DIRECTIONS)
-                chk = fd_check(as_referenced(ref, engine), ref.reference, ref.noise, tol,
-                               lambda which, settled: fd.refine(v, ref, which, settled))
-            cmp = chk.comparison
-            if elements is not None and engine.size > FULL_UP_TO:  # the worst element, as an index of v
-                flat = int(elements[cmp.worst_index[0]]) if cmp.worst_index else 0
-                cmp = replace(cmp, worst_index=tuple(int(i) for i in np.unravel_index(flat, engine.shape)))
-            # an undecidable value (differences straddling a kink nearer than every step) clears nothing:
-            # the walk goes on to the node whose kink it is, where the one-sided differences decide
-            checks[v], shown[v] = cmp, chk.passed and not len(chk.undecidable)
+            checks[v], shown[v] = _adjoint_check(program, fd, adjoints, tol, evidence, v)
         return shown[v]
 
     # bisect: lo is right (or the loss side), hi is wrong
@@ -159,4 +138,38 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
                             evidence(u)) for s, k in consumers_of.get(u, ())]
     culprit = next((c for c in local if not c.comparison.passed), None)
     return Located(u, worst, culprit, local, len(checks))
+
+
+def _consumers(program: Program) -> dict[str, list[tuple[Step, int]]]:
+    """Value -> the (step, input position) pairs whose vjp sends it an adjoint."""
+    consumers_of: dict[str, list[tuple[Step, int]]] = {}
+    for s in program.steps:
+        if s.needs_grad:
+            for k, (i, want) in enumerate(zip(s.inputs, s.grad_inputs)):
+                if want:
+                    consumers_of.setdefault(i, []).append((s, k))
+    return consumers_of
+
+
+def _adjoint_check(program: Program, fd: FiniteDifferences, adjoints: dict, tol: Tolerance, evidence,
+                   v: str) -> tuple[Comparison, bool]:
+    """v's adjoint against finite differences (at its failing elements when evidence names them and v is
+    large): the comparison, and whether it shows the adjoint right."""
+    engine = np.asarray(adjoints.get(v, np.zeros(program.shapes[v])), dtype=np.float64)
+    engine = np.broadcast_to(engine, program.shapes[v])
+    elements = evidence(v)
+    if elements is not None and engine.size > FULL_UP_TO:
+        chk = elements_check(fd, v, engine.reshape(-1), elements, tol)
+    else:
+        ref = fd.gradient(v, mode=FDMode.FULL if engine.size <= FULL_UP_TO else FDMode.PROJECTION,
+                          directions=DIRECTIONS)
+        chk = fd_check(as_referenced(ref, engine), ref.reference, ref.noise, tol,
+                       lambda which, settled: fd.refine(v, ref, which, settled))
+    cmp = chk.comparison
+    if elements is not None and engine.size > FULL_UP_TO:  # the worst element, as an index of v
+        flat = int(elements[cmp.worst_index[0]]) if cmp.worst_index else 0
+        cmp = replace(cmp, worst_index=tuple(int(i) for i in np.unravel_index(flat, engine.shape)))
+    # an undecidable value (differences straddling a kink nearer than every step) clears nothing:
+    # the walk goes on to the node whose kink it is, where the one-sided differences decide
+    return cmp, chk.passed and not len(chk.undecidable)
 

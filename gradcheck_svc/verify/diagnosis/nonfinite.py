@@ -25,13 +25,22 @@ def _finite(a) -> bool:
 
 
 def nonfinite_findings(ctx: Context) -> list[Finding]:
+    """Where a NaN/Inf in the loss or a gradient was born: the first node whose forward makes one from finite
+    inputs (or that a non-finite graph input reaches), and the first vjp that makes one from a finite adjoint."""
     eng = ctx.engine
     bad_params = [p for p, g in eng.gradients.items() if not _finite(g)]
     if np.isfinite(eng.loss) and not bad_params:
         return []
     params = list(ctx.program.params) if not np.isfinite(eng.loss) else bad_params
-    out: dict[str, Finding] = {}
     clean = ctx.clean()
+    out = _forward_origin(ctx, clean, params)
+    _backward_origin(ctx, clean, params, out, forward_origin=bool(out))
+    return list(out.values())
+
+
+def _forward_origin(ctx: Context, clean: dict, params: list) -> dict[str, Finding]:
+    """The first node making NaN/Inf in the forward pass ({} if none), by name."""
+    out: dict[str, Finding] = {}
     produced = set(ctx.program.by_name)
     for step in ctx.program.steps:  # forward: the first node making NaN/Inf from finite inputs
         y = clean[step.name]
@@ -48,15 +57,19 @@ def nonfinite_findings(ctx: Context) -> list[Finding]:
                                      f"forward produced {val:g} at {list(idx)} from the non-finite graph input "
                                      f"'{fed[0]}' ({v:g} at {list(j)}; {inputs_at(step, clean, idx)})",
                                      params, WorstElement(idx, val, float("nan")))
-            break
+            return out
         ref = float(np.asarray(ctx.fd.base[step.name], dtype=np.float64).reshape(-1)[
             np.ravel_multi_index(idx, np.shape(y)) if idx else 0])
         out[step.name] = Finding(step.name, step.op.name, "nonfinite", "error",
                                  f"forward produced {val:g} at {list(idx)} from finite inputs "
                                  f"({inputs_at(step, clean, idx)})",
                                  params, WorstElement(idx, val, ref))
-        break
-    forward_origin = bool(out)
+        return out
+    return out
+
+
+def _backward_origin(ctx: Context, clean: dict, params: list, out: dict, forward_origin: bool) -> None:
+    """The first vjp making NaN/Inf from a finite adjoint, added to out (or to its node's forward finding)."""
     traced = ctx.traced()
     for step in reversed(ctx.program.steps):  # backward: the first vjp making NaN/Inf from a finite adjoint
         a = traced.adjoints.get(step.name)
@@ -85,8 +98,4 @@ def nonfinite_findings(ctx: Context) -> list[Finding]:
             else:
                 out[step.name] = Finding(step.name, step.op.name, "nonfinite", "error", detail, params,
                                          WorstElement(idx, val, float("nan")))
-            break
-        else:
-            continue
-        break
-    return list(out.values())
+            return

@@ -1,0 +1,65 @@
+"""Keep functions short (issue 37): every function in the service and the client is at most
+LIMIT lines (def to last line, decorators aside), or it is on ALLOWED with the reason it is
+kept whole, and its docstring says so too. An entry that no longer exceeds the limit is
+stale and fails, so the list only shrinks."""
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ROOTS = (REPO / "gradcheck_svc", REPO / "clients" / "python" / "gradcheck_client")
+LIMIT = 60
+
+# (file relative to the repository, function name) -> why it stays longer than LIMIT
+ALLOWED = {
+    ("gradcheck_svc/engine/executor.py", "backward"):
+        "the engine's hot loop: its lookups are bound to locals once and the per-step bookkeeping "
+        "(adjoint accumulation, live-memory accounting) is inlined; a helper call per step costs speed",
+    ("gradcheck_svc/cli.py", "build_parser"):
+        "an argparse table, being split per subcommand on another branch (issue 37)",
+    ("clients/python/gradcheck_client/cli.py", "_verify"):
+        "being split on another branch (issue 37)",
+}
+# entries of ALLOWED whose docstring does not say why yet: the two being split on another branch;
+# once split, they drop off ALLOWED (the stale check says so) and off this set
+DOCSTRING_PENDING = {("gradcheck_svc/cli.py", "build_parser"), ("clients/python/gradcheck_client/cli.py", "_verify")}
+
+
+def _functions():
+    """(file, name, length, docstring) for every function and method, nested ones included."""
+    for root in ROOTS:
+        for path in sorted(root.rglob("*.py")):
+            rel = path.relative_to(REPO).as_posix()
+            for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
+                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                    yield rel, node.name, node.end_lineno - node.lineno + 1, ast.get_docstring(node) or ""
+
+
+def test_every_function_is_short_or_says_why():
+    functions = list(_functions())
+    assert len(functions) > 500 and any(f == "gradcheck_svc/engine/executor.py" for f, *_ in functions)
+    long = [(f, n, length) for f, n, length, _ in functions if length > LIMIT and (f, n) not in ALLOWED]
+    assert not long, ("functions over %d lines (shorten them, or add them to ALLOWED with the reason and "
+                      "say it in the docstring): %s" % (LIMIT, ", ".join(f"{f}:{n} ({k})" for f, n, k in long)))
+
+
+def test_the_allow_list_is_not_stale():
+    lengths: dict[tuple[str, str], int] = {}
+    for f, n, length, _ in _functions():
+        lengths[(f, n)] = max(lengths.get((f, n), 0), length)
+    missing = [key for key in ALLOWED if key not in lengths]
+    assert not missing, f"allow-listed functions that no longer exist: {missing}"
+    short = [f"{f}:{n} ({lengths[(f, n)]})" for f, n in ALLOWED if lengths[(f, n)] <= LIMIT]
+    assert not short, f"allow-listed functions now within {LIMIT} lines, remove them from ALLOWED: {short}"
+
+
+def test_each_allowed_function_says_why_in_its_docstring():
+    assert all(reason.strip() for reason in ALLOWED.values()) and DOCSTRING_PENDING <= set(ALLOWED)
+    docs: dict[tuple[str, str], str] = {}
+    for f, n, length, doc in _functions():
+        if length > LIMIT:
+            docs[(f, n)] = doc
+    silent = [f"{f}:{n}" for f, n in ALLOWED if (f, n) not in DOCSTRING_PENDING
+              and "kept in one piece" not in " ".join(docs.get((f, n), "").lower().split())]
+    assert not silent, f"allow-listed functions whose docstring does not say why they are kept in one piece: {silent}"
