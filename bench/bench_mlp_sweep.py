@@ -26,25 +26,12 @@ sys.path.insert(0, str(ROOT / "tests"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import interleaved, load, machine, match_threads, median, min_med, table  # noqa: E402
+from bench_joint import torch_problem  # noqa: E402  (the same tanh chain in torch)
 from plants import mlp  # noqa: E402
 
 from gradcheck_svc.verify import verify  # noqa: E402
 
 WIDTHS, DEPTHS = (64, 128, 256, 512, 1024), (2, 4, 8, 16, 32, 64)
-
-
-def torch_problem(graph):
-    """The same MLP in torch, float64: f(W_0, b_0, ...) and the parameter tensors."""
-    x = torch.tensor(np.asarray(graph.inputs["x"].value, dtype=np.float64))
-    params = tuple(torch.tensor(np.asarray(graph.inputs[p].value, dtype=np.float64), requires_grad=True)
-                   for p in graph.parameters)
-
-    def f(*ps):
-        h = x
-        for w, b in zip(ps[0::2], ps[1::2]):
-            h = torch.tanh(h @ w + b)
-        return h.sum()
-    return f, params
 
 
 def ours(graph):
@@ -64,7 +51,7 @@ def run(width: int, depth: int, reps: int) -> tuple[int, dict, dict]:
         assert np.abs(p.gradient - g.numpy()).max() <= 1e-9 * max(np.abs(g.numpy()).max(), 1e-300), p.name
     modes = {}
     for p in report.parameters:
-        modes[p.checked_by] = modes.get(p.checked_by, 0) + 1
+        modes[p.fd.checked_by] = modes.get(p.fd.checked_by, 0) + 1
     times = interleaved({"ours": lambda: ours(graph),
                          "torch": lambda: torch.autograd.gradcheck(f, params, fast_mode=True)}, reps=reps, warmup=0)
     return sum(p.numel() for p in params), times, modes

@@ -111,3 +111,21 @@ def tanh_over_small_d(n, bug=None):
         x = b.node(bug, x, name="x_bug")
     b.output(b.node("sum", b.node("tanh", b.node("div", x, b.input("d", d))), name="L"))
     return load_graph(b.build())
+
+
+def cnn(c1: int = 32, c2: int = 64, batch: int = 4, size: int = 48, seed: int = 0, name: str = "cnn"):
+    """conv 3x3 -> relu -> max_pool 2x2 -> conv 3x3 -> tanh -> sum (a Graph): ReLU zeros tie in max-pool
+    windows (kink notes), and big enough channels are screened jointly."""
+    from gradcheck_svc.graph import load_graph
+    from gradcheck_svc.graph.build import GraphBuilder
+
+    rng = np.random.default_rng(seed)
+    b = GraphBuilder(name)
+    h = b.input("img", rng.standard_normal((batch, 3, size, size)))
+    k1 = b.input("K1", rng.standard_normal((c1, 3, 3, 3)) / 3, requires_grad=True)
+    h = b.node("conv", h, k1, b.input("c1", rng.uniform(-0.5, 0.5, c1), requires_grad=True), pads=[1, 1, 1, 1])
+    h = b.node("max_pool", b.node("relu", h), kernel_shape=[2, 2], strides=[2, 2])
+    k2 = b.input("K2", rng.standard_normal((c2, c1, 3, 3)) / (3 * np.sqrt(c1)), requires_grad=True)
+    h = b.node("conv", h, k2, b.input("c2", rng.uniform(-0.5, 0.5, c2), requires_grad=True), pads=[1, 1, 1, 1])
+    b.output(b.node("sum", b.node("tanh", h), name="L"))
+    return load_graph(b.build())

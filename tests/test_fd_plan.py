@@ -10,30 +10,20 @@ from __future__ import annotations
 
 import json
 
-import numpy as np
 import pytest
 
 from gradcheck_svc.graph import load_graph
-from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.oracles.fd_plan import JOINT_FULL_SHARE
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.verify import VerifyOptions, verify
 from grpc_helpers import EXAMPLES
+from plants import cnn as plants_cnn
 from plants import mlp
 
 
 def cnn(channels: int, size: int = 8, batch: int = 2):
-    """conv 3x3 -> relu -> max_pool -> conv 3x3 -> tanh -> sum, `channels` filters in each conv."""
-    rng = np.random.default_rng(channels)
-    b = GraphBuilder(f"cnn{channels}")
-    h = b.input("img", rng.standard_normal((batch, 3, size, size)))
-    k1 = b.input("K1", rng.standard_normal((channels, 3, 3, 3)) / 3, requires_grad=True)
-    h = b.node("conv", h, k1, b.input("c1", rng.uniform(-0.5, 0.5, channels), requires_grad=True), pads=[1, 1, 1, 1])
-    h = b.node("max_pool", b.node("relu", h), kernel_shape=[2, 2], strides=[2, 2])
-    k2 = b.input("K2", rng.standard_normal((channels, channels, 3, 3)) / (3 * np.sqrt(channels)), requires_grad=True)
-    h = b.node("conv", h, k2, b.input("c2", rng.uniform(-0.5, 0.5, channels), requires_grad=True), pads=[1, 1, 1, 1])
-    b.output(b.node("sum", b.node("tanh", h), name="L"))
-    return load_graph(b.build())
+    """plants.cnn with `channels` filters in each conv."""
+    return plants_cnn(channels, channels, batch, size, seed=channels, name=f"cnn{channels}")
 
 
 def seed():
