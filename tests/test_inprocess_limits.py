@@ -95,9 +95,18 @@ def test_folded_int64_matmul_ends_at_the_limit(tmp_path):
     proc, seconds = _svc(tmp_path, "verify", model, "--params", "inputs", "--max-elements", "60000000",
                          "--max-request-seconds", str(LIMIT))
     assert proc.returncode == 2, proc.stderr
-    _assert_one_line(proc.stderr, "gradcheck-svc: error: verification exceeded the per-request limit of 3 s "
-                                  "(raise it with --max-request-seconds)")
-    assert LIMIT <= seconds < LIMIT + SLACK
+    # Two limits may end it, both refusals in one line: the request's (the MatMul runs past 3 s), or, where a
+    # loaded machine takes over half of it to fold the 25M-element Expand first, folding's own budget of
+    # half the request's limit, checked before the MatMul starts (onnx_import/folding.py)
+    if "constant folding" in proc.stderr:
+        lines = [line for line in proc.stderr.splitlines() if line.strip()]
+        assert len(lines) == 1 and lines[0].startswith("gradcheck-svc: error: "), proc.stderr
+        assert "constant folding at import time took more than 1.5 s (half of max_request_seconds)" in lines[0]
+        assert LIMIT / 2 <= seconds < LIMIT + SLACK
+    else:
+        _assert_one_line(proc.stderr, "gradcheck-svc: error: verification exceeded the per-request limit of 3 s "
+                                      "(raise it with --max-request-seconds)")
+        assert LIMIT <= seconds < LIMIT + SLACK
 
 
 def test_plan_memory_ends_at_the_limit(tmp_path):

@@ -28,7 +28,7 @@ import numpy as np
 from ..oracles.finite_diff import Refined, local_vjp, refine_local_vjp
 from .compare import Tolerance, compare
 from .diagnosis.classify import near_kink
-from .diagnosis.localize import local_directions
+from .diagnosis.localize import consumers_of, local_directions
 from .fd_check import fd_check
 from .findings import Finding, WorstElement, parameters_through
 
@@ -118,16 +118,6 @@ def _wrong_seed(program, adjoints: dict, tol: Tolerance, failing: list[str]) -> 
     return Finding(loss, step.op.name if step is not None else "input", "rule_error", "error",
                    f"the claimed backward is wrong at its seed: the claimed adjoint of the loss is {value:.8g}, "
                    "while dL/dL is 1", list(failing), WorstElement((), value, 1.0))
-
-
-def consumers_of(program) -> dict:
-    out: dict = {}
-    for s in program.steps:
-        if s.needs_grad:
-            for k, (name, want) in enumerate(zip(s.inputs, s.grad_inputs)):
-                if want:
-                    out.setdefault(name, []).append((s, k))
-    return out
 
 
 def consistency(fd, consumers: list, v: str, known: dict, tol: Tolerance):

@@ -25,13 +25,14 @@ import functools
 import numpy as np
 
 from ...oracles.fd_modes import FDMode
-from ..claims import PROVIDED, consistency, consumers_of, localize_claims
+from ..claims import PROVIDED, consistency, localize_claims
 from ..compare import compare
 from ..engine_run import run_engine
 from ..findings import Finding, WorstElement
 from .classify import EPS32, _nondifferentiable, near_kink, one_sided, side_slack
 from .context import Context
 from .kinks import exact_kink_notes
+from .localize import consumers_of
 from .local_sweep import ROUNDING_ULPS, RULE_TOL
 from .rules import rule_contribution
 

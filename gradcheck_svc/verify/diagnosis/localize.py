@@ -105,7 +105,7 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
     order = [s.name for s in reversed(program.steps) if s.needs_grad and s.name in down and s.name != program.output]
     order += [p for p in params if p not in order]
     position = {v: i for i, v in enumerate(order)}
-    consumers_of = _consumers(program)
+    consumers = consumers_of(program)
     checks: dict[str, Comparison] = {}
     shown: dict[str, bool] = {}  # the adjoint shown right: agreeing, and no value undecidable
 
@@ -127,7 +127,7 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
             hi = mid
     u = order[hi]
     while True:  # walk towards the loss while a consumer's own adjoint is wrong
-        nxt = next((s.name for s, _ in consumers_of.get(u, ()) if s.name in position and not check(s.name)),
+        nxt = next((s.name for s, _ in consumers.get(u, ()) if s.name in position and not check(s.name)),
                    None)
         if nxt is None:
             break
@@ -135,20 +135,20 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
     cmp = checks[u]
     worst = WorstElement(cmp.worst_index, cmp.engine_at_worst, cmp.reference_at_worst)
     local = [check_consumer(fd.program, fd.program.by_name[s.name], k, fd.base, adjoints, contributions, tol,
-                            evidence(u)) for s, k in consumers_of.get(u, ())]
+                            evidence(u)) for s, k in consumers.get(u, ())]
     culprit = next((c for c in local if not c.comparison.passed), None)
     return Located(u, worst, culprit, local, len(checks))
 
 
-def _consumers(program: Program) -> dict[str, list[tuple[Step, int]]]:
-    """Value -> the (step, input position) pairs whose vjp sends it an adjoint."""
-    consumers_of: dict[str, list[tuple[Step, int]]] = {}
+def consumers_of(program: Program) -> dict[str, list[tuple[Step, int]]]:
+    """Value -> the (step, input position) pairs whose vjp sends it an adjoint (also verify/claims.py's)."""
+    out: dict[str, list[tuple[Step, int]]] = {}
     for s in program.steps:
         if s.needs_grad:
             for k, (i, want) in enumerate(zip(s.inputs, s.grad_inputs)):
                 if want:
-                    consumers_of.setdefault(i, []).append((s, k))
-    return consumers_of
+                    out.setdefault(i, []).append((s, k))
+    return out
 
 
 def _adjoint_check(program: Program, fd: FiniteDifferences, adjoints: dict, tol: Tolerance, evidence,

@@ -66,12 +66,10 @@ class Opaque:
         values = [capture._lift(flat[i]) for i in positions]
         saved = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in flat]
 
-        def run(ts):
-            new = list(saved)
-            for i, t in zip(positions, ts):
-                new[i] = t
+        def call(new):
             a, k = tree_unflatten(new, spec)
-            return _float_list(func(*a, **k))
+            return func(*a, **k)
+        run = _runner(saved, positions, call)
         return Opaque(func.name(), "torch op", where, capture.modules[-1] if capture.modules else "", run,
                       [saved[i] for i in positions], values, outputs, reason, torch.is_grad_enabled())
 
@@ -80,14 +78,20 @@ class Opaque:
         positions = [i for i, t in enumerate(traced) if t and args[i].is_floating_point()]
         values = [capture._lift(args[i]) for i in positions]
         saved = [a.detach().clone() if isinstance(a, torch.Tensor) else a for a in args]
-
-        def run(ts):
-            new = list(saved)
-            for i, t in zip(positions, ts):
-                new[i] = t
-            return _float_list(cls.apply(*new))
+        run = _runner(saved, positions, lambda new: cls.apply(*new))
         return Opaque(cls.__name__, "autograd.Function", backward_line(cls), module, run,
                       [saved[i] for i in positions], values, outputs, reason)
+
+
+def _runner(saved: list, positions: list, call):
+    """run(ts): `call` on the saved arguments with the traced float ones at `positions` replaced by ts; its
+    float tensor outputs."""
+    def run(ts):
+        new = list(saved)
+        for i, t in zip(positions, ts):
+            new[i] = t
+        return _float_list(call(new))
+    return run
 
 
 def _float_list(out) -> list:
