@@ -11,7 +11,7 @@ LOCK := constraints.txt
 CONSTRAINTS ?= -c $(LOCK)
 PIP := $(PY) -m pip install -q --disable-pip-version-check $(CONSTRAINTS)
 
-.PHONY: install run serve test test-latest lock proto client-ops node-deps bench gpu-bundle gpu-rehearse clean image image-push
+.PHONY: install run serve test test-fast test-latest lock proto client-ops node-deps bench gpu-bundle gpu-rehearse clean image image-push
 
 $(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PYTHON) -m venv $(VENV)
@@ -29,8 +29,16 @@ run: $(STAMP)
 serve: $(STAMP)
 	$(VENV)/bin/gradcheck-svc serve $(SERVE_ARGS)
 
+# the whole suite on 2 workers (pytest-xdist; a test file stays on one worker, so its servers start once);
+# `make test-fast`: the unmarked tier (no `slow`: no model exports, no server or CLI processes), for edits
+TEST_WORKERS ?= 2
+PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+
 test: $(STAMP) node-deps
-	$(PY) -m pytest -q -p no:cacheprovider
+	$(PYTEST)
+
+test-fast: $(STAMP)
+	$(PYTEST) -m "not slow"
 
 # the Node.js client example's packages (clients/node, pinned by its package-lock.json), when npm is
 # here and they are not: offline or refused, the install fails quietly and tests/test_node_client.py
