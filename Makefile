@@ -41,7 +41,7 @@ test-fast: $(STAMP)
 	$(PYTEST) -m "not slow"
 
 # the Node.js client example's packages (clients/node, pinned by its package-lock.json), when npm is
-# here and they are not: offline or refused, the install fails quietly and tests/test_node_client.py
+# here and they are not: offline or refused, the install fails quietly and tests/client/test_node_client.py
 # skips, quoting clients/node/npm-install.log
 node-deps:
 	@if command -v npm >/dev/null 2>&1 && [ ! -d clients/node/node_modules/@grpc/grpc-js ]; then \

@@ -1,6 +1,6 @@
 """A 1% gradient error planted in each of chain_256's 512 parameter tensors, one at a time: is it found
 (verdict FAIL, only that parameter failing) and localized (one error finding, rule_error at the planted
-node, naming that parameter) with default options? Issue 25 goal 2; tests/test_fd_joint.py checks six
+node, naming that parameter) with default options? Issue 25 goal 2; tests/oracles/test_fd_joint.py checks six
 of them on every `make test`, this sweeps them all (minutes).
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_chain_plants.py [--quick] [--every K] [--first N]
@@ -8,7 +8,7 @@ of them on every `make test`, this sweeps them all (minutes).
 --quick: every 128th tensor (W0, W64, W128, W192: a smoke run), unless --every is given.
 
 The plant: an identity node before the parameter's consumer whose vjp multiplies by 1.01
-(tests/test_fd_joint.py `_planted`). Prints one line per miss and a summary with the time per
+(tests/oracles/test_fd_joint.py `_planted`). Prints one line per miss and a summary with the time per
 verification (min / median / max).
 """
 from __future__ import annotations

@@ -3,7 +3,7 @@
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=.:clients/python \
         .venv/bin/python bench/bench_torch_claims.py
 
-The cases are tests/test_torch_claims.py's: a custom autograd.Function y = x**3 whose backward is right,
+The cases are tests/torch/test_torch_claims.py's: a custom autograd.Function y = x**3 whose backward is right,
 1% off, wrong at one element, wrong for negative inputs; a hook that doubles a gradient; opaque nodes
 (opaque.py): a torch.library custom op whose registered backward is 1% off for negative inputs, and a
 custom Function around cumsum (an op outside the capture's table) whose backward is 1% off. Prints the

@@ -56,8 +56,8 @@ GPU=$("$PY" -c "from gradcheck_svc.backend import cuda_available; print(int(cuda
 # on "cuda" vs NumPy (test_strict_backend.py, whose "strict" half runs too); the junit XML keeps every outcome
 phase "CUDA tests" tests.txt
 timeout 170 "$PY" -m pytest -q -rs -p no:cacheprovider --junitxml="$LOGS/tests.xml" \
-    tests/test_integrity.py tests/test_checkpoint.py tests/test_expr_op.py tests/test_engine.py \
-    tests/test_strict_backend.py tests/test_cuda_kernels.py -k "gpu or cuda or cupy or strict" 2>&1 | tee -a "$LOGS/tests.txt"
+    tests/engine/test_integrity.py tests/engine/test_checkpoint.py tests/ops/test_expr_op.py tests/engine/test_engine.py \
+    tests/engine/test_strict_backend.py tests/engine/test_cuda_kernels.py -k "gpu or cuda or cupy or strict" 2>&1 | tee -a "$LOGS/tests.txt"
 rc=${PIPESTATUS[0]}; [ "$rc" -ne 0 ] && status=$rc
 skipped=$(grep -o "^SKIPPED \[[0-9]*\].*CUDA" "$LOGS/tests.txt" | awk -F'[][]' '{n += $2} END {print n + 0}')
 if [ "$GPU" = 1 ] && [ "$skipped" -gt 0 ]; then

@@ -56,7 +56,7 @@ def symbolic_budgets(local: dict) -> dict:
 def limit_hints(enabled: bool = True):
     """A LimitError from importing or validating an ONNX model names its limit; here, where the limit is
     the user's to raise (a model is not edited to fit), its one line also says which flag raises it. A
-    graph file's refusal stays the server's message word for word (tests/test_bad_input_corpus.py)."""
+    graph file's refusal stays the server's message word for word (tests/graph/test_bad_input_corpus.py)."""
     from .errors import LimitError, TimeLimitError
     from .limits import _raise_hint
 

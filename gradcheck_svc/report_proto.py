@@ -13,7 +13,7 @@ __all__ = ["client_report", "report_to_proto"]
 
 def report_to_proto(report: Report) -> service_pb2.Report:
     """The JSON report's values, field by field into the proto Report: one builder, so every
-    JSON key reaches the proto under its name (tests/test_server.py checks it), without
+    JSON key reaches the proto under its name (tests/server/test_server.py checks it), without
     json_format.ParseDict, whose generic JSON-mapping parser cost more than verifying a small
     graph."""
     msg = service_pb2.Report()

@@ -2,7 +2,7 @@
 
 The .proto files live under proto/gradcheck/v1/ so that the package path
 mirrors the proto package (gradcheck.v1); protoc's absolute imports then work
-without any rewriting. The output is committed; tests/test_proto_drift.py
+without any rewriting. The output is committed; tests/graph/test_proto_drift.py
 regenerates into a temporary folder and fails if the committed copy differs.
 
     python scripts/gen_proto.py [OUT_DIR]

@@ -1,6 +1,6 @@
 """Today's architectures, tiny, from plain torch.nn with random weights (nothing is downloaded;
 torchvision and transformers are not needed): each builder returns (model in eval mode, float64, an
-input). Shared by tests/test_model_zoo.py; sizes are kept to a few thousand weights so that each
+input). Shared by tests/onnx/test_model_zoo.py; sizes are kept to a few thousand weights so that each
 model exports, imports and verifies in seconds."""
 from __future__ import annotations
 

@@ -4,7 +4,7 @@ refactoring of how results are held can be checked to leave the JSON report -- a
 
     python tests/report_golden.py OUTDIR [NAME ...]   writes OUTDIR/NAME.json for each case (all by default)
 
-tests/test_report_golden.py compares a handful of cheap cases with the files kept in tests/golden/.
+tests/verify/test_report_golden.py compares a handful of cheap cases with the files kept in tests/golden/.
 """
 from __future__ import annotations
 

@@ -34,7 +34,7 @@ encoder-decoder links) is planned by a stated heuristic, `_plan_dag`:
    evaluated exactly as well, and the plan is the one with the least recomputation among those
    whose exact peak fits (ties: the lower peak). So at sqrt's measured peak the plan never
    recomputes more than sqrt; the predicted peak is the exact evaluation of the chosen plan
-   (tests/test_memory_plan_dag.py: equal to the measured one on a residual net and a U-Net).
+   (tests/engine/test_memory_plan_dag.py: equal to the measured one on a residual net and a U-Net).
 
 The smallest feasible budget named by an infeasible one is the smallest this planner can meet
 (the DP bound's minimum, or the best uniform plan's exact peak), not a proven optimum over all

@@ -20,7 +20,7 @@ stands for: the name itself when the exporter kept it; else the parameter the dy
 reading node's module path (the TorchScript exporter's node names, `/layer1/layer1.0/conv1/Conv`;
 the dynamo exporter's `pkg.torch.onnx.name_scopes`) and the input's role in the op (a Conv's input
 1 is its module's `weight`, as nn.Conv2d names it). Every name given is a named_parameters() key
-or empty (tests/test_model_zoo.py). Nothing here changes the graph; it is read by people only.
+or empty (tests/onnx/test_model_zoo.py). Nothing here changes the graph; it is read by people only.
 """
 from __future__ import annotations
 

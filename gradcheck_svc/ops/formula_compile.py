@@ -5,14 +5,14 @@ module with NumPy's names): common subexpressions are computed once (cse),
 and the arguments are dummified, so that no user-chosen input name reaches
 the generated source -- only SymPy's printing of the tree does. Whatever the
 registry's functions produce (erf aside, which NumPy lacks: backend.erf)
-prints through NumPy's printer; tests/test_function_tables.py holds it to that.
+prints through NumPy's printer; tests/ops/test_function_tables.py holds it to that.
 
 `cuda_source(tree, symbols)` emits the body of a CuPy ElementwiseKernel with
 SymPy's C99 printer: the inputs are named in0, in1, ... by position (no user
 text reaches the C source) and constants are cast to the kernel's type T, so
 a float32 kernel computes in float32 as the NumPy path does. `cuda_kernel`
 is the whole ElementwiseKernel definition the engine builds (ops/expr.py) and
-tests/test_cuda_kernels.py compiles with NVRTC (or nvcc) on every commit.
+tests/engine/test_cuda_kernels.py compiles with NVRTC (or nvcc) on every commit.
 """
 from __future__ import annotations
 

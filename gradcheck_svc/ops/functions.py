@@ -8,13 +8,13 @@ on its OpDef:
   array module offers it over SymPy objects (`array_functions`) and the
   client tracer's generated trace-time values use it
   (scripts/gen_client_ops.py);
-- `torch`: the torch reference test's mapping (tests/test_torch_reference.py);
+- `torch`: the torch reference test's mapping (tests/ops/test_torch_reference.py);
 - `onnx`: the ONNX importer's direct mappings (onnx_import/converters.py).
 
 The code that evaluates SymPy trees (ops/formula_compile.py for NumPy, CuPy
 and CUDA; oracles/mp_eval.py for mpmath) needs no table of ours: it resolves
 SymPy's function classes through SymPy's own printers and lambdify's module
-translations. tests/test_function_tables.py fails when any of them lacks a
+translations. tests/ops/test_function_tables.py fails when any of them lacks a
 function that a formula or an op's SymPy form (or its derivative) produces.
 
 FORMULA_ONLY is the one exception, said once: functions a formula may call

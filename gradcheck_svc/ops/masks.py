@@ -68,7 +68,7 @@ _mask("logical_xor", lambda xp, a, b: a ^ b, lambda sp, a, b: a + b - 2 * a * b,
       cases=_bool_cases(2), onnx="Xor", numpy="logical_xor", doc="a xor b, bool masks, broadcast")
 
 # isnan / isinf: their SymPy form is 0 (SymPy's symbols stand for finite reals), so the registry's
-# points are finite; ONNX's node tests (tests/test_onnx_node_tests.py) check NaN and infinities.
+# points are finite; ONNX's node tests (tests/onnx/test_onnx_node_tests.py) check NaN and infinities.
 _mask("isnan", lambda xp, x: xp.isnan(x), lambda sp, x: sp.Integer(0), arity=1, input_kind=FLOAT,
       cases=lambda rng: unary_case(rng, REALS), onnx="IsNaN", numpy="isnan", doc="the bool mask of NaN elements")
 _mask("isinf", lambda xp, x: xp.isinf(x), lambda sp, x: sp.Integer(0), arity=1, input_kind=FLOAT,

@@ -247,7 +247,7 @@ register(OpDef(
     input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing, sliced=_concat_sliced,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3)), REALS.sample(rng, (1, 3))], {"axis": 0}),
                        Case([REALS.sample(rng, (2, 1)), REALS.sample(rng, (2, 2)), REALS.sample(rng, (2, 3))],
-                            {"axis": -1})],  # (the legacy empty input: tests/test_concat_legacy_empty_torch.py)
+                            {"axis": -1})],  # (the legacy empty input: tests/ops/test_concat_legacy_empty_torch.py)
     doc="concatenate along an existing axis (numpy.concatenate)"))
 
 # --- slice -------------------------------------------------------------------------

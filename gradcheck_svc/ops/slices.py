@@ -10,7 +10,7 @@ runs batched as before, so a rule is an optimization, never a requirement.
 
 Rules compute the changed slices with the op's own forward (the finite-difference oracle must stay
 independent of every vjp) or, for ops linear in the changed input, by the exact algebra of the
-forward (matmul's rank-1 update). tests/test_fd_slices.py checks every rule against the dense
+forward (matmul's rank-1 update). tests/oracles/test_fd_slices.py checks every rule against the dense
 batched forward on every op's registry cases.
 """
 from __future__ import annotations

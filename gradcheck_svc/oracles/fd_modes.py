@@ -1,7 +1,7 @@
 """The finite-difference modes, as data: what a parameter's differences are taken over.
 
 A StrEnum, so the oracle's own strings (finite_diff.MODES, FDResult.mode, options.fd.mode) compare
-equal to its members and JSON writes each as its value (tests/test_verify_layout.py keeps the two
+equal to its members and JSON writes each as its value (tests/verify/test_verify_layout.py keeps the two
 lists the same).
 """
 from __future__ import annotations

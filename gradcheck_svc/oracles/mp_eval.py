@@ -7,7 +7,7 @@ one graph node evaluates each shared subexpression once, at the precision of
 a private mpmath context (thread-safe: the global `mpmath.mp` is not touched).
 
 Functions resolve to mpmath's by the names lambdify would use (no table of
-ours); tests/test_function_tables.py checks every function our ops, the
+ours); tests/ops/test_function_tables.py checks every function our ops, the
 formula parser and SymPy's derivatives of them produce. Anything else raises
 Unsupported, which the callers turn into a `skipped` oracle or a failed audit
 row, never a guess. (bench/bench_tree_eval.py measures this walker against

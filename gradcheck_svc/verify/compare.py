@@ -105,7 +105,7 @@ def compare(g: np.ndarray, ref: np.ndarray, tol: Tolerance, noise: np.ndarray | 
 def _compare_finite(g, ref, err, tol: Tolerance, noise) -> Comparison:
     """compare() when every value and error is finite (nearly always): the same numbers as the general
     rule below without its NaN/inf bookkeeping, which costs more than the comparison on small tensors
-    (tests/test_compare.py checks the two agree)."""
+    (tests/verify/test_compare.py checks the two agree)."""
     magnitude = float(np.abs(ref).max())
     scale = max(1.0, magnitude)
     with np.errstate(all="ignore"):

@@ -6,7 +6,7 @@ aliases) the flag of both `gradcheck verify` and `gradcheck-svc verify`. Where t
 dataclass spells the concept otherwise (an oracle's option, e.g. symbolic_budget is
 SymbolicOptions.max_elements), `target` names that field, once, here: every mapping reads it. Its default is what the
 server uses when the option is unset, and its help text is shared by both commands and the docs'
-option table (tests/test_options_table.py checks that the proto, both parsers, the server's
+option table (tests/client/test_options_table.py checks that the proto, both parsers, the server's
 defaults and the docs all agree with this table).
 
 It lives in the client package because the server depends on the client package, not the other
@@ -164,7 +164,7 @@ def target_of(o: Option) -> tuple[str, ...]:
 
 # --- the rest of a `verify` command: the same flags for `gradcheck verify` and `gradcheck-svc verify` -----------
 # Both commands build their verify parser with add_verify_arguments, so they take the same paths, outputs,
-# options and limits by construction; tests/test_options_table.py lists (and justifies) the few flags only
+# options and limits by construction; tests/client/test_options_table.py lists (and justifies) the few flags only
 # one of them has.
 
 # Budgets of the symbolic oracle that no request carries (no VerifyOptions field): they apply where the

@@ -2,7 +2,7 @@
 
 Which rule an op follows is not decided here: scripts/gen_client_ops.py tries these rules
 against the server's own shape inference (every op's test cases, every attribute choice) and
-writes the first that agrees into op_values.OPS; tests/test_client_ops_drift.py keeps that
+writes the first that agrees into op_values.OPS; tests/client/test_client_ops_drift.py keeps that
 table current. A new op whose shapes no rule reproduces fails the generator, by name.
 
 Each rule: (input shapes, attributes with defaults filled in, the op's table entry) -> shape.

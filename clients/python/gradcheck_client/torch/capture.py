@@ -163,7 +163,7 @@ ATEN = {
     aten._log_softmax: lambda a, d, half: a.tracer.apply("log_softmax", a, axis=d),
     aten.clone: lambda a, memory_format=None: a, aten.alias: lambda a: a,
     aten.where: lambda c, a, b: np.where(c, a, b),
-    # layers: the registry's ops (`gradcheck-svc ops`); tests/test_torch_claims.py's LAYERS checks each
+    # layers: the registry's ops (`gradcheck-svc ops`); tests/torch/test_torch_claims.py's LAYERS checks each
     aten.native_layer_norm: _layer_norm,
     aten.gelu: lambda a, approximate="none": _apply("gelu", a, approximate=approximate),
     aten.silu: lambda a: a / (1 + np.exp(-a)),

@@ -17,7 +17,7 @@ from gradcheck.v1 import graph_pb2
 from gradcheck_client.graphio import GraphFileError, decode_graph
 from gradcheck_client.json_text import dumps
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 GRAPH = '{"inputs":[{"name":"x","value":%s,"requiresGrad":true}],"nodes":[],"output":"x"}'
 TENSORS = [
     '{"data":[1,2,3.5]}', '{"dtype":"float32","shape":[2],"data":[1.5,-2]}', '{"data":[]}',

@@ -6,7 +6,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = [(ROOT, "gradcheck_svc"), (ROOT / "clients" / "python", "gradcheck_client")]
 
 
@@ -174,7 +174,7 @@ TEST_IMPORTS_OK = {"test_torch_reference": {"test_cnn_ops_torch", "test_onnx_ops
 
 def test_no_test_module_imports_another():
     found = {}
-    for path in sorted((ROOT / "tests").glob("*.py")):
+    for path in sorted((ROOT / "tests").rglob("*.py")):
         for n in ast.walk(ast.parse(path.read_text())):
             names = [n.module or ""] if isinstance(n, ast.ImportFrom) else \
                 [a.name for a in n.names] if isinstance(n, ast.Import) else []

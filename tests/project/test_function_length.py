@@ -7,7 +7,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 ROOTS = (REPO / "gradcheck_svc", REPO / "clients" / "python" / "gradcheck_client")
 LIMIT = 60
 

@@ -1,6 +1,6 @@
 """LSTM, GRU and RNN nodes, unrolled by the importer, against ONNX's reference evaluator: every
 output (Y, Y_h, Y_c) in every direction and layout, with initial states, biases, peepholes and GRU's
-linear_before_reset, in float64. (Their gradients against torch: tests/test_model_zoo.py.)"""
+linear_before_reset, in float64. (Their gradients against torch: tests/onnx/test_model_zoo.py.)"""
 from __future__ import annotations
 
 import itertools

@@ -18,7 +18,7 @@ from gradcheck_svc.oracles.finite_diff import FDOptions
 from gradcheck_svc.oracles.symbolic import SymbolicOptions, symbolic_gradients
 from gradcheck_svc.verify import VerifyOptions, verify
 
-EXAMPLES = Path(__file__).resolve().parent.parent / "examples" / "graphs"
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "graphs"
 
 
 def mlp_graph(rng, n=4, d=5, h=6, c=3):

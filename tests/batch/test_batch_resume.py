@@ -1,6 +1,6 @@
 """Resumes that converge (batch-merge's current plan): a graph removed or renamed, or the shard count changed,
 and the run resumed under its ID -- the merge ends complete, each graph counted once, and says what it set
-aside (in-process calls of the real CLI on a local results directory; tests/test_batch_s3.py does the same
+aside (in-process calls of the real CLI on a local results directory; tests/batch/test_batch_s3.py does the same
 in a bucket)."""
 from __future__ import annotations
 

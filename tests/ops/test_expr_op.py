@@ -26,7 +26,7 @@ from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.ops.formula_compile import cuda_source
 from gradcheck_svc.verify import verify
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 EXAMPLES = ROOT / "examples" / "graphs"
 
 

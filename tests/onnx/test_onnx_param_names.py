@@ -207,7 +207,7 @@ def test_dynamo_export_transposed_and_folded():
 def test_rnn_tensors_name_torch_keys_and_the_gate_order():
     """An LSTM's W, R, B are torch's weight_ih_l0, weight_hh_l0, bias_ih_l0 + bias_hh_l0 stacked by
     direction with the gates reordered: the report says so in its JSON and its text (the values and
-    gradients through the reorder: tests/test_model_zoo.py)."""
+    gradients through the reorder: tests/onnx/test_model_zoo.py)."""
     torch.manual_seed(0)
     model = nn.LSTM(3, 2, batch_first=True).double().eval()
     x = torch.randn(1, 2, 3, dtype=torch.float64)

@@ -131,7 +131,7 @@ def test_within_the_limit_the_child_changes_nothing(tmp_path):
     """The same graph, verified in the child, reports as before, and its shape-only plan is printed."""
     from pathlib import Path
 
-    seed = str(Path(__file__).resolve().parents[1] / "examples" / "graphs" / "seed.json")
+    seed = str(Path(__file__).resolve().parents[2] / "examples" / "graphs" / "seed.json")
     proc, _ = _svc(tmp_path, "verify", seed, "--format", "json")
     assert proc.returncode == 0, proc.stderr
     report = json.loads(proc.stdout)
@@ -225,7 +225,7 @@ def test_a_request_within_the_limits_stays_within_its_documented_memory(tmp_path
     footprint is that of seed.json's verification, measured the same way."""
     from pathlib import Path
 
-    seed = str(Path(__file__).resolve().parents[1] / "examples" / "graphs" / "seed.json")
+    seed = str(Path(__file__).resolve().parents[2] / "examples" / "graphs" / "seed.json")
     nodes, prev = [helper.make_node("Mul", ["x", "w"], ["t"])], "t"
     for i in range(8):
         nodes.append(helper.make_node("Tanh", [prev], [f"t{i}"]))

@@ -6,7 +6,7 @@ import ast
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1] / "gradcheck_svc"
+ROOT = Path(__file__).resolve().parents[2] / "gradcheck_svc"
 VERIFY = ROOT / "verify"
 # imports a function may defer because they are heavy or optional, never to dodge a cycle
 # heavy libraries, imported where used (ARCHITECTURE: pay only for what is asked); mp_eval is

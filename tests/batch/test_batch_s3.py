@@ -304,7 +304,7 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
 
 
 def test_a_resume_in_the_bucket_after_a_removal_and_a_new_shard_count_converges(capsys, s3):
-    """The resume scenarios of tests/test_batch_resume.py in a bucket: 3 shards, one graph deleted from the
+    """The resume scenarios of tests/batch/test_batch_resume.py in a bucket: 3 shards, one graph deleted from the
     bucket, resumed with 2 shards; the merge reads the graph set from the bucket (--manifest s3://...), counts
     each graph once, and names the set-aside units and the removed graph once."""
     fs, _ = s3

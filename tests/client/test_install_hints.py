@@ -14,7 +14,7 @@ import pytest
 from gradcheck_svc.errors import GraphError
 from gradcheck_svc.extras import install_hint
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 
 

@@ -6,7 +6,7 @@ torch gets the op's ONNX semantics from its own functions: asymmetric pads becom
 unpadded torch op (the pads the op resolved for auto_pad and ceil_mode, read from its Geometry), and
 LRN's ONNX window (floor((size-1)/2) channels before, ceil after) a channel sum by F.avg_pool over a
 padded square. Random DAGs in test_torch_reference use small generic shapes; these ops need N, C, spatial
-axes, so they are checked here (and in the PyTorch round trip of tests/test_onnx_torch_roundtrip.py)."""
+axes, so they are checked here (and in the PyTorch round trip of tests/onnx/test_onnx_torch_roundtrip.py)."""
 from __future__ import annotations
 
 import math
