@@ -32,7 +32,8 @@ serve: $(STAMP)
 # the whole suite on 2 workers (pytest-xdist; a test file stays on one worker, so its servers start once);
 # `make test-fast`: the unmarked tier (no `slow`: no model exports, no server or CLI processes), for edits
 TEST_WORKERS ?= 2
-PYTEST := $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
+# PYTHONDONTWRITEBYTECODE (set on these machines) would make pytest rewrite every test module on every run
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(PY) -m pytest -q -p no:cacheprovider -n $(TEST_WORKERS) --dist loadfile
 
 test: $(STAMP) node-deps
 	$(PYTEST)

@@ -87,3 +87,21 @@ def kubectl() -> str:
     if not os.path.isfile(path):
         pytest.skip(f"kubectl is not installed and could not be installed here ({path})")
     return path
+
+
+# -- the tiers: `make test-fast` runs what is not `slow` --------------------------------------------------
+# slow = process-level (a server, an S3 or Kubernetes stand-in, CLI subprocesses) or a model export. Marked
+# here by folder, file and fixture, so that a new test in those places is tiered without a decorator.
+SLOW_FOLDERS = {"server", "batch"}
+SLOW_FILES = {"test_model_zoo", "test_bert_torch", "test_onnx_lm_blocks", "test_onnx_torch_roundtrip",
+              "test_onnx_commands", "test_onnx_ci_outputs", "test_doc_snippets", "test_deploy", "test_ci_templates",
+              "test_gpu_bundle", "test_ci_command", "test_node_client", "test_client_cli", "test_client_ends",
+              "test_client_retries", "test_memory_leak", "test_cli_help", "test_install_hints", "test_core_cli"}
+PROCESS_FIXTURES = {"server", "s3", "kubectl"}
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if (item.path.parent.name in SLOW_FOLDERS or item.path.stem in SLOW_FILES
+                or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))):
+            item.add_marker(pytest.mark.slow)

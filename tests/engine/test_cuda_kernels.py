@@ -11,6 +11,7 @@ Skipped only where no CUDA compiler is installed.
 """
 from __future__ import annotations
 
+import functools
 import re
 
 import numpy as np
@@ -55,17 +56,17 @@ def _constant_forms():
     return [(f"constant form {name}", (x, y), tree) for name, tree in forms.items()]
 
 
-def _kernels():
+@functools.cache
+def kernels():
+    """Built at first use, not at import: collecting the suite should not pay for SymPy's printing."""
     trees = [(f"{label} tree {j}", syms, t) for label, syms, ts, _ in CASES for j, t in enumerate(ts)]
     return [(label, cuda_kernel(tree, syms)) for label, syms, tree in trees + _expr_cases() + _constant_forms()]
 
 
-KERNELS = _kernels()
-
 
 def test_every_kernel_the_project_emits_compiles_in_float32_and_float64():
     headers = cupy_include()
-    batch = [(label, src, dt) for label, src in KERNELS for dt in DTYPES]
+    batch = [(label, src, dt) for label, src in kernels() for dt in DTYPES]
     ptx, log = compile_ptx(elementwise_unit(batch, headers), headers)
     # every kernel reached the PTX (none silently dropped), each under its own name
     entries = re.findall(r"\.entry\s+(\w+)\(", ptx)
@@ -76,13 +77,13 @@ def test_every_kernel_the_project_emits_compiles_in_float32_and_float64():
 def test_no_kernel_uses_a_macro_nvrtc_lacks():
     # nvcc includes <math.h>, whose M_PI, M_SQRT2... NVRTC (CuPy's compiler) does not define:
     # where the test compiles with nvcc, this is what would catch such a name
-    used = {label: re.findall(r"\bM_[A-Z0-9_]+\b", src.operation) for label, src in KERNELS}
+    used = {label: re.findall(r"\bM_[A-Z0-9_]+\b", src.operation) for label, src in kernels()}
     assert not {label: names for label, names in used.items() if names}
 
 
 def test_the_batch_covers_every_function_of_the_registry():
     # each formula function and elementwise op appears (CASES is read from the registry)
-    labels = " ".join(label for label, _ in KERNELS)
+    labels = " ".join(label for label, _ in kernels())
     from gradcheck_svc.ops.functions import formula_functions
 
     assert all(f"formula function {name} " in labels for name in formula_functions())
@@ -92,7 +93,7 @@ def test_the_batch_covers_every_function_of_the_registry():
 def test_a_kernel_that_does_not_compile_fails_naming_itself():
     bad = ElementwiseSource("T in0", "T y", "y = no_such_function(in0);", "gradcheck_expr")
     with pytest.raises(CompileFailed, match=r"kernel 1: the broken one \(float64\)"):
-        compile_ptx(elementwise_unit([("a good one", KERNELS[0][1], "float32"), ("the broken one", bad, "float64")],
+        compile_ptx(elementwise_unit([("a good one", kernels()[0][1], "float32"), ("the broken one", bad, "float64")],
                                      cupy_include()), cupy_include())
 
 
@@ -103,7 +104,7 @@ def test_the_wrapper_is_the_code_cupy_generates():
     cupy = pytest.importorskip("cupy", reason="CuPy not installed (no GPU environment)")
     from cupy._core import _carray, _kernel
 
-    for label, src in KERNELS:
+    for label, src in kernels():
         for dtype in DTYPES:
             kernel = cupy.ElementwiseKernel(*src)
             dt = np.dtype(dtype)
