@@ -7,7 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = [(ROOT, "gradcheck_svc"), (ROOT / "clients" / "python", "gradcheck_client")]
+PACKAGES = [(ROOT, "gradcheck_svc"), (ROOT / "clients" / "python", "gradcheck_client"),
+            (ROOT / "clients" / "python", "gradcheck_core")]
 
 
 def _modules() -> dict[str, Path]:
@@ -66,7 +67,7 @@ def _cycle(graph) -> list | None:
 def test_no_import_cycles():
     known = _modules()
     graph = {name: _imports(name, path, known) for name, path in known.items()}
-    assert graph["gradcheck_client.tracer"] >= {"gradcheck_client.indexing"}  # the graph is really read
+    assert graph["gradcheck_core.tracer"] >= {"gradcheck_core.indexing"}  # the graph is really read
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
@@ -148,7 +149,7 @@ def _imports_verify_function(path: Path) -> bool:
 
 def test_the_in_process_commands_import_no_grpc(tmp_path):
     """gradcheck-svc verify, and gradcheck verify without a server, verify a graph (and write its JUnit) without
-    loading grpc: the request is built by gradcheck_client/request_message.py (protobuf only). Read from
+    loading grpc: the request is built by gradcheck_core/request_message.py (protobuf only). Read from
     -X importtime, which the forked child (bounded.py) writes to the same stderr."""
     import os
     import subprocess

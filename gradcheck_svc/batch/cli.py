@@ -27,7 +27,7 @@ import os
 import sys
 from pathlib import Path
 
-from gradcheck_client.options import add_option_flags, values_from_args
+from gradcheck_core.options import add_option_flags, values_from_args
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 EXIT_TERMINATED = 143  # 128 + SIGTERM: a waiting merge stopped early (its report is written; the Job retries it)
@@ -35,7 +35,7 @@ WAIT_POLL_SECONDS = 5.0
 
 
 def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
-    """The verification options of `verify` (one table, gradcheck_client/options.py), the time limit and
+    """The verification options of `verify` (one table, gradcheck_core/options.py), the time limit and
     the run ID."""
     from ..limits import add_limit_flags
 
@@ -76,7 +76,7 @@ def _add_batch(sub) -> None:
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
-    from gradcheck_client.onnx_options import add_onnx_flags
+    from gradcheck_core.onnx_options import add_onnx_flags
 
     add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
 
@@ -155,7 +155,7 @@ def _check_common(args):
     """Every option checked before any graph is read: a bad one is exit 2 naming its flag, not an
     "invalid" record for each graph. Against a server, its own limits apply, not the defaults here.
     Returns the limits in force in-process (`--max-...`, else the defaults)."""
-    from gradcheck_client.options import flag_of
+    from gradcheck_core.options import flag_of
 
     from ..errors import LimitError, OptionError
     from ..limits import ServerLimits, limit_flag_values
@@ -348,7 +348,7 @@ def _verifier(args, options, limits):
 
 
 def _has_onnx(manifest) -> bool:
-    from gradcheck_client.onnx_options import is_onnx
+    from gradcheck_core.onnx_options import is_onnx
 
     return any(is_onnx(g) for g in manifest.graphs)
 
@@ -356,7 +356,7 @@ def _has_onnx(manifest) -> bool:
 def _onnx_import(args):
     """The OnnxImport message of the --params/--input/... flags (tensor files read now: a missing one is
     exit 2 before any graph), for every .onnx model of the manifest."""
-    from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
+    from gradcheck_core.onnx_options import OnnxFlagError, onnx_import_message
 
     from ..errors import OptionError
 
@@ -506,7 +506,7 @@ def batch_merge(args) -> int:
 
 
 def _merge_and_report(args, out, files, expect) -> int:
-    from gradcheck_client.outputs.guard import junit_text
+    from gradcheck_core.outputs.guard import junit_text
 
     from ..text import clip
     from .merge import StoreUnreadable, markdown, merge, notes, outcomes, partial, problems, summary_line

@@ -462,8 +462,8 @@ def _where(missing: dict) -> str:
 
 def outcomes(m: dict):
     """The client CLI's Outcome per record and per missing graph, for its JUnit and Markdown writers."""
-    from gradcheck_client.outputs.outcome import Outcome
-    from gradcheck_client.report import Report
+    from gradcheck_core.outputs.outcome import Outcome
+    from gradcheck_core.report import Report
 
     out = []
     for r in m["records"]:
@@ -484,8 +484,8 @@ def outcomes(m: dict):
 
 def markdown(m: dict, outs) -> str:
     # node names, graph paths, devices and reasons echo user input: each one an inert code span
-    from gradcheck_client.outputs.guard import markdown_text
-    from gradcheck_client.outputs.markdown import code
+    from gradcheck_core.outputs.guard import markdown_text
+    from gradcheck_core.outputs.markdown import code
 
     c = m["counts"]
     head = [f"## gradcheck {m['mode']}: {m['graphs']} graphs, {len(m['units'])} units", "",

@@ -37,7 +37,7 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
     """plan: the unit.json to write, with its options_sha256 and gradcheck_version; its `contents` are filled
     in here. Returns counts per status for this run (graphs already answered are counted as "skipped").
     Raises InfraError (from the verifier or a read) for the caller to turn into a retryable exit."""
-    from gradcheck_client.graphio import GraphFileError
+    from gradcheck_core.graphio import GraphFileError
 
     stream = stream or sys.stderr
     opts_sha, version = plan["options_sha256"], plan["gradcheck_version"]

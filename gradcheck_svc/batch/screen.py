@@ -146,7 +146,7 @@ def build_suite(dest: Path, examples: Path | None, generated: int, size: int, se
     (and in the merge, which rebuilds it to run the reference)."""
     import shutil
 
-    from gradcheck_client.graphio import SUFFIXES
+    from gradcheck_core.graphio import SUFFIXES
 
     from .generate import write_graphs
 
