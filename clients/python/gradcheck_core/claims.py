@@ -17,13 +17,14 @@ import numpy as np
 
 from gradcheck.v1 import graph_pb2
 
+from .errors import InvalidInput
 from .onnx_options import OnnxModel
 from .outputs.text import clip
 
 ADJOINT_PREFIX = "adjoint:"
 
 
-class ClaimsFileError(ValueError):
+class ClaimsFileError(InvalidInput, ValueError):
     """An archive that cannot be read as claims: one line naming the file or the entry."""
 
 

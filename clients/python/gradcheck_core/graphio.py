@@ -14,12 +14,13 @@ from google.protobuf.message import DecodeError
 
 from gradcheck.v1 import graph_pb2
 
+from .errors import InvalidInput
 from .hints import hint
 
 SUFFIXES = (".json", ".pb")
 
 
-class GraphFileError(ValueError):
+class GraphFileError(InvalidInput, ValueError):
     """A graph file that cannot be read or decoded (one line, naming the file).
 
     path: the file (None for bytes); fmt: the encoding tried ("json" or "pb"), None when the

@@ -10,6 +10,7 @@ from dataclasses import dataclass, field
 import numpy as np
 from google.protobuf import json_format
 
+from .errors import GradientsNotVerified
 from .outputs.text import graph_label
 
 
@@ -77,8 +78,8 @@ def row_label(status: str | None, passed, failed_by: str | None) -> str:
     return f"{word} ({failed_by})" if failed_by else word
 
 
-class GradientMismatch(AssertionError):
-    """Raised by Report.raise_for_mismatch() when a gradient is wrong."""
+class GradientMismatch(GradientsNotVerified, AssertionError):
+    """Raised by Report.raise_for_mismatch() when a gradient is wrong (errors.GradientsNotVerified)."""
 
     def __init__(self, report: "Report"):
         self.report = report

@@ -404,7 +404,8 @@ _SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file
 
 
 def _user_line() -> str:
-    """FILE:LINE of the innermost frame outside torch, gradcheck_client and gradcheck_core: the user's line that made an op."""
+    """FILE:LINE of the innermost frame outside torch, gradcheck_client and gradcheck_core: the user's line
+    that made an op."""
     f = sys._getframe(1)
     while f is not None and f.f_code.co_filename.startswith(_SKIP):
         f = f.f_back

@@ -36,6 +36,7 @@ import torch
 
 from gradcheck_core.check_call import _argument_names, check_options, stated
 from gradcheck_core.claims import claims_message, with_claims
+from gradcheck_core.errors import GradientsNotVerified
 from gradcheck_core.report import Report
 from gradcheck_core.trace_errors import TracerError
 from gradcheck_core.tracer import Tracer
@@ -151,9 +152,10 @@ def gradcheck(fn, inputs, *, eps=None, atol=None, rtol=None, raise_exception: bo
     return report.passed
 
 
-class GradcheckError(RuntimeError):
-    """torch's gradients did not verify; the message is the report (torch.autograd.gradcheck raises
-    torch.autograd.gradcheck.GradcheckError, a RuntimeError, too)."""
+class GradcheckError(GradientsNotVerified, RuntimeError):
+    """torch's gradients did not verify (gradcheck_core.errors.GradientsNotVerified, exit 1 -- not
+    gradcheck_svc.errors.GradcheckError, which is invalid input); the message is the report
+    (torch.autograd.gradcheck raises torch.autograd.gradcheck.GradcheckError, a RuntimeError, too)."""
 
 
 class _Stated:
