@@ -183,7 +183,7 @@ def _fd_mode(args, single: bool):
     """None (verify in one process), or ("shard", index, count, out) / ("merge", src): the fd flags checked."""
     import os
 
-    from .batch.location import location
+    from .store.location import location
     from .errors import OptionError
 
     if args.fd_shard_count is None and args.fd_from is None:
@@ -394,7 +394,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     ask = dict(options=options, message=imported, hint=True)
     if fd_mode is None:
         return message, run_request(request, limits, **ask)
-    from .batch.store import bytes_sha256
+    from .store.records import bytes_sha256
     from .verify import fd_shards
 
     content = bytes_sha256(message.SerializeToString(deterministic=True))
@@ -632,7 +632,7 @@ def _serve(args) -> int:
 
     from .errors import OptionError
     from .limits import ServerLimits, limit_flag_values
-    from .server.config import ServerConfig, read_token
+    from .config import ServerConfig, read_token
 
     flags = limit_flag_values(args)
     if args.max_message_mb is not None:

@@ -72,9 +72,10 @@ def test_no_import_cycles():
 
 
 # --- one request pipeline (issue 37 item 1): gradcheck_svc/request.py is below every front end ---------------
-# The entry points assemble the processes (a CLI that can start a server, the batch commands' token file);
-# every other module, the front ends included, reaches the pipeline without the server package.
-ENTRY_POINTS = {"gradcheck_svc.cli", "gradcheck_svc.batch.cli"}
+# The entry point assembles the processes (a CLI that can start a server; the token file and the limits both
+# CLIs read are gradcheck_svc/config.py's, outside the server package); every other module, the front ends
+# and the batch command included, reaches the pipeline without the server package.
+ENTRY_POINTS = {"gradcheck_svc.cli"}
 
 
 def test_no_module_outside_the_server_imports_it_but_the_entry_points():
@@ -85,8 +86,8 @@ def test_no_module_outside_the_server_imports_it_but_the_entry_points():
                  and name not in ENTRY_POINTS}
     offenders = {k: v for k, v in offenders.items() if v}
     assert not offenders, offenders
-    assert "gradcheck_svc.server.config" in _imports("gradcheck_svc.batch.cli", known["gradcheck_svc.batch.cli"],
-                                                      known)  # the check reads real imports
+    assert "gradcheck_svc.server.main" in _imports("gradcheck_svc.cli", known["gradcheck_svc.cli"],
+                                                   known)  # the check reads real imports
 
 
 def test_no_client_module_imports_the_server():

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 
 from ..text import clip
 from .manifest import Manifest
-from .schema import STATUSES
-from .store import UnitStore, bytes_sha256, file_sha256, record_key
+from ..store.records import UnitStore, bytes_sha256, file_sha256, record_key
+from ..store.schema import STATUSES
 from .verifiers import InfraError, decode, present_faults
 
 __all__ = ["STATUSES", "run_unit", "scan"]

@@ -96,7 +96,7 @@ class LocalVerifier:
 
     def __init__(self, options: dict, limits=None, limit_flag: str = "--time-limit"):
         from ..limits import ServerLimits
-        from .store import code_version
+        from ..store.records import code_version
 
         self.options, self.limits, self.limit_flag = options, limits or ServerLimits(), limit_flag
         self.version = code_version()  # what answers: this process's code
