@@ -18,7 +18,7 @@ $(STAMP): pyproject.toml clients/python/pyproject.toml $(LOCK)
 	$(PIP) -e clients/python -e '.[test]'
 	# bytecode now, as pip compiles a non-editable install's: with PYTHONDONTWRITEBYTECODE set, an
 	# editable install would compile every module on every CLI start (~70 ms of ~250)
-	$(PY) -m compileall -q gradcheck_svc clients/python/gradcheck_client clients/python/gradcheck
+	$(PY) -m compileall -q gradcheck_svc clients/python/gradcheck_client clients/python/gradcheck_core clients/python/gradcheck
 	touch $(STAMP)
 
 install: $(STAMP)

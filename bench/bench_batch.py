@@ -62,7 +62,7 @@ def fake_10k(real: Path, dest: Path, n: int) -> None:
     """n records in 4 shard units of one run, copied round-robin from the real records under new graph names
     (each keeps its content hash; the unit.json lists it, and the file is named by the record's key)."""
     from gradcheck_svc.batch.manifest import shard_of
-    from gradcheck_svc.batch.store import RUNS, key_of
+    from gradcheck_svc.store.records import RUNS, key_of
 
     run = next((real / RUNS).iterdir())
     sources = [json.loads(p.read_text()) for p in sorted(run.glob("shard-*/results/*.json"))]

@@ -33,7 +33,7 @@ sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "clients" / "python")]
 
 from harness import interleaved, load, machine, match_threads, median, min_med, table  # noqa: E402
 
-from gradcheck_client.graphio import load_graph as read_graph, save_graph  # noqa: E402
+from gradcheck_core.graphio import load_graph as read_graph, save_graph  # noqa: E402
 from gradcheck_svc.graph import validate  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 

@@ -9,14 +9,14 @@
 
 The same trace as gradcheck_client.check (every float argument a parameter unless `wrt` names which,
 a non-scalar output reduced with a seeded cotangent, stated in the report; refused where the traced
-graph and f on NumPy copies differ: gradcheck_client/faithful.py), verified by the request
+graph and f on NumPy copies differ: gradcheck_core/faithful.py), verified by the request
 path every front end runs (request.py: the same options table, limits and validation), and
 returned as the client's Report: in process and through a server, one call gives the same Report.
 """
 from __future__ import annotations
 
 from gradcheck.v1 import service_pb2
-from gradcheck_client.check_call import check_options, stated, traced_for_check
+from gradcheck_core.check_call import check_options, stated, traced_for_check
 
 from .report_proto import client_report
 from .request import run_request
@@ -26,7 +26,7 @@ __all__ = ["assert_gradients", "check"]
 
 def check(f, *args, wrt=None, grad=None, **options) -> Report:
     """Trace f on args and verify its gradients here -- or, given grad (the user's backward), grad's
-    gradients (gradcheck_client.check_call); options are those of verify (gradcheck_client.options)."""
+    gradients (gradcheck_core.check_call); options are those of verify (gradcheck_core.options)."""
     options = check_options(options)
     traced = traced_for_check(f, args, wrt, grad, options)
     if "faults" in options:

@@ -12,9 +12,9 @@ import sys
 
 from . import __version__
 from .errors import GradcheckError, TimeLimitError
-from gradcheck_client.onnx_options import add_onnx_flags
-from gradcheck_client.options import CommandParser
-from gradcheck_client.verify_args import add_verify_arguments
+from gradcheck_core.onnx_options import add_onnx_flags
+from gradcheck_core.options import CommandParser
+from gradcheck_core.verify_args import add_verify_arguments
 
 from .in_process import limit_hints, verify_setup
 from .limits import add_limit_flags
@@ -183,7 +183,7 @@ def _fd_mode(args, single: bool):
     """None (verify in one process), or ("shard", index, count, out) / ("merge", src): the fd flags checked."""
     import os
 
-    from .batch.location import location
+    from .store.location import location
     from .errors import OptionError
 
     if args.fd_shard_count is None and args.fd_from is None:
@@ -223,7 +223,7 @@ def _verify(args) -> int:
     if single:  # one file: its report as it always was, an error exits 2
         paths = [args.paths[0]]
     else:
-        from gradcheck_client.scan import find_graphs
+        from gradcheck_core.scan import find_graphs
 
         try:
             scan = find_graphs(args.paths, args.include, args.exclude)
@@ -301,7 +301,7 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
         path, message, report, _ = runs[0]
         print(report.to_json() if args.format == "json" else lines(report.to_text()))
     else:
-        from gradcheck_client.outputs.outcome import print_outcomes
+        from gradcheck_core.outputs.outcome import print_outcomes
 
         print_outcomes(outcomes_of(runs), args.format)  # as `gradcheck verify` prints several graphs
     _write_outputs(args, runs, options.integrity)
@@ -311,8 +311,8 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
 
 
 def _claims(args, paths: list):
-    """--claimed: the claims (gradcheck_client/claims.py, as the CI command reads them), or None."""
-    from gradcheck_client.claims import ClaimsFileError, claims_for
+    """--claimed: the claims (gradcheck_core/claims.py, as the CI command reads them), or None."""
+    from gradcheck_core.claims import ClaimsFileError, claims_for
 
     from .errors import OptionError
 
@@ -326,8 +326,8 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     """Decode, validate and verify one graph file (carrying `claims`, graph.proto's Claims, when given:
     then they are what is verified); write its memory plot. Returns (message, report); a
     finite-difference shard (fd_mode, _fd_mode's) returns (message, its summary) instead."""
-    from gradcheck_client.onnx_options import is_onnx
-    from gradcheck_client.options import plot_path
+    from gradcheck_core.onnx_options import is_onnx
+    from gradcheck_core.options import plot_path
 
     from .bounded import bounded_call
     from .errors import OptionError
@@ -358,8 +358,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     """_verify_one's work under the time limit: (message, report), or (message, shard summary), through the
     one request pipeline (request.py), given the request the CI command would send; `claims`
     (graph.proto's Claims) travel in the message, as they do to a server."""
-    from gradcheck_client.onnx_options import is_onnx
-    from gradcheck_client.request_message import make_request
+    from gradcheck_core.onnx_options import is_onnx
+    from gradcheck_core.request_message import make_request
 
     from .errors import LimitError
     from .graph.decode import parse_graph
@@ -372,7 +372,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
         model = _onnx_model(path, args, limits)
         if claims is not None:  # keyed by initializer or torch names: request.py maps them once imported
-            from gradcheck_client.claims import with_claims
+            from gradcheck_core.claims import with_claims
 
             model = with_claims(model, claims)
         request = make_request(model, "", **values)
@@ -387,14 +387,14 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     else:
         message = parse_graph(path)
         if claims is not None:
-            from gradcheck_client.claims import with_claims
+            from gradcheck_core.claims import with_claims
 
             message = with_claims(message, claims)
         request = make_request(message, "", **values)
     ask = dict(options=options, message=imported, hint=True)
     if fd_mode is None:
         return message, run_request(request, limits, **ask)
-    from .batch.store import bytes_sha256
+    from .store.records import bytes_sha256
     from .verify import fd_shards
 
     content = bytes_sha256(message.SerializeToString(deterministic=True))
@@ -409,8 +409,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 def outcomes_of(runs) -> list:
     """The client's Outcomes of (path, message, report, error) runs: what the output writers shared with
     `gradcheck verify` read (the report's JSON dict itself, no proto round trip)."""
-    from gradcheck_client.outputs.outcome import Outcome
-    from gradcheck_client.report import Report
+    from gradcheck_core.outputs.outcome import Outcome
+    from gradcheck_core.report import Report
 
     return [Outcome(path, report=Report(report.to_dict(), id=path, text=report.to_text()), graph=message)
             if report is not None else Outcome(path, error=error, invalid=True)
@@ -419,13 +419,13 @@ def outcomes_of(runs) -> list:
 
 def _write_outputs(args, runs, integrity: str) -> None:
     """--html, --junit, --summary-md (and $GITHUB_STEP_SUMMARY): the CI command's writers, for the same files."""
-    from gradcheck_client.outputs.guard import wanted, write_reports
+    from gradcheck_core.outputs.guard import wanted, write_reports
 
     from .errors import OptionError
 
     if not wanted(args.junit, args.summary_md, args.html):  # no report built again for nothing
         return
-    from gradcheck_client.outputs.html_report import RunItem
+    from gradcheck_core.outputs.html_report import RunItem
 
     def save(path: str, text: str, flag: str) -> None:
         try:
@@ -464,8 +464,8 @@ def _weights_over(data: bytes, max_elements: int) -> str:
 def _onnx_model(path: str, args, limits):
     """The model as the CI command sends it (bytes, external data embedded, and import options), to
     measure the request; its data files are refused, unread, over `limits`."""
-    from gradcheck_client.onnx_files import OnnxFileError
-    from gradcheck_client.onnx_options import OnnxFlagError, OnnxModel, onnx_import_message
+    from gradcheck_core.onnx_files import OnnxFileError
+    from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, onnx_import_message
 
     from .errors import OptionError
     from .onnx_import.tensors import file_error
@@ -488,7 +488,7 @@ def _onnx_graph(path: str, args, budget, data: bytes = b""):
     files); `budget` bounds import-time folding (onnx_import/folding.py)."""
     from pathlib import Path
 
-    from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
+    from gradcheck_core.onnx_options import OnnxFlagError, onnx_import_message
 
     from .errors import OptionError
     from .onnx_import import embed_beside, import_onnx, options_from_proto
@@ -535,7 +535,7 @@ def _plan_memory(args) -> int:
 
 def _plan_graph(args, limits) -> dict:
     """plan-memory's work under the time limit: the graph file decoded, validated and planned."""
-    from gradcheck_client.onnx_options import is_onnx
+    from gradcheck_core.onnx_options import is_onnx
 
     from .graph import load_graph
     from .graph.decode import parse_graph
@@ -552,7 +552,7 @@ def _plan_graph(args, limits) -> dict:
 def _import_onnx(args) -> int:
     from pathlib import Path
 
-    from gradcheck_client.graphio import save_graph
+    from gradcheck_core.graphio import save_graph
 
     from .errors import OptionError
     from .graph import load_graph
@@ -632,7 +632,7 @@ def _serve(args) -> int:
 
     from .errors import OptionError
     from .limits import ServerLimits, limit_flag_values
-    from .server.config import ServerConfig, read_token
+    from .config import ServerConfig, read_token
 
     flags = limit_flag_values(args)
     if args.max_message_mb is not None:

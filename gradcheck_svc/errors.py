@@ -1,4 +1,4 @@
-"""The one family of user-facing errors.
+"""The one family of user-facing errors (below gradcheck_core.errors.InvalidInput).
 
 Every problem a user can cause (a bad graph, a bad option, a request over a
 limit) is a GradcheckError carrying the node or field it concerns and a
@@ -8,11 +8,15 @@ escapes is an internal fault and is never shown as a traceback.
 """
 from __future__ import annotations
 
+from gradcheck_core.errors import InvalidInput
+
 from .text import clip, cut_bytes
 
 
-class GradcheckError(Exception):
-    """A user error: `where` names the node or field, `reason` says what is wrong."""
+class GradcheckError(InvalidInput):
+    """A user error -- invalid input (gradcheck_core.errors.InvalidInput: exit 2), never "gradients did not
+    verify" (that is gradcheck_core.errors.GradientsNotVerified, e.g. gradcheck_client.torch.GradcheckError):
+    `where` names the node or field, `reason` says what is wrong."""
 
     kind = "invalid"
 

@@ -12,7 +12,7 @@ def verify_setup(args):
     `verify` commands): OptionError / LimitError naming the flag, before any graph is read."""
     import dataclasses
 
-    from gradcheck_client.options import (IN_PROCESS_OPTIONS, VERIFY_HIDDEN_LIMITS, flag_of, in_process_values,
+    from gradcheck_core.options import (IN_PROCESS_OPTIONS, VERIFY_HIDDEN_LIMITS, flag_of, in_process_values,
                                           values_from_args)
 
     from .errors import LimitError, OptionError
@@ -45,7 +45,7 @@ def verify_setup(args):
 
 def symbolic_budgets(local: dict) -> dict:
     """SymbolicOptions fields from the in-process flags given (IN_PROCESS_OPTIONS: each names its field)."""
-    from gradcheck_client.options import IN_PROCESS_BY_NAME, target_of
+    from gradcheck_core.options import IN_PROCESS_BY_NAME, target_of
 
     fields = {name: target_of(IN_PROCESS_BY_NAME[name]) for name in local}
     assert all(f[0] == "symbolic" for f in fields.values()), fields  # the in-process budgets are the oracle's

@@ -99,7 +99,7 @@ ServerLimits.__module__ = __name__  # (make_dataclass's own `module=` is Python 
 def add_limit_flags(parser, *, server: bool, what: str, hidden: tuple = ()) -> None:
     """`--max-...` for every limit that bounds a request (both `serve` and `verify`), and for the
     server's own (server_only) when `server`; the limits named in `hidden` are accepted but not shown
-    (in `verify` the budgets they cap stand for them, gradcheck_client/options.py)."""
+    (in `verify` the budgets they cap stand for them, gradcheck_core/options.py)."""
     import argparse
 
     group = parser.add_argument_group(f"limits ({what})")

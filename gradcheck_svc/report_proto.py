@@ -67,6 +67,6 @@ def _fill(msg, d: dict) -> None:
 def client_report(report: Report, id: str = ""):
     """The client's Report of a report made here, exactly as a server's answer reads (through the proto
     Report): in process and through a server, one request gives the same Report."""
-    from gradcheck_client.report import Report as ClientReport
+    from gradcheck_core.report import Report as ClientReport
 
     return ClientReport.from_proto(report_to_proto(report), id=id)

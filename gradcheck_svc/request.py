@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 
 from gradcheck.v1 import service_pb2
-from gradcheck_client.options import BY_NAME, OPTIONS, target_of
+from gradcheck_core.options import BY_NAME, OPTIONS, target_of
 
 from .backend import USER_DEVICES
 from .engine import parse_fault
@@ -116,7 +116,7 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
 
             message = graph_from_request(request, limits)
     if request.onnx_model and request.graph.HasField("claimed"):  # the model's claims: by initializer or torch name
-        from gradcheck_client.claims import with_claims
+        from gradcheck_core.claims import with_claims
 
         from .onnx_import.claim_names import onto_initializers
 

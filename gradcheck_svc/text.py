@@ -8,11 +8,11 @@ cannot fake a "Traceback" line), XML/SVG stay well-formed once XML-escaped, and
 gRPC's error trailers stay far below its metadata limit whatever the input
 (`cut_bytes` bounds a whole message in UTF-8 bytes, which is what the trailers
 pay for). The escaping itself is the client's terminal-text function
-(gradcheck_client/outputs/text.py): one escape for text, on both sides of the wire.
+(gradcheck_core/outputs/text.py): one escape for text, on both sides of the wire.
 """
 from __future__ import annotations
 
-from gradcheck_client.outputs.text import MAX_ECHO, clip, escape_controls, graph_label, lines
+from gradcheck_core.outputs.text import MAX_ECHO, clip, escape_controls, graph_label, lines
 
 __all__ = ["MAX_ECHO", "MAX_MESSAGE_BYTES", "clip", "cut_bytes", "escape_controls", "graph_label", "lines"]
 

@@ -14,7 +14,7 @@ op without attributes whose SymPy form SymPy's NumPy printer writes out
 It also writes OPS, what the tracer needs to record an op without the server: its arity,
 input kinds, attributes with their defaults (REQUIRED when there is none), NumPy's function
 of the same name (for Value.__array_ufunc__/__array_function__) and its shape rule: the first
-rule of gradcheck_client.shapes that reproduces the server's own shape inference on every
+rule of gradcheck_core.shapes that reproduces the server's own shape inference on every
 test case of the op (each attribute choice tried); none reproducing it is an error, by name.
 
     python scripts/gen_client_ops.py [OUT_FILE]
@@ -25,7 +25,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-DEFAULT_OUT = ROOT / "clients" / "python" / "gradcheck_client" / "op_values.py"
+DEFAULT_OUT = ROOT / "clients" / "python" / "gradcheck_core" / "op_values.py"
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "clients" / "python"))
 
@@ -108,7 +108,7 @@ def _probes(op):
 
 
 def _shape_rule(op, entry: dict, has_value: bool) -> str:
-    from gradcheck_client.shapes import RULES
+    from gradcheck_core.shapes import RULES
 
     probes = _probes(op)
     if not probes:
@@ -121,7 +121,7 @@ def _shape_rule(op, entry: dict, has_value: bool) -> str:
                 return rule
         except Exception:  # a rule that cannot even compute this op's shapes is not its rule
             continue
-    raise SystemExit(f"op '{op.name}': no rule in gradcheck_client/shapes.py reproduces its shape inference")
+    raise SystemExit(f"op '{op.name}': no rule in gradcheck_core/shapes.py reproduces its shape inference")
 
 
 def _defaults(op) -> dict:
@@ -151,7 +151,7 @@ def source() -> str:
             values.append(f"    {op.name!r}: {value},")
     exec_values = {}
     exec(HEADER + "VALUES = {\n" + "\n".join(values) + "\n}\n", exec_values)  # the rules' "numpy" needs them
-    import gradcheck_client.op_values as current
+    import gradcheck_core.op_values as current
 
     saved = current.VALUES
     current.VALUES = exec_values["VALUES"]
@@ -172,7 +172,7 @@ def source() -> str:
             + "# ops traced without a value: looking at their data at trace time raises TracerError\n"
             + "WITHOUT_VALUE = (\n" + "".join(f"    {n!r},\n" for n in without) + ")\n\n"
             + "# every op: arity (None: any number), input kinds, attributes with defaults and kinds, NumPy's\n"
-            + "# function of the same name, and the rule of gradcheck_client/shapes.py its output shape follows\n"
+            + "# function of the same name, and the rule of gradcheck_core/shapes.py its output shape follows\n"
             + "OPS = {\n" + "\n".join(table) + "\n}\n")
 
 

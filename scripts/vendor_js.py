@@ -1,6 +1,6 @@
 """Vendor the HTML report's JavaScript layout library from npm into the client package.
 
-The page (gradcheck_client/outputs/html_report.py) lays the graph out with Graphviz `dot` where it is
+The page (gradcheck_core/outputs/html_report.py) lays the graph out with Graphviz `dot` where it is
 installed and otherwise with dagre, a maintained layout library embedded in the page; dagre's
 browser build ships inside the client package so a report works offline and self-contained.
 The source map comment is dropped (the map is not shipped). Needs `npm` (the registry):
@@ -16,7 +16,7 @@ import tempfile
 from pathlib import Path
 
 PACKAGE, VERSION = "@dagrejs/dagre", "3.1.3"
-OUT = Path(__file__).resolve().parent.parent / "clients" / "python" / "gradcheck_client" / "vendor"
+OUT = Path(__file__).resolve().parent.parent / "clients" / "python" / "gradcheck_core" / "vendor"
 
 
 def vendor() -> None:

@@ -104,7 +104,7 @@ def slow_graph(width: int = 96, layers: int = 4):
     """tanh(h @ W_i^T) chain: full finite differences cost ~width**5 (seconds at width 64, tens at 96).
     The transpose keeps it so: it has no slice rule (ops/slices.py), so every perturbed copy of W_i
     is pushed through the graph dense, where x @ W alone would change one column per copy."""
-    from gradcheck_client.tracer import Tracer, ops
+    from gradcheck_core.tracer import Tracer, ops
 
     rng = np.random.default_rng(0)
     t = Tracer(f"slow_{width}x{layers}")
@@ -122,7 +122,7 @@ def seed_graph():
 
 def unsaved_z_graph():
     """Has a node 'z' that no backward step reads: a fault on z has no effect, the graph passes."""
-    from gradcheck_client.tracer import Tracer
+    from gradcheck_core.tracer import Tracer
 
     t = Tracer("unsaved_z")
     z = (t.param("w", 3.0) * t.param("x", 2.0)).named("z")

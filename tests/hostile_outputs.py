@@ -6,7 +6,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from gradcheck_client.outputs.text import escape_controls
+from gradcheck_core.outputs.text import escape_controls
 
 cmarkgfm = pytest.importorskip("cmarkgfm", reason="the test extra's cmarkgfm (GitHub's Markdown renderer)")
 from cmarkgfm.cmark import Options  # noqa: E402

@@ -27,7 +27,7 @@ import os
 import sys
 from pathlib import Path
 
-from gradcheck_client.options import add_option_flags, values_from_args
+from gradcheck_core.options import add_option_flags, values_from_args
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 EXIT_TERMINATED = 143  # 128 + SIGTERM: a waiting merge stopped early (its report is written; the Job retries it)
@@ -35,7 +35,7 @@ WAIT_POLL_SECONDS = 5.0
 
 
 def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
-    """The verification options of `verify` (one table, gradcheck_client/options.py), the time limit and
+    """The verification options of `verify` (one table, gradcheck_core/options.py), the time limit and
     the run ID."""
     from ..limits import add_limit_flags
 
@@ -76,7 +76,7 @@ def _add_batch(sub) -> None:
     b.add_argument("--node-name", default=os.environ.get("NODE_NAME"),
                    help="recorded in each result (default $NODE_NAME, from the downward API)")
     _verify_options(b)
-    from gradcheck_client.onnx_options import add_onnx_flags
+    from gradcheck_core.onnx_options import add_onnx_flags
 
     add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
 
@@ -155,7 +155,7 @@ def _check_common(args):
     """Every option checked before any graph is read: a bad one is exit 2 naming its flag, not an
     "invalid" record for each graph. Against a server, its own limits apply, not the defaults here.
     Returns the limits in force in-process (`--max-...`, else the defaults)."""
-    from gradcheck_client.options import flag_of
+    from gradcheck_core.options import flag_of
 
     from ..errors import LimitError, OptionError
     from ..limits import ServerLimits, limit_flag_values
@@ -190,7 +190,7 @@ def _graph_limit(args) -> tuple[float, str]:
 
 def _run_id(args) -> str:
     from ..errors import OptionError
-    from .store import DEFAULT_RUN, LATEST, RUN_ID, RUN_ID_MAX
+    from ..store.records import DEFAULT_RUN, LATEST, RUN_ID, RUN_ID_MAX
 
     run_id = args.run_id if args.run_id is not None else os.environ.get("GRADCHECK_RUN_ID") or DEFAULT_RUN
     if not RUN_ID.fullmatch(run_id) or run_id == LATEST:
@@ -205,7 +205,7 @@ def _keyed_options(args, requested: dict, onnx_import=None) -> dict:
     --device auto before it is resolved per node), the per-graph time limit, the limits given, and how
     .onnx models are imported (the OnnxImport message, input tensors included, as a sha256)."""
     from ..limits import limit_flag_values
-    from .store import bytes_sha256
+    from ..store.records import bytes_sha256
 
     keyed = dict(requested, time_limit=args.time_limit)
     keyed |= {k: v for k, v in limit_flag_values(args).items() if v is not None}
@@ -248,7 +248,7 @@ def _ending(unit_dir, started_at: str, body, mine=lambda: True) -> int:
     run (batch-merge --wait): finished (0) and refused (2: FailIndex) are the unit's last attempt; a retryable
     failure is when the index has no retry left. An exit that kills the process (SIGKILL, OOM) records nothing."""
     from ..errors import GradcheckError
-    from .store import write_ended
+    from ..store.records import write_ended
 
     try:
         code = body()
@@ -270,7 +270,7 @@ def _now() -> str:
 
 
 def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed, started_at) -> dict:
-    from .store import options_sha256
+    from ..store.records import options_sha256
 
     return {"mode": mode, "unit": unit, "label": label, "run_id": run_id, "shard_index": index,
             "shard_count": count, "node": node, "manifest_root": str(manifest.root), "graphs": list(manifest.graphs),
@@ -281,8 +281,8 @@ def _plan(mode, unit, label, index, count, node, manifest, verifier, options, ru
 
 def batch(args) -> int:
     from ..errors import OptionError
-    from .location import location
-    from .store import UnitStore, unit_name
+    from ..store.location import location
+    from ..store.records import UnitStore, unit_name
 
     # where this unit's ending is recorded first, so that a refused option (exit 2) is recorded too
     out = location(args.out, "--out")
@@ -298,7 +298,7 @@ def batch(args) -> int:
 
 
 def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
-    from .location import location
+    from ..store.location import location
     from .runner import run_unit
 
     limits = _check_common(args)
@@ -341,14 +341,14 @@ def _verifier(args, options, limits):
     from .verifiers import LocalVerifier, RemoteVerifier
 
     if getattr(args, "server", None):
-        from ..server.config import read_token
+        from ..config import read_token
 
         return RemoteVerifier(args.server, options, token=read_token(args.token_file))
     return LocalVerifier(options, limits, limit_flag=_graph_limit(args)[1])
 
 
 def _has_onnx(manifest) -> bool:
-    from gradcheck_client.onnx_options import is_onnx
+    from gradcheck_core.onnx_options import is_onnx
 
     return any(is_onnx(g) for g in manifest.graphs)
 
@@ -356,7 +356,7 @@ def _has_onnx(manifest) -> bool:
 def _onnx_import(args):
     """The OnnxImport message of the --params/--input/... flags (tensor files read now: a missing one is
     exit 2 before any graph), for every .onnx model of the manifest."""
-    from gradcheck_client.onnx_options import OnnxFlagError, onnx_import_message
+    from gradcheck_core.onnx_options import OnnxFlagError, onnx_import_message
 
     from ..errors import OptionError
 
@@ -388,7 +388,7 @@ def _wrong_node(out, node: str, expected, index, run_id) -> str | None:
     """Why this pod must not screen here (exit 75: the Job controller retries the index, elsewhere), or None."""
     from ..text import clip
     from . import screen as screen_nodes
-    from .store import run_dir, unit_name
+    from ..store.records import run_dir, unit_name
 
     if expected is not None and node not in expected:
         return (f"node {clip(node, 200)} is not among the {len(expected)} expected node(s) (--expect-nodes): "
@@ -428,10 +428,10 @@ def screen(args) -> int:
     import tempfile
 
     from . import screen as screen_nodes
-    from .location import location
+    from ..store.location import location
     from .manifest import load_manifest
     from .runner import run_unit
-    from .store import UnitStore, unit_name
+    from ..store.records import UnitStore, unit_name
     from .verifiers import InfraError
 
     limits = _check_common(args)
@@ -483,7 +483,7 @@ def batch_merge(args) -> int:
 
     from ..errors import OptionError
     from . import screen as screen_nodes
-    from .location import location
+    from ..store.location import location
 
     if args.shard_count is not None and args.shard_count < 1:
         raise OptionError("must be at least 1", field="--shard-count")
@@ -506,11 +506,11 @@ def batch_merge(args) -> int:
 
 
 def _merge_and_report(args, out, files, expect) -> int:
-    from gradcheck_client.outputs.guard import junit_text
+    from gradcheck_core.outputs.guard import junit_text
 
     from ..text import clip
     from .merge import StoreUnreadable, markdown, merge, notes, outcomes, partial, problems, summary_line
-    from .store import run_dir
+    from ..store.records import run_dir
 
     try:
         m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
@@ -588,7 +588,7 @@ def _json(m: dict) -> str:
 
 def _write(path: Path, text: str, field: str) -> None:
     from ..errors import OptionError
-    from .store import atomic_write
+    from ..store.records import atomic_write
 
     try:
         atomic_write(path, text.encode("utf-8"))

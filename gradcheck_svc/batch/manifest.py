@@ -18,11 +18,11 @@ import posixpath
 from dataclasses import dataclass
 from pathlib import Path
 
-from gradcheck_client.graphio import SUFFIXES as GRAPH_SUFFIXES
-from gradcheck_client.onnx_options import ONNX_SUFFIX
+from gradcheck_core.graphio import SUFFIXES as GRAPH_SUFFIXES
+from gradcheck_core.onnx_options import ONNX_SUFFIX
 
 from ..errors import OptionError
-from .location import ObjectPath, is_url, location
+from ..store.location import ObjectPath, is_url, location
 
 GLOB_CHARS = "*?["
 SUFFIXES = (*GRAPH_SUFFIXES, ONNX_SUFFIX)  # graphs, and ONNX models (imported with the batch's --params etc.)

@@ -30,9 +30,9 @@ from ..errors import OptionError
 from ..text import clip
 from . import screen
 from .manifest import shard_of
-from .location import is_url
-from .schema import STATUSES
-from .store import LATEST, as_path, list_runs, read_run, run_dir, unit_name
+from ..store.location import is_url
+from ..store.records import LATEST, as_path, list_runs, read_run, run_dir, unit_name
+from ..store.schema import STATUSES
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
 
@@ -89,9 +89,9 @@ def _newest(units: list):
 def manifest_contents(spec: str) -> tuple[list[str], dict[str, str]]:
     """The graph set and each graph's sha256 now, from the manifest the shards read (batch-merge --manifest):
     the question the run must answer, whatever its units recorded when they ran."""
-    from .location import prefetch
+    from ..store.location import prefetch
     from .manifest import load_manifest
-    from .store import file_sha256
+    from ..store.records import file_sha256
 
     try:
         m = load_manifest(spec, field="--manifest")
@@ -462,8 +462,8 @@ def _where(missing: dict) -> str:
 
 def outcomes(m: dict):
     """The client CLI's Outcome per record and per missing graph, for its JUnit and Markdown writers."""
-    from gradcheck_client.outputs.outcome import Outcome
-    from gradcheck_client.report import Report
+    from gradcheck_core.outputs.outcome import Outcome
+    from gradcheck_core.report import Report
 
     out = []
     for r in m["records"]:
@@ -484,8 +484,8 @@ def outcomes(m: dict):
 
 def markdown(m: dict, outs) -> str:
     # node names, graph paths, devices and reasons echo user input: each one an inert code span
-    from gradcheck_client.outputs.guard import markdown_text
-    from gradcheck_client.outputs.markdown import code
+    from gradcheck_core.outputs.guard import markdown_text
+    from gradcheck_core.outputs.markdown import code
 
     c = m["counts"]
     head = [f"## gradcheck {m['mode']}: {m['graphs']} graphs, {len(m['units'])} units", "",
@@ -517,8 +517,8 @@ def settled(out, run_id: str | None, shard_count: int | None = None, expect_node
     every shard of the run's count (a screen: every intended node) has ended its last attempt -- finished, or
     failed for good (store.has_ended; a screen node only when screened). Reads only unit.json and ended.json
     files; a run not written yet, or a store that does not answer, is not settled."""
-    from .schema import Damaged, parse
-    from .store import UNIT_FILE, has_ended
+    from ..store.records import UNIT_FILE, has_ended
+    from ..store.schema import Damaged, parse
 
     try:
         rdir = run_dir(out, resolve_run(out, run_id))

@@ -13,8 +13,8 @@ from datetime import datetime, timezone
 
 from ..text import clip
 from .manifest import Manifest
-from .schema import STATUSES
-from .store import UnitStore, bytes_sha256, file_sha256, record_key
+from ..store.records import UnitStore, bytes_sha256, file_sha256, record_key
+from ..store.schema import STATUSES
 from .verifiers import InfraError, decode, present_faults
 
 __all__ = ["STATUSES", "run_unit", "scan"]
@@ -37,7 +37,7 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
     """plan: the unit.json to write, with its options_sha256 and gradcheck_version; its `contents` are filled
     in here. Returns counts per status for this run (graphs already answered are counted as "skipped").
     Raises InfraError (from the verifier or a read) for the caller to turn into a retryable exit."""
-    from gradcheck_client.graphio import GraphFileError
+    from gradcheck_core.graphio import GraphFileError
 
     stream = stream or sys.stderr
     opts_sha, version = plan["options_sha256"], plan["gradcheck_version"]

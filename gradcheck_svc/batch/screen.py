@@ -86,8 +86,8 @@ def parse_nodes(text: str, field: str = "--expect-nodes") -> list[str]:
 def claimed_by(unit_dir) -> int | None:
     """The completion index that screened this node in this run, from its unit.json (None: none did, or by
     hand, or the file is unreadable -- then nothing is refused)."""
-    from .schema import Damaged, check_unit, parse
-    from .store import UNIT_FILE
+    from ..store.records import UNIT_FILE
+    from ..store.schema import Damaged, check_unit, parse
 
     try:
         plan = check_unit(parse((unit_dir / UNIT_FILE).read_bytes()), unit_dir.name)
@@ -98,7 +98,7 @@ def claimed_by(unit_dir) -> int | None:
 
 
 def record_landing(unit_dir, node: str, index: int, owner: int):
-    from .store import atomic_write
+    from ..store.records import atomic_write
 
     d = unit_dir / LANDINGS
     d.mkdir(parents=True, exist_ok=True)
@@ -146,7 +146,7 @@ def build_suite(dest: Path, examples: Path | None, generated: int, size: int, se
     (and in the merge, which rebuilds it to run the reference)."""
     import shutil
 
-    from gradcheck_client.graphio import SUFFIXES
+    from gradcheck_core.graphio import SUFFIXES
 
     from .generate import write_graphs
 
@@ -204,7 +204,7 @@ def reference(plans: list[dict], dtypes: set) -> dict:
     import tempfile
 
     from ..limits import LIMIT_SPECS, ServerLimits
-    from .store import file_sha256
+    from ..store.records import file_sha256
     from .verifiers import InfraError, LocalVerifier, decode
 
     out = {"records": {}, "numerics": numerics("cpu"), "host": socket.gethostname(), "unavailable": {}}
@@ -321,7 +321,7 @@ def compare(records: list[dict], reference: dict | None = None, node_numerics: d
         per_node[r["node"]]["devices"].add(str(r.get("device")))
     for d in disagreements:
         per_node[d["node"]]["disagreements"] += 1
-    from .schema import STATUSES
+    from ..store.schema import STATUSES
 
     nodes = {k: {**v, "devices": sorted(v["devices"]),
                  "counts": {s: v["counts"][s] for s in STATUSES if v["counts"][s]}}  # each node's own, in order

@@ -18,7 +18,7 @@ import time
 
 import numpy as np
 
-from gradcheck_client.request_message import make_request
+from gradcheck_core.request_message import make_request
 
 from ..bounded import WorkerDied, bounded_call
 from ..errors import BackendUnavailable, GradcheckError, OptionError, TimeLimitError
@@ -57,8 +57,8 @@ def decode(data: bytes, path, onnx_import=None):
     """The graph message from a file's bytes (read once, so the bytes verified are the bytes hashed), or for
     an .onnx file the model with its import options (imported by the verifier, as the server does);
     GraphFileError when they do not decode (a result)."""
-    from gradcheck_client.graphio import decode_graph, sniff_format
-    from gradcheck_client.onnx_options import OnnxModel, is_onnx
+    from gradcheck_core.graphio import decode_graph, sniff_format
+    from gradcheck_core.onnx_options import OnnxModel, is_onnx
 
     if is_onnx(path):
         from gradcheck.v1 import service_pb2
@@ -96,7 +96,7 @@ class LocalVerifier:
 
     def __init__(self, options: dict, limits=None, limit_flag: str = "--time-limit"):
         from ..limits import ServerLimits
-        from .store import code_version
+        from ..store.records import code_version
 
         self.options, self.limits, self.limit_flag = options, limits or ServerLimits(), limit_flag
         self.version = code_version()  # what answers: this process's code
@@ -140,7 +140,7 @@ class RemoteVerifier:
     BUSY_RETRIES = 30  # RESOURCE_EXHAUSTED: the server is saturated; wait, then let the Job retry
 
     def __init__(self, target: str, options: dict, token: str | None = None):
-        from gradcheck_client.client import Client
+        from gradcheck_core.client import Client
 
         self.where = target
         self.options = options
@@ -148,7 +148,7 @@ class RemoteVerifier:
         self.client = Client(target, token=token, retries=4, backoff=0.2)  # ~2 s; then the Job retries
 
     def check(self) -> None:
-        from gradcheck_client.client import VerifyError
+        from gradcheck_core.client import VerifyError
 
         try:
             info = self.client.server_info()
@@ -173,7 +173,7 @@ class RemoteVerifier:
     def verify(self, graph, rel: str, options: dict, limit: float) -> dict:
         import grpc
 
-        from gradcheck_client.client import VerifyError
+        from gradcheck_core.client import VerifyError
 
         for attempt in range(self.BUSY_RETRIES + 1):
             try:

@@ -13,7 +13,7 @@ import numpy as np
 from google.protobuf import json_format
 
 from gradcheck.v1 import graph_pb2
-from gradcheck_client.graphio import set_attrs
+from gradcheck_core.graphio import set_attrs
 
 RAW_ABOVE = 4096  # tensors larger than this are stored as raw bytes
 

@@ -8,7 +8,7 @@ verify: it is refused, naming it, like a NaN in input data). Errors name the cla
 from __future__ import annotations
 
 import numpy as np
-from gradcheck_client.hints import hint
+from gradcheck_core.hints import hint
 
 from ..errors import GraphError
 from .ir import Claims

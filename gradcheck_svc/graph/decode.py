@@ -10,8 +10,8 @@ import json
 from pathlib import Path
 
 from gradcheck.v1 import graph_pb2
-from gradcheck_client.graphio import GraphFileError, decode_graph, sniff_format
-from gradcheck_client.graphio import load_graph as read_graph_file
+from gradcheck_core.graphio import GraphFileError, decode_graph, sniff_format
+from gradcheck_core.graphio import load_graph as read_graph_file
 
 from ..errors import GraphError
 from .ir import Graph
@@ -30,7 +30,7 @@ def parse_graph(source, fmt: str | None = None) -> graph_pb2.Graph:
     """Decode a Graph message from a path, bytes, JSON text, a dict, or a message.
 
     fmt: "json" or "pb"; by default the file extension, else sniffed (JSON starts with '{').
-    The decoding is the client's (gradcheck_client.graphio); its errors become GraphErrors."""
+    The decoding is the client's (gradcheck_core.graphio); its errors become GraphErrors."""
     if isinstance(source, graph_pb2.Graph):
         return source
     try:

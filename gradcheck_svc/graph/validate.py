@@ -15,7 +15,7 @@ import heapq
 import math
 
 import numpy as np
-from gradcheck_client.hints import hint, nearest
+from gradcheck_core.hints import hint, nearest
 
 from ..errors import GraphError, LimitError
 from ..limits import FORMULA_MAX_DEPTH, Limits  # Limits: defined there, no import cycle

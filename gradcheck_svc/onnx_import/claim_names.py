@@ -17,8 +17,8 @@ names: alone, it is the initializer's whole gradient).
 from __future__ import annotations
 
 import numpy as np
-from gradcheck_client.claims import claims_message
-from gradcheck_client.hints import hint
+from gradcheck_core.claims import claims_message
+from gradcheck_core.hints import hint
 
 from ..errors import GraphError
 from ..graph.validate import decode_tensor

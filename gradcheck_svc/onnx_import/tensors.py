@@ -6,11 +6,11 @@ absolute. Bytes that arrive in a request are data: any tensor in them that names
 input, the cotangent, an initializer, a sparse tensor, a node attribute, in any subgraph or
 function) is refused before anything is read (`refuse_external`). Only a model file named on
 the command line may keep its weights beside it (`load_beside`: the client's reader, which every
-client uses to embed them in what it sends, gradcheck_client/onnx_files.py).
+client uses to embed them in what it sends, gradcheck_core/onnx_files.py).
 """
 from __future__ import annotations
 
-from gradcheck_client.onnx_files import all_tensors, describe as _describe, uses_external  # noqa: F401
+from gradcheck_core.onnx_files import all_tensors, describe as _describe, uses_external  # noqa: F401
 
 from ..errors import GraphError, LimitError
 
@@ -91,9 +91,9 @@ def file_error(exc, field: str):
 
 def load_beside(message, base_dir, field: str, max_elements: int | None = None) -> None:
     """Load, into `message`, the external data of every tensor inside it from files in base_dir (the
-    directory of the model or tensor file the user named): the client's reader (gradcheck_client/
+    directory of the model or tensor file the user named): the core reader (gradcheck_core/
     onnx_files.py, which embeds it in what a client sends), its one-line refusals as GradcheckErrors."""
-    from gradcheck_client.onnx_files import OnnxFileError, load_beside as load
+    from gradcheck_core.onnx_files import OnnxFileError, load_beside as load
 
     try:
         load(message, base_dir, max_elements)

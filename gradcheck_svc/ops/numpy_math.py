@@ -2,7 +2,7 @@
 sign, floor, ceil, prod, and the square-matrix functions inv, det and solve (numpy.linalg).
 
 The tracer composes the rest (var, std, tan, sinh, dot, einsum, stack, ...: clients/python/
-gradcheck_client/numpy_compose.py) from registry ops; these need a derivative rule of their own.
+gradcheck_core/numpy_compose.py) from registry ops; these need a derivative rule of their own.
 """
 from __future__ import annotations
 

@@ -25,7 +25,7 @@ from grpc_reflection.v1alpha import reflection
 
 from ..errors import OptionError
 from .auth import BearerTokenInterceptor
-from .config import ServerConfig
+from ..config import ServerConfig
 from .metrics import Metrics, configure_logging
 from .pool import WorkerPool
 from .servicer import SERVICE, GradCheckServicer

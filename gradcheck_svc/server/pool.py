@@ -22,7 +22,7 @@ import threading
 from contextlib import contextmanager
 
 from ..bounded import WorkerDied, describe_exit
-from .config import ServerLimits
+from ..config import ServerLimits
 from .worker import worker_main
 
 

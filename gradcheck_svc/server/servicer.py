@@ -24,7 +24,7 @@ from gradcheck.v1 import service_pb2
 from .. import __version__, errors
 from ..limits import check_request_size
 from .accounting import Accounting, CallInfo, Ledger, parse_or_none
-from .config import ServerConfig
+from ..config import ServerConfig
 from .metrics import Metrics
 from .pool import WorkerPool
 from .status import failure_for
@@ -64,7 +64,7 @@ def list_ops_response() -> service_pb2.ListOpsResponse:
 
 def server_info(config: ServerConfig) -> service_pb2.ServerInfo:
     from ..backend import cuda_available
-    from ..batch.store import code_version
+    from ..store.records import code_version
     from ..ops import OPSET_VERSION
     from ..oracles import ORACLES
 

@@ -15,7 +15,7 @@ from gradcheck.v1 import service_pb2
 from ..errors import GradcheckError
 from ..report_proto import report_to_proto
 from ..request import run_request
-from .config import ServerLimits
+from ..config import ServerLimits
 from .metrics import configure_logging
 
 log = logging.getLogger("gradcheck.worker")

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass, field
 
 import numpy as np
-from gradcheck_client.hints import hint
+from gradcheck_core.hints import hint
 
 from ..backend import get_backend
 from ..engine import Program, backward, checkpoint_plan, forward, inject, parse_policy, prepare_feeds

@@ -28,7 +28,7 @@ least cost so far (ties: the lower index). The first pass's refinement is not co
 it runs).
 
 Faithful or refused. Each shard file carries the graph's content sha256, the options' sha256 and the gradcheck
-version (batch/store.py's keying); the merge refuses, naming them, shards that are missing, duplicated, of
+version (store/records.py's keying); the merge refuses, naming them, shards that are missing, duplicated, of
 another count, or made from another graph, options or version. Each also carries digests of what it computed
 against: the loss and the list of parameters planned on their own, each of its parameters' engine gradient,
 and per screen pass a key of its directions (parameters, count, step, block weights: with the seed and the
@@ -54,7 +54,7 @@ import zlib
 
 import numpy as np
 
-from ..batch.store import as_path, atomic_write, code_version, options_sha256
+from ..store.records import as_path, atomic_write, code_version, options_sha256
 from ..errors import OptionError
 from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FiniteDifferences, random_directions

@@ -47,7 +47,7 @@ class VerifyOptions:
 def check(options: VerifyOptions, field=lambda name: name) -> None:
     """Every option that is wrong whatever the graph (FD settings and tolerances that would make the verdict
     meaningless, an unknown dtype or integrity mode, a checkpoint policy that does not parse) is a user error,
-    raised before any work. Each is named as the options table names it (gradcheck_client/options.py:
+    raised before any work. Each is named as the options table names it (gradcheck_core/options.py:
     fd_mode, directions, atol, ...); `field` maps that name to what the error names (options.fd_mode for a
     request, --fd for a command)."""
     for name in ("atol", "rtol"):

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field, replace
 from enum import Enum
 
 import numpy as np
-from gradcheck_client.report import row_status
+from gradcheck_core.report import row_status
 
 from ..oracles.fd_modes import FDMode
 from .compare import Comparison, Tolerance

@@ -10,7 +10,7 @@ import math
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from gradcheck_client.outputs.xml import escape as xml_escape
+from gradcheck_core.outputs.xml import escape as xml_escape
 
 from ..errors import OptionError
 

@@ -50,7 +50,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from gradcheck_client import json_text
+from gradcheck_core import json_text
 
 from ..text import escape_controls, graph_label
 from .jsonnum import json_float

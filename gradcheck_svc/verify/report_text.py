@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 
 import numpy as np
-from gradcheck_client.report import row_label
+from gradcheck_core.report import row_label
 
 from ..oracles.fd_modes import FDMode
 from .parameter_result import Screen

@@ -14,7 +14,7 @@ from slow_graphs import SLACK, unfinishable_graph
 from gradcheck_client import save_graph
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
-from gradcheck_svc.batch.store import atomic_write
+from gradcheck_svc.store.records import atomic_write
 from gradcheck_svc.cli import main
 
 RUN = Path("runs", "default")  # where a run without --run-id (or $GRADCHECK_RUN_ID) writes
@@ -398,7 +398,7 @@ def test_a_killed_rerun_under_new_options_leaves_old_answers_unused(capsys, tmp_
     assert run(capsys, "batch", "--manifest", corpus, "--shard-index", 0, "--out", out, "--seed", "7")[0] == 0
     unit = out / RUN / "shard-0000"
     newer = sorted(_records(unit), key=lambda r: r["finished_at"])[-2:]  # the re-run's last two: never written
-    from gradcheck_svc.batch.store import key_of
+    from gradcheck_svc.store.records import key_of
 
     for r in newer:
         (unit / "results" / f"{key_of(r)}.json").unlink()
@@ -543,7 +543,7 @@ def test_a_screen_node_rerun_under_new_options_is_named_for_that_node_only(capsy
         assert run(capsys, "screen", "--out", out, *suite, "--node-name", node)[0] == 0
     assert run(capsys, "screen", "--out", out, *suite, "--node-name", "node-a", "--seed", "7")[0] == 0
     unit = out / RUN / "node-node-a"
-    from gradcheck_svc.batch.store import key_of
+    from gradcheck_svc.store.records import key_of
 
     last = sorted(_records(unit), key=lambda r: r["finished_at"])[-1]  # as if killed before writing it
     (unit / "results" / f"{key_of(last)}.json").unlink()

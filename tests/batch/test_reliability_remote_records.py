@@ -15,9 +15,9 @@ import numpy as np
 import pytest
 
 from gradcheck_client import Client, save_graph
-from gradcheck_client.tracer import Tracer
+from gradcheck_core.tracer import Tracer
 from gradcheck_svc import __version__
-from gradcheck_svc.batch.store import code_version
+from gradcheck_svc.store.records import code_version
 from gradcheck_svc.cli import main
 from grpc_helpers import ROOT, ServerProcess
 

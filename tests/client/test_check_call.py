@@ -7,7 +7,7 @@ import pytest
 
 import gradcheck_client
 import gradcheck_svc
-from gradcheck_client.trace_errors import TracerError
+from gradcheck_core.trace_errors import TracerError
 from grpc_helpers import module_server
 
 

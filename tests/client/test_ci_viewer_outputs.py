@@ -51,7 +51,7 @@ def test_mermaid_summary_names_failing_parameters_and_the_fault_source(tmp_path)
 
 def test_a_fault_off_the_faulty_nodes_inputs_is_joined_by_a_dotted_arrow():
     from gradcheck_client import load_graph
-    from gradcheck_client.outputs.mermaid import neighbourhood_mermaid
+    from gradcheck_core.outputs.mermaid import neighbourhood_mermaid
 
     graph = load_graph(EXAMPLES / "seed.json")
     report = {"findings": [{"node": "L", "severity": "error"}], "faults": [{"fault": "w:scale:2"}],

@@ -21,7 +21,7 @@ import pytest
 
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 from gradcheck_client import AsyncClient, Client, VerifyError, save_graph
-from gradcheck_client.client import SERVICE, UNARY_METHODS, service_config
+from gradcheck_core.client import SERVICE, UNARY_METHODS, service_config
 from grpc_helpers import ROOT, ServerProcess, _env, descendants, seed_graph, slow_graph
 
 MARGIN = 15  # seconds past the timeout a run may take on a loaded machine (the old hang was minutes)

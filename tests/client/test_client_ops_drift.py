@@ -7,7 +7,7 @@ import sys
 
 from conftest import ROOT
 
-from gradcheck_client import op_values
+from gradcheck_core import op_values
 from gradcheck_svc.ops import REGISTRY
 
 

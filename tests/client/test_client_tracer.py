@@ -8,8 +8,8 @@ from conftest import LazyModule
 torch = LazyModule("torch")  # imported by the first test that uses it
 
 from gradcheck_client import Tracer, load_graph, ops, save_graph
-from gradcheck_client.graphio import GraphFileError
-from gradcheck_client.tracer import _EAGER, TracerError, TracerWarning, tanh
+from gradcheck_core.graphio import GraphFileError
+from gradcheck_core.tracer import _EAGER, TracerError, TracerWarning, tanh
 from gradcheck_svc.graph import validate
 from gradcheck_svc.ops import REGISTRY
 from gradcheck_svc.verify import verify

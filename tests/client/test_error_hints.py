@@ -11,7 +11,7 @@ import grpc
 import pytest
 
 from gradcheck_client import Client, VerifyError
-from gradcheck_client.hints import hint
+from gradcheck_core.hints import hint
 from grpc_helpers import EXAMPLES, ROOT, _env, module_server
 
 SEED = EXAMPLES / "seed.json"  # values: w, x, four, z, a, L
@@ -99,7 +99,7 @@ def test_the_server_says_the_same_as_invalid_argument(server):
 
 
 def test_a_misspelt_field_in_a_dict_given_to_the_client_names_the_valid_one():
-    from gradcheck_client.graphio import GraphFileError, to_graph
+    from gradcheck_core.graphio import GraphFileError, to_graph
 
     graph = _seed()
     graph["inputs"][0]["requireGrad"] = graph["inputs"][0].pop("requiresGrad")

@@ -12,9 +12,9 @@ import sys
 import pytest
 from browser import chromium, ensure_apt, open_page
 from gradcheck_client import Tracer
-from gradcheck_client.graphio import load_graph, save_graph
-from gradcheck_client.outputs.html_report import RunItem, build_html
-from gradcheck_client.outputs.mermaid import neighbourhood_mermaid
+from gradcheck_core.graphio import load_graph, save_graph
+from gradcheck_core.outputs.html_report import RunItem, build_html
+from gradcheck_core.outputs.mermaid import neighbourhood_mermaid
 from grpc_helpers import ROOT, _env
 
 FAULTS = ROOT / "examples" / "graphs" / "faults"

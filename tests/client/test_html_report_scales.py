@@ -11,8 +11,8 @@ import numpy as np
 import pytest
 from browser import chromium, open_page
 from gradcheck_client import Tracer
-from gradcheck_client.graphio import load_graph, save_graph
-from gradcheck_client.outputs.html_report import (HEATMAP_MAX_CELLS, HEATMAP_MAX_PARAMETERS, PARAMETER_ROWS, RunItem,
+from gradcheck_core.graphio import load_graph, save_graph
+from gradcheck_core.outputs.html_report import (HEATMAP_MAX_CELLS, HEATMAP_MAX_PARAMETERS, PARAMETER_ROWS, RunItem,
                                                   build_html)
 from grpc_helpers import EXAMPLES
 

@@ -1,4 +1,4 @@
-"""The options table (gradcheck_client/options.py) is the one definition of every verification option:
+"""The options table (gradcheck_core/options.py) is the one definition of every verification option:
 the proto, both commands' parsers, the client's keywords, the server's defaults and the docs agree with it."""
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import re
 import pytest
 
 from gradcheck.v1 import service_pb2
-from gradcheck_client.client import OPTION_FIELDS
-from gradcheck_client.options import OPTIONS
+from gradcheck_core.client import OPTION_FIELDS
+from gradcheck_core.options import OPTIONS
 from grpc_helpers import ROOT
 
 
@@ -38,7 +38,7 @@ def test_both_commands_take_every_option_by_the_same_flags(module):
 def test_unset_flags_leave_the_option_unset(module):
     import importlib
 
-    from gradcheck_client.options import values_from_args
+    from gradcheck_core.options import values_from_args
 
     args = importlib.import_module(module).build_parser().parse_args(["verify", "g.json"])
     assert values_from_args(args) == {}
@@ -117,7 +117,7 @@ def test_both_verify_commands_take_several_paths(module):
 
 
 def test_the_in_process_budgets_defaults_are_the_oracles():
-    from gradcheck_client.options import IN_PROCESS_OPTIONS
+    from gradcheck_core.options import IN_PROCESS_OPTIONS
 
     from gradcheck_svc.in_process import symbolic_budgets
     from gradcheck_svc.oracles.symbolic import SymbolicOptions
@@ -132,7 +132,7 @@ def test_every_option_names_the_field_it_sets():
     import dataclasses
     import inspect
 
-    from gradcheck_client.options import IN_PROCESS_OPTIONS, OPTIONS, target_of
+    from gradcheck_core.options import IN_PROCESS_OPTIONS, OPTIONS, target_of
 
     from gradcheck_svc.graph.validate import validate
     from gradcheck_svc.limits import ServerLimits

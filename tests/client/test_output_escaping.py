@@ -21,9 +21,9 @@ from hostile_outputs import CORPUS, Tags, assert_inert_markdown, gfm, recognisab
 
 from gradcheck_client.cli import Progress
 from gradcheck_client.cli import main as ci_main
-from gradcheck_client.outputs.markdown import code
-from gradcheck_client.outputs.mermaid import label
-from gradcheck_client.outputs.text import clip
+from gradcheck_core.outputs.markdown import code
+from gradcheck_core.outputs.mermaid import label
+from gradcheck_core.outputs.text import clip
 from gradcheck_svc.cli import main as svc_main
 from gradcheck_svc.verify.plot import Series, svg
 
@@ -247,9 +247,9 @@ def test_screen_merge_names_hostile_nodes_inertly(tmp_path):
 
 def test_a_verdict_this_client_does_not_know_is_shown_inert():
     """A newer server's or a damaged record's verdict is a string like any other: shown in code, no crash."""
-    from gradcheck_client.outputs.markdown import summary_markdown
-    from gradcheck_client.outputs.outcome import Outcome
-    from gradcheck_client.report import Report
+    from gradcheck_core.outputs.markdown import summary_markdown
+    from gradcheck_core.outputs.outcome import Outcome
+    from gradcheck_core.report import Report
 
     verdict = CORPUS["link"]
     md = summary_markdown([Outcome("g.json", report=Report({"verdict": verdict}))])

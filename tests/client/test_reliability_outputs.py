@@ -22,11 +22,11 @@ import numpy as np
 import pytest
 
 from gradcheck_client import Tracer
-from gradcheck_client.graphio import load_graph, save_graph
-from gradcheck_client.graph_view import MAX_DRAWN, PATH_HEAD
-from gradcheck_client.outputs.markdown import MAX_SUMMARY_BYTES, summary_markdown
-from gradcheck_client.outputs.outcome import Outcome
-from gradcheck_client.report import Report
+from gradcheck_core.graphio import load_graph, save_graph
+from gradcheck_core.graph_view import MAX_DRAWN, PATH_HEAD
+from gradcheck_core.outputs.markdown import MAX_SUMMARY_BYTES, summary_markdown
+from gradcheck_core.outputs.outcome import Outcome
+from gradcheck_core.report import Report
 from grpc_helpers import EXAMPLES, ROOT, _env
 
 CHAIN = 200
@@ -142,7 +142,7 @@ def test_names_like_workflow_commands_begin_no_line(tmp_path):
 
 
 def test_the_page_lists_graphs_past_its_size_limit_in_its_index_only(tmp_path, capsys):
-    from gradcheck_client.outputs.html_report import RunItem, build_html
+    from gradcheck_core.outputs.html_report import RunItem, build_html
 
     graph, report = _failing_outcome(tmp_path, capsys)
     passing = dict(report, verdict="pass")

@@ -14,7 +14,7 @@ import xml.etree.ElementTree as ET
 import numpy as np
 import pytest
 from conftest import EXAMPLES
-from gradcheck_client.outputs.html_report import RunItem, build_html
+from gradcheck_core.outputs.html_report import RunItem, build_html
 from graphs_memory import chain, mlp, residual
 
 from gradcheck_svc import cli

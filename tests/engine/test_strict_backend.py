@@ -52,7 +52,7 @@ def test_device_arithmetic_stays_on_the_device_and_to_host_is_the_door():
 
 def test_strict_is_not_offered_to_users():
     from gradcheck_svc.errors import OptionError
-    from gradcheck_svc.server.config import ServerLimits
+    from gradcheck_svc.config import ServerLimits
     from gradcheck_svc.request import verify_options
 
     assert verify_options({"device": "cpu"}, ServerLimits()).device == "cpu"

@@ -14,8 +14,8 @@ import pytest
 from google.protobuf import json_format
 
 from gradcheck.v1 import graph_pb2
-from gradcheck_client.graphio import GraphFileError, decode_graph
-from gradcheck_client.json_text import dumps
+from gradcheck_core.graphio import GraphFileError, decode_graph
+from gradcheck_core.json_text import dumps
 
 ROOT = Path(__file__).resolve().parents[2]
 GRAPH = '{"inputs":[{"name":"x","value":%s,"requiresGrad":true}],"nodes":[],"output":"x"}'

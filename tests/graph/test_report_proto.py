@@ -32,7 +32,7 @@ def test_report_proto_equals_the_json_mapping_of_the_report(name, faults):
 def test_client_dict_of_the_proto_is_json_formats_word_for_word(name, faults):
     """message_to_dict sets the repeated doubles aside for speed: the dict (its keys' order too, and
     NaN/Infinity spelt as strings) must be exactly json_format.MessageToDict's."""
-    from gradcheck_client.report import message_to_dict
+    from gradcheck_core.report import message_to_dict
 
     report = verify(load_graph(EXAMPLES / name), VerifyOptions(faults=tuple(parse_fault(f) for f in faults)))
     msg = report_to_proto(report)

@@ -20,8 +20,8 @@ from torch import nn  # noqa: E402
 
 from gradcheck.v1 import service_pb2  # noqa: E402
 from gradcheck_client import Client  # noqa: E402
-from gradcheck_client.claims import claims_message, with_claims  # noqa: E402
-from gradcheck_client.onnx_options import OnnxModel  # noqa: E402
+from gradcheck_core.claims import claims_message, with_claims  # noqa: E402
+from gradcheck_core.onnx_options import OnnxModel  # noqa: E402
 from grpc_helpers import module_server  # noqa: E402
 
 

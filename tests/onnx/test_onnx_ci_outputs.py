@@ -18,7 +18,7 @@ from onnx_helpers import onnx
 
 from gradcheck_client.cli import NO_ONNX_DRAWING
 from gradcheck_client.cli import main as ci_main
-from gradcheck_client.outputs.html import h
+from gradcheck_core.outputs.html import h
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 # an ONNX value name is any string: this one is Markdown, HTML and a bidi override at once

@@ -13,7 +13,7 @@ from onnx_helpers import DATA, onnx
 
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 from gradcheck_client.cli import main as ci_main
-from gradcheck_client.graphio import load_graph as read_graph_file
+from gradcheck_core.graphio import load_graph as read_graph_file
 from gradcheck_svc.cli import main
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.onnx_import import import_onnx

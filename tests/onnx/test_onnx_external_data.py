@@ -13,7 +13,7 @@ import pytest
 from onnx_helpers import onnx
 
 from gradcheck_client.cli import main as ci_main
-from gradcheck_client.onnx_files import model_bytes
+from gradcheck_core.onnx_files import model_bytes
 from gradcheck_svc.cli import main as svc_main
 from grpc_helpers import module_server
 

@@ -173,7 +173,7 @@ def grpc_client(tmp_path_factory):
 def test_source_names_over_grpc(grpc_client, exported):
     """The exported model sent as bytes to a real server: the client's report has the same source_names."""
     from gradcheck.v1 import service_pb2
-    from gradcheck_client.onnx_options import OnnxModel
+    from gradcheck_core.onnx_options import OnnxModel
 
     graph, report, grads = exported
     model, x = _net()

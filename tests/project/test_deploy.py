@@ -838,7 +838,7 @@ def test_the_stated_minimum_versions_are_the_real_ones(rendered):
 def test_run_ids_fit_every_name_made_from_them(kubectl, tmp_path):
     """The longest run ID the CLI accepts, as settings.yaml's `run`: every name Kubernetes makes from it -- the
     Jobs, the JobSet's child Jobs, an Indexed pod's hostname <job>-<index> -- is a DNS label of at most 63."""
-    from gradcheck_svc.batch.store import RUN_ID, RUN_ID_MAX
+    from gradcheck_svc.store.records import RUN_ID, RUN_ID_MAX
 
     for component in ("batch-run", "screen-run"):
         run = yaml.safe_load((DEPLOY / "components" / component / "settings.yaml").read_text())["data"]["run"]

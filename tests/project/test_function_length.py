@@ -8,7 +8,8 @@ import ast
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
-ROOTS = (REPO / "gradcheck_svc", REPO / "clients" / "python" / "gradcheck_client")
+ROOTS = (REPO / "gradcheck_svc", REPO / "clients" / "python" / "gradcheck_client",
+         REPO / "clients" / "python" / "gradcheck_core")
 LIMIT = 60
 
 # (file relative to the repository, function name) -> why it stays longer than LIMIT

@@ -7,7 +7,8 @@ import ast
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = [(ROOT, "gradcheck_svc"), (ROOT / "clients" / "python", "gradcheck_client")]
+PACKAGES = [(ROOT, "gradcheck_svc"), (ROOT / "clients" / "python", "gradcheck_client"),
+            (ROOT / "clients" / "python", "gradcheck_core")]
 
 
 def _modules() -> dict[str, Path]:
@@ -66,14 +67,15 @@ def _cycle(graph) -> list | None:
 def test_no_import_cycles():
     known = _modules()
     graph = {name: _imports(name, path, known) for name, path in known.items()}
-    assert graph["gradcheck_client.tracer"] >= {"gradcheck_client.indexing"}  # the graph is really read
+    assert graph["gradcheck_core.tracer"] >= {"gradcheck_core.indexing"}  # the graph is really read
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
 
 # --- one request pipeline (issue 37 item 1): gradcheck_svc/request.py is below every front end ---------------
-# The entry points assemble the processes (a CLI that can start a server, the batch commands' token file);
-# every other module, the front ends included, reaches the pipeline without the server package.
-ENTRY_POINTS = {"gradcheck_svc.cli", "gradcheck_svc.batch.cli"}
+# The entry point assembles the processes (a CLI that can start a server; the token file and the limits both
+# CLIs read are gradcheck_svc/config.py's, outside the server package); every other module, the front ends
+# and the batch command included, reaches the pipeline without the server package.
+ENTRY_POINTS = {"gradcheck_svc.cli"}
 
 
 def test_no_module_outside_the_server_imports_it_but_the_entry_points():
@@ -84,8 +86,8 @@ def test_no_module_outside_the_server_imports_it_but_the_entry_points():
                  and name not in ENTRY_POINTS}
     offenders = {k: v for k, v in offenders.items() if v}
     assert not offenders, offenders
-    assert "gradcheck_svc.server.config" in _imports("gradcheck_svc.batch.cli", known["gradcheck_svc.batch.cli"],
-                                                      known)  # the check reads real imports
+    assert "gradcheck_svc.server.main" in _imports("gradcheck_svc.cli", known["gradcheck_svc.cli"],
+                                                   known)  # the check reads real imports
 
 
 def test_no_client_module_imports_the_server():
@@ -148,7 +150,7 @@ def _imports_verify_function(path: Path) -> bool:
 
 def test_the_in_process_commands_import_no_grpc(tmp_path):
     """gradcheck-svc verify, and gradcheck verify without a server, verify a graph (and write its JUnit) without
-    loading grpc: the request is built by gradcheck_client/request_message.py (protobuf only). Read from
+    loading grpc: the request is built by gradcheck_core/request_message.py (protobuf only). Read from
     -X importtime, which the forked child (bounded.py) writes to the same stderr."""
     import os
     import subprocess

@@ -15,8 +15,8 @@ import numpy as np
 import pytest
 
 from gradcheck_client import Client, VerifyError, save_graph
-from gradcheck_client.options import BY_NAME
-from gradcheck_client.tracer import Tracer
+from gradcheck_core.options import BY_NAME
+from gradcheck_core.tracer import Tracer
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.limits import LIMITS
 from grpc_helpers import ROOT, _env, module_server, seed_graph, slow_graph

@@ -13,7 +13,7 @@ import pytest
 
 from gradcheck.v1 import service_pb2
 from gradcheck_client import Client, VerifyError
-from gradcheck_client.tracer import Tracer
+from gradcheck_core.tracer import Tracer
 from grpc_helpers import module_server, seed_graph, slow_graph, wait_for
 
 METHOD = "/gradcheck.v1.GradCheckService/Verify"
@@ -190,7 +190,7 @@ def test_a_cancelled_stream_logs_each_item_it_read_once(server, channel):
     stream is cancelled: every item the server read is logged and counted once, CANCELLED."""
     from gradcheck.v1 import service_pb2_grpc
 
-    from gradcheck_client.client import make_request
+    from gradcheck_core.client import make_request
 
     _idle(server)
     lines_before = len(_stream_lines(server))

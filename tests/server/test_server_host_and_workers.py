@@ -10,7 +10,7 @@ import urllib.request
 import pytest
 
 from gradcheck_client import Client
-from gradcheck_svc.server.config import _cgroup_cpu_quota, default_workers
+from gradcheck_svc.config import _cgroup_cpu_quota, default_workers
 from grpc_helpers import ServerProcess, _env, seed_graph
 
 
@@ -62,7 +62,7 @@ def test_cgroup_v1_quota(tmp_path):
 def test_default_workers_follow_the_affinity_mask():
     """A process pinned to one CPU (as a container's cpuset would) defaults to one worker."""
     code = ("import os; os.sched_setaffinity(0, {min(os.sched_getaffinity(0))}); "
-            "from gradcheck_svc.server.config import default_workers; print(default_workers())")
+            "from gradcheck_svc.config import default_workers; print(default_workers())")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=_env(), timeout=60)
     assert out.stdout.strip() == "1", out.stderr
     assert default_workers() <= len(os.sched_getaffinity(0))

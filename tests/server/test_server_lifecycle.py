@@ -19,8 +19,8 @@ import pytest
 
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 from gradcheck_client import Client
-from gradcheck_client.client import make_request
-from gradcheck_client.tracer import Tracer
+from gradcheck_core.client import make_request
+from gradcheck_core.tracer import Tracer
 from grpc_helpers import (ROOT, ServerProcess, _env, hard_simplify_graph, module_server, seed_graph, slow_graph,
                           stray_processes, wait_for)
 
@@ -100,7 +100,7 @@ CLIENT_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, {tests!r})
     import grpc
     from gradcheck.v1 import service_pb2_grpc
-    from gradcheck_client.client import make_request
+    from gradcheck_core.client import make_request
     from grpc_helpers import slow_graph
     stub = service_pb2_grpc.GradCheckServiceStub(grpc.insecure_channel({target!r}))
     for item in stub.VerifyStream(iter([make_request(slow_graph(), id="s", fd_mode="full")]), timeout=120):

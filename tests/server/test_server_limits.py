@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from gradcheck_client import Client, VerifyError
-from gradcheck_client.tracer import Tracer
+from gradcheck_core.tracer import Tracer
 from grpc_helpers import module_server, seed_graph, slow_graph, wait_for
 
 TIME_LIMIT = 10  # long enough that a loaded machine cannot free the worker mid-test by timeout

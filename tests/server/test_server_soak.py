@@ -12,7 +12,7 @@ import grpc
 import psutil
 
 from gradcheck.v1 import service_pb2, service_pb2_grpc
-from gradcheck_client.client import make_request
+from gradcheck_core.client import make_request
 from grpc_helpers import ServerProcess, seed_graph, slow_graph, stray_processes, wait_for
 
 CLIENTS = 32

@@ -12,7 +12,7 @@ import pytest
 torch = pytest.importorskip("torch")  # torch is an optional extra of the client (installed in the test venv)
 
 from gradcheck_client.torch import GradcheckError, check, gradcheck, opaque  # noqa: E402
-from gradcheck_client.trace_errors import TracerError  # noqa: E402
+from gradcheck_core.trace_errors import TracerError  # noqa: E402
 from grpc_helpers import module_server  # noqa: E402
 
 

@@ -17,11 +17,11 @@ import numpy as np
 import pytest
 
 from gradcheck_client import Tracer
-from gradcheck_client.numpy_compose import COMPOSED, METHODS
-from gradcheck_client.numpy_protocol import BY_FUNCTION
-from gradcheck_client.op_values import OPS
-from gradcheck_client.trace_errors import TracerError
-from gradcheck_client.traced import Traced
+from gradcheck_core.numpy_compose import COMPOSED, METHODS
+from gradcheck_core.numpy_protocol import BY_FUNCTION
+from gradcheck_core.op_values import OPS
+from gradcheck_core.trace_errors import TracerError
+from gradcheck_core.traced import Traced
 from gradcheck_svc.backend import NUMPY
 from gradcheck_svc.engine import Program, forward, prepare_feeds
 from gradcheck_svc.graph import load_graph

@@ -11,8 +11,8 @@ import pytest
 
 import gradcheck_client
 import gradcheck_svc
-from gradcheck_client import numpy_compose
-from gradcheck_client.trace_errors import TracerError
+from gradcheck_core import numpy_compose
+from gradcheck_core.trace_errors import TracerError
 from grpc_helpers import module_server
 
 X = np.array([0.3, -1.2, 0.8, 1.7, -0.4, 0.9])

@@ -13,8 +13,8 @@ torch = LazyModule("torch")  # imported by the first test that uses it
 
 import gradcheck_svc
 from gradcheck_client import Tracer
-from gradcheck_client.trace_errors import TracerError
-from gradcheck_client.tracer import ops
+from gradcheck_core.trace_errors import TracerError
+from gradcheck_core.tracer import ops
 
 R = np.random.default_rng(11)
 

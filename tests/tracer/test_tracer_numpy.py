@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 from gradcheck_client import Client, Tracer, ops
-from gradcheck_client.tracer import TracerError, TracerWarning, UnknownOpError
+from gradcheck_core.tracer import TracerError, TracerWarning, UnknownOpError
 from grpc_helpers import ServerProcess
 
 from gradcheck_svc.graph import validate

@@ -9,7 +9,7 @@ import pytest
 
 import gradcheck_svc
 from gradcheck_client import Tracer
-from gradcheck_client.trace_errors import TracerError
+from gradcheck_core.trace_errors import TracerError
 
 X = np.array([0.3, -0.7, 1.1])
 
@@ -153,7 +153,7 @@ def test_trace_time_checks_of_what_the_server_would_refuse():
 
 
 def test_constant_is_the_explicit_way_to_freeze():
-    from gradcheck_client.tracer import constant
+    from gradcheck_core.tracer import constant
 
     report = gradcheck_svc.check(lambda x: np.sum(x * constant(x[0])), X)
     np.testing.assert_allclose(report.parameters["x"].gradient, np.full(3, X[0]), rtol=1e-15)  # no d/dx[0] term

@@ -18,9 +18,9 @@ import gradcheck_svc
 from conftest import EXAMPLES
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 from gradcheck_client import Client
-from gradcheck_client.claims import claims_message, with_claims
-from gradcheck_client.graphio import load_graph as read_graph
-from gradcheck_client.trace_errors import TracerError
+from gradcheck_core.claims import claims_message, with_claims
+from gradcheck_core.graphio import load_graph as read_graph
+from gradcheck_core.trace_errors import TracerError
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.graph.decode import parse_graph

@@ -9,9 +9,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 from conftest import EXAMPLES
-from gradcheck_client.outputs.markdown import summary_markdown
-from gradcheck_client.outputs.outcome import Outcome
-from gradcheck_client.report import Report as ClientReport
+from gradcheck_core.outputs.markdown import summary_markdown
+from gradcheck_core.outputs.outcome import Outcome
+from gradcheck_core.report import Report as ClientReport
 
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder

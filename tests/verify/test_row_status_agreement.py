@@ -10,7 +10,7 @@ import re
 
 import pytest
 
-from gradcheck_client.outputs.html_report import MAX_PARAMETER_ROWS, RunItem, build_html
+from gradcheck_core.outputs.html_report import MAX_PARAMETER_ROWS, RunItem, build_html
 from gradcheck_svc.engine import parse_fault
 from gradcheck_svc.errors import GradcheckError
 from gradcheck_svc.graph import load_graph

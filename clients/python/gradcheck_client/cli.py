@@ -18,17 +18,17 @@ import time
 from pathlib import Path
 
 from . import __version__
-from .claims import ClaimsFileError, claims_for, with_claims
-from .graphio import GraphFileError, load_graph
-from .onnx_files import OnnxFileError
-from .onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
-from .options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
-from .outputs.guard import write_reports
-from .outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
-from .outputs.text import clip, escape_controls
-from .report import Report
-from .verify_args import add_verify_arguments
-from .scan import find_graphs
+from gradcheck_core.claims import ClaimsFileError, claims_for, with_claims
+from gradcheck_core.graphio import GraphFileError, load_graph
+from gradcheck_core.onnx_files import OnnxFileError
+from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
+from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
+from gradcheck_core.outputs.guard import write_reports
+from gradcheck_core.outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
+from gradcheck_core.outputs.text import clip, escape_controls
+from gradcheck_core.report import Report
+from gradcheck_core.verify_args import add_verify_arguments
+from gradcheck_core.scan import find_graphs
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
@@ -38,10 +38,10 @@ def __getattr__(name: str):
     """junit_xml and summary_markdown, re-exported here, are imported when asked for: a run that writes no
     JUnit or Markdown file does not pay for their modules at start-up."""
     if name == "junit_xml":
-        from .outputs.junit import junit_xml
+        from gradcheck_core.outputs.junit import junit_xml
         return junit_xml
     if name == "summary_markdown":
-        from .outputs.markdown import summary_markdown
+        from gradcheck_core.outputs.markdown import summary_markdown
         return summary_markdown
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
@@ -179,7 +179,7 @@ def _write_plots(args, ordered: list) -> None:
 
 
 def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress) -> dict[str, Outcome]:
-    from .client import Client, VerifyError
+    from gradcheck_core.client import Client, VerifyError
 
     out = {}
     client = Client(args.server, token=token, tls=args.tls, root_certificates=ca, timeout=args.timeout)
@@ -221,7 +221,7 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
     from gradcheck_svc.report_proto import client_report
     from gradcheck_svc.request import preload, run_request
 
-    from .request_message import make_request
+    from gradcheck_core.request_message import make_request
 
     preload(_options(args).get("symbolic", True) is not False, len(graphs))  # warm children (request.preload)
     out = {}
@@ -373,7 +373,7 @@ def _report(args, ordered: list, graphs: dict) -> int:
         _write_plots(args, ordered)
 
     def html_items():  # the page's modules only when a page is asked for
-        from .outputs.html_report import RunItem
+        from gradcheck_core.outputs.html_report import RunItem
 
         return [RunItem(o.path, o.graph, o.report.data if o.report else None, o.error,
                         no_graph=NO_ONNX_DRAWING if isinstance(graphs.get(o.path), OnnxModel) else "")

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from ..trace_errors import TracerError
-from ..tracer import Tracer, Value
+from gradcheck_core.trace_errors import TracerError
+from gradcheck_core.tracer import Tracer, Value
 from .opaque import Opaque
 
 aten = torch.ops.aten
@@ -398,11 +398,14 @@ class Capture(TorchDispatchMode):
         self.where.setdefault(value.name, self._where())
 
 
-_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)))
+# torch, this package and the core's tracer (gradcheck_core): frames there are ours, not the user's
+_SKIP = (os.path.dirname(torch.__file__), os.path.dirname(os.path.dirname(__file__)),
+         os.path.dirname(sys.modules[Tracer.__module__].__file__))
 
 
 def _user_line() -> str:
-    """FILE:LINE of the innermost frame outside torch and gradcheck_client: the user's line that made an op."""
+    """FILE:LINE of the innermost frame outside torch, gradcheck_client and gradcheck_core: the user's line
+    that made an op."""
     f = sys._getframe(1)
     while f is not None and f.f_code.co_filename.startswith(_SKIP):
         f = f.f_back

@@ -34,11 +34,12 @@ import threading
 import numpy as np
 import torch
 
-from ..check_call import _argument_names, check_options, stated
-from ..claims import claims_message, with_claims
-from ..report import Report
-from ..trace_errors import TracerError
-from ..tracer import Tracer
+from gradcheck_core.check_call import _argument_names, check_options, stated
+from gradcheck_core.claims import claims_message, with_claims
+from gradcheck_core.errors import GradientsNotVerified
+from gradcheck_core.report import Report
+from gradcheck_core.trace_errors import TracerError
+from gradcheck_core.tracer import Tracer
 from . import opaque
 from .capture import Capture, raised_at
 
@@ -151,9 +152,10 @@ def gradcheck(fn, inputs, *, eps=None, atol=None, rtol=None, raise_exception: bo
     return report.passed
 
 
-class GradcheckError(RuntimeError):
-    """torch's gradients did not verify; the message is the report (torch.autograd.gradcheck raises
-    torch.autograd.gradcheck.GradcheckError, a RuntimeError, too)."""
+class GradcheckError(GradientsNotVerified, RuntimeError):
+    """torch's gradients did not verify (gradcheck_core.errors.GradientsNotVerified, exit 1 -- not
+    gradcheck_svc.errors.GradcheckError, which is invalid input); the message is the report
+    (torch.autograd.gradcheck raises torch.autograd.gradcheck.GradcheckError, a RuntimeError, too)."""
 
 
 class _Stated:
@@ -388,7 +390,7 @@ def _verify(graph, server, options: dict) -> Report:
         faults = {"faults": list(options["faults"])} if "faults" in options else {}
         request = service_pb2.VerifyRequest(graph=graph, options=service_pb2.VerifyOptions(**{**options, **faults}))
         return client_report(run_request(request))
-    from ..client import Client
+    from gradcheck_core.client import Client
 
     if isinstance(server, Client):
         return server.verify(graph, **options)

@@ -126,7 +126,7 @@ WITHOUT_VALUE = (
 )
 
 # every op: arity (None: any number), input kinds, attributes with defaults and kinds, NumPy's
-# function of the same name, and the rule of gradcheck_client/shapes.py its output shape follows
+# function of the same name, and the rule of gradcheck_core/shapes.py its output shape follows
 OPS = {
     'abs': {'name': 'abs', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': 'abs', 'shape': 'numpy'},
     'add': {'name': 'add', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'kinds': {}, 'numpy': 'add', 'shape': 'numpy'},

@@ -17,12 +17,14 @@ import os
 import stat
 from pathlib import Path
 
+from .errors import InvalidInput
+
 _TENSOR = "onnx.TensorProto"
 _MARK = b"location"  # every external_data entry holds this key: a model without it names no file
 PROTOBUF_MAX_BYTES = 2**31 - 1  # one serialized protobuf message, at most
 
 
-class OnnxFileError(ValueError):
+class OnnxFileError(InvalidInput, ValueError):
     """A model file or its data that cannot be read as a request: one line. `limit` names the
     ServerLimits field it is over (a flag raises it), if any."""
 

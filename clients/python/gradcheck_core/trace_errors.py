@@ -6,11 +6,13 @@ import linecache
 import os
 import sys
 
+from .errors import InvalidInput
+
 _HERE = os.path.dirname(os.path.abspath(__file__))
 
 
-class TracerError(ValueError):
-    pass
+class TracerError(InvalidInput, ValueError):
+    """The function cannot be traced faithfully: refused, one line naming the construct (exit 2)."""
 
 
 class UnknownOpError(TracerError, AttributeError):

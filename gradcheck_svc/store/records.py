@@ -106,15 +106,15 @@ def options_sha256(keyed_options: dict) -> str:
 
 @functools.lru_cache(maxsize=1)
 def _source_sha256() -> str:
-    """Every Python file of the service, the client and the generated protocol: an image rebuilt with a fix
-    but the same version number is a different gradcheck, and its answers are not the old ones."""
+    """Every Python file of the service, the core below it and the generated protocol: an image rebuilt with a
+    fix but the same version number is a different gradcheck, and its answers are not the old ones."""
     import gradcheck
-    import gradcheck_client
+    import gradcheck_core
 
     from .. import __file__ as svc_init
 
     h = hashlib.sha256()
-    for pkg in (Path(svc_init).parent, Path(gradcheck_client.__file__).parent, Path(list(gradcheck.__path__)[0])):
+    for pkg in (Path(svc_init).parent, Path(gradcheck_core.__file__).parent, Path(list(gradcheck.__path__)[0])):
         for f in sorted(pkg.rglob("*.py")):
             h.update(f"{pkg.name}/{f.relative_to(pkg).as_posix()}\0".encode())
             h.update(f.read_bytes())

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from .errors import InvalidInput
 from .options import Option, add_flag
 
 if TYPE_CHECKING:  # protobuf costs ~15 ms to import: only a model's import options need it
@@ -51,7 +52,7 @@ def is_onnx(path) -> bool:
     return str(path).lower().endswith(ONNX_SUFFIX)
 
 
-class OnnxFlagError(ValueError):
+class OnnxFlagError(InvalidInput, ValueError):
     """A bad --input / --cotangent argument (one line)."""
 
 

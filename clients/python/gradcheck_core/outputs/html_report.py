@@ -54,7 +54,7 @@ class RunItem:
 
 
 def _asset(name: str) -> str:
-    return resources.files("gradcheck_client").joinpath(name).read_text(encoding="utf-8")
+    return resources.files("gradcheck_core").joinpath(name).read_text(encoding="utf-8")
 
 
 def _finite(x) -> float:

@@ -1,4 +1,5 @@
-"""Server settings and limits, with safe defaults."""
+"""Server settings and limits, with safe defaults. Kept beside the server package, not in it: both CLIs
+(cli.py's serve, batch/cli.py's --token-file) read them without importing the server."""
 from __future__ import annotations
 
 import math
@@ -6,8 +7,8 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ..errors import OptionError
-from ..limits import ServerLimits
+from .errors import OptionError
+from .limits import ServerLimits
 
 DEFAULT_TOKEN_ENV = "GRADCHECK_TOKEN"
 
