@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..trace_errors import TracerError
 from ..tracer import Tracer, Value
+from . import surrogate
 from .opaque import Opaque
 
 aten = torch.ops.aten
@@ -340,12 +341,15 @@ class Capture(TorchDispatchMode):
         """After a custom Function's call returns: True when it is opaque (an op of its forward is outside
         the table), its outputs then bound to new parameters; False when its forward was traced op by op."""
         frame = self.frames.pop()
-        if not frame["inside"] or self.frames:
+        declared = surrogate.declared(cls)  # a declared surrogate is an opaque node whose own check is waived
+        if not (frame["inside"] or declared) or self.frames:
             return False
         traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in args]
-        self.opaque.append(Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__),
-                                              f"its forward calls {frame['inside']}, which the capture does not "
-                                              "replay", module, self))
+        why = f"declared surrogate ({declared})" if declared else \
+            f"its forward calls {frame['inside']}, which the capture does not replay"
+        node = Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__), why, module, self)
+        node.surrogate = declared
+        self.opaque.append(node)
         return True
 
     def _inplace(self, func, args, lifted, named) -> None:
