@@ -24,6 +24,10 @@ def x3(*values, dtype=D, grad=True):
     return torch.tensor(values or (0.3, -0.7, 1.1), dtype=dtype, requires_grad=grad)
 
 
+def z2():
+    return torch.tensor([0.3 + 0.2j, -0.5 + 1j], dtype=torch.complex128, requires_grad=True)
+
+
 def function(forward, backward, jvp=None, materialize=True):
     """A custom autograd.Function y = forward(x) with the given backward(x, g) (and jvp(x, t))."""
     class Fn(torch.autograd.Function):
@@ -111,12 +115,10 @@ SCENARIOS = [
     ("sparse input, masked", lambda s: torch.sin(s.to_dense()), lambda: (_sparse(),), {"masked": True}, True,
      True),
     ("sparse output", lambda x: x.to_sparse(), lambda: (x3(),), {}, ValueError, ValueError),
-    ("complex input", lambda z: (z * z).abs(), lambda: (torch.tensor([0.3 + 0.2j, -0.5 + 1j],
-                                                                       dtype=torch.complex128, requires_grad=True),), {}, True, True),
+    ("complex input", lambda z: (z * z).abs(), lambda: (z2(),), {}, True, True),
     ("complex output", lambda x: x * (1 + 2j), lambda: (x3(),), {}, True, True),
     ("complex, wrong backward", COMPLEX_UNCONJUGATED.apply,
-     lambda: (torch.tensor([0.3 + 0.2j, -0.5 + 1j], dtype=torch.complex128, requires_grad=True),), {}, tg.GradcheckError,
-     GradcheckError),
+     lambda: (z2(),), {}, tg.GradcheckError, GradcheckError),
     ("stride-0 input", torch.tanh, lambda: (torch.tensor([0.3], dtype=D).expand(3).requires_grad_(True),), {},
      RuntimeError, RuntimeError),
     ("output shape depends on the values", lambda x: x[x > 0], lambda: (x3(0.0, 0.5, -0.7),), {},
@@ -390,3 +392,50 @@ def test_gradgradcheck_catches_a_wrong_double_backward_as_torch_does():
     assert gradgradcheck(DetachedSquare.apply, (x3(),), raise_exception=False) is False
     with pytest.raises(AssertionError, match="check_fwd_over_rev or check_rev_over_rev"):
         gradgradcheck(Square.apply, (x3(),), check_rev_over_rev=False)
+
+
+def doubling(factor):
+    """2 x as a Function whose backward is g * factor (right: 2): the derivative a double backward uses."""
+    class Doubling(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            return x * 2
+
+        @staticmethod
+        def backward(ctx, g):
+            return g * factor
+    return Doubling
+
+
+def square_through(inner):
+    """x**2 whose backward is a Function call, g * inner(x): its double backward is inner's backward."""
+    class SquareThrough(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x):
+            ctx.save_for_backward(x)
+            return x * x
+
+        @staticmethod
+        def backward(ctx, g):
+            x, = ctx.saved_tensors
+            return g * inner.apply(x)
+    return SquareThrough
+
+
+def test_gradgradcheck_names_the_function_whose_backward_the_double_backward_runs():
+    right, wrong = square_through(doubling(2.0)), square_through(doubling(2.02))
+    assert gradcheck(wrong.apply, (x3(),)) is True  # first order: right
+    assert gradgradcheck(right.apply, (x3(),)) is True
+    with pytest.raises(tg.GradcheckError):
+        torch.autograd.gradgradcheck(wrong.apply, (x3(),))
+    with pytest.raises(GradcheckError, match=r"^the gradient of SquareThrough.apply \(.*\): custom autograd.Function "
+                                             r"Doubling \(.*\): its backward disagrees"):
+        gradgradcheck(wrong.apply, (x3(),))
+
+
+def test_a_complex_or_sparse_case_says_that_torchs_check_alone_decided_it():
+    with pytest.warns(UserWarning, match=r"complex input 0 \(torch's Wirtinger convention\): checked by torch's "
+                                         r"own gradcheck only"):
+        assert gradcheck(lambda z: (z * z).abs(), (z2(),)) is True
+    with pytest.warns(UserWarning, match="input 0 of layout torch.sparse_coo"):
+        assert gradcheck(lambda s: torch.sin(s.to_dense()), (_sparse(),), masked=True) is True

@@ -269,7 +269,11 @@ class Capture(TorchDispatchMode):
             raise TracerError(f"torch op {func.name()} is random{self._at()}: a re-run differs, so it cannot be "
                               "checked (put the module in eval() mode, or draw the randomness outside the function)")
         if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
-            self._record(out, self.tracer.constant(lifted[0]), func)
+            # -- except inside a backward pass the function runs (torch.autograd.grad, create_graph=True: a
+            # gradgradcheck), where autograd unpacks a saved output through a detach and re-attaches its
+            # history, and a backward's own detach is a path the references follow: the same value
+            in_backward = torch._C._current_graph_task_id() != -1
+            self._record(out, lifted[0] if in_backward else self.tracer.constant(lifted[0]), func)
             self.detached.add(id(out))
         elif func._schema.is_mutable:
             self._inplace(func, args, lifted, named)

@@ -73,11 +73,16 @@ def _function_applied(fn):
     return applied
 
 
+def _name(fn) -> str:
+    """fn's name in the report: a function's, a torch.library op's (mylib::f), else its class's."""
+    return getattr(fn, "__name__", None) or getattr(fn, "_qualname", None) or type(fn).__name__
+
+
 def _checked(fn, inputs, wrt, server, options: dict) -> Report:
     run, named, paths, upcast = _prepared(fn, inputs, wrt)
     calls: list = []
     traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls,
-                                                  getattr(fn, "__name__", type(fn).__name__), paths)
+                                                  _name(fn), paths)
     if upcast:
         note["upcast"] = upcast
     report = stated(_verify(traced, server, options), _Stated(note))
