@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import operator
 import threading
 
@@ -70,6 +71,11 @@ def _function_applied(fn):
     def applied(*args):
         return cls.apply(*args)
     applied.__name__ = applied.__qualname__ = f"{cls.__name__}.apply"
+    try:  # its inputs named as its forward names them (x, not arg0), ctx left out
+        forward = inspect.signature(cls.forward)
+        applied.__signature__ = forward.replace(parameters=list(forward.parameters.values())[1:])
+    except (TypeError, ValueError):
+        pass
     return applied
 
 

@@ -148,6 +148,14 @@ def _ours(fn, tupled, o: dict, server):
         return check(fn, *tupled, wrt=wrt, server=server, **tolerances)
     except TracerError as exc:
         return str(exc)
+    except Exception as exc:  # a graph the verification refuses (in process, or the server's answer)
+        if server is None:
+            from gradcheck_svc.errors import GradcheckError as Refused
+        else:
+            from ..client import VerifyError as Refused
+        if not isinstance(exc, Refused):
+            raise
+        return f"{type(exc).__name__}: {exc}"
 
 
 def _torch_checks(fn, tupled, func_out, outputs, o: dict, jacobian: bool) -> None:
