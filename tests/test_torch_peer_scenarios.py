@@ -15,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")  # torch is an optional extra of the client (installed in the test venv)
 
 from gradcheck_client.torch import GradcheckError, gradcheck, gradgradcheck, surrogate  # noqa: E402
+from grpc_helpers import module_server  # noqa: E402
 
 tg = importlib.import_module("torch.autograd.gradcheck")
 D = torch.float64
@@ -183,6 +184,20 @@ def test_a_torch_only_failure_names_torchs_check():
         gradcheck(NOISY.apply, (x3(),))
     with pytest.raises(GradcheckError, match="^Fn.apply .*torch's gradcheck check_batched_grad failed"):
         gradcheck(UNBATCHABLE.apply, (x3(),), check_batched_grad=True)
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    yield from module_server(tmp_path_factory, "--workers", "1")
+
+
+def test_the_drop_in_on_a_server_keeps_torchs_outcome(server):
+    assert gradcheck(CUBE.apply, (x3(),), server=server.target) is True
+    with pytest.raises(tg.GradcheckError, match=r"^Fn.apply \(.*\): custom autograd.Function Fn \(.*\): its backward "
+                                                r"disagrees"):
+        gradcheck(CUBE_OFF.apply, (x3(),), server=server.target)
+    with pytest.raises(GradcheckError, match="torch's gradcheck reentrancy check"):  # torch's checks: here
+        gradcheck(NOISY.apply, (x3(),), server=server.target)
 
 
 def test_the_signatures_are_torchs():
