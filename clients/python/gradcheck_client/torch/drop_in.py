@@ -195,7 +195,8 @@ def _verdict(fn, ours, failed) -> bool:
     if isinstance(ours, Report) and not ours.passed:
         lines = str(ours).splitlines()
         head = _culprit(lines)
-        raise GradcheckError("\n".join([_named(fn) + head] + [line for line in lines if line != head]) + also)
+        raise GradcheckError("\n".join([_unless_named(fn, head) + head] + [line for line in lines if line != head])
+                             + also)
     if failed is not None:
         message = str(failed).strip()
         name = next((n for text, n in _TORCH_CHECKS if text in message), "check")
@@ -214,6 +215,14 @@ def _culprit(lines: list) -> str:
         if line.startswith("opaque ") and ": UNDECIDED: " in line:
             return line
     return next((line for line in lines if not line.startswith("verdict ")), lines[0] if lines else "")
+
+
+def _unless_named(fn, head: str) -> str:
+    """_named(fn), where the culprit's line does not name it already (`custom autograd.Function MyFn (...)`)."""
+    name = _named(fn)
+    plain = name.removesuffix(": ").removeprefix("custom op ").split(" (")[0].removesuffix(".apply")
+    direct = not name.startswith("the gradient of ")
+    return "" if direct and plain and (f" {plain} (" in head or f" {plain}: " in head) else name
 
 
 def _named(fn) -> str:
