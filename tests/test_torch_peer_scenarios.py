@@ -453,3 +453,30 @@ def test_a_complex_or_sparse_case_says_that_torchs_check_alone_decided_it():
         assert gradcheck(lambda z: (z * z).abs(), (z2(),)) is True
     with pytest.warns(UserWarning, match="input 0 of layout torch.sparse_coo"):
         assert gradcheck(lambda s: torch.sin(s.to_dense()), (_sparse(),), masked=True) is True
+
+
+GRADGRAD = [
+    ("tanh (saves its output)", torch.tanh, lambda: (x3(),), {}, True, True),
+    ("given grad_outputs", torch.sigmoid, lambda: (x3(),),
+     {"grad_outputs": (torch.tensor([0.5, -1.0, 2.0], dtype=D, requires_grad=True),)}, True, True),
+    ("forward over reverse", torch.sin, lambda: (x3(),), {"check_fwd_over_rev": True}, True, True),
+    ("two inputs", lambda a, b: a * b.exp(), lambda: (x3(), x3(0.1, 0.2, 0.3)), {}, True, True),
+    ("a detach in the backward", DetachedSquare.apply, lambda: (x3(),), {}, tg.GradcheckError, GradcheckError),
+    ("raise_exception=False", DetachedSquare.apply, lambda: (x3(),), {"raise_exception": False}, False, False),
+    ("both modes off", torch.sin, lambda: (x3(),), {"check_rev_over_rev": False, "check_undefined_grad": False},
+     AssertionError, AssertionError),
+    # layer_norm's backward reads its saved mean: the capture refuses it -- stricter, never a pass
+    ("refused: a backward reading a saved statistic", lambda x: torch.nn.functional.layer_norm(x, (3,)),
+     lambda: (x3(),), {}, True, GradcheckError),
+]
+
+
+@pytest.mark.parametrize("name, fn, inputs, keywords, torch_outcome, our_outcome", GRADGRAD,
+                         ids=[s[0] for s in GRADGRAD])
+def test_gradgradcheck_gives_torchs_outcome_or_a_stricter_one(name, fn, inputs, keywords, torch_outcome,
+                                                                 our_outcome):
+    theirs = outcome(torch.autograd.gradgradcheck, fn, inputs(), keywords)
+    ours = outcome(gradgradcheck, fn, inputs(), keywords)
+    assert kind(theirs) is torch_outcome, f"torch: {theirs!r}"
+    assert kind(ours) is our_outcome, f"ours: {ours!r}"
+    assert same_or_stricter(theirs, ours)
