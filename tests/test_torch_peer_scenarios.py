@@ -175,7 +175,7 @@ def test_a_gradient_failure_is_torchs_gradcheck_error_with_the_localized_report(
     line = inspect.getsourcelines(CUBE_OFF.backward)[1]
     assert first.startswith(f"custom autograd.Function Fn ({__file__}:{line}): its backward disagrees with the "
                             "derivative of its forward")
-    assert "input0" in first  # the input whose gradient is wrong
+    assert ": x: " in first  # the input whose gradient is wrong, named as forward names it
 
 
 def test_a_torch_only_failure_names_torchs_check():
@@ -269,7 +269,7 @@ def test_a_non_differentiable_float_argument_is_a_constant_not_an_input():
     assert gradcheck(lambda x: Masked.apply(x, mask).sin(), (x3(),)) is True
     assert gradcheck(Masked.apply, (x3(), mask)) is True
     with pytest.raises(GradcheckError, match=r"^custom autograd.Function MaskedWrong \(.*\): its backward "
-                                             r"disagrees .*'input0'"):
+                                             r"disagrees .*'x'"):
         gradcheck(lambda x: MaskedWrong.apply(x, mask).sin(), (x3(),))
 
 
@@ -329,7 +329,7 @@ def test_a_wrong_needs_input_grad_is_caught_naming_the_function_and_the_input():
     with pytest.raises(tg.GradcheckError):
         torch.autograd.gradcheck(MulWrongFlags.apply, (x3(), y))
     line = inspect.getsourcelines(MulWrongFlags.backward)[1]
-    with pytest.raises(GradcheckError, match=rf"^custom autograd.Function MulWrongFlags \(.*:{line}\): .*'input0'"):
+    with pytest.raises(GradcheckError, match=rf"^custom autograd.Function MulWrongFlags \(.*:{line}\): .*'x'"):
         gradcheck(MulWrongFlags.apply, (x3(), y))
 
 

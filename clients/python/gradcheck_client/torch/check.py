@@ -71,17 +71,33 @@ def _function_applied(fn):
     def applied(*args):
         return cls.apply(*args)
     applied.__name__ = applied.__qualname__ = f"{cls.__name__}.apply"
-    try:  # its inputs named as its forward names them (x, not arg0), ctx left out
-        forward = inspect.signature(cls.forward)
-        applied.__signature__ = forward.replace(parameters=list(forward.parameters.values())[1:])
-    except (TypeError, ValueError):
-        pass
+    signature = _forward_signature(cls)
+    if signature is not None:  # its inputs named as its forward names them (x, not arg0)
+        applied.__signature__ = signature
     return applied
+
+
+def _forward_signature(cls):
+    """The signature of a Function's forward without its ctx (none with setup_context), or None."""
+    try:
+        forward = inspect.signature(cls.forward)
+    except (TypeError, ValueError):
+        return None
+    with_ctx = cls.setup_context is torch.autograd.function._SingleLevelFunction.setup_context
+    return forward.replace(parameters=list(forward.parameters.values())[1 if with_ctx else 0:])
 
 
 def _name(fn) -> str:
     """fn's name in the report: a function's, a torch.library op's (mylib::f), else its class's."""
     return getattr(fn, "__name__", None) or getattr(fn, "_qualname", None) or type(fn).__name__
+
+
+def _input_names(cls, n: int) -> list:
+    """A Function's inputs as its forward names them (x, y), `inputK` where it does not (*args)."""
+    signature = _forward_signature(cls)
+    params = [p for p in (signature.parameters.values() if signature else ())
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [params[k].name if k < len(params) else f"input{k}" for k in range(n)]
 
 
 def _checked(fn, inputs, wrt, server, options: dict) -> Report:
@@ -377,7 +393,7 @@ def _function_check(cls, args, server, options) -> dict:
     wants = [isinstance(a, torch.Tensor) and a.is_floating_point() and a.requires_grad for a in args]
     inputs = [a.detach().to(torch.float64).clone() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
               for a in args]
-    names = [f"input{k}" for k in range(len(inputs))]
+    names = _input_names(cls, len(inputs))
     leaves = {n: a.requires_grad_(True) for n, a, w in zip(names, inputs, wants) if w}
     try:
         graph, note, _, entries = _captured(lambda: cls.apply(*inputs), leaves, options.get("seed", 0), [],
