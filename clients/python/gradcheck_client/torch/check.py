@@ -12,7 +12,10 @@ captured intermediates autograd keeps, are sent with it as claimed gradients (th
 is "claimed"), so the references judge torch's backward, not the engine's. A non-scalar output is
 reduced with a seeded cotangent, as gradcheck_client.check does. Each custom autograd.Function the
 forward calls is also checked on its own (its forward alone, captured the same way, against its
-backward): report.data["custom_functions"] names each one's class and source line and its verdict.
+backward; its arguments that do not require grad -- a mask, a table -- are constants there, so a
+backward returning None for them is right): report.data["custom_functions"] names each one's class and
+source line and its verdict. A Function declared a surrogate (surrogate.py) is an opaque node whose own
+check is waived. torch.autograd's gradcheck/gradgradcheck drop-ins are drop_in.py.
 An op the capture cannot replay (or a Function whose forward calls one) is an opaque node, checked on
 its own in process and cut out of the graph without leaving anything unverified (opaque.py):
 report.data["opaque"] says what was checked how.

@@ -220,7 +220,8 @@ def _culprit(lines: list) -> str:
 def _unless_named(fn, head: str) -> str:
     """_named(fn), where the culprit's line does not name it already (`custom autograd.Function MyFn (...)`)."""
     name = _named(fn)
-    plain = name.removesuffix(": ").removeprefix("custom op ").split(" (")[0].removesuffix(".apply")
+    plain = name.removesuffix(": ").removeprefix("custom op ").removeprefix("torch op ").split(" (")[0]
+    plain = plain.removesuffix(".apply")
     direct = not name.startswith("the gradient of ")
     return "" if direct and plain and (f" {plain} (" in head or f" {plain}: " in head) else name
 
@@ -238,7 +239,9 @@ def _named(fn) -> str:
     op = getattr(fn, "_qualname", None) or (fn.name() if isinstance(fn, torch._ops.OpOverload) else None)
     if isinstance(fn, torch._ops.OpOverloadPacket):
         op = fn._qualified_op_name
-    return f"custom op {op}: " if op else ""
+    if not op:
+        return ""
+    return f"{'torch' if op.startswith('aten::') else 'custom'} op {op}: "
 
 
 def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
