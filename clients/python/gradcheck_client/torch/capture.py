@@ -27,6 +27,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradcheck_core.trace_errors import TracerError
 from gradcheck_core.tracer import Tracer, Value
+from . import surrogate
 from .opaque import Opaque
 
 aten = torch.ops.aten
@@ -268,7 +269,11 @@ class Capture(TorchDispatchMode):
             raise TracerError(f"torch op {func.name()} is random{self._at()}: a re-run differs, so it cannot be "
                               "checked (put the module in eval() mode, or draw the randomness outside the function)")
         if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
-            self._record(out, self.tracer.constant(lifted[0]), func)
+            # -- except inside a backward pass the function runs (torch.autograd.grad, create_graph=True: a
+            # gradgradcheck), where autograd unpacks a saved output through a detach and re-attaches its
+            # history, and a backward's own detach is a path the references follow: the same value
+            in_backward = torch._C._current_graph_task_id() != -1
+            self._record(out, lifted[0] if in_backward else self.tracer.constant(lifted[0]), func)
             self.detached.add(id(out))
         elif func._schema.is_mutable:
             self._inplace(func, args, lifted, named)
@@ -340,12 +345,15 @@ class Capture(TorchDispatchMode):
         """After a custom Function's call returns: True when it is opaque (an op of its forward is outside
         the table), its outputs then bound to new parameters; False when its forward was traced op by op."""
         frame = self.frames.pop()
-        if not frame["inside"] or self.frames:
+        declared = surrogate.declared(cls)  # a declared surrogate is an opaque node whose own check is waived
+        if not (frame["inside"] or declared) or self.frames:
             return False
         traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in args]
-        self.opaque.append(Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__),
-                                              f"its forward calls {frame['inside']}, which the capture does not "
-                                              "replay", module, self))
+        why = f"declared surrogate ({declared})" if declared else \
+            f"its forward calls {frame['inside']}, which the capture does not replay"
+        node = Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__), why, module, self)
+        node.surrogate = declared
+        self.opaque.append(node)
         return True
 
     def _inplace(self, func, args, lifted, named) -> None:

@@ -12,7 +12,10 @@ captured intermediates autograd keeps, are sent with it as claimed gradients (th
 is "claimed"), so the references judge torch's backward, not the engine's. A non-scalar output is
 reduced with a seeded cotangent, as gradcheck_client.check does. Each custom autograd.Function the
 forward calls is also checked on its own (its forward alone, captured the same way, against its
-backward): report.data["custom_functions"] names each one's class and source line and its verdict.
+backward; its arguments that do not require grad -- a mask, a table -- are constants there, so a
+backward returning None for them is right): report.data["custom_functions"] names each one's class and
+source line and its verdict. A Function declared a surrogate (surrogate.py) is an opaque node whose own
+check is waived. torch.autograd's gradcheck/gradgradcheck drop-ins are drop_in.py.
 An op the capture cannot replay (or a Function whose forward calls one) is an opaque node, checked on
 its own in process and cut out of the graph without leaving anything unverified (opaque.py):
 report.data["opaque"] says what was checked how.
@@ -28,6 +31,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import functools
+import inspect
 import operator
 import threading
 
@@ -36,26 +40,19 @@ import torch
 
 from gradcheck_core.check_call import _argument_names, check_options, stated
 from gradcheck_core.claims import claims_message, with_claims
-from gradcheck_core.errors import GradientsNotVerified
 from gradcheck_core.report import Report
 from gradcheck_core.trace_errors import TracerError
 from gradcheck_core.tracer import Tracer
-from . import opaque
+from . import opaque, surrogate
 from .capture import Capture, raised_at
 
 _RUNNING = threading.Lock()  # one check at a time per process (the module docstring)
-
-# torch.autograd.gradcheck's keyword arguments beside eps, atol, rtol and raise_exception: accepted so that a
-# test suite switches with one import; they ask for checks torch's gradcheck makes of itself (batched
-# gradients, forward mode, dtypes), which this one does not make
-TORCH_OPTIONS = ("nondet_tol", "check_undefined_grad", "check_grad_dtypes", "check_batched_grad",
-                 "check_batched_forward_grad", "check_forward_ad", "check_backward_ad", "fast_mode", "masked")
-
 
 def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Report:
     """Verify torch's gradients of fn(*inputs) (fn a function of tensors or an nn.Module) with respect to the
     float inputs (or those `wrt` names) and a module's parameters; in process, or on `server`."""
     options = check_options({**options, "seed": seed})
+    fn = _function_applied(fn)
     if not _RUNNING.acquire(blocking=False):
         raise TracerError("gradcheck_client.torch.check is already running in this process (another thread, or a "
                           "check called inside the function being checked): it replaces torch.autograd.Function."
@@ -66,20 +63,62 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
         _RUNNING.release()
 
 
+def _function_applied(fn):
+    """`MyFn.apply` (torch's idiom for gradcheck) bound before the check began: a function that looks apply up
+    when called, so the call is recorded and MyFn checked and named as any Function the forward calls."""
+    cls = getattr(fn, "__self__", None)
+    if not (isinstance(cls, type) and issubclass(cls, torch.autograd.Function)
+            and getattr(fn, "__func__", None) is torch.autograd.Function.__dict__["apply"].__func__):
+        return fn
+
+    def applied(*args):
+        return cls.apply(*args)
+    applied.__name__ = applied.__qualname__ = f"{cls.__name__}.apply"
+    signature = _forward_signature(cls)
+    if signature is not None:  # its inputs named as its forward names them (x, not arg0)
+        applied.__signature__ = signature
+    return applied
+
+
+def _forward_signature(cls):
+    """The signature of a Function's forward without its ctx (none with setup_context), or None."""
+    try:
+        forward = inspect.signature(cls.forward)
+    except (TypeError, ValueError):
+        return None
+    with_ctx = cls.setup_context is torch.autograd.function._SingleLevelFunction.setup_context
+    return forward.replace(parameters=list(forward.parameters.values())[1 if with_ctx else 0:])
+
+
+def _name(fn) -> str:
+    """fn's name in the report: a function's, a torch.library op's (mylib::f), else its class's."""
+    return getattr(fn, "__name__", None) or getattr(fn, "_qualname", None) or type(fn).__name__
+
+
+def _input_names(cls, n: int) -> list:
+    """A Function's inputs as its forward names them (x, y), `inputK` where it does not (*args)."""
+    signature = _forward_signature(cls)
+    params = [p for p in (signature.parameters.values() if signature else ())
+              if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    return [params[k].name if k < len(params) else f"input{k}" for k in range(n)]
+
+
 def _checked(fn, inputs, wrt, server, options: dict) -> Report:
     run, named, paths, upcast = _prepared(fn, inputs, wrt)
     calls: list = []
     traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls,
-                                                  getattr(fn, "__name__", type(fn).__name__), paths)
+                                                  _name(fn), paths)
     if upcast:
         note["upcast"] = upcast
     report = stated(_verify(traced, server, options), _Stated(note))
     graph_verdict = report.verdict
+    _unreached(report, note)
     report.data["sources"] = {f.node: where[f.node] for f in report.findings if f.node in where}
     for node, at in report.data["sources"].items():  # the culprit in the user's terms
         report.text = f"node '{node}' was made at {at}\n{report.text}"
     report.data["custom_functions"] = [{**_function_check(cls, args, server, options), "module": module,
-                                        "checked": _where(server)} for cls, args, module in calls]
+                                        "checked": _where(server)} for cls, args, module in calls
+                                       if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)]
     for c in report.data["custom_functions"]:
         if c["verdict"] != "pass":
             inside = f" in {c['module']}" if c["module"] else ""
@@ -93,6 +132,14 @@ def _checked(fn, inputs, wrt, server, options: dict) -> Report:
         report.text = (f"verdict {report.verdict.upper()} (the captured graph's own verdict below is "
                        f"{graph_verdict.upper()})\n{report.text}")
     return report
+
+
+def _unreached(report: Report, note: dict) -> None:
+    """A checked tensor the output does not depend on has a gradient of zero: torch's nonzero one fails."""
+    if note.get("unreached"):
+        report.verdict = report.data["verdict"] = "fail"
+        report.text = (f"torch's gradient of {', '.join(note['unreached'])} is nonzero, but the output of "
+                       f"{note['function']} does not depend on it\n{report.text}")
 
 
 def _where(server) -> str:
@@ -119,43 +166,17 @@ def _with_opaque(report: Report, entries: list) -> Report:
     report.data["opaque"] = entries
     for e in reversed(entries):
         inside = f" in {e['module']}" if e["module"] and e["module"] not in e["source"] else ""
+        how = "not checked itself" if e["verdict"] == "surrogate" else \
+            "checked in process by float64 central differences"
         report.text = (f"opaque {e['kind']} {e['op']}{inside} ({e['source']}): {e['verdict'].upper()}: "
-                       f"{e['detail']}; checked in process by float64 central differences, its outputs "
-                       f"{', '.join(e['parameters'])} checked as parameters\n{report.text}")
+                       f"{e['detail']}; {how}, its outputs {', '.join(e['parameters'])} checked as "
+                       f"parameters\n{report.text}")
     verdicts = {e["verdict"] for e in entries}
     if "fail" in verdicts:
         report.verdict = report.data["verdict"] = "fail"
     elif "undecided" in verdicts and report.verdict == "pass":
         report.verdict = report.data["verdict"] = "undecided"
     return report
-
-
-def gradcheck(fn, inputs, *, eps=None, atol=None, rtol=None, raise_exception: bool = True, server=None,
-              **torch_options) -> bool:
-    """torch.autograd.gradcheck's signature: True when torch's gradients verify, else raises GradcheckError (a
-    RuntimeError, as torch's) with the report -- or returns False with raise_exception=False. A function
-    that cannot be checked raises it too ("not checked: ..."): never a pass. eps is not used (the step is
-    chosen per element), nor are torch's other options (TORCH_OPTIONS); any other keyword is a TypeError."""
-    unknown = sorted(set(torch_options) - set(TORCH_OPTIONS))
-    if unknown:
-        raise TypeError(f"gradcheck() got unexpected keyword argument(s) {', '.join(unknown)}")
-    inputs = inputs if isinstance(inputs, (tuple, list)) else (inputs,)
-    wrt = [i for i, a in enumerate(inputs) if isinstance(a, torch.Tensor) and a.requires_grad] or None
-    try:
-        report = check(fn, *inputs, wrt=wrt, server=server, atol=atol, rtol=rtol)
-    except TracerError as exc:
-        if raise_exception:
-            raise GradcheckError(f"not checked: {exc}") from None
-        return False
-    if not report.passed and raise_exception:
-        raise GradcheckError(str(report))
-    return report.passed
-
-
-class GradcheckError(GradientsNotVerified, RuntimeError):
-    """torch's gradients did not verify (gradcheck_core.errors.GradientsNotVerified, exit 1 -- not
-    gradcheck_svc.errors.GradcheckError, which is invalid input); the message is the report
-    (torch.autograd.gradcheck raises torch.autograd.gradcheck.GradcheckError, a RuntimeError, too)."""
 
 
 class _Stated:
@@ -251,6 +272,11 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
     grads = {n: _host(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
              for n, leaf in leaves.items()}
     inputs = {i.name for i in graph.inputs}
+    # a checked tensor the output does not depend on is no parameter of the graph: its gradient must be zero
+    unreached = sorted(n for n, g in grads.items() if n not in inputs and np.any(g != 0))
+    if unreached:
+        note["unreached"] = unreached
+    grads = {n: g for n, g in grads.items() if n in inputs}
     grads.update({n: g for n, g in opaque_grads.items() if n in inputs})
     return with_claims(graph, claims_message(grads, adjoints)), note, capture.where, entries
 
@@ -279,7 +305,7 @@ def _cut_opaque(capture, loss_value):
         grads.update({v.name: _host(a) for (_, v), a in zip(node.outputs, adjoints)})
         try:
             vjps = opaque.vjp(node, adjoints)
-            entries.append(opaque.local_check(node, adjoints, vjps))
+            entries.append(surrogate.entry(node) if node.surrogate else opaque.local_check(node, adjoints, vjps))
         except RuntimeError as exc:
             raise TracerError(f"opaque {node.kind} {node.name} ({node.source}) raised when re-run on its own: "
                               f"{(str(exc).strip().splitlines() or [''])[0][:300]}") from None
@@ -362,19 +388,27 @@ def _recording_functions(calls: list, capture):
 def _function_check(cls, args, server, options) -> dict:
     """One custom Function on its own: its forward captured, its backward's gradients claimed, verified."""
     where = opaque.backward_line(cls)
+    if surrogate.declared(cls):  # (a surrogate nested in another Function: the outer call is the opaque node)
+        return {"function": cls.__name__, "source": where, "verdict": "surrogate",
+                "detail": f"declared surrogate ({surrogate.declared(cls)}), not checked against the derivative"}
+    # the inputs are the arguments that required grad at the call; another float tensor (a mask, a table) is a
+    # constant of the check, and a backward returning None for it is right
+    wants = [isinstance(a, torch.Tensor) and a.is_floating_point() and a.requires_grad for a in args]
     inputs = [a.detach().to(torch.float64).clone() if isinstance(a, torch.Tensor) and a.is_floating_point() else a
               for a in args]
-    names = [f"input{k}" for k in range(len(inputs))]
-    leaves = {n: a.requires_grad_(True) for n, a in zip(names, inputs) if isinstance(a, torch.Tensor) and
-              a.is_floating_point()}
+    names = _input_names(cls, len(inputs))
+    leaves = {n: a.requires_grad_(True) for n, a, w in zip(names, inputs, wants) if w}
     try:
-        graph, _, _, entries = _captured(lambda: cls.apply(*inputs), leaves, options.get("seed", 0), [],
-                                         cls.__name__)
+        graph, note, _, entries = _captured(lambda: cls.apply(*inputs), leaves, options.get("seed", 0), [],
+                                            cls.__name__)
         report = _with_opaque(_verify(graph, server, options), entries)  # (opaque on its own: nested in another)
+        _unreached(report, note)
     except TracerError as exc:
         return {"function": cls.__name__, "source": where, "verdict": "undecided", "detail": f"not checked: {exc}"}
-    problems = [f"{f.node}: {f.detail}" for f in report.findings if f.severity == "error"] + \
-        [f"{e['op']}: {e['detail']}" for e in entries if e["verdict"] != "pass"]
+    problems = [f"torch's gradient of {', '.join(note['unreached'])} is nonzero, but the output does not depend "
+                "on it" for _ in [1] if note.get("unreached")] + \
+        [f"{f.node}: {f.detail}" for f in report.findings if f.severity == "error"] + \
+        [f"{e['op']}: {e['detail']}" for e in entries if e["verdict"] not in ("pass", "surrogate")]
     detail = "its backward agrees with the derivative of its forward" if report.passed else \
         ("its backward disagrees with the derivative of its forward: " if report.verdict == "fail" else
          "not decided: ") + "; ".join(problems)

@@ -58,6 +58,7 @@ class Opaque:
     outputs: list = field(default_factory=list)  # (autograd output tensor, the parameter Value for it)
     reason: str = ""  # why it is opaque, where it is not simply outside the table
     grad_enabled: bool = True  # torch's grad mode when it ran (False: under torch.no_grad)
+    surrogate: str = ""  # a Function declared a surrogate: why (surrogate.py); its own check is waived
 
     @staticmethod
     def of_op(func, args, kwargs, traced, outputs, where: str, capture, reason: str = "") -> Opaque:

@@ -1,0 +1,306 @@
+"""torch.autograd.gradcheck and gradgradcheck, drop-in: torch's signature, and torch's outcome or a stricter one.
+
+    from gradcheck_client.torch import gradcheck, gradgradcheck   # instead of torch.autograd's
+
+torch 2.13's documented semantics are the spec (torch/autograd/gradcheck.py). A call does what torch's does,
+in torch's order, and adds gradcheck's own check of the gradients:
+
+1. torch's preconditions, by torch's own code: both AD modes off, check_batched_grad without backward AD,
+   check_batched_forward_grad without forward AD (AssertionError); no input requiring grad (ValueError); an
+   input with a stride-0 dimension (RuntimeError); a sparse or MKLDNN output (ValueError).
+2. fn runs once on the inputs, as torch runs it: an error fn raises propagates, whatever raise_exception says.
+3. gradcheck's check (check.py) of torch's backward w.r.t. the inputs that require grad: the exact references
+   (symbolic, float64 finite differences), each custom autograd.Function checked on its own and named
+   (class, file and line of its backward, the input), torch.library ops as opaque nodes. Not run where it
+   has nothing to add: check_backward_ad=False, complex or sparse tensors (then torch's check alone decides
+   and a warning says so), no differentiable output (torch's check that the numerical Jacobian is zero).
+4. torch's own checks, by torch's own functions, with the caller's options: the Jacobian against torch's
+   finite differences (fast_mode, eps, atol, rtol, masked, complex inputs and outputs in torch's Wirtinger
+   convention, outputs whose shape or dtype changes when perturbed), the reentrancy check (nondet_tol),
+   check_grad_dtypes, check_forward_ad, check_batched_forward_grad, check_batched_grad, the "backward
+   multiplied by grad_output" check and check_undefined_grad. They are the torch-defined behaviours gradcheck's
+   references do not decide (machinery of torch's, not derivatives), and running them keeps the outcome
+   never laxer than torch's. A declared surrogate (surrogate.py) waives torch's Jacobian comparison -- the
+   declaration says the backward is not the derivative -- and nothing else; a warning names it.
+
+A gradient failure of either raises GradcheckError, a subclass of torch.autograd.gradcheck.GradcheckError (so
+`pytest.raises(torch.autograd.gradcheck.GradcheckError)` holds), whose first line names the culprit (the
+Function, op or torch check) and whose message is gradcheck's report (torch's message after it); with
+raise_exception=False that is False, as torch's. A function gradcheck cannot capture is a GradcheckError
+"not checked: ..." (never a pass). Any other exception torch's checks raise propagates, as in torch.
+"""
+from __future__ import annotations
+
+import functools
+import importlib
+import warnings
+
+import torch
+
+from gradcheck_core.errors import GradientsNotVerified
+from gradcheck_core.report import Report
+from gradcheck_core.trace_errors import TracerError
+from .check import _function_applied, check
+
+tg = importlib.import_module("torch.autograd.gradcheck")  # the module (torch.autograd.gradcheck is the function)
+
+# what each torch check's failure message holds -> the check's name, for the first line of ours (first match)
+_TORCH_CHECKS = (
+    ("Jacobian mismatch", "Jacobian check"),
+    ("Jacobian computed with forward mode", "check_forward_ad"),
+    ("Backward is not reentrant", "reentrancy check (nondet_tol)"),
+    ("Gradient has dtype mismatch", "check_grad_dtypes"),
+    ("Forward AD gradient has dtype", "check_grad_dtypes"),
+    ("grad is incorrect", "gradient layout, dtype, device and size check"),
+    ("Analytical gradient has incorrect size", "gradient size check"),
+    ("backward not multiplied by grad_output", "backward multiplied by grad_output check"),
+    ("Expected backward function to handle undefined output grads", "check_undefined_grad"),
+    ("Expected all input grads to be undefined or zero", "check_undefined_grad"),
+    ("Expected forward AD to handle undefined", "check_undefined_grad"),
+    ("batched gradient computation with forward-mode AD", "check_batched_forward_grad"),
+    ("batched gradient computation", "check_batched_grad"),
+    ("Numerical gradient for function expected to be zero", "non-differentiable outputs check"),
+)
+
+
+class GradcheckError(GradientsNotVerified, tg.GradcheckError):
+    """The gradients did not verify (or could not be checked): the message is the localized report.
+    A torch.autograd.gradcheck.GradcheckError, hence a RuntimeError, as torch's; and the house's
+    gradcheck_core.errors.GradientsNotVerified (exit 1) -- not invalid input."""
+
+
+def gradcheck(func, inputs, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
+              raise_exception: bool = True, nondet_tol: float = 0.0, check_undefined_grad: bool = True,
+              check_grad_dtypes: bool = False, check_batched_grad: bool = False,
+              check_batched_forward_grad: bool = False, check_forward_ad: bool = False,
+              check_backward_ad: bool = True, fast_mode: bool = False, masked: bool | None = None,
+              server=None) -> bool:
+    """torch.autograd.gradcheck's signature and semantics (the module docstring): True, or raises
+    GradcheckError (False with raise_exception=False). `server`: verify gradcheck's part on a server."""
+    options = {k: v for k, v in locals().items() if k not in ("func", "inputs", "raise_exception", "server")}
+    _preconditions(options)
+    try:
+        return _helper(func, inputs, options, server)
+    except tg.GradcheckError as exc:
+        if raise_exception:
+            raise (exc if isinstance(exc, GradcheckError) else GradcheckError(str(exc))) from None
+        return False
+
+
+def _preconditions(o: dict) -> None:
+    """torch's own assertions on the options, with its messages."""
+    if not (o["check_forward_ad"] or o["check_backward_ad"]):
+        raise AssertionError("Expected at least one of check_forward_ad or check_backward_ad to be True")
+    if o["check_batched_grad"] and not o["check_backward_ad"]:
+        raise AssertionError("Setting check_batched_grad=True requires check_backward_ad to be True")
+    if o["check_batched_forward_grad"] and not o["check_forward_ad"]:
+        raise AssertionError("Setting check_batched_forward_grad=True requires check_forward_ad to be True")
+
+
+def _helper(fn, inputs, o: dict, server) -> bool:
+    """Steps 1-4 of the module docstring; a gradient failure is a GradcheckError."""
+    tupled = tg._as_tuple(inputs)
+    tg._check_inputs(tupled)
+    func_out = fn(*tupled)  # fn's own errors propagate, as torch's
+    outputs = tg._differentiable_outputs(func_out)
+    tg._check_outputs(outputs)
+    ours = None
+    alone = _torch_alone(tupled, func_out, outputs, o)
+    if alone is None:
+        ours = _ours(fn, tupled, o, server)
+    elif alone:
+        warnings.warn(f"gradcheck_client.torch.gradcheck: {alone}: checked by torch's own gradcheck only (not "
+                      "gradcheck's references)", stacklevel=3)
+    declared = [e for e in (ours.data.get("opaque", []) if isinstance(ours, Report) else [])
+                if e["verdict"] == "surrogate"]
+    for e in declared:
+        warnings.warn(f"gradcheck_client.torch.gradcheck: {e['op']} ({e['source']}): {e['detail']}; torch's "
+                      "Jacobian comparison waived for it, its other checks kept", stacklevel=3)
+    try:
+        _torch_checks(fn, tupled, func_out, outputs, o, jacobian=not declared)
+        failed = None
+    except tg.GradcheckError as exc:  # any other exception propagates, as from torch's gradcheck
+        failed = exc
+    return _verdict(fn, ours, failed)
+
+
+def _torch_alone(tupled, func_out, outputs, o: dict):
+    """Why gradcheck's own check is not run ("" where nothing needs saying), or None where it is."""
+    if not o["check_backward_ad"]:
+        return ""  # forward AD only: torch's numerical Jacobian against torch's forward mode
+    if not outputs:
+        return ""  # no differentiable output: torch checks that the numerical Jacobian is zero
+    for kind, tensors in (("input", tupled), ("output", tg._as_tuple(func_out))):
+        for k, t in enumerate(tensors):
+            if isinstance(t, torch.Tensor) and (kind == "output" or t.requires_grad):
+                if t.is_complex():
+                    return f"complex {kind} {k} (torch's Wirtinger convention)"
+                if t.layout != torch.strided:
+                    return f"{kind} {k} of layout {t.layout} (masked={o['masked']})"
+    return None
+
+
+def _ours(fn, tupled, o: dict, server):
+    """gradcheck's check of torch's backward: the Report, or the reason it could not be checked (str)."""
+    wrt = [k for k, a in enumerate(tupled) if isinstance(a, torch.Tensor) and a.requires_grad]
+    # torch's tolerances apply to torch's finite differences; ours (per dtype, from rounding analysis) stay
+    # unless the caller chose others
+    tolerances = {k: o[k] for k, default in (("atol", 1e-5), ("rtol", 1e-3)) if o[k] != default}
+    try:
+        return check(fn, *tupled, wrt=wrt, server=server, **tolerances)
+    except TracerError as exc:
+        return str(exc)
+    except Exception as exc:  # a graph the verification refuses (in process, or the server's answer)
+        if server is None:
+            from gradcheck_svc.errors import GradcheckError as Refused
+        else:
+            from gradcheck_core.client import VerifyError as Refused
+        if not isinstance(exc, Refused):
+            raise
+        return f"{type(exc).__name__}: {exc}"
+
+
+def _torch_checks(fn, tupled, func_out, outputs, o: dict, jacobian: bool) -> None:
+    """torch's _gradcheck_helper after fn's first run, step for step, by torch's own functions; jacobian=False
+    (a declared surrogate) keeps all but the comparison with torch's finite differences."""
+    gradcheck_fn = functools.partial(tg._fast_gradcheck if o["fast_mode"] else tg._slow_gradcheck,
+                                     masked=o["masked"])
+    common = (o["eps"], o["rtol"], o["atol"], o["check_grad_dtypes"])
+    modes = {"check_forward_ad": o["check_forward_ad"], "check_backward_ad": o["check_backward_ad"],
+             "nondet_tol": o["nondet_tol"], "check_undefined_grad": o["check_undefined_grad"]}
+    if jacobian:
+        tg._gradcheck_real_imag(gradcheck_fn, fn, func_out, tupled, outputs, *common, **modes)
+    else:
+        if o["check_backward_ad"]:  # reentrancy, dtypes and sizes: torch's checks beside the comparison
+            for out in outputs:
+                tg._check_analytical_jacobian_attributes(tupled, out, o["nondet_tol"], o["check_grad_dtypes"])
+        if o["check_forward_ad"]:
+            tg._gradcheck_real_imag(gradcheck_fn, fn, func_out, tupled, outputs, *common,
+                                    **{**modes, "check_backward_ad": False})
+    if o["check_batched_forward_grad"]:
+        tg._test_batched_grad_forward_ad(fn, tupled)
+    if not o["check_backward_ad"]:
+        return
+    if o["check_batched_grad"]:
+        for k, out in enumerate(outputs):
+            tg._test_batched_grad(tupled, out, k)
+    tg._test_backward_mul_by_grad_output(outputs, tupled, o["masked"])
+    if o["check_undefined_grad"]:
+        tg._test_undefined_backward_mode(fn, outputs, tupled)
+
+
+def _verdict(fn, ours, failed) -> bool:
+    """True, or the GradcheckError: gradcheck's report first (its culprit line first), torch's message after."""
+    also = f"\ntorch's gradcheck: {failed}" if failed is not None else ""
+    if isinstance(ours, str):
+        raise GradcheckError(f"{_named(fn)}not checked: {ours}{also}")
+    if isinstance(ours, Report) and not ours.passed:
+        lines = str(ours).splitlines()
+        head = _culprit(lines)
+        raise GradcheckError("\n".join([_unless_named(fn, head) + head] + [line for line in lines if line != head])
+                             + also)
+    if failed is not None:
+        message = str(failed).strip()
+        name = next((n for text, n in _TORCH_CHECKS if text in message), "check")
+        raise GradcheckError(f"{_named(fn)}torch's gradcheck {name} failed"
+                             f"{' (gradcheck: ' + ours.verdict.upper() + ')' if ours is not None else ''}: "
+                             f"{message}")
+    return True
+
+
+def _culprit(lines: list) -> str:
+    """The line of a report that names what failed: a custom Function's or an opaque node's, else the first."""
+    for line in lines:
+        if line.startswith("custom autograd.Function ") or (line.startswith("opaque ") and ": FAIL: " in line):
+            return line
+    for line in lines:
+        if line.startswith("opaque ") and ": UNDECIDED: " in line:
+            return line
+    return next((line for line in lines if not line.startswith("verdict ")), lines[0] if lines else "")
+
+
+def _unless_named(fn, head: str) -> str:
+    """_named(fn), where the culprit's line does not name it already (`custom autograd.Function MyFn (...)`)."""
+    name = _named(fn)
+    plain = name.removesuffix(": ").removeprefix("custom op ").removeprefix("torch op ").split(" (")[0]
+    plain = plain.removesuffix(".apply")
+    direct = not name.startswith("the gradient of ")
+    return "" if direct and plain and (f" {plain} (" in head or f" {plain}: " in head) else name
+
+
+def _named(fn) -> str:
+    """'MyFn.apply (file.py:LINE): ' for an autograd.Function's apply, 'custom op mylib::f: ' for a
+    torch.library op, '' otherwise (the report names what fn calls)."""
+    if hasattr(fn, "gradient_of"):
+        inner = _named(fn.gradient_of)
+        return f"the gradient of {inner[:-2]}: " if inner else ""
+    cls = getattr(fn, "__self__", None)
+    if isinstance(cls, type) and issubclass(cls, torch.autograd.Function):
+        from .opaque import backward_line
+        return f"{cls.__name__}.apply ({backward_line(cls)}): "
+    op = getattr(fn, "_qualname", None) or (fn.name() if isinstance(fn, torch._ops.OpOverload) else None)
+    if isinstance(fn, torch._ops.OpOverloadPacket):
+        op = fn._qualified_op_name
+    if not op:
+        return ""
+    return f"{'torch' if op.startswith('aten::') else 'custom'} op {op}: "
+
+
+def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: float = 1e-5, rtol: float = 1e-3,
+                  gen_non_contig_grad_outputs: bool = False, raise_exception: bool = True, nondet_tol: float = 0.0,
+                  check_undefined_grad: bool = True, check_grad_dtypes: bool = False,
+                  check_batched_grad: bool = False, check_fwd_over_rev: bool = False,
+                  check_rev_over_rev: bool = True, fast_mode: bool = False, masked: bool = False,
+                  server=None) -> bool:
+    """torch.autograd.gradgradcheck's signature and semantics: gradcheck (above) of the function torch builds,
+    (inputs, grad_outputs) -> the gradients of fn's differentiable outputs at grad_outputs, with
+    create_graph=True -- so the double backward checked is the user's, and a failing Function in it is named
+    as in gradcheck."""
+    if not (check_fwd_over_rev or check_rev_over_rev):
+        raise AssertionError("Expected at least one of check_fwd_over_rev or check_rev_over_rev to be True")
+    if check_undefined_grad and not check_rev_over_rev:
+        raise AssertionError("Setting check_undefined_grad=True requires check_rev_over_rev to be True")
+    if check_batched_grad and not check_rev_over_rev:
+        raise AssertionError("Setting check_batched_grad=True requires check_rev_over_rev to be True")
+    fn, tupled = func, tg._as_tuple(inputs)
+    if grad_outputs is None:  # random, as torch's: the outputs' shape, dtype and device, in [-1, 1]
+        grad_outputs = tuple(torch.testing.make_tensor(
+            x.shape, dtype=x.dtype if x.is_floating_point() or x.is_complex() else torch.double, device=x.device,
+            low=-1, high=1, requires_grad=True, noncontiguous=gen_non_contig_grad_outputs)
+            for x in tg._differentiable_outputs(fn(*tupled)))
+    cotangents = tg._as_tuple(grad_outputs)
+    return gradcheck(_gradient_of(fn, tupled, cotangents), tupled + cotangents, eps=eps, atol=atol, rtol=rtol,
+                     raise_exception=raise_exception, nondet_tol=nondet_tol,
+                     check_undefined_grad=check_undefined_grad, check_grad_dtypes=check_grad_dtypes,
+                     check_batched_grad=check_batched_grad, fast_mode=fast_mode, check_forward_ad=check_fwd_over_rev,
+                     check_backward_ad=check_rev_over_rev, masked=masked, server=server)
+
+
+def _same(t):
+    return t
+
+
+def _gradient_of(fn, tupled: tuple, cotangents: tuple):
+    """torch's gradgradcheck new_func: (*inputs, *grad_outputs) -> fn's input gradients at grad_outputs, with
+    create_graph=True, requires_grad restored as the caller set it (gradcheck detaches for forward AD)."""
+    n, user, fn = len(cotangents), fn, _function_applied(fn)  # (MyFn.apply recorded and named: check.py)
+    wanted = {k for k, x in enumerate(tupled) if tg.is_tensor_like(x) and x.requires_grad}
+    wanted_out = {k for k, x in enumerate(cotangents) if x.requires_grad}
+
+    def gradient(*args):
+        xs = tuple(x.requires_grad_() if k in wanted else x for k, x in enumerate(args[:-n]))
+        # saved tensors unpacked as themselves: an op that saves its output (tanh) hands the backward that
+        # very tensor, which the capture knows, not a copy it would take for a constant (check.py)
+        with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+            outs = tg._differentiable_outputs(fn(*xs))
+            gs = tuple(x.requires_grad_() if k in wanted_out else x for k, x in enumerate(args[-n:]))
+            grads = torch.autograd.grad(outs, tuple(x for k, x in enumerate(xs) if k in wanted), gs,
+                                        create_graph=True, allow_unused=True)
+        return tuple(g for g in grads if g is not None)
+    name = getattr(fn, "__name__", type(fn).__name__)
+    gradient.__name__ = gradient.__qualname__ = f"gradient_of_{name}".replace(".", "_")
+    gradient.gradient_of = user  # (named by what it differentiates: _named)
+    return gradient
+
+
+__all__ = ["GradcheckError", "gradcheck", "gradgradcheck"]
