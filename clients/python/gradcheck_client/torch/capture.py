@@ -27,6 +27,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from ..trace_errors import TracerError
 from ..tracer import Tracer, Value
+from . import attention, inplace
+from .inplace import STALE
 from .opaque import Opaque
 
 aten = torch.ops.aten
@@ -184,6 +186,15 @@ ATEN = {
     aten.convolution: _convolution,
     aten.max_pool2d_with_indices: _max_pool, aten.max_pool2d: _max_pool,
     aten.avg_pool2d: _avg_pool,
+    aten.baddbmm: lambda c, a, b, beta=1, alpha=1: c * beta + (a @ b) * alpha,
+    # eval-mode models (attention.py): attention on every CPU backend, the split family, dropout where inert
+    aten._scaled_dot_product_flash_attention_for_cpu: attention.flash_for_cpu,
+    aten._scaled_dot_product_attention_math: attention.math,
+    aten._safe_softmax: attention.safe_softmax,
+    aten.split: attention.split, aten.unsafe_split: attention.split,
+    aten.split_with_sizes: attention.split_sizes, aten.unsafe_split_with_sizes: attention.split_sizes,
+    aten.chunk: attention.chunk, aten.unsafe_chunk: attention.chunk, aten.unbind: attention.unbind,
+    aten.native_dropout: attention.dropout,
 }
 
 
@@ -192,6 +203,21 @@ def _refuse(what: str):
 
 
 MASKS = {aten.gt: np.greater, aten.lt: np.less, aten.ge: np.greater_equal, aten.le: np.less_equal}
+
+
+def random_op(func, args, kwargs) -> bool:
+    """Whether the op draws random numbers in this call: one torch tags as seeded, unless its only randomness is a
+    dropout switched off here (attention's dropout_p 0; native_dropout with p 0 or train False: eval mode)."""
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        return False
+    named = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+    named.update(zip([a.name for a in func._schema.arguments], args))
+    named.update(kwargs)
+    if "dropout_p" in named:
+        return bool(named["dropout_p"])
+    if func.overloadpacket == aten.native_dropout:
+        return named.get("train") is not False and bool(named["p"])
+    return True
 
 
 def _replay(forward, args, kwargs):
@@ -264,7 +290,7 @@ class Capture(TorchDispatchMode):
         if not any(_traced(a) for a in [*lifted, *named.values()]):
             return out  # an op on constants only (torch's own setup, the cotangent): its value is a constant
         packet = func.overloadpacket
-        if torch.Tag.nondeterministic_seeded in func.tags:
+        if random_op(func, args, kwargs):
             raise TracerError(f"torch op {func.name()} is random{self._at()}: a re-run differs, so it cannot be "
                               "checked (put the module in eval() mode, or draw the randomness outside the function)")
         if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
@@ -285,12 +311,21 @@ class Capture(TorchDispatchMode):
             if value is None:
                 self._opaque(func, args, kwargs, out, f"its arguments are outside the capture's entry ({declined})")
                 return out
-            first = out[0] if isinstance(out, (tuple, list)) else out
-            self._record(first, value, func)
-            for extra in (out[1:] if isinstance(out, (tuple, list)) else ()):  # saved statistics, indices
-                if isinstance(extra, torch.Tensor):
-                    self.unreplayed[id(extra)] = (extra, func.name())
+            self._record_all(out, value, func)
         return out
+
+    def _record_all(self, out, value, func) -> None:
+        """An op's outputs bound to its replay: each one of a list (split) to each value, else the first output
+        (the others -- saved statistics, indices -- are marked not replayed)."""
+        if isinstance(value, list):
+            for tensor, v in zip(out, value, strict=True):
+                self._record(tensor, v, func)
+            return
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        self._record(first, value, func)
+        for extra in (out[1:] if isinstance(out, (tuple, list)) else ()):
+            if isinstance(extra, torch.Tensor):
+                self.unreplayed[id(extra)] = (extra, func.name())
 
     def _where(self) -> str:
         """The module path running and the user's line: where an op is being made."""
@@ -366,14 +401,25 @@ class Capture(TorchDispatchMode):
                 raise TracerError(f"torch op {func.name()} writes in place through a detached alias of part of a "
                                   "traced tensor: it cannot be replayed faithfully (write it out of place)")
             target, lifted = owner, [self.values[id(owner)][1], *lifted[1:]]
-        memory = target.untyped_storage().data_ptr()
-        self.stale |= {i for i, (t, _) in self.values.items() if t is not target and
-                       t.untyped_storage().data_ptr() == memory}
         value, declined = _replay(ATEN[packet], lifted, named)
         if value is None:
             raise TracerError(f"torch op {func.name()} writes in place with arguments the capture does not replay "
                               f"({declined}): write it out of place")
         self._record(target, value, func)
+        self._overlapping(target, value)
+
+    def _overlapping(self, target, value) -> None:
+        """After a write into target: each other traced tensor over the same memory takes its new value
+        (inplace.refreshed: a view of the base, the base of a view); one that cannot follow it -- a detached
+        alias (a constant), another dtype -- is stale: reading it later is refused (_lift)."""
+        for i, (t, old) in list(self.values.items()):
+            if t is target or not inplace.shares(t, target):
+                continue
+            new = STALE if i in self.detached else inplace.refreshed(t, old, target, value)
+            if new is STALE and inplace.overlaps(t, target):
+                self.stale.add(i)
+            elif new is not None and new is not STALE:
+                self.bind(t, new if isinstance(new, Value) else self.tracer.constant(np.asarray(new)))
 
     def _aliased(self, alias: torch.Tensor):
         """The traced (not detached) tensor an alias covers whole (same memory, shape and strides), or None."""
@@ -420,3 +466,12 @@ def raised_at(exc: BaseException, capture: Capture) -> str:
         tb = tb.tb_next
     where = ", ".join(filter(None, [capture.modules[-1] if capture.modules else "", line]))
     return f" (at {where})" if where else ""
+
+
+def nonfinite_constants(graph) -> bool:
+    """Whether the captured graph holds NaN/Inf only in constants (a causal mask's -inf buffer, attention's
+    masked scores), every parameter finite: those are part of the function torch ran, so its validation
+    lets them through (allow_nonfinite, as the ONNX door does for a model's own constants), while a
+    parameter holding NaN/Inf is still refused."""
+    bad = [i for i in graph.inputs if not np.isfinite(np.asarray(i.value.data, dtype=np.float64)).all()]
+    return bool(bad) and not any(i.requires_grad for i in bad)
