@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import numpy as np
 import torch
@@ -258,12 +259,37 @@ class Capture(TorchDispatchMode):
         self.unreplayed: dict[int, tuple[torch.Tensor, str]] = {}  # outputs the table does not replay -> op
         self.opaque: list[Opaque] = []  # the opaque nodes, in order (opaque.py)
         self.frames: list[dict] = []  # the custom Function calls running, outermost first (function_call)
+        self.detach_sites: dict[int, str] = {}  # a detach's output -> where it was made
+        self.cuts: list[str] = []  # where the forward cut torch's graph on a traced tensor (values.py names them)
+
+    def __enter__(self):
+        """While capturing, a .numpy() read of a traced tensor (this thread's) is recorded as a cut."""
+        self._numpy, thread = torch.Tensor.numpy, threading.get_ident()
+
+        def numpy(t, *args, **kwargs):
+            if threading.get_ident() == thread and self.values.get(id(t), (None,))[0] is t:
+                self.cut(".numpy()")
+            return self._numpy(t, *args, **kwargs)
+        torch.Tensor.numpy = numpy
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.numpy = self._numpy
+        return super().__exit__(*exc)
 
     def bind(self, tensor: torch.Tensor, value: Value) -> None:
         self.values[id(tensor)] = (tensor, value)
 
+    def cut(self, what: str, where: str | None = None) -> None:
+        """Record a cut of torch's graph on a traced tensor (a detached alias read, .item(), no_grad, .numpy())."""
+        site = f"{what} ({self._where() if where is None else where})"
+        if site not in self.cuts:
+            self.cuts.append(site)
+
     def _lift(self, a):
         if isinstance(a, torch.Tensor):
+            if id(a) in self.detach_sites and self.values.get(id(a), (None,))[0] is a:
+                self.cut("a .detach()/.data alias read", self.detach_sites[id(a)])
             if id(a) in self.stale:
                 raise TracerError("a tensor is read after an in-place op changed its memory through another tensor "
                                   "(a view or a detached alias): it cannot be replayed faithfully")
@@ -293,9 +319,14 @@ class Capture(TorchDispatchMode):
         if random_op(func, args, kwargs):
             raise TracerError(f"torch op {func.name()} is random{self._at()}: a re-run differs, so it cannot be "
                               "checked (put the module in eval() mode, or draw the randomness outside the function)")
+        if not torch.is_grad_enabled() and not self.frames:
+            self.cut(f"torch op {func.name()} under torch.no_grad")
         if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
             self._record(out, self.tracer.constant(lifted[0]), func)
             self.detached.add(id(out))
+            self.detach_sites[id(out)] = self._where()
+        elif packet == aten._local_scalar_dense:
+            self.cut(".item()")
         elif func._schema.is_mutable:
             self._inplace(func, args, lifted, named)
         elif packet in MASKS or not _floats(out):

@@ -26,7 +26,6 @@ function checked -- is refused with a TracerError saying so.
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import operator
 import threading
@@ -39,7 +38,7 @@ from ..claims import claims_message, with_claims
 from ..report import Report
 from ..trace_errors import TracerError
 from ..tracer import Tracer
-from . import opaque
+from . import modules, opaque, values
 from .capture import Capture, nonfinite_constants, raised_at
 
 _RUNNING = threading.Lock()  # one check at a time per process (the module docstring)
@@ -60,13 +59,15 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
                           "check called inside the function being checked): it replaces torch.autograd.Function."
                           "apply while it runs, so checks run one at a time")
     try:
-        return _checked(fn, inputs, wrt, server, options)
+        with modules.in_float64(fn) as upcast:  # the user's own module: its hooks run (modules.py)
+            return _checked(fn, inputs, wrt, server, options, upcast)
     finally:
         _RUNNING.release()
 
 
-def _checked(fn, inputs, wrt, server, options: dict) -> Report:
+def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list) -> Report:
     run, named, paths, upcast = _prepared(fn, inputs, wrt)
+    upcast += module_upcast
     calls: list = []
     traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls,
                                                   getattr(fn, "__name__", type(fn).__name__), paths)
@@ -74,6 +75,7 @@ def _checked(fn, inputs, wrt, server, options: dict) -> Report:
         note["upcast"] = upcast
     report = stated(_verify(traced, server, options), _Stated(note))
     graph_verdict = report.verdict
+    values.judged(report)  # the function's values, re-run (values.py): a path autograd does not see fails
     report.data["sources"] = {f.node: where[f.node] for f in report.findings if f.node in where}
     for node, at in report.data["sources"].items():  # the culprit in the user's terms
         report.text = f"node '{node}' was made at {at}\n{report.text}"
@@ -185,14 +187,6 @@ def _prepared(fn, inputs, wrt):
         args.append(a)
     paths = {}
     if isinstance(fn, torch.nn.Module):
-        upcast += [n for n, t in [*fn.named_parameters(), *fn.named_buffers()]
-                   if t.is_floating_point() and t.dtype != torch.float64]
-        try:
-            fn = copy.deepcopy(fn).to(torch.float64)  # the user's module and its gradients stay untouched
-        except (TypeError, RuntimeError) as exc:
-            raise TracerError(f"module {type(fn).__name__} cannot be copied to run it in float64 (copy.deepcopy: "
-                              f"{str(exc)[:200]}): keep what it holds copyable (an op by name, not the op object)") \
-                from None
         paths = {m: path for path, m in fn.named_modules()}
         for name, p in fn.named_parameters():
             if p.requires_grad:
@@ -248,6 +242,7 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
                 if value.name in nodes and tensor.grad is not None}
     grads = {n: _host(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
              for n, leaf in leaves.items()}
+    note["function_values"] = values.screen(run, leaves, values.reducer(out, outs, weights), grads, capture.cuts, seed)
     inputs = {i.name for i in graph.inputs}
     grads.update({n: g for n, g in opaque_grads.items() if n in inputs})
     return with_claims(graph, claims_message(grads, adjoints)), note, capture.where, entries
