@@ -38,7 +38,7 @@ from ..claims import claims_message, with_claims
 from ..report import Report
 from ..trace_errors import TracerError
 from ..tracer import Tracer
-from . import modules, opaque, values
+from . import dtypes, modules, opaque, values
 from .capture import Capture, nonfinite_constants, raised_at
 
 _RUNNING = threading.Lock()  # one check at a time per process (the module docstring)
@@ -60,7 +60,9 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
                           "apply while it runs, so checks run one at a time")
     try:
         with modules.in_float64(fn) as upcast:  # the user's own module: its hooks run (modules.py)
-            return _checked(fn, inputs, wrt, server, options, upcast)
+            report = _checked(fn, inputs, wrt, server, options, upcast)
+        picks = _picks(fn, inputs, wrt)
+        return dtypes.in_user_dtype(fn, inputs, picks, report, options["seed"])  # the user's dtype too (dtypes.py)
     finally:
         _RUNNING.release()
 
@@ -168,13 +170,19 @@ class _Stated:
         self.known = False  # no trace-time values confirmed the output: the loss is the whole check
 
 
+def _picks(fn, inputs, wrt):
+    """The positions of the inputs checked: every one, or those `wrt` names (by position or name)."""
+    names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
+    return range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
+                                                    (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
+
+
 def _prepared(fn, inputs, wrt):
     """(the function over float64 tensors, {name: float64 leaf tensor checked} -- the inputs first, then a
     module's parameters by their module path (`layer.1.weight`) --, {submodule run: its path}, the names of
     the tensors upcast to float64 from a narrower float)."""
     names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
-    picks = range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
-                                                     (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
+    picks = _picks(fn, inputs, wrt)
     leaves, args, upcast = {}, [], []
     for i, a in enumerate(inputs):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
@@ -242,7 +250,7 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
                 if value.name in nodes and tensor.grad is not None}
     grads = {n: _host(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
              for n, leaf in leaves.items()}
-    note["function_values"] = values.screen(run, leaves, values.reducer(out, outs, weights), grads, capture.cuts, seed)
+    note["function_values"] = values.screen(run, leaves, values.reducer(out, outs, weights), grads, capture, seed)
     inputs = {i.name for i in graph.inputs}
     grads.update({n: g for n, g in opaque_grads.items() if n in inputs})
     return with_claims(graph, claims_message(grads, adjoints)), note, capture.where, entries

@@ -11,7 +11,8 @@ SCREENS seeded Gaussian directions v over every checked tensor, and
     d/dt L(x + t v) at 0  (central differences at steps h and h/2, Richardson-extrapolated, error bound:
                            their gap plus the rounding term 4 eps M / (h/2), M the reduction's |terms|)
 
-is compared with <g, v>, g torch's gradient as claimed in the main check, as an opaque node's element is
+(M also covers the largest intermediate's magnitude: `x + 1e8 - 1e8` rounds at 1e8's scale) is
+compared with <g, v>, g torch's gradient as claimed in the main check, as an opaque node's element is
 (opaque._judged: beyond twice the bound plus opaque.RTOL relative fails; at a kink along v -- the
 one-sided derivatives differ -- <g, v> must lie between them). The screen only adds failures: it never
 passes what the graph check failed. What it resolves: a gradient error e with |<e, v>| above that; for a
@@ -47,17 +48,20 @@ def reducer(out, kept: list, weights: list):
     return reduce
 
 
-def screen(run, leaves: dict, reduce, grads: dict, cuts: list, seed: int, eps: float = EPS) -> dict:
+def screen(run, leaves: dict, reduce, grads: dict, capture, seed: int, eps: float = EPS) -> dict:
     """The screen's entry: verdict (pass | fail | undecided), detail, and the cuts seen. Each direction is judged
     as an opaque node's element is (opaque._judged): at a kink along v, torch's value must lie between the
     one-sided derivatives."""
     names = [n for n, t in leaves.items() if t.numel()]
+    cuts = capture.cuts
+    # the forward's rounding is relative to its largest intermediate (x + 1e8 - 1e8), not only to its output
+    size = max([0.0] + [float(t.detach().abs().max()) for t, _ in capture.produced if t.numel()])
     rng = np.random.default_rng([seed, 42])
     inconclusive = None
     for k in range(SCREENS):
         v = {n: torch.from_numpy(rng.standard_normal(tuple(leaves[n].shape))).to(leaves[n]) for n in names}
         claimed = sum(float((torch.from_numpy(np.asarray(grads[n])).to(v[n]) * v[n]).sum()) for n in names)
-        verdict, ref, bound = _judged(_directional(run, leaves, reduce, v, eps), claimed)
+        verdict, ref, bound = _judged(_directional(run, leaves, reduce, v, eps, size), claimed)
         if verdict == "fail":
             return _entry("fail", cuts, f"along direction {k} (seeded N(0, 1) over {', '.join(names)}): torch's "
                                         f"gradient gives {claimed:.6g}, the function's values {ref:.6g} +- {bound:.2g}")
@@ -74,12 +78,11 @@ def _entry(verdict: str, cuts: list, detail: str) -> dict:
                        "(h, h/2, Richardson) against torch's gradient along v"}
 
 
-def _directional(run, leaves: dict, reduce, v: dict, eps: float) -> _Difference:
+def _directional(run, leaves: dict, reduce, v: dict, eps: float, size: float) -> _Difference:
     """d/dt L(x + t v) at 0 (opaque._Difference: Richardson's value, bound, one-sided ones), each leaf moved in
-    place and restored."""
+    place and restored; `size`: the largest intermediate's magnitude, which the rounding term covers too."""
     base = {n: leaves[n].detach().clone() for n in v}
-    size = max(1.0, max(float(b.abs().max()) for b in base.values()))
-    h = float(np.cbrt(eps)) * size / max(1.0, max(float(d.abs().max()) for d in v.values()))
+    h = float(np.cbrt(eps)) * max(1.0, max(float(b.abs().max()) for b in base.values())) / max(1.0, max(float(d.abs().max()) for d in v.values()))
 
     def at(t: float):
         with torch.no_grad():
@@ -95,7 +98,7 @@ def _directional(run, leaves: dict, reduce, v: dict, eps: float) -> _Difference:
     d1, d2 = (p1 - n1) / (2 * h), (p2 - n2) / h
     value = (4 * d2 - d1) / 3
     truncation = abs(value - d2)
-    rounding = 4 * eps * max(m0, m1, m2, m3, m4) / (h / 2)
+    rounding = 4 * eps * max(m0, m1, m2, m3, m4, size) / (h / 2)
     return _Difference(value, truncation + rounding, truncation, rounding,
                        left=(3 * l0 - 4 * n2 + n1) / h, right=(-3 * l0 + 4 * p2 - p1) / h)
 
