@@ -5,7 +5,7 @@ Two parts, both against float64 references, each an entry of report.data["dtypes
 with_dtypes: the report's first line says what ran in which dtype):
 
 1. torch's gradient in the user's dtype: the function run with its inputs and the module's parameters in
-   their own dtypes, torch's backward from the output on in that dtype (hooks and custom Functions as
+   their own dtypes (a float64 input given to a float32 module in the module's: _own), torch's backward from the output on in that dtype (hooks and custom Functions as
    registered), against torch's float64 gradient at the same values (the one the float64 check verified).
    Each checked tensor's worst element must lie within sqrt(eps_d) max|g64| (norm-wise: float32 3.5e-4,
    bfloat16 0.088, float16 0.031 of the tensor's largest gradient); a NaN or Inf fails (a float32-only
@@ -33,9 +33,15 @@ def in_user_dtype(fn, inputs: tuple, picks, report, seed: int):
     narrow = sorted({str(t.dtype).replace("torch.", "") for t in _checked_tensors(fn, inputs, picks)} - {"float64"})
     if not narrow:
         return report
-    dtype = narrow[0] if len(narrow) == 1 else min(narrow, key=lambda d: -EPS[d])
-    wide = _evaluate(fn, inputs, picks, {}, wide=True, seed=seed)
-    own = _evaluate(fn, inputs, picks, {}, wide=False, seed=seed)
+    dtype = max(narrow, key=lambda d: EPS[d])  # the coarsest one sets the tolerance
+    try:
+        wide = _evaluate(fn, inputs, picks, {}, wide=True, seed=seed)
+        own = _evaluate(fn, inputs, picks, {}, wide=False, seed=seed)
+    except RuntimeError as exc:  # the function as given fails in torch itself (mixed dtypes): say so, undecided
+        with_dtypes(report, [{"dtype": dtype, "verdict": "undecided", "detail": "not checked: running it as given "
+                              f"raised: {(str(exc).strip().splitlines() or [''])[0][:300]}"}],
+                    f"the check below ran in float64; the function as given, in {', '.join(narrow)}, did not run")
+        return report
     rng = np.random.default_rng([seed, 7])
     v = {n: torch.from_numpy(rng.standard_normal(tuple(g.shape))) for n, g in wide[2].items()}
     size = max([1.0] + [float(t.detach().abs().max()) for t in _checked_tensors(fn, inputs, picks) if t.numel()])
@@ -44,7 +50,8 @@ def in_user_dtype(fn, inputs: tuple, picks, report, seed: int):
     def loss(t: float, is_narrow: bool):
         return _evaluate(fn, inputs, picks, {n: t * d for n, d in v.items()}, wide=not is_narrow, seed=seed,
                          backward=False)[:2]
-    ran = (f"the check below ran in float64 (upcast: {', '.join(n for n in wide[2])}); torch's gradient and the "
+    upcast = report.data.get("check", {}).get("upcast", [])
+    ran = (f"the check below ran in float64 (upcast: {', '.join(upcast) or 'none'}); torch's gradient and the "
            f"function's values were also run in {', '.join(narrow)}, as given, against float64")
     with_dtypes(report, [_gradient_entry(own[2], wide[2], dtype), values_in_dtype(loss, dtype, h)], ran)
     return report
@@ -84,7 +91,7 @@ def _evaluate(fn, inputs, picks, shift: dict, wide: bool, seed: int, backward: b
     leaves, args = {}, []
     for i, a in enumerate(inputs):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
-            a = _moved(a.detach(), shift.get(names[i])).to(torch.float64 if wide else a.dtype).clone()
+            a = _moved(a.detach(), shift.get(names[i])).to(torch.float64 if wide else _own(fn, a)).clone()
             if i in picks:
                 leaves[names[i]] = a.requires_grad_(backward)
         args.append(a)
@@ -103,6 +110,15 @@ def _evaluate(fn, inputs, picks, shift: dict, wide: bool, seed: int, backward: b
             grads = {n: (t.grad if t.grad is not None else torch.zeros_like(t)).detach().double().cpu().clone()
                      for n, t in leaves.items()}
         return float(loss.detach()), float(sum(t.detach().abs().sum() for t in terms)), grads
+
+
+def _own(fn, a: torch.Tensor):
+    """The dtype an input runs in as given: its own, or a narrower module's (a float64 input given to a float32
+    module, as one does for torch's gradcheck, runs in the module's dtype)."""
+    dtypes = {p.dtype for p in fn.parameters() if p.is_floating_point()} if isinstance(fn, torch.nn.Module) else set()
+    if a.dtype == torch.float64 and len(dtypes) == 1 and torch.float64 not in dtypes:
+        return dtypes.pop()
+    return a.dtype
 
 
 def _moved(t: torch.Tensor, step):
