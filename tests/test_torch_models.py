@@ -106,6 +106,15 @@ def test_gpt_with_a_causal_minus_inf_buffer_passes_without_allow_nonfinite():
     assert {"qkv.weight", "qkv.bias", "out.weight", "out.bias", "x"} <= set(report.data["check"]["parameters"])
 
 
+def test_a_checked_tensor_holding_inf_is_still_refused_beside_a_minus_inf_mask():
+    from gradcheck_svc.errors import GraphError
+
+    mask = torch.triu(torch.full((3, 3), float("-inf")), 1).double()
+    w = torch.tensor([1.0, float("inf"), 2.0], dtype=torch.float64)
+    with pytest.raises(GraphError, match=r"input 'w': data holds 1 NaN/Inf value\(s\), first inf at index \[1\]"):
+        check(lambda x, w: torch.softmax(x + mask, -1).sum() * w.sum(), torch.randn(3, 3, dtype=torch.float64), w)
+
+
 def test_lstm_seq2seq_passes():
     src, tgt = torch.randn(1, 3, 3, generator=_gen(3)), torch.randn(1, 2, 3, generator=_gen(4))
     report = check(_model(Seq2Seq), src, tgt)
