@@ -9,8 +9,11 @@ outputs is an opaque node (opaque.py): each float output enters the graph as a n
 torch's value, and check.py verifies the op locally. Inside a custom autograd.Function's forward (no
 autograd there) such an op makes the whole Function call opaque (Capture.function_call). An op with only integer or
 boolean outputs (argmax, a comparison) gives its trace-time value, a constant, as autograd gives no
-gradient through it. Faithful or refused: a random op (dropout in training mode: a re-run would
-differ), a read of a view or alias whose memory an in-place op changed, a read of an output the table
+gradient through it. An in-place write updates every traced tensor overlapping its memory (a view's
+base, the other views: inplace.py); attention, the split family and inert dropout replay as the
+registry's ops (attention.py). Faithful or refused: an op random in this run (dropout with p > 0 in
+training mode: a re-run would differ; random_op), a read of a detached alias whose memory an in-place
+op changed, a read of an output the table
 does not replay (native_layer_norm's saved mean), a dtype change away from float64, or a replayed
 value whose shape differs from torch's is a TracerError naming the op; a tensor the trace has not
 produced (a buffer, a constant) enters as a constant, as autograd would treat it. A RuntimeError torch

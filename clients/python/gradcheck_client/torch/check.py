@@ -17,9 +17,13 @@ An op the capture cannot replay (or a Function whose forward calls one) is an op
 its own in process and cut out of the graph without leaving anything unverified (opaque.py):
 report.data["opaque"] says what was checked how.
 
-Float64: torch runs the function in float64 -- float32 (and half) inputs and parameters are upcast
-first, and the report's data["check"]["upcast"] names them: what is checked is the float64 function,
-not a float32 run's rounding. One check at a time per process (it replaces Function.apply while
+Float64, then the user's dtype: torch runs the function in float64 -- float32 (and half) inputs upcast, a
+module's own parameters holding float64 copies of their data while the check runs (modules.py: no copy
+of the module, so hooks registered on its parameters run), the report's data["check"]["upcast"] naming
+them; then, where anything checked is narrower, torch's gradient and the function's values are run as
+given against float64 (dtypes.py). The function's values, re-run along seeded directions, are the
+reference beside the captured graph (values.py): a path autograd does not see fails.
+One check at a time per process (it replaces Function.apply while
 the forward runs): a second one started meanwhile -- another thread, or a check called inside the
 function checked -- is refused with a TracerError saying so.
 """

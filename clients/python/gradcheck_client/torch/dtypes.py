@@ -5,7 +5,8 @@ Two parts, both against float64 references, each an entry of report.data["dtypes
 with_dtypes: the report's first line says what ran in which dtype):
 
 1. torch's gradient in the user's dtype: the function run with its inputs and the module's parameters in
-   their own dtypes (a float64 input given to a float32 module in the module's: _own), torch's backward from the output on in that dtype (hooks and custom Functions as
+   their own dtypes (a float64 input given to a float32 module in the module's: _own), torch's backward
+   from the output on in that dtype (hooks and custom Functions as
    registered), against torch's float64 gradient at the same values (the one the float64 check verified).
    Each checked tensor's worst element must lie within sqrt(eps_d) max|g64| (norm-wise: float32 3.5e-4,
    bfloat16 0.088, float16 0.031 of the tensor's largest gradient); a NaN or Inf fails (a float32-only

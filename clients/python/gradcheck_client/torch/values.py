@@ -82,7 +82,8 @@ def _directional(run, leaves: dict, reduce, v: dict, eps: float, size: float) ->
     """d/dt L(x + t v) at 0 (opaque._Difference: Richardson's value, bound, one-sided ones), each leaf moved in
     place and restored; `size`: the largest intermediate's magnitude, which the rounding term covers too."""
     base = {n: leaves[n].detach().clone() for n in v}
-    h = float(np.cbrt(eps)) * max(1.0, max(float(b.abs().max()) for b in base.values())) / max(1.0, max(float(d.abs().max()) for d in v.values()))
+    h = float(np.cbrt(eps)) * max(1.0, max(float(b.abs().max()) for b in base.values()))
+    h /= max(1.0, max(float(d.abs().max()) for d in v.values()))
 
     def at(t: float):
         with torch.no_grad():
@@ -113,7 +114,8 @@ def judged(report) -> None:
     where = ("; torch's graph was cut at " + ", ".join(cuts)) if cuts else ""
     if entry["verdict"] == "fail":
         report.verdict = report.data["verdict"] = "fail"
-        report.text = (f"the function's values: FAIL: torch's gradient disagrees with the derivative of the function's values, "
+        report.text = (f"the function's values: FAIL: torch's gradient disagrees with the derivative of the "
+                       f"function's values, "
                        f"{entry['detail']}{where}\n{report.text}")
     elif cuts and report.verdict == "pass":
         report.verdict = report.data["verdict"] = "undecided"
