@@ -159,6 +159,20 @@ def test_inplace_writes_through_views_torch_allows_pass():
     assert report.verdict == "pass", report.text
 
 
+@pytest.mark.parametrize("bug", [1.0, 1.5])
+def test_slice_assignment_into_a_constant_and_masked_fill_replay(bug):
+    def f(x):
+        out = torch.zeros(2, 4, dtype=torch.float64)
+        out[:, 1:] = torch.sin(x)  # copy_ of traced values into a view of a constant
+        out[:, 0] = x[:, 0] * 2
+        out.masked_fill_(out > 0.5, 0.25)
+        if bug != 1.0:
+            out.register_hook(lambda g: g * bug)
+        return (out ** 2).sum() + out.prod()
+    report = check(f, torch.randn(2, 3, dtype=torch.float64, generator=_gen(21)))
+    assert report.verdict == ("pass" if bug == 1.0 else "fail"), report.text
+
+
 def test_an_op_random_in_the_run_is_refused_naming_op_module_and_line():
     model = nn.Sequential(nn.Linear(4, 4), nn.Dropout(0.5)).train()
     with pytest.raises(TracerError) as info:

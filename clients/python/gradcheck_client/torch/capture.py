@@ -199,6 +199,11 @@ ATEN = {
     aten.split_with_sizes: attention.split_sizes, aten.unsafe_split_with_sizes: attention.split_sizes,
     aten.chunk: attention.chunk, aten.unsafe_chunk: attention.chunk, aten.unbind: attention.unbind,
     aten.native_dropout: attention.dropout,
+    # what in-place writes (`y[:, 0] = z`, masked_fill_, fill_, zero_) replay as, out of place
+    aten.copy: lambda a, src, non_blocking=False: src + np.zeros(tuple(a.shape)),
+    aten.masked_fill: lambda a, mask, value: np.where(mask, value, a),
+    aten.fill: lambda a, value: np.broadcast_to(np.asarray(value, dtype=np.float64), tuple(a.shape)) + 0 * a,
+    aten.zero: lambda a: np.zeros(tuple(a.shape)),
 }
 
 
@@ -310,6 +315,7 @@ class Capture(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        before = self._untraced_target(func, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as exc:  # torch's own error, in one line naming the op and where
@@ -331,6 +337,9 @@ class Capture(TorchDispatchMode):
         elif packet == aten._local_scalar_dense:
             self.cut(".item()")
         elif func._schema.is_mutable:
+            for tensor, value in before:  # a constant written with traced values (`out[:, 0] = x`): its old value
+                self.bind(tensor, self.tracer.constant(value))
+            lifted[0] = self._lift(args[0])
             self._inplace(func, args, lifted, named)
         elif packet in MASKS or not _floats(out):
             pass  # a comparison, an argmax: its trace-time value, a constant (no gradient flows through it)
@@ -416,6 +425,21 @@ class Capture(TorchDispatchMode):
                                               f"its forward calls {frame['inside']}, which the capture does not "
                                               "replay", module, self))
         return True
+
+    def _untraced_target(self, func, args, kwargs) -> list:
+        """Before an in-place op writes traced values into a tensor the trace has not produced (a constant, or a
+        view of one: `out = torch.zeros(3); out[1:] = x`), copies of it and of its base: their old values,
+        which become constants of the graph, so the write is replayed on them (_inplace)."""
+        if not func._schema.is_mutable or not args or not isinstance(args[0], torch.Tensor):
+            return []
+        target = args[0]
+        if id(target) in self.values or not any(id(t) in self.values for t in _leaves(args[1:], kwargs)
+                                                if isinstance(t, torch.Tensor)):
+            return []
+        base = target._base
+        pairs = [(base, base.detach().cpu().numpy().copy())] if base is not None and id(base) not in self.values \
+            else []
+        return pairs + [(target, target.detach().cpu().numpy().copy())]
 
     def _inplace(self, func, args, lifted, named) -> None:
         """x.add_(y) and the like: the out-of-place op's value, and x names it from now on (as the tracer's own
