@@ -255,9 +255,10 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
         y = x * 2
         y[1:3].data.mul_(3)
         return (y * y).sum()
-    # the write reaches y through a view: y's later read is what cannot be replayed
-    with pytest.raises(TracerError, match=r"a tensor is read after an in-place op changed its memory through another"):
-        check(part_through_data, X)
+    # the write reaches y through a view of it (capture/inplace.py): y follows the values, so torch's gradient,
+    # which missed the write (x's elements 1 and 2 are 3 times torch's there), fails -- as torch's gradcheck does
+    missed = check(part_through_data, X)
+    assert missed.verdict == "fail" and [f.node for f in missed.findings if f.severity == "error"] == ["x"]
     with pytest.raises(TracerError, match=r"torch op aten::bernoulli_\.float is random \(at .*test_torch_claims"):
         check(lambda x: F.dropout(x, 0.5).sum(), X)  # a re-run would draw another mask
     with pytest.raises(TracerError, match=r"an output of opaque torch op aten::cumsum \(.*\) is written in place"):
@@ -483,7 +484,7 @@ def test_a_module_with_a_custom_op_layer_names_the_op_and_the_layer():
     class WavyLayer(torch.nn.Module):
         def __init__(self, op: str):
             super().__init__()
-            self.op = op  # by name: check() copies the module (copy.deepcopy), and an op object does not copy
+            self.op = op
 
         def forward(self, x):
             return getattr(torch.ops.gradcheck_tests, self.op)(x - x.mean())  # some negative: wavy_wrong's bug
@@ -497,9 +498,8 @@ def test_a_module_with_a_custom_op_layer_names_the_op_and_the_layer():
         assert entry["module"] == "module 1 (WavyLayer)" and entry["source"].startswith("module 1 (WavyLayer), ")
         assert {p.name: p.status for p in report.parameters}["2.weight"] == "ok"  # after the layer: right
     holder = WavyLayer("wavy")
-    holder.fn = wavy  # the op object itself: copy.deepcopy cannot copy it
-    with pytest.raises(TracerError, match=r"^module WavyLayer cannot be copied to run it in float64 \(copy.deepcopy"):
-        check(holder, torch.randn(2, 4))
+    holder.fn = wavy  # the op object itself (copy.deepcopy cannot copy it): the module is run, not copied
+    assert check(holder, torch.randn(2, 4)).verdict == "pass"
 
 
 def cumulative_function(scale):

@@ -29,7 +29,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import faithful
+from . import dtypes, faithful
 from .claims import claims_message, with_claims
 from .options import BY_NAME
 from .report import Report
@@ -120,6 +120,9 @@ def trace_function(f, args: tuple, wrt=None, seed: int = 0) -> Traced:
     if "loss" not in names:
         out = out.named("loss")
     terms = float(np.sum(np.abs(expected.output * (c if c is not None else 1.0))))
+    user_dtype = dtypes.numpy_entry(f, list(args), which, names, c, seed)  # never a silent upcast (dtypes.py)
+    if user_dtype is not None:
+        note["user_dtype"] = user_dtype
     return Traced(t.graph(out), [names[i] for i in which], note, loss=faithful.expected_loss(expected.output, c),
                   terms=terms, known=known, cotangent=c)
 
@@ -193,6 +196,8 @@ def stated(report: Report, traced: Traced) -> Report:
         line += (f"; its output of shape {traced.note['output_shape']} was reduced to sum(output * c), c ~ N(0, 1) "
                  f"seeded with {traced.note['cotangent']['seed']}")
     report.text = f"{line}\n{report.text}" if report.text else line
+    if "user_dtype" in traced.note:  # first: what ran in which dtype
+        dtypes.with_dtypes(report, traced.note["user_dtype"]["checks"], traced.note["user_dtype"]["ran"])
     return report
 
 

@@ -9,8 +9,11 @@ outputs is an opaque node (opaque.py): each float output enters the graph as a n
 torch's value, and check.py verifies the op locally. Inside a custom autograd.Function's forward (no
 autograd there) such an op makes the whole Function call opaque (Capture.function_call). An op with only integer or
 boolean outputs (argmax, a comparison) gives its trace-time value, a constant, as autograd gives no
-gradient through it. Faithful or refused: a random op (dropout in training mode: a re-run would
-differ), a read of a view or alias whose memory an in-place op changed, a read of an output the table
+gradient through it. An in-place write updates every traced tensor overlapping its memory (a view's
+base, the other views: inplace.py); attention, the split family and inert dropout replay as the
+registry's ops (attention.py). Faithful or refused: an op random in this run (dropout with p > 0 in
+training mode: a re-run would differ; random_op), a read of a detached alias whose memory an in-place
+op changed, a read of an output the table
 does not replay (native_layer_norm's saved mean), a dtype change away from float64, or a replayed
 value whose shape differs from torch's is a TracerError naming the op; a tensor the trace has not
 produced (a buffer, a constant) enters as a constant, as autograd would treat it. A RuntimeError torch
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import os
 import sys
+import threading
 
 import numpy as np
 import torch
@@ -27,7 +31,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from gradcheck_core.trace_errors import TracerError
 from gradcheck_core.tracer import Tracer, Value
-from . import surrogate
+from . import attention, inplace, surrogate
+from .inplace import STALE
 from .opaque import Opaque
 
 aten = torch.ops.aten
@@ -185,6 +190,20 @@ ATEN = {
     aten.convolution: _convolution,
     aten.max_pool2d_with_indices: _max_pool, aten.max_pool2d: _max_pool,
     aten.avg_pool2d: _avg_pool,
+    aten.baddbmm: lambda c, a, b, beta=1, alpha=1: c * beta + (a @ b) * alpha,
+    # eval-mode models (attention.py): attention on every CPU backend, the split family, dropout where inert
+    aten._scaled_dot_product_flash_attention_for_cpu: attention.flash_for_cpu,
+    aten._scaled_dot_product_attention_math: attention.math,
+    aten._safe_softmax: attention.safe_softmax,
+    aten.split: attention.split, aten.unsafe_split: attention.split,
+    aten.split_with_sizes: attention.split_sizes, aten.unsafe_split_with_sizes: attention.split_sizes,
+    aten.chunk: attention.chunk, aten.unsafe_chunk: attention.chunk, aten.unbind: attention.unbind,
+    aten.native_dropout: attention.dropout,
+    # what in-place writes (`y[:, 0] = z`, masked_fill_, fill_, zero_) replay as, out of place
+    aten.copy: lambda a, src, non_blocking=False: src + np.zeros(tuple(a.shape)),
+    aten.masked_fill: lambda a, mask, value: np.where(mask, value, a),
+    aten.fill: lambda a, value: np.broadcast_to(np.asarray(value, dtype=np.float64), tuple(a.shape)) + 0 * a,
+    aten.zero: lambda a: np.zeros(tuple(a.shape)),
 }
 
 
@@ -193,6 +212,21 @@ def _refuse(what: str):
 
 
 MASKS = {aten.gt: np.greater, aten.lt: np.less, aten.ge: np.greater_equal, aten.le: np.less_equal}
+
+
+def random_op(func, args, kwargs) -> bool:
+    """Whether the op draws random numbers in this call: one torch tags as seeded, unless its only randomness is a
+    dropout switched off here (attention's dropout_p 0; native_dropout with p 0 or train False: eval mode)."""
+    if torch.Tag.nondeterministic_seeded not in func.tags:
+        return False
+    named = {a.name: a.default_value for a in func._schema.arguments if a.has_default_value()}
+    named.update(zip([a.name for a in func._schema.arguments], args))
+    named.update(kwargs)
+    if "dropout_p" in named:
+        return bool(named["dropout_p"])
+    if func.overloadpacket == aten.native_dropout:
+        return named.get("train") is not False and bool(named["p"])
+    return True
 
 
 def _replay(forward, args, kwargs):
@@ -233,12 +267,37 @@ class Capture(TorchDispatchMode):
         self.unreplayed: dict[int, tuple[torch.Tensor, str]] = {}  # outputs the table does not replay -> op
         self.opaque: list[Opaque] = []  # the opaque nodes, in order (opaque.py)
         self.frames: list[dict] = []  # the custom Function calls running, outermost first (function_call)
+        self.detach_sites: dict[int, str] = {}  # a detach's output -> where it was made
+        self.cuts: list[str] = []  # where the forward cut torch's graph on a traced tensor (values.py names them)
+
+    def __enter__(self):
+        """While capturing, a .numpy() read of a traced tensor (this thread's) is recorded as a cut."""
+        self._numpy, thread = torch.Tensor.numpy, threading.get_ident()
+
+        def numpy(t, *args, **kwargs):
+            if threading.get_ident() == thread and self.values.get(id(t), (None,))[0] is t:
+                self.cut(".numpy()")
+            return self._numpy(t, *args, **kwargs)
+        torch.Tensor.numpy = numpy
+        return super().__enter__()
+
+    def __exit__(self, *exc):
+        torch.Tensor.numpy = self._numpy
+        return super().__exit__(*exc)
 
     def bind(self, tensor: torch.Tensor, value: Value) -> None:
         self.values[id(tensor)] = (tensor, value)
 
+    def cut(self, what: str, where: str | None = None) -> None:
+        """Record a cut of torch's graph on a traced tensor (a detached alias read, .item(), no_grad, .numpy())."""
+        site = f"{what} ({self._where() if where is None else where})"
+        if site not in self.cuts:
+            self.cuts.append(site)
+
     def _lift(self, a):
         if isinstance(a, torch.Tensor):
+            if id(a) in self.detach_sites and self.values.get(id(a), (None,))[0] is a:
+                self.cut("a .detach()/.data alias read", self.detach_sites[id(a)])
             if id(a) in self.stale:
                 raise TracerError("a tensor is read after an in-place op changed its memory through another tensor "
                                   "(a view or a detached alias): it cannot be replayed faithfully")
@@ -256,6 +315,7 @@ class Capture(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        before = self._untraced_target(func, args, kwargs)
         try:
             out = func(*args, **kwargs)
         except RuntimeError as exc:  # torch's own error, in one line naming the op and where
@@ -265,9 +325,11 @@ class Capture(TorchDispatchMode):
         if not any(_traced(a) for a in [*lifted, *named.values()]):
             return out  # an op on constants only (torch's own setup, the cotangent): its value is a constant
         packet = func.overloadpacket
-        if torch.Tag.nondeterministic_seeded in func.tags:
+        if random_op(func, args, kwargs):
             raise TracerError(f"torch op {func.name()} is random{self._at()}: a re-run differs, so it cannot be "
                               "checked (put the module in eval() mode, or draw the randomness outside the function)")
+        if not torch.is_grad_enabled() and not self.frames:
+            self.cut(f"torch op {func.name()} under torch.no_grad")
         if packet == aten.detach:  # a stop-gradient: the trace-time value, as a constant
             # -- except inside a backward pass the function runs (torch.autograd.grad, create_graph=True: a
             # gradgradcheck), where autograd unpacks a saved output through a detach and re-attaches its
@@ -275,7 +337,13 @@ class Capture(TorchDispatchMode):
             in_backward = torch._C._current_graph_task_id() != -1
             self._record(out, lifted[0] if in_backward else self.tracer.constant(lifted[0]), func)
             self.detached.add(id(out))
+            self.detach_sites[id(out)] = self._where()
+        elif packet == aten._local_scalar_dense:
+            self.cut(".item()")
         elif func._schema.is_mutable:
+            for tensor, value in before:  # a constant written with traced values (`out[:, 0] = x`): its old value
+                self.bind(tensor, self.tracer.constant(value))
+            lifted[0] = self._lift(args[0])
             self._inplace(func, args, lifted, named)
         elif packet in MASKS or not _floats(out):
             pass  # a comparison, an argmax: its trace-time value, a constant (no gradient flows through it)
@@ -290,12 +358,21 @@ class Capture(TorchDispatchMode):
             if value is None:
                 self._opaque(func, args, kwargs, out, f"its arguments are outside the capture's entry ({declined})")
                 return out
-            first = out[0] if isinstance(out, (tuple, list)) else out
-            self._record(first, value, func)
-            for extra in (out[1:] if isinstance(out, (tuple, list)) else ()):  # saved statistics, indices
-                if isinstance(extra, torch.Tensor):
-                    self.unreplayed[id(extra)] = (extra, func.name())
+            self._record_all(out, value, func)
         return out
+
+    def _record_all(self, out, value, func) -> None:
+        """An op's outputs bound to its replay: each one of a list (split) to each value, else the first output
+        (the others -- saved statistics, indices -- are marked not replayed)."""
+        if isinstance(value, list):
+            for tensor, v in zip(out, value, strict=True):
+                self._record(tensor, v, func)
+            return
+        first = out[0] if isinstance(out, (tuple, list)) else out
+        self._record(first, value, func)
+        for extra in (out[1:] if isinstance(out, (tuple, list)) else ()):
+            if isinstance(extra, torch.Tensor):
+                self.unreplayed[id(extra)] = (extra, func.name())
 
     def _where(self) -> str:
         """The module path running and the user's line: where an op is being made."""
@@ -356,6 +433,21 @@ class Capture(TorchDispatchMode):
         self.opaque.append(node)
         return True
 
+    def _untraced_target(self, func, args, kwargs) -> list:
+        """Before an in-place op writes traced values into a tensor the trace has not produced (a constant, or a
+        view of one: `out = torch.zeros(3); out[1:] = x`), copies of it and of its base: their old values,
+        which become constants of the graph, so the write is replayed on them (_inplace)."""
+        if not func._schema.is_mutable or not args or not isinstance(args[0], torch.Tensor):
+            return []
+        target = args[0]
+        if id(target) in self.values or not any(id(t) in self.values for t in _leaves(args[1:], kwargs)
+                                                if isinstance(t, torch.Tensor)):
+            return []
+        base = target._base
+        pairs = [(base, base.detach().cpu().numpy().copy())] if base is not None and id(base) not in self.values \
+            else []
+        return pairs + [(target, target.detach().cpu().numpy().copy())]
+
     def _inplace(self, func, args, lifted, named) -> None:
         """x.add_(y) and the like: the out-of-place op's value, and x names it from now on (as the tracer's own
         in-place rule). A write through a detached alias of the whole of x (`x.data.mul_(3)`) changes x's
@@ -374,14 +466,25 @@ class Capture(TorchDispatchMode):
                 raise TracerError(f"torch op {func.name()} writes in place through a detached alias of part of a "
                                   "traced tensor: it cannot be replayed faithfully (write it out of place)")
             target, lifted = owner, [self.values[id(owner)][1], *lifted[1:]]
-        memory = target.untyped_storage().data_ptr()
-        self.stale |= {i for i, (t, _) in self.values.items() if t is not target and
-                       t.untyped_storage().data_ptr() == memory}
         value, declined = _replay(ATEN[packet], lifted, named)
         if value is None:
             raise TracerError(f"torch op {func.name()} writes in place with arguments the capture does not replay "
                               f"({declined}): write it out of place")
         self._record(target, value, func)
+        self._overlapping(target, value)
+
+    def _overlapping(self, target, value) -> None:
+        """After a write into target: each other traced tensor over the same memory takes its new value
+        (inplace.refreshed: a view of the base, the base of a view); one that cannot follow it -- a detached
+        alias (a constant), another dtype -- is stale: reading it later is refused (_lift)."""
+        for i, (t, old) in list(self.values.items()):
+            if t is target or not inplace.shares(t, target):
+                continue
+            new = STALE if i in self.detached else inplace.refreshed(t, old, target, value)
+            if new is STALE and inplace.overlaps(t, target):
+                self.stale.add(i)
+            elif new is not None and new is not STALE:
+                self.bind(t, new if isinstance(new, Value) else self.tracer.constant(np.asarray(new)))
 
     def _aliased(self, alias: torch.Tensor):
         """The traced (not detached) tensor an alias covers whole (same memory, shape and strides), or None."""
@@ -431,3 +534,12 @@ def raised_at(exc: BaseException, capture: Capture) -> str:
         tb = tb.tb_next
     where = ", ".join(filter(None, [capture.modules[-1] if capture.modules else "", line]))
     return f" (at {where})" if where else ""
+
+
+def nonfinite_constants(graph) -> bool:
+    """Whether the captured graph holds NaN/Inf only in constants (a causal mask's -inf buffer, attention's
+    masked scores), every parameter finite: those are part of the function torch ran, so its validation
+    lets them through (allow_nonfinite, as the ONNX door does for a model's own constants), while a
+    parameter holding NaN/Inf is still refused."""
+    bad = [i for i in graph.inputs if not np.isfinite(np.asarray(i.value.data, dtype=np.float64)).all()]
+    return bool(bad) and not any(i.requires_grad for i in bad)

@@ -20,16 +20,19 @@ An op the capture cannot replay (or a Function whose forward calls one) is an op
 its own in process and cut out of the graph without leaving anything unverified (opaque.py):
 report.data["opaque"] says what was checked how.
 
-Float64: torch runs the function in float64 -- float32 (and half) inputs and parameters are upcast
-first, and the report's data["check"]["upcast"] names them: what is checked is the float64 function,
-not a float32 run's rounding. One check at a time per process (it replaces Function.apply while
+Float64, then the user's dtype: torch runs the function in float64 -- float32 (and half) inputs upcast, a
+module's own parameters holding float64 copies of their data while the check runs (modules.py: no copy
+of the module, so hooks registered on its parameters run), the report's data["check"]["upcast"] naming
+them; then, where anything checked is narrower, torch's gradient and the function's values are run as
+given against float64 (dtypes.py). The function's values, re-run along seeded directions, are the
+reference beside the captured graph (values.py): a path autograd does not see fails.
+One check at a time per process (it replaces Function.apply while
 the forward runs): a second one started meanwhile -- another thread, or a check called inside the
 function checked -- is refused with a TracerError saying so.
 """
 from __future__ import annotations
 
 import contextlib
-import copy
 import functools
 import inspect
 import operator
@@ -43,8 +46,8 @@ from gradcheck_core.claims import claims_message, with_claims
 from gradcheck_core.report import Report
 from gradcheck_core.trace_errors import TracerError
 from gradcheck_core.tracer import Tracer
-from . import opaque, surrogate
-from .capture import Capture, raised_at
+from . import dtypes, modules, opaque, surrogate, values
+from .capture import Capture, nonfinite_constants, raised_at
 
 _RUNNING = threading.Lock()  # one check at a time per process (the module docstring)
 
@@ -58,7 +61,10 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
                           "check called inside the function being checked): it replaces torch.autograd.Function."
                           "apply while it runs, so checks run one at a time")
     try:
-        return _checked(fn, inputs, wrt, server, options)
+        with modules.in_float64(fn) as upcast:  # the user's own module: its hooks run (modules.py)
+            report = _checked(fn, inputs, wrt, server, options, upcast)
+        picks = _picks(fn, inputs, wrt)
+        return dtypes.in_user_dtype(fn, inputs, picks, report, options["seed"])  # the user's dtype too (dtypes.py)
     finally:
         _RUNNING.release()
 
@@ -103,8 +109,9 @@ def _input_names(cls, n: int) -> list:
     return [params[k].name if k < len(params) else f"input{k}" for k in range(n)]
 
 
-def _checked(fn, inputs, wrt, server, options: dict) -> Report:
+def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list) -> Report:
     run, named, paths, upcast = _prepared(fn, inputs, wrt)
+    upcast += module_upcast
     calls: list = []
     traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls,
                                                   _name(fn), paths)
@@ -127,6 +134,7 @@ def _checked(fn, inputs, wrt, server, options: dict) -> Report:
         if c["verdict"] == "fail":  # a wrong backward fails the check even where this call's gradients hide it
             report.verdict = report.data["verdict"] = "fail"
     report = _with_opaque(report, opaque_nodes)
+    values.judged(report)  # the function's values, re-run (values.py): a path autograd does not see fails
     _say_where(report, server, opaque_nodes)
     if report.verdict != graph_verdict:  # the server's text below states the captured graph's verdict only
         report.text = (f"verdict {report.verdict.upper()} (the captured graph's own verdict below is "
@@ -189,13 +197,19 @@ class _Stated:
         self.known = False  # no trace-time values confirmed the output: the loss is the whole check
 
 
+def _picks(fn, inputs, wrt):
+    """The positions of the inputs checked: every one, or those `wrt` names (by position or name)."""
+    names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
+    return range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
+                                                    (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
+
+
 def _prepared(fn, inputs, wrt):
     """(the function over float64 tensors, {name: float64 leaf tensor checked} -- the inputs first, then a
     module's parameters by their module path (`layer.1.weight`) --, {submodule run: its path}, the names of
     the tensors upcast to float64 from a narrower float)."""
     names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
-    picks = range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
-                                                     (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
+    picks = _picks(fn, inputs, wrt)
     leaves, args, upcast = {}, [], []
     for i, a in enumerate(inputs):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
@@ -208,14 +222,6 @@ def _prepared(fn, inputs, wrt):
         args.append(a)
     paths = {}
     if isinstance(fn, torch.nn.Module):
-        upcast += [n for n, t in [*fn.named_parameters(), *fn.named_buffers()]
-                   if t.is_floating_point() and t.dtype != torch.float64]
-        try:
-            fn = copy.deepcopy(fn).to(torch.float64)  # the user's module and its gradients stay untouched
-        except (TypeError, RuntimeError) as exc:
-            raise TracerError(f"module {type(fn).__name__} cannot be copied to run it in float64 (copy.deepcopy: "
-                              f"{str(exc)[:200]}): keep what it holds copyable (an op by name, not the op object)") \
-                from None
         paths = {m: path for path, m in fn.named_modules()}
         for name, p in fn.named_parameters():
             if p.requires_grad:
@@ -271,6 +277,7 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
                 if value.name in nodes and tensor.grad is not None}
     grads = {n: _host(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
              for n, leaf in leaves.items()}
+    note["function_values"] = values.screen(run, leaves, values.reducer(out, outs, weights), grads, capture, seed)
     inputs = {i.name for i in graph.inputs}
     # a checked tensor the output does not depend on is no parameter of the graph: its gradient must be zero
     unreached = sorted(n for n, g in grads.items() if n not in inputs and np.any(g != 0))
@@ -416,6 +423,8 @@ def _function_check(cls, args, server, options) -> dict:
 
 
 def _verify(graph, server, options: dict) -> Report:
+    if nonfinite_constants(graph):  # a -inf mask buffer is the model's own constant (capture.nonfinite_constants)
+        options = {**options, "allow_nonfinite": True}
     if server is None:
         from gradcheck.v1 import service_pb2
         from gradcheck_svc.report_proto import client_report
