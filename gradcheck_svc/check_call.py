@@ -18,6 +18,7 @@ from __future__ import annotations
 from gradcheck.v1 import service_pb2
 from gradcheck_core.check_call import check_options, stated, traced_for_check
 
+from .outcome import report_of
 from .report_proto import client_report
 from .request import run_request
 
@@ -32,7 +33,7 @@ def check(f, *args, wrt=None, grad=None, **options) -> Report:
     if "faults" in options:
         options["faults"] = list(options["faults"])
     request = service_pb2.VerifyRequest(graph=traced.graph, options=service_pb2.VerifyOptions(**options))
-    return stated(client_report(run_request(request)), traced)
+    return stated(client_report(report_of(run_request(request))), traced)
 
 
 def assert_gradients(f, *args, wrt=None, grad=None, **options) -> Report:

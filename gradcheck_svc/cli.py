@@ -10,14 +10,15 @@ import argparse
 import signal
 import sys
 
-from . import __version__
-from .errors import GradcheckError, TimeLimitError
 from gradcheck_core.onnx_options import add_onnx_flags
 from gradcheck_core.options import CommandParser
 from gradcheck_core.verify_args import add_verify_arguments
 
+from . import __version__
+from .errors import GradcheckError, TimeLimitError
 from .in_process import limit_hints, verify_setup
 from .limits import add_limit_flags
+from .outcome import Internal, OverLimit, exit_code, outcome_of
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -364,6 +365,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from .errors import LimitError
     from .graph.decode import parse_graph
     from .limits import check_request_size
+    from .outcome import report_of
     from .request import prepare, run_request
 
     imported = None
@@ -393,7 +395,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
         request = make_request(message, "", **values)
     ask = dict(options=options, message=imported, hint=True)
     if fd_mode is None:
-        return message, run_request(request, limits, **ask)
+        return message, report_of(run_request(request, limits, **ask))
     from .store.records import bytes_sha256
     from .verify import fd_shards
 
@@ -403,7 +405,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
 
     # read once the graph validated: a bad graph is named before its shards are
-    return message, run_request(request, limits, **ask, fd_source=fd_shards.ShardSource(fd_mode[1], content, options))
+    return message, report_of(run_request(request, limits, **ask,
+                                          fd_source=fd_shards.ShardSource(fd_mode[1], content, options)))
 
 
 def outcomes_of(runs) -> list:
@@ -699,18 +702,23 @@ def main(argv=None) -> int:
         commands = {"verify": _verify, "ops": _ops, "serve": _serve, "audit-ops": _audit_ops,
                     "import-onnx": _import_onnx, "plan-memory": _plan_memory, **BATCH_COMMANDS}
         return commands[args.command](args)
-    except GradcheckError as exc:
-        print(f"gradcheck-svc: error: {exc.message}", file=sys.stderr)
-        return EXIT_INVALID
     except KeyboardInterrupt:
         return 130
-    except MemoryError:  # an input too big for this machine's memory: the user's to shrink, not a fault
+    except Exception as exc:  # the exit code by outcome.CHANNELS; one line on stderr, never a traceback
+        return _failed(outcome_of(exc))
+
+
+def _failed(outcome) -> int:
+    """A Refused, OverLimit or Internal outcome: its line on stderr, its exit code (outcome.CHANNELS)."""
+    if isinstance(outcome, Internal):  # an internal fault: one line, no traceback
+        print(f"gradcheck-svc: internal error: {outcome.type_name}: {outcome.error} (please report this)",
+              file=sys.stderr)
+    elif isinstance(outcome, OverLimit) and outcome.which == "memory":  # the user's to shrink, not a fault
         print("gradcheck-svc: error: out of memory: the input needs more memory than this machine has",
               file=sys.stderr)
-        return EXIT_INVALID
-    except Exception as exc:  # an internal fault: one line, no traceback
-        print(f"gradcheck-svc: internal error: {type(exc).__name__}: {exc} (please report this)", file=sys.stderr)
-        return EXIT_INTERNAL
+    else:
+        print(f"gradcheck-svc: error: {outcome.message}", file=sys.stderr)
+    return exit_code(outcome)
 
 
 if __name__ == "__main__":

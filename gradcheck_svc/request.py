@@ -5,7 +5,8 @@ Every front end reaches `run_request`: the server's worker (server/worker.py), b
 (batch/verifiers.py), a finite-difference shard (`prepare`, then verify/fd_shards.py), check()
 (check_call.py, and the client's in-process modes) and both `verify` commands. Whatever arrives is
 checked here the same way: the request's size, its options against the limits (the one mapping from
-option values to VerifyOptions), the graph validated (an ONNX model imported first), then verified.
+option values to VerifyOptions), the graph validated (an ONNX model imported first), then verified; what
+it came to is returned as data (outcome.py), never raised.
 
 It speaks protobuf messages (gradcheck.v1, no gRPC): a request is what a client would send.
 """
@@ -22,6 +23,7 @@ from .errors import LimitError, OptionError
 from .graph import validate
 from .limits import ServerLimits, check_request_size
 from .oracles.fd_modes import FDMode
+from .outcome import Internal, OverLimit, Refused, outcome_of
 from .verify import VerifyOptions
 from .verify.options import check
 from .verify.run import verify_checked
@@ -128,17 +130,22 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
 
 def run_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None, *, on_phase=None,
                 symbolic: dict | None = None, options: VerifyOptions | None = None, message=None,
-                hint: bool = False, fd_source=None) -> Report:
-    """The pipeline: `prepare` the request, then verify it. on_phase(name) is told as each phase starts
-    (in-process progress); `symbolic`: SymbolicOptions fields no request carries (the in-process
-    budget flags); fd_source: the parameters' finite differences from elsewhere (verify/fd_shards.py).
+                hint: bool = False, fd_source=None) -> Report | Refused | OverLimit | Internal:
+    """The pipeline: `prepare` the request, then verify it; its outcome as data, never raised (outcome.py:
+    one table maps it to a gRPC status, an exit code, a batch record status). on_phase(name) is told as
+    each phase starts (in-process progress); `symbolic`: SymbolicOptions fields no request carries (the
+    in-process budget flags); fd_source: the parameters' finite differences from elsewhere
+    (verify/fd_shards.py).
 
-    A MemoryError goes up as it is: the server's worker answers it RESOURCE_EXHAUSTED (a limit of that
-    process), while a batch shard exits 75 so that its Job retries it on a node with more memory."""
-    graph, options = prepare(request, limits, options=options, message=message, hint=hint)
-    if symbolic:
-        options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
-    return verify_checked(graph, options, on_phase=on_phase, fd_source=fd_source)
+    A MemoryError is OverLimit("memory"): the server's worker answers it RESOURCE_EXHAUSTED (a limit of
+    that process), while a batch shard exits 75 so that its Job retries it on a node with more memory."""
+    try:
+        graph, options = prepare(request, limits, options=options, message=message, hint=hint)
+        if symbolic:
+            options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
+        return verify_checked(graph, options, on_phase=on_phase, fd_source=fd_source)
+    except Exception as exc:  # KeyboardInterrupt and SystemExit are not outcomes: they go up
+        return outcome_of(exc)
 
 
 def preload(symbolic: bool = True, graphs: int = 2) -> None:

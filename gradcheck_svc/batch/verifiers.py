@@ -21,7 +21,8 @@ import numpy as np
 from gradcheck_core.request_message import make_request
 
 from ..bounded import WorkerDied, bounded_call
-from ..errors import BackendUnavailable, GradcheckError, OptionError, TimeLimitError
+from ..errors import OptionError, TimeLimitError
+from ..outcome import RETRY, OverLimit, batch_status, outcome_of
 
 PROBE_SECONDS = 60.0  # the CUDA probe: a driver that hangs is a node's fault, retried elsewhere
 
@@ -78,9 +79,10 @@ def present_faults(graph, faults: tuple) -> tuple:
 def _verify_outcome(request, limits) -> dict:
     """The record's fields of one verification (the server's own request path: ONNX and allow_nonfinite
     included), computed in bounded.py's child: only JSON values cross back, never the gradients."""
+    from ..outcome import report_of
     from ..request import run_request
 
-    report = run_request(request, limits)
+    report = report_of(run_request(request, limits))  # any other outcome raised back to the parent (bounded.py)
     return {"status": report.verdict, "report": report.to_dict(), "device": report.device,
             "dtype": report.dtype, "digests": {p.name: gradient_digest(p.gradient) for p in report.parameters},
             "digest_scope": "full"}
@@ -117,20 +119,24 @@ class LocalVerifier:
                     f"{self.limits.max_message_bytes} (raise it with --max-message-bytes)"}
         try:
             return bounded_call(limit, None, _verify_outcome, request, self.limits)
-        except TimeLimitError:  # (before GradcheckError, its base: the graph is not invalid, it is unfinished)
-            return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s "
-                    f"(raise it with {self.limit_flag})"}
-        except BackendUnavailable as exc:
-            raise InfraError(exc.message) from None
-        except GradcheckError as exc:
-            return {"status": "invalid", "error": exc.message}
-        except MemoryError:
-            raise InfraError("out of memory") from None
         except WorkerDied as exc:  # killed from outside (the OOM killer's SIGKILL): the node's fault, as a 137 is
             raise InfraError(str(exc)) from None
-        except Exception as exc:  # a fault of the verifier on this graph: a result, retrying cannot help
-            first = (str(exc).splitlines() or [""])[0][:300]
-            return {"status": "error", "error": f"internal error: {type(exc).__name__}: {first}"}
+        except Exception as exc:  # the child's outcome other than a report, raised back (bounded.py)
+            return self._record(outcome_of(exc), limit)
+
+    def _record(self, outcome, limit: float) -> dict:
+        """A Refused, OverLimit or Internal outcome as its record, by the batch column of outcome.CHANNELS."""
+        status = batch_status(outcome)
+        if status == RETRY:  # the device is not on this node, or its memory is too small: another node may do
+            raise InfraError("out of memory" if isinstance(outcome, OverLimit) else outcome.message) from None
+        if status == "timeout":  # the graph is not invalid, it is unfinished
+            return {"status": "timeout", "error": f"over the per-graph time limit of {limit:g} s "
+                    f"(raise it with {self.limit_flag})"}
+        if status == "invalid":
+            return {"status": "invalid", "error": outcome.message}
+        # a fault of the verifier on this graph: a result, retrying cannot help
+        first = (str(outcome.error).splitlines() or [""])[0][:300]
+        return {"status": "error", "error": f"internal error: {outcome.type_name}: {first}"}
 
 
 class RemoteVerifier:

@@ -23,9 +23,9 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from ..config import ServerConfig
 from ..errors import OptionError
 from .auth import BearerTokenInterceptor
-from ..config import ServerConfig
 from .metrics import Metrics, configure_logging
 from .pool import WorkerPool
 from .servicer import SERVICE, GradCheckServicer

@@ -22,9 +22,9 @@ from google.protobuf import json_format
 from gradcheck.v1 import service_pb2
 
 from .. import __version__, errors
+from ..config import ServerConfig
 from ..limits import check_request_size
 from .accounting import Accounting, CallInfo, Ledger, parse_or_none
-from ..config import ServerConfig
 from .metrics import Metrics
 from .pool import WorkerPool
 from .status import failure_for

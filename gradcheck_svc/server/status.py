@@ -24,8 +24,9 @@ from grpc_status import rpc_status
 
 from gradcheck.v1 import service_pb2
 
-from ..errors import BackendUnavailable, GradcheckError, LimitError, TimeLimitError
+from ..errors import GradcheckError
 from ..limits import over_time_message
+from ..outcome import OverLimit, grpc_status, outcome_of
 from .pool import PoolBusy, WorkerDied
 
 KIND_KEY = "gradcheck-error-kind"
@@ -58,17 +59,8 @@ class Failure:
 
 
 def failure_for(exc: BaseException, time_limit: float | None = None) -> Failure:
-    if isinstance(exc, TimeLimitError):  # the in-process form of the server's own time limit
-        return Failure(grpc.StatusCode.DEADLINE_EXCEEDED, "timeout", exc.message)
-    if isinstance(exc, LimitError):
-        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "limit", exc.message, exc.where)
-    if isinstance(exc, MemoryError):  # a request too big for the memory there is: a limit, not a fault
-        return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "limit", "the request needs more memory than the "
-                       "server has", "request")
-    if isinstance(exc, BackendUnavailable):
-        return Failure(grpc.StatusCode.FAILED_PRECONDITION, "unavailable", exc.message, exc.where)
-    if isinstance(exc, GradcheckError):
-        return Failure(grpc.StatusCode.INVALID_ARGUMENT, "invalid", exc.message, exc.where)
+    if isinstance(exc, (GradcheckError, MemoryError)):  # a verification's outcome: the table's gRPC column
+        return outcome_failure(outcome_of(exc))
     if isinstance(exc, PoolBusy):
         return Failure(grpc.StatusCode.RESOURCE_EXHAUSTED, "busy", str(exc))
     if isinstance(exc, (asyncio.TimeoutError, TimeoutError)):
@@ -78,3 +70,10 @@ def failure_for(exc: BaseException, time_limit: float | None = None) -> Failure:
     return Failure(grpc.StatusCode.INTERNAL, "internal", "internal error (details are in the server log)")
 
 
+def outcome_failure(outcome) -> Failure:
+    """A Refused or OverLimit outcome (outcome.py) as its status: code and kind by outcome.CHANNELS."""
+    code, kind = grpc_status(outcome)
+    if isinstance(outcome, OverLimit) and outcome.which == "memory":  # a limit of the memory there is, not a fault
+        return Failure(grpc.StatusCode[code], kind, "the request needs more memory than the server has", "request")
+    field = None if isinstance(outcome, OverLimit) and outcome.which == "time" else outcome.field
+    return Failure(grpc.StatusCode[code], kind, outcome.message, field)

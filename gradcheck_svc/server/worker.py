@@ -12,34 +12,47 @@ import signal
 
 from gradcheck.v1 import service_pb2
 
+from ..config import ServerLimits
 from ..errors import GradcheckError
+from ..outcome import Internal, OverLimit, Refused, outcome_of
 from ..report_proto import report_to_proto
 from ..request import run_request
-from ..config import ServerLimits
 from .metrics import configure_logging
 
 log = logging.getLogger("gradcheck.worker")
 
 
-def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None
-                   ) -> service_pb2.VerifyResponse:
-    """The pipeline's report (request.run_request), tagged with the request's id, as the response message."""
-    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(run_request(request, limits)))
+def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None):
+    """The pipeline's outcome (request.run_request): a report, tagged with the request's id, as the response
+    message; any other outcome as it is."""
+    outcome = run_request(request, limits)
+    if isinstance(outcome, (Refused, OverLimit, Internal)):
+        return outcome
+    return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(outcome))
 
 
 def run_payload(payload: bytes, limits: ServerLimits) -> tuple:
     try:
         request = service_pb2.VerifyRequest.FromString(payload)  # parsed once already by the server
         response = verify_request(request, limits)
-        report = response.report
-        return ("ok", response.SerializeToString(), report.verdict, [f.cause for f in report.findings])
-    except GradcheckError as exc:
+        if not isinstance(response, (Refused, OverLimit, Internal)):
+            report = response.report
+            return ("ok", response.SerializeToString(), report.verdict, [f.cause for f in report.findings])
+    except Exception as exc:  # the response message itself failed: outcome.py classifies it all the same
+        response = outcome_of(exc)
+    return _result(response)
+
+
+def _result(outcome) -> tuple:
+    """A Refused, OverLimit or Internal outcome as the plain tuple the pool carries back (module docstring)."""
+    if isinstance(outcome, Internal):  # an internal fault: the traceback goes to the server's log only
+        log.error("internal error while verifying a graph", exc_info=outcome.error)
+        return ("internal", outcome.type_name)
+    if isinstance(outcome.error, GradcheckError):
+        exc = outcome.error
         return ("error", type(exc).__name__, exc.reason, exc.node, exc.field)
-    except MemoryError:  # a request bigger than this process's memory is over a limit, not a fault
-        return ("error", "LimitError", "the request needs more memory than this process has", None, "request")
-    except Exception as exc:  # an internal fault: the traceback goes to the server's log only
-        log.exception("internal error while verifying a graph")
-        return ("internal", type(exc).__name__)
+    # a request bigger than this process's memory is over a limit, not a fault
+    return ("error", "LimitError", outcome.message, None, outcome.field)
 
 
 def worker_main(conn, limits: ServerLimits) -> None:

@@ -214,10 +214,23 @@ def unreachable_message(server: str, error: str, answered: bool = False) -> str:
             "point --server HOST:PORT (or $GRADCHECK_SERVER) at another")
 
 
+def _not_verified(path: str, outcome) -> Outcome:
+    """A Refused, OverLimit or Internal outcome (gradcheck_svc/outcome.py) as this command's Outcome: invalid
+    where its exit code (outcome.CHANNELS) is 2; a time-out reads as a server's deadline, exit 3."""
+    from gradcheck_svc.outcome import Internal, OverLimit, exit_code
+
+    if isinstance(outcome, Internal):  # an internal fault of the verifier: one line, no traceback
+        return Outcome(path, error=f"internal error: {outcome.type_name}: {outcome.error}")
+    invalid = exit_code(outcome, "gradcheck") == EXIT_INVALID
+    if isinstance(outcome, OverLimit) and outcome.which == "time":
+        return Outcome(path, error=f"DEADLINE_EXCEEDED: {outcome.message}", invalid=invalid)
+    return Outcome(path, error=outcome.message, invalid=invalid)
+
+
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
     from gradcheck_svc.bounded import bounded_call
     from gradcheck_svc.in_process import limit_hints
-    from gradcheck_svc.errors import GradcheckError, TimeLimitError
+    from gradcheck_svc.outcome import outcome_of, report_of
     from gradcheck_svc.report_proto import client_report
     from gradcheck_svc.request import preload, run_request
 
@@ -231,17 +244,13 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
             # --timeout per graph, as with a server: in a child process killed at the limit, as a server's worker
             request = make_request(graph, path, **_options(args))
             with limit_hints(isinstance(graph, OnnxModel)):  # as gradcheck-svc verify says it: the flag too
-                report = bounded_call(args.timeout, "timeout", run_request, request, limits, symbolic=symbolic,
-                                      on_phase=lambda phase, path=path: progress.phase(path, phase))
+                # run_request's outcome, back from the child: any but a report raised again here (outcome.py)
+                report = report_of(bounded_call(args.timeout, "timeout", run_request, request, limits,
+                                                symbolic=symbolic,
+                                                on_phase=lambda phase, path=path: progress.phase(path, phase)))
             out[path] = Outcome(path, report=client_report(report, id=path))  # as a server's answer reads
-        except TimeLimitError as exc:  # a server's deadline is exit 3, not the graph's fault: the same here
-            out[path] = Outcome(path, error=f"DEADLINE_EXCEEDED: {exc.message}")
-        except GradcheckError as exc:
-            out[path] = Outcome(path, error=exc.message, invalid=True)
-        except MemoryError:  # over this machine's memory, a limit as in the server's worker (server/worker.py)
-            out[path] = Outcome(path, error="the request needs more memory than this process has", invalid=True)
-        except Exception as exc:  # an internal fault of the verifier: one line, no traceback
-            out[path] = Outcome(path, error=f"internal error: {type(exc).__name__}: {exc}")
+        except Exception as exc:  # any other outcome of the verification (or of the child running it)
+            out[path] = _not_verified(path, outcome_of(exc))
         out[path].seconds = time.perf_counter() - start
         progress.step(path)
     return out

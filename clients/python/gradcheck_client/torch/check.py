@@ -427,12 +427,13 @@ def _verify(graph, server, options: dict) -> Report:
         options = {**options, "allow_nonfinite": True}
     if server is None:
         from gradcheck.v1 import service_pb2
+        from gradcheck_svc.outcome import report_of
         from gradcheck_svc.report_proto import client_report
         from gradcheck_svc.request import run_request
 
         faults = {"faults": list(options["faults"])} if "faults" in options else {}
         request = service_pb2.VerifyRequest(graph=graph, options=service_pb2.VerifyOptions(**{**options, **faults}))
-        return client_report(run_request(request))
+        return client_report(report_of(run_request(request)))
     from gradcheck_core.client import Client
 
     if isinstance(server, Client):
