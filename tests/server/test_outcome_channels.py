@@ -21,7 +21,7 @@ from gradcheck_svc.outcome import CHANNELS, Internal, OverLimit, Refused, batch_
 from gradcheck_svc.request import run_request
 from grpc_helpers import _env, module_server
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = ROOT / "examples" / "graphs" / "seed.json"
 
 # case -> (the graph's change, the options by name, the row run_request's outcome must be in)
