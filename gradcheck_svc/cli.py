@@ -239,7 +239,7 @@ def _verify(args) -> int:
     if fd_mode is not None and args.max_request_seconds is None:
         args.max_request_seconds = FD_REQUEST_SECONDS
     limits, values, options, _ = verify_setup(args)
-    claims = _claims(args, paths)
+    claims = _claims(args, paths, limits)
     if fd_mode is None:
         return _verify_paths(args, paths, single, limits, values, options, claims)
     from .batch.cli import EXIT_RETRY  # what an Indexed Job's podFailurePolicy counts and retries
@@ -310,14 +310,15 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
     return max(codes)
 
 
-def _claims(args, paths: list):
-    """--claimed: the claims (gradcheck_client/claims.py, as the CI command reads them), or None."""
+def _claims(args, paths: list, limits):
+    """--claimed: the claims (gradcheck_client/claims.py, as the CI command reads them, within the request
+    limits before anything is inflated), or None."""
     from gradcheck_client.claims import ClaimsFileError, claims_for
 
     from .errors import OptionError
 
     try:
-        return claims_for(args.claimed, paths)
+        return claims_for(args.claimed, paths, limits.max_elements, limits.max_message_bytes)
     except ClaimsFileError as exc:
         raise OptionError(str(exc), field="--claimed") from None
 

@@ -32,6 +32,7 @@ import grpc
 
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 
+from .npz_bounded import CLIENT_MESSAGE_BYTES
 from .report import Report, message_to_dict
 from .request_message import OPTION_FIELDS, make_request  # noqa: F401 (re-exported: its earlier home)
 
@@ -211,7 +212,7 @@ class _Core:
 
     def __init__(self, target: str, token: str | None = None, tls: bool = False, root_certificates=None,
                  timeout: float | None = 60.0, retries: int = 4, backoff: float = 0.1,
-                 max_message_bytes: int = 16 * 2**20):
+                 max_message_bytes: int = CLIENT_MESSAGE_BYTES):
         self.target = target
         self.timeout = timeout
         self.retries = retries
