@@ -67,22 +67,26 @@ def read_npz(path, max_elements: int | None = None, max_bytes: int | None = None
     """The arrays of the .npz archive at `path` by name (the member's name less .npy), read within the
     limits (None: not limited), as the module docstring says; NpzError naming the file and member."""
     with open_regular(path) as f:
-        try:
-            if not zipfile.is_zipfile(f):  # (np.load would try other formats: a pickle, a single .npy)
-                raise NpzError(f"{path}: not an .npz archive (np.savez writes one)")
-            f.seek(0)
-            with zipfile.ZipFile(f) as archive:
-                members = _members(path, archive.infolist(), max_bytes)
-                budget = _Budget(path, max_elements, max_bytes)
-                return {name[:-len(NPY_SUFFIX)]: _member(path, archive, info, budget) for name, info in members}
-        except NpzError:
-            raise
-        except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError,
-                RuntimeError, ValueError, OverflowError) as exc:  # a broken zip, a method zipfile cannot inflate
-            raise NpzError(f"{path}: not a readable .npz archive ({_clip(str(exc) or type(exc).__name__)})") \
-                from None
-        except Exception as exc:  # zlib.error, lzma.LZMAError, an odd header: damaged input, never a traceback
-            raise NpzError(f"{path}: damaged archive ({type(exc).__name__}: {_clip(str(exc))})") from None
+        return read_npz_from(f, path, max_elements, max_bytes)
+
+
+def read_npz_from(f, name, max_elements: int | None = None, max_bytes: int | None = None) -> dict[str, np.ndarray]:
+    """read_npz of an open seekable binary file (bytes already read: io.BytesIO), called `name` in errors."""
+    try:
+        if not zipfile.is_zipfile(f):  # (np.load would try other formats: a pickle, a single .npy)
+            raise NpzError(f"{name}: not an .npz archive (np.savez writes one)")
+        f.seek(0)
+        with zipfile.ZipFile(f) as archive:
+            members = _members(name, archive.infolist(), max_bytes)
+            budget = _Budget(name, max_elements, max_bytes)
+            return {key[:-len(NPY_SUFFIX)]: _member(name, archive, info, budget) for key, info in members}
+    except NpzError:
+        raise
+    except (zipfile.BadZipFile, zipfile.LargeZipFile, NotImplementedError, EOFError, OSError,
+            RuntimeError, ValueError, OverflowError) as exc:  # a broken zip, a method zipfile cannot inflate
+        raise NpzError(f"{name}: not a readable .npz archive ({_clip(str(exc) or type(exc).__name__)})") from None
+    except Exception as exc:  # zlib.error, lzma.LZMAError, an odd header: damaged input, never a traceback
+        raise NpzError(f"{name}: damaged archive ({type(exc).__name__}: {_clip(str(exc))})") from None
 
 
 def _members(path, infos: list, max_bytes: int | None) -> list:
