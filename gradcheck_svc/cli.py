@@ -681,10 +681,17 @@ def _audit_ops(args) -> int:
 # workers, and writes files: a write to a closed socket or pipe is an error there (answered, logged),
 # never the process's death -- a metrics scraper that hangs up, or a worker replaced after the
 # multiprocessing resource tracker died, must not kill the server
-PIPE_ENDS_QUIETLY = frozenset({"verify", "ops", "audit-ops", "plan-memory", "import-onnx"})
+PIPE_ENDS_QUIETLY = frozenset({"ops", "audit-ops", "plan-memory", "import-onnx"})
+# `gradcheck-svc verify G G G | head` (as `gradcheck verify`): quietly too, but with the verdict's exit code and
+# its report files written -- SIGPIPE's default would end it as killed (gradcheck_client/quiet_pipe.py)
+PIPE_KEEPS_VERDICT = frozenset({"verify"})
 
 
 def _sigpipe(command: str | None) -> None:
+    if command in PIPE_KEEPS_VERDICT:
+        from gradcheck_client.quiet_pipe import quiet_stdout
+
+        quiet_stdout()
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL if command is None or command in PIPE_ENDS_QUIETLY
                       else signal.SIG_IGN)

@@ -397,6 +397,9 @@ def _report(args, ordered: list, graphs: dict) -> int:
 
 
 def main(argv=None) -> int:
+    from .quiet_pipe import quiet_stdout
+
+    quiet_stdout()  # `gradcheck verify G G G | head`: the verdict's exit code, no traceback (quiet_pipe.py)
     args = build_parser().parse_args(argv)
     try:
         return _verify(args)

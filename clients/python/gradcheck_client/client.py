@@ -243,7 +243,12 @@ class _Core:
 
     @staticmethod
     def _report(response: service_pb2.VerifyResponse) -> Report:
-        return Report.from_proto(response.report, id=response.id)
+        """The answer's Report; an `error` outcome (or none) is the server's VerifyError, its message kept,
+        never read as an empty report."""
+        if response.WhichOneof("outcome") is None:
+            raise VerifyError(grpc.StatusCode.UNKNOWN, "the server answered neither a report nor an error",
+                              "internal", id=response.id)
+        return _stream_outcome(response, raise_errors=True)
 
     @staticmethod
     def _ops(response: service_pb2.ListOpsResponse) -> list[dict]:
