@@ -113,8 +113,7 @@ class _Child:
             self.pid = os.fork()
             if self.pid == 0:
                 self.conn.close()
-                for other in _live:  # the other calls' pipes are theirs, not this child's
-                    other.conn.close()
+                _forget_the_parents_calls()
                 _serve(child, parent)
             child.close()
             _live.add(self)
@@ -163,6 +162,16 @@ class _Child:
 
 _lock = threading.Lock()
 _live: set = set()  # the children of the calls in progress, each owned by its call; here for the exit only
+
+
+def _forget_the_parents_calls() -> None:
+    """In a new child: the other calls' pipes are theirs, not this child's (closed here), and the lock, held
+    by the forking thread, starts afresh (the child may make bounded calls of its own)."""
+    global _lock
+    for other in _live:
+        other.conn.close()
+    _live.clear()
+    _lock = threading.Lock()
 
 
 def _close_all() -> None:
