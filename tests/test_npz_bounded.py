@@ -209,3 +209,16 @@ def test_limits_count_what_the_request_carries(tmp_path):
         read_npz(tmp_path / "h.npz", 200, 2**20)
     with pytest.raises(NpzError, match="reach 1200 bytes in a request, over the limit of 1199"):
         read_npz(tmp_path / "g.npz", 200, 1199)
+
+
+def test_a_directory_listing_more_members_than_a_request_can_carry_is_refused_before_it_is_read(tmp_path):
+    # an end record claiming 2**20 members in a 256 MiB directory: zipfile would read and parse it whole
+    eocd = struct.pack("<4s4H2LH", b"PK\x05\x06", 0, 0, 0xFFFF, 0xFFFF, 2**28, 0, 0)
+    (tmp_path / "many.npz").write_bytes(eocd)
+    with pytest.raises(NpzError, match=r"many.npz: its zip directory lists 65535 members in 268435456 bytes, more "
+                                       r"than a request of at most 1048576 bytes \(max_message_bytes\) can carry"):
+        read_npz(tmp_path / "many.npz", 1000, 2**20)
+    np.savez(tmp_path / "few.npz", **{f"p{i}": np.zeros(1) for i in range(64)})
+    assert len(read_npz(tmp_path / "few.npz", 1000, 2**20)) == 64
+    with pytest.raises(NpzError, match="lists 64 members"):
+        read_npz(tmp_path / "few.npz", 1000, 63 * 16)

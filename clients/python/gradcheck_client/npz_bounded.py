@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import stat
+import struct
 import zipfile
 
 import numpy as np
@@ -29,6 +30,10 @@ import numpy as np
 # limits are its own, an archive is read within this
 CLIENT_MESSAGE_BYTES = 16 * 2**20
 NPY_SUFFIX = ".npy"
+# a claim in a request costs at least this many bytes (its map entry: key, dtype, shape, data fields)
+MEMBER_MIN_BYTES = 16
+_EOCD_MAX = 22 + 65_535  # the end-of-directory record, and the comment that may follow it
+_CD_PER_REQUEST_BYTE = 8  # a directory entry (46 bytes + name + zip64 extra) per claim's bytes, at most
 HEADER_MAX = 10_000  # numpy's own default cap on an .npy header's length (numpy.lib.format)
 _PREFIX_MAX = 6 + 2 + 4  # magic, version, header length (4 bytes in version 2.0)
 _CHUNK = 1 << 20
@@ -75,6 +80,7 @@ def read_npz_from(f, name, max_elements: int | None = None, max_bytes: int | Non
     try:
         if not zipfile.is_zipfile(f):  # (np.load would try other formats: a pickle, a single .npy)
             raise NpzError(f"{name}: not an .npz archive (np.savez writes one)")
+        _directory_within(f, name, max_bytes)
         f.seek(0)
         with zipfile.ZipFile(f) as archive:
             members = _members(name, archive.infolist(), max_bytes)
@@ -87,6 +93,28 @@ def read_npz_from(f, name, max_elements: int | None = None, max_bytes: int | Non
         raise NpzError(f"{name}: not a readable .npz archive ({_clip(str(exc) or type(exc).__name__)})") from None
     except Exception as exc:  # zlib.error, lzma.LZMAError, an odd header: damaged input, never a traceback
         raise NpzError(f"{name}: damaged archive ({type(exc).__name__}: {_clip(str(exc))})") from None
+
+
+def _directory_within(f, name, max_bytes: int | None) -> None:
+    """NpzError when the zip directory itself (which zipfile reads whole, one object per member) lists more
+    members than a request of max_bytes could carry claims for: each costs it at least MEMBER_MIN_BYTES."""
+    if max_bytes is None:
+        return
+    size = f.seek(0, os.SEEK_END)
+    f.seek(max(0, size - _EOCD_MAX))
+    tail = f.read()
+    at = tail.rfind(b"PK\x05\x06")
+    if at < 0 or len(tail) < at + 22:
+        return  # zipfile says what is wrong with it
+    entries, cd_size = struct.unpack("<HL", tail[at + 10:at + 16])
+    if (entries == 0xFFFF or cd_size == 0xFFFFFFFF) and at >= 20 and tail[at - 20:at - 16] == b"PK\x06\x07":
+        f.seek(struct.unpack("<Q", tail[at - 12:at - 4])[0])  # the zip64 end record, where the locator says
+        record = f.read(56)
+        if len(record) == 56 and record[:4] == b"PK\x06\x06":
+            entries, cd_size = struct.unpack("<QQ", record[32:48])
+    if entries > max_bytes // MEMBER_MIN_BYTES or cd_size > max_bytes * _CD_PER_REQUEST_BYTE:
+        raise NpzError(f"{name}: its zip directory lists {entries} members in {cd_size} bytes, more than a request "
+                       f"of at most {max_bytes} bytes (max_message_bytes) can carry")
 
 
 def _members(path, infos: list, max_bytes: int | None) -> list:
