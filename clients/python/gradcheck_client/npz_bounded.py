@@ -6,7 +6,8 @@ np.load inflates each member in full before anyone can look at its size: a few h
 zeros becomes gigabytes, and a member that is not an .npy array, or an .npy header that is not a dict
 literal, ends in a traceback. Here, in order, before a member's data is inflated:
 - the path must be a regular file, opened without blocking (a FIFO or a device is refused, not waited on);
-- the zip directory's declared sizes, summed, must fit what a request can carry;
+- the zip directory (its member count and size, from its end record, before zipfile parses it) and its
+  declared member sizes, summed, must fit what a request can carry;
 - each member must be NAME.npy, unencrypted, named once; its .npy header is read through numpy's own
   header parser (ast.literal_eval under a length cap: never eval, never a pickle), version 1.0 or 2.0;
 - its dtype must be a plain number, its shape x dtype within max_elements and max_bytes (counted as the
@@ -23,6 +24,7 @@ import os
 import stat
 import struct
 import zipfile
+from typing import BinaryIO
 
 import numpy as np
 
@@ -44,12 +46,14 @@ class NpzError(ValueError):
     """An archive the bounded reader does not take: one line naming the file (and the member)."""
 
 
-def _clip(text: str, limit: int = 200) -> str:
-    text = text.replace("\n", " ").replace("\r", " ")
-    return text if len(text) <= limit else text[:limit] + "..."
+def _clip(text, limit: int = 200) -> str:
+    """A name or message from the archive: hostile text, cut and escaped to one line (outputs/text.clip)."""
+    from .outputs.text import clip
+
+    return clip(text, limit)
 
 
-def open_regular(path) -> "io.BufferedReader":  # noqa: F821
+def open_regular(path) -> BinaryIO:
     """`path` opened for reading if it is a regular file; NpzError at once otherwise. O_NONBLOCK: opening a
     FIFO would otherwise wait for a writer (the open itself blocks); fstat on what was opened, not a
     second look at the name, so nothing can be swapped in between."""
