@@ -581,13 +581,17 @@ def check_file_size(path: str, limit: int) -> None:
     """A file so far over max_message_bytes that the server's transport would refuse it (it admits twice
     the limit, so that the servicer answers the rest exactly): refused before it is read."""
     import os
+    import stat
 
-    from .errors import LimitError
+    from .errors import LimitError, OptionError
 
     try:
-        size = os.path.getsize(path)
+        st = os.stat(path)
     except OSError:
         return  # the loader says what is wrong with the path
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block its reader for ever, a device never end
+        raise OptionError(f"'{path}' is not a regular file: give a graph file (.json, .pb or .onnx)", field="PATH")
+    size = st.st_size
     if size > 2 * limit + 2**20:
         raise LimitError(f"graph file is {size} bytes, far over the limit of {limit} (raise it with "
                          "--max-message-bytes)", field="graph")

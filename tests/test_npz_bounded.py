@@ -222,3 +222,13 @@ def test_a_directory_listing_more_members_than_a_request_can_carry_is_refused_be
     assert len(read_npz(tmp_path / "few.npz", 1000, 2**20)) == 64
     with pytest.raises(NpzError, match="lists 64 members"):
         read_npz(tmp_path / "few.npz", 1000, 63 * 16)
+
+
+@pytest.mark.parametrize("module, words", [("gradcheck_svc.cli", "is not a regular file: give a graph file"),
+                                           ("gradcheck_client.cli", "not a regular file or directory: ")])
+def test_a_fifo_given_as_the_graph_is_refused_at_once(module, words, tmp_path):
+    fifo = tmp_path / "graph.json"
+    os.mkfifo(fifo)
+    p = subprocess.run([sys.executable, "-m", module, "verify", str(fifo)], capture_output=True, text=True,
+                       timeout=300)
+    _one_line_refusal(p.returncode, p.stdout, p.stderr, str(fifo), words)
