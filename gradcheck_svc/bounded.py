@@ -20,6 +20,7 @@ import atexit
 import os
 import signal
 import sys
+import threading
 import time
 
 
@@ -95,18 +96,27 @@ def _serve(conn, parent: int) -> None:
 
 
 class _Child:
+    """One call's child process and the parent's end of its pipe: owned by that call alone (threads each
+    fork their own), reaped by it on every path."""
+
     def __init__(self):
         from multiprocessing import Pipe
 
-        self.conn, child = Pipe()
         sys.stdout.flush()  # what the parent has buffered is printed once, by the parent
         sys.stderr.flush()
         parent = os.getpid()
-        self.pid = os.fork()
-        if self.pid == 0:
-            self.conn.close()
-            _serve(child, parent)
-        child.close()
+        self.reaped = False
+        # the pipe made and the fork done under one lock: a thread forking meanwhile would otherwise give its
+        # child a copy of this child's end, and this call would never see the end of a child that died
+        with _lock:
+            self.conn, child = Pipe()
+            self.pid = os.fork()
+            if self.pid == 0:
+                self.conn.close()
+                _forget_the_parents_calls()
+                _serve(child, parent)
+            child.close()
+            _live.add(self)
 
     def call(self, deadline: float, fn, args, kwargs, on_phase):
         try:
@@ -128,29 +138,48 @@ class _Child:
     def _died(self) -> WorkerDied:
         self.conn.close()
         _, status = os.waitpid(self.pid, 0)
+        self.reaped = True  # its pid may be another process's from now on: never signalled again
         return WorkerDied(f"the verification process {describe_exit(os.waitstatus_to_exitcode(status))} "
                           "before answering")
 
     def kill(self) -> None:
+        """Close, kill and reap (also a child that already exited: no zombie is left)."""
+        with _lock:
+            _live.discard(self)
         self.conn.close()
+        if self.reaped:
+            return
+        self.reaped = True
         try:
             os.kill(self.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        try:
             os.waitpid(self.pid, 0)
-        except (ProcessLookupError, ChildProcessError):
+        except ChildProcessError:
             pass
 
 
-_child: _Child | None = None  # the child of the call in progress
+_lock = threading.Lock()
+_live: set = set()  # the children of the calls in progress, each owned by its call; here for the exit only
 
 
-def _close() -> None:
-    global _child
-    if _child is not None:
-        _child.kill()
-        _child = None
+def _forget_the_parents_calls() -> None:
+    """In a new child: the other calls' pipes are theirs, not this child's (closed here), and the lock, held
+    by the forking thread, starts afresh (the child may make bounded calls of its own)."""
+    global _lock
+    for other in _live:
+        other.conn.close()
+    _live.clear()
+    _lock = threading.Lock()
 
 
-atexit.register(_close)  # a child killed at exit too, not left to notice the closed pipe
+def _close_all() -> None:
+    for child in list(_live):
+        child.kill()
+
+
+atexit.register(_close_all)  # a child killed at exit too, not left to notice the closed pipe
 
 
 def bounded_call(seconds: float, hint: str | None, fn, *args, on_phase=None, **kwargs):
@@ -158,21 +187,17 @@ def bounded_call(seconds: float, hint: str | None, fn, *args, on_phase=None, **k
     `seconds` with the limit's TimeLimitError (limits.over_time_message; `hint` names the flag that
     raises it). What fn raises is raised here; a child that dies raises WorkerDied. on_phase(name),
     when given, is passed to fn and called here as fn calls it."""
-    global _child
     from .limits import over_time_error, request_time_limit
 
     if not hasattr(os, "fork"):
         with request_time_limit(seconds, hint):
             return fn(*args, **kwargs, **({"on_phase": on_phase} if on_phase else {}))
     deadline = time.monotonic() + seconds
-    _child = _Child()  # this call's: forked now, it sees this process as it is now
+    child = _Child()  # this call's own: forked now, it sees this process as it is now
     try:
-        answer = _child.call(deadline, fn, args, kwargs, on_phase)
-    except WorkerDied:
-        _child = None
-        raise
-    finally:  # answered, over time, or Ctrl-C while waiting: the child goes
-        _close()
+        answer = child.call(deadline, fn, args, kwargs, on_phase)
+    finally:  # answered, died, over time, or Ctrl-C while waiting: the child goes, reaped
+        child.kill()
     if answer is None:
         raise over_time_error(seconds, hint)
     kind, value = answer

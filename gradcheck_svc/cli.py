@@ -240,7 +240,7 @@ def _verify(args) -> int:
     if fd_mode is not None and args.max_request_seconds is None:
         args.max_request_seconds = FD_REQUEST_SECONDS
     limits, values, options, _ = verify_setup(args)
-    claims = _claims(args, paths)
+    claims = _claims(args, paths, limits)
     if fd_mode is None:
         return _verify_paths(args, paths, single, limits, values, options, claims)
     from .batch.cli import EXIT_RETRY  # what an Indexed Job's podFailurePolicy counts and retries
@@ -311,14 +311,15 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
     return max(codes)
 
 
-def _claims(args, paths: list):
-    """--claimed: the claims (gradcheck_core/claims.py, as the CI command reads them), or None."""
+def _claims(args, paths: list, limits):
+    """--claimed: the claims (gradcheck_core/claims.py, as the CI command reads them, within the request
+    limits before anything is inflated), or None."""
     from gradcheck_core.claims import ClaimsFileError, claims_for
 
     from .errors import OptionError
 
     try:
-        return claims_for(args.claimed, paths)
+        return claims_for(args.claimed, paths, limits.max_elements, limits.max_message_bytes)
     except ClaimsFileError as exc:
         raise OptionError(str(exc), field="--claimed") from None
 
@@ -583,13 +584,17 @@ def check_file_size(path: str, limit: int) -> None:
     """A file so far over max_message_bytes that the server's transport would refuse it (it admits twice
     the limit, so that the servicer answers the rest exactly): refused before it is read."""
     import os
+    import stat
 
-    from .errors import LimitError
+    from .errors import LimitError, OptionError
 
     try:
-        size = os.path.getsize(path)
+        st = os.stat(path)
     except OSError:
         return  # the loader says what is wrong with the path
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block its reader for ever, a device never end
+        raise OptionError(f"'{path}' is not a regular file: give a graph file (.json, .pb or .onnx)", field="PATH")
+    size = st.st_size
     if size > 2 * limit + 2**20:
         raise LimitError(f"graph file is {size} bytes, far over the limit of {limit} (raise it with "
                          "--max-message-bytes)", field="graph")
@@ -683,10 +688,17 @@ def _audit_ops(args) -> int:
 # workers, and writes files: a write to a closed socket or pipe is an error there (answered, logged),
 # never the process's death -- a metrics scraper that hangs up, or a worker replaced after the
 # multiprocessing resource tracker died, must not kill the server
-PIPE_ENDS_QUIETLY = frozenset({"verify", "ops", "audit-ops", "plan-memory", "import-onnx"})
+PIPE_ENDS_QUIETLY = frozenset({"ops", "audit-ops", "plan-memory", "import-onnx"})
+# `gradcheck-svc verify G G G | head` (as `gradcheck verify`): quietly too, but with the verdict's exit code and
+# its report files written -- SIGPIPE's default would end it as killed (gradcheck_core/quiet_pipe.py)
+PIPE_KEEPS_VERDICT = frozenset({"verify"})
 
 
 def _sigpipe(command: str | None) -> None:
+    if command in PIPE_KEEPS_VERDICT:
+        from gradcheck_core.quiet_pipe import quiet_stdout
+
+        quiet_stdout()
     if hasattr(signal, "SIGPIPE"):
         signal.signal(signal.SIGPIPE, signal.SIG_DFL if command is None or command in PIPE_ENDS_QUIETLY
                       else signal.SIG_IGN)

@@ -84,6 +84,8 @@ class _Worker:
 
     def kill(self) -> None:
         self._close()
+        if self.proc.exitcode is not None:  # reaped (_died): its pid may be another process's by now
+            return
         try:
             os.kill(self.pid, signal.SIGKILL)
         except (ProcessLookupError, TypeError):

@@ -94,8 +94,8 @@ class ObjectPath:
 
     __slots__ = ("fs", "scheme", "key", "_info", "_data")
 
-    def __init__(self, fs, scheme: str, key: str, info: dict | None = None):
-        self.fs, self.scheme, self.key = fs, scheme, key.strip("/")
+    def __init__(self, fs, scheme: str, key: str, info: dict | None = None, exact: bool = False):
+        self.fs, self.scheme, self.key = fs, scheme, key if exact else key.strip("/")
         self._info, self._data = info, None
 
     # --- names ------------------------------------------------------------------------------------------
@@ -115,7 +115,9 @@ class ObjectPath:
         return self.key < other.key
 
     def __truediv__(self, part) -> ObjectPath:
-        return ObjectPath(self.fs, self.scheme, f"{self.key}/{str(part).strip('/')}")
+        """The key `part` names below this one, exactly: `root / "/a.json"` is the key `root//a.json` (an object
+        store's key is a string; a slash at either end of `part` is part of the key, never folded away)."""
+        return ObjectPath(self.fs, self.scheme, f"{self.key}/{part}", exact=True)
 
     @property
     def name(self) -> str:
@@ -179,9 +181,17 @@ class ObjectPath:
         return self._call(self.fs.isfile, self.key)
 
     def is_dir(self) -> bool:
+        """Whether objects lie under this prefix; a bucket that does not exist is an OSError (ENOENT) naming
+        it, not a False: the store is not (or not yet) there, a retryable failure (exit 75), where an empty
+        prefix in a bucket that is there is the user's to fix."""
         if self._info is not None:
             return self._info.get("type") == "directory"
-        return self._call(self.fs.isdir, self.key)
+        if self._call(self.fs.isdir, self.key):
+            return True
+        bucket = self.key.split("/", 1)[0]
+        if bucket and not self._call(self.fs.exists, bucket):
+            raise FileNotFoundError(errno.ENOENT, "no such bucket", f"{self.scheme}://{bucket}")
+        return False
 
     def iterdir(self):
         """The objects and prefixes right under this prefix (one listing; each child keeps what it said)."""
@@ -198,7 +208,7 @@ class ObjectPath:
 
     def find(self):
         """Every object below this prefix, at any depth (one recursive listing)."""
-        return [ObjectPath(self.fs, self.scheme, k) for k in self._call(self.fs.find, self.key)]
+        return [ObjectPath(self.fs, self.scheme, k, exact=True) for k in self._call(self.fs.find, self.key)]
 
     def stat(self) -> _Stat:
         info = self._info if self._info is not None and self._info.get("type") == "file" else None

@@ -49,8 +49,6 @@ import hashlib
 import io
 import json
 import re
-import zipfile
-import zlib
 
 import numpy as np
 
@@ -185,27 +183,54 @@ def _add_screens(meta: dict, arrays: dict, screens: list) -> None:
         arrays[f"screen{j}.values"] = np.asarray(values, dtype=np.float64)
 
 
-# what a damaged (truncated, overwritten, foreign) file raises on the way in: not a zip, a member cut short
-# or not inflating, no metadata, metadata that is not JSON of the shape written
-_DAMAGED = (ValueError, KeyError, UnicodeDecodeError, zipfile.BadZipFile, EOFError, zlib.error)
+# what a damaged (truncated, overwritten, foreign) file raises on the way in, past the archive reader's own
+# refusals: metadata that is not JSON of the shape written, a parameter's record missing a field or an array
+_DAMAGED = (ValueError, KeyError, TypeError, AttributeError, IndexError, UnicodeDecodeError)
+
+
+def _damaged(path, why: str) -> OptionError:
+    return OptionError(f"{path}: damaged or not a finite-difference shard ({clip(why, 200)}); run its shard again",
+                       field="--fd-from")
 
 
 def _load(path) -> tuple[dict, dict]:
+    """A shard file's (metadata, arrays), every parameter's record checked whole (fd_record.from_record) before
+    anything uses it: a damaged file is refused here, as damaged, whatever part of it is wrong."""
+    from gradcheck_core.npz_bounded import NpzError, read_npz_from
+
     try:
         data = path.read_bytes()
     except OSError as exc:  # the volume or store, not the shard: exit 75, a retry may read it
         raise OSError(exc.errno, f"cannot read: {exc.strerror or exc}", str(path)) from None
+    try:  # np.savez stores its members: no element takes less than a byte of the file, none is counted over 8
+        arrays = read_npz_from(io.BytesIO(data), str(path), max_bytes=8 * len(data))
+    except NpzError as exc:
+        raise _damaged(path, str(exc).removeprefix(f"{path}: ")) from None
     try:
-        with np.load(io.BytesIO(data), allow_pickle=False) as z:
-            arrays = {k: z[k] for k in z.files}
         meta = json.loads(arrays.pop("meta").tobytes().decode("utf-8"))
         if not isinstance(meta, dict) or meta.get("format") != FORMAT:
             raise ValueError(f"format {meta.get('format') if isinstance(meta, dict) else None!r}, not {FORMAT}")
+        _check_records(meta, arrays)
         return meta, arrays
     except _DAMAGED as exc:
-        why = clip(str(exc) or type(exc).__name__, 200)
-        raise OptionError(f"{path}: damaged or not a finite-difference shard ({why}); run its shard again",
-                          field="--fd-from") from None
+        raise _damaged(path, str(exc) or type(exc).__name__) from None
+
+
+def _check_records(meta: dict, arrays: dict) -> None:
+    """ValueError (or KeyError, TypeError) unless the metadata has the shape run_shard writes and every
+    parameter's record reads back (its comparison, mode and arrays)."""
+    for key, kind in (("shard_index", int), ("shard_count", int), ("work", str), ("parameters", list)):
+        if not isinstance(meta.get(key), kind):
+            raise ValueError(f"metadata '{key}' missing or not {kind.__name__}")
+    for i, p in enumerate(meta["parameters"]):
+        if not isinstance(p, dict) or not isinstance(p.get("name"), str) or not isinstance(p.get("gradient"), str) \
+                or not isinstance(p.get("directions"), (str, type(None))):
+            raise ValueError(f"parameter record {i} is not one run_shard writes")
+        record = {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(f"{i}.")}
+        try:
+            fd_record.from_record(p, record)
+        except KeyError as exc:
+            raise ValueError(f"parameter record {i} lacks {exc}") from None
 
 
 def read_shards(src, graph_sha256: str, options) -> dict:

@@ -327,3 +327,49 @@ def test_a_resume_in_the_bucket_after_a_removal_and_a_new_shard_count_converges(
     merged = json.loads(fs.cat_file(f"{bucket}/results/runs/resume/merged.json"))
     assert sorted(r["graph"] for r in merged["records"]) == [f"g{i}.json" for i in (0, 1, 2, 3, 5)]
     assert merged["duplicates"] == [] and merged["missing"] == []
+
+
+# every key S3 accepts, read and written exactly: `//` (which a path would fold into `/`), a leading or
+# trailing-segment slash, dots, spaces, URL and glob characters, non-ASCII; `a/x.json` beside `a//x.json`
+ODD_KEYS = ("a//x.json", "a/x.json", "/lead.json", "///three.json", "c/d//e.json", "dot/./x.json", "dd/../y.json",
+            "sp ace.json", "end /x.json", "pl+us.json", "per%20c.json", "q?m.json", "h#.json", "*st.json",
+            "[br].json", "t~l.json", "a\\b.json", "ünï.json")
+
+
+def test_every_key_s3_accepts_is_read_and_written_exactly(capsys, s3):
+    import hashlib
+
+    fs, _ = s3
+    bucket = "odd-keys"
+    fs.mkdir(bucket)
+    sha, expected = {}, {}
+    for i, key in enumerate(ODD_KEYS):  # each graph its own content: a record read from another key would show
+        kind = "mismatch" if i % 3 == 1 else "ok"
+        data = json.dumps(graph_dict(i, size=3, kind=kind)).encode()
+        fs.pipe_file(f"{bucket}/graphs/{key}", data)
+        sha[key], expected[key] = hashlib.sha256(data).hexdigest(), "fail" if kind == "mismatch" else "pass"
+    out = f"s3://{bucket}/results//deep"  # the results' own prefix holds `//` too
+    code, _, err = run(capsys, "batch", "--manifest", f"s3://{bucket}/graphs", "--shard-count", 2, "--shard-index", 0,
+                       "--run-id", "odd", "--out", out)
+    assert code == 0, err
+    code, _, err = run(capsys, "batch", "--manifest", f"s3://{bucket}/graphs", "--shard-count", 2, "--shard-index", 1,
+                       "--run-id", "odd", "--out", out)
+    assert code == 0, err
+    assert all(k.startswith(f"{bucket}/results//deep/runs/odd/") for k in fs.find(f"{bucket}/results"))
+    code, _, err = run(capsys, "batch-merge", out, "--exit-zero")
+    assert code == 0, err
+    merged = json.loads(fs.cat_file(f"{bucket}/results//deep/runs/odd/merged.json"))
+    assert merged["missing"] == [] and merged["damaged"] == [] and merged["graphs"] == len(ODD_KEYS)
+    assert {r["graph"]: r["status"] for r in merged["records"]} == expected
+    assert {r["graph"]: r["graph_sha256"] for r in merged["records"]} == sha
+
+
+def test_a_missing_bucket_is_retryable_an_empty_prefix_is_the_users(capsys, s3):
+    fs, _ = s3
+    fs.mkdir("there")
+    code, _, err = run(capsys, "batch-merge", "s3://no-such-bucket/results")
+    assert code == 75 and len(err.strip().splitlines()) == 1, err
+    assert err.strip().endswith("infrastructure failure, retry (exit 75): cannot read results under "
+                                "s3://no-such-bucket/results: no such bucket")
+    code, _, err = run(capsys, "batch-merge", "s3://there/no-such-prefix")
+    assert code == 2 and err.strip() == "gradcheck-svc: error: DIR: no results under s3://there/no-such-prefix"

@@ -14,6 +14,7 @@ from onnx import TensorProto, helper  # noqa: E402
 from gradcheck.v1 import service_pb2  # noqa: E402
 from gradcheck_svc.errors import LimitError  # noqa: E402
 from gradcheck_svc.limits import ServerLimits  # noqa: E402
+from gradcheck_svc.outcome import report_of  # noqa: E402
 from gradcheck_svc.request import run_request  # noqa: E402
 from grpc_helpers import ROOT, _env  # noqa: E402
 
@@ -52,7 +53,7 @@ def test_in_process_refusal_names_the_flag_in_one_line(tmp_path, flags, expected
 def test_the_server_names_the_limit_not_a_flag():
     request = service_pb2.VerifyRequest(onnx_model=_model())
     with pytest.raises(LimitError) as err:
-        run_request(request, ServerLimits(max_elements=10))
+        report_of(run_request(request, ServerLimits(max_elements=10)))
     assert err.value.limit == "max_elements"
     assert "graph holds 20 elements (inputs and node outputs), the limit is 10" in err.value.message
     assert "raise it" not in err.value.message

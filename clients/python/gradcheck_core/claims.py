@@ -11,13 +11,13 @@ model's archive may be keyed by torch's names instead: the importer maps them to
 from __future__ import annotations
 
 import dataclasses
-import zipfile
 
 import numpy as np
 
 from gradcheck.v1 import graph_pb2
 
 from .errors import InvalidInput
+from .npz_bounded import NpzError, read_npz
 from .onnx_options import OnnxModel
 from .outputs.text import clip
 
@@ -44,28 +44,24 @@ def _tensor(t, value) -> None:
     t.raw = np.ascontiguousarray(a, dtype=np.dtype(dtype).newbyteorder("<")).tobytes()
 
 
-def claims_for(path: str | None, graphs: list) -> graph_pb2.Claims | None:
-    """`--claimed PATH` of a verify command given these graph paths: the claims, or None without the flag."""
+def claims_for(path: str | None, graphs: list, max_elements: int | None = None,
+               max_bytes: int | None = None) -> graph_pb2.Claims | None:
+    """`--claimed PATH` of a verify command given these graph paths: the claims, or None without the flag;
+    the archive read within the request limits (npz_bounded.py)."""
     if path is None:
         return None
     if len(graphs) != 1:
         raise ClaimsFileError("claimed gradients are one graph's: give one graph file (.json, .pb or .onnx)")
-    return read_claims(path)
+    return read_claims(path, max_elements, max_bytes)
 
 
-def read_claims(path: str) -> graph_pb2.Claims:
-    """The claims in an .npz archive (module docstring); ClaimsFileError naming the file or entry."""
+def read_claims(path: str, max_elements: int | None = None, max_bytes: int | None = None) -> graph_pb2.Claims:
+    """The claims in an .npz archive (module docstring), read within the limits before anything is inflated
+    (npz_bounded.read_npz); ClaimsFileError naming the file or entry."""
     try:
-        if not zipfile.is_zipfile(path):  # (np.load would try other formats: a pickle, a single .npy)
-            raise ClaimsFileError(f"{path}: not an .npz archive (np.savez writes one)")
-        with np.load(path, allow_pickle=False) as archive:
-            arrays = {key: archive[key] for key in archive.files}
-    except ClaimsFileError:
-        raise
-    except OSError as exc:
-        raise ClaimsFileError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    except (ValueError, zipfile.BadZipFile, EOFError) as exc:  # an entry that is not an array, a broken zip
-        raise ClaimsFileError(f"{path}: not an .npz archive of arrays ({clip(str(exc), 200)})") from None
+        arrays = read_npz(path, max_elements, max_bytes)
+    except NpzError as exc:
+        raise ClaimsFileError(str(exc)) from None
     if not arrays:
         raise ClaimsFileError(f"{path}: holds no array (one per parameter, by its name)")
     gradients, adjoints = {}, {}

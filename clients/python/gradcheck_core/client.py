@@ -32,6 +32,7 @@ import grpc
 
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 
+from .npz_bounded import CLIENT_MESSAGE_BYTES
 from .report import Report, message_to_dict
 from .request_message import OPTION_FIELDS, make_request  # noqa: F401 (re-exported: its earlier home)
 
@@ -211,7 +212,7 @@ class _Core:
 
     def __init__(self, target: str, token: str | None = None, tls: bool = False, root_certificates=None,
                  timeout: float | None = 60.0, retries: int = 4, backoff: float = 0.1,
-                 max_message_bytes: int = 16 * 2**20):
+                 max_message_bytes: int = CLIENT_MESSAGE_BYTES):
         self.target = target
         self.timeout = timeout
         self.retries = retries
@@ -242,7 +243,12 @@ class _Core:
 
     @staticmethod
     def _report(response: service_pb2.VerifyResponse) -> Report:
-        return Report.from_proto(response.report, id=response.id)
+        """The answer's Report; an `error` outcome (or none) is the server's VerifyError, its message kept,
+        never read as an empty report."""
+        if response.WhichOneof("outcome") is None:
+            raise VerifyError(grpc.StatusCode.UNKNOWN, "the server answered neither a report nor an error",
+                              "internal", id=response.id)
+        return _stream_outcome(response, raise_errors=True)
 
     @staticmethod
     def _ops(response: service_pb2.ListOpsResponse) -> list[dict]:

@@ -122,8 +122,17 @@ def confirm_loss(fname: str, loss, want: float, terms: float, dtype: str, known:
     """The engine's forward loss (report.loss) against f's NumPy loss `want`; `terms` is sum|output * c|,
     the size its rounding is relative to. In float32 the engine's rounding is checked only where the trace
     could not confirm the output itself (known=False)."""
-    if loss is None or not np.isfinite(want) and not np.isfinite(loss):
+    if loss is None:
         return
+    try:  # a report's JSON spells a non-finite double as a string ("NaN", "Infinity")
+        loss = float(loss)
+    except (TypeError, ValueError):
+        raise TracerError(f"check refused: the report's loss is not a number ({str(loss)[:40]!r})") from None
+    if not np.isfinite(loss):
+        if not np.isfinite(want):
+            return
+        raise TracerError(f"check refused: the engine's loss is {loss}, {fname}'s own is {want:.17g}: a report whose "
+                          "loss is not finite does not stand for the function checked")
     if dtype == "float32" and known:
         return
     rtol = RTOL if dtype != "float32" else float(np.sqrt(np.finfo(np.float32).eps)) * 10

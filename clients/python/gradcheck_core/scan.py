@@ -66,6 +66,8 @@ def find_graphs(paths, include=(), exclude=()) -> Scan:
                     scan.skipped.append(f"{f}: skipped, not a graph ({why})")
         elif p.is_file():
             scan.graphs.append(p)
+        elif p.exists():  # a FIFO, a device or a socket: reading it would block or never end
+            raise FileNotFoundError(f"not a regular file or directory: {p}")
         else:
             raise FileNotFoundError(f"no such file or directory: {p}")
     return scan
