@@ -154,7 +154,7 @@ def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
     if math.isfinite(fd.loss):
         def refine(which, settled):
             return fd.refine(name, ref, which, settled)
-    return ref, fd_check(as_referenced(ref, g), ref.reference, ref.noise, tol, refine)
+    return ref, fd_check(as_referenced(ref, g), ref.reference, ref.noise, tol, refine, loss=fd.loss)
 
 
 def _narrowed_fd(narrowed, g: np.ndarray):
@@ -324,9 +324,12 @@ def unresolved_findings(results, findings=()) -> list:
 
 
 def undecidable_findings(results, program, findings=()) -> list:
-    """One warning per parameter with values finite differences could not decide: no step gave an
-    estimate whose error is within the tolerance (or a small fraction of the value), or -- once
-    fd_check.REFINE_MAX values were refined -- the rest were never refined (say which, and how many).
+    """One finding per parameter with values finite differences could not decide: no step gave an
+    estimate whose error is within the tolerance (or a small fraction of the value) and the engine is
+    within that error of it, or -- once fd_check.REFINE_MAX values were refined -- the rest were never
+    refined (say which, and how many). A warning (fd_undecidable) where the symbolic oracle decided the
+    parameter; otherwise nothing decides those values and the parameter is undecided: an fd_unresolved
+    error naming the first of them (never a silent pass).
     None for a parameter a kink finding (nondifferentiable_point, warning or error) already covers: the
     kink is why no step decides it, and the one-sided differences there have settled it."""
     kinked = {p for f in findings if f.cause == "nondifferentiable_point" and f.severity != "info"
@@ -350,11 +353,15 @@ def undecidable_findings(results, program, findings=()) -> list:
             [int(i) for i in np.unravel_index(first, r.shape)] if r.shape else []
         engine = (fd.engine_projection if projected else r.gradient).reshape(-1)[first]
         what = "directional derivatives" if projected else "elements"
+        # decided elsewhere only by the exact symbolic gradient; else no reference decides them: undecided
+        decided = r.symbolic is not None or not r.passed  # a failed row: its mismatch speaks (an error)
         out.append(Finding(
-            node=r.name, op="input", cause="fd_undecidable", severity="warning",
+            node=r.name, op="input", cause="fd_undecidable" if decided else "fd_unresolved",
+            severity="warning" if decided else "error",
             detail=f"finite differences cannot decide {len(fd.undecidable)} of its {what} ({'; '.join(why)}), "
                    f"first {label}: the {'first-pass ' if first not in set(fd.refined) else ''}estimate "
                    f"{flat[first]:.8g} (error bound {float(fd.error.reshape(-1)[first]):.3g}, engine {engine:.8g}); "
-                   "not counted as a mismatch",
+                   + ("not counted as a mismatch (the symbolic gradient decides it)" if decided else
+                      "undecided: not verified and not a confirmed mismatch (no reference decides it)"),
             parameters=[r.name], worst=WorstElement(tuple(label), float(engine), float(flat[first]))))
     return out
