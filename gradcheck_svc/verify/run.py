@@ -23,7 +23,7 @@ from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
 from . import claims, recompute_check
-from .attributes import attributes_used
+from .attributes import attributes_used, defaulted_warnings
 from .custom_ops import check_custom_ops
 from .diagnosis.claimed import diagnose_claims
 from .diagnosis.context import Context
@@ -113,6 +113,7 @@ def _warnings(graph: Graph, engine, symbolic, claim_warnings: list) -> list[str]
         f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
         for f in engine.faults if not f.readers]
     warnings += list(graph.notes)  # the converter's (an ONNX export's folded parameters: not checked)
+    warnings += defaulted_warnings(graph)  # attributes most likely lost on the wire
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
     if symbolic.status == "skipped":

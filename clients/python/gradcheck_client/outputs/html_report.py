@@ -363,6 +363,17 @@ def _faults(report: dict) -> str:
                    for f in rows)
 
 
+MAX_WARNINGS = 20  # warning lines shown per graph (the rest counted; the JSON has them all)
+
+
+def _warnings(report: dict) -> str:
+    """The report's warnings, as the text report's `warning:` lines (defaulted attributes, faults with no
+    effect, what was skipped): the page says what the text says."""
+    rows = [str(w) for w in report.get("warnings") or []]
+    out = "".join(f"<p class='warning'>warning: {h(w, 600)}</p>" for w in rows[:MAX_WARNINGS])
+    return out + (_more(len(rows) - MAX_WARNINGS, "warnings") if len(rows) > MAX_WARNINGS else "")
+
+
 def _custom_ops(report: dict) -> str:
     """Each expr node's formula and whether its hand-written derivative is right."""
     rows = report.get("custom_ops") or []
@@ -444,7 +455,8 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
         verdict = str(report.get("verdict", ""))
         body = [f"<p class='verdict-{h(verdict, 10)}'><strong>{h(verdict.upper(), 10)}</strong> "
                 f"(loss {h(num(report.get('loss')), 40)}, {h(report.get('dtype'), 20)}, "
-                f"{h(report.get('device'), 20)})</p>", _subject(report), _faults(report), _custom_ops(report)]
+                f"{h(report.get('device'), 20)})</p>", _subject(report), _faults(report), _warnings(report),
+                _custom_ops(report)]
         if item.graph is not None:
             body.append(_drawing(item, k, report, graphs, integrity, layout, deadline))
         elif item.no_graph:
