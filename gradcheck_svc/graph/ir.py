@@ -47,6 +47,9 @@ class Node:
     user_attrs: dict  # as written in the graph, for messages and re-encoding
     inplace: bool
     spec: Spec
+    # attrs arrived as a Struct with no fields: what a binary encoder given a plain object sends (every
+    # attribute then defaulted; verify/attributes.py warns where the op has structural ones)
+    empty_struct: bool = False
 
 
 @dataclass(frozen=True)

@@ -376,7 +376,8 @@ def _typed_nodes(msg, order: list[int], specs: dict, elements: int, limits: Limi
             raise LimitError(f"op '{op.name}' needs a temporary of {scratch} elements, over the limit of "
                              f"{limits.max_elements} with the graph's {elements}", node=pb.name, limit="max_elements")
         specs[pb.name] = spec
-        nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec))
+        nodes.append(Node(pb.name, op, tuple(pb.inputs), norm, user_attrs, pb.inplace, spec,
+                          empty_struct=pb.HasField("attrs") and not pb.attrs.fields))
     if elements > limits.max_elements:
         raise LimitError(f"graph holds {elements} elements (inputs and node outputs), the limit is "
                          f"{limits.max_elements}", node=first_over, field=None if first_over else "graph",

@@ -251,9 +251,11 @@ def _clip_sympy(sp, x, min=None, max=None):
 
 
 def _clip_select(xp, x, min=None, max=None):
-    """The piece: -1 below min, 1 above max, 0 on the closed interval (the bounds are inside)."""
-    below = x < min if min is not None else xp.zeros(x.shape, dtype=bool)
-    above = x > max if max is not None else xp.zeros(x.shape, dtype=bool)
+    """The piece: -1 below min, 1 above max, 0 on the closed interval (the bounds are inside). In NumPy's
+    order, min first: with min > max every element ends at max (piece 1), between them too."""
+    raised = xp.maximum(x, min) if min is not None else x
+    above = raised > max if max is not None else xp.zeros(x.shape, dtype=bool)
+    below = (x < min) & ~above if min is not None else xp.zeros(x.shape, dtype=bool)
     return above.astype(xp.int8) - below.astype(xp.int8)
 
 

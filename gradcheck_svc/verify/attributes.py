@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from ..graph.ir import Graph
 from ..graph.validate import convert_attrs
+from ..text import clip
 
 STRUCTURAL = ("int", "bool", "ints", "axes")  # Attr kinds that decide which elements meet where
 
@@ -33,3 +34,25 @@ def attributes_used(graph: Graph) -> list[dict]:
         entry = groups.setdefault(key, {"op": node.op.name, "used": used, "defaulted": defaulted, "nodes": []})
         entry["nodes"].append(node.name)
     return list(groups.values())
+
+
+MAX_NAMED = 5  # nodes named in the warning (the rest counted): a 100,000-node graph's warning stays one line
+
+
+def defaulted_warnings(graph: Graph) -> list[str]:
+    """One warning per op whose nodes arrived with an empty attrs Struct while the op has structural
+    attributes: all of them defaulted, most likely dropped on the wire (a Node.js client's plain object),
+    not chosen. Named in every report format (text, JUnit's, HTML's), not only the JSON's `attributes`."""
+    by_op: dict[str, list] = {}
+    for node in graph.nodes:
+        keys = [k for k, a in node.op.attrs.items() if a.kind in STRUCTURAL]
+        if node.empty_struct and keys:
+            by_op.setdefault(node.op.name, [keys, []])[1].append(node.name)
+    out = []
+    for op, (keys, names) in by_op.items():
+        more = f" and {len(names) - MAX_NAMED} more" if len(names) > MAX_NAMED else ""
+        out.append(f"node{'s' if len(names) > 1 else ''} {', '.join(repr(clip(n, 80)) for n in names[:MAX_NAMED])}{more} "
+                   f"({op}) arrived with an empty attrs Struct: every attribute defaulted ({', '.join(keys)}); "
+                   "a client that sent them as a plain object to a binary encoder loses them -- check the "
+                   "report's attributes are the ones meant")
+    return out

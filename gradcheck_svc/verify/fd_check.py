@@ -3,9 +3,12 @@
 The first pass's differences carry only a rounding estimate. Values that fail against it are
 refined by the oracle (finite_diff: a ladder of steps, Richardson, one-sided near a domain
 edge), worst first, in batches, until one is confirmed wrong or none is left; each is then
-held to the tolerance plus its estimated FD error. A refined value whose error estimate is
+held to the tolerance plus its estimated FD error. A refined value off by more than that is a
+confirmed mismatch however imprecise its estimate (the exact value lies within the estimate's
+bound, so the engine is off by more than the tolerance). One within it whose error estimate is
 neither within the tolerance nor a small fraction of the value (TRUST) decides nothing: it
-is *undecidable by FD*, reported as such and never counted as a mismatch. So is every value
+is *undecidable by FD*, never counted as a mismatch and never a pass either (run.py: the
+parameter is undecided unless the symbolic oracle or a kink's one-sided check decides it). So is every value
 still failing on the first pass once REFINE_MAX values were refined without a confirmed
 mismatch (`unrefined`): the first pass's error estimate covers rounding only, so its verdict
 is no verdict (a correct graph whose 700 values all missed on the first pass once failed with
@@ -22,6 +25,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..oracles.fd_formulas import EPS
 from ..oracles.fd_modes import FDMode
 from .compare import Comparison, Tolerance, compare, within
 from .compare import bounds as _bounds
@@ -29,6 +33,7 @@ from .compare import bounds as _bounds
 TRUST = 1e-3  # an FD error estimate above this fraction of the value (and the tolerance) is no verdict
 REFINE_BATCH = 32  # values refined per ladder (its forwards run as stacked batches)
 REFINE_MAX = 2048  # values refined per check at most: the rest still failing are undecidable (unrefined)
+ROUNDING_SHARE = 8  # an error bound within 8x rounding's at its step (2x the largest factor, one-sided's 4)
 
 
 @dataclass
@@ -65,22 +70,45 @@ def _deciders(least: np.ndarray, g: np.ndarray):
     settled(values, err), an estimate that already decides the comparison."""
     def trusted_at(values, err):
         with np.errstate(invalid="ignore"):
-            return np.isfinite(err) & (err <= np.maximum(least, TRUST * np.abs(values)))
+            # fmax: a first pass that was NaN (a step across a domain edge) leaves least NaN there
+            return np.isfinite(err) & (err <= np.fmax(least, TRUST * np.abs(values)))
 
     def settled(values, err):
-        """Decided: agreeing with a bound within the tolerance, or disagreeing with a trusted one."""
+        """Decided: agreeing with a bound within the tolerance, or disagreeing with a trusted one. (An
+        untrusted estimate descends the whole ladder: near a pole a coarse level's gap-based bound is no
+        bound yet; the finest bound the ladder reaches is what fd_check holds a disagreement to.)"""
         with np.errstate(invalid="ignore"):
             off = np.abs(g - values)
             return ((err <= least) & (off <= least + err)) | (trusted_at(values, err) & (off > least + err))
     return trusted_at, settled
 
 
-def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine, floor=None) -> FDCheck:
+def _decided(r, eng: np.ndarray, allowed: np.ndarray, trusted_at, loss):
+    """(confirmed mismatches, undecidable values) among refined values r (a finite_diff.Refined), with
+    `allowed` each one's tolerance plus its FD error. Off by more than that is confirmed when the estimate
+    is trusted, or -- however imprecise -- when its bound is rounding's (within ROUNDING_SHARE of the
+    rounding at its step, 4 eps (|L| + 1) / h, known when `loss` is): rounding's bound holds, while a
+    bound made of the gaps between levels does not where the ladder never got below the function's own
+    scale (sqrt at 1e-300: 331 +- 140 against the exact 2.5e+149). Within it, only a trusted one decides."""
+    off = _over(eng, r.values, allowed) & np.isfinite(r.error)
+    trusted = trusted_at(r.values, r.error)
+    if loss is None:
+        confirmed = off & trusted
+    else:
+        with np.errstate(all="ignore"):
+            rounding = 4 * EPS * (abs(loss) + 1.0) / np.abs(r.step)
+        confirmed = off & (trusted | (r.error <= ROUNDING_SHARE * rounding))
+    return confirmed, ~trusted & ~confirmed
+
+
+def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine, floor=None,
+             loss: float | None = None) -> FDCheck:
     """engine and reference in the reference's shape; noise its first-pass error estimate;
     refine(flat indices, settled) -> finite_diff.Refined for those values, where settled(values,
     error) says which estimates already decide the comparison; None: the first pass stands.
     floor: each value's allowed error besides its FD error, in place of the tolerance model's
-    (the joint screen's, verify/joint_check.py)."""
+    (the joint screen's, verify/joint_check.py). loss: the function's value, for _decided's rounding
+    bound (None: only trusted estimates confirm a mismatch)."""
     if floor is not None:
         floor = np.array(np.broadcast_to(floor, np.shape(reference)), dtype=np.float64).reshape(-1)
 
@@ -106,9 +134,8 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
         r = refine(batch, settled)  # a value stops descending the ladder once it is decided
         ref[batch], error[batch] = r.values, r.error
         refined[batch] = True
-        trusted = trusted_at(r.values, r.error)
-        undecidable[batch] = ~trusted
-        if _over(eng[batch], ref[batch], bounds(ref, tol, error)[batch])[trusted].any():
+        confirmed, undecidable[batch] = _decided(r, eng[batch], bounds(ref, tol, error)[batch], trusted_at, loss)
+        if confirmed.any():
             # a confirmed mismatch: the verdict is settled, localization takes it from here
             unconfirmed = _over(eng, ref, bounds(ref, tol, error)) & ~refined
             break
@@ -135,4 +162,4 @@ def elements_check(fd, name: str, g: np.ndarray, index: np.ndarray, tol: Toleran
     index = np.asarray(index, dtype=np.intp)
     res = fd.elements(name, index)
     return fd_check(np.asarray(g, dtype=np.float64).reshape(-1)[index], res.reference, res.noise, tol,
-                    lambda which, settled: fd.refine(name, res, index[which], settled), floor=floor)
+                    lambda which, settled: fd.refine(name, res, index[which], settled), floor=floor, loss=fd.loss)

@@ -14,11 +14,12 @@ Causes (the contract):
     nonfinite               the first node producing NaN/Inf, forward or backward
     recompute_mismatch      a recomputed (checkpointed) tensor differs from the first forward
     fd_undecidable          (a warning, at a parameter) finite differences could not decide some of
-                            its values: no step gave a trustworthy error estimate
+                            its values (no step gave a trustworthy error estimate) but the symbolic
+                            gradient or the row's own failure did; undecided otherwise (fd_unresolved)
     fd_unresolved           (an error, at a parameter) finite differences could neither confirm nor
                             clear its gradient: the joint screen could not resolve some of its
-                            elements, a flag not narrowed to a decided element, or values still off
-                            past the refinement cap. Undecided: not verified, not a mismatch (its row
+                            elements, a flag not narrowed to a decided element, values still off
+                            past the refinement cap, or values no step could decide (named). Undecided: not verified, not a mismatch (its row
                             is "undecided"); the verdict is never a pass
     gradient_mismatch       (at a parameter) its gradient failed and no node was named for it
                             (localization off, or no single node explains it): a FAIL never comes

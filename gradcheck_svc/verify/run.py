@@ -23,7 +23,7 @@ from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
 from . import claims, recompute_check
-from .attributes import attributes_used
+from .attributes import attributes_used, defaulted_warnings
 from .custom_ops import check_custom_ops
 from .diagnosis.claimed import diagnose_claims
 from .diagnosis.context import Context
@@ -113,6 +113,7 @@ def _warnings(graph: Graph, engine, symbolic, claim_warnings: list) -> list[str]
         f"fault {f.fault} had no effect: no backward step reads '{f.fault.split(':')[0]}'{why}"
         for f in engine.faults if not f.readers]
     warnings += list(graph.notes)  # the converter's (an ONNX export's folded parameters: not checked)
+    warnings += defaulted_warnings(graph)  # attributes most likely lost on the wire
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
     if symbolic.status == "skipped":
@@ -154,7 +155,7 @@ def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
     if math.isfinite(fd.loss):
         def refine(which, settled):
             return fd.refine(name, ref, which, settled)
-    return ref, fd_check(as_referenced(ref, g), ref.reference, ref.noise, tol, refine)
+    return ref, fd_check(as_referenced(ref, g), ref.reference, ref.noise, tol, refine, loss=fd.loss)
 
 
 def _narrowed_fd(narrowed, g: np.ndarray):
@@ -324,9 +325,12 @@ def unresolved_findings(results, findings=()) -> list:
 
 
 def undecidable_findings(results, program, findings=()) -> list:
-    """One warning per parameter with values finite differences could not decide: no step gave an
-    estimate whose error is within the tolerance (or a small fraction of the value), or -- once
-    fd_check.REFINE_MAX values were refined -- the rest were never refined (say which, and how many).
+    """One finding per parameter with values finite differences could not decide: no step gave an
+    estimate whose error is within the tolerance (or a small fraction of the value) and the engine is
+    within that error of it, or -- once fd_check.REFINE_MAX values were refined -- the rest were never
+    refined (say which, and how many). A warning (fd_undecidable) where the symbolic oracle decided the
+    parameter; otherwise nothing decides those values and the parameter is undecided: an fd_unresolved
+    error naming the first of them (never a silent pass).
     None for a parameter a kink finding (nondifferentiable_point, warning or error) already covers: the
     kink is why no step decides it, and the one-sided differences there have settled it."""
     kinked = {p for f in findings if f.cause == "nondifferentiable_point" and f.severity != "info"
@@ -350,11 +354,15 @@ def undecidable_findings(results, program, findings=()) -> list:
             [int(i) for i in np.unravel_index(first, r.shape)] if r.shape else []
         engine = (fd.engine_projection if projected else r.gradient).reshape(-1)[first]
         what = "directional derivatives" if projected else "elements"
+        # decided elsewhere only by the exact symbolic gradient; else no reference decides them: undecided
+        decided = r.symbolic is not None or not r.passed  # a failed row: its mismatch speaks (an error)
         out.append(Finding(
-            node=r.name, op="input", cause="fd_undecidable", severity="warning",
+            node=r.name, op="input", cause="fd_undecidable" if decided else "fd_unresolved",
+            severity="warning" if decided else "error",
             detail=f"finite differences cannot decide {len(fd.undecidable)} of its {what} ({'; '.join(why)}), "
                    f"first {label}: the {'first-pass ' if first not in set(fd.refined) else ''}estimate "
                    f"{flat[first]:.8g} (error bound {float(fd.error.reshape(-1)[first]):.3g}, engine {engine:.8g}); "
-                   "not counted as a mismatch",
+                   + ("not counted as a mismatch (the symbolic gradient decides it)" if decided else
+                      "undecided: not verified and not a confirmed mismatch (no reference decides it)"),
             parameters=[r.name], worst=WorstElement(tuple(label), float(engine), float(flat[first]))))
     return out

@@ -143,13 +143,21 @@ def test_a_corrupted_cache_next_to_a_pole_is_still_named():
     assert ("q", "cache_corruption") in errors(report), report.to_text()
 
 
-def test_undecidable_is_a_warning_naming_the_element_never_a_rule_error():
-    """sqrt at 1e-300: no step is small next to x, the one-sided differences never converge."""
+def test_undecidable_is_undecided_naming_the_element_never_a_rule_error_nor_a_pass():
+    """sqrt at 1e-300: no step is small next to x, the one-sided differences never converge (331 +- 137
+    against the exact 2.5e+149: a bound made of the ladder's gaps, not rounding's, confirms nothing). With
+    FD alone nothing decides that element: the parameter is undecided, the element named (issue 44: never
+    a silent pass); with the symbolic oracle on, the exact gradient decides it and FD's doubt is a warning."""
     report = verify(unary_graph("sqrt", np.array([1e-300, 4.0])), FD_ONLY)
+    assert report.verdict == "fail" and errors(report) == [("x", "fd_unresolved")], report.to_text()
+    (f,) = [f for f in report.findings if f.severity == "error"]
+    assert f.worst.index == (0,) and "first [0]" in f.detail and "undecided" in f.detail
+    assert report.parameters[0].status == "undecided"
+    assert report.parameters[0].to_dict()["fd_undecidable"] == [0]
+    report = verify(unary_graph("sqrt", np.array([1e-300, 4.0])), VerifyOptions())
     assert report.verdict == "pass" and not errors(report), report.to_text()
     (f,) = [f for f in report.findings if f.cause == "fd_undecidable"]
     assert (f.node, f.severity, f.worst.index) == ("x", "warning", (0,))
-    assert report.parameters[0].to_dict()["fd_undecidable"] == [0]
 
 
 @pytest.fixture

@@ -122,7 +122,12 @@ FORMS = {
     "split": [("A", lambda x: np.split(x, 2)), ("A", lambda x: np.split(x, [1, 3], axis=-1)),
               ("A", lambda x: np.split(x, [-1], axis=1)), ("A", lambda x: np.split(x, 3, axis=2))],
     "clip": [("A", lambda x: np.clip(x, 0.3, 0.6)), ("A", lambda x: np.clip(x, None, 0.5)),
-             ("A", lambda x: np.clip(x, ROW, 0.7)), ("A", lambda x: x.clip(0.2, 0.5))],
+             ("A", lambda x: np.clip(x, ROW, 0.7)), ("A", lambda x: x.clip(0.2, 0.5)),
+             ("A", lambda x: np.clip(x, 0.6, 0.3))],  # a_min > a_max: all a_max, as NumPy allows
+    # issue 44: // and % (the operators dispatch to these) as NumPy's floor(a / b) and a - b floor(a / b)
+    "floor_divide": _binary("floor_divide") + [("A", lambda x: x // 0.07), ("A", lambda x: 1.0 // x)],
+    "remainder": _binary("remainder") + [("A", lambda x: x % 0.07), ("A", lambda x: 1.0 % x),
+                                         ("A", lambda x: x % -0.07)],
     "column_stack": [("V", lambda x: np.column_stack([x, x * 2])), ("M", lambda x: np.column_stack((x, x[:, 0])))],
     "hstack": [("V", lambda x: np.hstack([x, x[:2]])), ("M", lambda x: np.hstack((x, x)))],
     "vstack": [("V", lambda x: np.vstack([x, x])), ("M", lambda x: np.vstack((x, x[:1])))],

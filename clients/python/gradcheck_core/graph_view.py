@@ -130,8 +130,12 @@ def _drawn(graph, report: dict) -> tuple[set | None, str]:
     if not keep:
         return set(), (f"the graph has {total} values, over the {MAX_DRAWN} drawn whole, and nothing fails: "
                        "not drawn (the tables below list every finding and parameter)")
-    return set(keep), (f"the graph has {total} values, over the {MAX_DRAWN} drawn whole: {len(keep)} drawn, "
-                       "the failing nodes' inputs and readers and the path to the loss (shortened)")
+    return set(keep), _cut_note(total, len(keep))
+
+
+def _cut_note(total: int, drawn: int) -> str:
+    return (f"the graph has {total} values, over the {MAX_DRAWN} drawn whole: {drawn} drawn, "
+            "the failing nodes' inputs and readers and the path to the loss (shortened)")
 
 
 def layout_budget(seconds: float | None = None) -> float:
@@ -159,6 +163,8 @@ def build_view(graph, report: dict, *, integrity: str = "check", layout: str = "
     if drawn is not None:  # a cut drawing: the path to the loss shortened too, joined across the cut
         path, cut = shortened(path)
         drawn |= set(path)
+        if drawn:  # the count the note states is what is drawn, the path to the loss included
+            note = _cut_note(len(graph.inputs) + len(graph.nodes), len(drawn))
     on_path = set(path)
     path_edges = set(zip(path, path[1:]))
     params = {p.get("name"): p for p in report.get("parameters") or []}

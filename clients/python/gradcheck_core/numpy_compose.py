@@ -58,6 +58,9 @@ def var(t, a, axis=None, dtype=None, out=None, ddof=0, keepdims=False, *, where=
     x = _v(t, a)
     axes = _axes(axis, x.ndim)
     n = math.prod(x.shape[i] for i in axes)
+    if n - ddof <= 0:  # NumPy divides by max(n - ddof, 0): inf or nan, with a RuntimeWarning
+        raise _error(f"numpy.var: ddof={ddof} leaves no degrees of freedom over {n} element(s): NumPy divides by "
+                     "zero (inf or nan), which has no gradient to check")
     centred = x - t.apply("mean", x, axis=list(axes), keepdims=True)
     return t.apply("sum", t.apply("square", centred), axis=list(axes), keepdims=bool(keepdims)) / float(n - ddof)
 
@@ -448,8 +451,23 @@ def pad(t, array, pad_width, mode="constant", **kwargs):
     if kwargs or np.ndim(value) != 0:
         raise _error("numpy.pad: only one scalar constant_values (and no other options) can be traced")
     widths = np.broadcast_to(np.asarray(pad_width, dtype=np.int64), (x.ndim, 2))
+    if mode == "reflect":
+        return _reflect(t, x, widths.copy())
     return t.apply("pad", x, pads=[int(w) for w in widths[:, 0]] + [int(w) for w in widths[:, 1]], mode=mode,
                    value=float(value))
+
+
+def _reflect(t, x, widths: np.ndarray):
+    """Reflect padding as NumPy does it: a width of at least the axis's length reflects the padded array again,
+    in rounds of at most length - 1 per side (op 'pad' reflects less than the axis in one step)."""
+    if any(n == 1 and w.any() for n, w in zip(x.shape, widths)):
+        raise _error("numpy.pad: reflect padding of an axis of length 1 cannot be traced")
+    while widths.any():
+        step = np.minimum(widths, np.asarray(x.shape)[:, None] - 1)
+        x = t.apply("pad", x, pads=[int(w) for w in step[:, 0]] + [int(w) for w in step[:, 1]], mode="reflect",
+                    value=0.0)
+        widths = widths - step
+    return x
 
 
 def sort(t, a, axis=-1, kind=None, order=None, stable=None):
@@ -533,12 +551,59 @@ def copy(t, a, order="K", subok=False):
     return type(x)(t, x._node)
 
 
+def _batched(t, a, one, *others):
+    """NumPy's stacked linear algebra, a (..., m, m): `one(a_i, *others_i)` per matrix of the stack, the results
+    stacked back into the stack's leading shape (ops inv, det and solve take one matrix). others: per-matrix
+    arguments of the same leading shape."""
+    lead = a.shape[:-2]
+    flat = a.reshape(-1, *a.shape[-2:])
+    rest = [o.reshape(-1, *o.shape[len(lead):]) for o in others]
+    outs = [one(flat[i], *(r[i] for r in rest)) for i in range(flat.shape[0])]
+    return stack(t, outs).reshape(*lead, *outs[0].shape)
+
+
+def inv(t, a):
+    x = _v(t, a)
+    return t.apply("inv", x) if x.ndim <= 2 else _batched(t, x, lambda m: t.apply("inv", m))
+
+
+def det(t, a):
+    x = _v(t, a)
+    return t.apply("det", x) if x.ndim <= 2 else _batched(t, x, lambda m: t.apply("det", m))
+
+
 def solve(t, a, b):
-    """numpy.linalg.solve: op 'solve' takes b as [n, k]; NumPy's 1-D b is one column."""
-    y = _v(t, b)
+    """numpy.linalg.solve: op 'solve' takes b as [n, k]; NumPy's 1-D b is one column. A stack of matrices
+    a (..., m, m) takes b (m,) for every one of them or b (..., m, k) of the same leading shape (NumPy 2)."""
+    x, y = _v(t, a), _v(t, b)
+    if x.ndim > 2:
+        if y.ndim == 1:  # the same b for every matrix
+            return _batched(t, x, lambda m: solve(t, m, y))
+        if y.ndim == x.ndim and y.shape[:-2] == x.shape[:-2]:
+            return _batched(t, x, lambda m, v: solve(t, m, v), y)
+        raise _error(f"numpy.linalg.solve of a stack {list(x.shape)} with b {list(y.shape)} cannot be traced "
+                     "(b of shape (m,) or of the stack's leading shape (..., m, k) can)")
     if y.ndim == 1:
-        return t.apply("solve", a, y.reshape(-1, 1)).reshape(-1)
-    return t.apply("solve", a, y)
+        return t.apply("solve", x, y.reshape(-1, 1)).reshape(-1)
+    return t.apply("solve", x, y)
+
+
+def floor_divide(t, a, b):
+    """a // b as floor(a / b) (piecewise constant: gradient 0 between the jumps). NumPy divides by way of
+    fmod, exactly: where a / b rounds onto an integer the two differ by one (0.5 // 0.1 is 4.0, floor(0.5 / 0.1)
+    5.0) -- such values are refused, naming the line, rather than traced as another function."""
+    known = [x._known() if isinstance(x, Traced) else np.asarray(x, dtype=np.float64) for x in (a, b)]
+    with np.errstate(all="ignore"):
+        same = np.floor(known[0] / known[1]) == np.floor_divide(*known)
+    if not np.all(same | np.isnan(np.floor_divide(*known))):
+        raise _error("// or % where a quotient rounds onto an integer (NumPy's floor_divide, by fmod, differs "
+                     "there from floor(a / b)): cannot be traced as NumPy computes it")
+    return t.apply("floor", t.apply("div", a, b))
+
+
+def remainder(t, a, b):
+    """a % b as NumPy's a - b * floor(a / b) (the divisor's sign)."""
+    return t.apply("sub", a, t.apply("mul", b, floor_divide(t, a, b)))
 
 
 def norm(t, x, ord=None, axis=None, keepdims=False):
@@ -566,7 +631,8 @@ COMPOSED = {getattr(np, name): fn for name, fn in [
     ("repeat", repeat), ("tile", tile), ("expand_dims", expand_dims), ("pad", pad), ("sort", sort), ("split", split),
     ("array_split", array_split), ("stack", stack), ("hstack", hstack), ("vstack", vstack),
     ("column_stack", column_stack), ("ravel", ravel), ("copy", copy), ("fabs", lambda t, x: t.apply("abs", x)),
-]} | {np.linalg.norm: norm, np.linalg.solve: solve}
+    ("floor_divide", floor_divide), ("remainder", remainder),
+]} | {np.linalg.norm: norm, np.linalg.solve: solve, np.linalg.inv: inv, np.linalg.det: det}
 
 
 def _astype(x, dtype, order="K", casting="unsafe", subok=True, copy=True):

@@ -164,6 +164,20 @@ class Value(Traced):
     def __matmul__(self, o): return self.tracer.apply("matmul", self, o)
     def __rmatmul__(self, o): return self.tracer.apply("matmul", o, self)
     def __neg__(self): return self.tracer.apply("neg", self)
+    # // and % as NumPy's floor_divide and remainder (numpy_compose: floor(a / b), a - b * floor(a / b))
+    def __floordiv__(self, o): return np.floor_divide(self, o)
+    def __rfloordiv__(self, o): return np.floor_divide(o, self)
+    def __mod__(self, o): return np.remainder(self, o)
+    def __rmod__(self, o): return np.remainder(o, self)
+
+    @property
+    def real(self) -> Value:
+        """A float array's real part is the array itself (NumPy: a view sharing its memory)."""
+        return self
+
+    def view(self, *args, **kwargs):
+        raise TracerError("x.view() of a traced value cannot be traced (a NumPy view reinterpreting its memory): "
+                          "use x itself" + user_site())
     def __pos__(self): return Value(self.tracer, self._node)  # a new array object, as NumPy's +x
     def __abs__(self): return self.tracer.apply("abs", self)
 

@@ -158,8 +158,16 @@ class _Errors:
         return float(np.nanmax(np.where(np.isfinite(self.ratio), self.ratio, np.inf))) if self.ratio.size else 0.0
 
 
+def _joint(p: dict) -> bool:
+    """A row the joint screen cleared: its reference is the whole graph's directional derivatives, not its
+    elements (report key fd_checked_by "joint")."""
+    return p.get("fd_checked_by") == "joint"
+
+
 def _errors(p: dict) -> _Errors | None:
     sym = p.get("symbolic")
+    if _joint(p):
+        return None  # no element values to draw: _joint_agreement says what was checked
     if p.get("fd_mode") == "projection":
         engine, ref, what = p.get("engine_projection") or [], p.get("reference") or [], "directional derivatives"
         shape = [len(ref)]
@@ -239,18 +247,47 @@ def _heatmap(p: dict, errors: _Errors | None = None) -> str:
             f"<svg class='heatmap' width='{width}' height='{height}'>{''.join(cells)}</svg></figure>")
 
 
+AFFECTED = ("FAIL", "undecided", "affected", "not provided")  # row statuses a heatmap ranks first
+
+
+def _affected(p: dict) -> bool:
+    return str(p.get("status", "")).startswith(AFFECTED) or p.get("passed") is False
+
+
 def _heatmaps(report: dict) -> str:
-    """The heatmaps of the HEATMAP_MAX_PARAMETERS worst parameters (failing ones first), with a note of
-    how many were left out."""
-    rated = [(p, _errors(p)) for p in report.get("parameters") or []]
+    """The heatmaps of the HEATMAP_MAX_PARAMETERS worst parameters -- the affected ones (failing, undecided,
+    affected by a fault) first, worst first -- with a note of how many were left out; then the parameters the
+    joint screen cleared, as what was checked: the whole graph's directional derivatives."""
+    params = report.get("parameters") or []
+    rated = [(p, _errors(p)) for p in params]
     rated = [(p, e) for p, e in rated if e is not None]
-    rated.sort(key=lambda pe: (bool(pe[0].get("passed", pe[0].get("status") == "ok")), -pe[1].worst))
+    rated.sort(key=lambda pe: (not _affected(pe[0]), -pe[1].worst))
     shown = "".join(_heatmap(p, e) for p, e in rated[:HEATMAP_MAX_PARAMETERS])
     left = len(rated) - HEATMAP_MAX_PARAMETERS
     if left > 0:
+        worst = "worst of the affected" if any(_affected(p) for p, _ in rated) else "worst"
         shown += (f"<p class='note'>{left} more parameters' heatmaps left out: the {HEATMAP_MAX_PARAMETERS} "
-                  "worst are shown (the parameter table lists every one).</p>")
-    return shown
+                  f"{worst} are shown (the parameter table lists every one).</p>")
+    return shown + _joint_agreement([p for p in params if _joint(p)])
+
+
+def _joint_agreement(rows: list) -> str:
+    """The parameters the joint screen cleared: checked together along shared random directions, so there is
+    no per-element value to draw; one line says how the directional derivatives agreed, green when they pass."""
+    if not rows:
+        return ""
+    p = rows[0]
+    e = np.array([_finite(v) for v in p.get("engine_projection") or []])
+    r = np.array([_finite(v) for v in p.get("reference") or []])
+    n = min(len(e), len(r))
+    off = float(np.max(np.abs(e[:n] - r[:n]), initial=0.0)) if n else float("nan")
+    ok = all(str(q.get("status", "")).startswith("ok") for q in rows)
+    names = ", ".join(str(q.get("name")) for q in rows[:HEATMAP_MAX_PARAMETERS])
+    more = f" and {len(rows) - HEATMAP_MAX_PARAMETERS} more" if len(rows) > HEATMAP_MAX_PARAMETERS else ""
+    return (f"<p class='{'ok' if ok else 'error'} joint'>{len(rows)} parameter{'s' if len(rows) != 1 else ''} "
+            f"checked jointly ({h(names, 400)}{more}): the whole graph's {n} directional derivatives "
+            f"{'agree' if ok else 'disagree'} with finite differences (largest |engine - FD| {h(num(off), 30)}); "
+            "no per-element values to draw</p>")
 
 
 MEMORY_FIGURES = ("training_peak_bytes", "live_peak_bytes", "inference_peak_bytes", "data_bytes", "parameters_bytes",
@@ -363,6 +400,17 @@ def _faults(report: dict) -> str:
                    for f in rows)
 
 
+MAX_WARNINGS = 20  # warning lines shown per graph (the rest counted; the JSON has them all)
+
+
+def _warnings(report: dict) -> str:
+    """The report's warnings, as the text report's `warning:` lines (defaulted attributes, faults with no
+    effect, what was skipped): the page says what the text says."""
+    rows = [str(w) for w in report.get("warnings") or []]
+    out = "".join(f"<p class='warning'>warning: {h(w, 600)}</p>" for w in rows[:MAX_WARNINGS])
+    return out + (_more(len(rows) - MAX_WARNINGS, "warnings") if len(rows) > MAX_WARNINGS else "")
+
+
 def _custom_ops(report: dict) -> str:
     """Each expr node's formula and whether its hand-written derivative is right."""
     rows = report.get("custom_ops") or []
@@ -389,8 +437,10 @@ def _index(items: list[RunItem], order: list[int]) -> str:
         item = items[k]
         report = item.report or {}
         failing = [str(p.get("name")) for p in report.get("parameters") or []
-                   if str(p.get("status", "")).startswith(("FAIL", "undecided"))]
+                   if str(p.get("status", "")).startswith(("FAIL", "undecided", "affected"))]
         errors = [f for f in report.get("findings") or [] if f.get("severity") == "error"]
+        if not failing and errors:  # a failing verdict always names its parameters: those its errors affect
+            failing = list(dict.fromkeys(str(q) for f in errors for q in f.get("parameters") or []))
         where = f"{errors[0].get('cause')} at node {errors[0].get('node')}" if errors else item.error
         rows.append(f"<tr><td>{_badge(_verdict(item))}</td><td class='mono'><a href='#item-{k}'>"
                     f"{h(item.label, 200)}</a></td><td class='mono'>{h(', '.join(failing), 200)}</td>"
@@ -444,7 +494,8 @@ def build_html(items: list[RunItem], *, title: str = "gradcheck report", integri
         verdict = str(report.get("verdict", ""))
         body = [f"<p class='verdict-{h(verdict, 10)}'><strong>{h(verdict.upper(), 10)}</strong> "
                 f"(loss {h(num(report.get('loss')), 40)}, {h(report.get('dtype'), 20)}, "
-                f"{h(report.get('device'), 20)})</p>", _subject(report), _faults(report), _custom_ops(report)]
+                f"{h(report.get('device'), 20)})</p>", _subject(report), _faults(report), _warnings(report),
+                _custom_ops(report)]
         if item.graph is not None:
             body.append(_drawing(item, k, report, graphs, integrity, layout, deadline))
         elif item.no_graph:
