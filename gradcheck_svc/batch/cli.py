@@ -47,6 +47,14 @@ def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
     p.add_argument("--run-id", default=None, metavar="ID",
                    help="results go to OUT/runs/ID/ (default $GRADCHECK_RUN_ID -- in a Job, the Job's name "
                         "from the downward API -- else 'default')")
+    _attempt_flag(p)
+
+
+def _attempt_flag(p) -> None:
+    p.add_argument("--attempt", default=None, metavar="ID",
+                   help="this launch of the run (default $GRADCHECK_ATTEMPT; in a Job, settings.yaml `attempt`, fresh "
+                        "per apply): every file carries it, the merge of the attempt settles only on its own markers, "
+                        "and a second launch under the run ID while this one runs is refused (default: none, by hand)")
 
 
 def add_parsers(sub) -> None:
@@ -116,6 +124,7 @@ def _add_merge(sub) -> None:
                         "graph's content are read from it now, so a graph added, removed or replaced since the "
                         "shards ran is missing, set aside or stale, never reported from an old answer (default: "
                         "the set the newest unit recorded)")
+    _attempt_flag(m)
     m.add_argument("--expect-nodes", default=None, metavar="NODES|@FILE",
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
                         "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
@@ -214,6 +223,16 @@ def _keyed_options(args, requested: dict, onnx_import=None) -> dict:
     return keyed
 
 
+_SAID: list[str] = []  # this process's last failure line, recorded in the unit's ended.json (the merge shows it)
+
+
+def _fail(label: str, what: str) -> None:
+    from ..text import clip
+
+    _SAID[:] = [clip(what, 500)]
+    print(f"gradcheck-svc {label}: {what}", file=sys.stderr)
+
+
 def _run(run, label: str) -> int:
     """Map what a unit can raise to the exit codes above."""
     from .verifiers import InfraError
@@ -221,14 +240,14 @@ def _run(run, label: str) -> int:
     try:
         run()
     except InfraError as exc:
-        print(f"gradcheck-svc {label}: infrastructure failure, retry (exit {EXIT_RETRY}): {exc}", file=sys.stderr)
+        _fail(label, f"infrastructure failure, retry (exit {EXIT_RETRY}): {exc}")
         return EXIT_RETRY
     except MemoryError:
-        print(f"gradcheck-svc {label}: out of memory, retry (exit {EXIT_RETRY})", file=sys.stderr)
+        _fail(label, f"out of memory, retry (exit {EXIT_RETRY})")
         return EXIT_RETRY
-    except OSError as exc:  # the results volume: full, read-only, gone
-        print(f"gradcheck-svc {label}: infrastructure failure, retry (exit {EXIT_RETRY}): "
-              f"{exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # the results volume: full, read-only, gone (store.atomic_write names the file)
+        _fail(label, f"infrastructure failure, retry (exit {EXIT_RETRY}): {exc.filename or '(no path)'}: "
+                     f"{exc.strerror or exc}")
         return EXIT_RETRY
     return EXIT_OK
 
@@ -243,23 +262,52 @@ def _last_attempt() -> bool:
         return False
 
 
-def _ending(unit_dir, started_at: str, body, mine=lambda: True) -> int:
+class Terminated(BaseException):
+    """SIGTERM in a unit (the Job deleted, the pod evicted, its deadline): end as 143, the ending recorded."""
+
+
+def _ending(unit_dir, started_at: str, body, mine=lambda: True, attempt: str | None = None,
+            heartbeat: bool = True) -> int:
     """Run body() and record how this attempt of the unit ended (store.write_ended), for a merge waiting on the
     run (batch-merge --wait): finished (0) and refused (2: FailIndex) are the unit's last attempt; a retryable
-    failure is when the index has no retry left. An exit that kills the process (SIGKILL, OOM) records nothing."""
-    from ..errors import GradcheckError
-    from .store import write_ended
+    failure (75, 3, a SIGTERM's 143) is when the index has no retry left. While it runs, a heartbeat
+    (attempt.py) says so; a SIGKILL ends it without a word, and the merge sees the heartbeat stop."""
+    import signal
 
+    from ..errors import GradcheckError
+    from .attempt import Heartbeat
+    from .store import code_version, write_ended
+
+    def ended(code: int, final: bool) -> None:
+        if beat is not None:
+            beat.stop()
+        if mine():  # a screen pod refused on another index's node leaves that node's unit alone
+            write_ended(unit_dir, code, final, started_at, attempt, code_version(), (_SAID or [None])[-1])
+
+    def term(signum, frame):
+        raise Terminated()
+
+    _SAID.clear()
+    beat = Heartbeat(unit_dir, attempt, _last_attempt()).start() if attempt is not None and heartbeat else None
+    previous = signal.signal(signal.SIGTERM, term)
     try:
         code = body()
-    except GradcheckError:
-        write_ended(unit_dir, EXIT_USAGE, True, started_at)
+    except GradcheckError as exc:
+        _SAID[:] = [str(exc)[:500]]
+        ended(EXIT_USAGE, True)
         raise
-    except Exception:  # an internal error (exit 3): retried like 75
-        write_ended(unit_dir, EXIT_INTERNAL, _last_attempt(), started_at)
+    except Terminated:
+        _fail("batch", f"terminated (SIGTERM): the records written so far stay (exit {EXIT_TERMINATED})")
+        ended(EXIT_TERMINATED, _last_attempt())
+        return EXIT_TERMINATED
+    except Exception as exc:  # an internal error (exit 3): retried like 75
+        _SAID[:] = [f"internal error: {type(exc).__name__}"]
+        ended(EXIT_INTERNAL, _last_attempt())
         raise
-    if code is not None and mine():  # a screen pod refused on another index's node leaves that node's unit alone
-        write_ended(unit_dir, code, code in (EXIT_OK, EXIT_USAGE) or _last_attempt(), started_at)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code is not None:
+        ended(code, code in (EXIT_OK, EXIT_USAGE) or _last_attempt())
     return code
 
 
@@ -269,20 +317,22 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed, started_at) -> dict:
+def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed, started_at,
+          attempt) -> dict:
     from .store import options_sha256
 
     return {"mode": mode, "unit": unit, "label": label, "run_id": run_id, "shard_index": index,
             "shard_count": count, "node": node, "manifest_root": str(manifest.root), "graphs": list(manifest.graphs),
             "contents": {}, "where": verifier.where, "options": options, "keyed_options": keyed,
             "options_sha256": options_sha256(keyed), "gradcheck_version": verifier.version,
-            "started_at": started_at}
+            "started_at": started_at, "attempt": attempt, "job_uid": os.environ.get("GRADCHECK_JOB_UID") or None}
 
 
 def batch(args) -> int:
     from ..errors import OptionError
+    from .attempt import attempt_id
     from .location import location
-    from .store import UnitStore, unit_name
+    from .store import UnitStore, run_dir, unit_name
 
     # where this unit's ending is recorded first, so that a refused option (exit 2) is recorded too
     out = location(args.out, "--out")
@@ -291,10 +341,27 @@ def batch(args) -> int:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
-    run_id, started_at = _run_id(args), _now()
+    run_id, started_at, attempt = _run_id(args), _now(), attempt_id(args.attempt)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
     store = UnitStore(out, run_id, unit)
-    return _ending(store.dir, started_at, lambda: _batch_unit(args, index, run_id, unit, label, store, started_at))
+    if attempt is not None:
+        refused = []
+        code = _run(lambda: refused.append(_claimed(run_dir(out, run_id), attempt)), "batch")
+        if code != EXIT_OK:
+            return code
+        if refused[0]:  # another launch is writing this run: nothing of it is touched, not even an ending
+            print(f"gradcheck-svc batch: {refused[0]} (exit {EXIT_USAGE})", file=sys.stderr)
+            return EXIT_USAGE
+    args.attempt = attempt
+    return _ending(store.dir, started_at, lambda: _batch_unit(args, index, run_id, unit, label, store, started_at),
+                   attempt=attempt)
+
+
+def _claimed(rdir, attempt: str) -> str | None:
+    """Why this launch may not write the run (attempt.claim), or None (an OSError: _run's exit 75)."""
+    from .attempt import claim
+
+    return claim(rdir, attempt, os.environ.get("GRADCHECK_JOB_UID") or None)
 
 
 def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
@@ -311,7 +378,8 @@ def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
         manifest = _load_graphs(args.manifest)
         verifier.check()  # first: against a server, its version is part of every record's key
         plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
-                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None), started_at)
+                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None), started_at,
+                     args.attempt)
         run_unit(manifest, manifest.shard(index, args.shard_count), store, plan,
                  verifier, options, _graph_limit(args)[0], onnx_import=onnx_import)
 
@@ -428,6 +496,7 @@ def screen(args) -> int:
     import tempfile
 
     from . import screen as screen_nodes
+    from .attempt import attempt_id
     from .location import location
     from .manifest import load_manifest
     from .runner import run_unit
@@ -438,7 +507,7 @@ def screen(args) -> int:
     out = location(args.out, "--out")
     expected = _screen_suite_and_nodes(args)
     node = args.node_name or socket.gethostname()
-    run_id, started_at = _run_id(args), _now()
+    run_id, started_at, attempt = _run_id(args), _now(), attempt_id(args.attempt)
     index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":  # asked in the verifying child (verifiers.cuda_usable): CUDA does not survive a fork
@@ -466,7 +535,7 @@ def screen(args) -> int:
                 raise InfraError(refused)
             verifier.check()
             plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed,
-                         started_at)
+                         started_at, attempt)
             plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
             plan["expected_nodes"], plan["screen_index"] = expected, index
             # what the merge needs to run the reference itself: the suite it rebuilds, and this host's numerics
@@ -475,7 +544,8 @@ def screen(args) -> int:
             run_unit(manifest, list(manifest.graphs), store, plan, verifier,
                      options, _graph_limit(args)[0], faults_where_present=True)
 
-        return _ending(store.dir, started_at, lambda: _run(run, "screen"), mine=lambda: not refused_here)
+        return _ending(store.dir, started_at, lambda: _run(run, "screen"), mine=lambda: not refused_here,
+                       attempt=attempt, heartbeat=False)
 
 
 def batch_merge(args) -> int:
@@ -483,6 +553,7 @@ def batch_merge(args) -> int:
 
     from ..errors import OptionError
     from . import screen as screen_nodes
+    from .attempt import attempt_id
     from .location import location
 
     if args.shard_count is not None and args.shard_count < 1:
@@ -498,6 +569,7 @@ def batch_merge(args) -> int:
         raise OptionError("must be 0 or more", field="--wait")
     previous = signal.getsignal(signal.SIGTERM)
     try:
+        args.attempt = attempt_id(args.attempt)
         state = _wait(out, args, expect) if args.wait is not None else {"terminated": False}
         code = _merge_and_report(args, out, files, expect)
     finally:
@@ -514,7 +586,7 @@ def _merge_and_report(args, out, files, expect) -> int:
 
     try:
         m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
-                  expect_nodes=expect, manifest=args.manifest)
+                  expect_nodes=expect, manifest=args.manifest, attempt=args.attempt)
     except StoreUnreadable as exc:
         print(f"gradcheck-svc batch-merge: infrastructure failure, retry (exit {EXIT_RETRY}): {clip(exc, 2000)}",
               file=sys.stderr)
@@ -548,6 +620,7 @@ def _wait(out, args, expect) -> dict:
     import signal
     import time
 
+    from .attempt import Watch
     from .merge import settled
 
     state = {"terminated": False}
@@ -555,7 +628,8 @@ def _wait(out, args, expect) -> dict:
     deadline = time.monotonic() + args.wait
     print(f"gradcheck-svc batch-merge: waiting up to {args.wait:g} s for every shard (or node) of the run to end",
           file=sys.stderr, flush=True)
-    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect):
+    watch = Watch()  # heartbeats as this process sees them: a last try's that stops is a SIGKILL
+    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect, args.attempt, watch):
         left = deadline - time.monotonic()
         if left <= 0:
             print(f"gradcheck-svc batch-merge: waited {args.wait:g} s and some shards or nodes have not ended: "
