@@ -87,6 +87,47 @@ def _add_batch(sub) -> None:
     from gradcheck_client.onnx_options import add_onnx_flags
 
     add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
+    _ends_on_usage_error(b)
+
+
+def _ends_on_usage_error(parser) -> None:
+    """A shard that argparse refuses (exit 2, before batch() runs: a flag mistyped in the manifest) still ends
+    its index: the arguments it was given are read leniently for the unit (--out, --run-id, the index, the
+    attempt) and its ended.json written, so the merge waiting on it stops waiting."""
+    seen, parse, error = {}, parser.parse_known_args, parser.error
+
+    def parse_known_args(args=None, namespace=None):
+        seen["argv"] = list(args or [])
+        return parse(args, namespace)
+
+    def on_error(message):
+        try:
+            _usage_ending(seen.get("argv", []), message)
+        except Exception:  # noqa: BLE001 -- best effort: the usage error itself is what must be said
+            pass
+        error(message)
+
+    parser.parse_known_args, parser.error = parse_known_args, on_error
+
+
+def _usage_ending(argv: list, message: str) -> None:
+    from .attempt import attempt_id, holder
+    from .location import location
+    from .store import UnitStore, code_version, run_dir, unit_name, write_ended
+
+    lenient = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    for flag in ("--out", "--run-id", "--attempt", "--shard-index", "--shard-count"):
+        lenient.add_argument(flag, default=None)
+    ns, _ = lenient.parse_known_args(argv)
+    if ns.out is None:
+        return
+    out, count = location(ns.out, "--out"), int(ns.shard_count or 1)
+    index = completion_index(None if ns.shard_index is None else int(ns.shard_index), "--shard-index")
+    attempt, run_id = attempt_id(ns.attempt), _run_id(ns)
+    if not 0 <= index < count or holder(run_dir(out, run_id)) not in (None, attempt):
+        return  # no such index; or another launch holds the run: its files are not this pod's to write
+    write_ended(UnitStore(out, run_id, unit_name(index)).dir, EXIT_USAGE, True, _now(), attempt, code_version(),
+                message[:500])
 
 
 def _add_merge(sub) -> None:
@@ -593,9 +634,10 @@ def _merge_and_report(args, out, files, expect) -> int:
         return EXIT_RETRY
     d = run_dir(out, m["run_id"])  # beside the run's units, in the same store
     outs = outcomes(m)
-    _write(files.get("--json", d / "merged.json"), _json(m), "--json")
-    _write(files.get("--junit", d / "junit.xml"), junit_text(outs), "--junit")
-    _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")
+    unwritten = [line for line in (
+        _write(files.get("--json", d / "merged.json"), _json(m), "--json"),
+        _write(files.get("--junit", d / "junit.xml"), junit_text(outs), "--junit"),
+        _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")) if line]
     print(f"gradcheck-svc batch-merge: run {clip(m['run_id'], 300)}: {len(m['units'])} unit(s) in "
           f"{clip(str(d), 2000)}", file=sys.stderr)
     for line in problems(m):  # names come from files and directories: terminal text, escaped, one line each
@@ -609,7 +651,10 @@ def _merge_and_report(args, out, files, expect) -> int:
     print(f"gradcheck-svc batch-merge: {summary} (exit {m['exit_code']})", file=sys.stderr)
     if args.verdict_file:
         _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {summary}")
-    return EXIT_OK if args.exit_zero else m["exit_code"]
+    for line in unwritten:  # the volume's fault (full, gone): the report is in the log; retried once freed
+        print(f"gradcheck-svc batch-merge: infrastructure failure, retry (exit {EXIT_RETRY}): {clip(line, 2000)}",
+              file=sys.stderr)
+    return EXIT_RETRY if unwritten else EXIT_OK if args.exit_zero else m["exit_code"]
 
 
 def _wait(out, args, expect) -> dict:
@@ -660,14 +705,25 @@ def _json(m: dict) -> str:
     return json.dumps(m, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def _write(path: Path, text: str, field: str) -> None:
+# a write failing for these is the volume's state, not the command line's: exit 75 (retry), not 2
+VOLUME_ERRNOS = ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "EROFS")
+
+
+def _write(path: Path, text: str, field: str) -> str | None:
+    """Write one output; a full or failing volume is returned as a line (the caller exits 75 after the report's
+    lines), a path that cannot be written otherwise is the user's (exit 2, naming the flag)."""
+    import errno
+
     from ..errors import OptionError
     from .store import atomic_write
 
     try:
         atomic_write(path, text.encode("utf-8"))
     except OSError as exc:
+        if exc.errno in {getattr(errno, name) for name in VOLUME_ERRNOS if hasattr(errno, name)}:
+            return f"cannot write {path} ({field}): {exc.strerror or exc}"
         raise OptionError(f"cannot write {path}: {exc.strerror or exc}", field=field) from None
+    return None
 
 
 COMMANDS = {"batch": batch, "batch-merge": batch_merge, "screen": screen}

@@ -108,7 +108,8 @@ def _of_attempt(units: list, attempt: str | None) -> tuple[list, list]:
     only where they answer this attempt's question). Without an attempt (by hand) every unit is this run's."""
     if attempt is None:
         return units, []
-    return [u for u in units if u.plan.get("attempt") == attempt], [u for u in units if u.plan.get("attempt") != attempt]
+    ours = [u for u in units if u.plan.get("attempt") == attempt]
+    return ours, [u for u in units if u.plan.get("attempt") != attempt]
 
 
 def _batch_plan(good: list, shard_count: int | None, manifest: tuple | None, attempt: str | None = None) -> dict:
