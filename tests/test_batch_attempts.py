@@ -62,10 +62,10 @@ def env(attempt: str, index: int | None = None, failures: int = 0, build: Path |
 
 
 def start_shard(corpus, out, index: int, attempt: str, *extra: str, failures: int = 0, build=None,
-                **kw) -> subprocess.Popen:
+                count: int = SHARDS, **kw) -> subprocess.Popen:
     """One pod of the shards' Job (`python -m` puts its working directory first on the path: the build's)."""
     return subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "batch", f"--manifest={corpus}",
-                             f"--shard-count={SHARDS}", f"--out={out}", *extra],
+                             f"--shard-count={count}", f"--out={out}", *extra],
                             env=env(attempt, index, failures, build), cwd=build or ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, **kw)
 
@@ -247,3 +247,58 @@ def test_a_sigkilled_last_try_and_a_usage_error_end_their_indexes(tmp_path, corp
         "its last try stopped without an ending (SIGKILL: out of memory, or its node lost)"} and killed_slow in why
     assert all(g in answered for g in names if shard_of(g, SHARDS) == 2)
     assert "why missing: shard 0 (" in err and "partial report: " in err
+
+
+# --- a full results disk ---------------------------------------------------------------------------------
+
+def _small_disk(path: Path, size: str) -> bool:
+    """A tmpfs of `size` at path, where this process may mount one (root in a container with the capability);
+    False otherwise (the caller then limits the shard's file size instead: RLIMIT_FSIZE, EFBIG)."""
+    path.mkdir()
+    if not shutil.which("mount"):
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def _file_size_limit(limit: int):
+    def apply():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_results_disk_ends_with_a_partial_report_naming_the_path(tmp_path, corpus):
+    """The shard's last try meets a full results volume (a 16 KiB tmpfs where one can be mounted, else a file
+    size limit): exit 75 naming the file it could not write, its ending still recorded; the merge settles at
+    once and its partial report says why each graph is missing, naming that file. On a disk still full the
+    merge's own report cannot be written: exit 75 (retried), naming merged.json; once space is freed, the
+    retry writes it."""
+    disk = tmp_path / "disk"
+    mounted = _small_disk(disk, "16k")
+    try:
+        out = disk / "out"
+        kw = {} if mounted else {"preexec_fn": _file_size_limit(2048)}
+        shard = start_shard(corpus, out, 0, "d", failures=RETRIES, count=1, **kw)
+        _, err = shard.communicate(timeout=ENDS)
+        reason = "No space left on device" if mounted else "File too large"
+        assert shard.returncode == 75, err
+        line = next(ln for ln in err.splitlines() if "infrastructure failure" in ln)
+        path = line.split("(exit 75): ", 1)[1].rsplit(": ", 1)[0]
+        assert line.endswith(f": {reason}") and path.startswith(str(out / "runs" / RUN / "shard-0000")), line
+        if mounted:
+            code, err = merge(corpus, out, "d", 3600, "--shard-count=1")
+            assert code == 75 and f"cannot write {out / 'runs' / RUN / 'merged.json'} (--json): {reason}" in err, err
+            subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # space freed
+        code, err = merge(corpus, out, "d", 3600, "--shard-count=1")
+        assert code == 4, err
+        assert "some shards or nodes have not ended" not in err
+        m = merged(out)
+        missing = {i["why"] for i in m["missing"]}
+        assert missing == {f"its last try ended with exit 75: infrastructure failure, retry (exit 75): {path}: "
+                           f"{reason}"}
+        assert sorted([r["graph"] for r in m["records"]] + [i["graph"] for i in m["missing"]]) == GRAPHS
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(disk)], check=False)
