@@ -9,7 +9,10 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   75  infrastructure failure (unreadable or empty graphs volume, unwritable output, out of memory, server
       unreachable, no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
       possibly on another node, can -> counted against backoffLimitPerIndex
-  3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
+  3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried;
+      143 SIGTERM (the Job deleted, its deadline): the records written so far stay, the ending is recorded
+  With an attempt (--attempt, $GRADCHECK_ATTEMPT: attempt.py), 2 also when another launch of the run is running
+  now, or this attempt was launched before by another Job: one line, nothing written.
 `batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
   merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
   present twice (copied into two shards' folders), damaged (each file named), made under other options
@@ -17,8 +20,9 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   (named on stderr; what was set aside -- superseded -- is listed, not counted). --exit-zero: 0 whenever the
   report is written. 75: the results could not be read (an object store unreachable): retry. --wait: 143
   when a SIGTERM cut the wait (or the merge) short, after the report is written.
-Each attempt of a unit records how it ended (ended.json: its exit code, and whether it was the index's last),
-which a waiting merge watches.
+Each attempt of a unit records how it ended (ended.json: its exit code, its error line, whether it was the
+index's last, and the attempt), which a waiting merge watches; a usage error caught by argparse too. A merge
+that cannot write its report to a full or failing volume exits 75 after the report's lines (retry once freed).
 """
 from __future__ import annotations
 

@@ -482,7 +482,9 @@ def summary_line(m: dict) -> str:
     if m["mode"] == "screen":
         n = m.get("nodes") or {}
         expected = f" of {len(n['expected'])} expected" if n.get("expected") else ""
-        return (f"{m['graphs']} graphs on each of {len(n.get('screened', []))}{expected} node(s): "
+        bad = m["screen"]["disagreeing_nodes"]  # first: the per-node counts are cut after 20 nodes, these never
+        named = f"{len(bad)} node(s) disagree: {_some(bad, 50)}; " if bad else ""
+        return (f"{named}{m['graphs']} graphs on each of {len(n.get('screened', []))}{expected} node(s): "
                 + (per_node_summary(m) or "no results"))
     counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
     return f"{m['graphs']} graphs: {counts}"
@@ -618,7 +620,8 @@ def why_missing(unit_dir, attempt: str | None) -> str:
     if ended is not None and (attempt is None or ended.get("attempt") == attempt):
         said = f": {ended['error']}" if ended.get("error") else ""
         if ended.get("exit") == 0:
-            return "its shard ended (exit 0) without an answer for the graph as it is now: changed or listed since"
+            return ("its shard finished (exit 0), yet no record answers the graph as it is now: changed or listed "
+                    "since, or its record removed; re-run the shard")
         last = "its last try" if ended.get("final") else "a try (to be retried)"
         return f"{last} ended with exit {ended.get('exit')}{said}"
     if alive is not None and alive.get("attempt") == attempt and attempt is not None:
