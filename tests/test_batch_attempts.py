@@ -176,13 +176,14 @@ def _beating(out, index: int, proc: subprocess.Popen) -> dict:
 
 
 def _files(out) -> dict[str, bytes]:
+    """Every file under out and its bytes, but the running shard's heartbeat (alive.json and its temporary)."""
     return {str(f.relative_to(out)): f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()
-            and f.name != "alive.json"}
+            and not f.name.startswith((".alive.json", "alive.json"))}
 
 
 def test_a_second_launch_under_one_run_id_is_refused_while_the_first_runs(tmp_path):
     corpus, out = _slow_corpus(tmp_path), tmp_path / "out"
-    first = start_shard(corpus, out, 0, "a", "--time-limit=3600")
+    first = start_shard(corpus, out, 0, "a", "--time-limit=3600", failures=RETRIES)  # its index's last try
     try:
         _beating(out, 0, first)
         before = _files(out)
@@ -192,14 +193,22 @@ def test_a_second_launch_under_one_run_id_is_refused_while_the_first_runs(tmp_pa
             assert second.returncode == 2, err
             assert ("is being written right now by another launch (shard-0000 (attempt a): its heartbeat "
                     "advances): a second run under one run ID; attempt b refused, nothing written (exit 2)") in err
-            assert _files(out) == before  # nothing overwritten, nothing added
+            # nothing of the first launch overwritten; beside it only the refusal, under the second's own name
+            after = _files(out)
+            assert {k: after[k] for k in before} == before and set(after) - set(before) == {
+                f"runs/{RUN}/refused-b-shard-{i:04d}.json" for i in range(index + 1)}
         assert json.loads((out / "runs" / RUN / "attempt.json").read_text())["attempt"] == "a"
+        # the second launch's merge, waiting up to an hour as deployed, refuses at once and writes nothing
+        code, err = merge(corpus, out, "b", 3600)
+        assert code == 2 and "attempt b refused, nothing written: this merge writes nothing (exit 2)" in err, err
+        assert not (out / "runs" / RUN / "merged.json").exists()
     finally:
         first.send_signal(signal.SIGTERM)  # the first launch's Job deleted: its pod ends, saying so
         _, err = first.communicate(timeout=ENDS)
     assert first.returncode == 143 and "terminated (SIGTERM)" in err, err
     ended = json.loads((out / "runs" / RUN / "shard-0000" / "ended.json").read_text())
-    assert ended["attempt"] == "a" and ended["exit"] == 143
+    assert ended["attempt"] == "a" and ended["exit"] == 143 and ended["final"] is True  # its last try: the end
+    assert ended["error"] == "terminated (SIGTERM): the records written so far stay (exit 143)"
     # now a resume (a fresh attempt) takes the run over at once: the first launch has ended
     resumed = start_shard(corpus, out, 1, "b", "--time-limit=1")
     _, err = resumed.communicate(timeout=ENDS)

@@ -7,6 +7,8 @@ earlier one says nothing about this one, whatever its time stamp (clocks are nev
 attempt is needed; in a Job the attempt comes from settings.yaml (deploy/README.md: a fresh one per apply).
 
     OUT/runs/<run>/attempt.json        the run's claim: the attempt writing it now (and the Job's uid)
+    OUT/runs/<run>/refused-<A>-<unit>.json   that unit of attempt A was refused: ended, for A's merge (which
+                                       writes nothing while the run is another launch's)
     OUT/runs/<run>/<unit>/alive.json   a running unit's heartbeat: its attempt and a beat count, rewritten
                                        every GRADCHECK_HEARTBEAT_SECONDS (default 10)
 
@@ -29,6 +31,7 @@ from .schema import Damaged, parse
 
 CLAIM_FILE = "attempt.json"
 ALIVE_FILE = "alive.json"
+REFUSED = "refused-{}-{}.json"  # runs/<run>/refused-<attempt>-<unit>.json: a launch's unit refused
 ENDED_FILE = "ended.json"
 RESERVE = 1024  # bytes each alive.json holds
 QUIET_BEATS = 6  # a heartbeat unchanged this many intervals, watched here: the process is gone
@@ -167,6 +170,34 @@ def claim(rdir, attempt: str, job_uid: str | None) -> str | None:
                 f"heartbeat advances): a second run under one run ID; attempt {attempt} refused, nothing written")
     rdir.mkdir(parents=True, exist_ok=True)
     write_json(rdir / CLAIM_FILE, {"attempt": attempt, "job_uid": job_uid, "previous": held.get("attempt")})
+    return None
+
+
+def record_refusal(rdir, attempt: str, unit: str, line: str) -> None:
+    """Say, beside the run (a file of this attempt's and unit's own name: nothing of the other launch is
+    touched), that this unit of this attempt was refused: the attempt's merge counts the index as ended, and
+    refuses to write while the run is another launch's, instead of waiting out --wait."""
+    from .store import write_json
+
+    try:
+        write_json(rdir / REFUSED.format(attempt, unit), {"attempt": attempt, "unit": unit, "refused": line})
+    except OSError:
+        pass
+
+
+def refused_unit(rdir, attempt: str | None, unit: str) -> bool:
+    return attempt is not None and read_json(rdir / REFUSED.format(attempt, unit)) is not None
+
+
+def refusal(rdir, attempt: str | None) -> str | None:
+    """Why this attempt's merge must not write: some unit of it was refused and the run is another launch's."""
+    if attempt is None or holder(rdir) in (None, attempt):
+        return None
+    for f in sorted(rdir.iterdir()) if rdir.is_dir() else []:
+        if f.name.startswith(REFUSED.format(attempt, "")[:-len(".json")]):
+            said = (read_json(f) or {}).get("refused")
+            if said:
+                return said
     return None
 
 

@@ -395,6 +395,9 @@ def batch(args) -> int:
         if code != EXIT_OK:
             return code
         if refused[0]:  # another launch is writing this run: nothing of it is touched, not even an ending
+            from .attempt import record_refusal
+
+            record_refusal(run_dir(out, run_id), attempt, unit, refused[0])
             print(f"gradcheck-svc batch: {refused[0]} (exit {EXIT_USAGE})", file=sys.stderr)
             return EXIT_USAGE
     args.attempt = attempt
@@ -616,10 +619,30 @@ def batch_merge(args) -> int:
     try:
         args.attempt = attempt_id(args.attempt)
         state = _wait(out, args, expect) if args.wait is not None else {"terminated": False}
+        refused = _refused(out, args)
+        if refused:  # the run is another launch's: its report is not this merge's to write
+            print(f"gradcheck-svc batch-merge: {refused}: this merge writes nothing (exit {EXIT_USAGE})",
+                  file=sys.stderr)
+            return EXIT_USAGE
         code = _merge_and_report(args, out, files, expect)
     finally:
         signal.signal(signal.SIGTERM, previous)
     return EXIT_TERMINATED if state["terminated"] else code
+
+
+def _refused(out, args) -> str | None:
+    """Why this merge's attempt was refused (its shards found another launch running: attempt.record_refusal)."""
+    from ..errors import OptionError
+    from .attempt import refusal
+    from .merge import StoreUnreadable, resolve_run
+    from .store import run_dir
+
+    if args.attempt is None:
+        return None
+    try:
+        return refusal(run_dir(out, resolve_run(out, args.run_id)), args.attempt)
+    except (OptionError, StoreUnreadable, OSError):
+        return None  # no run, or unreadable: the merge itself says so
 
 
 def _merge_and_report(args, out, files, expect) -> int:

@@ -567,11 +567,17 @@ def settled(out, run_id: str | None, shard_count: int | None = None, expect_node
     endings count, and a last try whose heartbeat stopped without one has ended too: `watch`, attempt.py).
     Reads only unit.json, ended.json and alive.json files; a run not written yet, or a store that does not
     answer, is not settled."""
+    from .attempt import refusal
+
     try:
         rdir = run_dir(out, resolve_run(out, run_id))
+        if refusal(rdir, attempt):  # this launch was refused while another holds the run: nothing to wait for
+            return True
         plans = _plans_of(rdir, attempt)
     except (OptionError, OSError):
         return False
+    if not plans:
+        plans = [{"mode": "batch"}] if attempt is not None and shard_count is not None else []
     if not plans:
         return False
     if plans[0]["mode"] == "screen":
@@ -601,9 +607,9 @@ def _plans_of(rdir, attempt: str | None) -> list[dict]:
 
 
 def _index_ended(unit_dir, attempt: str | None, watch) -> bool:
-    from .attempt import ALIVE_FILE, ended_by, read_json
+    from .attempt import ALIVE_FILE, ended_by, read_json, refused_unit
 
-    if has_ended(unit_dir, attempt=attempt):
+    if has_ended(unit_dir, attempt=attempt) or refused_unit(unit_dir.parent, attempt, unit_dir.name):
         return True
     if attempt is None or watch is None:
         return False
@@ -614,9 +620,12 @@ def _index_ended(unit_dir, attempt: str | None, watch) -> bool:
 
 def why_missing(unit_dir, attempt: str | None) -> str:
     """Why a shard left a graph without an answer, in words from its own markers."""
-    from .attempt import ALIVE_FILE, ENDED_FILE, read_json
+    from .attempt import ALIVE_FILE, ENDED_FILE, REFUSED, read_json
 
     ended, alive = read_json(unit_dir / ENDED_FILE), read_json(unit_dir / ALIVE_FILE)
+    refused = read_json(unit_dir.parent / REFUSED.format(attempt, unit_dir.name)) if attempt is not None else None
+    if refused is not None and not (ended is not None and ended.get("attempt") == attempt):
+        return f"refused: {refused.get('refused')}"
     if ended is not None and (attempt is None or ended.get("attempt") == attempt):
         said = f": {ended['error']}" if ended.get("error") else ""
         if ended.get("exit") == 0:
