@@ -311,3 +311,32 @@ def test_a_full_results_disk_ends_with_a_partial_report_naming_the_path(tmp_path
     finally:
         if mounted:
             subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_an_ending_lands_on_a_disk_with_no_block_left(tmp_path):
+    """Full to the last block (a filler file took what the records left), the volume cannot take a new
+    ended.json; the heartbeat's alive.json holds 1 KiB reserved for it, renamed and rewritten in place: the
+    merge still reads how the attempt ended. (A tmpfs is needed to fill a volume for real.)"""
+    from gradcheck_svc.batch.attempt import Heartbeat
+    from gradcheck_svc.batch.schema import parse
+    from gradcheck_svc.batch.store import write_ended
+
+    disk = tmp_path / "disk"
+    if not _small_disk(disk, "64k"):
+        pytest.skip("cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN)")
+    try:
+        unit = disk / "runs" / RUN / "shard-0000"
+        beat = Heartbeat(unit, "e", last_try=True).start()
+        beat.stop()
+        with open(disk / "filler", "wb", buffering=0) as fh:
+            with pytest.raises(OSError, match="No space left on device"):
+                while True:
+                    fh.write(b"\0" * 4096)
+        with pytest.raises(OSError, match="No space left on device"):
+            (unit / "probe").write_bytes(b"x" * 4096)
+        write_ended(unit, 75, True, "2026-12-07T00:00:00+00:00", "e", "v", "disk full: /results/x.json")
+        ended = parse((unit / "ended.json").read_bytes())
+        assert ended["exit"] == 75 and ended["final"] is True and ended["attempt"] == "e"
+        assert ended["error"] == "disk full: /results/x.json" and not (unit / "alive.json").exists()
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
