@@ -3,8 +3,11 @@
     OUT/runs/<run>/<unit>/unit.json            the unit's plan: mode, shard, node, the whole manifest, the
                                                options, the gradcheck version, each of its graphs' sha256
     OUT/runs/<run>/<unit>/results/<key>.json   one graph's record
-    OUT/runs/<run>/<unit>/ended.json           how its latest attempt ended: the exit code, and whether it
-                                               is the unit's last (finished, or failed for good)
+    OUT/runs/<run>/<unit>/ended.json           how its latest attempt ended: the exit code, its error line,
+                                               whether it is the unit's last (finished, or failed for good),
+                                               and the attempt (launch) that wrote it
+    OUT/runs/<run>/<unit>/alive.json           the running unit's heartbeat; OUT/runs/<run>/attempt.json the
+                                               launch holding the run (attempt.py)
 
 <run> is the run ID (`--run-id`; in a Job, the Job's name). A unit is a shard
 (`shard-0003`) of a batch, or a node (`node-<name>`) of a screen.
