@@ -683,6 +683,12 @@ def test_the_rendered_jobset_runs_as_a_batch(kubectl, monkeypatch, capsys, tmp_p
     # written -- a stale ending of that attempt could otherwise settle the merge
     assert _run_container(monkeypatch, shard, volumes, last, uid="uid-2") == 2
     assert "was launched before by Job uid uid-1: give each launch a fresh attempt ID" in capsys.readouterr().err
+    # and the merge applied with it (the same attempt) refuses too, writing nothing: the files under that
+    # attempt are the earlier launch's, and this launch's shards wrote none
+    report = (tmp_path / "results/runs/nightly-7/merged.json").read_bytes()
+    assert _run_container(monkeypatch, merge[1], volumes) == 2
+    assert "give each launch a fresh attempt ID" in capsys.readouterr().err
+    assert (tmp_path / "results/runs/nightly-7/merged.json").read_bytes() == report
     # resumed under the same run ID as documented (a fresh attempt, the JobSet re-applied): every index runs
     # again (the finished ones have nothing to verify), the failed one verifies its shard, the merge completes
     root = deploy_copy(tmp_path / "resume", "batch-run", run="nightly-7", shards="3", attempt="2")

@@ -160,8 +160,9 @@ def claim(rdir, attempt: str, job_uid: str | None) -> str | None:
     held = read_json(rdir / CLAIM_FILE) or {}
     if held.get("attempt") == attempt:
         if job_uid and held.get("job_uid") and held["job_uid"] != job_uid:
-            return (f"attempt {attempt} of run {rdir.name} was launched before by Job uid {clip(held['job_uid'], 80)}: "
-                    "give each launch a fresh attempt ID (deploy/README.md, 'Attempts'); refused, nothing written")
+            return (f"attempt {attempt} of run {rdir.name} was launched before by Job uid "
+                    f"{clip(held['job_uid'], 80)}: give each launch a fresh attempt ID (deploy/README.md, "
+                    "'Attempts'); refused, nothing written")
         return None
     units = sorted(p.name for p in rdir.iterdir() if p.is_dir()) if rdir.is_dir() else []
     busy = running_elsewhere(rdir, attempt, units)
@@ -179,8 +180,9 @@ def record_refusal(rdir, attempt: str, unit: str, line: str) -> None:
     refuses to write while the run is another launch's, instead of waiting out --wait."""
     from .store import write_json
 
-    try:
-        write_json(rdir / REFUSED.format(attempt, unit), {"attempt": attempt, "unit": unit, "refused": line})
+    try:  # reused: this attempt holds the run from an earlier launch -- its merge must not report that one's files
+        write_json(rdir / REFUSED.format(attempt, unit), {"attempt": attempt, "unit": unit, "refused": line,
+                                                          "reused": holder(rdir) == attempt})
     except OSError:
         pass
 
@@ -190,14 +192,15 @@ def refused_unit(rdir, attempt: str | None, unit: str) -> bool:
 
 
 def refusal(rdir, attempt: str | None) -> str | None:
-    """Why this attempt's merge must not write: some unit of it was refused and the run is another launch's."""
-    if attempt is None or holder(rdir) in (None, attempt):
+    """Why this attempt's merge must not write: a unit of it was refused and the run is another launch's, or
+    the attempt was reused by a new launch (the files under it are the earlier launch's)."""
+    if attempt is None or not rdir.is_dir():
         return None
-    for f in sorted(rdir.iterdir()) if rdir.is_dir() else []:
-        if f.name.startswith(REFUSED.format(attempt, "")[:-len(".json")]):
-            said = (read_json(f) or {}).get("refused")
-            if said:
-                return said
+    other = holder(rdir) not in (None, attempt)
+    for f in sorted(p for p in rdir.iterdir() if p.name.startswith("refused-")):
+        marker = read_json(f) or {}
+        if marker.get("attempt") == attempt and marker.get("refused") and (other or marker.get("reused")):
+            return marker["refused"]
     return None
 
 
