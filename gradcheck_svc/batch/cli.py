@@ -312,7 +312,7 @@ class Terminated(BaseException):
 
 
 def _ending(unit_dir, started_at: str, body, mine=lambda: True, attempt: str | None = None,
-            heartbeat: bool = True) -> int:
+            heartbeat: bool = True, label: str = "batch") -> int:
     """Run body() and record how this attempt of the unit ended (store.write_ended), for a merge waiting on the
     run (batch-merge --wait): finished (0) and refused (2: FailIndex) are the unit's last attempt; a retryable
     failure (75, 3, a SIGTERM's 143) is when the index has no retry left. While it runs, a heartbeat
@@ -342,7 +342,7 @@ def _ending(unit_dir, started_at: str, body, mine=lambda: True, attempt: str | N
         ended(EXIT_USAGE, True)
         raise
     except Terminated:
-        _fail("batch", f"terminated (SIGTERM): the records written so far stay (exit {EXIT_TERMINATED})")
+        _fail(label, f"terminated (SIGTERM): the records written so far stay (exit {EXIT_TERMINATED})")
         ended(EXIT_TERMINATED, _last_attempt())
         return EXIT_TERMINATED
     except Exception as exc:  # an internal error (exit 3): retried like 75
@@ -593,7 +593,7 @@ def screen(args) -> int:
                      options, _graph_limit(args)[0], faults_where_present=True)
 
         return _ending(store.dir, started_at, lambda: _run(run, "screen"), mine=lambda: not refused_here,
-                       attempt=attempt, heartbeat=False)
+                       attempt=attempt, heartbeat=False, label="screen")
 
 
 def batch_merge(args) -> int:
