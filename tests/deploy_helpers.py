@@ -15,6 +15,8 @@ DEPLOY = ROOT / "deploy"
 APT_TIMEOUT = 300
 # where a rendered Job's pod reads its index's failure count (the Downward API)
 FAILURE_COUNT = "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"
+# where a rendered Job's pod reads its Job's uid (the Downward API): a new one per apply
+JOB_UID = "metadata.labels['batch.kubernetes.io/controller-uid']"
 
 
 def install_kubectl() -> str:

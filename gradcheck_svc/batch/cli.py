@@ -9,7 +9,10 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   75  infrastructure failure (unreadable or empty graphs volume, unwritable output, out of memory, server
       unreachable, no GPU; a screen pod on a node outside --expect-nodes or one another index screened): retrying,
       possibly on another node, can -> counted against backoffLimitPerIndex
-  3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried
+  3   internal error (counted and retried like 75); 137 is the kernel's SIGKILL (OOM killer), also retried;
+      143 SIGTERM (the Job deleted, its deadline): the records written so far stay, the ending is recorded
+  With an attempt (--attempt, $GRADCHECK_ATTEMPT: attempt.py), 2 also when another launch of the run is running
+  now, or this attempt was launched before by another Job: one line, nothing written.
 `batch-merge`: 0 every graph passed, 1 a graph failed (screen: a node disagrees), 2 bad usage (nothing to
   merge: no run, several runs and no --run-id, batch and screen mixed), 4 incomplete: results missing,
   present twice (copied into two shards' folders), damaged (each file named), made under other options
@@ -17,8 +20,9 @@ Exit codes of `batch` and `screen`, for a Job's podFailurePolicy:
   (named on stderr; what was set aside -- superseded -- is listed, not counted). --exit-zero: 0 whenever the
   report is written. 75: the results could not be read (an object store unreachable): retry. --wait: 143
   when a SIGTERM cut the wait (or the merge) short, after the report is written.
-Each attempt of a unit records how it ended (ended.json: its exit code, and whether it was the index's last),
-which a waiting merge watches.
+Each attempt of a unit records how it ended (ended.json: its exit code, its error line, whether it was the
+index's last, and the attempt), which a waiting merge watches; a usage error caught by argparse too. A merge
+that cannot write its report to a full or failing volume exits 75 after the report's lines (retry once freed).
 """
 from __future__ import annotations
 
@@ -47,6 +51,14 @@ def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
     p.add_argument("--run-id", default=None, metavar="ID",
                    help="results go to OUT/runs/ID/ (default $GRADCHECK_RUN_ID -- in a Job, the Job's name "
                         "from the downward API -- else 'default')")
+    _attempt_flag(p)
+
+
+def _attempt_flag(p) -> None:
+    p.add_argument("--attempt", default=None, metavar="ID",
+                   help="this launch of the run (default $GRADCHECK_ATTEMPT; in a Job, settings.yaml `attempt`, fresh "
+                        "per apply): every file carries it, the merge of the attempt settles only on its own markers, "
+                        "and a second launch under the run ID while this one runs is refused (default: none, by hand)")
 
 
 def add_parsers(sub) -> None:
@@ -79,6 +91,47 @@ def _add_batch(sub) -> None:
     from gradcheck_core.onnx_options import add_onnx_flags
 
     add_onnx_flags(b)  # how each .onnx model of the manifest is imported (the same for all of them)
+    _ends_on_usage_error(b)
+
+
+def _ends_on_usage_error(parser) -> None:
+    """A shard that argparse refuses (exit 2, before batch() runs: a flag mistyped in the manifest) still ends
+    its index: the arguments it was given are read leniently for the unit (--out, --run-id, the index, the
+    attempt) and its ended.json written, so the merge waiting on it stops waiting."""
+    seen, parse, error = {}, parser.parse_known_args, parser.error
+
+    def parse_known_args(args=None, namespace=None):
+        seen["argv"] = list(args or [])
+        return parse(args, namespace)
+
+    def on_error(message):
+        try:
+            _usage_ending(seen.get("argv", []), message)
+        except Exception:  # noqa: BLE001 -- best effort: the usage error itself is what must be said
+            pass
+        error(message)
+
+    parser.parse_known_args, parser.error = parse_known_args, on_error
+
+
+def _usage_ending(argv: list, message: str) -> None:
+    from .attempt import attempt_id, holder
+    from ..store.location import location
+    from ..store.records import UnitStore, code_version, run_dir, unit_name, write_ended
+
+    lenient = argparse.ArgumentParser(add_help=False, exit_on_error=False)
+    for flag in ("--out", "--run-id", "--attempt", "--shard-index", "--shard-count"):
+        lenient.add_argument(flag, default=None)
+    ns, _ = lenient.parse_known_args(argv)
+    if ns.out is None:
+        return
+    out, count = location(ns.out, "--out"), int(ns.shard_count or 1)
+    index = completion_index(None if ns.shard_index is None else int(ns.shard_index), "--shard-index")
+    attempt, run_id = attempt_id(ns.attempt), _run_id(ns)
+    if not 0 <= index < count or holder(run_dir(out, run_id)) not in (None, attempt):
+        return  # no such index; or another launch holds the run: its files are not this pod's to write
+    write_ended(UnitStore(out, run_id, unit_name(index)).dir, EXIT_USAGE, True, _now(), attempt, code_version(),
+                message[:500])
 
 
 def _add_merge(sub) -> None:
@@ -116,6 +169,7 @@ def _add_merge(sub) -> None:
                         "graph's content are read from it now, so a graph added, removed or replaced since the "
                         "shards ran is missing, set aside or stale, never reported from an old answer (default: "
                         "the set the newest unit recorded)")
+    _attempt_flag(m)
     m.add_argument("--expect-nodes", default=None, metavar="NODES|@FILE",
                    help="a screen's intended nodes, added to those its units recorded: each one not screened is "
                         "named, exit 4 (the same syntax as screen's; default: only the recorded ones)")
@@ -214,6 +268,16 @@ def _keyed_options(args, requested: dict, onnx_import=None) -> dict:
     return keyed
 
 
+_SAID: list[str] = []  # this process's last failure line, recorded in the unit's ended.json (the merge shows it)
+
+
+def _fail(label: str, what: str) -> None:
+    from ..text import clip
+
+    _SAID[:] = [clip(what, 500)]
+    print(f"gradcheck-svc {label}: {what}", file=sys.stderr)
+
+
 def _run(run, label: str) -> int:
     """Map what a unit can raise to the exit codes above."""
     from .verifiers import InfraError
@@ -221,14 +285,14 @@ def _run(run, label: str) -> int:
     try:
         run()
     except InfraError as exc:
-        print(f"gradcheck-svc {label}: infrastructure failure, retry (exit {EXIT_RETRY}): {exc}", file=sys.stderr)
+        _fail(label, f"infrastructure failure, retry (exit {EXIT_RETRY}): {exc}")
         return EXIT_RETRY
     except MemoryError:
-        print(f"gradcheck-svc {label}: out of memory, retry (exit {EXIT_RETRY})", file=sys.stderr)
+        _fail(label, f"out of memory, retry (exit {EXIT_RETRY})")
         return EXIT_RETRY
-    except OSError as exc:  # the results volume: full, read-only, gone
-        print(f"gradcheck-svc {label}: infrastructure failure, retry (exit {EXIT_RETRY}): "
-              f"{exc.filename or ''}: {exc.strerror or exc}", file=sys.stderr)
+    except OSError as exc:  # the results volume: full, read-only, gone (store.atomic_write names the file)
+        _fail(label, f"infrastructure failure, retry (exit {EXIT_RETRY}): {exc.filename or '(no path)'}: "
+                     f"{exc.strerror or exc}")
         return EXIT_RETRY
     return EXIT_OK
 
@@ -243,23 +307,52 @@ def _last_attempt() -> bool:
         return False
 
 
-def _ending(unit_dir, started_at: str, body, mine=lambda: True) -> int:
+class Terminated(BaseException):
+    """SIGTERM in a unit (the Job deleted, the pod evicted, its deadline): end as 143, the ending recorded."""
+
+
+def _ending(unit_dir, started_at: str, body, mine=lambda: True, attempt: str | None = None,
+            heartbeat: bool = True, label: str = "batch") -> int:
     """Run body() and record how this attempt of the unit ended (store.write_ended), for a merge waiting on the
     run (batch-merge --wait): finished (0) and refused (2: FailIndex) are the unit's last attempt; a retryable
-    failure is when the index has no retry left. An exit that kills the process (SIGKILL, OOM) records nothing."""
-    from ..errors import GradcheckError
-    from ..store.records import write_ended
+    failure (75, 3, a SIGTERM's 143) is when the index has no retry left. While it runs, a heartbeat
+    (attempt.py) says so; a SIGKILL ends it without a word, and the merge sees the heartbeat stop."""
+    import signal
 
+    from ..errors import GradcheckError
+    from .attempt import Heartbeat
+    from ..store.records import code_version, write_ended
+
+    def ended(code: int, final: bool) -> None:
+        if beat is not None:
+            beat.stop()
+        if mine():  # a screen pod refused on another index's node leaves that node's unit alone
+            write_ended(unit_dir, code, final, started_at, attempt, code_version(), (_SAID or [None])[-1])
+
+    def term(signum, frame):
+        raise Terminated()
+
+    _SAID.clear()
+    beat = Heartbeat(unit_dir, attempt, _last_attempt()).start() if attempt is not None and heartbeat else None
+    previous = signal.signal(signal.SIGTERM, term)
     try:
         code = body()
-    except GradcheckError:
-        write_ended(unit_dir, EXIT_USAGE, True, started_at)
+    except GradcheckError as exc:
+        _SAID[:] = [str(exc)[:500]]
+        ended(EXIT_USAGE, True)
         raise
-    except Exception:  # an internal error (exit 3): retried like 75
-        write_ended(unit_dir, EXIT_INTERNAL, _last_attempt(), started_at)
+    except Terminated:
+        _fail(label, f"terminated (SIGTERM): the records written so far stay (exit {EXIT_TERMINATED})")
+        ended(EXIT_TERMINATED, _last_attempt())
+        return EXIT_TERMINATED
+    except Exception as exc:  # an internal error (exit 3): retried like 75
+        _SAID[:] = [f"internal error: {type(exc).__name__}"]
+        ended(EXIT_INTERNAL, _last_attempt())
         raise
-    if code is not None and mine():  # a screen pod refused on another index's node leaves that node's unit alone
-        write_ended(unit_dir, code, code in (EXIT_OK, EXIT_USAGE) or _last_attempt(), started_at)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if code is not None:
+        ended(code, code in (EXIT_OK, EXIT_USAGE) or _last_attempt())
     return code
 
 
@@ -269,20 +362,22 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat()
 
 
-def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed, started_at) -> dict:
+def _plan(mode, unit, label, index, count, node, manifest, verifier, options, run_id, keyed, started_at,
+          attempt) -> dict:
     from ..store.records import options_sha256
 
     return {"mode": mode, "unit": unit, "label": label, "run_id": run_id, "shard_index": index,
             "shard_count": count, "node": node, "manifest_root": str(manifest.root), "graphs": list(manifest.graphs),
             "contents": {}, "where": verifier.where, "options": options, "keyed_options": keyed,
             "options_sha256": options_sha256(keyed), "gradcheck_version": verifier.version,
-            "started_at": started_at}
+            "started_at": started_at, "attempt": attempt, "job_uid": os.environ.get("GRADCHECK_JOB_UID") or None}
 
 
 def batch(args) -> int:
     from ..errors import OptionError
+    from .attempt import attempt_id
     from ..store.location import location
-    from ..store.records import UnitStore, unit_name
+    from ..store.records import UnitStore, run_dir, unit_name
 
     # where this unit's ending is recorded first, so that a refused option (exit 2) is recorded too
     out = location(args.out, "--out")
@@ -291,10 +386,30 @@ def batch(args) -> int:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
-    run_id, started_at = _run_id(args), _now()
+    run_id, started_at, attempt = _run_id(args), _now(), attempt_id(args.attempt)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
     store = UnitStore(out, run_id, unit)
-    return _ending(store.dir, started_at, lambda: _batch_unit(args, index, run_id, unit, label, store, started_at))
+    if attempt is not None:
+        refused = []
+        code = _run(lambda: refused.append(_claimed(run_dir(out, run_id), attempt)), "batch")
+        if code != EXIT_OK:
+            return code
+        if refused[0]:  # another launch is writing this run: nothing of it is touched, not even an ending
+            from .attempt import record_refusal
+
+            record_refusal(run_dir(out, run_id), attempt, unit, refused[0])
+            print(f"gradcheck-svc batch: {refused[0]} (exit {EXIT_USAGE})", file=sys.stderr)
+            return EXIT_USAGE
+    args.attempt = attempt
+    return _ending(store.dir, started_at, lambda: _batch_unit(args, index, run_id, unit, label, store, started_at),
+                   attempt=attempt)
+
+
+def _claimed(rdir, attempt: str) -> str | None:
+    """Why this launch may not write the run (attempt.claim), or None (an OSError: _run's exit 75)."""
+    from .attempt import claim
+
+    return claim(rdir, attempt, os.environ.get("GRADCHECK_JOB_UID") or None)
 
 
 def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
@@ -311,7 +426,8 @@ def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:
         manifest = _load_graphs(args.manifest)
         verifier.check()  # first: against a server, its version is part of every record's key
         plan = _plan("batch", unit, label, index, args.shard_count, args.node_name, manifest, verifier, options,
-                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None), started_at)
+                     run_id, _keyed_options(args, options, onnx_import if _has_onnx(manifest) else None), started_at,
+                     args.attempt)
         run_unit(manifest, manifest.shard(index, args.shard_count), store, plan,
                  verifier, options, _graph_limit(args)[0], onnx_import=onnx_import)
 
@@ -428,6 +544,7 @@ def screen(args) -> int:
     import tempfile
 
     from . import screen as screen_nodes
+    from .attempt import attempt_id
     from ..store.location import location
     from .manifest import load_manifest
     from .runner import run_unit
@@ -438,7 +555,7 @@ def screen(args) -> int:
     out = location(args.out, "--out")
     expected = _screen_suite_and_nodes(args)
     node = args.node_name or socket.gethostname()
-    run_id, started_at = _run_id(args), _now()
+    run_id, started_at, attempt = _run_id(args), _now(), attempt_id(args.attempt)
     index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":  # asked in the verifying child (verifiers.cuda_usable): CUDA does not survive a fork
@@ -466,7 +583,7 @@ def screen(args) -> int:
                 raise InfraError(refused)
             verifier.check()
             plan = _plan("screen", unit, f"node {node}", 0, 1, node, manifest, verifier, options, run_id, keyed,
-                         started_at)
+                         started_at, attempt)
             plan["manifest_root"] = "screen-suite"  # a temporary directory: the same suite, the same root everywhere
             plan["expected_nodes"], plan["screen_index"] = expected, index
             # what the merge needs to run the reference itself: the suite it rebuilds, and this host's numerics
@@ -475,7 +592,8 @@ def screen(args) -> int:
             run_unit(manifest, list(manifest.graphs), store, plan, verifier,
                      options, _graph_limit(args)[0], faults_where_present=True)
 
-        return _ending(store.dir, started_at, lambda: _run(run, "screen"), mine=lambda: not refused_here)
+        return _ending(store.dir, started_at, lambda: _run(run, "screen"), mine=lambda: not refused_here,
+                       attempt=attempt, heartbeat=False, label="screen")
 
 
 def batch_merge(args) -> int:
@@ -483,6 +601,7 @@ def batch_merge(args) -> int:
 
     from ..errors import OptionError
     from . import screen as screen_nodes
+    from .attempt import attempt_id
     from ..store.location import location
 
     if args.shard_count is not None and args.shard_count < 1:
@@ -498,11 +617,32 @@ def batch_merge(args) -> int:
         raise OptionError("must be 0 or more", field="--wait")
     previous = signal.getsignal(signal.SIGTERM)
     try:
+        args.attempt = attempt_id(args.attempt)
         state = _wait(out, args, expect) if args.wait is not None else {"terminated": False}
+        refused = _refused(out, args)
+        if refused:  # the run is another launch's: its report is not this merge's to write
+            print(f"gradcheck-svc batch-merge: {refused}: this merge writes nothing (exit {EXIT_USAGE})",
+                  file=sys.stderr)
+            return EXIT_USAGE
         code = _merge_and_report(args, out, files, expect)
     finally:
         signal.signal(signal.SIGTERM, previous)
     return EXIT_TERMINATED if state["terminated"] else code
+
+
+def _refused(out, args) -> str | None:
+    """Why this merge's attempt was refused (its shards found another launch running: attempt.record_refusal)."""
+    from ..errors import OptionError
+    from .attempt import refusal
+    from .merge import StoreUnreadable, resolve_run
+    from ..store.records import run_dir
+
+    if args.attempt is None:
+        return None
+    try:
+        return refusal(run_dir(out, resolve_run(out, args.run_id)), args.attempt)
+    except (OptionError, StoreUnreadable, OSError):
+        return None  # no run, or unreadable: the merge itself says so
 
 
 def _merge_and_report(args, out, files, expect) -> int:
@@ -514,16 +654,17 @@ def _merge_and_report(args, out, files, expect) -> int:
 
     try:
         m = merge(out, run_id=args.run_id, allow_mixed=args.allow_mixed, shard_count=args.shard_count,
-                  expect_nodes=expect, manifest=args.manifest)
+                  expect_nodes=expect, manifest=args.manifest, attempt=args.attempt)
     except StoreUnreadable as exc:
         print(f"gradcheck-svc batch-merge: infrastructure failure, retry (exit {EXIT_RETRY}): {clip(exc, 2000)}",
               file=sys.stderr)
         return EXIT_RETRY
     d = run_dir(out, m["run_id"])  # beside the run's units, in the same store
     outs = outcomes(m)
-    _write(files.get("--json", d / "merged.json"), _json(m), "--json")
-    _write(files.get("--junit", d / "junit.xml"), junit_text(outs), "--junit")
-    _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")
+    unwritten = [line for line in (
+        _write(files.get("--json", d / "merged.json"), _json(m), "--json"),
+        _write(files.get("--junit", d / "junit.xml"), junit_text(outs), "--junit"),
+        _write(files.get("--summary-md", d / "summary.md"), markdown(m, outs), "--summary-md")) if line]
     print(f"gradcheck-svc batch-merge: run {clip(m['run_id'], 300)}: {len(m['units'])} unit(s) in "
           f"{clip(str(d), 2000)}", file=sys.stderr)
     for line in problems(m):  # names come from files and directories: terminal text, escaped, one line each
@@ -537,7 +678,10 @@ def _merge_and_report(args, out, files, expect) -> int:
     print(f"gradcheck-svc batch-merge: {summary} (exit {m['exit_code']})", file=sys.stderr)
     if args.verdict_file:
         _write_verdict(Path(args.verdict_file), f"{m['verdict']}: run {m['run_id']}: {summary}")
-    return EXIT_OK if args.exit_zero else m["exit_code"]
+    for line in unwritten:  # the volume's fault (full, gone): the report is in the log; retried once freed
+        print(f"gradcheck-svc batch-merge: infrastructure failure, retry (exit {EXIT_RETRY}): {clip(line, 2000)}",
+              file=sys.stderr)
+    return EXIT_RETRY if unwritten else EXIT_OK if args.exit_zero else m["exit_code"]
 
 
 def _wait(out, args, expect) -> dict:
@@ -548,6 +692,7 @@ def _wait(out, args, expect) -> dict:
     import signal
     import time
 
+    from .attempt import Watch
     from .merge import settled
 
     state = {"terminated": False}
@@ -555,7 +700,8 @@ def _wait(out, args, expect) -> dict:
     deadline = time.monotonic() + args.wait
     print(f"gradcheck-svc batch-merge: waiting up to {args.wait:g} s for every shard (or node) of the run to end",
           file=sys.stderr, flush=True)
-    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect):
+    watch = Watch()  # heartbeats as this process sees them: a last try's that stops is a SIGKILL
+    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect, args.attempt, watch):
         left = deadline - time.monotonic()
         if left <= 0:
             print(f"gradcheck-svc batch-merge: waited {args.wait:g} s and some shards or nodes have not ended: "
@@ -586,14 +732,25 @@ def _json(m: dict) -> str:
     return json.dumps(m, allow_nan=False, separators=(",", ":")) + "\n"
 
 
-def _write(path: Path, text: str, field: str) -> None:
+# a write failing for these is the volume's state, not the command line's: exit 75 (retry), not 2
+VOLUME_ERRNOS = ("ENOSPC", "EDQUOT", "EFBIG", "EIO", "EROFS")
+
+
+def _write(path: Path, text: str, field: str) -> str | None:
+    """Write one output; a full or failing volume is returned as a line (the caller exits 75 after the report's
+    lines), a path that cannot be written otherwise is the user's (exit 2, naming the flag)."""
+    import errno
+
     from ..errors import OptionError
     from ..store.records import atomic_write
 
     try:
         atomic_write(path, text.encode("utf-8"))
     except OSError as exc:
+        if exc.errno in {getattr(errno, name) for name in VOLUME_ERRNOS if hasattr(errno, name)}:
+            return f"cannot write {path} ({field}): {exc.strerror or exc}"
         raise OptionError(f"cannot write {path}: {exc.strerror or exc}", field=field) from None
+    return None
 
 
 COMMANDS = {"batch": batch, "batch-merge": batch_merge, "screen": screen}

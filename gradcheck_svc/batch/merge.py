@@ -31,8 +31,8 @@ from ..text import clip
 from . import screen
 from .manifest import shard_of
 from ..store.location import is_url
-from ..store.records import LATEST, as_path, list_runs, read_run, run_dir, unit_name
 from ..store.schema import STATUSES
+from ..store.records import LATEST, as_path, has_ended, list_runs, read_run, run_dir, unit_name
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_INCOMPLETE = 0, 1, 2, 4
 
@@ -103,20 +103,32 @@ def manifest_contents(spec: str) -> tuple[list[str], dict[str, str]]:
                           field="--manifest") from None
 
 
-def _batch_plan(good: list, shard_count: int | None, manifest: tuple | None) -> dict:
+def _of_attempt(units: list, attempt: str | None) -> tuple[list, list]:
+    """The units this attempt wrote, and the others (earlier launches: set aside as units; their records count
+    only where they answer this attempt's question). Without an attempt (by hand) every unit is this run's."""
+    if attempt is None:
+        return units, []
+    ours = [u for u in units if u.plan.get("attempt") == attempt]
+    return ours, [u for u in units if u.plan.get("attempt") != attempt]
+
+
+def _batch_plan(good: list, shard_count: int | None, manifest: tuple | None, attempt: str | None = None) -> dict:
     """What a batch run must answer now: the shard count (the merge's --shard-count, else the newest unit's),
     the units made with it (current) and the others (superseded: set aside), the graph set and each graph's
     content (the manifest's now, else what each graph's current unit recorded: a graph whose shard has not
     run under this count has no content to answer)."""
-    newest = _newest(good)
+    mine, earlier = _of_attempt(good, attempt)
+    newest = max(mine, key=lambda u: u.name) if attempt is not None and mine else _newest(good)
     count = shard_count if shard_count is not None else (newest.plan["shard_count"] if newest else 1)
-    current = [u for u in good if u.plan["shard_count"] == count]
-    superseded = [u for u in good if u.plan["shard_count"] != count]
+    current = [u for u in mine if u.plan["shard_count"] == count]
+    superseded = [u for u in good if u.plan["shard_count"] != count] + [u for u in earlier
+                                                                          if u.plan["shard_count"] == count]
     owners = {u.name: u for u in current}
     if manifest is not None:
         expected, contents = manifest
     else:
-        listing = _newest(current) or newest
+        listing = (max(current, key=lambda u: u.name) if attempt is not None and current else _newest(current)
+                   ) or newest or _newest(good)
         expected = list(listing.plan["graphs"]) if listing else []
         contents = {}
         for g in expected:
@@ -124,7 +136,7 @@ def _batch_plan(good: list, shard_count: int | None, manifest: tuple | None) -> 
             if owner is not None and g in owner.plan["contents"]:
                 contents[g] = owner.plan["contents"][g]
     return {"count": count, "current": current, "superseded": superseded, "owners": owners,
-            "expected": expected, "contents": contents}
+            "expected": expected, "contents": contents, "attempt": attempt}
 
 
 def _choose_batch(plan: dict, good: list, allow_mixed: bool) -> dict:
@@ -136,8 +148,9 @@ def _choose_batch(plan: dict, good: list, allow_mixed: bool) -> dict:
     expected = set(plan["expected"])
     # a graph whose shard has no unit of this count is held to the options most of this count's units (else
     # of all units) were made under: never to whatever a record happens to have
-    common = Counter(_identity(u.plan) for u in plan["current"] or good).most_common(1)
-    fallback = common[0][0] if common else None
+    strict = plan["attempt"] is not None  # only this attempt's question; another version's answer is superseded
+    common = Counter(_identity(u.plan) for u in plan["current"] or ([] if strict else good)).most_common(1)
+    fallback = common[0][0] if common else (NO_ANSWER if strict else None)
     answers, others = defaultdict(list), defaultdict(list)
     stale, set_aside, gone = 0, 0, set()
     for u in good:
@@ -153,7 +166,12 @@ def _choose_batch(plan: dict, good: list, allow_mixed: bool) -> dict:
             else:
                 owner = owners.get(unit_name(shard_of(g, count)))
                 target = _identity(owner.plan) if owner is not None else fallback
-                (answers if target is None or _identity(r) == target else others)[g].append((u.name, r))
+                if target is None or _identity(r) == target:
+                    answers[g].append((u.name, r))
+                elif strict:
+                    set_aside += 1  # another version or options than this attempt's: superseded, never merged
+                else:
+                    others[g].append((u.name, r))
     records, duplicates, other = [], [], []
     for g in sorted(answers):
         found = answers[g]
@@ -171,8 +189,18 @@ def _choose_batch(plan: dict, good: list, allow_mixed: bool) -> dict:
     set_aside += sum(len(rs) for g, rs in others.items() if g in answers)  # answered under this run's options too
     return {"records": records, "duplicates": duplicates, "other": other, "stale": stale,
             "superseded": {"graphs": sorted(gone), "records": set_aside,
-                           "units": [{"unit": u.name, "shard_count": u.plan["shard_count"]}
-                                     for u in sorted(plan["superseded"], key=lambda u: u.name)]}}
+                           "units": [_set_aside_unit(u, plan) for u in sorted(plan["superseded"],
+                                                                                 key=lambda u: u.name)]}}
+
+
+NO_ANSWER = ("", "")  # the identity no record has: an attempt none of whose units has started yet
+
+
+def _set_aside_unit(u, plan: dict) -> dict:
+    entry = {"unit": u.name, "shard_count": u.plan["shard_count"]}
+    if plan["attempt"] is not None and u.plan["shard_count"] == plan["count"]:
+        entry["attempt"] = u.plan.get("attempt")  # an earlier launch's unit, not yet rewritten by this one
+    return entry
 
 
 def _mode(good: list, shard_count, manifest, expect_nodes) -> str:
@@ -191,10 +219,10 @@ def _mode(good: list, shard_count, manifest, expect_nodes) -> str:
     return mode
 
 
-def _collect_batch(good: list, shard_count, manifest, allow_mixed: bool):
+def _collect_batch(good: list, shard_count, manifest, allow_mixed: bool, attempt: str | None = None):
     """A batch's current units, expected graphs, shard count, inconsistent units, chosen records and
     missing graphs."""
-    plan = _batch_plan(good, shard_count, manifest_contents(manifest) if manifest is not None else None)
+    plan = _batch_plan(good, shard_count, manifest_contents(manifest) if manifest is not None else None, attempt)
     chosen = _choose_batch(plan, good, allow_mixed)
     current, expected, count = plan["current"], plan["expected"], plan["count"]
     inconsistent = [u.name for u in current if not _node_list(u.plan.get("expected_nodes") or [])]
@@ -232,7 +260,7 @@ def _collect_screen(good: list, units: list, rdir: Path, allow_mixed: bool, expe
 
 
 def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
-            expect_nodes: list[str] | None = None, manifest: str | None = None) -> dict:
+            expect_nodes: list[str] | None = None, manifest: str | None = None, attempt: str | None = None) -> dict:
     run = resolve_run(out, run_id)
     rdir = run_dir(out, run)
     try:
@@ -244,12 +272,17 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
     mode = _mode(good, shard_count, manifest, expect_nodes)
     if mode == "batch":
         current, expected, count, inconsistent, chosen, missing = _collect_batch(good, shard_count, manifest,
-                                                                                 allow_mixed)
+                                                                                 allow_mixed, attempt)
+        for i in missing:
+            i["why"] = why_missing(rdir / unit_name(i["shard"]), attempt)
         screen_nodes = None
     else:
+        good, earlier = _of_attempt(good, attempt)
         current, count = good, 1
         expected, inconsistent, chosen, missing, screen_nodes = _collect_screen(good, units, rdir, allow_mixed,
                                                                                 expect_nodes)
+        chosen["superseded"]["units"] = [{"unit": u.name, "shard_count": 1, "attempt": u.plan.get("attempt")}
+                                         for u in earlier]
     identities = defaultdict(list)  # (options, version) -> the current units made under it
     for u in current:
         identities[_identity(u.plan)].append(u.name)
@@ -261,7 +294,7 @@ def collect(out: Path, run_id: str | None = None, allow_mixed: bool = False, sha
         for (o, v), names in sorted(identities.items(), key=lambda kv: sorted(kv[1]))]
     other = sorted({(o["graph"], o["unit"]): o for o in chosen["other"]}.values(),
                    key=lambda o: (o["graph"], o["unit"]))
-    return {"mode": mode, "directory": str(out), "run_id": run, "run_directory": str(rdir),
+    return {"mode": mode, "directory": str(out), "run_id": run, "run_directory": str(rdir), "attempt": attempt,
             "graphs": len(expected), "units": [u.name for u in units], "shard_count": count,
             "manifest": manifest,
             "records": sorted(chosen["records"], key=lambda r: (r["graph"], r["node"] or "")),
@@ -315,9 +348,9 @@ def _choose_screen(good: list, allow_mixed: bool):
 
 
 def merge(out: Path, run_id: str | None = None, allow_mixed: bool = False, shard_count: int | None = None,
-          expect_nodes: list[str] | None = None, manifest: str | None = None) -> dict:
+          expect_nodes: list[str] | None = None, manifest: str | None = None, attempt: str | None = None) -> dict:
     """The merged report (a JSON-able dict) with `exit_code` set."""
-    m = collect(out, run_id, allow_mixed, shard_count, expect_nodes, manifest)
+    m = collect(out, run_id, allow_mixed, shard_count, expect_nodes, manifest, attempt)
     plans = m.pop("_plans")
     records = m["records"]
     m["counts"] = {s: sum(r["status"] == s for r in records) for s in STATUSES} | {"missing": len(m["missing"])}
@@ -364,6 +397,13 @@ def problems(m: dict, limit: int = 10) -> list[str]:
     if m["missing"]:
         lines.append(f"{len(m['missing'])} graph result(s) missing: " + names(
             m["missing"], lambda i: f"{i['graph']} ({_where(i)})"))
+        whys = defaultdict(int)
+        for i in m["missing"]:
+            if i.get("why"):
+                whys[(i["shard"], i["why"])] += 1
+        if whys:
+            lines.append("why missing: " + "; ".join(f"shard {shard} ({n} graph(s)): {why}"
+                                                     for (shard, why), n in sorted(whys.items())[:limit]))
     if m["duplicates"]:
         lines.append(f"{len(m['duplicates'])} graph(s) present twice: " + names(
             m["duplicates"], lambda i: f"{i['graph']} ({', '.join(i['units'])})"))
@@ -405,9 +445,14 @@ def notes(m: dict, limit: int = 10) -> list[str]:
     if sup.get("graphs"):
         parts.append(f"records of {len(sup['graphs'])} graph(s) no longer in the manifest: "
                      + _some(sup["graphs"], limit))
-    if sup.get("units"):
-        parts.append(f"{len(sup['units'])} unit(s) made with another shard count than {m['shard_count']}: "
-                     + _some([f"{u['unit']} ({u['shard_count']} shards)" for u in sup["units"]], limit))
+    counts = [u for u in sup.get("units") or [] if "attempt" not in u]
+    launches = [u for u in sup.get("units") or [] if "attempt" in u]
+    if counts:
+        parts.append(f"{len(counts)} unit(s) made with another shard count than {m['shard_count']}: "
+                     + _some([f"{u['unit']} ({u['shard_count']} shards)" for u in counts], limit))
+    if launches:
+        parts.append(f"{len(launches)} unit(s) of an earlier launch than attempt {m.get('attempt')}: "
+                     + _some([f"{u['unit']} (attempt {u['attempt']})" for u in launches], limit))
     if sup.get("records"):
         parts.append(f"{sup['records']} record(s) in all, none of them counted")
     if parts:
@@ -437,7 +482,9 @@ def summary_line(m: dict) -> str:
     if m["mode"] == "screen":
         n = m.get("nodes") or {}
         expected = f" of {len(n['expected'])} expected" if n.get("expected") else ""
-        return (f"{m['graphs']} graphs on each of {len(n.get('screened', []))}{expected} node(s): "
+        bad = m["screen"]["disagreeing_nodes"]  # first: the per-node counts are cut after 20 nodes, these never
+        named = f"{len(bad)} node(s) disagree: {_some(bad, 50)}; " if bad else ""
+        return (f"{named}{m['graphs']} graphs on each of {len(n.get('screened', []))}{expected} node(s): "
                 + (per_node_summary(m) or "no results"))
     counts = ", ".join(f"{v} {k}" for k, v in m["counts"].items() if v) or "no results"
     return f"{m['graphs']} graphs: {counts}"
@@ -512,26 +559,25 @@ def markdown(m: dict, outs) -> str:
     return "\n".join(head) + "\n" + markdown_text(outs)
 
 
-def settled(out, run_id: str | None, shard_count: int | None = None, expect_nodes: list[str] | None = None) -> bool:
+def settled(out, run_id: str | None, shard_count: int | None = None, expect_nodes: list[str] | None = None,
+            attempt: str | None = None, watch=None) -> bool:
     """Whether a merge waiting on a running batch or screen (batch-merge --wait) has nothing left to wait for:
     every shard of the run's count (a screen: every intended node) has ended its last attempt -- finished, or
-    failed for good (store.has_ended; a screen node only when screened). Reads only unit.json and ended.json
-    files; a run not written yet, or a store that does not answer, is not settled."""
-    from ..store.records import UNIT_FILE, has_ended
-    from ..store.schema import Damaged, parse
+    failed for good (store.has_ended; a screen node only when screened; with an attempt, only that attempt's
+    endings count, and a last try whose heartbeat stopped without one has ended too: `watch`, attempt.py).
+    Reads only unit.json, ended.json and alive.json files; a run not written yet, or a store that does not
+    answer, is not settled."""
+    from .attempt import refusal
 
     try:
         rdir = run_dir(out, resolve_run(out, run_id))
-        plans = []
-        for u in rdir.iterdir():
-            if (u / UNIT_FILE).is_file():
-                try:
-                    plans.append(parse((u / UNIT_FILE).read_bytes()))
-                except Damaged:
-                    continue
+        if refusal(rdir, attempt):  # this launch was refused while another holds the run: nothing to wait for
+            return True
+        plans = _plans_of(rdir, attempt)
     except (OptionError, OSError):
         return False
-    plans = [p for p in plans if isinstance(p, dict) and p.get("mode") in ("batch", "screen")]
+    if not plans:
+        plans = [{"mode": "batch"}] if attempt is not None and shard_count is not None else []
     if not plans:
         return False
     if plans[0]["mode"] == "screen":
@@ -539,10 +585,58 @@ def settled(out, run_id: str | None, shard_count: int | None = None, expect_node
         for p in plans:
             if _node_list(p.get("expected_nodes")):
                 intended |= set(p["expected_nodes"])
-        return bool(intended) and all(has_ended(rdir / unit_name(node=n), ok_only=True) for n in intended)
-    newest = max(plans, key=lambda p: str(p.get("started_at", "")))
+        return bool(intended) and all(has_ended(rdir / unit_name(node=n), True, attempt) for n in intended)
+    newest = max(plans, key=lambda p: str(p.get("started_at", "")))  # (with an attempt, all of its own)
     count = shard_count if shard_count is not None else newest.get("shard_count")
-    return isinstance(count, int) and all(has_ended(rdir / unit_name(i)) for i in range(count))
+    return isinstance(count, int) and all(_index_ended(rdir / unit_name(i), attempt, watch) for i in range(count))
+
+
+def _plans_of(rdir, attempt: str | None) -> list[dict]:
+    from ..store.schema import Damaged, parse
+    from ..store.records import UNIT_FILE
+
+    plans = []
+    for u in rdir.iterdir():
+        if (u / UNIT_FILE).is_file():
+            try:
+                plans.append(parse((u / UNIT_FILE).read_bytes()))
+            except Damaged:
+                continue
+    return [p for p in plans if isinstance(p, dict) and p.get("mode") in ("batch", "screen")
+            and (attempt is None or p.get("attempt") == attempt)]
+
+
+def _index_ended(unit_dir, attempt: str | None, watch) -> bool:
+    from .attempt import ALIVE_FILE, ended_by, read_json, refused_unit
+
+    if has_ended(unit_dir, attempt=attempt) or refused_unit(unit_dir.parent, attempt, unit_dir.name):
+        return True
+    if attempt is None or watch is None:
+        return False
+    alive = read_json(unit_dir / ALIVE_FILE)  # the last try's heartbeat stopped and no ending followed: SIGKILL
+    return (alive is not None and alive.get("attempt") == attempt and alive.get("last_try") is True
+            and not ended_by(unit_dir, attempt) and watch.quiet(unit_dir, alive))
+
+
+def why_missing(unit_dir, attempt: str | None) -> str:
+    """Why a shard left a graph without an answer, in words from its own markers."""
+    from .attempt import ALIVE_FILE, ENDED_FILE, REFUSED, read_json
+
+    ended, alive = read_json(unit_dir / ENDED_FILE), read_json(unit_dir / ALIVE_FILE)
+    refused = read_json(unit_dir.parent / REFUSED.format(attempt, unit_dir.name)) if attempt is not None else None
+    if refused is not None and not (ended is not None and ended.get("attempt") == attempt):
+        return f"refused: {refused.get('refused')}"
+    if ended is not None and (attempt is None or ended.get("attempt") == attempt):
+        said = f": {ended['error']}" if ended.get("error") else ""
+        if ended.get("exit") == 0:
+            return ("its shard finished (exit 0), yet no record answers the graph as it is now: changed or listed "
+                    "since, or its record removed; re-run the shard")
+        last = "its last try" if ended.get("final") else "a try (to be retried)"
+        return f"{last} ended with exit {ended.get('exit')}{said}"
+    if alive is not None and alive.get("attempt") == attempt and attempt is not None:
+        return ("its last try stopped without an ending (SIGKILL: out of memory, or its node lost)"
+                if alive.get("last_try") else "still running, or killed and not yet retried")
+    return f"not started under attempt {attempt}" if attempt is not None else "not ended"
 
 
 def partial(m: dict, limit: int = 10) -> str | None:

@@ -80,7 +80,8 @@ def run_unit(manifest: Manifest, mine: list[str], store: UnitStore, plan: dict, 
                   "shard_count": plan["shard_count"], "node": plan["node"], "device": None, "dtype": None,
                   "error": None, "report": None, "digests": {}, "digest_scope": None, **outcome,
                   "seconds": round(seconds, 6), "finished_at": datetime.now(timezone.utc).isoformat(),
-                  "graph_sha256": sha, "options_sha256": opts_sha, "gradcheck_version": version}
+                  "graph_sha256": sha, "options_sha256": opts_sha, "gradcheck_version": version,
+                  "attempt": plan.get("attempt")}
         store.write(record)
         counts[record["status"]] += 1
         print(f"{label}: [{n}/{len(todo)}] {record['status']:<7} {clip(rel, 300)} ({seconds:.2f}s)", file=stream, flush=True)

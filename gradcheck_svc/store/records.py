@@ -3,8 +3,11 @@
     OUT/runs/<run>/<unit>/unit.json            the unit's plan: mode, shard, node, the whole manifest, the
                                                options, the gradcheck version, each of its graphs' sha256
     OUT/runs/<run>/<unit>/results/<key>.json   one graph's record
-    OUT/runs/<run>/<unit>/ended.json           how its latest attempt ended: the exit code, and whether it
-                                               is the unit's last (finished, or failed for good)
+    OUT/runs/<run>/<unit>/ended.json           how its latest attempt ended: the exit code, its error line,
+                                               whether it is the unit's last (finished, or failed for good),
+                                               and the attempt (launch) that wrote it
+    OUT/runs/<run>/<unit>/alive.json           the running unit's heartbeat; OUT/runs/<run>/attempt.json the
+                                               launch holding the run (attempt.py)
 
 <run> is the run ID (`--run-id`; in a Job, the Job's name). A unit is a shard
 (`shard-0003`) of a batch, or a node (`node-<name>`) of a screen.
@@ -61,13 +64,19 @@ def atomic_write(path: Path | ObjectPath, data: bytes) -> None:
         path.write_bytes(data)
         return
     tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+    except OSError as exc:
+        raise _naming(exc, path) from None
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
+    except OSError as exc:  # a write's ENOSPC or EFBIG names no file: name the one being written
+        tmp.unlink(missing_ok=True)
+        raise _naming(exc, path) from None
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
@@ -76,6 +85,11 @@ def atomic_write(path: Path | ObjectPath, data: bytes) -> None:
         os.fsync(dfd)
     finally:
         os.close(dfd)
+
+
+def _naming(exc: OSError, path) -> OSError:
+    """The error with the file it was about (the final name, not the temporary one)."""
+    return OSError(exc.errno, exc.strerror or str(exc), str(path))
 
 
 def write_json(path: Path, obj) -> None:
@@ -224,27 +238,53 @@ class UnitStore:
         write_json(self.record_path(key_of(record)), record)
 
 
-def write_ended(unit_dir, code: int, final: bool, started_at: str) -> None:
-    """Best effort: a volume that cannot take this file has already failed the attempt, which says so itself."""
+def write_ended(unit_dir, code: int, final: bool, started_at: str, attempt: str | None = None,
+                version: str | None = None, error: str | None = None) -> None:
+    """Best effort: a volume that cannot take this file has already failed the attempt, which says so itself.
+    A full volume may still take it in place of the heartbeat (attempt.py): the ending is what the merge waits on."""
     from datetime import datetime, timezone
 
+    body = {"exit": code, "final": final, "started_at": started_at, "at": datetime.now(timezone.utc).isoformat(),
+            "attempt": attempt, "gradcheck_version": version, "error": error}
     try:
         unit_dir.mkdir(parents=True, exist_ok=True)
-        write_json(unit_dir / ENDED_FILE, {"exit": code, "final": final, "started_at": started_at,
-                                           "at": datetime.now(timezone.utc).isoformat()})
+        write_json(unit_dir / ENDED_FILE, body)
+    except OSError:
+        _ended_in_place(unit_dir, body)
+
+
+def _ended_in_place(unit_dir, body: dict) -> None:
+    """A full disk: no room for a new file, but the heartbeat's alive.json holds blocks already -- renamed to
+    ended.json and rewritten in place (no new block), so the merge still learns how the attempt ended."""
+    if isinstance(unit_dir, ObjectPath):
+        return
+    alive, ended = unit_dir / "alive.json", unit_dir / ENDED_FILE
+    text = json.dumps(body, allow_nan=False, separators=(",", ":")).encode("utf-8")
+    try:
+        size = alive.stat().st_size
+        if len(text) > size:
+            return
+        os.replace(alive, ended)
+        with open(ended, "r+b") as fh:
+            fh.write(text + b" " * (size - len(text)))
+            fh.flush()
+            os.fsync(fh.fileno())
     except OSError:
         pass
 
 
-def has_ended(unit_dir, ok_only: bool = False) -> bool:
-    """The unit's latest attempt was its last: it finished (exit 0), or failed for good (ok_only: finished);
-    an ended.json older than the unit's latest start belongs to an attempt since retried."""
+def has_ended(unit_dir, ok_only: bool = False, attempt: str | None = None) -> bool:
+    """The unit's latest attempt was its last: it finished (exit 0), or failed for good (ok_only: finished).
+    With an attempt: only an ended.json written by that attempt counts (never a time stamp). Without (a run by
+    hand): an ended.json older than the unit's latest start belongs to an attempt since retried."""
     try:
         ended = parse((unit_dir / ENDED_FILE).read_bytes())
     except (OSError, Damaged):
         return False
     if not isinstance(ended, dict) or ended.get("final") is not True or (ok_only and ended.get("exit") != 0):
         return False
+    if attempt is not None:
+        return ended.get("attempt") == attempt
     try:
         started = parse((unit_dir / UNIT_FILE).read_bytes()).get("started_at", "")
     except (OSError, Damaged, AttributeError):

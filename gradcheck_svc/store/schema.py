@@ -136,8 +136,14 @@ def _cut_token(rest: str) -> bool:
             or any(w.startswith(rest) for w in ("true", "false", "null")))
 
 
+# written since attempts (attempt.py); a file from before has none, and is read as of no attempt
+OPTIONAL = {"attempt": (_opt_str, "a string or null")}
+
+
 def check_unit(obj, unit_dir: str) -> dict:
     plan = _fields(obj, UNIT)
+    if "attempt" in plan:
+        _fields({"attempt": plan["attempt"]}, OPTIONAL)
     if plan["unit"] != unit_dir:
         raise Damaged(f"names unit '{clip(plan['unit'])}' but lies in '{clip(unit_dir)}'")
     if plan["shard_index"] >= plan["shard_count"]:
@@ -149,6 +155,8 @@ def check_unit(obj, unit_dir: str) -> dict:
 
 def check_record(obj) -> dict:
     r = _fields(obj, RECORD)
+    if "attempt" in r:
+        _fields({"attempt": r["attempt"]}, OPTIONAL)
     if r["shard_index"] >= r["shard_count"]:
         raise Damaged(f"shard_index {r['shard_index']} is not below shard_count {r['shard_count']}")
     if r["status"] in ("pass", "fail"):

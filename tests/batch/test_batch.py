@@ -96,7 +96,9 @@ def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corp
     assert f"1 graph result(s) missing: {lost} (shard 1)" in err
     assert f"1 graph(s) present twice: {doubled} (shard-0000, shard-0002)" in err
     merged = json.loads((tmp_path / "m.json").read_text())
-    assert merged["missing"] == [{"graph": lost, "shard": 1}] and merged["exit_code"] == 4
+    assert merged["missing"] == [{"graph": lost, "shard": 1, "why": "its shard finished (exit 0), yet no record "
+                                  "answers the graph as it is now: changed or listed since, or its record removed; "
+                                  "re-run the shard"}] and merged["exit_code"] == 4
     assert "missing: no result from shard 1" in (out / RUN / "junit.xml").read_text()
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from conftest import free_port as _free_port
 from grpc_helpers import ROOT, _env, slow_graph
-from deploy_helpers import FAILURE_COUNT, deploy_copy, render
+from deploy_helpers import FAILURE_COUNT, JOB_UID, deploy_copy, render
 from gradcheck_svc.batch.generate import graph_dict, write_graphs
 from gradcheck_svc.batch.manifest import load_manifest, shard_of
 from gradcheck_svc.cli import main
@@ -268,6 +268,8 @@ def test_the_rendered_batch_s3_overlay_runs_as_rendered(capsys, monkeypatch, s3,
                 environ[e["name"]] = e["value"]
             elif e["valueFrom"] == {"fieldRef": {"fieldPath": "spec.nodeName"}}:  # the downward API
                 environ[e["name"]] = node
+            elif e["valueFrom"] == {"fieldRef": {"fieldPath": JOB_UID}}:  # the Job's uid, the same for every pod
+                environ[e["name"]] = "uid-of-s3-nightly"
             else:  # the only other: the Job controller's failure count of the index (a first attempt here)
                 assert e["valueFrom"] == {"fieldRef": {"fieldPath": FAILURE_COUNT}}, e
                 environ[e["name"]] = "0"

@@ -91,9 +91,12 @@ def test_the_merge_names_exactly_the_bad_nodes(screened):
     # counts are per node, never summed across nodes ("9 graphs: 36 results" says nothing about any node)
     assert s["nodes"]["node-a"]["counts"] == {"pass": 8, "fail": 1} and s["nodes"][LOUD]["counts"] == {"fail": 9}
     assert "| `node-a` | `cpu` | 9 | 8 pass, 1 fail | 0 |" in md
-    assert md.splitlines()[2].startswith("`9 graphs on each of 4 node(s): node-a: 8 pass, 1 fail; node-b: ")
-    assert ("gradcheck-svc batch-merge: 9 graphs on each of 4 node(s): node-a: 8 pass, 1 fail; node-b: 8 pass, "
-            "1 fail; node-c: 9 fail; node-d: 8 pass, 1 fail (exit 1)\n") in merge.stderr
+    # the last line (and the termination message, the same words) names the bad nodes first, then the counts
+    assert md.splitlines()[2].startswith(f"`2 node(s) disagree: {LOUD}, {SILENT}; 9 graphs on each of 4 node(s): "
+                                         "node-a: 8 pass, 1 fail; node-b: ")
+    assert merge.stderr.endswith(f"gradcheck-svc batch-merge: 2 node(s) disagree: {LOUD}, {SILENT}; 9 graphs on each "
+                                 "of 4 node(s): node-a: 8 pass, 1 fail; node-b: 8 pass, 1 fail; node-c: 9 fail; "
+                                 "node-d: 8 pass, 1 fail (exit 1)\n")
 
 
 def test_healthy_nodes_agree_bit_for_bit_with_the_reference(screened):

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import re
 import subprocess
+import sys
 
 import pytest
 
 from conftest import ROOT
-from deploy_helpers import DEPLOY, FAILURE_COUNT, deploy_copy, render
+from deploy_helpers import DEPLOY, FAILURE_COUNT, JOB_UID, deploy_copy, render
 
 yaml = pytest.importorskip("yaml", reason="pyyaml is in the test extra: pip install -e '.[test]'")
 kubernetes_validate = pytest.importorskip("kubernetes_validate", reason="kubernetes-validate is in the test extra")
@@ -35,6 +36,11 @@ JOBSET_MIN = "v0.8.0"  # the JobSet API the field tables below are of (deploy/RE
 @pytest.fixture(scope="session")
 def rendered(kubectl) -> dict[str, list[dict]]:
     return {overlay: render(kubectl, DEPLOY / "overlays" / overlay) for overlay in OVERLAYS}
+
+
+def tag(image: str) -> str:
+    """An image reference's tag (name:tag@sha256:digest -> tag)."""
+    return image.split("@", 1)[0].rsplit(":", 1)[-1]
 
 
 def one(objs: list[dict], kind: str, name: str | None = None) -> dict:
@@ -130,7 +136,9 @@ def test_the_namespace_is_its_own_overlay(rendered):
     labels = ns["metadata"]["labels"]
     for mode in ("enforce", "audit", "warn"):
         assert labels[f"pod-security.kubernetes.io/{mode}"] == "restricted"
-        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == "latest"
+        # the minimum supported release (K8S_MIN), not "latest": a cluster upgrade never tightens the standard
+        # under running batches; raised together with the stated minimum
+        assert labels[f"pod-security.kubernetes.io/{mode}-version"] == f"v{K8S_MIN[0]}.{K8S_MIN[1]}"
     for overlay in OVERLAYS:
         if overlay != "namespace":
             assert not [o for o in rendered[overlay] if o["kind"] == "Namespace"], overlay
@@ -200,12 +208,12 @@ def test_server_deployment(rendered, overlay):
         assert spec["runtimeClassName"] == "nvidia"
         assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
         assert spec["nodeSelector"] == {"nvidia.com/gpu.present": "true"}
-        assert c["image"].endswith("-gpu")
+        assert tag(c["image"]).endswith("-gpu")
         # no CPU autoscaling: a GPU replica's CPU says little about its load, and each replica claims a GPU
         assert not [o for o in objs if o["kind"] == "HorizontalPodAutoscaler"]
     else:
         assert one(objs, "HorizontalPodAutoscaler")["spec"]["scaleTargetRef"]["name"] == "gradcheck"
-        assert gpu is None and "tolerations" not in spec and c["image"].endswith("-cpu")
+        assert gpu is None and "tolerations" not in spec and tag(c["image"]).endswith("-cpu")
         assert "runtimeClassName" not in spec
 
 
@@ -234,6 +242,8 @@ def _job_policy(job: dict, container: str) -> None:
         assert env["GRADCHECK_INDEX_FAILURES"]["fieldRef"]["fieldPath"] == \
             "metadata.annotations['batch.kubernetes.io/job-index-failure-count']"
         assert env["GRADCHECK_INDEX_RETRIES"] == str(spec["backoffLimitPerIndex"])
+        # the Job's uid (a new one per apply): a launch reusing an earlier launch's attempt is refused
+        assert env["GRADCHECK_JOB_UID"]["fieldRef"]["fieldPath"] == JOB_UID
         # every index runs to its own end (no maxFailedIndexes), so the merge reports every shard that could finish
         assert "maxFailedIndexes" not in spec
     _assert_restricted(pod_spec(job))
@@ -261,6 +271,8 @@ def _merge_job(merge: dict, job: dict, claim: str | None, shards: int | None = N
     rules = merge["spec"]["podFailurePolicy"]["rules"]
     assert rules[0] == {"action": "Ignore", "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]}
     assert {"action": "FailJob", "onExitCodes": {"containerName": "merge", "operator": "In", "values": [2]}} in rules
+    # its pod deleted (SIGTERM): the report written, exit 143 -- intended, retried without counting
+    assert {"action": "Ignore", "onExitCodes": {"containerName": "merge", "operator": "In", "values": [143]}} in rules
     assert spec["restartPolicy"] == "Never" and spec["terminationGracePeriodSeconds"] >= 60
     assert c.get("terminationMessagePath", "/dev/termination-log") == "/dev/termination-log"
     assert c["terminationMessagePolicy"] == "File"
@@ -323,10 +335,14 @@ def test_batch_is_an_indexed_job_with_a_failure_policy(rendered):
 def test_the_run_id_and_shard_count_are_set_once(kubectl, tmp_path):
     """One settings file; every overlay follows: the names of the Jobs (and the JobSet), completions,
     parallelism, --shard-count of the shards and of the merge, the run ID each pod writes or reads."""
-    root = deploy_copy(tmp_path, "batch-run", run="nightly-42", shards="3")
+    root = deploy_copy(tmp_path, "batch-run", run="nightly-42", shards="3", attempt="2026-12-07.3")
     plain, merge = render(kubectl, root / "overlays/batch"), render(kubectl, root / "overlays/batch/merge")
     job = one(plain, "Job", "nightly-42")
     _job_policy(job, "batch")
+    # the attempt: the shards' and the merge's the same, from the one settings file
+    assert env_of(pod_spec(job)["containers"][0])["GRADCHECK_ATTEMPT"] == "2026-12-07.3"
+    assert env_of(pod_spec(one(merge, "Job", "nightly-42-merge"))["containers"][0])["GRADCHECK_ATTEMPT"] == \
+        "2026-12-07.3"
     assert job["spec"]["completions"] == job["spec"]["parallelism"] == 3
     assert _arg(pod_spec(job)["containers"][0], "--shard-count") == "3"
     _merge_job(one(merge, "Job", "nightly-42-merge"), job, "gradcheck-results", 3)
@@ -337,6 +353,7 @@ def test_the_run_id_and_shard_count_are_set_once(kubectl, tmp_path):
         for t in (shards, merge_t):
             (c,) = t["spec"]["template"]["spec"]["containers"]
             assert _arg(c, "--shard-count") == "3" and env_of(c)["GRADCHECK_RUN_ID"] == "nightly-42"
+            assert env_of(c)["GRADCHECK_ATTEMPT"] == "2026-12-07.3"
     gpu = one(render(kubectl, root / "overlays/batch-gpu"), "Job", "nightly-42")
     assert gpu["spec"]["completions"] == 3
     # the storage variants: the same settings, the same way (deploy/batch and the batch-run component), and
@@ -405,7 +422,7 @@ def _gpu(job: dict, cpu_job: dict, container: str) -> None:
     assert {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"} in spec["tolerations"]
     assert spec["nodeSelector"] == {**cpu.get("nodeSelector", {}), "nvidia.com/gpu.present": "true"}
     assert c["resources"]["limits"]["nvidia.com/gpu"] == c["resources"]["requests"]["nvidia.com/gpu"] == 1
-    assert c["image"].endswith("-gpu") and cc["image"].endswith("-cpu")
+    assert tag(c["image"]).endswith("-gpu") and tag(cc["image"]).endswith("-cpu")
     # --device=cuda: an unusable GPU fails the pod (exit 75, retried) instead of verifying on the CPU
     assert env_of(c)["GRADCHECK_DEVICE"] == "cuda" and _arg(c, "--device") == "$(GRADCHECK_DEVICE)"
     assert c["args"] == cc["args"] and c["name"] == container
@@ -592,11 +609,11 @@ def test_documented_waits_end_on_failure_too():
 # --- the rendered Jobs, run here as Kubernetes runs them ------------------------------------------------
 
 def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None, node: str = "node-1",
-                   config: dict | None = None, failures: int = 0) -> int:
+                   config: dict | None = None, failures: int = 0, uid: str = "uid-1") -> int:
     """One container of a rendered pod, in-process: its env (literals, the downward API's node name and the
     Job controller's failure count of the index, a ConfigMap's key), JOB_COMPLETION_INDEX as the Job controller
-    sets it, $(VAR) in its args expanded as the kubelet expands them, and its mount paths mapped onto local
-    folders."""
+    sets it, its Job's uid (`uid`: a new one per apply), $(VAR) in its args expanded as the kubelet expands
+    them, and its mount paths mapped onto local folders."""
     from gradcheck_svc.cli import main
 
     env = {}
@@ -607,11 +624,14 @@ def _run_container(monkeypatch, c: dict, volumes: dict, index: int | None = None
             env[e["name"]] = node
         elif e["valueFrom"].get("fieldRef", {}).get("fieldPath") == FAILURE_COUNT:
             env[e["name"]] = str(failures)
+        elif e["valueFrom"].get("fieldRef", {}).get("fieldPath") == JOB_UID:
+            env[e["name"]] = uid
         else:
             ref = e["valueFrom"]["configMapKeyRef"]
             env[e["name"]] = config[ref["name"]][ref["key"]]
     for k in ("JOB_COMPLETION_INDEX", "GRADCHECK_EXPECT_NODES", "GRADCHECK_NODE_COUNT", "GRADCHECK_RUN_ID",
-              "NODE_NAME", "GRADCHECK_INDEX_FAILURES", "GRADCHECK_INDEX_RETRIES"):
+              "NODE_NAME", "GRADCHECK_INDEX_FAILURES", "GRADCHECK_INDEX_RETRIES", "GRADCHECK_ATTEMPT",
+              "GRADCHECK_JOB_UID"):
         monkeypatch.delenv(k, raising=False)
     for k, v in env.items():
         monkeypatch.setenv(k, v)
@@ -659,8 +679,25 @@ def test_the_rendered_jobset_runs_as_a_batch(kubectl, monkeypatch, capsys, tmp_p
     held = [f"g{i}.json" for i in range(6) if shard_of(f"g{i}.json", count) == last]
     assert f"{len(held)} graph result(s) missing: " in err and all(f"{g} (shard {last})" in err for g in held)
     assert f"partial report: {6 - len(held)} passed (" in err
-    # resumed under the same run ID (the JobSet re-applied): the index verifies its shard, the merge completes
-    assert _run_container(monkeypatch, shard, volumes, last) == 0
+    # re-applied with the same attempt: a new Job (uid) reusing an earlier launch's attempt is refused, nothing
+    # written -- a stale ending of that attempt could otherwise settle the merge
+    assert _run_container(monkeypatch, shard, volumes, last, uid="uid-2") == 2
+    assert "was launched before by Job uid uid-1: give each launch a fresh attempt ID" in capsys.readouterr().err
+    # and the merge applied with it (the same attempt) refuses too, writing nothing: the files under that
+    # attempt are the earlier launch's, and this launch's shards wrote none
+    report = (tmp_path / "results/runs/nightly-7/merged.json").read_bytes()
+    assert _run_container(monkeypatch, merge[1], volumes) == 2
+    assert "give each launch a fresh attempt ID" in capsys.readouterr().err
+    assert (tmp_path / "results/runs/nightly-7/merged.json").read_bytes() == report
+    # resumed under the same run ID as documented (a fresh attempt, the JobSet re-applied): every index runs
+    # again (the finished ones have nothing to verify), the failed one verifies its shard, the merge completes
+    root = deploy_copy(tmp_path / "resume", "batch-run", run="nightly-7", shards="3", attempt="2")
+    jobset = one(render(kubectl, root / "overlays/batch-jobset"), "JobSet", "nightly-7")
+    shards, merge = ((r["template"]["spec"], r["template"]["spec"]["template"]["spec"]["containers"][0])
+                     for r in jobset["spec"]["replicatedJobs"])
+    shard = shards[0]["template"]["spec"]["containers"][0]
+    for index in range(count):
+        assert _run_container(monkeypatch, shard, volumes, index, uid="uid-3") == 0
     assert _run_container(monkeypatch, merge[1], volumes) == 0
     assert (tmp_path / "message").read_text() == "fail: run nightly-7: 6 graphs: 5 pass, 1 fail\n"
     merged = json.loads((tmp_path / "results/runs/nightly-7/merged.json").read_text())
@@ -950,3 +987,43 @@ def test_every_variant_runs_its_merge(rendered, overlay):
     (spec,) = merges
     (c,) = spec["template"]["spec"]["containers"]
     assert c["args"][0] == "batch-merge" and _arg(c, "--wait") == str(deadline) and "--exit-zero" in c["args"]
+
+
+# --- pinned images ------------------------------------------------------------------------------------------
+
+DIGEST = re.compile(r"sha256:[0-9a-f]{64}")
+
+
+def _images(objs: list[dict]) -> list[str]:
+    specs = [o["spec"]["template"]["spec"] for o in objs if o["kind"] in ("Job", "DaemonSet", "Deployment")]
+    specs += [r["template"]["spec"]["template"]["spec"] for o in objs if o["kind"] == "JobSet"
+              for r in o["spec"]["replicatedJobs"]]
+    return [c["image"] for spec in specs for c in spec.get("initContainers", []) + spec["containers"]]
+
+
+@pytest.mark.parametrize("overlay", OVERLAYS)
+def test_every_image_is_pinned_by_digest(rendered, overlay):
+    """A tag moves (a rebuild under the same tag, a registry's retag): every container of every overlay names
+    its image by digest, the tag kept beside it for the reader (deploy/README.md, "Pinned images")."""
+    for image in _images(rendered[overlay]):
+        name, at, digest = image.partition("@")
+        assert at and DIGEST.fullmatch(digest) and ":" in name, (overlay, image)
+
+
+def test_pinning_rewrites_every_overlay_s_digests(kubectl, tmp_path):
+    """The documented update: scripts/pin_images.py VARIANT=DIGEST sets each variant's digest in every overlay
+    (and nothing else); a malformed digest is refused, one line, exit 2, nothing changed."""
+    root = deploy_copy(tmp_path, "batch-run")
+    digests = {v: "sha256:" + (c * 64) for v, c in (("cpu", "a"), ("gpu", "b"), ("graphs", "c"))}
+    script = [sys.executable, str(ROOT / "scripts" / "pin_images.py"), "--deploy", str(root)]
+    bad = subprocess.run([*script, "cpu=sha256:abc"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "cpu=sha256:abc" in bad.stderr
+    before = {p: p.read_text() for p in root.rglob("kustomization.yaml")}
+    subprocess.run([*script, *(f"{v}={d}" for v, d in digests.items())], check=True)
+    for overlay in OVERLAYS:
+        for image in _images(render(kubectl, root / "overlays" / overlay)):
+            want = digests["graphs"] if "gradcheck-graphs" in image else digests[tag(image).rsplit("-", 1)[-1]]
+            assert image.endswith("@" + want), (overlay, image)
+    for p, text in before.items():  # only digest lines changed
+        old, new = text.splitlines(), p.read_text().splitlines()
+        assert [ln for ln in old if "digest:" not in ln] == [ln for ln in new if "digest:" not in ln], p

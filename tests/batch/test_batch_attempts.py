@@ -1,0 +1,342 @@
+"""Attempts that cannot mix (gradcheck_svc/batch/attempt.py): real shard processes, run as an Indexed Job's pods
+run them (index, run ID, attempt and the index's failure count from the environment), on a local results
+directory, and the merge as the merge Job runs it (--attempt, --wait, --manifest).
+
+An earlier launch is built from a copy of the source with one line added: a different gradcheck (its code
+version is a digest of its source), as an image rebuilt with a fix is."""
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from datetime import datetime, timedelta
+from pathlib import Path
+
+import pytest
+
+from grpc_helpers import ROOT, _env
+from slow_graphs import unfinishable_graph
+from gradcheck_svc.batch.generate import graph_dict
+from gradcheck_svc.batch.manifest import shard_of
+from gradcheck_svc.store.records import code_version
+
+SHARDS, RETRIES, RUN = 3, 3, "attempts"
+HEARTBEAT = "0.5"  # seconds: a SIGKILLed last try is seen after 6 quiet beats (attempt.QUIET_BEATS)
+ENDS = 300  # how long a process may take on a loaded machine (never a measurement: a bound on a hang)
+GRAPHS = [f"g{i}.json" for i in range(9)]
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory) -> Path:
+    root = tmp_path_factory.mktemp("graphs")
+    for i, g in enumerate(GRAPHS):
+        (root / g).write_text(json.dumps(graph_dict(i, size=2, kind="mismatch" if i == 7 else "ok")))
+    return root
+
+
+@pytest.fixture(scope="module")
+def old_build(tmp_path_factory) -> Path:
+    """The source as an earlier image held it: one line different, so another code version."""
+    root = tmp_path_factory.mktemp("old-build")
+    skip = shutil.ignore_patterns("__pycache__")
+    shutil.copytree(ROOT / "gradcheck_svc", root / "gradcheck_svc", ignore=skip)
+    for pkg in ("gradcheck", "gradcheck_client"):
+        shutil.copytree(ROOT / "clients" / "python" / pkg, root / "clients" / "python" / pkg, ignore=skip)
+    with open(root / "gradcheck_svc" / "__init__.py", "a") as fh:
+        fh.write("# the build before the fix\n")
+    return root
+
+
+def env(attempt: str, index: int | None = None, failures: int = 0, build: Path | None = None, **extra) -> dict:
+    e = {"GRADCHECK_RUN_ID": RUN, "GRADCHECK_ATTEMPT": attempt, "GRADCHECK_INDEX_FAILURES": str(failures),
+         "GRADCHECK_INDEX_RETRIES": str(RETRIES), "GRADCHECK_HEARTBEAT_SECONDS": HEARTBEAT, **extra}
+    if index is not None:
+        e["JOB_COMPLETION_INDEX"] = str(index)
+    e = _env(e)
+    if build is not None:
+        e["PYTHONPATH"] = f"{build}:{build / 'clients' / 'python'}"
+    return e
+
+
+def start_shard(corpus, out, index: int, attempt: str, *extra: str, failures: int = 0, build=None,
+                count: int = SHARDS, **kw) -> subprocess.Popen:
+    """One pod of the shards' Job (`python -m` puts its working directory first on the path: the build's)."""
+    return subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "batch", f"--manifest={corpus}",
+                             f"--shard-count={count}", f"--out={out}", *extra],
+                            env=env(attempt, index, failures, build), cwd=build or ROOT, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True, **kw)
+
+
+def shards(corpus, out, attempt: str, indexes=range(SHARDS), build=None) -> None:
+    """Shards as the Job starts them: concurrently."""
+    procs = [start_shard(corpus, out, i, attempt, build=build) for i in indexes]
+    for p in procs:
+        _, err = p.communicate(timeout=ENDS)
+        assert p.returncode == 0, err
+
+
+def merge(corpus, out, attempt: str, wait: float, *extra: str) -> tuple[int, str]:
+    proc = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), f"--run-id={RUN}",
+                           f"--shard-count={SHARDS}", f"--manifest={corpus}", f"--wait={wait}",
+                           f"--attempt={attempt}", *extra],
+                          env=env(attempt), cwd=ROOT, capture_output=True, text=True, timeout=ENDS)
+    return proc.returncode, proc.stderr
+
+
+def merged(out) -> dict:
+    return json.loads((out / "runs" / RUN / "merged.json").read_text())
+
+
+def mine(index: int) -> list[str]:
+    return [g for g in GRAPHS if shard_of(g, SHARDS) == index]
+
+
+# --- a resume after an image rebuild --------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def old_run(tmp_path_factory, corpus, old_build) -> Path:
+    """Attempt "a", every shard finished (ended.json final) by the old build."""
+    out = tmp_path_factory.mktemp("old-run") / "out"
+    shards(corpus, out, "a", build=old_build)
+    ended = json.loads((out / "runs" / RUN / "shard-0001" / "ended.json").read_text())
+    assert ended["attempt"] == "a" and ended["final"] is True and ended["gradcheck_version"] != code_version()
+    return out
+
+
+def _skew(out: Path, hours: int) -> None:
+    """Every time stamp the old launch wrote, as a host whose clock was `hours` off would have written it."""
+    def shift(stamp: str) -> str:
+        return (datetime.fromisoformat(stamp) + timedelta(hours=hours)).isoformat()
+
+    for f in (out / "runs" / RUN).rglob("*.json"):
+        obj = json.loads(f.read_text())
+        for key in ("started_at", "at", "finished_at"):
+            if key in obj:
+                obj[key] = shift(obj[key])
+        f.write_text(json.dumps(obj))
+
+
+@pytest.mark.parametrize("skew", [0, 2, -2])
+def test_a_resume_after_a_rebuild_with_shards_pending_merges_nothing_stale(tmp_path, corpus, old_run, skew):
+    """Attempt "b" (this build) has run shard 0 only; shards 1 and 2 are still pending. Attempt "a"'s
+    ended.json files (final, exit 0) say nothing about "b": the merge does not settle on them (it waits, here
+    for 0 s), and "a"'s records (another version) are superseded, never merged: the pending shards' graphs are
+    missing, each with why. Clocks 2 h off either way change nothing (no time stamp is compared)."""
+    out = tmp_path / "out"
+    shutil.copytree(old_run, out)
+    _skew(out, skew)
+    shards(corpus, out, "b", indexes=[0])
+    code, err = merge(corpus, out, "b", 0)
+    assert code == 4, err
+    assert "waited 0 s and some shards or nodes have not ended" in err
+    m = merged(out)
+    assert sorted(r["graph"] for r in m["records"]) == sorted(mine(0))
+    assert {r["gradcheck_version"] for r in m["records"]} == {code_version()}
+    assert {r["attempt"] for r in m["records"]} == {"b"}
+    pending = sorted(mine(1) + mine(2))
+    assert sorted(i["graph"] for i in m["missing"]) == pending
+    assert {i["why"] for i in m["missing"]} == {"not started under attempt b"}
+    assert {(u["unit"], u["attempt"]) for u in m["superseded"]["units"]} == {("shard-0001", "a"), ("shard-0002", "a")}
+    assert m["other_options"] == [] and m["mixed"] == []
+    assert "unit(s) of an earlier launch than attempt b: shard-0001 (attempt a), shard-0002 (attempt a)" in err
+    if skew == 0:  # the rest of "b" runs: complete, every answer this build's
+        shards(corpus, out, "b", indexes=[1, 2])
+        code, err = merge(corpus, out, "b", 3600)
+        assert code == 1 and "9 graphs: 8 pass, 1 fail (exit 1)" in err, err
+        assert merged(out)["failed"] == ["g7.json"]
+        assert {r["gradcheck_version"] for r in merged(out)["records"]} == {code_version()}
+
+
+# --- two launches under one run ID ----------------------------------------------------------------------
+
+def _slow_corpus(tmp_path) -> Path:
+    """One graph per shard that no time limit here lets finish: the shards run until stopped."""
+    root = tmp_path / "slow"
+    root.mkdir()
+    for i in range(SHARDS):
+        name = next(f"slow-{k}.json" for k in range(1000) if shard_of(f"slow-{k}.json", SHARDS) == i)
+        (root / name).write_text(json.dumps(unfinishable_graph()))
+    return root
+
+
+def _beating(out, index: int, proc: subprocess.Popen) -> dict:
+    """The shard's heartbeat, once it has written its plan and beaten twice (it is running)."""
+    alive = out / "runs" / RUN / f"shard-{index:04d}" / "alive.json"
+    for _ in range(ENDS * 10):
+        assert proc.poll() is None, proc.stderr.read()
+        if alive.is_file() and (alive.parent / "unit.json").is_file():  # verifying its graphs
+            beat = json.loads(alive.read_text())
+            if beat["beat"] >= 2:
+                return beat
+        time.sleep(0.1)
+    raise AssertionError("no heartbeat")
+
+
+def _files(out) -> dict[str, bytes]:
+    """Every file under out and its bytes, but the running shard's heartbeat (alive.json and its temporary)."""
+    return {str(f.relative_to(out)): f.read_bytes() for f in sorted(out.rglob("*")) if f.is_file()
+            and not f.name.startswith((".alive.json", "alive.json"))}
+
+
+def test_a_second_launch_under_one_run_id_is_refused_while_the_first_runs(tmp_path):
+    corpus, out = _slow_corpus(tmp_path), tmp_path / "out"
+    first = start_shard(corpus, out, 0, "a", "--time-limit=3600", failures=RETRIES)  # its index's last try
+    try:
+        _beating(out, 0, first)
+        before = _files(out)
+        for index in (0, 1):  # its own unit, and one the first launch has not started: both refused
+            second = start_shard(corpus, out, index, "b", "--time-limit=3600")
+            _, err = second.communicate(timeout=ENDS)
+            assert second.returncode == 2, err
+            assert ("is being written right now by another launch (shard-0000 (attempt a): its heartbeat "
+                    "advances): a second run under one run ID; attempt b refused, nothing written (exit 2)") in err
+            # nothing of the first launch overwritten; beside it only the refusal, under the second's own name
+            after = _files(out)
+            assert {k: after[k] for k in before} == before and set(after) - set(before) == {
+                f"runs/{RUN}/refused-b-shard-{i:04d}.json" for i in range(index + 1)}
+        assert json.loads((out / "runs" / RUN / "attempt.json").read_text())["attempt"] == "a"
+        # the second launch's merge, waiting up to an hour as deployed, refuses at once and writes nothing
+        code, err = merge(corpus, out, "b", 3600)
+        assert code == 2 and "attempt b refused, nothing written: this merge writes nothing (exit 2)" in err, err
+        assert not (out / "runs" / RUN / "merged.json").exists()
+    finally:
+        first.send_signal(signal.SIGTERM)  # the first launch's Job deleted: its pod ends, saying so
+        _, err = first.communicate(timeout=ENDS)
+    assert first.returncode == 143 and "terminated (SIGTERM)" in err, err
+    ended = json.loads((out / "runs" / RUN / "shard-0000" / "ended.json").read_text())
+    assert ended["attempt"] == "a" and ended["exit"] == 143 and ended["final"] is True  # its last try: the end
+    assert ended["error"] == "terminated (SIGTERM): the records written so far stay (exit 143)"
+    # now a resume (a fresh attempt) takes the run over at once: the first launch has ended
+    resumed = start_shard(corpus, out, 1, "b", "--time-limit=1")
+    _, err = resumed.communicate(timeout=ENDS)
+    assert resumed.returncode == 0, err
+    assert json.loads((out / "runs" / RUN / "attempt.json").read_text())["attempt"] == "b"
+
+
+# --- every way a shard ends, ends its index -------------------------------------------------------------
+
+def test_a_sigkilled_last_try_and_a_usage_error_end_their_indexes(tmp_path, corpus):
+    """Index 0 is refused by argparse (a mistyped flag: exit 2, FailIndex); index 1's last try is SIGKILLed
+    mid-graph (the OOM killer: no word from it); index 2 finishes. The merge, started first and waiting up to
+    an hour, ends once index 1's heartbeat has stopped, with a partial report naming each missing graph and
+    why."""
+    slow = _slow_corpus(tmp_path)
+    for g in GRAPHS:  # the ordinary graphs beside one unfinishable graph per shard
+        shutil.copy(corpus / g, slow / g)
+    out = tmp_path / "out"
+    waiting = subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out),
+                                f"--run-id={RUN}", f"--shard-count={SHARDS}", f"--manifest={slow}", "--wait=3600",
+                                "--attempt=c"], env=env("c"), cwd=ROOT, stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE, text=True)
+    refused = start_shard(slow, out, 0, "c", "--time-limt=5")
+    _, err = refused.communicate(timeout=ENDS)
+    assert refused.returncode == 2 and "unrecognized arguments: --time-limt=5" in err
+    killed = start_shard(slow, out, 1, "c", "--time-limit=3600", failures=RETRIES)
+    _beating(out, 1, killed)
+    killed.send_signal(signal.SIGKILL)
+    killed.communicate(timeout=ENDS)
+    finished = start_shard(slow, out, 2, "c", "--time-limit=1")
+    _, err = finished.communicate(timeout=ENDS)
+    assert finished.returncode == 0, err
+    _, err = waiting.communicate(timeout=ENDS)
+    assert waiting.returncode == 4, err
+    assert "some shards or nodes have not ended" not in err  # settled: nothing left to wait for
+    m = merged(out)
+    why = {i["graph"]: i["why"] for i in m["missing"]}
+    answered = {r["graph"] for r in m["records"]}
+    names = sorted(p.name for p in slow.iterdir())
+    assert sorted(answered | set(why)) == names and not answered & set(why)
+    assert {why.get(g) for g in names if shard_of(g, SHARDS) == 0} == {
+        "its last try ended with exit 2: unrecognized arguments: --time-limt=5 (did you mean --time-limit?)"}
+    killed_slow = next(g for g in names if g.startswith("slow-") and shard_of(g, SHARDS) == 1)
+    assert {why[g] for g in why if shard_of(g, SHARDS) == 1} == {
+        "its last try stopped without an ending (SIGKILL: out of memory, or its node lost)"} and killed_slow in why
+    assert all(g in answered for g in names if shard_of(g, SHARDS) == 2)
+    assert "why missing: shard 0 (" in err and "partial report: " in err
+
+
+# --- a full results disk ---------------------------------------------------------------------------------
+
+def _small_disk(path: Path, size: str) -> bool:
+    """A tmpfs of `size` at path, where this process may mount one (root in a container with the capability);
+    False otherwise (the caller then limits the shard's file size instead: RLIMIT_FSIZE, EFBIG)."""
+    path.mkdir()
+    if not shutil.which("mount"):
+        return False
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+def _file_size_limit(limit: int):
+    def apply():
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+    return apply
+
+
+def test_a_full_results_disk_ends_with_a_partial_report_naming_the_path(tmp_path, corpus):
+    """The shard's last try meets a full results volume (a 16 KiB tmpfs where one can be mounted, else a file
+    size limit): exit 75 naming the file it could not write, its ending still recorded; the merge settles at
+    once and its partial report says why each graph is missing, naming that file. On a disk still full the
+    merge's own report cannot be written: exit 75 (retried), naming merged.json; once space is freed, the
+    retry writes it."""
+    disk = tmp_path / "disk"
+    mounted = _small_disk(disk, "16k")
+    try:
+        out = disk / "out"
+        kw = {} if mounted else {"preexec_fn": _file_size_limit(2048)}
+        shard = start_shard(corpus, out, 0, "d", failures=RETRIES, count=1, **kw)
+        _, err = shard.communicate(timeout=ENDS)
+        reason = "No space left on device" if mounted else "File too large"
+        assert shard.returncode == 75, err
+        line = next(ln for ln in err.splitlines() if "infrastructure failure" in ln)
+        path = line.split("(exit 75): ", 1)[1].rsplit(": ", 1)[0]
+        assert line.endswith(f": {reason}") and path.startswith(str(out / "runs" / RUN / "shard-0000")), line
+        if mounted:
+            code, err = merge(corpus, out, "d", 3600, "--shard-count=1")
+            assert code == 75 and f"cannot write {out / 'runs' / RUN / 'merged.json'} (--json): {reason}" in err, err
+            subprocess.run(["mount", "-o", "remount,size=4m", str(disk)], check=True)  # space freed
+        code, err = merge(corpus, out, "d", 3600, "--shard-count=1")
+        assert code == 4, err
+        assert "some shards or nodes have not ended" not in err
+        m = merged(out)
+        missing = {i["why"] for i in m["missing"]}
+        assert missing == {f"its last try ended with exit 75: infrastructure failure, retry (exit 75): {path}: "
+                           f"{reason}"}
+        assert sorted([r["graph"] for r in m["records"]] + [i["graph"] for i in m["missing"]]) == GRAPHS
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_an_ending_lands_on_a_disk_with_no_block_left(tmp_path):
+    """Full to the last block (a filler file took what the records left), the volume cannot take a new
+    ended.json; the heartbeat's alive.json holds 1 KiB reserved for it, renamed and rewritten in place: the
+    merge still reads how the attempt ended. (A tmpfs is needed to fill a volume for real.)"""
+    from gradcheck_svc.batch.attempt import Heartbeat
+    from gradcheck_svc.store.schema import parse
+    from gradcheck_svc.store.records import write_ended
+
+    disk = tmp_path / "disk"
+    if not _small_disk(disk, "64k"):
+        pytest.skip("cannot mount a tmpfs here (not root, or no CAP_SYS_ADMIN)")
+    try:
+        unit = disk / "runs" / RUN / "shard-0000"
+        beat = Heartbeat(unit, "e", last_try=True).start()
+        beat.stop()
+        with open(disk / "filler", "wb", buffering=0) as fh:
+            with pytest.raises(OSError, match="No space left on device"):
+                while True:
+                    fh.write(b"\0" * 4096)
+        with pytest.raises(OSError, match="No space left on device"):
+            (unit / "probe").write_bytes(b"x" * 4096)
+        write_ended(unit, 75, True, "2026-12-07T00:00:00+00:00", "e", "v", "disk full: /results/x.json")
+        ended = parse((unit / "ended.json").read_bytes())
+        assert ended["exit"] == 75 and ended["final"] is True and ended["attempt"] == "e"
+        assert ended["error"] == "disk full: /results/x.json" and not (unit / "alive.json").exists()
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
