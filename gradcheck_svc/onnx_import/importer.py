@@ -42,6 +42,7 @@ from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
 from .tables import exporter_made, rotary_tables
+from .ties import copy_candidates, find_ties, torch_aliases
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -128,6 +129,7 @@ class Importer:
         self.named = [t for t in tokens if t not in PARAM_GROUPS]
         self.made_params: set[str] = set()
         self.made_constants: set[str] = set()  # tables.exporter_made
+        self.ties: dict[str, tuple[str, str]] = {}  # an exporter's copy of a parameter -> (it, relation): ties.py
         self.unsupported: dict[str, list] = {}  # reason -> [count, first node]
 
     # --- parameters and inputs --------------------------------------------------------
@@ -194,14 +196,29 @@ class Importer:
     def _initializers(self) -> None:
         static = static_initializers(self.model.graph, self.inits)  # Resize's scales: never a weight
         tables = rotary_tables(self.model.graph, self.inits) | self._made()
+        wanted = set()
         for name, value in self.inits.items():
-            if name in self.ctx.emitted:
-                continue
             weight = _is_weight(name, value) and name not in static and not is_mask(value) and name not in tables
             if value.dtype.kind == "f" and (self._wants(name, "initializers") or (weight and "weights" in self.groups)):
+                wanted.add(name)
+        # an exporter's copy of a parameter (a tied head's transpose) is emitted from it (ties.py), unless named
+        copies = copy_candidates(self.inits, exported_parameters(self.model)) - set(self.named)
+        self.ties = {c: t for c, t in find_ties(self.inits, copies, wanted - copies).items() if c not in self.ctx.emitted}
+        for name, value in self.inits.items():
+            if name in self.ctx.emitted or name in self.ties:
+                continue
+            if name in wanted:
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
+        for copy, (base, relation) in sorted(self.ties.items()):
+            self.ctx.onnx_name = copy
+            if relation == "same":
+                self.ctx.set_output(copy, base)
+            else:
+                op, attrs = ("transpose", {}) if relation == "transposed" else \
+                    ("reshape", {"shape": list(self.inits[copy].shape)})
+                self.ctx.set_output(copy, self.ctx.emit(op, [base], attrs, name=self.ctx.fresh(f"{copy}/tied")))
 
     def _readers(self, names: set[str]) -> dict[str, object]:
         """Each of `names` -> the first node that reads it (None if none does)."""
@@ -377,7 +394,8 @@ class Importer:
         """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py);
         the torch parameters a dynamo export lists but holds under none of them: a note (folded_note)."""
         params = self.made_params & set(self.inits)
-        found = source_names(self.model, params, {n: self.inits[n].shape for n in params})
+        found = self._tied_names(source_names(self.model, params | set(self.ties),
+                                              {n: self.inits[n].shape for n in params | set(self.ties)}))
         for inp in msg.inputs:
             for entry in found.get(inp.name, ()):
                 inp.source_names.add(**entry)
@@ -389,6 +407,26 @@ class Importer:
                                                                   if self.inits[n].size > 1}))
             if note:
                 msg.notes.append(note)
+
+
+    def _tied_names(self, found: dict) -> dict:
+        """source_names with each tied copy's reads under its parameter (relation "tied": ties.py), and a dynamo
+        export's tied pair under the name named_parameters() gives it (ties.torch_aliases)."""
+        aliases = torch_aliases(self.model, set(self.inits), exported_parameters(self.model))
+        out = {p: [dict(e, name=aliases.get(e["name"], e["name"])) for e in entries]
+               for p, entries in found.items() if p not in self.ties}
+        for copy, (base, _) in sorted(self.ties.items()):
+            own = [e for e in out.get(base, []) if e["relation"] == "same" and e["name"]]
+            name = own[0]["name"] if len({e["name"] for e in own}) == 1 else aliases.get(base, base)
+            if base not in out:  # read by its own name only until now: say so beside the copy's reads
+                readers = [n.name or n.output[0] for n in self.model.graph.node if base in n.input]
+                out[base] = [{"name": name, "relation": "same", "onnx_name": base, "read_by": readers}] if readers else []
+            readers = [r for e in found.get(copy, []) for r in e["read_by"]]
+            out[base].append({"name": name, "relation": "tied", "onnx_name": copy, "read_by": readers})
+        for p in [p for p in out if p in aliases and not any(e["onnx_name"] == p for e in out[p])]:
+            readers = [n.name or n.output[0] for n in self.model.graph.node if p in n.input]
+            out[p].insert(0, {"name": aliases[p], "relation": "same", "onnx_name": p, "read_by": readers})
+        return {p: entries for p, entries in out.items() if entries}
 
 
 _SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the dynamo exporter's graph metadata
