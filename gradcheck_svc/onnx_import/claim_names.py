@@ -27,13 +27,16 @@ from ..graph.validate import decode_tensor
 EXACT = {"same", "transposed", "reshaped"}  # relations whose gradient maps one to one
 
 
-def onto_initializers(message, claims):
+def onto_initializers(message, claims, unheld: dict | None = None):
     """Claims keyed by initializer names: `claims` itself when every key already is one, else each key
     taken as a torch name (or an initializer name) and mapped (module docstring); GraphError naming a key
-    that matches nothing or cannot be mapped exactly."""
+    that matches nothing or cannot be mapped exactly. unheld: {torch name: what the exporter made of it} for
+    the parameters the model holds under no name (importer.unheld_claims): such a key is not checkable,
+    which a note on `message` says, naming it and where its value went."""
     params = {i.name: i for i in message.inputs if i.requires_grad}
     if all(k in params for k in claims.gradients):
         return claims
+    unheld = {} if unheld is None else unheld
     torch_names: dict = {}  # torch name -> [(initializer, relation)]
     for p, inp in params.items():
         for sn in inp.source_names or [_Own(p)]:
@@ -43,6 +46,9 @@ def onto_initializers(message, claims):
     parts: dict = {}  # initializer -> {key: its gradient, mapped}
     for key in sorted(claims.gradients):
         where = f"claimed gradient '{key}'"
+        if key not in torch_names and key not in params and key in unheld:
+            message.notes.append(f"not checked: {where}: {unheld[key]}: not checkable")
+            continue
         value, _ = decode_tensor(claims.gradients[key], where)
         p, relation = _target(key, torch_names, params, where)
         parts.setdefault(p, {})[key] = (relation, _mapped(value, relation, key, p, params[p], where))

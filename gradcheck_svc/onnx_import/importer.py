@@ -463,36 +463,96 @@ def _mentioned(param: str, lines: list[str]) -> bool:
     return any(re.search(rf"\bself\.{re.escape(w)}\b", ln) for w in words for ln in lines)
 
 
-def _made_entry(const: str, reader, missing: list[str]) -> str:
-    """'embedding_1 read by node_add (`x = ... self.wpe(pos)`: wpe.weight)': which missing parameter the line
-    reading the constant names, if one does -- a pointer for the user, from the exporter's own metadata."""
-    if reader is None:
-        return f"{const} (read by no node)"
-    label = reader.name or f"the {reader.op_type} node making '{reader.output[0]}'"
-    lines = _source_lines(reader)
-    found = [p for p in missing if _mentioned(p, lines)]
-    line = next((ln for ln in reversed(lines) if any(_mentioned(p, [ln]) for p in found)), "")
-    return f"{const} read by {label}" + (f" (`{line[:160]}`: {', '.join(found)})" if found else "")
+def _reader_label(reader) -> str:
+    return reader.name or f"the {reader.op_type} node making '{reader.output[0]}'"
+
+
+def holders(missing: list[str], made: dict) -> dict[str, list[str]]:
+    """{missing parameter: ["embedding_1 read by node_add (`x = ... self.wpe(pos)`)", ...]}: the constants the
+    exporter made (made: each with the node reading it, or None) whose reader's source line, from the
+    exporter's own metadata, reads that parameter -- those and no others hold what it was folded into."""
+    out: dict[str, list[str]] = {p: [] for p in missing}
+    for const, reader in sorted(made.items()):
+        if reader is None:
+            continue
+        lines = _source_lines(reader)
+        for p in missing:
+            line = next((ln for ln in reversed(lines) if _mentioned(p, [ln])), None)
+            if line is not None:
+                out[p].append(f"{const} read by {_reader_label(reader)} (`{line[:160]}`)")
+    return out
+
+
+def unheld_parameters(model, named: set[str], made: dict | None = None) -> dict[str, str]:
+    """{torch parameter a dynamo export lists but the model holds under no name (its own or one source_names
+    traces to it): what became of it} -- "folded into X read by N (`line`)" with the constants that hold it,
+    else that no tensor of the model is told to hold it."""
+    missing = [p for p in exported_parameters(model) if p not in named]
+    found = holders(missing, made or {})
+    # constants no source line ties to a parameter: where the others went, for all the metadata says
+    told = {h.split(" ", 1)[0] for hs in found.values() for h in hs}
+    untold = [f"{c} read by {_reader_label(r)}" for c, r in sorted((made or {}).items()) if r is not None and c not in told]
+    maybe = (f"folded by the exporter into a constant, one of {_listed(untold, 4)} (its metadata does not say which)"
+             if untold else "held by no tensor the model names (folded into a Conv, merged into an RNN's W, R, B, "
+             "or never read)")
+    return {p: (f"folded into {'; '.join(found[p])} by the exporter" if found[p] else maybe) for p in missing}
 
 
 def folded_note(model, named: set[str], made: dict | None = None, shown: int = 8) -> str:
     """"not checked ..." for the torch parameters the export lists but the model holds under no name, its own
-    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read.
-    made: the constants the exporter made, no torch parameter (tables.exporter_made), each with the node
-    that reads it (or None): what the missing parameters were folded into, with the source line that reads
-    each and the missing parameters it names."""
-    missing = [p for p in exported_parameters(model) if p not in named]
-    if not missing:
+    or one source_names traces to it, each with what became of it (unheld_parameters) and nothing else."""
+    unheld = unheld_parameters(model, named, made)
+    if not unheld:
         return ""
-    entries = [_made_entry(c, reader, missing) for c, reader in sorted((made or {}).items())]
-    here = f" (here: {_listed(entries, shown)}; constants, not parameters)" if entries else ""
-    head = (f"not checked: {len(missing)} torch parameter(s) the model holds under no name traced to them, "
-            f"{_listed(missing, shown)}: the exporter folded them into constants{here} or into a Conv (BatchNorm), "
-            "merged them (RNN gates into W, R, B), or the forward never reads them")
+    items = [f"{p}: {what}" for p, what in unheld.items()]
+    head = (f"not checked: {len(unheld)} torch parameter(s) the model holds under no name traced to them, "
+            f"constants, not parameters: {_listed(items, shown)}")
     tail = ("; keep them with torch.onnx.export(..., dynamo=True, optimize=False) (the TorchScript exporter: "
             "do_constant_folding=False)")
     room = MAX_NOTE_LENGTH - len(tail)  # a graph's note is bounded (validation): the way to keep them stays
     return (head if len(head) <= room else head[:room - 3] + "...") + tail
+
+
+class _Unnamed(dict):
+    """The TorchScript exporter lists no torch parameters: any name matching no tensor may be one it folded into
+    a tensor of its own naming (`onnx::Expand_N`, told by no metadata) -- these, when the model has them."""
+
+    def __init__(self, unnamed: list[str]):
+        super().__init__()
+        self.text = (f"held by no tensor under a name traced to it: the exporter may have folded it into one of "
+                     f"{_listed(unnamed, 4)} (named by it, the TorchScript export does not say from which torch "
+                     "parameter)")
+
+    def __contains__(self, key) -> bool:
+        return True
+
+    def __getitem__(self, key) -> str:
+        return self.text
+
+
+def unheld_claims(onnx_bytes: bytes, message) -> dict:
+    """{torch name: what became of it} for the torch parameters an imported model (`message`) holds under no
+    name: a dynamo export's (unheld_parameters); for another exporter's, any name, when the model has tensors
+    the exporter named (parameters told to no torch name, constants it made), else none."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(onnx_bytes)  # read and checked by the import already
+    inputs = {i.name: i for i in message.inputs}
+    named = {t.name for t in model.graph.initializer} | {s.name for i in message.inputs for s in i.source_names}
+    tied = {s.onnx_name for i in message.inputs for s in i.source_names if s.relation == "tied"}
+    made = [t.name for t in model.graph.initializer if MADE.match(t.name) or exported_parameters(model)]
+    made = [n for n in made if n not in tied and n not in exported_parameters(model)]
+    if exported_parameters(model):
+        consts = {n for n in made if not (n in inputs and inputs[n].requires_grad)}
+        floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+        consts = {t.name for t in model.graph.initializer if t.name in consts and t.data_type in floats
+                  and math.prod(t.dims) > 1}  # dims, not values: external data stays where it is
+        readers = {n: next((node for node in model.graph.node if n in node.input), None) for n in consts}
+        return unheld_parameters(model, named, readers)
+    unnamed = [n for n in made if not any(s.name for s in inputs[n].source_names)] if made else []
+    unnamed = [n for n in unnamed if n in inputs]
+    return _Unnamed(unnamed) if unnamed else {}
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):
