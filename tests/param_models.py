@@ -77,4 +77,74 @@ def detr():
     return seeded(DETRQueries, lambda: torch.randn(2, 5, 4, dtype=torch.float64))
 
 
-MODELS = {"gpt": gpt, "swin": swin, "detr": detr}
+
+
+class ScatterMoE(nn.Module):
+    """Top-2 routing written with scatter: the gate's kept probabilities scattered into zeros at topk's
+    indices (`zeros_like(p).scatter(-1, topi, topv)`), renormalized, mixing every expert's output."""
+
+    def __init__(self, d=4, experts=4):
+        super().__init__()
+        self.router, self.experts = nn.Linear(d, experts), nn.Linear(d, experts * d)
+        self.d, self.n = d, experts
+
+    def forward(self, x):  # (T, d)
+        p = torch.softmax(self.router(x), -1)
+        topv, topi = p.topk(2, dim=-1)
+        gates = torch.zeros_like(p).scatter(-1, topi, topv)
+        gates = gates / gates.sum(-1, keepdim=True)
+        outs = self.experts(x).reshape(x.shape[0], self.n, self.d)
+        return (gates.unsqueeze(-1) * outs).sum(1)
+
+
+class ArgmaxPool(nn.Module):
+    """CLIP's text pooling: the hidden state at each sequence's end token (the largest id: argmax)."""
+
+    def __init__(self, vocab=7, d=4):
+        super().__init__()
+        self.emb, self.proj = nn.Embedding(vocab, d), nn.Linear(d, 3, bias=False)
+
+    def forward(self, ids):
+        h = torch.tanh(self.emb(ids))
+        pooled = h[torch.arange(h.shape[0]), ids.argmax(dim=-1)]
+        return self.proj(pooled)
+
+
+class GridSampler(nn.Module):
+    """A spatial transformer's sampling: an affine grid from a learned theta, F.grid_sample of the input."""
+
+    def __init__(self, mode="bilinear", padding_mode="zeros", align_corners=False):
+        super().__init__()
+        self.theta = nn.Parameter(torch.tensor([[[0.9, 0.1, 0.05], [-0.1, 0.8, 0.1]]]))
+        self.conv = nn.Conv2d(1, 2, 1)
+        self.kw = {"mode": mode, "padding_mode": padding_mode, "align_corners": align_corners}
+
+    def forward(self, x):
+        grid = F.affine_grid(self.theta.expand(x.shape[0], -1, -1), list(x.shape), align_corners=False)
+        return F.grid_sample(self.conv(x), grid * 1.2, **self.kw)
+
+
+class Bag(nn.Module):
+    """nn.EmbeddingBag (mean) with offsets, then a Linear."""
+
+    def __init__(self, vocab=7, d=4):
+        super().__init__()
+        self.bag, self.fc = nn.EmbeddingBag(vocab, d, mode="mean"), nn.Linear(d, 2)
+
+    def forward(self, ids, offsets):
+        return self.fc(self.bag(ids, offsets))
+
+
+def scatter_moe():
+    return seeded(ScatterMoE, lambda: torch.randn(5, 4, dtype=torch.float64))
+
+
+def argmax_pool():
+    return seeded(ArgmaxPool, lambda: torch.tensor([[1, 5, 3, 6], [2, 6, 0, 4]]))
+
+
+def grid_sample():
+    return seeded(GridSampler, lambda: torch.randn(2, 1, 4, 5, dtype=torch.float64))
+
+
+MODELS = {"gpt": gpt, "swin": swin, "detr": detr, "scatter_moe": scatter_moe, "argmax_pool": argmax_pool}
