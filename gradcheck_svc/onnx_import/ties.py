@@ -46,9 +46,10 @@ def find_ties(inits: dict, copies: set[str], bases: set[str]) -> dict[str, tuple
     """{copy: (base, relation)} for each of `copies` whose elements are exactly one of `bases`'
     (module docstring); `inits`: every initializer's value."""
     by_key: dict[tuple, list[str]] = {}
+    sizes = {inits[c].size for c in copies if inits[c].dtype.kind == "f" and inits[c].size > 1}
     for b in sorted(bases):
-        v = inits[b]
-        if v.dtype.kind == "f" and v.size > 1 and np.unique(v).size == v.size:
+        v = inits[b]  # (sorted and compared only where a copy of its size exists: most models have none)
+        if v.dtype.kind == "f" and v.size in sizes and np.unique(v).size == v.size:
             by_key.setdefault(_key(v), []).append(b)
     out = {}
     for c in sorted(copies):
