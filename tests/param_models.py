@@ -147,4 +147,9 @@ def grid_sample():
     return seeded(GridSampler, lambda: torch.randn(2, 1, 4, 5, dtype=torch.float64))
 
 
-MODELS = {"gpt": gpt, "swin": swin, "detr": detr, "scatter_moe": scatter_moe, "argmax_pool": argmax_pool}
+def embedding_bag():  # three bags of 3, 2 and 2 ids: the input is (ids, offsets)
+    return seeded(Bag, lambda: (torch.tensor([1, 2, 4, 5, 4, 3, 2]), torch.tensor([0, 3, 5])))
+
+
+MODELS = {"gpt": gpt, "swin": swin, "detr": detr, "scatter_moe": scatter_moe, "argmax_pool": argmax_pool,
+          "embedding_bag": embedding_bag}

@@ -4,7 +4,7 @@ report's source_names); F.linear's weights on a rank-4 input are checked transpo
 folded into a constant is named by the "not checked" warning with that constant; and torch's own gradients
 of a training step, the whole named_parameters() archive, pass --claimed, a folded key explained, not refused.
 The ops of item 2 the same way: a top-2 MoE gating with ScatterElements at TopK's computed indices, CLIP's
-pooling at each row's argmax (GatherND)."""
+pooling at each row's argmax (GatherND), nn.EmbeddingBag with offsets (a Loop over the bags, unrolled)."""
 from __future__ import annotations
 
 import numpy as np
@@ -31,10 +31,11 @@ FOLDED = {("gpt", "dynamo"): {"pos.weight": "embedding_1"}, ("swin", "dynamo"): 
           ("detr", "legacy"): {"query_embed.weight": ""}}
 # a parameter each model must have checked, and how (None: under its own name or through any relation); the
 # first is the one a planted error must fail: the tied embedding, the rank-4 F.linear, the queries' reader, the
-# router reached only through TopK and ScatterElements with its computed indices, the embedding read by GatherND
+# router reached only through TopK and ScatterElements with its computed indices, the embedding read by GatherND,
+# the bags' table read in each unrolled iteration of the Loop
 MUST = {"gpt": {"emb.weight": "tied"}, "swin": {"qkv.weight": "transposed", "proj.weight": "transposed"},
         "detr": {"lin.weight": "transposed"}, "scatter_moe": {"router.weight": None, "experts.weight": None},
-        "argmax_pool": {"emb.weight": None}}
+        "argmax_pool": {"emb.weight": None}, "embedding_bag": {"bag.weight": None}}
 
 
 def _tensor(a: np.ndarray) -> bytes:
@@ -47,15 +48,16 @@ _BLOBS: dict = {}
 def _case(name: str, exporter: str):
     """(model, input, the exported bytes, the cotangent, the request, torch's gradients of sum(y * c))."""
     model, x = MODELS[name]()
+    args = x if isinstance(x, tuple) else (x,)
     if (name, exporter) not in _BLOBS:  # exports are slow: once per case in this module
-        _BLOBS[name, exporter] = export_onnx(model, (x,), exporter)
+        _BLOBS[name, exporter] = export_onnx(model, args, exporter)
     blob = _BLOBS[name, exporter]
-    c = np.random.default_rng(1).standard_normal(tuple(model(x).shape))
-    xname = onnx.load_from_string(blob).graph.input[0].name
+    c = np.random.default_rng(1).standard_normal(tuple(model(*args).shape))
+    names = [vi.name for vi in onnx.load_from_string(blob).graph.input][:len(args)]
     req = service_pb2.VerifyRequest(onnx_model=blob, onnx=service_pb2.OnnxImport(
-        inputs={xname: _tensor(x.numpy())}, loss="cotangent", cotangent=_tensor(c)))
+        inputs={n: _tensor(a.numpy()) for n, a in zip(names, args)}, loss="cotangent", cotangent=_tensor(c)))
     params = dict(model.named_parameters())
-    grads = torch.autograd.grad((model(x) * torch.from_numpy(c)).sum(), list(params.values()))
+    grads = torch.autograd.grad((model(*args) * torch.from_numpy(c)).sum(), list(params.values()))
     return req, {n: g.numpy() for n, g in zip(params, grads)}
 
 

@@ -200,6 +200,40 @@ def _split_to_sequence(ctx, node, a, opset):
     return [None]
 
 
+@converter("SequenceEmpty")
+def _sequence_empty(ctx, node, a, opset):
+    ctx.sequences[node.output[0]] = []
+    return [None]
+
+
+@converter("SequenceInsert")
+def _sequence_insert(ctx, node, a, opset):
+    """A tensor appended (or inserted at a constant position) to a sequence held here as a list (an unrolled
+    Loop's carried sequence: loops.py)."""
+    parts = ctx.sequences.get(node.input[0])
+    if parts is None:
+        raise Unsupported("SequenceInsert into a sequence not made by SequenceEmpty or SplitToSequence")
+    parts = list(parts)
+    at = int(np.asarray(ctx.const(node.input[2], "position")).reshape(-1)[0]) if _present(node, 2) else len(parts)
+    if not -len(parts) <= at <= len(parts):
+        raise Unsupported(f"SequenceInsert position {at} into a sequence of {len(parts)}")
+    parts.insert(at if at >= 0 else at + len(parts), ctx.value(node.input[1]))
+    ctx.sequences[node.output[0]] = parts
+    return [None]
+
+
+@converter("ConcatFromSequence")
+def _concat_from_sequence(ctx, node, a, opset):
+    parts = ctx.sequences.get(node.input[0])
+    if not parts:
+        raise Unsupported("ConcatFromSequence of an empty sequence or one not made here")
+    axis = a["axis"]
+    if a.get("new_axis", 0):
+        axis = _axis(axis, len(ctx.shape(parts[0])) + 1)
+        parts = [ctx.emit("reshape", [p], {"shape": [*ctx.shape(p)[:axis], 1, *ctx.shape(p)[axis:]]}) for p in parts]
+    return ctx.emit("concat", parts, {"axis": axis}, name=node.output[0])
+
+
 @converter("SequenceAt")
 def _sequence_at(ctx, node, a, opset):
     parts = ctx.sequences.get(node.input[0])

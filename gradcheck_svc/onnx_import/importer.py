@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import GraphError, LimitError
 from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
-from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
+from . import convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset
@@ -300,7 +300,7 @@ class Importer:
         for node in reversed(self.model.graph.node):
             casts_to_int = node.op_type == "Cast" and np.dtype(helper.tensor_dtype_to_np_dtype(
                 next((a.i for a in node.attribute if a.name == "to"), 1))).kind != "f"
-            only_folded = node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size")
+            only_folded = node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size", "Loop", "If")
             if casts_to_int or only_folded or any(o in needed for o in node.output):
                 needed.update(n for n in node.input if n)
         return needed
@@ -313,13 +313,16 @@ class Importer:
             return
         if any(n in ctx.poisoned for n in node.input if n):
             ctx.poisoned.update(o for o in node.output if o)
-            if node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size"):
+            if node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size", "Loop", "If"):
                 self._unsupported(node.op_type, node)
             return
         a = _attrs(node)
         try:
             if node.op_type in ("Shape", "Size") and not ctx.is_const(node.input[0]):
                 self._store(node.output[0], self._shape_of(node, a))
+                return
+            if node.op_type in ("Loop", "If"):  # unrolled / the branch taken, converted node by node (loops.py)
+                (loops.unroll if node.op_type == "Loop" else loops.inline_if)(self, node)
                 return
             if self._foldable(node):
                 for out, value in zip(node.output, self._fold(node, a)):
