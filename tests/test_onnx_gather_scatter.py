@@ -80,3 +80,39 @@ def test_put_along_axis_refuses_two_updates_aimed_at_one_element_without_a_reduc
         run_engine(_put_graph(np.array([[1, 1], [0, 2]])), VerifyOptions(dtype="float64"), "float64")
     # with reduction add they accumulate
     assert verify(_put_graph(np.array([[1, 1], [0, 2]]), "add"), VerifyOptions()).verdict == "pass"
+
+
+def _loop_model(trip: int, cond_from_input: bool) -> bytes:
+    """y = sum over iterations of w (a Loop whose body adds w to its carried value)."""
+    body = helper.make_graph(
+        [helper.make_node("Identity", ["cond_in"], ["cond_out"]), helper.make_node("Add", ["acc_in", "w"], ["acc_out"])],
+        "body", [helper.make_tensor_value_info("i", TensorProto.INT64, []),
+                 helper.make_tensor_value_info("cond_in", TensorProto.BOOL, []),
+                 helper.make_tensor_value_info("acc_in", TensorProto.DOUBLE, [3])],
+        [helper.make_tensor_value_info("cond_out", TensorProto.BOOL, []),
+         helper.make_tensor_value_info("acc_out", TensorProto.DOUBLE, [3])])
+    loop = helper.make_node("Loop", ["M", "c" if cond_from_input else "cond", "zero"], ["y"], name="bags", body=body)
+    inits = [numpy_helper.from_array(np.array(trip, np.int64), "M"), numpy_helper.from_array(np.array(True), "cond"),
+             numpy_helper.from_array(np.zeros(3), "zero"), numpy_helper.from_array(np.array([1.0, -2.0, 0.5]), "w")]
+    inputs = [helper.make_tensor_value_info("c", TensorProto.DOUBLE, [])] if cond_from_input else []
+    nodes = ([helper.make_node("Greater", ["c", "zc"], ["cb"])] if cond_from_input else []) + [loop]
+    if cond_from_input:
+        loop.input[1] = "cb"
+        inits.append(numpy_helper.from_array(np.array(0.0), "zc"))
+    graph = helper.make_graph(nodes, "g", inputs, [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)], ir_version=8).SerializeToString()
+
+
+def test_a_loop_of_known_length_is_unrolled_and_its_gradient_sums_every_iteration():
+    graph = load_graph(import_onnx(_loop_model(3, False)))
+    engine = run_engine(graph, VerifyOptions(dtype="float64"), "float64")
+    assert engine.loss == 3 * (1.0 - 2.0 + 0.5)  # sum(y), y = w + w + w: exact in binary
+    np.testing.assert_array_equal(engine.gradients["w"], [3.0, 3.0, 3.0])
+    assert verify(graph, VerifyOptions()).verdict == "pass"
+
+
+def test_a_loop_whose_condition_is_computed_or_too_long_is_refused_naming_it():
+    with pytest.raises(GraphError, match=r"Loop or If whose condition is computed .* \(first: node 'bags'\)"):
+        import_onnx(_loop_model(3, True))
+    with pytest.raises(GraphError, match=r"Loop of 5000 iterations \(unrolled: 1 to 1024\) x1 \(first: node 'bags'\)"):
+        import_onnx(_loop_model(5000, False))

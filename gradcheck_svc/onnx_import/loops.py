@@ -6,7 +6,8 @@ the body, ConcatFromSequence after).
 Each iteration's body nodes are converted like the graph's own, under names of their own (`NAME/iterK`),
 the iteration number a constant, the carried values the previous iteration's. A condition that is not a
 constant true, or more iterations than MAX_ITERATIONS, is refused naming the node: the graph would depend on
-values known only at run time, or be too large to unroll.
+values known only at run time, or be too large to unroll (MAX_UNROLLED_NODES body nodes in all). An If
+whose condition is known at import time is its branch, converted in its place.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import numpy as np
 from .context import Unsupported
 
 MAX_ITERATIONS = 1024
+MAX_UNROLLED_NODES = 100_000  # body nodes converted by all unrolling of one model: a small model cannot make it huge
 
 
 def _renamed(body_node, names: dict):
@@ -50,6 +52,9 @@ def _true(ctx, name: str) -> bool:
 
 def run_nodes(importer, nodes, names: dict, tag: str) -> None:
     """Convert a subgraph's nodes under the names of this pass (`tag`): each output a fresh name."""
+    importer.unrolled = getattr(importer, "unrolled", 0) + len(nodes)
+    if importer.unrolled > MAX_UNROLLED_NODES:
+        raise Unsupported(f"Loop or If unrolled past {MAX_UNROLLED_NODES} nodes")
     for b in nodes:
         for o in b.output:
             if o:
