@@ -9,7 +9,7 @@ from ..ops.base import FLOAT, OpDef, Spec
 
 
 # docs/onnx.md says what each means (the RNN ones: how the gate blocks are ordered)
-SOURCE_RELATIONS = ("same", "transposed", "reshaped", "derived", "lstm_gates", "gru_gates", "rnn_stacked")
+SOURCE_RELATIONS = ("same", "transposed", "reshaped", "derived", "lstm_gates", "gru_gates", "rnn_stacked", "tied")
 
 
 @dataclass(frozen=True)

@@ -9,8 +9,9 @@ Each torch-named gradient reaches its initializer through the relation: `same` a
 initializer (equal tensors the exporter made one) gets the sum of its torch parameters' gradients --
 exactly its gradient -- so all of them must be given. What has no exact image is refused, naming the
 key: a `derived` tensor (BatchNorm folded into a Conv: no torch parameter has its gradient), an RNN's
-stacked and reordered gates, a torch name standing for several initializers (a tied or copied weight:
-its gradient is their sum, which cannot be split), an initializer given both ways. An archive whose every key
+stacked and reordered gates, a torch name standing for several initializers (a copied weight the importer
+could not tie to one: its gradient is their sum, which cannot be split; a tied copy the importer found is
+emitted from its parameter, relation "tied", and maps with it), an initializer given both ways. An archive whose every key
 is an initializer name is read by initializer names (a merged initializer's own name is also one of its torch
 names: alone, it is the initializer's whole gradient).
 """
@@ -26,21 +27,28 @@ from ..graph.validate import decode_tensor
 EXACT = {"same", "transposed", "reshaped"}  # relations whose gradient maps one to one
 
 
-def onto_initializers(message, claims):
+def onto_initializers(message, claims, unheld: dict | None = None):
     """Claims keyed by initializer names: `claims` itself when every key already is one, else each key
     taken as a torch name (or an initializer name) and mapped (module docstring); GraphError naming a key
-    that matches nothing or cannot be mapped exactly."""
+    that matches nothing or cannot be mapped exactly. unheld: {torch name: what the exporter made of it} for
+    the parameters the model holds under no name (importer.unheld_claims): such a key is not checkable,
+    which a note on `message` says, naming it and where its value went."""
     params = {i.name: i for i in message.inputs if i.requires_grad}
     if all(k in params for k in claims.gradients):
         return claims
+    unheld = {} if unheld is None else unheld
     torch_names: dict = {}  # torch name -> [(initializer, relation)]
     for p, inp in params.items():
         for sn in inp.source_names or [_Own(p)]:
-            if sn.name:
+            # a tied copy's reads are this parameter's own (ties.py): its "same" entry maps it
+            if sn.name and sn.relation != "tied" and (p, sn.relation) not in torch_names.get(sn.name, []):
                 torch_names.setdefault(sn.name, []).append((p, sn.relation))
     parts: dict = {}  # initializer -> {key: its gradient, mapped}
     for key in sorted(claims.gradients):
         where = f"claimed gradient '{key}'"
+        if key not in torch_names and key not in params and key in unheld:
+            message.notes.append(f"not checked: {where}: {unheld[key]}: not checkable")
+            continue
         value, _ = decode_tensor(claims.gradients[key], where)
         p, relation = _target(key, torch_names, params, where)
         parts.setdefault(p, {})[key] = (relation, _mapped(value, relation, key, p, params[p], where))
@@ -103,7 +111,7 @@ def _merged(p: str, got: dict, inp) -> np.ndarray:
             raise GraphError(f"is given twice: by its own name and as {', '.join(repr(k) for k in keys if k != p)} "
                              "(a torch name the importer traced to it)", field=f"claimed gradient '{p}'")
         return got[keys[0]][1]
-    names = sorted({sn.name for sn in inp.source_names} or {p})
+    names = sorted({sn.name for sn in inp.source_names if sn.relation != "tied"} or {p})
     missing = [n for n in names if n not in got]
     if missing:
         shown = ", ".join(f"'{n}'" if n else "(a tensor with no torch name)" for n in missing)

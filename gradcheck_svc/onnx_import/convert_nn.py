@@ -81,6 +81,32 @@ def _gather_elements(ctx, node, a, opset):
     return ctx.emit("take_along_axis", [x, name], {"axis": axis}, name=node.output[0])
 
 
+@converter("GatherND")
+def _gather_nd(ctx, node, a, opset):
+    """Constant indices (CLIP's pooled token: each row's position of its largest id, from the int input): each
+    index tuple is one position of data's first axes, so data's first b + k axes flattened into one, then
+    `take` at the flat positions (batch_dims b: each batch element's own coordinates prepended)."""
+    x = ctx.value(node.input[0])
+    shape = ctx.shape(x)
+    idx = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64)
+    b = int(a.get("batch_dims", 0))
+    k = idx.shape[-1] if idx.ndim else 0
+    if idx.ndim < 1 or b < 0 or b >= idx.ndim or b + k > len(shape) or tuple(idx.shape[:b]) != tuple(shape[:b]):
+        raise GraphError(f"GatherND node {ctx.onnx_name!r}: indices {list(idx.shape)} (batch_dims {b}) do not fit "
+                         f"data {list(shape)}", field="model")
+    bounds = np.asarray(shape[b:b + k], dtype=np.int64)
+    if idx.size and (np.any(idx < -bounds) or np.any(idx >= bounds)):
+        raise GraphError(f"GatherND node {ctx.onnx_name!r}: an index is out of range for data {list(shape)}",
+                         field="model")
+    idx = np.where(idx < 0, idx + bounds, idx)
+    batch = [np.broadcast_to(g, idx.shape[:-1]) for g in np.indices(idx.shape[:b], sparse=True)] if b else []
+    coords = batch + [idx[..., j] for j in range(k)]
+    flat = np.ravel_multi_index(coords, shape[:b + k]) if coords else np.zeros(idx.shape[:-1], np.int64)
+    rows = ctx.emit("reshape", [x], {"shape": [int(np.prod(shape[:b + k], dtype=np.int64))] + list(shape[b + k:])})
+    at = ctx.add_input(ctx.fresh(f"{node.output[0]}/indices"), np.asarray(flat, dtype=np.int64), False, "int64")
+    return ctx.emit("take", [rows, at], {"axis": 0}, name=node.output[0])
+
+
 @converter("Trilu")
 def _trilu(ctx, node, a, opset):
     """The kept triangle as a constant mask: where(mask, x, 0) (the k-th diagonal and below for
@@ -128,11 +154,17 @@ def _einsum(ctx, node, a, opset):
 
 @converter("ScatterElements")
 def _scatter_elements(ctx, node, a, opset):
-    """Constant indices (an attribute of the registry op, checked there); reduction none or add."""
+    """Constant indices (an attribute of the registry op, checked there); computed ones (TopK's: a MoE's
+    `zeros_like(p).scatter(-1, topi, topv)`) an int64 input of put_along_axis, checked as they are computed;
+    reduction none or add. The gradient reaches data and updates, never the indices."""
     reduction = a.get("reduction", "none")
     if reduction not in ("none", "add"):
         raise Unsupported(f"ScatterElements with reduction {reduction}")
     data, upd = ctx.value(node.input[0]), ctx.value(node.input[2])
+    if not ctx.is_const(node.input[1]):
+        idx = ctx.value(node.input[1])
+        attrs = {"axis": _axis(a.get("axis", 0), len(ctx.shape(data))), "reduction": reduction}
+        return ctx.emit("put_along_axis", [data, idx, upd], attrs, name=node.output[0])
     indices = np.asarray(ctx.const(node.input[1], "indices")).astype(np.int64).tolist()
     attrs = {"axis": a.get("axis", 0), "indices": indices, "reduction": reduction}
     return ctx.emit("scatter_elements", [data, upd], attrs, name=node.output[0])
@@ -166,6 +198,40 @@ def _split_to_sequence(ctx, node, a, opset):
         start += size
     ctx.sequences[node.output[0]] = parts
     return [None]
+
+
+@converter("SequenceEmpty")
+def _sequence_empty(ctx, node, a, opset):
+    ctx.sequences[node.output[0]] = []
+    return [None]
+
+
+@converter("SequenceInsert")
+def _sequence_insert(ctx, node, a, opset):
+    """A tensor appended (or inserted at a constant position) to a sequence held here as a list (an unrolled
+    Loop's carried sequence: loops.py)."""
+    parts = ctx.sequences.get(node.input[0])
+    if parts is None:
+        raise Unsupported("SequenceInsert into a sequence not made by SequenceEmpty or SplitToSequence")
+    parts = list(parts)
+    at = int(np.asarray(ctx.const(node.input[2], "position")).reshape(-1)[0]) if _present(node, 2) else len(parts)
+    if not -len(parts) <= at <= len(parts):
+        raise Unsupported(f"SequenceInsert position {at} into a sequence of {len(parts)}")
+    parts.insert(at if at >= 0 else at + len(parts), ctx.value(node.input[1]))
+    ctx.sequences[node.output[0]] = parts
+    return [None]
+
+
+@converter("ConcatFromSequence")
+def _concat_from_sequence(ctx, node, a, opset):
+    parts = ctx.sequences.get(node.input[0])
+    if not parts:
+        raise Unsupported("ConcatFromSequence of an empty sequence or one not made here")
+    axis = a["axis"]
+    if a.get("new_axis", 0):
+        axis = _axis(axis, len(ctx.shape(parts[0])) + 1)
+        parts = [ctx.emit("reshape", [p], {"shape": [*ctx.shape(p)[:axis], 1, *ctx.shape(p)[axis:]]}) for p in parts]
+    return ctx.emit("concat", parts, {"axis": axis}, name=node.output[0])
 
 
 @converter("SequenceAt")

@@ -36,12 +36,13 @@ import numpy as np
 from ..errors import GraphError, LimitError
 from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
-from . import convert_masks, convert_nn, convert_rnn  # noqa: F401  (their converters join CONVERTERS on import)
+from . import convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
 from .tables import exporter_made, rotary_tables
+from .ties import copy_candidates, find_ties, torch_aliases
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -128,6 +129,7 @@ class Importer:
         self.named = [t for t in tokens if t not in PARAM_GROUPS]
         self.made_params: set[str] = set()
         self.made_constants: set[str] = set()  # tables.exporter_made
+        self.ties: dict[str, tuple[str, str]] = {}  # an exporter's copy of a parameter -> (it, relation): ties.py
         self.unsupported: dict[str, list] = {}  # reason -> [count, first node]
 
     # --- parameters and inputs --------------------------------------------------------
@@ -194,14 +196,29 @@ class Importer:
     def _initializers(self) -> None:
         static = static_initializers(self.model.graph, self.inits)  # Resize's scales: never a weight
         tables = rotary_tables(self.model.graph, self.inits) | self._made()
+        wanted = set()
         for name, value in self.inits.items():
-            if name in self.ctx.emitted:
-                continue
             weight = _is_weight(name, value) and name not in static and not is_mask(value) and name not in tables
             if value.dtype.kind == "f" and (self._wants(name, "initializers") or (weight and "weights" in self.groups)):
+                wanted.add(name)
+        # an exporter's copy of a parameter (a tied head's transpose) is emitted from it (ties.py), unless named
+        copies = copy_candidates(self.inits, exported_parameters(self.model)) - set(self.named)
+        self.ties = {c: t for c, t in find_ties(self.inits, copies, wanted - copies).items() if c not in self.ctx.emitted}
+        for name, value in self.inits.items():
+            if name in self.ctx.emitted or name in self.ties:
+                continue
+            if name in wanted:
                 self._param(name, value)
             else:
                 self.ctx.consts[name] = value
+        for copy, (base, relation) in sorted(self.ties.items()):
+            self.ctx.onnx_name = copy
+            if relation == "same":
+                self.ctx.set_output(copy, base)
+            else:
+                op, attrs = ("transpose", {}) if relation == "transposed" else \
+                    ("reshape", {"shape": list(self.inits[copy].shape)})
+                self.ctx.set_output(copy, self.ctx.emit(op, [base], attrs, name=self.ctx.fresh(f"{copy}/tied")))
 
     def _readers(self, names: set[str]) -> dict[str, object]:
         """Each of `names` -> the first node that reads it (None if none does)."""
@@ -283,7 +300,7 @@ class Importer:
         for node in reversed(self.model.graph.node):
             casts_to_int = node.op_type == "Cast" and np.dtype(helper.tensor_dtype_to_np_dtype(
                 next((a.i for a in node.attribute if a.name == "to"), 1))).kind != "f"
-            only_folded = node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size")
+            only_folded = node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size", "Loop", "If")
             if casts_to_int or only_folded or any(o in needed for o in node.output):
                 needed.update(n for n in node.input if n)
         return needed
@@ -296,13 +313,16 @@ class Importer:
             return
         if any(n in ctx.poisoned for n in node.input if n):
             ctx.poisoned.update(o for o in node.output if o)
-            if node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size"):
+            if node.op_type not in CONVERTERS and node.op_type not in ("Shape", "Size", "Loop", "If"):
                 self._unsupported(node.op_type, node)
             return
         a = _attrs(node)
         try:
             if node.op_type in ("Shape", "Size") and not ctx.is_const(node.input[0]):
                 self._store(node.output[0], self._shape_of(node, a))
+                return
+            if node.op_type in ("Loop", "If"):  # unrolled / the branch taken, converted node by node (loops.py)
+                (loops.unroll if node.op_type == "Loop" else loops.inline_if)(self, node)
                 return
             if self._foldable(node):
                 for out, value in zip(node.output, self._fold(node, a)):
@@ -377,7 +397,8 @@ class Importer:
         """Each initializer parameter's PyTorch names, where they say more than its own (provenance.py);
         the torch parameters a dynamo export lists but holds under none of them: a note (folded_note)."""
         params = self.made_params & set(self.inits)
-        found = source_names(self.model, params, {n: self.inits[n].shape for n in params})
+        found = self._tied_names(source_names(self.model, params | set(self.ties),
+                                              {n: self.inits[n].shape for n in params | set(self.ties)}))
         for inp in msg.inputs:
             for entry in found.get(inp.name, ()):
                 inp.source_names.add(**entry)
@@ -389,6 +410,26 @@ class Importer:
                                                                   if self.inits[n].size > 1}))
             if note:
                 msg.notes.append(note)
+
+
+    def _tied_names(self, found: dict) -> dict:
+        """source_names with each tied copy's reads under its parameter (relation "tied": ties.py), and a dynamo
+        export's tied pair under the name named_parameters() gives it (ties.torch_aliases)."""
+        aliases = torch_aliases(self.model, set(self.inits), exported_parameters(self.model))
+        out = {p: [dict(e, name=aliases.get(e["name"], e["name"])) for e in entries]
+               for p, entries in found.items() if p not in self.ties}
+        for copy, (base, _) in sorted(self.ties.items()):
+            own = [e for e in out.get(base, []) if e["relation"] == "same" and e["name"]]
+            name = own[0]["name"] if len({e["name"] for e in own}) == 1 else aliases.get(base, base)
+            if base not in out:  # read by its own name only until now: say so beside the copy's reads
+                readers = [n.name or n.output[0] for n in self.model.graph.node if base in n.input]
+                out[base] = [{"name": name, "relation": "same", "onnx_name": base, "read_by": readers}] if readers else []
+            readers = [r for e in found.get(copy, []) for r in e["read_by"]]
+            out[base].append({"name": name, "relation": "tied", "onnx_name": copy, "read_by": readers})
+        for p in [p for p in out if p in aliases and not any(e["onnx_name"] == p for e in out[p])]:
+            readers = [n.name or n.output[0] for n in self.model.graph.node if p in n.input]
+            out[p].insert(0, {"name": aliases[p], "relation": "same", "onnx_name": p, "read_by": readers})
+        return {p: entries for p, entries in out.items() if entries}
 
 
 _SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the dynamo exporter's graph metadata
@@ -425,36 +466,96 @@ def _mentioned(param: str, lines: list[str]) -> bool:
     return any(re.search(rf"\bself\.{re.escape(w)}\b", ln) for w in words for ln in lines)
 
 
-def _made_entry(const: str, reader, missing: list[str]) -> str:
-    """'embedding_1 read by node_add (`x = ... self.wpe(pos)`: wpe.weight)': which missing parameter the line
-    reading the constant names, if one does -- a pointer for the user, from the exporter's own metadata."""
-    if reader is None:
-        return f"{const} (read by no node)"
-    label = reader.name or f"the {reader.op_type} node making '{reader.output[0]}'"
-    lines = _source_lines(reader)
-    found = [p for p in missing if _mentioned(p, lines)]
-    line = next((ln for ln in reversed(lines) if any(_mentioned(p, [ln]) for p in found)), "")
-    return f"{const} read by {label}" + (f" (`{line[:160]}`: {', '.join(found)})" if found else "")
+def _reader_label(reader) -> str:
+    return reader.name or f"the {reader.op_type} node making '{reader.output[0]}'"
+
+
+def holders(missing: list[str], made: dict) -> dict[str, list[str]]:
+    """{missing parameter: ["embedding_1 read by node_add (`x = ... self.wpe(pos)`)", ...]}: the constants the
+    exporter made (made: each with the node reading it, or None) whose reader's source line, from the
+    exporter's own metadata, reads that parameter -- those and no others hold what it was folded into."""
+    out: dict[str, list[str]] = {p: [] for p in missing}
+    for const, reader in sorted(made.items()):
+        if reader is None:
+            continue
+        lines = _source_lines(reader)
+        for p in missing:
+            line = next((ln for ln in reversed(lines) if _mentioned(p, [ln])), None)
+            if line is not None:
+                out[p].append(f"{const} read by {_reader_label(reader)} (`{line[:160]}`)")
+    return out
+
+
+def unheld_parameters(model, named: set[str], made: dict | None = None) -> dict[str, str]:
+    """{torch parameter a dynamo export lists but the model holds under no name (its own or one source_names
+    traces to it): what became of it} -- "folded into X read by N (`line`)" with the constants that hold it,
+    else that no tensor of the model is told to hold it."""
+    missing = [p for p in exported_parameters(model) if p not in named]
+    found = holders(missing, made or {})
+    # constants no source line ties to a parameter: where the others went, for all the metadata says
+    told = {h.split(" ", 1)[0] for hs in found.values() for h in hs}
+    untold = [f"{c} read by {_reader_label(r)}" for c, r in sorted((made or {}).items()) if r is not None and c not in told]
+    maybe = (f"folded by the exporter into a constant, one of {_listed(untold, 4)} (its metadata does not say which)"
+             if untold else "held by no tensor the model names (folded into a Conv, merged into an RNN's W, R, B, "
+             "or never read)")
+    return {p: (f"folded into {'; '.join(found[p])} by the exporter" if found[p] else maybe) for p in missing}
 
 
 def folded_note(model, named: set[str], made: dict | None = None, shown: int = 8) -> str:
     """"not checked ..." for the torch parameters the export lists but the model holds under no name, its own
-    or one source_names traces to it: folded into constants (or a Conv), merged (RNNs), or never read.
-    made: the constants the exporter made, no torch parameter (tables.exporter_made), each with the node
-    that reads it (or None): what the missing parameters were folded into, with the source line that reads
-    each and the missing parameters it names."""
-    missing = [p for p in exported_parameters(model) if p not in named]
-    if not missing:
+    or one source_names traces to it, each with what became of it (unheld_parameters) and nothing else."""
+    unheld = unheld_parameters(model, named, made)
+    if not unheld:
         return ""
-    entries = [_made_entry(c, reader, missing) for c, reader in sorted((made or {}).items())]
-    here = f" (here: {_listed(entries, shown)}; constants, not parameters)" if entries else ""
-    head = (f"not checked: {len(missing)} torch parameter(s) the model holds under no name traced to them, "
-            f"{_listed(missing, shown)}: the exporter folded them into constants{here} or into a Conv (BatchNorm), "
-            "merged them (RNN gates into W, R, B), or the forward never reads them")
+    items = [f"{p}: {what}" for p, what in unheld.items()]
+    head = (f"not checked: {len(unheld)} torch parameter(s) the model holds under no name traced to them, "
+            f"constants, not parameters: {_listed(items, shown)}")
     tail = ("; keep them with torch.onnx.export(..., dynamo=True, optimize=False) (the TorchScript exporter: "
             "do_constant_folding=False)")
     room = MAX_NOTE_LENGTH - len(tail)  # a graph's note is bounded (validation): the way to keep them stays
     return (head if len(head) <= room else head[:room - 3] + "...") + tail
+
+
+class _Unnamed(dict):
+    """The TorchScript exporter lists no torch parameters: any name matching no tensor may be one it folded into
+    a tensor of its own naming (`onnx::Expand_N`, told by no metadata) -- these, when the model has them."""
+
+    def __init__(self, unnamed: list[str]):
+        super().__init__()
+        self.text = (f"held by no tensor under a name traced to it: the exporter may have folded it into one of "
+                     f"{_listed(unnamed, 4)} (named by it, the TorchScript export does not say from which torch "
+                     "parameter)")
+
+    def __contains__(self, key) -> bool:
+        return True
+
+    def __getitem__(self, key) -> str:
+        return self.text
+
+
+def unheld_claims(onnx_bytes: bytes, message) -> dict:
+    """{torch name: what became of it} for the torch parameters an imported model (`message`) holds under no
+    name: a dynamo export's (unheld_parameters); for another exporter's, any name, when the model has tensors
+    the exporter named (parameters told to no torch name, constants it made), else none."""
+    import onnx
+
+    model = onnx.ModelProto()
+    model.ParseFromString(onnx_bytes)  # read and checked by the import already
+    inputs = {i.name: i for i in message.inputs}
+    named = {t.name for t in model.graph.initializer} | {s.name for i in message.inputs for s in i.source_names}
+    tied = {s.onnx_name for i in message.inputs for s in i.source_names if s.relation == "tied"}
+    made = [t.name for t in model.graph.initializer if MADE.match(t.name) or exported_parameters(model)]
+    made = [n for n in made if n not in tied and n not in exported_parameters(model)]
+    if exported_parameters(model):
+        consts = {n for n in made if not (n in inputs and inputs[n].requires_grad)}
+        floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+        consts = {t.name for t in model.graph.initializer if t.name in consts and t.data_type in floats
+                  and math.prod(t.dims) > 1}  # dims, not values: external data stays where it is
+        readers = {n: next((node for node in model.graph.node if n in node.input), None) for n in consts}
+        return unheld_parameters(model, named, readers)
+    unnamed = [n for n in made if not any(s.name for s in inputs[n].source_names)] if made else []
+    unnamed = [n for n in unnamed if n in inputs]
+    return _Unnamed(unnamed) if unnamed else {}
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):

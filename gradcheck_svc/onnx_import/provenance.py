@@ -25,6 +25,7 @@ or empty (tests/onnx/test_model_zoo.py). Nothing here changes the graph; it is r
 from __future__ import annotations
 
 import ast
+import math
 import re
 
 # which torch.nn parameter an op's input is, by position (as nn.Conv*, nn.Linear, nn.LayerNorm,
@@ -178,6 +179,23 @@ def _mha_weight(module: str, shape: tuple, known: set) -> str | None:
     return f"{module}.in_proj_weight" if len(shape) == 2 and shape[1] == 3 * shape[0] else ""
 
 
+def _linear_entry(node, slot: int, shape: tuple, ctx: dict, module: str) -> tuple[str, str]:
+    """(torch name, relation) of an exporter-made 2-D tensor a MatMul reads as its weight outside a torch.nn
+    module (`F.linear(x, self.qkv.weight, self.qkv.bias)` on a rank-4 input, as Swin's attention calls it):
+    the weight the dynamo exporter's fx node says `aten.linear` read, else -- the TorchScript exporter says
+    nothing of it -- `X.weight` when the MatMul's output is added to the model's own `X.bias` of as many
+    elements as the weight has columns (F.linear's bias is its weight's module's), transposed either way."""
+    if node.op_type != "MatMul" or slot != 1 or len(shape) != 2:
+        return "", "derived"
+    if "aten.linear" in _meta(node).get("pkg.torch.onnx.fx_node", "")[:MAX_META]:
+        read = [n for n in _fx_parameters(node, module, ctx) if _kind(n) == "weight"]
+        return (read[0], "transposed") if len(read) == 1 else ("", "derived")
+    bias = ctx["bias_after"].get(node.output[0], "")
+    if bias.endswith(".bias") and ctx["sizes"].get(bias) == shape[1] and bias[:-5] + ".weight" not in ctx["known"]:
+        return bias[:-5] + ".weight", "transposed"
+    return "", "derived"
+
+
 def _made_entry(node, slot: int, shape: tuple, ctx: dict, module: str, role: str | None) -> tuple[str, str]:
     """(torch name, relation) of a tensor the exporter made, as input `slot` of `node` reads it."""
     if node.op_type == "InstanceNormalization":
@@ -185,8 +203,8 @@ def _made_entry(node, slot: int, shape: tuple, ctx: dict, module: str, role: str
     if node.op_type in ("Mul", "Add") and module in ctx["instance_norm"] and len(shape) >= 2 and \
             all(d == 1 for d in shape[1:]):  # GroupNorm: normalized per group, then x * weight + bias
         return f"{module}.{'weight' if node.op_type == 'Mul' else 'bias'}", "reshaped"
-    if not module or role is None:
-        return "", "derived"
+    if role is None or not module:
+        return _linear_entry(node, slot, shape, ctx, module)
     if node.op_type == "PRelu":  # the slope given the dimensions it broadcasts over: (C, 1, 1)
         return f"{module}.weight", "reshaped"
     if node.op_type in ("Conv", "ConvTranspose"):  # BatchNorm folded in: the bias may be no module's
@@ -231,8 +249,13 @@ def _context(model) -> dict:
     given_back = {n.output[0] for n in model.graph.node if n.op_type == "Identity" and n.input and n.input[0] in inits}
     known = {k for k in inits | given_back if not MADE.match(k) and len(k) <= MAX_NAME}
     norms = {_module(n)[0] for n in model.graph.node if n.op_type == "InstanceNormalization"}
-    return {"known": known, "underscored": {k.replace(".", "_"): k for k in known},
-            "vocab": {part for k in known for part in k.split(".") if part}, "instance_norm": norms - {""}}
+    # a MatMul's output -> the kept-name initializer an Add adds to it (F.linear's bias)
+    bias_after = {i: j for n in model.graph.node if n.op_type == "Add" and len(n.input) == 2
+                  for i, j in (n.input, n.input[::-1]) if j in known}
+    sizes = {t.name: math.prod(t.dims) for t in model.graph.initializer}
+    return {"known": known, "underscored": {k.replace(".", "_"): k for k in known}, "bias_after": bias_after,
+            "vocab": {part for k in known for part in k.split(".") if part}, "instance_norm": norms - {""},
+            "sizes": sizes}
 
 
 def source_names(model, params, shapes: dict) -> dict:

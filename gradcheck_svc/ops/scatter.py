@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import numpy as np
 
+from ..backend import host as to_host, scatter_add
 from ..errors import GraphError
-from .base import FLOAT, REALS, Attr, Case, OpDef, Spec, norm_axis, save_nothing
+from .base import FLOAT, INT, REALS, Attr, Case, OpDef, Spec, norm_axis, save_nothing
 from .registry import register
 
 
@@ -95,3 +96,83 @@ register(OpDef(
            "axis": Attr("int", 0), "reduction": Attr("str", "none", ("none", "add"))},
     save=save_nothing, cases=_cases,
     doc="ONNX ScatterElements (reduction none or add): data with updates written (added) at indices along axis"))
+
+
+# --- put_along_axis: indices computed by the graph (TopK's: a MoE's `zeros_like(p).scatter(-1, topi, topv)`) ---
+
+
+def _infer_put(node, specs, attrs):
+    data, idx, upd = (s.shape for s in specs)
+    if not (len(data) == len(idx) == len(upd)) or idx != upd:
+        raise GraphError(f"put_along_axis: indices {list(idx)} and updates {list(upd)} must have one shape, of the "
+                         f"rank of data {list(data)}", node=node)
+    axis = norm_axis(node, attrs["axis"], len(data))
+    if any(u != d for i, (u, d) in enumerate(zip(upd, data)) if i - len(data) != axis):
+        raise GraphError(f"put_along_axis: updates {list(upd)} must match data {list(data)} off the axis", node=node)
+    return Spec(data, FLOAT), {"axis": axis, "reduction": attrs["reduction"], "rank": len(data)}
+
+
+def _put_grid(xp, idx, n: int, axis: int, reduction: str) -> tuple:
+    """Where each update goes, as an index of the output (the indices made non-negative, checked in range and,
+    without a reduction, distinct along the axis: ONNX leaves two updates aimed at one element undefined). The
+    indices are a value of the graph, so they are checked here, on the host, when they are computed."""
+    host = (idx if isinstance(idx, np.ndarray) else to_host(xp, idx)).astype(np.int64)  # the symbolic module: numpy
+    host = np.where(host < 0, host + n, host)
+    if host.size and (host.min() < 0 or host.max() >= n):
+        raise IndexError(f"put_along_axis: an index is out of range for an axis of {n}")
+    if reduction == "none" and host.shape[axis] > 1 and np.any(np.diff(np.sort(host, axis=axis), axis=axis) == 0):
+        raise IndexError("put_along_axis: two updates aimed at one element (undefined without a reduction)")
+    grid = list(np.indices(host.shape, sparse=True))
+    grid[axis] = host
+    grid = [np.broadcast_to(g, host.shape) for g in grid]
+    return tuple(grid) if isinstance(idx, np.ndarray) else tuple(xp.asarray(g) for g in grid)
+
+
+def _lead(xp, rank: int, *arrays):
+    """The arrays broadcast over their leading (batch) axes: the engine evaluates a batch of directions at once."""
+    lead = tuple(np.broadcast_shapes(*(a.shape[:a.ndim - rank] for a in arrays)))
+    return [xp.broadcast_to(a, lead + a.shape[a.ndim - rank:]) for a in arrays]
+
+
+def _put_forward(xp, data, idx, upd, *, axis, reduction, rank):
+    data, idx, upd = _lead(xp, rank, data, idx, upd)
+    where = _put_grid(xp, idx, data.shape[axis], axis, reduction)
+    out = data.copy()
+    if reduction == "add" and out.dtype == object:  # the symbolic oracle's arrays of formulas
+        np.add.at(out, where, upd)
+    elif reduction == "add":
+        scatter_add(xp, out, where, upd)
+    else:
+        out[where] = upd
+    return out
+
+
+def _put_vjp(xp, g, saved, *, axis, reduction, rank):
+    (idx,) = saved
+    g, idx = _lead(xp, rank, g, idx)
+    where = _put_grid(xp, idx, g.shape[axis], axis, "add")
+    g_upd = g[where]
+    if reduction == "add":
+        return g, None, g_upd
+    g_data = g.copy()
+    g_data[where] = 0.0  # overwritten: no gradient to data there
+    return g_data, None, g_upd
+
+
+def _put_cases(rng):
+    return [
+        Case([REALS.sample(rng, (3, 4)), np.array([[1, 3], [0, 2], [3, -4]]), REALS.sample(rng, (3, 2))],
+             {"axis": 1}),
+        Case([REALS.sample(rng, (3, 2)), np.array([[2, 0], [0, 1]]), REALS.sample(rng, (2, 2))],
+             {"axis": 0, "reduction": "add"}),
+        Case([REALS.sample(rng, (2, 3)), np.array([[1, 1], [0, 2]]), REALS.sample(rng, (2, 2))],
+             {"axis": -1, "reduction": "add"}),  # repeated targets accumulate
+    ]
+
+
+register(OpDef(
+    name="put_along_axis", forward=_put_forward, vjp=_put_vjp, infer=_infer_put, arity=3,
+    input_kinds=(FLOAT, INT, FLOAT), attrs={"axis": Attr("int"), "reduction": Attr("str", "none", ("none", "add"))},
+    save=lambda xs, y, **_: (xs[1],), cases=_put_cases,
+    doc="ONNX ScatterElements with indices the graph computes (int64 input, no gradient): data with updates "
+        "written (reduction none: distinct along the axis, checked) or added at them along axis"))

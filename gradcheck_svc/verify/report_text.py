@@ -98,6 +98,8 @@ RNN_RELATIONS = {"lstm_gates": "gate blocks in ONNX's order i, o, f, c (torch's:
 
 def _names(entry: dict) -> str:
     name = entry["name"] or f"a tensor the exporter made ('{entry['onnx_name']}')"
+    if entry["relation"] == "tied":  # the exporter's copy, computed from the parameter in the graph (ties.py)
+        return f"{name} (also read as the exporter's copy '{entry['onnx_name']}', tied: its reads' gradients summed)"
     if entry["relation"] in ("transposed", "reshaped"):
         return f"{name} {entry['relation']}"
     # derived: the tensor takes that parameter's place, computed by the exporter (BatchNorm folded into
@@ -118,7 +120,7 @@ def source_name_lines(params: list, max_rows: int, max_readers: int = 6) -> list
         shown = list(dict.fromkeys(_names(e) for e in entries))
         readers = list(dict.fromkeys(n for e in entries for n in e["read_by"]))
         what = " + ".join(shown)
-        kept = [e for e in entries if e["relation"] != "derived"]
+        kept = [e for e in entries if e["relation"] not in ("derived", "tied")]
         rnn = [RNN_RELATIONS[e["relation"]] for e in kept if e["relation"] in RNN_RELATIONS]
         if rnn:
             biases = " (input then hidden bias)" if any(".bias_" in n for n in shown) else ""

@@ -283,7 +283,7 @@ def unexplained_mismatches(results, findings, localized: bool) -> list:
 def _in_source_terms(r, where: list) -> str:
     """' = fc1.weight[3, 1] (transposed)': the worst element in the names of the framework that made the
     model (the ONNX importer's source_names), where one torch parameter is the initializer one to one."""
-    named = [s for s in r.source_names if s.name]
+    named = [s for s in r.source_names if s.name and s.relation != "tied"]  # a tied copy is the parameter itself
     if r.fd.mode is not FDMode.FULL or not named:
         return ""
     if len(named) > 1:

@@ -27,7 +27,8 @@ from gradcheck_svc.verify.engine_run import run_engine  # noqa: E402
 
 EXPORTERS = ("legacy", "dynamo")
 # read twice by the forward (input and output embedding): the exporters keep one read under its name and make
-# the other a tensor of their own (wte.weight transposed), so the named one's gradient is only a part of torch's
+# the other a tensor of their own (wte.weight transposed), which the importer ties back (onnx_import/ties.py):
+# wte.weight's gradient is torch's whole one, its copy's reads included
 TIED = {"gpt2": {"wte.weight"}}
 # folded by the dynamo exporter's optimizer at the constant positions (wpe read at arange(t)): not in the model,
 # named by the report's note instead
@@ -78,16 +79,18 @@ def test_decoder_block_verifies_with_torchs_gradients(name, exporter):
     # equal tensors) or their transpose; every torch parameter is compared so
     covered = set()
     for p in graph.parameters:
-        entries = [(s.name, s.relation) for s in graph.inputs[p].source_names] or [(p, "same")]
-        if any(r == "derived" or n in TIED.get(name, ()) for n, r in entries):
+        entries = [(s.name, s.relation) for s in graph.inputs[p].source_names if s.relation != "tied"] or [(p, "same")]
+        if any(r == "derived" for n, r in entries):
             continue
+        tied = {s.name for s in graph.inputs[p].source_names if s.relation == "tied"}
+        assert tied == {n for n, _ in entries} & TIED.get(name, set()), (p, graph.inputs[p].source_names)
         assert all(r in ("same", "transposed") for _, r in entries), (p, entries)
         expected = sum(want[n].T if r == "transposed" else want[n] for n, r in entries)
         np.testing.assert_allclose(engine.gradients[p], expected, rtol=1e-9, atol=1e-9 * np.abs(expected).max(),
                                    err_msg=f"{name} ({exporter}): {p} = {entries}")
         covered |= {n for n, _ in entries}
     folded = FOLDED.get((name, exporter), set())
-    assert covered == set(want) - TIED.get(name, set()) - folded, (sorted(want), sorted(covered))
+    assert covered == set(want) - folded, (sorted(want), sorted(covered))
     report = verify(graph, VerifyOptions())
     assert report.verdict == "pass", report.to_text()
     unchecked = [w for w in report.warnings if w.startswith("not checked")]
@@ -95,8 +98,10 @@ def test_decoder_block_verifies_with_torchs_gradients(name, exporter):
         [note] = unchecked
         assert all(n in note for n in folded) and "embedding_1 read by node_add" in note, note
         # the line that reads the constant, from the exporter's metadata, names the parameter folded into it
-        assert "embedding_1 read by node_add (`x = self.wte(ids) + self.wpe(torch.arange(" in note, note
-        assert "unsqueeze(0))`: wpe.weight)" in note, note
+        assert "wpe.weight: folded into embedding_1 read by node_add (`x = self.wte(ids) + self.wpe(torch.arange(" \
+            in note, note
+        assert "unsqueeze(0))`) by the exporter" in note, note
+        assert note.count(" read by ") == 1, note  # the one constant that holds it, nothing else
         assert "optimize=False" in note and "do_constant_folding=False" in note, note
         assert "embedding_1" not in graph.parameters  # its gradient means nothing to a torch user
     else:
