@@ -1,4 +1,4 @@
-"""Models whose parameters an exporter ties, transposes or folds (tests/test_onnx_every_parameter.py): a GPT
+"""Models whose parameters an exporter ties, transposes or folds (tests/onnx/test_onnx_every_parameter.py): a GPT
 with its output head tied to the input embedding, a Swin-style window attention calling F.linear on a
 rank-4 input with a relative position bias table, a DETR-style query embedding repeated over the batch; and
 the ops of issue 45: a top-2 MoE gating by scatter, CLIP's argmax pooling, nn.EmbeddingBag with offsets.

@@ -17,7 +17,7 @@ from param_models import MODELS  # noqa: E402
 from torch_export import export_onnx  # noqa: E402
 
 from gradcheck.v1 import service_pb2  # noqa: E402
-from gradcheck_client.claims import claims_message  # noqa: E402
+from gradcheck_core.claims import claims_message  # noqa: E402
 from gradcheck_svc.request import prepare, run_request  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 from gradcheck_svc.verify.engine_run import run_engine  # noqa: E402
