@@ -51,7 +51,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..oracles.finite_diff import FDResult, element_steps
+from ..oracles.finite_diff import FDResult
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
 
@@ -100,7 +100,7 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dic
         b = _element_bounds(gradients[p], tol)
         out[p] = float(b @ b) / max(1, b.size)
         if fd is not None and b.size:
-            own = b + fd.noise(element_steps(np.asarray(fd.base[p], dtype=np.float64).reshape(-1)))
+            own = b + fd.element_noise(p)
             out[p] = min(out[p], (RESOLVE / 4 * float(np.min(own))) ** 2)
     return out
 
@@ -109,7 +109,7 @@ def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None):
     """fd_check of the directional derivatives of dirs' `rows` restricted to the blocks `group` against
     the engine's `eng`, each held to floor + its FD error: (the check, which rows fail or are
     undecided, how far off each is in floors). given: their first pass, evaluated elsewhere."""
-    ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, given)
+    ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, group, given)
     chk = fd_check(eng, ref.reference, ref.noise, tol,
                    lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
     failing = _over(eng, chk.reference, floor + chk.error)
@@ -134,7 +134,7 @@ def _directions(fd, gradients: dict, params: list[str], tol: Tolerance, step_sca
     # other block's signal under what finite differences resolve, and a 1% error in b5 went unseen
     scale = {p: dirs.weight[p] * math.sqrt(allowed[p]) for p in params}
     least = min((v for v in scale.values() if v > 0), default=1.0)
-    target = max(least, float(fd.noise(dirs.step)))
+    target = max(least, float(fd.step_noise(dirs, params)))
     for p in params:
         if scale[p] > target:
             dirs.weight[p] *= target / scale[p]
@@ -195,9 +195,9 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
                          top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
                          narrowed)
     # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
-    # error (the differences may be off by that much the other way). It moves every direction alike, so
-    # the direction where that is least is the one that sees it (and the bisection follows)
-    reach = float(np.min(top_floor + 2 * top.error))
+    # error (the differences may be off by that much the other way), per direction; element i moves
+    # direction j by weight x |s_ji| x its error, so the direction where reach_j / |s_ji| is least sees it
+    reach = top_floor + 2 * top.error
     screen.unresolved = {p: r for p, r in _unresolved(fd, dirs, gradients, params, reach, tol).items()
                          if p not in flagged}
     if resolve and screen.unresolved:
@@ -206,30 +206,33 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     return screen
 
 
-def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol: Tolerance) -> dict:
+def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance) -> dict:
     """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
-    own bound -- tolerance + the rounding of their own central difference -- would not move the screen's
-    values past what it allows (`reach`): such an error moves every direction by weight x error."""
+    own bound -- tolerance + the error of their own difference (0 for a complex step) -- would move no
+    direction j past what it allows (reach[j], (k,)): such an error moves direction j by weight x |s_ji| x
+    error (JointDirections.least_error: the per-element power of the directions)."""
     out = {}
     for p in params:
         if dirs.weight[p] <= 0:
             continue
-        x = np.asarray(fd.base[p], dtype=np.float64).reshape(-1)
-        bound = _element_bounds(gradients[p], tol) + fd.noise(element_steps(x))
-        ratio = reach / dirs.weight[p] / (RESOLVE * bound)
+        bound = _element_bounds(gradients[p], tol) + fd.element_noise(p)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = dirs.least_error(p, reach) / (RESOLVE * bound)
         blind = ratio > 1
         if blind.any():
             out[p] = (int(blind.sum()), float(np.max(ratio)))
     return out
 
 
-def _evaluated_elsewhere(fd, dirs, values) -> FDResult:
+def _evaluated_elsewhere(fd, dirs, params, values) -> FDResult:
     """A first pass another process evaluated, as fd.joint gives it (its error the rounding term of the
     step) and counted as evaluated: a report counts the work its verdict rests on, wherever it ran."""
     m = len(values)
-    fd.joint_rows += 2 * m
-    return FDResult("joint", np.asarray(values, dtype=np.float64), np.full(m, fd.noise(dirs.step)),
-                    evaluations=2 * m)
+    values = np.asarray(values, dtype=np.float64)
+    method = fd.method_for(params)
+    per = 1 if method == "complex" else 2
+    fd.joint_rows += per * m
+    return FDResult("joint", values, fd.step_noise(dirs, params, values), evaluations=per * m, method=method)
 
 
 def _second_plan(params: list[str], unresolved: dict) -> tuple[list[str], float]:
@@ -247,7 +250,7 @@ def screen_share(fd, gradients: dict, params: list[str], tol: Tolerance, index: 
     out = [_rows_of(fd, dirs, params, index, count)]
     every = np.arange(dirs.k)
     # as joint_screen's reach, when every first-pass value stands (its error the rounding term)
-    reach = float(np.min(_floor(a2, params, every, np.inf) + 2 * np.full(dirs.k, fd.noise(dirs.step))))
+    reach = _floor(a2, params, every, np.inf) + 2 * np.full(dirs.k, fd.step_noise(dirs, params))
     unresolved = _unresolved(fd, dirs, gradients, params, reach, tol)
     if unresolved:
         blind, scale = _second_plan(params, unresolved)
