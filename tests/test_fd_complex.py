@@ -55,9 +55,15 @@ def _cases():
 def test_complex_steps_equal_the_analytic_derivative_of_every_registry_op(name, i):
     case = REGISTRY[name].cases(np.random.default_rng(1))[i]
     fd = FiniteDifferences(op_graph(name, case, np.random.default_rng(2)))
+    grads = _engine_gradients(fd)
     for p in fd.program.params:
         d, exact, size = _directional(fd, p)
         assert abs(d - exact) <= EXACT * size + 1e-300, (p, d, exact)
+        # element by element: one-element copies travel as slices (ops/slices.py) through the ops' slice rules
+        g = np.asarray(grads[p], dtype=np.float64).reshape(-1)
+        every = fd.elements(p, np.arange(g.size))
+        assert every.method == fd_complex.COMPLEX, fd.plan.fallback
+        assert np.max(np.abs(every.reference - g)) <= 10 * EXACT * magnitude(g) + 1e-300, p
 
 
 KINKS = {  # exact kinks and ties, and points a rounding away from them: the base point's branch
