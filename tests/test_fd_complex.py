@@ -192,3 +192,34 @@ def test_a_probed_value_carries_the_spread_of_its_forwards_as_its_error():
     assert probed.method == ["complex"] * 8
     assert np.all(np.abs(probed.values - first.reference) <= probed.error)
     assert np.all(probed.error <= 1e-12 * np.max(np.abs(first.reference)))
+
+
+@pytest.mark.parametrize("target", ["W0", "b1"])
+def test_the_screen_s_power_statement_holds_for_a_planted_element_at_that_size(target):
+    """JointScreen.power: per element the least error that fails some direction for sure (floor_j + 2 x the
+    complex-step bound_j over weight x |s_ji|). An element off by 1.5x the larger of that and its tolerance
+    (what its own check holds it to) fails and is localized."""
+    from gradcheck_svc.verify.joint_check import joint_screen
+
+    options = FDOptions(mode="joint", projection_threshold=100)
+    delta = np.zeros((16, 16) if target.startswith("W") else 16)
+    op = element_bug(delta)  # the graph (its content, so its directions) is fixed before delta is set
+    try:
+        graph = mlp(width=16, depth=2, bugs={target: op})
+        fd = FiniteDifferences(graph, options)
+        grads = {k: np.asarray(v) for k, v in _engine_gradients(fd).items()}
+        screen = joint_screen(fd, grads, list(graph.parameters), Tolerance.for_dtype("float64"))
+        assert screen.flagged == [] and not screen.narrowed and screen.unresolved == {}
+        power, own = screen.power[target].astype(np.float64), _tolerances(grads[target])
+        # with complex steps nothing of the rounding term is left: the screen sees every element's error
+        # before its own check could (power below its tolerance), so the tolerance alone sets what is found
+        assert np.all(power <= own)
+        i = 5
+        delta.reshape(-1)[i] = 1.5 * max(power[i], own[i])
+        report = verify(graph, VerifyOptions(fd=options, symbolic=NO_SYM))
+    finally:
+        unregister(op)
+    assert report.verdict == "fail"
+    assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [(f"{target}_bug", "rule_error")]
+    row = next(p for p in report.parameters if p.name == target)
+    assert row.status == "FAIL" and np.ravel_multi_index(row.fd.comparison.worst_index, row.shape) == i

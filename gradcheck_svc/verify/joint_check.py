@@ -30,10 +30,10 @@ followed all the same, so a disagreement always ends at a parameter checked on i
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
 
-Its power is a guarantee (README "Finite differences"): one element off by RESOLVE x its own bound
-(tolerance + the rounding of its own central difference) moves every direction by the block's weight
-times that error, and fails a direction when that exceeds the direction's floor plus twice its FD
-error. Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
+Its power is a guarantee (README "Finite differences"): one element i off by RESOLVE x its own bound
+(tolerance + the error of its own difference: 0 for a complex step) moves direction j by the block's weight
+times |s_ji| times that error, and fails it when that exceeds the direction's floor plus twice its FD
+error (JointScreen.power: per element, the least error that does). Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
 large block, an element whose tolerance is far below its block's) get a second pass with a larger
 step and stricter allowances (_second_pass); what is still unresolved is listed (JointScreen.
 unresolved), and the verification says so (an fd_unresolved finding, the row "undecided").
@@ -79,6 +79,10 @@ class JointScreen:
     # blocks with elements whose error of RESOLVE x their own bound the screen would not see, even after a
     # second pass with a larger step: p -> (elements, worst ratio); listed as unresolved, never passed
     unresolved: dict = field(default_factory=dict)
+    # the power statement: p -> per element (flat, float32) the least error of that element alone that fails
+    # some direction j for sure, min_j (floor_j + 2 x FD error_j) / (weight |s_ji|) -- with complex steps the
+    # FD error is the forward's rounding, so the power is set by the tolerance and the directions alone
+    power: dict = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
@@ -198,26 +202,31 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     # error (the differences may be off by that much the other way), per direction; element i moves
     # direction j by weight x |s_ji| x its error, so the direction where reach_j / |s_ji| is least sees it
     reach = top_floor + 2 * top.error
-    screen.unresolved = {p: r for p, r in _unresolved(fd, dirs, gradients, params, reach, tol).items()
-                         if p not in flagged}
+    blind = _unresolved(fd, dirs, gradients, params, reach, tol, screen.power)
+    screen.unresolved = {p: r for p, r in blind.items() if p not in flagged}
     if resolve and screen.unresolved:
         _second_pass(fd, gradients, tol, screen, first_pass)
     screen.evaluations = fd.joint_rows - before
     return screen
 
 
-def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance) -> dict:
+def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance,
+                power: dict | None = None) -> dict:
     """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
     own bound -- tolerance + the error of their own difference (0 for a complex step) -- would move no
     direction j past what it allows (reach[j], (k,)): such an error moves direction j by weight x |s_ji| x
-    error (JointDirections.least_error: the per-element power of the directions)."""
+    error (JointDirections.least_error: the per-element power of the directions). power: receives
+    p -> that least error per element (float32), the screen's power statement (JointScreen.power)."""
     out = {}
     for p in params:
         if dirs.weight[p] <= 0:
             continue
         bound = _element_bounds(gradients[p], tol) + fd.element_noise(p)
+        least = dirs.least_error(p, reach)
+        if power is not None:
+            power[p] = least.astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
-            ratio = dirs.least_error(p, reach) / (RESOLVE * bound)
+            ratio = least / (RESOLVE * bound)
         blind = ratio > 1
         if blind.any():
             out[p] = (int(blind.sum()), float(np.max(ratio)))
