@@ -223,3 +223,15 @@ def test_the_screen_s_power_statement_holds_for_a_planted_element_at_that_size(t
     assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [(f"{target}_bug", "rule_error")]
     row = next(p for p in report.parameters if p.name == target)
     assert row.status == "FAIL" and np.ravel_multi_index(row.fd.comparison.worst_index, row.shape) == i
+
+
+def test_pow_at_its_kink_or_a_negative_base_keeps_central_differences():
+    """pow's complex form holds where a > 0 (its row's predicate): at a == 0 the kink analysis decides, and for
+    a < 0 the real forward has no d/db for the complex log to supply."""
+    for a, method in (([0.5, 2.0], "complex"), ([0.0, 2.0], "central"), ([-2.0, 2.0], "central")):
+        b = GraphBuilder("pow")
+        y = b.node("pow", b.input("a", np.array(a), True), b.input("b", np.array([2.0, 3.0]), True))
+        b.output(b.node("sum", y, name="L"))
+        fd = FiniteDifferences(load_graph(b.build()))
+        assert fd.plan.methods == {"a": method, "b": method}
+        assert fd.plan.fallback == ({} if method == "complex" else {"a": ["pow"], "b": ["pow"]})

@@ -305,7 +305,7 @@ register(OpDef(
 
 
 def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc="", formula_name=None,
-           numpy=None, torch=None, onnx=None, select=None, frozen=None):
+           numpy=None, torch=None, onnx=None, select=None, frozen=None, complex_step=True):
     """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape.
     Binary ops take no attributes, so grads is the vjp itself (no wrapper call per backward step)."""
     register(OpDef(
@@ -313,7 +313,8 @@ def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_
         infer=_infer_broadcast, arity=2, input_kinds=(FLOAT, FLOAT), save=save,
         broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
         cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc,
-        formula_name=formula_name, numpy=numpy, torch=torch, onnx=onnx, select=select, frozen=frozen))
+        formula_name=formula_name, numpy=numpy, torch=torch, onnx=onnx, select=select, frozen=frozen,
+        complex_step=complex_step))
 
 
 binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing,
@@ -342,6 +343,12 @@ def _pow_zero_distance(xs, attrs):
     return np.broadcast_to(np.abs(xs[0]), np.broadcast_shapes(np.shape(xs[0]), np.shape(xs[1])))
 
 
+def _pow_complex(xs, attrs) -> bool:
+    import numpy as np
+
+    return bool(np.all(np.asarray(xs[0]) > 0))
+
+
 def _pow_sympy(sp, a, b):
     """a ** b, with the convention at a == 0 written into the formula, so that SymPy's derivatives are the
     engine's there (SymPy's own give 0 * log 0 = NaN): where a == 0 and b == 0 or b >= 1, a piece linear
@@ -359,6 +366,9 @@ binary("pow", lambda xp, a, b: a**b, _pow_grads, sympy=_pow_sympy,
        kinks=[Kink("a == 0", "d/da = 0 where b == 0; d/db = 0 where b >= 0 (as PyTorch; the symbolic reference "
                    "has it where b == 0 or b >= 1, and NaN for 0 < b < 1, where d/da is infinite)",
                    _pow_zero_distance)],
+       # complex steps only where a > 0: a == 0 is the kink (the kink analysis decides there), and for a < 0
+       # the real forward is defined only at integer b, where d/db is not (complex log of a < 0 would give one)
+       complex_step=_pow_complex,
        doc="a ** b for a > 0 (both differentiable); at a == 0 PyTorch's convention", numpy="power",
        torch="torch.pow", onnx="Pow")
 

@@ -46,24 +46,29 @@ def step_of(flat: np.ndarray) -> float:
     return float(STEP * max(1.0, float(np.max(np.abs(flat))) if np.size(flat) else 1.0))
 
 
-def lacks_complex(program, frozen: dict) -> dict[str, str]:
-    """step name -> its op, for the steps a complex forward cannot pass: an op without a complex form, or a
-    piecewise op left unfrozen (selections() skipped it: a non-finite input)."""
+def lacks_complex(program, frozen: dict, base: dict) -> dict[str, str]:
+    """step name -> its op, for the steps a complex forward cannot pass: an op without a complex form (or
+    not at its base inputs: OpDef.complex_step as a predicate), or a piecewise op left unfrozen (selections()
+    skipped it: a non-finite input)."""
     out = {}
     for s in program.steps:
         piecewise = s.op.held or s.op.select is not None
-        if not s.op.complex_step or (piecewise and s.name not in frozen):
+        form = s.op.complex_step
+        if callable(form):
+            with np.errstate(all="ignore"):
+                form = form([base[n] for n in s.inputs], s.attrs)
+        if not form or (piecewise and s.name not in frozen):
             out[s.name] = s.op.name
     return out
 
 
-def blockers(program, frozen: dict, enabled: bool) -> dict[str, list[str]]:
+def blockers(program, frozen: dict, base: dict, enabled: bool) -> dict[str, list[str]]:
     """parameter -> the ops downstream of it that keep it on real central differences (sorted, distinct);
     every parameter when complex steps are off (frozen branches off, or the option)."""
     params = list(program.params)
     if not enabled:
         return {p: ["(complex step off)"] for p in params}
-    lacking = lacks_complex(program, frozen)
+    lacking = lacks_complex(program, frozen, base)
     if not lacking:
         return {}
     out = {}

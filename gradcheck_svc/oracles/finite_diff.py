@@ -125,9 +125,9 @@ class FiniteDifferences:
         self._direction_seed = None  # joint_directions' seed (content_seed), made when first asked for
         # complex steps wherever the path allows (fd_complex.py); the rest keep central differences
         self._complex_on = self.options.complex_step and self.options.frozen_branches
-        self._lacking = cx.lacks_complex(self.program, self.frozen) if self._complex_on else {}
+        self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
         self.plan: FDPlan = plan(self.costs, self.options,
-                                 cx.blockers(self.program, self.frozen, self._complex_on))
+                                 cx.blockers(self.program, self.frozen, self.base, self._complex_on))
 
     # -- the plan and its cost model (fd_plan.py) --
 
