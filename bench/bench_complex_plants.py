@@ -2,8 +2,9 @@
 scaled and offset so that |L| runs from ~1e-3 to ~1e6 while its gradients stay small (1e-6 .. 1), with one
 element of a parameter, or a pair of neighbouring elements in opposite directions (a swap, an off-by-one),
 wrong by 10x that element's tolerance (compare.py's model: what a per-element check holds it to). Each is
-verified at default options but the symbolic oracle's (off), complex steps on (the default) and off (real central differences), float64 and
-float32 engines. Found and localized: verdict FAIL and the one error finding a rule_error at the planted node.
+verified at default options but the symbolic oracle's (off), complex steps on (the default) and off (real
+central differences), float64 and float32 engines. Found and localized: verdict FAIL and the one error
+finding a rule_error at the planted node.
 Prints one line per configuration and a summary per method; exit 1 if complex steps miss any.
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_complex_plants.py [--width N]
@@ -48,7 +49,8 @@ def one(width, dtype, scale, offset, target, pair, complex_step) -> tuple[bool, 
     """(found and localized, |L|, seconds) for one plant."""
     graph = {"width": width, "depth": 2, "scale": scale, "offset": offset, "dtype": dtype}
     # the symbolic oracle off: finite differences are the subject (and the only reference at scale)
-    options = VerifyOptions(dtype=dtype, fd=FDOptions(complex_step=complex_step), symbolic=SymbolicOptions(enabled=False))
+    options = VerifyOptions(dtype=dtype, fd=FDOptions(complex_step=complex_step),
+                            symbolic=SymbolicOptions(enabled=False))
     clean = verify(mlp(**graph), options)
     g = next(p for p in clean.parameters if p.name == target).gradient
     i = g.size // 3

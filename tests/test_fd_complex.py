@@ -47,7 +47,8 @@ def _cases():
     out = []
     for op in DIFFERENTIABLE:
         if op.complex_step:
-            out += [pytest.param(op.name, i, id=f"{op.name}-{i}") for i in range(len(op.cases(np.random.default_rng(1))))]
+            n = len(op.cases(np.random.default_rng(1)))
+            out += [pytest.param(op.name, i, id=f"{op.name}-{i}") for i in range(n)]
     return out
 
 
@@ -69,10 +70,12 @@ def test_complex_steps_equal_the_analytic_derivative_of_every_registry_op(name, 
 KINKS = {  # exact kinks and ties, and points a rounding away from them: the base point's branch
     "relu": ({}, np.array([0.0, -0.0, 1e-300, -1e-300, 5e-17, -5e-17, 0.7, -0.7])),
     "abs": ({}, np.array([0.0, 1e-300, -1e-300, 5e-17, -5e-17, 0.7, -0.7, 2.0])),
-    "clip": ({"min": -0.5, "max": 0.5}, np.array([-0.5, 0.5, -0.5 - 1e-16, 0.5 + 1e-16, 0.49999999999999994, 0.2, 3.0, -3.0])),
+    "clip": ({"min": -0.5, "max": 0.5},
+             np.array([-0.5, 0.5, -0.5 - 1e-16, 0.5 + 1e-16, 0.49999999999999994, 0.2, 3.0, -3.0])),
     "top_k": ({"k": 3, "axis": 0}, np.array([1.0, 1.0, 1.0, 0.5, 0.5, 2.0, 2.0, -1.0])),
     "max_pool": ({"kernel_shape": (2, 2), "strides": (2, 2)},
-                 np.array([[[[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0 + 2e-16], [3.0, -1.0, 0.0, 0.0], [3.0, 3.0, 0.0, 0.0]]]])),
+                 np.array([[[[0.0, 0.0, 1.0, 1.0], [0.0, 0.0, 1.0, 1.0 + 2e-16],
+                             [3.0, -1.0, 0.0, 0.0], [3.0, 3.0, 0.0, 0.0]]]])),
 }
 
 

@@ -62,12 +62,13 @@ def lacks_complex(program, frozen: dict, base: dict) -> dict[str, str]:
     return out
 
 
-def blockers(program, frozen: dict, base: dict, enabled: bool) -> dict[str, list[str]]:
+def blockers(program, frozen: dict, base: dict, off: str | None) -> dict[str, list[str]]:
     """parameter -> the ops downstream of it that keep it on real central differences (sorted, distinct);
-    every parameter when complex steps are off (frozen branches off, or the option)."""
+    every parameter, with the reason `off`, when complex steps are off (the option, frozen branches off, a
+    loss that is not finite)."""
     params = list(program.params)
-    if not enabled:
-        return {p: ["(complex step off)"] for p in params}
+    if off:
+        return {p: [f"({off})"] for p in params}
     lacking = lacks_complex(program, frozen, base)
     if not lacking:
         return {}

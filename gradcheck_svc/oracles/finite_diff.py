@@ -124,10 +124,13 @@ class FiniteDifferences:
         self.joint_rows = 0  # perturbed copies joint_losses evaluated (the joint screen's cost)
         self._direction_seed = None  # joint_directions' seed (content_seed), made when first asked for
         # complex steps wherever the path allows (fd_complex.py); the rest keep central differences
-        self._complex_on = self.options.complex_step and self.options.frozen_branches
+        # (a loss that is not finite: central differences give NaN, as the non-finite diagnosis expects, where
+        # an imaginary part would still carry a finite derivative of an infinite loss)
+        off = ("complex step off" if not self.options.complex_step else "frozen branches off"
+               if not self.options.frozen_branches else None if np.isfinite(self.loss) else "the loss is not finite")
+        self._complex_on = off is None
         self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
-        self.plan: FDPlan = plan(self.costs, self.options,
-                                 cx.blockers(self.program, self.frozen, self.base, self._complex_on))
+        self.plan: FDPlan = plan(self.costs, self.options, cx.blockers(self.program, self.frozen, self.base, off))
 
     # -- the plan and its cost model (fd_plan.py) --
 

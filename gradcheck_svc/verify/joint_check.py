@@ -33,7 +33,8 @@ per-parameter work where the joint derivative agrees.
 Its power is a guarantee (README "Finite differences"): one element i off by RESOLVE x its own bound
 (tolerance + the error of its own difference: 0 for a complex step) moves direction j by the block's weight
 times |s_ji| times that error, and fails it when that exceeds the direction's floor plus twice its FD
-error (JointScreen.power: per element, the least error that does). Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
+error (JointScreen.power: per element, the least error that does). Blocks where it would not
+(_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
 large block, an element whose tolerance is far below its block's) get a second pass with a larger
 step and stricter allowances (_second_pass); what is still unresolved is listed (JointScreen.
 unresolved), and the verification says so (an fd_unresolved finding, the row "undecided").
