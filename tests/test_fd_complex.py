@@ -238,3 +238,27 @@ def test_pow_at_its_kink_or_a_negative_base_keeps_central_differences():
         fd = FiniteDifferences(load_graph(b.build()))
         assert fd.plan.methods == {"a": method, "b": method}
         assert fd.plan.fallback == ({} if method == "complex" else {"a": ["pow"], "b": ["pow"]})
+
+
+def test_an_op_that_drops_the_imaginary_part_is_caught_and_falls_back():
+    """A forward that writes complex values into a real buffer (NumPy's ComplexWarning) would drop the
+    derivative silently: the guard makes it an error, the parameter falls back and the plan says why."""
+    def forward(xp, x):
+        out = np.empty(np.shape(x))
+        out[...] = x  # complex -> real: the imaginary part is dropped
+        return out
+    op = dataclasses.replace(REGISTRY["neg"], name="copy_to_real_test", forward=forward,
+                             vjp=lambda xp, g, s: (g,), sympy=None, formula_name=None, numpy=None, torch=None,
+                             onnx=None)
+    register(op)
+    try:
+        rng = np.random.default_rng(5)
+        b = GraphBuilder("drops")
+        y = b.node("tanh", b.node(op.name, b.input("x", rng.standard_normal(4), True)))
+        b.output(b.node("sum", y, name="L"))
+        report = verify(load_graph(b.build()), VerifyOptions(symbolic=NO_SYM))
+    finally:
+        unregister(op.name)
+    plan = report.to_dict()["fd_plan"]
+    assert report.verdict == "pass" and plan["method"] == {"x": "central"}
+    assert plan["method_fallback"]["x"].startswith("complex forward failed: ")

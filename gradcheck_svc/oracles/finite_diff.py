@@ -171,9 +171,12 @@ class FiniteDifferences:
             with cx.ComplexGuard():
                 return evaluate()
         except (cx.ComplexStepError, TypeError, np.exceptions.ComplexWarning) as exc:
+            why = f"complex forward failed: {(str(exc).splitlines() or [''])[0][:160]}"
             for n in names:
-                self.plan.methods[n] = cx.CENTRAL
-                self.plan.fallback[n] = [f"complex forward failed: {str(exc).splitlines()[0][:160]}"]
+                if n in self.plan.modes:  # a parameter: the report's plan says so
+                    self.plan.methods[n], self.plan.fallback[n] = cx.CENTRAL, [why]
+                else:  # an intermediate value (localization's): central from here on
+                    self._lacking[n] = why
             return fallback()
 
     def element_noise(self, p: str) -> np.ndarray:
