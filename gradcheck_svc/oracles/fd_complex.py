@@ -10,7 +10,7 @@ held ops (floor, sign, integer and boolean outputs) keep their base values and s
 Each op's complex form is its own forward (OpDef.complex_step); no derivative table here.
 
 Error: the first pass's estimate is the rounding of the result itself, ROUND eps |d|. A value it does not
-settle is probed (probe_bounds): evaluated again with the base's real part moved by a few ulps (the
+settle is probed (probed()): evaluated again with the base's real part moved by a few ulps (the
 forward's roundings fall differently) and a far smaller step (a step not small next to a singularity
 shows as a change) -- twice; the spread of the three values, times SAFETY, is its estimated error.
 
@@ -36,14 +36,20 @@ PROBE_ULPS = 4.0  # each probe's base point: x (1 + u), |u| < PROBE_ULPS eps, se
 EPS = np.finfo(np.float64).eps
 
 
+def _power_of_two(scale):
+    """STEP x the power of two at or below scale: h v and Im L / h then round no more than v does."""
+    with np.errstate(all="ignore"):
+        return STEP * 2.0 ** np.floor(np.log2(scale))
+
+
 def steps(flat: np.ndarray) -> np.ndarray:
-    """The imaginary step per element: STEP max(1, |x|)."""
-    return STEP * np.maximum(1.0, np.abs(np.asarray(flat, dtype=np.float64)))
+    """The imaginary step per element: ~STEP max(1, |x|), a power of two."""
+    return _power_of_two(np.maximum(1.0, np.abs(np.asarray(flat, dtype=np.float64))))
 
 
 def step_of(flat: np.ndarray) -> float:
     """One step for a whole direction: scaled by the largest element."""
-    return float(STEP * max(1.0, float(np.max(np.abs(flat))) if np.size(flat) else 1.0))
+    return float(_power_of_two(max(1.0, float(np.max(np.abs(flat))) if np.size(flat) else 1.0)))
 
 
 def lacks_complex(program, frozen: dict, base: dict) -> dict[str, str]:
@@ -93,7 +99,8 @@ def first_noise(values: np.ndarray) -> np.ndarray:
 def probed(evaluate, x0: dict, which, h) -> Refined:
     """The values `which` probed: evaluate(base points p -> flat real values, step factor) -> their
     derivatives, at the base and at each probe (the base's real parts moved by a few ulps, a seeded pattern
-    per probe, and the step shrunk). The finest step's value; SAFETY x the spread of the three its error."""
+    per probe, and the step shrunk). The base's value (the probes' points are not the base point); SAFETY x
+    the spread of the three its error (a step not small next to a singularity shows there too)."""
     rng = np.random.default_rng(len(np.atleast_1d(which)))
     every = [evaluate(x0, 1.0)]
     for shrink in PROBE_SHRINK:
@@ -105,8 +112,8 @@ def probed(evaluate, x0: dict, which, h) -> Refined:
         error = SAFETY * spread + first_noise(np.max(np.abs(every), axis=0))
     error = np.where(np.isfinite(error), error, np.inf)
     m = every.shape[1]
-    return Refined(np.asarray(which), np.where(np.isfinite(error), every[-1], np.nan), error,
-                   np.broadcast_to(np.asarray(h, dtype=np.float64) * PROBE_SHRINK[-1], (m,)).copy(), [COMPLEX] * m)
+    return Refined(np.asarray(which), np.where(np.isfinite(error), every[0], np.nan), error,
+                   np.broadcast_to(np.asarray(h, dtype=np.float64), (m,)).copy(), [COMPLEX] * m)
 
 
 class ComplexGuard:
