@@ -173,6 +173,12 @@ class OpDef:
     select: Callable | None = None
     frozen: Callable | None = None
     held: bool = False
+    # Complex-step differences (oracles/fd_complex.py): the forward (and frozen piece) takes complex128 inputs
+    # and computes the analytic extension, the real part selecting every branch -- NumPy's complex arithmetic,
+    # never a derivative table. An op that cannot says False here, or where it cannot, a predicate of its
+    # base inputs, complex_step(xs, attrs) -> bool: parameters upstream of it keep real central differences,
+    # and the plan names it.
+    complex_step: bool | Callable = True
 
     @property
     def save_takes_needs_input_grad(self) -> bool:

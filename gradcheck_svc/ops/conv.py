@@ -155,7 +155,8 @@ def _sliced(xp, op, xs, base_out, attrs):
         cols = _im2col(xp, x, geo, group)  # (N, G, P, CgK)
         filters = w.values.reshape(len(w), -1)  # (B, CgK)
         group_of = np.asarray(w.index) // (w.base.shape[0] // group)
-        y = xp.empty((len(w), cols.shape[0], cols.shape[2]), dtype=cols.dtype)  # (B, N, P)
+        # (B, N, P), in the filters' dtype where that is wider (complex-step copies)
+        y = xp.empty((len(w), cols.shape[0], cols.shape[2]), dtype=xp.result_type(cols.dtype, filters.dtype))
         for g in np.unique(group_of):  # one GEMM per group the changed filters belong to
             rows = np.flatnonzero(group_of == g)
             y[rows] = xp.moveaxis(xp.matmul(cols[:, g], filters[rows].T), -1, 0)

@@ -70,7 +70,16 @@ def _arctan2_grads(xp, g, s):
 
 # NOTE arctan2: at the origin the angle is not even continuous (no kink convention can hold): 0/0 gives NaN
 # there, as in PyTorch; the test domain keeps away from it.
-binary("arctan2", lambda xp, y, x: xp.arctan2(y, x), _arctan2_grads, sympy=lambda sp, y, x: sp.atan2(y, x),
+def _arctan2(xp, y, x):
+    """On complex128 (complex-step differences; NumPy's arctan2 takes no complex): the real parts' angle plus
+    the analytic angle of (x, y) from it, arctan(cross / dot), whose real part is exactly 0."""
+    if getattr(y, "dtype", None) is None or (y.dtype.kind != "c" and x.dtype.kind != "c"):
+        return xp.arctan2(y, x)
+    yr, xr = xp.real(y), xp.real(x)
+    return xp.arctan2(yr, xr) + xp.arctan((y * xr - x * yr) / (x * xr + y * yr))
+
+
+binary("arctan2", _arctan2, _arctan2_grads, sympy=lambda sp, y, x: sp.atan2(y, x),
        domain=(Domain(0.3, 2.0, signed_magnitude=True), Domain(0.3, 2.0)),
        numpy="arctan2", torch="torch.atan2", doc="the angle of the point (x, y): arctan2(y, x), radians")
 

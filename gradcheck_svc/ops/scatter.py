@@ -52,7 +52,8 @@ def _infer(node, specs, attrs):
 def _forward(xp, data, upd, *, axis, reduction, indices, flat, data_rank, upd_shape, targets, inverse):
     lead = np.broadcast_shapes(data.shape[:data.ndim - data_rank], upd.shape[:upd.ndim - len(upd_shape)])
     shape = tuple(lead) + tuple(data.shape[data.ndim - data_rank:])
-    out = xp.broadcast_to(data, shape).copy()
+    # in the updates' dtype where that is wider (complex128 updates of real data: complex-step differences)
+    out = xp.broadcast_to(data, shape).astype(xp.result_type(data.dtype, upd.dtype))
     rows = out.reshape(tuple(lead) + (-1,))
     vals = xp.broadcast_to(upd, tuple(lead) + tuple(upd_shape)).reshape(tuple(lead) + (-1,))
     where = xp.asarray(np.asarray(flat, dtype=np.int64))

@@ -39,7 +39,9 @@ class Sliced:
 
     def dense(self, xp):
         """The stack as a (B,) + base.shape array."""
-        out = xp.broadcast_to(self.base, (len(self),) + self.base.shape).copy()
+        # in the values' dtype where that is wider (complex-step copies of a real base)
+        out = xp.broadcast_to(self.base, (len(self),) + self.base.shape).astype(
+            xp.result_type(self.base.dtype, self.values.dtype))
         moved = xp.moveaxis(out, self.axis, 1)  # a view: (B, n_axis, rest)
         moved[xp.arange(len(self)), self.index] = self.values
         return out

@@ -1,10 +1,12 @@
 """Joint directions: k directions spanning several parameters at once (the joint screen's, verify/joint_check.py)."""
 from __future__ import annotations
 
+import hashlib
 import math
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import ndtri
 
 from .fd_formulas import projection_step
 
@@ -12,18 +14,44 @@ from .fd_formulas import projection_step
 # 8,192 columns is 1 MiB, a piece that stays in cache; the whole (k, n) float64 block never exists
 PROJECT_COLUMNS = 8192
 
+# the int8 levels a direction's entries take: a standard normal's quantiles at (b + 1/2) / 256 for every byte b,
+# times LEVEL_SCALE, rounded, never 0 (every element moves in every direction). Continuous weights, not signs:
+# two elements whose sign columns agree in every direction (1 pair in 2^k) move every value alike, and two
+# opposite errors on them cancel; with these, columns agree in all k entries about once in 10^(2k)
+LEVEL_SCALE = 40.0
+_Q = ndtri((np.arange(256) + 0.5) / 256) * LEVEL_SCALE
+LEVELS = (np.sign(_Q) * np.maximum(1.0, np.rint(np.abs(_Q)))).astype(np.int8)
+LEVEL_RMS = float(np.sqrt(np.mean(LEVELS.astype(np.float64) ** 2)))
+
+
+def content_seed(program, base: dict, seed: int) -> int:
+    """The joint directions' seed: the options' seed mixed with a digest of the graph -- its steps and the
+    values of its inputs -- so that the same graph gets the same directions (in every process of a split
+    screen too) and two graphs never share one pattern."""
+    h = hashlib.blake2b(str(int(seed)).encode(), digest_size=8)
+    made = set()
+    for step in program.steps:
+        made.add(step.name)
+        h.update(repr((step.name, step.op.name, step.inputs, sorted(step.attrs.items(), key=str))).encode())
+    for name in sorted(n for n in base if n not in made):
+        a = np.ascontiguousarray(np.asarray(base[name]))
+        h.update(repr((name, a.shape, str(a.dtype))).encode())
+        if a.dtype != object:
+            h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
+    return int.from_bytes(h.digest(), "little")
+
 
 @dataclass
 class JointDirections:
     """k directions spanning several parameters at once. Per parameter a (k, n_p) block of random
-    signs (int8 +-1) times one weight per block, 1/sqrt(n_p) to begin with, so each row of a block
-    is a unit vector and each block moves as much whatever its size; one step for them all.
-    Signs, not Gaussians: one byte per element (ResNet-18's 11.7 M parameters x 16 directions as
-    float64 were 1.5 GB, and building them and the perturbed copies from them took 15 s against
-    0.6 s for the forwards themselves), a copy is one multiply and one add per element, and every
-    element moves by the same amount, so none is all but left out of a direction."""
+    int8 Gaussian levels (LEVELS, `signs` for short) times one weight per block, 1/(sqrt(n_p) LEVEL_RMS) to
+    begin with, so each row of a block is about a unit vector and each block moves as much whatever its size;
+    one step for them all. One byte per element, not float64 Gaussians (ResNet-18's 11.7 M parameters x 16
+    directions as float64 were 1.5 GB, and building them and the perturbed copies from them took 15 s against
+    0.6 s for the forwards themselves), a copy is one multiply and one add per element, and no entry is 0, so
+    no element is left out of a direction; continuous weights (LEVELS' comment) so no two move alike."""
 
-    signs: dict[str, np.ndarray]  # p -> (k, n_p) int8, +-1
+    signs: dict[str, np.ndarray]  # p -> (k, n_p) int8, Gaussian levels (LEVELS)
     weight: dict[str, float]  # p -> |v| of every element of the block
     step: float
 
@@ -34,14 +62,11 @@ class JointDirections:
         rng = np.random.default_rng(seed)
         sizes = [int(np.size(v)) for v in values.values()]
         total = sum(sizes)
-        bits = np.unpackbits(np.frombuffer(rng.bytes((k * total + 7) // 8), np.uint8))[:k * total]
-        bits = bits.reshape(k, total).view(np.int8)
-        bits *= 2
-        bits -= 1  # the signs, +-1
+        bits = LEVELS[np.frombuffer(rng.bytes(k * total), np.uint8)].reshape(k, total)
         signs, weight, lo, top = {}, {}, 0, 0.0
         for (p, v), n in zip(values.items(), sizes):
             signs[p] = bits[:, lo:lo + n]
-            weight[p] = 1.0 / math.sqrt(n) if n else 0.0
+            weight[p] = 1.0 / (math.sqrt(n) * LEVEL_RMS) if n else 0.0
             lo += n
             if n:  # projection_step of all the blocks together, without concatenating them
                 top = max(top, float(np.max(np.abs(np.asarray(v, dtype=np.float64)))))
@@ -65,10 +90,20 @@ class JointDirections:
             out += s[:, lo:lo + PROJECT_COLUMNS].astype(np.float64) @ values[lo:lo + PROJECT_COLUMNS]
         return out * self.weight[p]
 
+    def least_error(self, p: str, reach: np.ndarray) -> np.ndarray:
+        """(n_p,): per element, the least error that moves some direction j past reach[j] (reach: (k,), what a
+        direction's value must move by to fail): min_j reach_j / (weight |s_ji|) -- the power of the
+        directions for that element, in column pieces."""
+        reach = np.asarray(reach, dtype=np.float64)[:, None]
+        s, out = self.signs[p], np.empty(self.signs[p].shape[1])
+        for lo in range(0, out.size, PROJECT_COLUMNS):
+            a = np.abs(s[:, lo:lo + PROJECT_COLUMNS].astype(np.float64))
+            out[lo:lo + PROJECT_COLUMNS] = np.min(reach / a, axis=0) / self.weight[p]
+        return out
+
     def perturbed(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, negative: np.ndarray,
                   out: np.ndarray) -> np.ndarray:
-        """(len(rows), n_p): copy c is x + h v_j with j = rows[c], or x - h v_j where negative[c]. h v is
-        +-fl(h |v|) at every element, exactly, so these are the float64 values x + fl(h v) gives.
+        """(len(rows), n_p): copy c is x + h v_j with j = rows[c], or x - h v_j where negative[c].
         out: a float64 buffer of at least that many rows, written into (a fresh 100 MB array per
         copy spends more on page faults than on the arithmetic)."""
         hv = h * self.weight[p]
@@ -76,4 +111,14 @@ class JointDirections:
         for c, (j, neg) in enumerate(zip(rows, negative)):  # row by row: a scalar factor is the fast loop
             np.multiply(self.signs[p][j], -hv if neg else hv, out=out[c], dtype=np.float64)
             out[c] += x
+        return out
+
+    def perturbed_complex(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """(len(rows), n_p) complex: copy c is x + i h v_j with j = rows[c] (complex steps, fd_complex.py).
+        out: a complex128 buffer of at least that many rows, written into."""
+        hv = h * self.weight[p]
+        out = out[:len(rows)]
+        for c, j in enumerate(rows):
+            out.real[c] = x
+            np.multiply(self.signs[p][j], hv, out=out.imag[c], dtype=np.float64)
         return out

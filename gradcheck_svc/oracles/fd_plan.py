@@ -8,6 +8,10 @@ whole-graph evaluations -- which the report states (Report.fd_plan). Refinement 
 bisection come on top, only where the first pass disagrees; the report's per-parameter `fd_evaluations`
 count what was spent.
 
+Each parameter's method (fd_complex.py): complex steps -- one complex forward per value, exact to its
+rounding -- wherever no op downstream lacks a complex form, else real central differences (FDPlan.methods,
+and FDPlan.fallback names the ops). A complex forward is counted as one forward and as two real values.
+
 full: every element of every parameter. projection: k random directions per parameter. joint: k
 directions spanning every parameter at once (finite_diff.py's docstring). auto: see plan().
 """
@@ -21,6 +25,7 @@ import numpy as np
 from ..backend import NUMPY
 from ..engine import forward_batched
 from ..ops.slices import one_hot
+from .fd_complex import CENTRAL, COMPLEX
 from .fd_modes import FDMode
 
 MODES = tuple(m.value for m in FDMode)  # the fd option's values: auto, then the three modes
@@ -52,6 +57,9 @@ class FDOptions:
     # level forwards, for comparison; the one-sided differences at a kink are always ordinary, one op's
     # local differences always frozen)
     frozen_branches: bool = True
+    # complex-step differences (fd_complex.py) wherever the path allows (they need frozen branches); off:
+    # real central differences everywhere, as before
+    complex_step: bool = True
 
 
 class Costs:
@@ -191,6 +199,8 @@ class FDPlan:
     forwards: int = 0
     values: float = 0.0
     forward_values: int = 1  # values one forward of the graph (downstream of its parameters) evaluates
+    methods: dict = field(default_factory=dict)  # parameter -> complex | central
+    fallback: dict = field(default_factory=dict)  # parameter on central differences -> why (the ops)
 
     def __getitem__(self, p: str) -> FDMode:
         return self.modes[p]
@@ -213,26 +223,33 @@ class FDPlan:
         return {"mode": self.mode, "parameters": self.counts(), "directions": self.directions,
                 "forwards": int(self.forwards), "values": float(self.values),
                 "forward_values": int(self.forward_values),
-                "whole_graph_evaluations": round(self.whole_graph_evaluations, 3)}
+                "whole_graph_evaluations": round(self.whole_graph_evaluations, 3),
+                "method": dict(self.methods), "method_fallback": {p: ", ".join(v) for p, v in self.fallback.items()}}
 
 
-def plan(costs: Costs, options: FDOptions) -> FDPlan:
+def plan(costs: Costs, options: FDOptions, blocked: dict | None = None) -> FDPlan:
     """The plan of options.mode: every parameter so (projection, joint: the tiny or huge ones too), or
-    auto's (_auto_modes), with its cost."""
+    auto's (_auto_modes), with its cost. blocked: parameter -> the ops that keep it on central differences
+    (fd_complex.blockers); the others take complex steps, one forward per value instead of two."""
     params = list(costs.program.params)
+    blocked = blocked or {}
     modes = _auto_modes(costs, options) if options.mode == "auto" else {p: options.mode for p in params}
+    methods = {p: CENTRAL if p in blocked else COMPLEX for p in params}
     k = options.directions
     forwards, values = 0, 0.0
-    if any(m == FDMode.JOINT for m in modes.values()):
-        forwards, values = 2 * k, costs.joint_cost(k)
+    joint = [p for p, m in modes.items() if m == FDMode.JOINT]
+    if joint:
+        forwards, values = (2 if any(methods[p] == CENTRAL for p in joint) else 1) * k, costs.joint_cost(k)
     for p, m in modes.items():
         if not costs.reaches_loss(p):  # its gradient is zero without a difference taken
             continue
+        per = 2 if methods[p] == CENTRAL else 1  # perturbed forwards per value
         if m == FDMode.FULL:
-            forwards, values = forwards + 2 * costs.size(p), values + costs.full_cost(p)
+            forwards, values = forwards + per * costs.size(p), values + costs.full_cost(p)
         elif m == FDMode.PROJECTION:
-            forwards, values = forwards + 2 * k, values + costs.projection_cost(p, k)
-    return FDPlan(options.mode, modes, k, forwards, values, costs.forward_values())
+            forwards, values = forwards + per * k, values + costs.projection_cost(p, k)
+    return FDPlan(options.mode, modes, k, forwards, values, costs.forward_values(), methods,
+                  {p: list(v) for p, v in blocked.items()})
 
 
 def _auto_modes(costs: Costs, options: FDOptions) -> dict[str, str]:

@@ -78,9 +78,10 @@ from ..engine import forward, forward_batched, prepare_feeds, selections
 from ..engine.program import program_of
 from ..graph.ir import Graph
 from ..ops.slices import one_hot
+from . import fd_complex as cx
 from .fd_formulas import (EPS, STEP_SCALE, Moves, Refined, central, element_steps, ladder, one_sided_pair,
                           projection_step, random_directions)
-from .fd_joint import JointDirections
+from .fd_joint import JointDirections, content_seed
 from .fd_local import local_one_sided, local_vjp, refine_local_vjp
 from .fd_modes import FDMode
 from .fd_plan import MODES, Costs, FDOptions, FDPlan, own_mode, plan
@@ -105,6 +106,7 @@ class FDResult:
     noise: np.ndarray  # estimated error of each reference value (first pass: rounding; refined: both)
     directions: np.ndarray | None = None  # projection: (k, n) unit vectors
     evaluations: int = 0
+    method: str = cx.CENTRAL  # central | complex (fd_complex.py): how the reference was taken
 
 
 class FiniteDifferences:
@@ -120,7 +122,15 @@ class FiniteDifferences:
         self.frozen = selections(self.program, np, self.base) if self.options.frozen_branches else {}
         self.costs = Costs(self.program, self.base, self.frozen)
         self.joint_rows = 0  # perturbed copies joint_losses evaluated (the joint screen's cost)
-        self.plan: FDPlan = plan(self.costs, self.options)
+        self._direction_seed = None  # joint_directions' seed (content_seed), made when first asked for
+        # complex steps wherever the path allows (fd_complex.py); the rest keep central differences
+        # (a loss that is not finite: central differences give NaN, as the non-finite diagnosis expects, where
+        # an imaginary part would still carry a finite derivative of an infinite loss)
+        off = ("complex step off" if not self.options.complex_step else "frozen branches off"
+               if not self.options.frozen_branches else None if np.isfinite(self.loss) else "the loss is not finite")
+        self._complex_on = off is None
+        self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
+        self.plan: FDPlan = plan(self.costs, self.options, cx.blockers(self.program, self.frozen, self.base, off))
 
     # -- the plan and its cost model (fd_plan.py) --
 
@@ -141,18 +151,61 @@ class FiniteDifferences:
     def slice_axis(self, name: str) -> int | None:
         return self.costs.slice_axis(name)
 
+    def method_for(self, names) -> str:
+        """complex | central: complex steps when no step downstream of `names` lacks a complex form."""
+        names = [names] if isinstance(names, str) else list(names)
+        if not self._complex_on or any(self.plan.methods.get(n) == cx.CENTRAL for n in names):
+            return cx.CENTRAL
+        if self._lacking and any(n in self._lacking for n in self.program.downstream(names)):
+            return cx.CENTRAL
+        return cx.COMPLEX
+
+    def _complex(self, names, evaluate, fallback):
+        """evaluate() by complex steps, or fallback() where they do not apply -- or fail (an op that cast
+        complex to real, a real part that is not the forward): then those parameters are central from here
+        on, and the plan says why."""
+        names = [names] if isinstance(names, str) else list(names)
+        if self.method_for(names) == cx.CENTRAL:
+            return fallback()
+        try:
+            with cx.ComplexGuard():
+                return evaluate()
+        except (cx.ComplexStepError, TypeError, np.exceptions.ComplexWarning) as exc:
+            why = f"complex forward failed: {(str(exc).splitlines() or [''])[0][:160]}"
+            for n in names:
+                if n in self.plan.modes:  # a parameter: the report's plan says so
+                    self.plan.methods[n], self.plan.fallback[n] = cx.CENTRAL, [why]
+                else:  # an intermediate value (localization's): central from here on
+                    self._lacking[n] = why
+            return fallback()
+
+    def element_noise(self, p: str) -> np.ndarray:
+        """The first-pass error an element of p's own difference has before it is evaluated: the rounding
+        term of its central difference, or 0 for a complex step (its rounding is relative to the value, and
+        below any tolerance's relative part)."""
+        x = np.asarray(self.base[p], dtype=np.float64).reshape(-1)
+        return np.zeros(x.size) if self.method_for(p) == cx.COMPLEX else self.noise(element_steps(x))
+
+    def step_noise(self, dirs, params, values=None) -> np.ndarray | float:
+        """The first-pass error of joint values along dirs over params (values: those values, where known)."""
+        if self.method_for(params) == cx.COMPLEX:
+            return 0.0 if values is None else cx.first_noise(values)
+        return self.noise(dirs.step) if values is None else np.full(len(values), self.noise(dirs.step))
+
     # -- perturbed copies evaluated: the loss of each --
 
     def losses(self, param: str, stack: np.ndarray, frozen: bool = True) -> np.ndarray:
         """Loss for each row of stack (B, *shape), in memory-bounded chunks; frozen: on the base's
-        branches (self.frozen), else by the ordinary forward (which crosses kinks)."""
-        return self.losses_of(param, stack.shape[0], lambda s, e: stack[s:e], frozen)
+        branches (self.frozen), else by the ordinary forward (which crosses kinks). A complex stack gives
+        complex losses."""
+        return self.losses_of(param, stack.shape[0], lambda s, e: stack[s:e], frozen, stack.dtype)
 
-    def losses_of(self, param: str, b: int, rows_of, frozen: bool = True) -> np.ndarray:
+    def losses_of(self, param: str, b: int, rows_of, frozen: bool = True, dtype=np.float64) -> np.ndarray:
         """Loss for each of b copies of param, made by rows_of(s, e) -> (e - s, *shape) one memory-bounded
-        chunk at a time (never all b at once: 2k directions of a large parameter would be GBs)."""
-        rows = max(1, self.options.chunk_bytes // self.row_bytes(param))
-        out = np.empty(b)
+        chunk at a time (never all b at once: 2k directions of a large parameter would be GBs); dtype:
+        the copies' (complex128 for complex steps: a copy costs twice a real one)."""
+        rows = max(1, self.options.chunk_bytes // (self.row_bytes(param) * np.dtype(dtype).itemsize // 8))
+        out = np.empty(b, dtype=dtype)
         pieces = self.frozen if frozen else None
         for s in range(0, b, rows):
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: rows_of(s, min(b, s + rows))},
@@ -161,15 +214,16 @@ class FiniteDifferences:
 
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
         """The loss with element flat_index[k] of `name` set to new_values[k], for each k: each copy
-        carried as one changed slice, in memory-bounded chunks."""
-        x = np.asarray(self.base[name], dtype=np.float64)
+        carried as one changed slice, in memory-bounded chunks (complex new values: complex losses)."""
+        dtype = np.result_type(np.float64, np.asarray(new_values).dtype)
+        x = np.asarray(self.base[name], dtype=dtype)
         axis = self.slice_axis(name)
         if axis is None:  # a scalar: the stack itself is as small as it gets
-            return self.losses(name, np.asarray(new_values, dtype=np.float64).reshape((-1,) + x.shape))
+            return self.losses(name, np.asarray(new_values, dtype=dtype).reshape((-1,) + x.shape))
         # the first chunk is sized by the dense bound (every downstream value in full); the rest by
         # what a copy really held, which slices make far smaller
-        rows = max(1, self.options.chunk_bytes // self.row_bytes(name))
-        out = np.empty(len(flat_index))
+        rows = max(1, self.options.chunk_bytes // (self.row_bytes(name) * x.itemsize // 8))
+        out = np.empty(len(flat_index), dtype=dtype)
         s = 0
         while s < len(flat_index):
             stats = {}
@@ -179,7 +233,7 @@ class FiniteDifferences:
             rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
 
-    def joint_losses(self, params: list[str], b: int, rows_of) -> np.ndarray:
+    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64) -> np.ndarray:
         """The loss for each of b copies, all `params` perturbed together: rows_of(s, e) -> p ->
         (e - s, n_p), the flat copies s..e-1 of each parameter, made one memory-bounded chunk at a time
         (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
@@ -187,8 +241,8 @@ class FiniteDifferences:
         self.joint_rows += b
         held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
         budget = max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
-        rows = max(1, budget // self.costs.live_row_bytes(params))
-        out = np.empty(b)
+        rows = max(1, budget // (self.costs.live_row_bytes(params) * np.dtype(dtype).itemsize // 8))
+        out = np.empty(b, dtype=dtype)
         for s in range(0, b, rows):
             e = min(b, s + rows)
             chunk = rows_of(s, e)
@@ -218,13 +272,25 @@ class FiniteDifferences:
         shape = np.shape(self.base[param])
         every = self.elements(param, np.arange(int(np.prod(shape, dtype=np.int64))))
         return FDResult(FDMode.FULL, every.reference.reshape(shape), every.noise.reshape(shape),
-                        evaluations=every.evaluations)
+                        evaluations=every.evaluations, method=every.method)
 
     def elements(self, param: str, index: np.ndarray) -> FDResult:
-        """Central differences of the flat elements `index` of param, each alone (one-element copies):
-        a "full" FDResult over those elements, flat -- every element of a full check, or the few a
-        flagged parameter was narrowed to (verify/joint_check.py)."""
+        """The flat elements `index` of param, each alone (one-element copies), by complex steps where the
+        path allows, else central differences: a "full" FDResult over those elements, flat -- every element
+        of a full check, or the few a flagged parameter was narrowed to (verify/joint_check.py)."""
         index = np.asarray(index, dtype=np.intp)
+        return self._complex(param, lambda: self._complex_elements(param, index),
+                             lambda: self._central_elements(param, index))
+
+    def _complex_elements(self, param: str, index: np.ndarray) -> FDResult:
+        x = np.asarray(self.base[param], dtype=np.float64).reshape(-1)[index]
+        h = cx.steps(x)
+        losses = self.one_hot_losses(param, index, x + 1j * h)
+        cx.check_real_part(losses, self.loss)
+        d = cx.derivative(losses, h)
+        return FDResult(FDMode.FULL, d, cx.first_noise(d), evaluations=index.size, method=cx.COMPLEX)
+
+    def _central_elements(self, param: str, index: np.ndarray) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64).reshape(-1)[index]
         h = element_steps(x)
         with np.errstate(invalid="ignore"):  # a non-finite x has a NaN step: NaN rows, as they should
@@ -234,9 +300,22 @@ class FiniteDifferences:
         return FDResult(FDMode.FULL, ref, self.noise(h), evaluations=2 * index.size)
 
     def _projection(self, param: str, k: int) -> FDResult:
+        v = random_directions(int(np.size(self.base[param])), k, self.options.seed)
+        return self._complex(param, lambda: self._complex_projection(param, v),
+                             lambda: self._central_projection(param, v))
+
+    def _complex_projection(self, param: str, v: np.ndarray) -> FDResult:
         x = np.asarray(self.base[param], dtype=np.float64)
-        flat = x.reshape(-1)
-        v = random_directions(flat.size, k, self.options.seed)
+        flat, h = x.reshape(-1), cx.step_of(x)
+        losses = self.losses_of(param, len(v), lambda s, e: (flat + 1j * h * v[s:e]).reshape((e - s,) + x.shape),
+                                dtype=np.complex128)
+        cx.check_real_part(losses, self.loss)
+        d = cx.derivative(losses, h)
+        return FDResult(FDMode.PROJECTION, d, cx.first_noise(d), directions=v, evaluations=len(v), method=cx.COMPLEX)
+
+    def _central_projection(self, param: str, v: np.ndarray) -> FDResult:
+        x = np.asarray(self.base[param], dtype=np.float64)
+        flat, k = x.reshape(-1), len(v)
         h = projection_step(flat)
 
         def rows_of(s, e):  # copy j < k is flat + h v_j, copy k + j is flat - h v_j
@@ -248,15 +327,48 @@ class FiniteDifferences:
         return FDResult(FDMode.PROJECTION, ref, np.full(k, self.noise(h)), directions=v, evaluations=2 * k)
 
     def joint_directions(self, params: list[str], k: int | None = None) -> JointDirections:
-        """k directions over `params`: per block random signs (seeded by the options' seed), each row
-        a unit vector."""
+        """k directions over `params`: per block random Gaussian levels (seeded by the options' seed and the
+        graph's content, fd_joint.content_seed), each row about a unit vector."""
+        if self._direction_seed is None:
+            self._direction_seed = content_seed(self.program, self.base, self.options.seed)
         return JointDirections.random({p: self.base[p] for p in params}, k or self.options.directions,
-                                      self.options.seed)
+                                      self._direction_seed)
 
     def joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray | None = None) -> FDResult:
-        """Central differences of L along the directions `rows` of dirs restricted to the blocks of
-        `params` (the others stay put): sum over those p of g_p . v_p, one value per row."""
+        """Directional derivatives of L along the directions `rows` of dirs restricted to the blocks of
+        `params` (the others stay put): sum over those p of g_p . v_p, one value per row; by complex steps
+        where the path allows, else central differences."""
         rows = np.arange(dirs.k) if rows is None else np.asarray(rows, dtype=np.intp)
+        return self._complex(params, lambda: self._complex_joint(dirs, params, rows),
+                             lambda: self._central_joint(dirs, params, rows))
+
+    def _joint_derivatives(self, dirs: JointDirections, params: list[str], rows: np.ndarray, x0: dict,
+                           f: float = 1.0) -> np.ndarray:
+        """Im L / h along dirs' `rows` over `params`, from base points x0 (p -> flat real values), the
+        complex step f x the directions' own (one copy per row)."""
+        h = f * self.complex_step_of(dirs)
+        buffers = {p: np.empty((0, x.size), np.complex128) for p, x in x0.items()}
+
+        def rows_of(s, e):
+            for p in params:
+                if len(buffers[p]) < e - s:
+                    buffers[p] = np.empty((e - s, x0[p].size), np.complex128)
+            return {p: dirs.perturbed_complex(p, x0[p], h, rows[s:e], buffers[p]) for p in params}
+        losses = self.joint_losses(params, len(rows), rows_of, dtype=np.complex128)
+        if f == 1.0:
+            cx.check_real_part(losses, self.loss)
+        return cx.derivative(losses, h)
+
+    def complex_step_of(self, dirs: JointDirections) -> float:
+        """The complex step of joint directions: their (central) step scaled to fd_complex.STEP."""
+        return dirs.step * (cx.STEP / STEP_SCALE)
+
+    def _complex_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray) -> FDResult:
+        flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
+        d = self._joint_derivatives(dirs, params, rows, flat)
+        return FDResult(FDMode.JOINT, d, cx.first_noise(d), evaluations=len(rows), method=cx.COMPLEX)
+
+    def _central_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray) -> FDResult:
         h, m = dirs.step, len(rows)
         flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
         buffers: dict = {}  # p -> one chunk's copies, written over by the next chunk
@@ -280,6 +392,8 @@ class FiniteDifferences:
         fd_formulas.ladder (the caller's test of "good enough", which stops a value's descent)."""
         flat = np.asarray(self.base[param], dtype=np.float64).reshape(-1)
         which = np.asarray(which, dtype=np.intp)
+        if result.method == cx.COMPLEX:
+            return self._probe(param, result, which)
 
         def evaluate(stack):
             losses = self.losses(param, stack.reshape((len(stack),) + np.shape(self.base[param])))
@@ -291,8 +405,14 @@ class FiniteDifferences:
 
     def refine_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray, which: np.ndarray,
                      settled=None) -> Refined:
-        """joint()'s values at positions `which` of `rows`, refined on the ladder of steps."""
+        """joint()'s values at positions `which` of `rows`, refined on the ladder of steps (complex
+        steps: probed, fd_complex.probed)."""
         which = np.asarray(which, dtype=np.intp)
+        if self.method_for(params) == cx.COMPLEX:
+            x0 = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
+            sel = np.asarray(rows, dtype=np.intp)[which]
+            return cx.probed(lambda x, f: self._joint_derivatives(dirs, params, sel, x, f), x0, which,
+                             self.complex_step_of(dirs))
         cuts = np.cumsum([self.costs.size(p) for p in params])[:-1]
         flat = np.concatenate([np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params])
         d = np.concatenate([dirs.block(p, np.asarray(rows)[which]) for p in params], axis=1)
@@ -302,6 +422,23 @@ class FiniteDifferences:
                                        lambda s, e: dict(zip(params, np.split(stack[s:e], cuts, axis=1))))
             return losses, np.abs(losses)
         return ladder(evaluate, self.loss, Moves(flat, directions=d), np.full(which.size, dirs.step), which, settled)
+
+    def _probe(self, param: str, result: FDResult, which: np.ndarray):
+        """A complex-step result's values `which` (flat elements, or directions of a projection) probed."""
+        x = np.asarray(self.base[param], dtype=np.float64)
+        flat = x.reshape(-1)
+        if result.mode == FDMode.FULL:
+            h = cx.steps(flat[which])
+
+            def evaluate(x0, f):
+                return cx.derivative(self.one_hot_losses(param, which, x0["x"] + 1j * f * h), f * h)
+            return cx.probed(evaluate, {"x": flat[which]}, which, h)
+        v, h = result.directions[which], cx.step_of(flat)
+
+        def along(x0, f):
+            return cx.derivative(self.losses_of(param, len(v), lambda s, e: (
+                x0["x"] + 1j * f * h * v[s:e]).reshape((e - s,) + x.shape), dtype=np.complex128), f * h)
+        return cx.probed(along, {"x": flat}, which, h)
 
     def one_sided(self, param: str, directions: np.ndarray, steps: np.ndarray):
         """(left, right): second-order one-sided differences of L along each direction (m, n) of

@@ -30,10 +30,11 @@ followed all the same, so a disagreement always ends at a parameter checked on i
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
 
-Its power is a guarantee (README "Finite differences"): one element off by RESOLVE x its own bound
-(tolerance + the rounding of its own central difference) moves every direction by the block's weight
-times that error, and fails a direction when that exceeds the direction's floor plus twice its FD
-error. Blocks where it would not (_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
+Its power is a guarantee (README "Finite differences"): one element i off by RESOLVE x its own bound
+(tolerance + the error of its own difference: 0 for a complex step) moves direction j by the block's weight
+times |s_ji| times that error, and fails it when that exceeds the direction's floor plus twice its FD
+error (JointScreen.power: per element, the least error that does). Blocks where it would not
+(_unresolved: a loss of magnitude 1e4, a vanishing gradient in a
 large block, an element whose tolerance is far below its block's) get a second pass with a larger
 step and stricter allowances (_second_pass); what is still unresolved is listed (JointScreen.
 unresolved), and the verification says so (an fd_unresolved finding, the row "undecided").
@@ -51,7 +52,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..oracles.finite_diff import FDResult, element_steps
+from ..oracles.finite_diff import FDResult
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
 
@@ -79,6 +80,10 @@ class JointScreen:
     # blocks with elements whose error of RESOLVE x their own bound the screen would not see, even after a
     # second pass with a larger step: p -> (elements, worst ratio); listed as unresolved, never passed
     unresolved: dict = field(default_factory=dict)
+    # the power statement: p -> per element (flat, float32) the least error of that element alone that fails
+    # some direction j for sure, min_j (floor_j + 2 x FD error_j) / (weight |s_ji|) -- with complex steps the
+    # FD error is the forward's rounding, so the power is set by the tolerance and the directions alone
+    power: dict = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
@@ -100,7 +105,7 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dic
         b = _element_bounds(gradients[p], tol)
         out[p] = float(b @ b) / max(1, b.size)
         if fd is not None and b.size:
-            own = b + fd.noise(element_steps(np.asarray(fd.base[p], dtype=np.float64).reshape(-1)))
+            own = b + fd.element_noise(p)
             out[p] = min(out[p], (RESOLVE / 4 * float(np.min(own))) ** 2)
     return out
 
@@ -109,7 +114,7 @@ def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None):
     """fd_check of the directional derivatives of dirs' `rows` restricted to the blocks `group` against
     the engine's `eng`, each held to floor + its FD error: (the check, which rows fail or are
     undecided, how far off each is in floors). given: their first pass, evaluated elsewhere."""
-    ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, given)
+    ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, group, given)
     chk = fd_check(eng, ref.reference, ref.noise, tol,
                    lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
     failing = _over(eng, chk.reference, floor + chk.error)
@@ -134,7 +139,7 @@ def _directions(fd, gradients: dict, params: list[str], tol: Tolerance, step_sca
     # other block's signal under what finite differences resolve, and a 1% error in b5 went unseen
     scale = {p: dirs.weight[p] * math.sqrt(allowed[p]) for p in params}
     least = min((v for v in scale.values() if v > 0), default=1.0)
-    target = max(least, float(fd.noise(dirs.step)))
+    target = max(least, float(fd.step_noise(dirs, params)))
     for p in params:
         if scale[p] > target:
             dirs.weight[p] *= target / scale[p]
@@ -195,41 +200,49 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
                          top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
                          narrowed)
     # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
-    # error (the differences may be off by that much the other way). It moves every direction alike, so
-    # the direction where that is least is the one that sees it (and the bisection follows)
-    reach = float(np.min(top_floor + 2 * top.error))
-    screen.unresolved = {p: r for p, r in _unresolved(fd, dirs, gradients, params, reach, tol).items()
-                         if p not in flagged}
+    # error (the differences may be off by that much the other way), per direction; element i moves
+    # direction j by weight x |s_ji| x its error, so the direction where reach_j / |s_ji| is least sees it
+    reach = top_floor + 2 * top.error
+    blind = _unresolved(fd, dirs, gradients, params, reach, tol, screen.power)
+    screen.unresolved = {p: r for p, r in blind.items() if p not in flagged}
     if resolve and screen.unresolved:
         _second_pass(fd, gradients, tol, screen, first_pass)
     screen.evaluations = fd.joint_rows - before
     return screen
 
 
-def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: float, tol: Tolerance) -> dict:
+def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance,
+                power: dict | None = None) -> dict:
     """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
-    own bound -- tolerance + the rounding of their own central difference -- would not move the screen's
-    values past what it allows (`reach`): such an error moves every direction by weight x error."""
+    own bound -- tolerance + the error of their own difference (0 for a complex step) -- would move no
+    direction j past what it allows (reach[j], (k,)): such an error moves direction j by weight x |s_ji| x
+    error (JointDirections.least_error: the per-element power of the directions). power: receives
+    p -> that least error per element (float32), the screen's power statement (JointScreen.power)."""
     out = {}
     for p in params:
         if dirs.weight[p] <= 0:
             continue
-        x = np.asarray(fd.base[p], dtype=np.float64).reshape(-1)
-        bound = _element_bounds(gradients[p], tol) + fd.noise(element_steps(x))
-        ratio = reach / dirs.weight[p] / (RESOLVE * bound)
+        bound = _element_bounds(gradients[p], tol) + fd.element_noise(p)
+        least = dirs.least_error(p, reach)
+        if power is not None:
+            power[p] = least.astype(np.float32)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            ratio = least / (RESOLVE * bound)
         blind = ratio > 1
         if blind.any():
             out[p] = (int(blind.sum()), float(np.max(ratio)))
     return out
 
 
-def _evaluated_elsewhere(fd, dirs, values) -> FDResult:
+def _evaluated_elsewhere(fd, dirs, params, values) -> FDResult:
     """A first pass another process evaluated, as fd.joint gives it (its error the rounding term of the
     step) and counted as evaluated: a report counts the work its verdict rests on, wherever it ran."""
     m = len(values)
-    fd.joint_rows += 2 * m
-    return FDResult("joint", np.asarray(values, dtype=np.float64), np.full(m, fd.noise(dirs.step)),
-                    evaluations=2 * m)
+    values = np.asarray(values, dtype=np.float64)
+    method = fd.method_for(params)
+    per = 1 if method == "complex" else 2
+    fd.joint_rows += per * m
+    return FDResult("joint", values, fd.step_noise(dirs, params, values), evaluations=per * m, method=method)
 
 
 def _second_plan(params: list[str], unresolved: dict) -> tuple[list[str], float]:
@@ -247,7 +260,7 @@ def screen_share(fd, gradients: dict, params: list[str], tol: Tolerance, index: 
     out = [_rows_of(fd, dirs, params, index, count)]
     every = np.arange(dirs.k)
     # as joint_screen's reach, when every first-pass value stands (its error the rounding term)
-    reach = float(np.min(_floor(a2, params, every, np.inf) + 2 * np.full(dirs.k, fd.noise(dirs.step))))
+    reach = _floor(a2, params, every, np.inf) + 2 * np.full(dirs.k, fd.step_noise(dirs, params))
     unresolved = _unresolved(fd, dirs, gradients, params, reach, tol)
     if unresolved:
         blind, scale = _second_plan(params, unresolved)

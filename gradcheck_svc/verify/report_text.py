@@ -148,4 +148,19 @@ def plan_line(plan: dict) -> str:
         modes += f" ({plan['directions']} directions)"
     return (f"finite-difference plan: {plan['mode']}: {modes}; first pass "
             f"{plan['forwards']:,} perturbed forwards, {plan['values']:.3g} values "
-            f"(~{plan['whole_graph_evaluations']:.3g} whole-graph forwards)")
+            f"(~{plan['whole_graph_evaluations']:.3g} whole-graph forwards){_methods(plan)}")
+
+
+def _methods(plan: dict) -> str:
+    """The plan's methods per parameter, counted, and what keeps any on central differences."""
+    methods = plan.get("method") or {}
+    if not methods:
+        return ""
+    counts = {m: sum(1 for v in methods.values() if v == m) for m in ("complex", "central")}
+    out = "; " + ", ".join(f"{n} by {'complex step' if m == 'complex' else 'central differences'}"
+                           for m, n in counts.items() if n)
+    why = plan.get("method_fallback") or {}
+    if why and counts["complex"]:
+        out += " (" + "; ".join(f"{p}: {v}" for p, v in list(why.items())[:4]) + \
+            (" ..." if len(why) > 4 else "") + ")"
+    return out

@@ -74,23 +74,26 @@ def test_no_mode_costs_per_parameter_twenty_times_the_joint_screens(sweep):
 def test_the_report_states_the_plan_and_its_cost():
     report = verify(seed())
     plan = report.to_dict()["fd_plan"]
-    # w and x, one element each: 2 perturbed copies each, of the 5 values downstream of them (z, a, L: 3 for w's
-    # copies and x's alike, sliced to what each copy changes)
-    assert plan["mode"] == "auto" and plan["parameters"] == {"full": 2} and plan["forwards"] == 4
+    # w and x, one element each: one complex-step copy each (two real values' worth), of the 5 values downstream
+    # of them (z, a, L: 3 for w's copies and x's alike, sliced to what each copy changes)
+    assert plan["mode"] == "auto" and plan["parameters"] == {"full": 2} and plan["forwards"] == 2
+    assert plan["method"] == {"w": "complex", "x": "complex"} and plan["method_fallback"] == {}
     assert plan["values"] == sum(FiniteDifferences(seed()).costs.full_cost(p) for p in ("w", "x"))
     assert plan["whole_graph_evaluations"] == pytest.approx(plan["values"] / plan["forward_values"], rel=1e-3)
     assert sum(r["fd_evaluations"] for r in report.to_dict()["parameters"]) == plan["forwards"]
-    assert "  finite-difference plan: auto: 2 full; first pass 4 perturbed forwards" in report.to_text()
+    assert "  finite-difference plan: auto: 2 full; first pass 2 perturbed forwards" in report.to_text()
+    assert "2 by complex step" in report.to_text()
     json.loads(report.to_json())  # plain JSON
 
 
 def test_a_jointly_screened_graphs_plan_counts_the_screens_forwards():
     report = verify(mlp(width=64, depth=8), VerifyOptions(fd=FDOptions(directions=8)))
     plan = report.to_dict()["fd_plan"]
-    assert plan["parameters"] == {"joint": 16} and plan["directions"] == 8 and plan["forwards"] == 16
-    assert 15.9 < plan["whole_graph_evaluations"] <= 16.0  # 16 copies of the graph downstream of W0
+    # 8 complex-step copies, two real values' worth each
+    assert plan["parameters"] == {"joint": 16} and plan["directions"] == 8 and plan["forwards"] == 8
+    assert 15.9 < plan["whole_graph_evaluations"] <= 16.0  # 16 copies' values of the graph downstream of W0
     rows = report.to_dict()["parameters"]
     assert {r["fd_checked_by"] for r in rows} == {"joint"} and report.verdict == "pass"
     # what the screen spent: the planned first pass, plus any refinement (never less)
     assert all(r["fd_evaluations"] >= plan["forwards"] for r in rows)
-    assert "finite-difference plan: auto: 16 joint (8 directions); first pass 16 perturbed forwards" in report.to_text()
+    assert "finite-difference plan: auto: 16 joint (8 directions); first pass 8 perturbed forwards" in report.to_text()

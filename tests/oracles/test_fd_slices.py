@@ -124,7 +124,9 @@ def test_a_sliced_stack_gives_the_dense_losses(msg):
     for p in graph.parameters:
         x = np.asarray(fd.base[p])
         index = rng.integers(0, x.size, size=7)
-        new = x.reshape(-1)[index] + rng.standard_normal(7)
+        # complex new values too: complex-step copies travel as slices through every slice rule
+        new = x.reshape(-1)[index] + rng.standard_normal(7) + 1j * rng.standard_normal(7)
+        x = x.astype(np.complex128)
         dense = np.broadcast_to(x, (7,) + x.shape).copy()
         dense.reshape(7, -1)[np.arange(7), index] = new
         want = forward_batched(fd.program, NUMPY, fd.base, {p: dense})
@@ -133,11 +135,12 @@ def test_a_sliced_stack_gives_the_dense_losses(msg):
             np.testing.assert_allclose(got, want, rtol=1e-13, atol=1e-13, err_msg=f"{p} axis {axis}")
 
 
+@pytest.mark.parametrize("complex_step", [True, False], ids=["complex", "central"])
 @pytest.mark.parametrize("msg", list(_graphs()), ids=lambda m: m.name)
-def test_full_fd_matches_torch_autograd(msg):
+def test_full_fd_matches_torch_autograd(msg, complex_step):
     torch = pytest.importorskip("torch")
     graph = load_graph(msg)
-    fd = FiniteDifferences(graph, FDOptions(mode="full"))
+    fd = FiniteDifferences(graph, FDOptions(mode="full", complex_step=complex_step))
     values = {n: torch.tensor(np.asarray(gi.value), requires_grad=n in graph.parameters)
               for n, gi in graph.inputs.items()}
     ops = {"matmul": torch.matmul, "add": torch.add, "mul": torch.mul, "tanh": torch.tanh, "sin": torch.sin,
@@ -148,7 +151,9 @@ def test_full_fd_matches_torch_autograd(msg):
     grads = torch.autograd.grad(values[graph.output], [values[p] for p in graph.parameters])
     for p, g in zip(graph.parameters, grads):
         result = fd.gradient(p)
-        assert result.mode == "full" and result.evaluations == 2 * g.numel()
+        # a complex step is one forward per element, central differences two
+        assert result.mode == "full" and result.evaluations == (1 if complex_step else 2) * g.numel()
+        assert result.method == ("complex" if complex_step else "central")
         np.testing.assert_allclose(result.reference, g.numpy(), rtol=1e-7, atol=1e-9, err_msg=p)
 
 

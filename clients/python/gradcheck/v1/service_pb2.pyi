@@ -172,7 +172,7 @@ class SymbolicSummary(_message.Message):
     def __init__(self, status: _Optional[str] = ..., elements: _Optional[int] = ..., edges: _Optional[int] = ..., seconds: _Optional[float] = ..., digits: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class FDPlan(_message.Message):
-    __slots__ = ("mode", "parameters", "directions", "forwards", "values", "forward_values", "whole_graph_evaluations")
+    __slots__ = ("mode", "parameters", "directions", "forwards", "values", "forward_values", "whole_graph_evaluations", "method", "method_fallback")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -180,6 +180,20 @@ class FDPlan(_message.Message):
         key: str
         value: int
         def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class MethodEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class MethodFallbackEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     MODE_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     DIRECTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -187,6 +201,8 @@ class FDPlan(_message.Message):
     VALUES_FIELD_NUMBER: _ClassVar[int]
     FORWARD_VALUES_FIELD_NUMBER: _ClassVar[int]
     WHOLE_GRAPH_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FIELD_NUMBER: _ClassVar[int]
+    METHOD_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     mode: str
     parameters: _containers.ScalarMap[str, int]
     directions: int
@@ -194,7 +210,9 @@ class FDPlan(_message.Message):
     values: float
     forward_values: int
     whole_graph_evaluations: float
-    def __init__(self, mode: _Optional[str] = ..., parameters: _Optional[_Mapping[str, int]] = ..., directions: _Optional[int] = ..., forwards: _Optional[int] = ..., values: _Optional[float] = ..., forward_values: _Optional[int] = ..., whole_graph_evaluations: _Optional[float] = ...) -> None: ...
+    method: _containers.ScalarMap[str, str]
+    method_fallback: _containers.ScalarMap[str, str]
+    def __init__(self, mode: _Optional[str] = ..., parameters: _Optional[_Mapping[str, int]] = ..., directions: _Optional[int] = ..., forwards: _Optional[int] = ..., values: _Optional[float] = ..., forward_values: _Optional[int] = ..., whole_graph_evaluations: _Optional[float] = ..., method: _Optional[_Mapping[str, str]] = ..., method_fallback: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CustomOpInput(_message.Message):
     __slots__ = ("sympy_grad", "counterexample", "symbolic")
