@@ -19,7 +19,7 @@ from gradcheck_svc.verify.fd_check import fd_check
 from op_cases import DIFFERENTIABLE, SMOOTH_BINARY, SMOOTH_UNARY, op_graph, registered_scaled_rule
 
 # real central differences, whose error this module is about (complex steps have none of these terms and are
-# the default: tests/test_fd_complex.py)
+# the default: tests/oracles/test_fd_complex.py)
 CENTRAL = FDOptions(complex_step=False)
 FD_ONLY = VerifyOptions(fd=CENTRAL, symbolic=SymbolicOptions(enabled=False))
 A, C = -2.5627, 1.4993
