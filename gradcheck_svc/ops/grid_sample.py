@@ -148,8 +148,9 @@ def _forward(xp, x, grid, corners, *, mode, padding_mode, align_corners):  # pad
 def _vjp(xp, g, saved, *, mode, padding_mode, align_corners):
     x, grid, corners = saved
     n, c, h, w = x.shape[-4:]
-    lead = _lead(g[..., None], grid, corners)  # g [..., N, C, Ho, Wo]: the rank of x
-    gr = xp.moveaxis(xp.broadcast_to(g, lead + g.shape[-4:]), -3, -1).reshape((-1, n, grid.shape[-3] * grid.shape[-2], c))
+    lead = _lead(g, grid, corners)  # g [..., N, C, Ho, Wo]: the rank of x
+    points = grid.shape[-3] * grid.shape[-2]
+    gr = xp.moveaxis(xp.broadcast_to(g, lead + g.shape[-4:]), -3, -1).reshape((-1, n, points, c))
     rows = _pixel_rows(xp, x, lead)
     b, m = np.arange(gr.shape[0])[:, None, None], np.arange(n)[None, :, None]
     g_rows = xp.zeros(rows.shape, dtype=gr.dtype)
@@ -224,8 +225,8 @@ CASE_ATTRS = [{"mode": "bilinear", "padding_mode": "zeros", "align_corners": Fal
               {"mode": "nearest", "padding_mode": "zeros", "align_corners": True}]
 
 
-def _corner_cases(rng):
-    return [Case([REALS.sample(rng, (1, 2, 3, 4)), _grid(rng, (1, 2, 3, 2), (4, 3), a)], dict(a)) for a in CASE_ATTRS]
+def _corner_cases(rng):  # a batch of 2: each sample reads its own image
+    return [Case([REALS.sample(rng, (2, 2, 3, 4)), _grid(rng, (2, 2, 3, 2), (4, 3), a)], dict(a)) for a in CASE_ATTRS]
 
 
 def _cases(rng):
