@@ -62,8 +62,8 @@ def _tensor(a) -> bytes:
     return onnx.numpy_helper.from_array(np.asarray(a)).SerializeToString()
 
 
-def _request(model, x):
-    blob = export_onnx(model, (x,), "legacy")
+def _request(model, x, opset=None):
+    blob = export_onnx(model, (x,), "legacy") if opset is None else _export_at(model, x, opset)
     name = onnx.load_from_string(blob).graph.input[0].name
     c = np.random.default_rng(1).standard_normal(tuple(model(x).shape))
     req = service_pb2.VerifyRequest(onnx_model=blob, onnx=service_pb2.OnnxImport(
@@ -71,6 +71,17 @@ def _request(model, x):
     params = dict(model.named_parameters())
     grads = torch.autograd.grad((model(x) * torch.from_numpy(c)).sum(), list(params.values()))
     return req, {n: g.numpy() for n, g in zip(params, grads)}
+
+
+def _export_at(model, x, opset: int) -> bytes:
+    import io
+    import warnings
+
+    f = io.BytesIO()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, (x,), f, dynamo=False, opset_version=opset)
+    return f.getvalue()
 
 
 def _engine_equals_torch(req, want) -> tuple:
@@ -99,6 +110,18 @@ def test_every_mode_padding_and_alignment_equals_torch(mode, padding, align):
     assert (np.abs(want["grid"]).max() > 0.1) == (mode == "bilinear")
     report = verify(graph, VerifyOptions())
     assert report.verdict == "pass", report.to_text()
+
+
+@pytest.mark.parametrize("mode", ["bilinear", "nearest"])
+def test_opset_16s_mode_names_import_the_same(mode):
+    """GridSample's first opset (16) names modes bilinear / bicubic; opset 20 linear / cubic."""
+    model = Sampler(_away_from_kinks(np.random.default_rng(7)), mode, "reflection", False)
+    req, want = _request(model, torch.full((1, 1, 4, 4), 1.5, dtype=torch.float64), opset=16)
+    [node] = [n for n in onnx.load_from_string(req.onnx_model).graph.node if n.op_type == "GridSample"]
+    assert {a.name: a.s for a in node.attribute}["mode"] == mode.encode()  # (opset 20 would say "linear")
+    graph, compared = _engine_equals_torch(req, want)
+    assert compared == {"image", "grid"}
+    assert verify(graph, VerifyOptions()).verdict == "pass"
 
 
 def test_a_spatial_transformer_passes_equal_to_torch():
