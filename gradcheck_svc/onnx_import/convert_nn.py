@@ -1,6 +1,6 @@
 """Today's transformer and MobileNet ops: HardSigmoid, Gelu, LayerNormalization (with its stash outputs),
-GatherElements, Trilu, TopK (MoE routing), Resize and Upsample (U-Nets). (Erf and HardSwish are registry
-ops ONNX names as they are: converters.py.)
+GatherElements, Trilu, TopK (MoE routing), Resize and Upsample (U-Nets), AffineGrid and GridSample (spatial
+transformers). (Erf and HardSwish are registry ops ONNX names as they are: converters.py.)
 
 Where ONNX defines a function body for an op, the converter says whether it follows it.
 """
@@ -309,6 +309,43 @@ def _resize(ctx, node, a, opset):
     attrs = {"mode": mode, "coordinate_transformation_mode": transform, "nearest_mode": rounding}
     attrs.update({"sizes": sizes} if sizes else {"scales": scales})
     return ctx.emit("resize", [x], attrs, name=node.output[0])
+
+
+@converter("GridSample")
+def _grid_sample(ctx, node, a, opset):
+    """F.grid_sample (spatial transformers), 4-D: grid_sample_corners (int64, no gradient: where each grid
+    point falls and how padding maps it) and grid_sample, which reads them (ops/grid_sample.py). bicubic
+    (opset 20: cubic) and 5-D inputs are refused by name."""
+    x, grid = _ins(ctx, node)
+    mode = {"linear": "bilinear"}.get(a.get("mode", "bilinear"), a.get("mode", "bilinear"))
+    padding = a.get("padding_mode", "zeros")
+    if mode not in ("bilinear", "nearest") or padding not in ("zeros", "border", "reflection"):
+        raise Unsupported(f"GridSample with mode {a.get('mode')} and padding_mode {padding}")
+    if len(ctx.shape(x)) != 4:
+        raise Unsupported(f"GridSample of a rank-{len(ctx.shape(x))} input (only 4-D: [N, C, H, W])")
+    attrs = {"mode": mode, "padding_mode": padding, "align_corners": bool(a.get("align_corners", 0))}
+    corners = ctx.emit("grid_sample_corners", [x, grid], attrs)
+    return ctx.emit("grid_sample", [x, grid, corners], attrs, name=node.output[0])
+
+
+@converter("AffineGrid")
+def _affine_grid(ctx, node, a, opset):
+    """F.affine_grid (2-D): the base grid [x, y, 1] of each output pixel (a constant) times theta transposed,
+    a matmul, so theta's gradient is the matmul's. The size must be a constant; 3-D (a 5-D size) is refused."""
+    theta = ctx.value(node.input[0])
+    size = _ints(ctx.const(node.input[1], "size"))
+    if len(size) != 4 or ctx.shape(theta) != (size[0], 2, 3):
+        raise Unsupported(f"AffineGrid of theta {list(ctx.shape(theta))} and size {size} (only 2-D: [N, 2, 3], "
+                          "[N, C, H, W])")
+    n, _, h, w = size
+
+    def line(k):  # pixel centres in [-1, 1] (align_corners: the corner pixels' centres at -1 and 1)
+        return np.linspace(-1.0, 1.0, k) if a.get("align_corners", 0) else (np.arange(k) * 2.0 + 1.0) / k - 1.0
+    ys, xs = np.meshgrid(line(h), line(w), indexing="ij")
+    base = np.stack([xs, ys, np.ones_like(xs)], axis=-1).reshape(h * w, 3)
+    base = ctx.add_input(ctx.fresh(f"{ctx.onnx_name}/base"), base, False, ctx.float_dtype)
+    grid = ctx.emit("matmul", [base, ctx.emit("transpose", [theta], {"axes": [0, 2, 1]})])
+    return ctx.emit("reshape", [grid], {"shape": [n, h, w, 2]}, name=node.output[0])
 
 
 def _floats(v) -> list[float]:

@@ -5,7 +5,7 @@ from . import elementwise, expr, linalg, nn, reduce, shape  # noqa: F401  (regis
 from . import conv, normalization, pad, pool  # noqa: F401  (the CNN op set, for ONNX models)
 from . import numpy_math  # noqa: F401  (the NumPy functions no composition gives exactly)
 from . import activations, einsum, layer_norm, masks, scatter  # noqa: F401  (transformers', MobileNets' and masks' ops)
-from . import resize, topk  # noqa: F401  (U-Nets' upsampling, MoE routing)
+from . import grid_sample, resize, topk  # noqa: F401  (spatial transformers, U-Nets' upsampling, MoE routing)
 from .base import OpDef
 from .registry import REGISTRY
 

@@ -53,7 +53,7 @@ def _forward(xp, data, upd, *, axis, reduction, indices, flat, data_rank, upd_sh
     lead = np.broadcast_shapes(data.shape[:data.ndim - data_rank], upd.shape[:upd.ndim - len(upd_shape)])
     shape = tuple(lead) + tuple(data.shape[data.ndim - data_rank:])
     # in the updates' dtype where that is wider (complex128 updates of real data: complex-step differences)
-    out = xp.broadcast_to(data, shape).astype(xp.result_type(data.dtype, upd.dtype))
+    out = xp.broadcast_to(data, shape).astype(np.result_type(data.dtype, upd.dtype))  # dtypes: host-side
     rows = out.reshape(tuple(lead) + (-1,))
     vals = xp.broadcast_to(upd, tuple(lead) + tuple(upd_shape)).reshape(tuple(lead) + (-1,))
     where = xp.asarray(np.asarray(flat, dtype=np.int64))

@@ -132,6 +132,9 @@ WAIVED: dict[str, str] = {
               "Resize node tests in test_onnx_node_tests.py",
     "top_k_indices": "int64 positions, no gradient: against torch.topk + gather in test_model_zoo.py's MoE, against "
                      "ONNX's reference at ties in test_onnx_topk_indices.py",
+    "put_along_axis": "int64 computed indices: against torch's scatter in test_onnx_every_parameter.py's MoE",
+    **{op: "N-C-H-W with int64 corners: against F.grid_sample (every mode, padding, alignment) in "
+           "test_onnx_grid_sample.py" for op in ("grid_sample", "grid_sample_corners")},
 }
 
 

@@ -150,9 +150,20 @@ def resized(shapes, attrs, entry):
     return tuple(math.floor(d * s) for d, s in zip(shapes[0], attrs["scales"]))
 
 
+def grid_sampled(shapes, attrs, entry):
+    """X [N, C, H, W] sampled at grid [N, Ho, Wo, 2]: [N, C, Ho, Wo] (grid_sample)."""
+    return tuple(shapes[0][:2]) + tuple(shapes[1][1:3])
+
+
+def grid_corners(shapes, attrs, entry):
+    """Per grid point [N, Ho, Wo] and axis, three integers: [N, Ho, Wo, 2, 3] (grid_sample_corners)."""
+    return tuple(shapes[1][:3]) + (2, 3)
+
+
 RULES = {"numpy": numpy_rule, "broadcast": broadcast, "same": same, "scalar": scalar, "reduce": reduce,
          "constant": constant, "slice": onnx_slice, "attr_shape": attr_shape, "padded": padded, "window": window,
-         "transposed_window": transposed_window, "einsum": einsum, "top_k": top_k, "resized": resized}
+         "transposed_window": transposed_window, "einsum": einsum, "top_k": top_k, "resized": resized,
+         "grid_sampled": grid_sampled, "grid_corners": grid_corners}
 
 
 def output_shape(entry: dict, shapes: list, attrs: dict) -> tuple:
