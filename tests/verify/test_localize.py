@@ -230,6 +230,9 @@ def test_bisection_names_the_node_in_logarithmically_many_adjoint_checks(buggy_s
     assert loc is not None and loc.culprit is not None
     assert loc.culprit.step.name == f"n{bad}" and loc.value == f"n{bad - 1}"
     assert loc.checked <= 2 * np.log2(n) + 8, loc.checked
+    # and in forward evaluations: each check perturbs one value of 6 elements (a complex step each, a few
+    # refinements where one disagrees), never a walk's n of them
+    assert 0 < loc.copies <= 4 * 6 * (2 * np.log2(n) + 8), loc.copies
 
 
 def test_a_clean_chain_localizes_nothing_after_checking_the_parameters_only():
