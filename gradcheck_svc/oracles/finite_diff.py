@@ -122,6 +122,7 @@ class FiniteDifferences:
         self.frozen = selections(self.program, np, self.base) if self.options.frozen_branches else {}
         self.costs = Costs(self.program, self.base, self.frozen)
         self.joint_rows = 0  # perturbed copies joint_losses evaluated (the joint screen's cost)
+        self.copies = 0  # perturbed copies of one value evaluated (losses_of, one_hot_losses): localization's cost
         self._direction_seed = None  # joint_directions' seed (content_seed), made when first asked for
         # complex steps wherever the path allows (fd_complex.py); the rest keep central differences
         # (a loss that is not finite: central differences give NaN, as the non-finite diagnosis expects, where
@@ -205,6 +206,7 @@ class FiniteDifferences:
         chunk at a time (never all b at once: 2k directions of a large parameter would be GBs); dtype:
         the copies' (complex128 for complex steps: a copy costs twice a real one)."""
         rows = max(1, self.options.chunk_bytes // (self.row_bytes(param) * np.dtype(dtype).itemsize // 8))
+        self.copies += b
         out = np.empty(b, dtype=dtype)
         pieces = self.frozen if frozen else None
         for s in range(0, b, rows):
@@ -224,6 +226,7 @@ class FiniteDifferences:
         # what a copy really held, which slices make far smaller
         rows = max(1, self.options.chunk_bytes // (self.row_bytes(name) * x.itemsize // 8))
         out = np.empty(len(flat_index), dtype=dtype)
+        self.copies += len(flat_index)
         s = 0
         while s < len(flat_index):
             stats = {}

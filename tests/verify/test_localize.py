@@ -189,3 +189,52 @@ def test_a_subgradient_outside_the_one_sided_differences_is_an_error():
     assert (f.node, f.cause, f.severity) == ("act", "nondifferentiable_point", "error")
     assert f.worst.index == (0,) and f.worst.engine == 2.0
     assert report.verdict == "fail"
+
+
+def _localized(graph, params):
+    """localize() on the engine's own run of graph, keeping every adjoint (as the diagnosis calls it)."""
+    from gradcheck_svc.oracles.finite_diff import FiniteDifferences
+    from gradcheck_svc.verify.compare import Tolerance
+    from gradcheck_svc.verify.diagnosis.localize import localize
+    from gradcheck_svc.verify.engine_run import run_engine
+    options = VerifyOptions()
+    run = run_engine(graph, options, "float64", keep_adjoints=True, profile=False)
+    fd = FiniteDifferences(graph, options.fd)
+    return localize(run.program, fd, run.adjoints, run.contributions, Tolerance.for_dtype("float64"), params)
+
+
+def deep_chain(n: int, bad_at: int | None, bad_op: str = "buggy_square"):
+    """n nodes whose gradient neither vanishes nor explodes with depth (chain()'s sin/tanh would shrink an
+    error planted near the inputs of a 1,000-node chain below any tolerance): x @ W, then h * a and
+    h + b alternately (a within 1e-3 of 1), the bad op at position bad_at, then a sum."""
+    rng = np.random.default_rng(7)
+    b = GraphBuilder(f"deep{n}")
+    h = b.node("matmul", b.input("x", rng.uniform(-1, 1, (2, 3))),
+               b.input("W", rng.uniform(-1, 1, (3, 3)), requires_grad=True), name="n0")
+    a = b.input("a", rng.uniform(0.999, 1.001, (3,)), requires_grad=True)
+    c = b.input("c", rng.uniform(-0.01, 0.01, (3,)), requires_grad=True)
+    for i in range(1, n - 1):
+        h = b.node(bad_op, h, name=f"n{i}") if i == bad_at else b.node("mul" if i % 2 else "add", h,
+                                                                          a if i % 2 else c, name=f"n{i}")
+    b.output(b.node("sum", h, name="loss"))
+    return load_graph(b.build())
+
+
+@pytest.mark.parametrize("n", [100, 1000])
+@pytest.mark.parametrize("where", ["near the loss", "in the middle", "near the inputs"])
+def test_bisection_names_the_node_in_logarithmically_many_adjoint_checks(buggy_square, n, where):
+    """Naming the node costs O(log n) adjoint checks (each a directional derivative of the part of the
+    graph below a value), not one per node: the bound is 2 log2(n) + 8, far below n at both depths."""
+    bad = {"near the loss": n - 3, "in the middle": n // 2, "near the inputs": 2}[where]
+    loc = _localized(deep_chain(n, bad_at=bad), ["W", "a", "c"])
+    assert loc is not None and loc.culprit is not None
+    assert loc.culprit.step.name == f"n{bad}" and loc.value == f"n{bad - 1}"
+    assert loc.checked <= 2 * np.log2(n) + 8, loc.checked
+    # and in forward evaluations: each check perturbs one value of 6 elements (a complex step each, a few
+    # refinements where one disagrees), never a walk's n of them
+    assert 0 < loc.copies <= 4 * 6 * (2 * np.log2(n) + 8), loc.copies
+
+
+def test_a_clean_chain_localizes_nothing_after_checking_the_parameters_only():
+    loc = _localized(deep_chain(1000, bad_at=None), ["W", "a", "c"])
+    assert loc is None

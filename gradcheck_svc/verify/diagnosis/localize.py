@@ -54,6 +54,7 @@ class Located:
     culprit: LocalCheck | None  # the consumer whose contribution is wrong; None: accumulation
     consumers: list[LocalCheck]
     checked: int  # adjoints checked
+    copies: int = 0  # perturbed copies of values the finite differences evaluated (fd.copies), checks included
 
 
 def local_directions(n: int, seed: int = 0, elements=None):
@@ -106,6 +107,7 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
     order += [p for p in params if p not in order]
     position = {v: i for i, v in enumerate(order)}
     consumers = consumers_of(program)
+    copies = fd.copies
     checks: dict[str, Comparison] = {}
     shown: dict[str, bool] = {}  # the adjoint shown right: agreeing, and no value undecidable
 
@@ -137,7 +139,7 @@ def localize(program: Program, fd: FiniteDifferences, adjoints: dict, contributi
     local = [check_consumer(fd.program, fd.program.by_name[s.name], k, fd.base, adjoints, contributions, tol,
                             evidence(u)) for s, k in consumers.get(u, ())]
     culprit = next((c for c in local if not c.comparison.passed), None)
-    return Located(u, worst, culprit, local, len(checks))
+    return Located(u, worst, culprit, local, len(checks), fd.copies - copies)
 
 
 def consumers_of(program: Program) -> dict[str, list[tuple[Step, int]]]:

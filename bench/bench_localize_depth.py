@@ -1,0 +1,106 @@
+"""Localization cost against depth (issue 44 item 4): a clean verification against one with a rule bug or a
+cached-value fault planted in the middle, on chains of 100 to 2,000 nodes; 1 thread, the three cases
+interleaved, min / median seconds. Also what localize() itself costs: its adjoint checks (O(log n)).
+
+    PYTHONPATH=.:clients/python .venv/bin/python bench/bench_localize_depth.py [--sizes 100,500,1000,2000]
+        [--reps 3] [--layers 10,20]
+
+The chains are tests/verify/test_localize.py's deep_chain (x @ W, then h * a and h + b alternately: three
+parameter tensors, a gradient that neither vanishes nor explodes with depth). --layers: besides, chains of
+scripts/gen_chain.py (tanh(h @ W_i + b_i), two parameter tensors per layer) with a fault in the middle
+layer, one run each: there every parameter upstream of the fault fails and is checked on its own, the
+part of the faulty run that grows with depth times the parameters affected.
+"""
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path[:0] = [str(ROOT / "tests"), str(ROOT / "tests" / "verify"), str(ROOT / "scripts"),
+                str(Path(__file__).resolve().parent)]
+
+from harness import interleaved, load, machine, match_threads, min_med, table  # noqa: E402
+from test_localize import _localized, deep_chain  # noqa: E402
+
+from gradcheck_svc.engine.faults import Fault  # noqa: E402
+from gradcheck_svc.graph import load_graph  # noqa: E402
+from gradcheck_svc.ops import get_op  # noqa: E402
+from gradcheck_svc.ops.registry import register  # noqa: E402
+from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
+
+
+def _register_bug() -> None:
+    """square with d/dx = 3x, as test_localize.py's buggy_square fixture."""
+    register(dataclasses.replace(get_op("square"), name="buggy_square",
+                                 vjp=lambda xp, g, saved, **_: (g * 3.0 * saved[0],)))
+
+
+def _named(report) -> str:
+    return ", ".join(f"{f.node} {f.cause}" for f in report.findings if f.severity == "error") or report.verdict
+
+
+def depth_rows(sizes: list[int], reps: int) -> list[list]:
+    rows = []
+    for n in sizes:
+        mid = n // 2
+        clean, rule = deep_chain(n, None), deep_chain(n, mid)
+        fault = VerifyOptions(faults=(Fault(f"n{mid}", "scale", 2.0),))
+        last = {}
+        cases = {"clean": lambda: last.__setitem__("clean", verify(clean)),
+                 "rule": lambda: last.__setitem__("rule", verify(rule)),
+                 "fault": lambda: last.__setitem__("fault", verify(clean, fault))}
+        times = interleaved(cases, reps, warmup=0)
+        base = min(times["clean"])
+        checked = _localized(rule, ["W", "a", "c"]).checked
+        rows.append([n, min_med(times["clean"]), min_med(times["rule"]), f"{min(times['rule']) / base:.2f}x",
+                     min_med(times["fault"]), f"{min(times['fault']) / base:.2f}x", checked,
+                     f"{_named(last['rule'])}; {_named(last['fault'])}"])
+        print(f"  n={n} done ({load()})", flush=True)
+    return rows
+
+
+def layer_rows(layers: list[int]) -> list[list]:
+    from gen_chain import chain
+    rows = []
+    for k in layers:
+        graph = load_graph(chain(k).build())
+        mid = f"h{k // 2}"
+        t0 = time.perf_counter()
+        clean = verify(graph)
+        t1 = time.perf_counter()
+        faulty = verify(graph, VerifyOptions(faults=(Fault(mid, "scale", 2.0),)))
+        t2 = time.perf_counter()
+        failing = sum(p.status != "ok" for p in faulty.parameters)
+        rows.append([f"{k} layers ({len(graph.nodes)} nodes)", f"{t1 - t0:.2f}", f"{t2 - t1:.2f}",
+                     f"{(t2 - t1) / (t1 - t0):.1f}x", mid, failing,
+                     f"{faulty.timings['finite_differences_s']:.2f}", f"{faulty.timings['diagnosis_s']:.2f}"])
+        print(f"  {k} layers done ({load()})", flush=True)
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--sizes", default="100,500,1000,2000")
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--layers", default="10,20", help="gen_chain sizes (layers); empty: none")
+    args = ap.parse_args(argv)
+    match_threads(1)
+    _register_bug()
+    print(f"machine: {machine()}")
+    verify(deep_chain(10, 5))  # imports and first-call costs (SymPy's), outside the timings
+    rows = depth_rows([int(s) for s in args.sizes.split(",")], args.reps)
+    print(table(["nodes", "clean s (min / med)", "rule bug s", "rule / clean", "fault s", "fault / clean",
+                 "localize adjoint checks", "named"], rows))
+    if args.layers:
+        rows = layer_rows([int(s) for s in args.layers.split(",")])
+        print(table(["gen_chain", "clean s", "fault s", "fault / clean", "fault at", "failing parameters",
+                     "fault: FD s", "fault: diagnosis s"], rows))
+    print(load())
+
+
+if __name__ == "__main__":
+    main()
