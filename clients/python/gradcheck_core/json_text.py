@@ -31,43 +31,50 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
     if indent is None:
         return json.dumps(obj, allow_nan=allow_nan)
     token = secrets.token_hex(8)  # no string in obj can be mistaken for a placeholder
-    lists: list = []
-    state = {"nulls": 0, "finite": True}  # the skeleton's None leaves, and whether all its floats are finite
+    lists: list = []  # (a list of plain values or a finite 1-D array, the set of its values' types)
+    nulls, finite = 0, True  # the skeleton's None leaves, and whether all its floats are finite
 
     def lift(o):
+        nonlocal nulls, finite
+        t = type(o)
+        if t in _PLAIN:  # the leaves first: most calls are one
+            nulls += o is None
+            finite = finite and (t is not float or math.isfinite(o))
+            return o
         if isinstance(o, dict):
             return {k: lift(v) for k, v in o.items()}
         if isinstance(o, np.ndarray):  # as its tolist() would be written; the encoder reads the array
             # (a float32's shortest text is not its float64's: such arrays are written as their tolist())
-            o = o if (o.dtype.kind in "iu" or o.dtype == np.float64) and o.ndim == 1 and np.isfinite(o).all() \
-                else o.tolist()
-        if isinstance(o, np.ndarray) or isinstance(o, (list, tuple)) and _PLAIN.issuperset(map(type, o)):
-            lists.append(o)  # C-speed over a gradient's 1,000 values
-            return f"{token}{len(lists) - 1}"
+            if (o.dtype.kind in "iu" or o.dtype == np.float64) and o.ndim == 1 and np.isfinite(o).all():
+                lists.append((o, frozenset()))
+                return f"{token}{len(lists) - 1}"
+            o = o.tolist()
         if isinstance(o, (list, tuple)):
+            types = set(map(type, o))  # C-speed over a gradient's 1,000 values
+            if types <= _PLAIN:
+                lists.append((o, types))
+                return f"{token}{len(lists) - 1}"
             return [lift(v) for v in o]
         if isinstance(o, np.generic):
-            o = o.item()
-        state["nulls"] += o is None
-        state["finite"] &= not isinstance(o, float) or math.isfinite(o)
+            return lift(o.item())
+        finite = finite and not (isinstance(o, float) and not math.isfinite(o))  # a float subclass
         return o
 
     skeleton = lift(obj)
-    nulls = state["nulls"] if state["finite"] else -1
-    text = (_orjson(skeleton, nulls, orjson.OPT_INDENT_2) if indent == 2 else None) \
+    text = (_orjson(skeleton, nulls if finite else -1, orjson.OPT_INDENT_2) if indent == 2 else None) \
         or json.dumps(skeleton, indent=indent, allow_nan=allow_nan)
-    return re.sub(f'"{token}(\\d+)"', lambda m: _one_line(lists[int(m.group(1))], allow_nan), text)
+    return re.sub(f'"{token}(\\d+)"', lambda m: _one_line(*lists[int(m.group(1))], allow_nan), text)
 
 
-def _one_line(values, allow_nan: bool) -> str:
+def _one_line(values, types, allow_nan: bool) -> str:
     """A list of plain values (or a finite 1-D NumPy array) on one line, ", " between values as json writes
     them: without strings, every comma in orjson's text is a separator (lists of names: json.dumps)."""
-    if isinstance(values, np.ndarray):  # finite numbers: lift let no other array through
-        text = _orjson(values, 0, 0)
-        values = values.tolist() if text is None else values
-    else:
-        text = _orjson(values, values.count(None), 0) if str not in map(type, values) else None
-    return text.replace(",", ", ") if text is not None else json.dumps(values, allow_nan=allow_nan)
+    text = None
+    if str not in types:
+        text = _orjson(values, values.count(None) if type(None) in types else 0, 0)
+    if text is not None:
+        return text.replace(",", ", ")
+    return json.dumps(values.tolist() if isinstance(values, np.ndarray) else values, allow_nan=allow_nan)
 
 
 def _orjson(o, nulls: int, option: int) -> str | None:
