@@ -138,7 +138,7 @@ def _lead(xp, rank: int, *arrays):
 def _put_forward(xp, data, idx, upd, *, axis, reduction, rank):
     data, idx, upd = _lead(xp, rank, data, idx, upd)
     where = _put_grid(xp, idx, data.shape[axis], axis, reduction)
-    out = data.copy()
+    out = data.astype(np.result_type(data.dtype, upd.dtype))  # a copy, complex where the updates are (a complex step)
     if reduction == "add" and out.dtype == object:  # the symbolic oracle's arrays of formulas
         np.add.at(out, where, upd)
     elif reduction == "add":

@@ -395,8 +395,10 @@ class FiniteDifferences:
         fd_formulas.ladder (the caller's test of "good enough", which stops a value's descent)."""
         flat = np.asarray(self.base[param], dtype=np.float64).reshape(-1)
         which = np.asarray(which, dtype=np.intp)
-        if result.method == cx.COMPLEX:
-            return self._probe(param, result, which)
+        if result.method == cx.COMPLEX:  # probed; where a complex forward fails now, the ladder below
+            probed = self._complex(param, lambda: self._probe(param, result, which), lambda: None)
+            if probed is not None:
+                return probed
 
         def evaluate(stack):
             losses = self.losses(param, stack.reshape((len(stack),) + np.shape(self.base[param])))
@@ -414,8 +416,11 @@ class FiniteDifferences:
         if self.method_for(params) == cx.COMPLEX:
             x0 = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
             sel = np.asarray(rows, dtype=np.intp)[which]
-            return cx.probed(lambda x, f: self._joint_derivatives(dirs, params, sel, x, f), x0, which,
-                             self.complex_step_of(dirs))
+            probed = self._complex(params, lambda: cx.probed(
+                lambda x, f: self._joint_derivatives(dirs, params, sel, x, f), x0, which,
+                self.complex_step_of(dirs)), lambda: None)  # a complex forward failing now: the ladder below
+            if probed is not None:
+                return probed
         cuts = np.cumsum([self.costs.size(p) for p in params])[:-1]
         flat = np.concatenate([np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params])
         d = np.concatenate([dirs.block(p, np.asarray(rows)[which]) for p in params], axis=1)

@@ -52,6 +52,8 @@ import re
 
 import numpy as np
 
+from gradcheck_core.npz_bounded import NpzError, read_npz_from
+
 from ..store.records import as_path, atomic_write, code_version, options_sha256
 from ..errors import OptionError
 from ..oracles.fd_modes import FDMode
@@ -196,7 +198,6 @@ def _damaged(path, why: str) -> OptionError:
 def _load(path) -> tuple[dict, dict]:
     """A shard file's (metadata, arrays), every parameter's record checked whole (fd_record.from_record) before
     anything uses it: a damaged file is refused here, as damaged, whatever part of it is wrong."""
-    from gradcheck_core.npz_bounded import NpzError, read_npz_from
 
     try:
         data = path.read_bytes()

