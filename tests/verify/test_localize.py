@@ -114,7 +114,11 @@ def test_kept_adjoints_match_torch_retain_grad():
     assert float(tape.contributions[("z", 0)]) == w.grad.item()  # mul's contribution to w
 
 
-KINKED = [op for op in all_ops() if op.kinks]
+# grid_sample's kinks are a grid point on a pixel boundary, its corners an integer input computed from the grid:
+# not a tie or an avoided point of the first input that at_kink makes; tests/onnx/test_onnx_grid_sample.py puts
+# a grid point exactly on a boundary and asserts the same (PASS, the kink a note)
+OWN_KINK_TEST = {"grid_sample", "grid_sample_corners"}
+KINKED = [op for op in all_ops() if op.kinks and op.name not in OWN_KINK_TEST]
 
 
 def at_kink(op, rng):
