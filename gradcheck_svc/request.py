@@ -123,8 +123,8 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
         from .onnx_import.claim_names import onto_initializers
         from .onnx_import.importer import unheld_claims
 
-        unheld = unheld_claims(request.onnx_model, message)
-        message = with_claims(message, onto_initializers(message, request.graph.claimed, unheld))
+        unheld, unnamed = unheld_claims(request.onnx_model, message, list(request.graph.claimed.gradients))
+        message = with_claims(message, onto_initializers(message, request.graph.claimed, unheld, unnamed))
     graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite,
                      nonfinite_constants=bool(request.onnx_model))
     return graph, options

@@ -22,17 +22,20 @@ from gradcheck_core.claims import claims_message
 from gradcheck_core.hints import hint
 
 from ..errors import GraphError
-from ..graph.validate import decode_tensor
+from ..graph.validate import MAX_NOTE_LENGTH, decode_tensor
+from .archive import unclaimable_note
 
 EXACT = {"same", "transposed", "reshaped"}  # relations whose gradient maps one to one
 
 
-def onto_initializers(message, claims, unheld: dict | None = None):
+def onto_initializers(message, claims, unheld: dict | None = None, unnamed: dict | None = None):
     """Claims keyed by initializer names: `claims` itself when every key already is one, else each key
     taken as a torch name (or an initializer name) and mapped (module docstring); GraphError naming a key
     that matches nothing or cannot be mapped exactly. unheld: {torch name: what the exporter made of it} for
     the parameters the model holds under no name (importer.unheld_claims): such a key is not checkable,
-    which a note on `message` says, naming it and where its value went."""
+    which a note on `message` says, naming it and where its value went. unnamed: the parameters that are
+    tensors of the exporter's own, traced to no torch name (archive.py): unless a key names one, they are
+    made constants on `message`, which a note says."""
     params = {i.name: i for i in message.inputs if i.requires_grad}
     if all(k in params for k in claims.gradients):
         return claims
@@ -44,19 +47,37 @@ def onto_initializers(message, claims, unheld: dict | None = None):
             if sn.name and sn.relation != "tied" and (p, sn.relation) not in torch_names.get(sn.name, []):
                 torch_names.setdefault(sn.name, []).append((p, sn.relation))
     parts: dict = {}  # initializer -> {key: its gradient, mapped}
+    explained = {}  # key -> what became of it
     for key in sorted(claims.gradients):
         where = f"claimed gradient '{key}'"
         if key not in torch_names and key not in params and key in unheld:
-            message.notes.append(f"not checked: {where}: {unheld[key]}: not checkable")
+            explained[key] = unheld[key]
             continue
         value, _ = decode_tensor(claims.gradients[key], where)
         p, relation = _target(key, torch_names, params, where)
         parts.setdefault(p, {})[key] = (relation, _mapped(value, relation, key, p, params[p], where))
     gradients = {p: _merged(p, got, params[p]) for p, got in parts.items()}
+    dropped = sorted(set(unnamed or ()) - set(gradients))
+    for p in dropped:  # no torch parameter's gradient: not claimable by this archive (archive.py)
+        params[p].requires_grad = False
+    notes = _explained(explained) + [unclaimable_note(dropped, " ".join(explained.values()))]
+    # a graph's note is bounded (validation); names from the archive are the user's, of any length
+    message.notes.extend(n if len(n) <= MAX_NOTE_LENGTH else n[:MAX_NOTE_LENGTH - 3] + "..." for n in notes if n)
     out = claims_message(gradients)
     for name, t in claims.adjoints.items():
         out.adjoints[name].CopyFrom(t)
     return out
+
+
+def _explained(explained: dict, most: int = 6) -> list[str]:
+    """One note per key not checkable, at most `most` (a graph's notes are bounded: validation), the rest's
+    keys listed in the last."""
+    notes = [f"not checked: claimed gradient '{k}': {what}: not checkable" for k, what in explained.items()]
+    if len(notes) <= most:
+        return notes
+    rest = list(explained)[most - 1:]
+    return notes[:most - 1] + [f"not checked: claimed gradients {', '.join(repr(k) for k in rest[:20])}"
+                               f"{' and more' if len(rest) > 20 else ''}: folded by the exporter: not checkable"]
 
 
 class _Own:

@@ -42,6 +42,7 @@ from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
 from .tables import exporter_made, rotary_tables
+from .archive import legacy_unheld, unnamed_tensors
 from .ties import copy_candidates, find_ties, torch_aliases
 
 LOSSES = ("sum", "mean", "cotangent")
@@ -516,46 +517,29 @@ def folded_note(model, named: set[str], made: dict | None = None, shown: int = 8
     return (head if len(head) <= room else head[:room - 3] + "...") + tail
 
 
-class _Unnamed(dict):
-    """The TorchScript exporter lists no torch parameters: any name matching no tensor may be one it folded into
-    a tensor of its own naming (`onnx::Expand_N`, told by no metadata) -- these, when the model has them."""
-
-    def __init__(self, unnamed: list[str]):
-        super().__init__()
-        self.text = (f"held by no tensor under a name traced to it: the exporter may have folded it into one of "
-                     f"{_listed(unnamed, 4)} (named by it, the TorchScript export does not say from which torch "
-                     "parameter)")
-
-    def __contains__(self, key) -> bool:
-        return True
-
-    def __getitem__(self, key) -> str:
-        return self.text
-
-
-def unheld_claims(onnx_bytes: bytes, message) -> dict:
-    """{torch name: what became of it} for the torch parameters an imported model (`message`) holds under no
-    name: a dynamo export's (unheld_parameters); for another exporter's, any name, when the model has tensors
-    the exporter named (parameters told to no torch name, constants it made), else none."""
+def unheld_claims(onnx_bytes: bytes, message, keys=()) -> tuple[dict, dict]:
+    """({torch name: what became of it}, {parameter: its readers}) for an imported model (`message`) and a
+    claimed archive's `keys`: the torch parameters it holds under no name -- a dynamo export's (it lists them:
+    unheld_parameters), a TorchScript export's among `keys` (archive.legacy_unheld) -- and the tensors of the
+    exporter's own that the import made parameters (archive.unnamed_tensors)."""
     import onnx
 
     model = onnx.ModelProto()
     model.ParseFromString(onnx_bytes)  # read and checked by the import already
-    inputs = {i.name: i for i in message.inputs}
+    exported = exported_parameters(model)
+    unnamed = unnamed_tensors(model, message, exported)
     named = {t.name for t in model.graph.initializer} | {s.name for i in message.inputs for s in i.source_names}
+    if not exported:
+        return legacy_unheld([k for k in keys if k not in named], unnamed), unnamed
+    inputs = {i.name: i for i in message.inputs}
     tied = {s.onnx_name for i in message.inputs for s in i.source_names if s.relation == "tied"}
-    made = [t.name for t in model.graph.initializer if MADE.match(t.name) or exported_parameters(model)]
-    made = [n for n in made if n not in tied and n not in exported_parameters(model)]
-    if exported_parameters(model):
-        consts = {n for n in made if not (n in inputs and inputs[n].requires_grad)}
-        floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
-        consts = {t.name for t in model.graph.initializer if t.name in consts and t.data_type in floats
-                  and math.prod(t.dims) > 1}  # dims, not values: external data stays where it is
-        readers = {n: next((node for node in model.graph.node if n in node.input), None) for n in consts}
-        return unheld_parameters(model, named, readers)
-    unnamed = [n for n in made if not any(s.name for s in inputs[n].source_names)] if made else []
-    unnamed = [n for n in unnamed if n in inputs]
-    return _Unnamed(unnamed) if unnamed else {}
+    consts = {t.name for t in model.graph.initializer if t.name not in tied and t.name not in exported
+              and not (t.name in inputs and inputs[t.name].requires_grad)}
+    floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
+    consts = {t.name for t in model.graph.initializer if t.name in consts and t.data_type in floats
+              and math.prod(t.dims) > 1}  # dims, not values: external data stays where it is
+    readers = {n: next((node for node in model.graph.node if n in node.input), None) for n in consts}
+    return unheld_parameters(model, named, readers), unnamed
 
 
 def import_model(model, options: ImportOptions | None = None, name: str = "", budget: FoldBudget | None = None):
