@@ -44,11 +44,11 @@ def _within(reader_module: str, key: str) -> bool:
 
 def _label(tensor: str, readers: list) -> str:
     names = [n.name or f"the {n.op_type} node making '{n.output[0]}'" for n in readers[:2]]
-    return f"{tensor} (read by {', '.join(names)}{' and more' if len(readers) > 2 else ''})" if names else tensor
+    return f"{tensor} read by {', '.join(names)}{' and more' if len(readers) > 2 else ''}" if names else tensor
 
 
 def legacy_unheld(keys, unnamed: dict[str, list]) -> dict[str, str]:
-    """{key: what became of it} for a TorchScript export's archive keys that the import traced to nothing
+    """{key: what became of it, as importer.unheld_parameters says it of a dynamo export's} for a TorchScript export's archive keys that the import traced to nothing
     (`keys`), when the model has tensors of the exporter's own naming (`unnamed`) that may hold them (module
     docstring); none without such tensors (a key is then refused as naming no parameter)."""
     if not unnamed:

@@ -24,11 +24,12 @@ from gradcheck_svc.verify.engine_run import run_engine  # noqa: E402
 
 EXPORTERS = ("legacy", "dynamo")
 CASES = [(m, e) for m in MODELS for e in EXPORTERS]
-# what each export holds under no torch name (folded into a constant by the dynamo optimizer; the TorchScript
-# exporter's own tensors: onnx::Add_N, the gathered table; onnx::Expand_N, the queries unsqueezed)
+# what each export holds under no torch name, and the tensor that holds it (folded into a constant by the dynamo
+# optimizer; the TorchScript exporter's own tensors: onnx::Add_N, the gathered table; onnx::Expand_N, the
+# queries unsqueezed)
 FOLDED = {("gpt", "dynamo"): {"pos.weight": "embedding_1"}, ("swin", "dynamo"): {"table": "permute_1"},
-          ("detr", "dynamo"): {"query_embed.weight": "repeat"}, ("swin", "legacy"): {"table": ""},
-          ("detr", "legacy"): {"query_embed.weight": ""}}
+          ("detr", "dynamo"): {"query_embed.weight": "repeat"}, ("swin", "legacy"): {"table": "onnx::Add_"},
+          ("detr", "legacy"): {"query_embed.weight": "onnx::Expand_"}}
 # a parameter each model must have checked, and how (None: under its own name or through any relation); the
 # first is the one a planted error must fail: the tied embedding, the rank-4 F.linear, the queries' reader, the
 # router reached only through TopK and ScatterElements with its computed indices, the embedding read by GatherND,
@@ -107,19 +108,23 @@ def _corrupted(grads: dict, key: str) -> dict:
 def test_torchs_whole_named_parameters_archive_passes_claimed(name, exporter):
     req, want = _case(name, exporter)
     req.graph.claimed.CopyFrom(claims_message(want))
-    report = run_request(req)
     folded = FOLDED.get((name, exporter), {})
-    if exporter == "legacy" and folded:
-        # the TorchScript exporter's own tensor holding the folded parameter has no torch name: no key of the
-        # archive is its gradient, so its row says "not provided" (never ok); every other row is torch's, ok
-        unnamed = {p.name for p in report.parameters if p.source_names and not any(s.name for s in p.source_names)}
-        assert unnamed and all(n.startswith("onnx::") for n in unnamed), unnamed
-        assert {p.name: p.status for p in report.parameters if p.status != "ok"} == dict.fromkeys(unnamed, "not provided")
-    else:
-        assert report.verdict == "pass", report.to_text()
-    explained = [w for w in report.warnings if "not checkable" in w]
-    assert sorted(w.split("'")[1] for w in explained) == sorted(folded), explained
+    report = run_request(req)
+    # every key maps to a checked row or is explained; the exporter's own tensor holding a folded parameter
+    # (the TorchScript export's onnx::Add_N, onnx::Expand_N: no torch name) is no row, never "not provided"
+    assert report.verdict == "pass", report.to_text()
+    assert all(p.status == "ok" for p in report.parameters), report.to_text()
+    assert all(p.name in want or any(s.name for s in p.source_names) for p in report.parameters), report.to_text()
+    explained = {w.split("'")[1]: w for w in report.warnings if "not checkable" in w}
+    assert sorted(explained) == sorted(folded), explained
+    for key, holder in folded.items():  # named with the tensor that holds it and the node reading it
+        assert f": folded into {holder}" in explained[key] or f"one of {holder}" in explained[key], explained[key]
+        assert " read by " in explained[key], explained[key]
     # the tied / transposed gradient is compared, not waved through: a planted error in it fails
     key = next(iter(MUST[name]))
     req.graph.claimed.CopyFrom(claims_message(_corrupted(want, key)))
-    assert run_request(req).verdict == "fail"
+    bad = run_request(req)
+    assert bad.verdict == "fail", bad.to_text()
+    failed = [p for p in bad.parameters if p.status != "ok"]  # the one row that is that key's image
+    assert len(failed) == 1 and (failed[0].name == key or key in {s.name for s in failed[0].source_names}), \
+        bad.to_text()
