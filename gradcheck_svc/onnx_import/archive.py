@@ -8,9 +8,12 @@ claim_names.py maps each key the importer traced (source_names) onto its initial
   (a dynamo export: those its metadata's source lines tie to it, importer.unheld_parameters; a TorchScript
   export, which names no torch parameter anywhere: its own tensors read in the key's module or one above
   it -- an op reads its own module's parameters and its submodules' -- all of them when none is).
+- **derived tensors** (BatchNorm folded into the Conv before it, provenance.py): a key whose only image is one
+  is explained the same way, "folded with another parameter ... into onnx::Conv_N": its gradient is not the
+  derived tensor's.
 - **the exporter's own tensors** that the import made parameters (a TorchScript export's `onnx::Add_N`: every
-  float initializer of rank >= 1 is a weight by default) and that no key of the archive names: their
-  gradient is no torch parameter's, so an archive keyed by torch names cannot claim it. Under such an archive
+  float initializer of rank >= 1 is a weight by default), and derived ones, that no key of the archive names:
+  their gradient is no torch parameter's, so an archive keyed by torch names cannot claim it. Under such an archive
   they are constants (`unclaimable`), each said in a note -- never a "not provided" row failing torch's
   correct gradients, and never an `ok` row either.
 Values never decide a mapping here: the archive holds gradients, the subject under test, and the model's
@@ -24,16 +27,24 @@ SHOWN = 4  # tensors named in one explanation at most
 
 
 def unnamed_tensors(model, message, exported: list[str]) -> dict[str, list]:
-    """{parameter of the imported `message` that is a tensor the exporter made, traced to no torch name: the
-    nodes reading it}. Made: an exporter's name (onnx::Op_N, val_N), or in a dynamo export (`exported`: its
-    signature's parameters) any name it does not list."""
+    """{parameter of the imported `message` that no torch-keyed claim can name: the nodes reading it} -- a tensor
+    the exporter made, traced to no torch name (an exporter's name, onnx::Op_N or val_N, or in a dynamo export,
+    `exported` its signature's parameters, any name it does not list), or a derived one (every entry of its
+    source_names "derived": BatchNorm folded into a Conv, no torch parameter's gradient)."""
     listed = set(exported)
     out = {}
     for inp in message.inputs:
         made = MADE.match(inp.name) or (listed and inp.name not in listed)
-        if inp.requires_grad and made and not any(s.name for s in inp.source_names):
+        entries = inp.source_names
+        derived = bool(entries) and all(s.relation == "derived" for s in entries)
+        if inp.requires_grad and (derived or (made and not any(s.name for s in entries))):
             out[inp.name] = [n for n in model.graph.node if inp.name in n.input]
     return out
+
+
+def derived_note(p: str, readers: list) -> str:
+    """What became of a torch parameter whose only image is the derived tensor `p`."""
+    return f"folded with another parameter (a BatchNorm into its Conv) into {label(p, readers)} by the exporter"
 
 
 def _within(reader_module: str, key: str) -> bool:
@@ -42,7 +53,7 @@ def _within(reader_module: str, key: str) -> bool:
     return reader_module == "" or owner == reader_module or owner.startswith(reader_module + ".")
 
 
-def _label(tensor: str, readers: list) -> str:
+def label(tensor: str, readers: list) -> str:
     names = [n.name or f"the {n.op_type} node making '{n.output[0]}'" for n in readers[:2]]
     return f"{tensor} read by {', '.join(names)}{' and more' if len(readers) > 2 else ''}" if names else tensor
 
@@ -57,7 +68,7 @@ def legacy_unheld(keys, unnamed: dict[str, list]) -> dict[str, str]:
     for key in keys:
         near = [t for t, readers in unnamed.items() if readers and all(_within(_module(n)[0], key) for n in readers)]
         held = near or list(unnamed)
-        shown = ", ".join(_label(t, unnamed[t]) for t in held[:SHOWN]) + (
+        shown = ", ".join(label(t, unnamed[t]) for t in held[:SHOWN]) + (
             f" and {len(held) - SHOWN} more" if len(held) > SHOWN else "")
         out[key] = (f"folded into {shown} by the exporter" if len(held) == 1 else
                     f"folded by the exporter into one of {shown} (the TorchScript export does not say which)")

@@ -7,13 +7,15 @@ keys, so `{n: p.grad for n, p in model.named_parameters()}` of a training step i
 Each torch-named gradient reaches its initializer through the relation: `same` as it is, `transposed`
 (an nn.Linear weight a MatMul reads) transposed, `reshaped` to the initializer's shape; a merged
 initializer (equal tensors the exporter made one) gets the sum of its torch parameters' gradients --
-exactly its gradient -- so all of them must be given. What has no exact image is refused, naming the
-key: a `derived` tensor (BatchNorm folded into a Conv: no torch parameter has its gradient), an RNN's
-stacked and reordered gates, a torch name standing for several initializers (a copied weight the importer
-could not tie to one: its gradient is their sum, which cannot be split; a tied copy the importer found is
-emitted from its parameter, relation "tied", and maps with it), an initializer given both ways. An archive whose every key
-is an initializer name is read by initializer names (a merged initializer's own name is also one of its torch
-names: alone, it is the initializer's whole gradient).
+exactly its gradient -- so all of them must be given. A key the model has no image of is explained in a
+note, not refused (archive.py): a parameter the exporter folded into a tensor of its own, or into a `derived`
+one (BatchNorm folded into a Conv: no torch parameter has its gradient); the exporter's own and derived tensors
+no key names are then constants, said in a note. Refused, naming the key: an RNN's stacked and reordered
+gates, a torch name standing for several initializers (a copied weight the importer could not tie to one:
+its gradient is their sum, which cannot be split; a tied copy the importer found is emitted from its
+parameter, relation "tied", and maps with it), an initializer given both ways, a key naming nothing. An
+archive whose every key is an initializer name is read by initializer names (a merged initializer's own name
+is also one of its torch names: alone, it is the initializer's whole gradient).
 """
 from __future__ import annotations
 
@@ -23,7 +25,7 @@ from gradcheck_core.hints import hint
 
 from ..errors import GraphError
 from ..graph.validate import MAX_NOTE_LENGTH, decode_tensor
-from .archive import unclaimable_note
+from .archive import derived_note, unclaimable_note
 
 EXACT = {"same", "transposed", "reshaped"}  # relations whose gradient maps one to one
 
@@ -39,7 +41,7 @@ def onto_initializers(message, claims, unheld: dict | None = None, unnamed: dict
     params = {i.name: i for i in message.inputs if i.requires_grad}
     if all(k in params for k in claims.gradients):
         return claims
-    unheld = {} if unheld is None else unheld
+    unheld, unnamed = unheld or {}, unnamed or {}
     torch_names: dict = {}  # torch name -> [(initializer, relation)]
     for p, inp in params.items():
         for sn in inp.source_names or [_Own(p)]:
@@ -53,11 +55,16 @@ def onto_initializers(message, claims, unheld: dict | None = None, unnamed: dict
         if key not in torch_names and key not in params and key in unheld:
             explained[key] = unheld[key]
             continue
+        found = torch_names.get(key, [])
+        if len(found) == 1 and found[0][1] == "derived" and found[0][0] in unnamed:  # BatchNorm folded in
+            explained[key] = derived_note(found[0][0], unnamed[found[0][0]])
+            continue
         value, _ = decode_tensor(claims.gradients[key], where)
         p, relation = _target(key, torch_names, params, where)
         parts.setdefault(p, {})[key] = (relation, _mapped(value, relation, key, p, params[p], where))
-    gradients = {p: _merged(p, got, params[p]) for p, got in parts.items()}
-    dropped = sorted(set(unnamed or ()) - set(gradients))
+    held = _with_unnamed(parts, params, explained)
+    gradients = {p: _merged(p, got, params[p]) for p, got in parts.items() if p not in held}
+    dropped = sorted((set(unnamed) | held) - set(gradients))
     for p in dropped:  # no torch parameter's gradient: not claimable by this archive (archive.py)
         params[p].requires_grad = False
     notes = _explained(explained) + [unclaimable_note(dropped, " ".join(explained.values()))]
@@ -66,6 +73,22 @@ def onto_initializers(message, claims, unheld: dict | None = None, unnamed: dict
     out = claims_message(gradients)
     for name, t in claims.adjoints.items():
         out.adjoints[name].CopyFrom(t)
+    return out
+
+
+def _with_unnamed(parts: dict, params: dict, explained: dict) -> set[str]:
+    """The initializers given by torch names whose gradient also sums a part no torch parameter's gradient is:
+    the exporter merged them with a tensor of no torch name (a BatchNorm-folded Conv's zero bias and zero
+    Linear biases: equal tensors made one). Each key given for one is explained (`explained`), not mapped."""
+    out = set()
+    for p, got in parts.items():
+        other = [s for s in params[p].source_names if not s.name and s.relation != "tied"]
+        if other and not any(relation == "initializer" for relation, _ in got.values()):
+            out.add(p)
+            by = ", ".join(r for s in other for r in s.read_by[:2]) or "another node"
+            for key in got:
+                explained[key] = (f"merged by the exporter into {p} with a tensor that is no torch parameter's "
+                                  f"({other[0].relation}, read by {by})")
     return out
 
 

@@ -41,7 +41,7 @@ from .converters import CONVERTERS, constant_of_shape, constant_value, static_in
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
-from .tables import exporter_made, rotary_tables
+from .tables import MASK_MAGNITUDE, exporter_made, is_mask, may_hold, rotary_tables  # noqa: F401 (MASK_MAGNITUDE: importer's name too)
 from .archive import legacy_unheld, unnamed_tensors
 from .ties import copy_candidates, find_ties, torch_aliases
 
@@ -60,16 +60,6 @@ class ImportOptions:
     loss: str = "sum"
     cotangent: np.ndarray | None = None
     cotangent_seed: int = 0
-
-
-MASK_MAGNITUDE = 1e30  # beyond any trained weight: a mask's finfo.min (-3.4e38, -1.8e308) or -inf
-
-
-def is_mask(value: np.ndarray) -> bool:
-    """A float initializer holding an entry of magnitude >= MASK_MAGNITUDE: an additive mask (GPT-2's
-    causal mask, folded by the dynamo exporter), not a weight: its gradient means nothing, and as a
-    parameter its huge entries would defeat the joint finite-difference screen."""
-    return value.dtype.kind == "f" and value.size > 0 and bool(np.any(np.abs(value) >= MASK_MAGNITUDE))
 
 
 def _attrs(node) -> dict:
@@ -407,8 +397,8 @@ class Importer:
             # held by the model (a parameter, or a constant by choice: scalars, masks) or named by provenance
             named = set(self.inits) | {e["name"] for entries in found.values() for e in entries}
             # the tables a parameter can fold into (a folded scalar is an exporter's own number, not listed)
-            note = folded_note(self.model, named, self._readers({n for n in self.made_constants
-                                                                  if self.inits[n].size > 1}))
+            note = folded_note(self.model, named, self._readers(may_hold(self.model.graph, self.inits, {
+                n for n in self.made_constants if self.inits[n].size > 1})))
             if note:
                 msg.notes.append(note)
 
@@ -523,6 +513,7 @@ def unheld_claims(onnx_bytes: bytes, message, keys=()) -> tuple[dict, dict]:
     unheld_parameters), a TorchScript export's among `keys` (archive.legacy_unheld) -- and the tensors of the
     exporter's own that the import made parameters (archive.unnamed_tensors)."""
     import onnx
+    from onnx import numpy_helper
 
     model = onnx.ModelProto()
     model.ParseFromString(onnx_bytes)  # read and checked by the import already
@@ -538,6 +529,9 @@ def unheld_claims(onnx_bytes: bytes, message, keys=()) -> tuple[dict, dict]:
     floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16)
     consts = {t.name for t in model.graph.initializer if t.name in consts and t.data_type in floats
               and math.prod(t.dims) > 1}  # dims, not values: external data stays where it is
+    inits = {t.name: numpy_helper.to_array(t) for t in model.graph.initializer  # external data: not at hand
+             if t.data_location != onnx.TensorProto.EXTERNAL}
+    consts = {n for n in consts if n not in inits} | may_hold(model.graph, inits, consts & set(inits))
     readers = {n: next((node for node in model.graph.node if n in node.input), None) for n in consts}
     return unheld_parameters(model, named, readers), unnamed
 

@@ -12,6 +12,28 @@
 """
 from __future__ import annotations
 
+import numpy as np
+
+from .converters import static_initializers
+
+MASK_MAGNITUDE = 1e30  # beyond any trained weight: a mask's finfo.min (-3.4e38, -1.8e308) or -inf
+
+
+def is_mask(value: np.ndarray) -> bool:
+    """A float initializer holding an entry of magnitude >= MASK_MAGNITUDE: an additive mask (GPT-2's
+    causal mask, folded by the dynamo exporter), not a weight: its gradient means nothing, and as a
+    parameter its huge entries would defeat the joint finite-difference screen."""
+    return value.dtype.kind == "f" and value.size > 0 and bool(np.any(np.abs(value) >= MASK_MAGNITUDE))
+
+
+def may_hold(graph, initializers: dict, names: set[str]) -> set[str]:
+    """Of the exporter-made constants `names`, those a folded torch parameter may be (importer.folded_note names
+    them as its holders): not an op's import-time input (Resize's scales), a rotary table or a mask -- those
+    are made of buffers and numbers, and naming them would send a user looking in the wrong place."""
+    static = static_initializers(graph, initializers) | rotary_tables(graph, initializers)
+    return {n for n in names if n not in static and not is_mask(initializers[n])}
+
+
 TRIG = ("Cos", "Sin")
 SHAPES = ("Shape", "Size")  # their outputs are known at import time, whatever their input
 
