@@ -210,3 +210,29 @@ def test_reshaped_maps_and_stacked_gates_and_tied_weights_are_refused():
     with pytest.raises(GraphError, match=r"claimed gradient 'emb.weight': stands for 2 of the model's initializers "
                                          r"\('emb', 'onnx::MatMul_9': a tied or copied weight\)"):
         onto_initializers(msg, claims_message({"emb.weight": np.ones((4, 2))}))
+
+
+def test_a_torchscript_exports_folded_key_is_named_with_the_tensors_read_in_its_module():
+    # archive.py on a real ModelProto and imported message: two tensors of the exporter's own, read in modules
+    # a and b; a key of b's is held by b's (an op reads its own module's parameters), a root key by one of both
+    from onnx import TensorProto, helper
+
+    from gradcheck.v1 import graph_pb2
+    from gradcheck_svc.onnx_import.archive import legacy_unheld, unnamed_tensors
+
+    nodes = [helper.make_node("Add", ["x", "onnx::Add_1"], ["y"], name="/a/Add"),
+             helper.make_node("Add", ["y", "onnx::Add_2"], ["z"], name="/b/blk/Add")]
+    model = helper.make_model(helper.make_graph(
+        nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2])],
+        [helper.make_tensor_value_info("z", TensorProto.DOUBLE, [2])]))
+    msg = graph_pb2.Graph(name="g")
+    for name in ("onnx::Add_1", "onnx::Add_2", "b.kept"):
+        msg.inputs.add(name=name, requires_grad=True)
+    msg.inputs.add(name="onnx::Add_3")  # a constant: never a holder
+    unnamed = unnamed_tensors(model, msg, [])
+    assert sorted(unnamed) == ["onnx::Add_1", "onnx::Add_2"]
+    said = legacy_unheld(["b.blk.table", "table"], unnamed)
+    assert said["b.blk.table"] == "folded into onnx::Add_2 read by /b/blk/Add by the exporter"
+    assert said["table"].startswith("folded by the exporter into one of onnx::Add_1 read by /a/Add, "
+                                    "onnx::Add_2 read by /b/blk/Add (the TorchScript export does not say which)")
+    assert legacy_unheld(["table"], {}) == {}  # nothing the exporter named: the key names nothing (refused)
