@@ -31,10 +31,10 @@ def unnamed_tensors(model, message, exported: list[str]) -> dict[str, list]:
     the exporter made, traced to no torch name (an exporter's name, onnx::Op_N or val_N, or in a dynamo export,
     `exported` its signature's parameters, any name it does not list), or a derived one (every entry of its
     source_names "derived": BatchNorm folded into a Conv, no torch parameter's gradient)."""
-    listed = set(exported)
+    listed, inits = set(exported), {t.name for t in model.graph.initializer}  # a graph input is the user's
     out = {}
     for inp in message.inputs:
-        made = MADE.match(inp.name) or (listed and inp.name not in listed)
+        made = inp.name in inits and (MADE.match(inp.name) or (listed and inp.name not in listed))
         entries = inp.source_names
         derived = bool(entries) and all(s.relation == "derived" for s in entries)
         if inp.requires_grad and (derived or (made and not any(s.name for s in entries))):

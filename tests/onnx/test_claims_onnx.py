@@ -222,11 +222,12 @@ def test_a_torchscript_exports_folded_key_is_named_with_the_tensors_read_in_its_
 
     nodes = [helper.make_node("Add", ["x", "onnx::Add_1"], ["y"], name="/a/Add"),
              helper.make_node("Add", ["y", "onnx::Add_2"], ["z"], name="/b/blk/Add")]
+    inits = [helper.make_tensor(f"onnx::Add_{i}", TensorProto.DOUBLE, [2], [0.5 * i, 1.0]) for i in (1, 2, 3)]
     model = helper.make_model(helper.make_graph(
         nodes, "g", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [2])],
-        [helper.make_tensor_value_info("z", TensorProto.DOUBLE, [2])]))
+        [helper.make_tensor_value_info("z", TensorProto.DOUBLE, [2])], inits))
     msg = graph_pb2.Graph(name="g")
-    for name in ("onnx::Add_1", "onnx::Add_2", "b.kept"):
+    for name in ("onnx::Add_1", "onnx::Add_2", "b.kept", "x"):  # x: a graph input made a parameter, the user's
         msg.inputs.add(name=name, requires_grad=True)
     msg.inputs.add(name="onnx::Add_3")  # a constant: never a holder
     unnamed = unnamed_tensors(model, msg, [])
