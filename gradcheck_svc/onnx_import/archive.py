@@ -4,7 +4,7 @@ claim_names.py maps each key the importer traced (source_names) onto its initial
 - **keys the model holds under no name**: the exporter folded the parameter into a tensor of its own naming
   (Swin's position-bias table gathered into `onnx::Add_N`, DETR's queries unsqueezed into `onnx::Expand_N`,
   the dynamo optimizer's `permute_1`, `repeat`). Such a key's gradient has no image in the model: it is
-  explained, "folded into X (read by N) by the exporter: not checkable", naming the tensors that hold it
+  explained, "folded into X read by N by the exporter: not checkable", naming the tensors that hold it
   (a dynamo export: those its metadata's source lines tie to it, importer.unheld_parameters; a TorchScript
   export, which names no torch parameter anywhere: its own tensors read in the key's module or one above
   it -- an op reads its own module's parameters and its submodules' -- all of them when none is).
@@ -13,9 +13,11 @@ claim_names.py maps each key the importer traced (source_names) onto its initial
   derived tensor's.
 - **the exporter's own tensors** that the import made parameters (a TorchScript export's `onnx::Add_N`: every
   float initializer of rank >= 1 is a weight by default), and derived ones, that no key of the archive names:
-  their gradient is no torch parameter's, so an archive keyed by torch names cannot claim it. Under such an archive
-  they are constants (`unclaimable`), each said in a note -- never a "not provided" row failing torch's
-  correct gradients, and never an `ok` row either.
+  their gradient is no torch parameter's, so an archive keyed by torch names cannot claim it. Under such an
+  archive they are constants (claim_names.onto_initializers), each said in a note (unclaimable_note, or the
+  key's explanation naming it) -- never a "not provided" row failing torch's correct gradients, nor an `ok` one.
+  Also explained, not mapped: the keys of an initializer the exporter merged with such a tensor (a folded
+  zero bias made one with zero biases): its gradient sums a part no key's gradient is.
 Values never decide a mapping here: the archive holds gradients, the subject under test, and the model's
 tensors hold no folded parameter's value.
 """
@@ -59,8 +61,9 @@ def label(tensor: str, readers: list) -> str:
 
 
 def legacy_unheld(keys, unnamed: dict[str, list]) -> dict[str, str]:
-    """{key: what became of it, as importer.unheld_parameters says it of a dynamo export's} for a TorchScript export's archive keys that the import traced to nothing
-    (`keys`), when the model has tensors of the exporter's own naming (`unnamed`) that may hold them (module
+    """{key: what became of it, as importer.unheld_parameters says it of a dynamo export's} for a TorchScript
+    export's archive keys that the import traced to nothing (`keys`), when the model has tensors of the
+    exporter's own naming (`unnamed`) that may hold them (module
     docstring); none without such tensors (a key is then refused as naming no parameter)."""
     if not unnamed:
         return {}
@@ -78,7 +81,8 @@ def legacy_unheld(keys, unnamed: dict[str, list]) -> dict[str, str]:
 def unclaimable_note(dropped: list[str], explained: str) -> str:
     """The note for the exporter's own tensors made constants under a torch-keyed archive (module docstring);
     `explained`: the archive's explanations so far (a tensor they name is said there already)."""
-    rest = [t for t in dropped if t not in explained]
+    said = set(explained.replace(",", " ").split())  # whole names: onnx::Add_1 is not said by onnx::Add_10
+    rest = [t for t in dropped if t not in said]
     if not rest:
         return ""
     more = f" and {len(rest) - SHOWN} more" if len(rest) > SHOWN else ""

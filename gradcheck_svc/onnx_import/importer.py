@@ -41,7 +41,7 @@ from .converters import CONVERTERS, constant_of_shape, constant_value, static_in
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import MADE, source_names
-from .tables import MASK_MAGNITUDE, exporter_made, is_mask, may_hold, rotary_tables  # noqa: F401 (MASK_MAGNITUDE: importer's name too)
+from .tables import exporter_made, is_mask, may_hold, rotary_tables
 from .archive import legacy_unheld, unnamed_tensors
 from .ties import copy_candidates, find_ties, torch_aliases
 

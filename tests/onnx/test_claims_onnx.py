@@ -218,7 +218,7 @@ def test_a_torchscript_exports_folded_key_is_named_with_the_tensors_read_in_its_
     from onnx import TensorProto, helper
 
     from gradcheck.v1 import graph_pb2
-    from gradcheck_svc.onnx_import.archive import legacy_unheld, unnamed_tensors
+    from gradcheck_svc.onnx_import.archive import legacy_unheld, unclaimable_note, unnamed_tensors
 
     nodes = [helper.make_node("Add", ["x", "onnx::Add_1"], ["y"], name="/a/Add"),
              helper.make_node("Add", ["y", "onnx::Add_2"], ["z"], name="/b/blk/Add")]
@@ -237,3 +237,8 @@ def test_a_torchscript_exports_folded_key_is_named_with_the_tensors_read_in_its_
     assert said["table"].startswith("folded by the exporter into one of onnx::Add_1 read by /a/Add, "
                                     "onnx::Add_2 read by /b/blk/Add (the TorchScript export does not say which)")
     assert legacy_unheld(["table"], {}) == {}  # nothing the exporter named: the key names nothing (refused)
+    # a tensor made a constant under the archive is said once: by the key holding it, else in a note of its own
+    assert unclaimable_note(["onnx::Add_2"], said["b.blk.table"]) == ""
+    note = unclaimable_note(["onnx::Add_1", "onnx::Add_2"], "folded into onnx::Add_20 read by /c/Add")
+    assert note.startswith("not checked: onnx::Add_1, onnx::Add_2: made by the exporter and traced to no torch "
+                           "parameter"), note
