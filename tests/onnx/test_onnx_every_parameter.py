@@ -128,3 +128,22 @@ def test_torchs_whole_named_parameters_archive_passes_claimed(name, exporter):
     failed = [p for p in bad.parameters if p.status != "ok"]  # the one row that is that key's image
     assert len(failed) == 1 and (failed[0].name == key or key in {s.name for s in failed[0].source_names}), \
         bad.to_text()
+
+
+def test_holders_of_a_folded_parameter_are_never_scales_masks_or_rotary_tables():
+    # tables.may_hold on a real ModelProto: of four constants an exporter made, only the one read as a value
+    # (an Add's operand) may hold a folded parameter; Resize's scales, a causal mask and a table read only
+    # through Cos are made of buffers and numbers, and the "not checked" note never names them
+    from onnx import TensorProto, helper, numpy_helper
+
+    from gradcheck_svc.onnx_import.tables import may_hold
+
+    values = {"scales": np.array([1.0, 1.0, 2.0, 2.0], np.float32),
+              "mask": np.array([0.0, np.finfo(np.float32).min], np.float32),
+              "freqs": np.array([0.5, 0.25], np.float32), "permute_1": np.array([0.1, -0.2], np.float32)}
+    nodes = [helper.make_node("Resize", ["x", "", "scales"], ["r"]), helper.make_node("Add", ["t", "mask"], ["m"]),
+             helper.make_node("Cos", ["freqs"], ["c"]), helper.make_node("Add", ["m", "permute_1"], ["y"])]
+    graph = helper.make_graph(nodes, "g", [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in "xt"],
+                              [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("r", "c", "y")],
+                              [numpy_helper.from_array(v, n) for n, v in values.items()])
+    assert may_hold(graph, values, set(values)) == {"permute_1"}
