@@ -20,8 +20,11 @@ A node passing both is individually shown to be within its rounding band. Nodes 
 finite-difference step of) a declared kink are left to the kink analysis (classify.py): there the
 local differences straddle the kink and say nothing about the rule.
 
-Cost: one batched evaluation of one op per (node, input) (2 x elements up to 32, else 2 x 8
-projections), plus two evaluations of its rule: linear in the nodes on the failing paths.
+Cost: the pairs that share an op, its attributes and their shapes are first checked together
+(sweep_screen.py: one batched evaluation of the op and of its rule per group, the same differences as
+below); only the pairs that screen does not clear are checked one by one as above -- one batched
+evaluation of one op per (node, input) (2 x elements up to 32, else 2 x 8 projections), plus two
+evaluations of its rule. A 2,000-node chain is a handful of groups, not 4,000 separate checks.
 """
 from __future__ import annotations
 
@@ -54,6 +57,7 @@ class NodeVerdict:
     deferred: bool  # at or near a declared kink: left to the kink analysis
     worst: WorstElement | None = None
     detail: str = ""
+    screened: bool = False  # cleared by the batched checks (sweep_screen.py), not checked one by one
 
 
 def _on_path(ctx: Context, params: list[str]) -> list[tuple[Step, int]]:
@@ -77,7 +81,7 @@ def _cleared_verdict(ctx: Context, step: Step, k: int) -> NodeVerdict:
     """A pair the screen cleared: within its rounding band (deferred all the same at a declared kink)."""
     fd = ctx.fd
     deferred = near_kink(fd.program.by_name[step.name], [fd.base[n] for n in step.inputs], fd.frozen, ctx.dtype)
-    return NodeVerdict(step, k, None, deferred is not None)
+    return NodeVerdict(step, k, None, deferred is not None, screened=True)
 
 
 def check_locally(ctx: Context, traced, step: Step, k: int) -> NodeVerdict:
