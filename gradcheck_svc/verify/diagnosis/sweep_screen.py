@@ -1,16 +1,19 @@
-"""The local sweep's rule check, first pass, for many (node, input) pairs at once.
+"""The local sweep's two checks for many (node, input) pairs at once.
 
-local_sweep.check_locally checks one pair's rule (its vjp in float64 against central differences of its
-forward alone) with one batched evaluation of that op per pair: on a 2,000-node chain that is 4,000
-small evaluations, each with its own comparison, which cost more than the whole verification. Here the
-pairs that share an op, its attributes, their input shapes, the input checked and their constant inputs
-are evaluated together: one op evaluation per group, the same directions, steps and formulas as
-check_locally's first pass (fd_local.local_vjp), then one comparison per group. A pair whose every
-value is within half its bound (SCREEN_SHARE) is cleared -- the full check's first pass would pass it,
-and a first pass that passes is never refined -- and keeps its float64 rule for the run check
-(check_locally's step 2). Every other pair (over the share, non-finite, piecewise ops with a frozen
-piece, parameters with per-element evidence, a group the op cannot evaluate batched) goes to the full
-check, one by one, exactly as before: the screen only decides which pairs need it.
+local_sweep.check_locally checks one pair with one batched evaluation of its op: the rule (its vjp in
+float64) against central differences of the op's forward alone, then the engine's contribution against
+that rule. On a 2,000-node chain that is 4,000 small evaluations, each with its own comparisons, which
+cost more than the whole verification. Here the pairs that share an op, its attributes, their input
+shapes, the input checked and their constant inputs are evaluated together: one evaluation of the op per
+group with check_locally's directions, steps and formulas (fd_local.local_vjp), the rule evaluated for the
+whole group (one batched vjp for an elementwise op, else pair by pair), then both comparisons for the
+whole group. A pair whose every value is within half of each bound (SCREEN_SHARE) is cleared: the full
+check's first pass would pass it, and a first pass that passes is never refined. Every other pair (over
+the share anywhere, non-finite, a piecewise op with a frozen piece, a parameter input with per-element
+evidence, a group the op cannot evaluate batched) is checked one by one exactly as before, so what is
+named, and why, is check_locally's: the screen only decides which pairs need it. A rule that is wrong
+only when evaluated pair by pair is not hidden either: the batched rule is held to the differences, and
+the engine's contribution (from the pair's own vjp) to that rule.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ from .localize import DIRECTIONS, FULL_UP_TO, local_directions
 from .rules import rule_contribution
 
 SCREEN_SHARE = 0.5  # a pair is cleared when every value is within this share of its bound
-CHUNK_VALUES = 1 << 21  # output values per batched evaluation (16 MiB in float64)
+CHUNK_VALUES = 1 << 21  # input and output values per batched evaluation (16 MiB in float64)
 
 
 def screen(ctx, traced, pairs: list[tuple[Step, int]], tol: Tolerance, ulps: int) -> set:
@@ -39,17 +42,19 @@ def screen(ctx, traced, pairs: list[tuple[Step, int]], tol: Tolerance, ulps: int
         try:
             for chunk in _chunks(ctx, members):
                 cleared |= _screen_group(ctx, traced, chunk, tol, ulps)
-        except Exception:  # noqa: BLE001 -- an op that cannot evaluate this batch: its pairs get the full check
+        except Exception:  # noqa: BLE001 -- an op that cannot evaluate this batch: its pairs get the full check,
+            # which is slower, never laxer
             continue
     return cleared
 
 
 def _chunks(ctx, members: list) -> list[list]:
-    """The group in chunks of at most CHUNK_VALUES output values across its copies."""
+    """The group in chunks of at most CHUNK_VALUES values (inputs and output) across its copies."""
     step, k = members[0]
     n = int(np.prod(ctx.program.shapes[step.inputs[k]], dtype=np.int64))
     copies = 2 * min(n, DIRECTIONS if n > FULL_UP_TO else n) + 1
-    per = copies * max(1, int(np.prod(ctx.program.shapes[step.name], dtype=np.int64)))
+    values = [ctx.program.shapes[step.name]] + [ctx.program.shapes[v] for v in step.inputs]
+    per = copies * max(1, sum(int(np.prod(v, dtype=np.int64)) for v in values))
     size = max(1, CHUNK_VALUES // per)
     return [members[i:i + size] for i in range(0, len(members), size)]
 
@@ -66,7 +71,18 @@ def _group_key(ctx, step: Step, k: int):
     if not all(np.asarray(x).dtype.kind == "f" and np.isfinite(x).all() for x in xs):
         return None
     constants = tuple(n for n, want in zip(step.inputs, step.grad_inputs) if not want)
-    return (step64.op.name, repr(step64.attrs), tuple(np.shape(x) for x in xs), k, constants)
+    return (step64.op.name, _frozen(step64.attrs), tuple(np.shape(x) for x in xs), k, constants)
+
+
+def _frozen(value):
+    """Attributes as a key: arrays by their bytes (repr elides a large array's middle)."""
+    if isinstance(value, dict):
+        return tuple(sorted((str(key), _frozen(v)) for key, v in value.items()))
+    if isinstance(value, (list, tuple)):
+        return tuple(_frozen(v) for v in value)
+    if isinstance(value, np.ndarray):
+        return (value.dtype.str, value.shape, value.tobytes())
+    return repr(value)
 
 
 def _screen_group(ctx, traced, members: list[tuple[Step, int]], tol: Tolerance, ulps: int) -> set:
