@@ -1,6 +1,7 @@
 """Localization cost against depth (issue 44 item 4): a clean verification against one with a rule bug or a
-cached-value fault planted in the middle, on chains of 100 to 2,000 nodes; 1 thread, the three cases
-interleaved, min / median seconds. Also what localize() itself costs: its adjoint checks (O(log n)).
+cache overwrite planted in the middle, on chains of 100 to 2,000 nodes; 1 thread, the three cases
+interleaved, min / median seconds (goal: each faulty case within 3x the clean one). Also what localize()
+itself costs: its adjoint checks (O(log n)).
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_localize_depth.py [--sizes 100,500,1000,2000]
         [--reps 3] [--layers 10,20]
@@ -33,6 +34,9 @@ from gradcheck_svc.ops.registry import register  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 
 
+OVERWRITE = 2.0  # `--fault nMID:overwrite:2`: every saved copy of the middle value replaced by 2
+
+
 def _register_bug() -> None:
     """square with d/dx = 3x, as test_localize.py's buggy_square fixture."""
     register(dataclasses.replace(get_op("square"), name="buggy_square",
@@ -48,7 +52,7 @@ def depth_rows(sizes: list[int], reps: int) -> list[list]:
     for n in sizes:
         mid = n // 2
         clean, rule = deep_chain(n, None), deep_chain(n, mid)
-        fault = VerifyOptions(faults=(Fault(f"n{mid}", "scale", 2.0),))
+        fault = VerifyOptions(faults=(Fault(f"n{mid}", "overwrite", OVERWRITE),))
         last = {}
         cases = {"clean": lambda: last.__setitem__("clean", verify(clean)),
                  "rule": lambda: last.__setitem__("rule", verify(rule)),

@@ -242,3 +242,43 @@ def test_bisection_names_the_node_in_logarithmically_many_adjoint_checks(buggy_s
 def test_a_clean_chain_localizes_nothing_after_checking_the_parameters_only():
     loc = _localized(deep_chain(1000, bad_at=None), ["W", "a", "c"])
     assert loc is None
+
+
+def _swept(graph, params, options=None):
+    """local_sweep.sweep on a verification's own results (as the diagnosis calls it)."""
+    from gradcheck_svc.oracles.finite_diff import FiniteDifferences
+    from gradcheck_svc.verify.compare import Tolerance
+    from gradcheck_svc.verify.diagnosis.context import Context
+    from gradcheck_svc.verify.diagnosis.local_sweep import sweep
+    from gradcheck_svc.verify.engine_run import run_engine
+    options = options or VerifyOptions()
+    results = verify(graph, options).parameters
+    ctx = Context(graph, options, "float64", run_engine(graph, options, "float64"), results,
+                  FiniteDifferences(graph, options.fd), Tolerance.for_dtype("float64"))
+    return sweep(ctx, params)
+
+
+@pytest.mark.parametrize("n", [60, 240])
+def test_the_local_sweep_checks_like_pairs_together_and_only_the_culprit_one_by_one(buggy_square, n):
+    """The sweep's per-node checks run batched per op (sweep_screen.py): at any depth the pairs checked one
+    by one are the wrong rule's alone -- the node named with the same cause -- and every other pair is
+    cleared by the batched checks, not by being skipped."""
+    bad = n // 2
+    verdicts = _swept(deep_chain(n, bad_at=bad), ["W", "a", "c"])
+    assert len(verdicts) == 2 * (n - 2) + 1  # every (node, differentiable input) on the path, each once
+    alone = [v for v in verdicts if not v.screened]
+    assert [(v.step.name, v.cause) for v in alone] == [(f"n{bad}", "rule_error")]
+    assert all(v.cause is None for v in verdicts if v.screened)
+
+
+def test_a_cache_overwrite_in_a_batched_group_is_checked_one_by_one_and_named():
+    """One pair of the chain's largest group (mul by a, input a) reads an overwritten value: the batched
+    checks judge each pair on its own row, so that pair alone falls to the one-by-one check, which names it
+    cache_corruption -- as verify() does."""
+    from gradcheck_svc.engine.faults import Fault
+    graph = deep_chain(120, None)
+    options = VerifyOptions(faults=(Fault("n60", "overwrite", 2.0),))
+    report = verify(graph, options)
+    assert [(f.node, f.cause) for f in report.findings if f.severity == "error"] == [("n61", "cache_corruption")]
+    alone = [v for v in _swept(graph, ["W", "a", "c"], options) if not v.screened]
+    assert [(v.step.name, v.k, v.cause) for v in alone] == [("n61", 1, "cache_corruption")]

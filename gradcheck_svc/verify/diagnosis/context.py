@@ -40,6 +40,7 @@ class Context:
     _clean: dict | None = None
     _traced: EngineRun | None = None
     _params_of: dict = field(default_factory=dict)
+    _evidence: dict = field(default_factory=dict)  # (name, most) -> evidence(): the sweep asks once per node
 
     @property
     def whose(self) -> str:
@@ -76,6 +77,11 @@ class Context:
         bound, worst first (at most `most`); None when there are none (passed, or not checked element by
         element). Localization checks these elements themselves: a few random projections of a large
         tensor, where one element moves a value by e / sqrt(n), would lose them."""
+        if (name, most) not in self._evidence:
+            self._evidence[name, most] = self._evidence_of(name, most)
+        return self._evidence[name, most]
+
+    def _evidence_of(self, name: str, most: int) -> np.ndarray | None:
         r = next((r for r in self.results if r.name == name), None)
         if r is None or r.fd.mode is not FDMode.FULL or r.passed:
             return None

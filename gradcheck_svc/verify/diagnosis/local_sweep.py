@@ -20,8 +20,11 @@ A node passing both is individually shown to be within its rounding band. Nodes 
 finite-difference step of) a declared kink are left to the kink analysis (classify.py): there the
 local differences straddle the kink and say nothing about the rule.
 
-Cost: one batched evaluation of one op per (node, input) (2 x elements up to 32, else 2 x 8
-projections), plus two evaluations of its rule: linear in the nodes on the failing paths.
+Cost: the pairs that share an op, its attributes and their shapes are first checked together
+(sweep_screen.py: one batched evaluation of the op and of its rule per group, the same differences as
+below); only the pairs that screen does not clear are checked one by one as above -- one batched
+evaluation of one op per (node, input) (2 x elements up to 32, else 2 x 8 projections), plus two
+evaluations of its rule. A 2,000-node chain is a handful of groups, not 4,000 separate checks.
 """
 from __future__ import annotations
 
@@ -38,6 +41,7 @@ from .context import Context
 from .classify import near_kink
 from .localize import local_directions
 from .rules import rule_contribution
+from .sweep_screen import screen
 
 RULE_TOL = Tolerance.for_dtype("float64")  # the rule is checked in float64, whatever the engine's dtype
 ROUNDING_ULPS = 16  # ulps of the reference allowed on top of the measured rounding of the rule
@@ -53,6 +57,7 @@ class NodeVerdict:
     deferred: bool  # at or near a declared kink: left to the kink analysis
     worst: WorstElement | None = None
     detail: str = ""
+    screened: bool = False  # cleared by the batched checks (sweep_screen.py), not checked one by one
 
 
 def _on_path(ctx: Context, params: list[str]) -> list[tuple[Step, int]]:
@@ -66,21 +71,40 @@ def _on_path(ctx: Context, params: list[str]) -> list[tuple[Step, int]]:
 def sweep(ctx: Context, params: list[str]) -> list[NodeVerdict]:
     """Every (node, input) on the failing parameters' paths, checked locally (module docstring)."""
     traced = ctx.traced()
-    return [check_locally(ctx, traced, step, k) for step, k in _on_path(ctx, params)]
+    pairs = _on_path(ctx, params)
+    cleared = screen(ctx, traced, pairs, RULE_TOL, ROUNDING_ULPS)  # both checks passed, batched by op
+    return [_cleared_verdict(ctx, step, k) if (step.name, k) in cleared else check_locally(ctx, traced, step, k)
+            for step, k in pairs]
+
+
+def _cleared_verdict(ctx: Context, step: Step, k: int) -> NodeVerdict:
+    """A pair the screen cleared: within its rounding band (deferred all the same at a declared kink)."""
+    fd = ctx.fd
+    deferred = near_kink(fd.program.by_name[step.name], [fd.base[n] for n in step.inputs], fd.frozen, ctx.dtype)
+    return NodeVerdict(step, k, None, deferred is not None, screened=True)
 
 
 def check_locally(ctx: Context, traced, step: Step, k: int) -> NodeVerdict:
     fd = ctx.fd
     step64 = fd.program.by_name[step.name]
+    deferred = near_kink(step64, [fd.base[n] for n in step.inputs], fd.frozen, ctx.dtype) is not None
+    a = np.asarray(traced.adjoints.get(step.name, np.zeros(ctx.program.shapes[step.name])), dtype=np.float64)
+    a = np.broadcast_to(a, ctx.program.shapes[step.name])
+    verdict, rule64 = _rule_check(ctx, step, k, a, deferred)
+    if verdict is not None:
+        return verdict
+    return _run_check(ctx, traced, step, k, a, rule64, deferred)
+
+
+def _rule_check(ctx: Context, step: Step, k: int, a: np.ndarray, deferred: bool):
+    """1. the rule, in float64, against finite differences of this op alone: (a rule_error verdict or None,
+    the float64 rule contribution)."""
+    fd = ctx.fd
+    step64 = fd.program.by_name[step.name]
     name = step.inputs[k]
     shape = ctx.program.shapes[name]
     xs64 = [fd.base[n] for n in step.inputs]
-    deferred = near_kink(step64, xs64, fd.frozen, ctx.dtype) is not None
-    a = np.asarray(traced.adjoints.get(step.name, np.zeros(ctx.program.shapes[step.name])), dtype=np.float64)
-    a = np.broadcast_to(a, ctx.program.shapes[step.name])
     where = f"input {k} ('{name}')"
-
-    # 1. the rule, in float64, against finite differences of this op alone
     rule64 = rule_contribution(step64, xs64, fd.base[step.name], a, k, shape)
     dirs = local_directions(int(np.prod(shape, dtype=np.int64)), elements=ctx.evidence(name))
     ref, noise = local_vjp(step64, xs64, k, a, dirs)
@@ -97,9 +121,16 @@ def check_locally(ctx: Context, traced, step: Step, k: int) -> NodeVerdict:
         return NodeVerdict(step, k, "rule_error", deferred, worst,
                            f"its vjp disagrees with the derivative of its own forward at the forward's values, "
                            f"for {where}: {worst.engine:.8g} vs {worst.reference:.8g} (checked in isolation, "
-                           "in float64)")
+                           "in float64)"), rule64
+    return None, rule64
 
-    # 2. the engine's contribution, against the same rule at the engine's own forward values
+
+def _run_check(ctx: Context, traced, step: Step, k: int, a: np.ndarray, rule64: np.ndarray,
+               deferred: bool) -> NodeVerdict:
+    """2. the engine's contribution, against the same rule at the engine's own forward values."""
+    name = step.inputs[k]
+    shape = ctx.program.shapes[name]
+    where = f"input {k} ('{name}')"
     clean = ctx.clean()
     step_d = ctx.program.by_name[step.name]
     dtype = np.dtype(ctx.dtype)
