@@ -16,9 +16,9 @@ from gradcheck_core.verify_args import add_verify_arguments
 
 from . import __version__
 from .errors import GradcheckError, TimeLimitError
-from .in_process import limit_hints, verify_setup
+from .in_process import verify_setup
 from .limits import add_limit_flags
-from .outcome import Internal, OverLimit, exit_code, outcome_of
+from .outcome import Internal, OverLimit, exit_code, outcome_of, report_of
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -331,8 +331,8 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     from gradcheck_core.onnx_options import is_onnx
     from gradcheck_core.options import plot_path
 
-    from .bounded import bounded_call
     from .errors import OptionError
+    from .shell import run_bounded
     from .verify.memory_profile import write_memory_plot
 
     # the server's limits, the same way: the request's size (a file the server's transport would not even
@@ -342,9 +342,9 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     from .request import preload
 
     preload(options.symbolic.enabled, 2 if several else 1)  # the children start warm (request.preload)
-    with limit_hints(is_onnx(path)):
-        message, report = bounded_call(limits.max_request_seconds, "max_request_seconds", _decode_and_verify,
-                                       path, args, limits, values, options, fd_mode, claims)
+    result = run_bounded(limits.max_request_seconds, "max_request_seconds", _decode_and_verify, path, args, limits,
+                         values, options, fd_mode, claims, limit_hint=is_onnx(path))
+    message, report = report_of(result)  # this command's flow: an error ends one graph (main: outcome.CHANNELS)
     if fd_mode is not None and fd_mode[0] == "shard":
         return message, report
     if args.memory_plot is not None:
@@ -394,7 +394,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
             message = with_claims(message, claims)
         request = make_request(message, "", **values)
-    ask = dict(options=options, message=imported, hint=True)
+    # a model's request was measured above, before its import: once per request
+    ask = dict(options=options, message=imported, hint=True, size_checked=imported is not None)
     if fd_mode is None:
         return message, report_of(run_request(request, limits, **ask))
     from .store.records import bytes_sha256

@@ -237,11 +237,10 @@ def _not_verified(path: str, outcome) -> Outcome:
 
 
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
-    from gradcheck_svc.bounded import bounded_call
-    from gradcheck_svc.in_process import limit_hints
-    from gradcheck_svc.outcome import outcome_of, report_of
+    from gradcheck_svc.outcome import Internal, OverLimit, Refused, outcome_of
     from gradcheck_svc.report_proto import client_report
-    from gradcheck_svc.request import preload, run_request
+    from gradcheck_svc.request import preload
+    from gradcheck_svc.shell import run_bounded, verify_request
 
     from gradcheck_core.request_message import make_request
 
@@ -250,15 +249,15 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
     for path, graph in graphs.items():
         start = time.perf_counter()
         try:
-            # --timeout per graph, as with a server: in a child process killed at the limit, as a server's worker
             request = make_request(graph, path, **_options(args))
-            with limit_hints(isinstance(graph, OnnxModel)):  # as gradcheck-svc verify says it: the flag too
-                # run_request's outcome, back from the child: any but a report raised again here (outcome.py)
-                report = report_of(bounded_call(args.timeout, "timeout", run_request, request, limits,
-                                                symbolic=symbolic,
-                                                on_phase=lambda phase, path=path: progress.phase(path, phase)))
-            out[path] = Outcome(path, report=client_report(report, id=path))  # as a server's answer reads
-        except Exception as exc:  # any other outcome of the verification (or of the child running it)
+            # --timeout per graph, as with a server: in a child process killed at the limit, as a server's
+            # worker; a limit's refusal names its flag for a model, as gradcheck-svc verify says it
+            outcome = run_bounded(args.timeout, "timeout", verify_request, request, limits, symbolic=symbolic,
+                                  limit_hint=isinstance(graph, OnnxModel),
+                                  on_phase=lambda phase, path=path: progress.phase(path, phase))
+            out[path] = _not_verified(path, outcome) if isinstance(outcome, (Refused, OverLimit, Internal)) \
+                else Outcome(path, report=client_report(outcome, id=path))  # as a server's answer reads
+        except Exception as exc:  # anything else about this graph: outcome.py classifies it all the same
             out[path] = _not_verified(path, outcome_of(exc))
         out[path].seconds = time.perf_counter() - start
         progress.step(path)
