@@ -314,12 +314,12 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
 def _claims(args, paths: list, limits):
     """--claimed: the claims (gradcheck_core/claims.py, as the CI command reads them, within the request
     limits before anything is inflated), or None."""
-    from gradcheck_core.claims import ClaimsFileError, claims_for
+    from gradcheck_core.claims import ClaimsFileError, claimed_flag
 
     from .errors import OptionError
 
     try:
-        return claims_for(args.claimed, paths, limits.max_elements, limits.max_message_bytes)
+        return claimed_flag(args.claimed, paths, limits)
     except ClaimsFileError as exc:
         raise OptionError(str(exc), field="--claimed") from None
 

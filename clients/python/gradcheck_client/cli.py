@@ -18,9 +18,8 @@ import time
 from pathlib import Path
 
 from . import __version__
-from gradcheck_core.claims import ClaimsFileError, claims_for, with_claims
+from gradcheck_core.claims import ClaimsFileError, claimed_flag, with_claims
 from gradcheck_core.graphio import GraphFileError, load_graph
-from gradcheck_core.npz_bounded import CLIENT_MESSAGE_BYTES
 from gradcheck_core.onnx_files import OnnxFileError
 from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
@@ -148,14 +147,6 @@ def _embed_limits(limits) -> dict:
     """What bounds a model's external data before it is read: in process, the limits this run applies; with
     a server, none here (the server measures the request it receives)."""
     return {} if limits is None else {"max_elements": limits.max_elements, "max_bytes": limits.max_message_bytes}
-
-
-def _claims_limits(limits) -> dict:
-    """What bounds a --claimed archive before it is inflated (npz_bounded.py): in process, this run's limits;
-    with a server, the most this client sends in one message."""
-    if limits is None:
-        return {"max_bytes": CLIENT_MESSAGE_BYTES}
-    return {"max_elements": limits.max_elements, "max_bytes": limits.max_message_bytes}
 
 
 def _limit_hint(exc, limits) -> str:
@@ -363,7 +354,7 @@ def _load_graphs(args, paths: list, limits):
     except OnnxFlagError as exc:
         raise UsageError(str(exc)) from None
     try:
-        claims = claims_for(args.claimed, paths, **_claims_limits(limits))
+        claims = claimed_flag(args.claimed, paths, limits)
     except ClaimsFileError as exc:
         raise UsageError(f"--claimed: {exc}") from None
     graphs, outcomes = {}, {}
