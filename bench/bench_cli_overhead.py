@@ -3,7 +3,8 @@
 Two parts, 1 thread (OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1), bytecode cached as an installed package's
 is (PYTHONPYCACHEPREFIX: a checkout run with PYTHONDONTWRITEBYTECODE=1 compiles every module, every run):
 
-  processes, interleaved (harness.interleaved, --rounds N, min / median):
+  processes, interleaved (harness.interleaved, --rounds N, min / median; wall, and CPU: user + sys of the
+  process and the child it forks, which load on the machine does not inflate as it does wall time):
     function      verify(validate(message)) in this process, the message decoded once before
     svc json      `python -m gradcheck_svc.cli verify chain_256.json --format json` (a fresh process)
     svc pb        the same on chain_256.pb
@@ -22,9 +23,11 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -69,6 +72,17 @@ def processes(pb: Path, env: dict, rounds: int) -> dict:
 
     msg = load_graph(CHAIN)
 
+    cpu = {}  # CPU seconds per case (user + sys; a command's forked child included): steadier than wall under load
+
+    def timed(name, fn):
+        def run():
+            t0, c0 = time.process_time(), resource.getrusage(resource.RUSAGE_CHILDREN)
+            fn()
+            c1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+            cpu.setdefault(name, []).append(time.process_time() - t0 + c1.ru_utime - c0.ru_utime
+                                            + c1.ru_stime - c0.ru_stime)
+        return run
+
     def process(*cmd):
         return lambda: subprocess.run([sys.executable, "-m", *cmd], env=env, check=True, capture_output=True)
 
@@ -78,12 +92,11 @@ def processes(pb: Path, env: dict, rounds: int) -> dict:
         "svc pb": process("gradcheck_svc.cli", "verify", str(pb), "--format", "json"),
         "client json": process("gradcheck_client.cli", "verify", str(CHAIN), "--format", "json"),
     }
-    return interleaved(cases, reps=rounds, warmup=1)
+    times = interleaved({name: timed(name, fn) for name, fn in cases.items()}, reps=rounds, warmup=1)
+    return times, {name: ts[1:] for name, ts in cpu.items()}  # the warm-up round left out
 
 
 def steps(path: Path, env: dict, rounds: int) -> dict:
-    import time
-
     out = {"start": [], "imports": [], "decode": [], "verify": [], "report": []}
     for _ in range(rounds):
         t0 = time.perf_counter()
@@ -109,16 +122,18 @@ def main(argv=None):
     with tempfile.TemporaryDirectory() as tmp:
         env = environment(str(Path(tmp) / "pycache"))
         pb = save_graph(load_graph(CHAIN), Path(tmp) / "chain_256.pb")
-        times = processes(pb, env, args.rounds)
+        times, cpu = processes(pb, env, args.rounds)
         by_step = {fmt: steps(p, env, args.rounds) for fmt, p in (("json", CHAIN), ("pb", pb))}
-    base = median(times["function"])
-    rows = [[name, len(ts), min_med(ts), "-" if name == "function" else f"{median(ts) / base:.2f}x"]
+    base, cpu_base = median(times["function"]), median(cpu["function"])
+    rows = [[name, len(ts), min_med(ts), "-" if name == "function" else f"{median(ts) / base:.2f}x",
+             min_med(cpu[name]), "-" if name == "function" else f"{median(cpu[name]) / cpu_base:.2f}x"]
             for name, ts in times.items()]
     print(f"machine: {machine()}\n")
-    print(table(["case", "rounds", "min / median", "median / function's"], rows))
+    print(table(["case", "rounds", "wall min / median", "median / function's", "CPU min / median",
+                 "CPU median / function's"], rows))
     print()
     names = list(next(iter(by_step.values())))
-    print(table(["step (one process)", *(f"{fmt} median" for fmt in by_step)],
+    print(table(["step (one process, wall)", *(f"{fmt} median" for fmt in by_step)],
                 [[n, *(f"{median(s[n]) * 1e3:.0f} ms" for s in by_step.values())] for n in names]))
     print(f"\ngoal: every process row <= 1.5x the function's; after the runs: {load()}")
 

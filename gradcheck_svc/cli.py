@@ -224,18 +224,12 @@ def _verify(args) -> int:
     if single:  # one file: its report as it always was, an error exits 2
         paths = [args.paths[0]]
     else:
-        from gradcheck_core.scan import find_graphs
+        from gradcheck_core.scan import graph_paths
 
         try:
-            scan = find_graphs(args.paths, args.include, args.exclude)
+            paths = graph_paths(args.paths, args.include, args.exclude, "gradcheck-svc")
         except FileNotFoundError as exc:
             raise OptionError(str(exc), field="PATH") from None
-        for note in scan.skipped:
-            print(f"gradcheck-svc: {note}", file=sys.stderr)
-        paths = [str(p) for p in scan.graphs]
-        if not paths:
-            raise OptionError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths),
-                              field="PATH")
     fd_mode = _fd_mode(args, single)
     if fd_mode is not None and args.max_request_seconds is None:
         args.max_request_seconds = FD_REQUEST_SECONDS

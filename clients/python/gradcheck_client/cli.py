@@ -25,10 +25,10 @@ from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_
 from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
 from gradcheck_core.outputs.guard import write_reports
 from gradcheck_core.outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
-from gradcheck_core.outputs.text import clip, escape_controls
+from gradcheck_core.outputs.text import escape_controls
 from gradcheck_core.report import Report
 from gradcheck_core.verify_args import add_verify_arguments
-from gradcheck_core.scan import find_graphs
+from gradcheck_core.scan import graph_paths
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
@@ -312,14 +312,9 @@ def _verify(args) -> int:
 def _scan(args) -> list:
     """The graph files named or found in the directories named (a skipped file is a note, not a failure)."""
     try:
-        scan = find_graphs(args.paths, args.include, args.exclude)
+        return graph_paths(args.paths, args.include, args.exclude, "gradcheck")
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    for note in scan.skipped:  # a note, not a failure
-        print(f"gradcheck: {clip(note, 1000)}", file=sys.stderr)
-    if not scan.graphs:
-        raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
-    return scan.graphs
 
 
 def _check_flags(args):
