@@ -360,8 +360,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from .errors import LimitError
     from .graph.decode import parse_graph
     from .limits import check_request_size
-    from .outcome import report_of
-    from .request import prepare, run_request
+    from .request import prepare
+    from .shell import verify_request
 
     imported = None
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
@@ -391,7 +391,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     # a model's request was measured above, before its import: once per request
     ask = dict(options=options, message=imported, hint=True, size_checked=imported is not None)
     if fd_mode is None:
-        return message, report_of(run_request(request, limits, **ask))
+        return message, verify_request(request, limits, **ask)
     from .store.records import bytes_sha256
     from .verify import fd_shards
 
@@ -401,8 +401,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
 
     # read once the graph validated: a bad graph is named before its shards are
-    return message, report_of(run_request(request, limits, **ask,
-                                          fd_source=fd_shards.ShardSource(fd_mode[1], content, options)))
+    return message, verify_request(request, limits, **ask,
+                                   fd_source=fd_shards.ShardSource(fd_mode[1], content, options))
 
 
 def outcomes_of(runs) -> list:

@@ -134,7 +134,8 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
 
 def run_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None, *, on_phase=None,
                 symbolic: dict | None = None, options: VerifyOptions | None = None, message=None,
-                hint: bool = False, fd_source=None, size_checked: bool = False) -> Report | Refused | OverLimit | Internal:
+                hint: bool = False, fd_source=None,
+                size_checked: bool = False) -> Report | Refused | OverLimit | Internal:
     """The pipeline: `prepare` the request, then verify it; its outcome as data, never raised (outcome.py:
     one table maps it to a gRPC status, an exit code, a batch record status). on_phase(name) is told as
     each phase starts (in-process progress); `symbolic`: SymbolicOptions fields no request carries (the

@@ -125,7 +125,8 @@ FRONT_ENDS = {
     "gradcheck_client.checking": ({"check_with"}, SHELL),  # gradcheck_client.check (in process: shell.in_process)
     "gradcheck_client.cli": ({"run_bounded", "verify_request"}, SHELL),  # gradcheck verify without --server
     "gradcheck_client.torch.check": ({"verifier"}, "gradcheck_client.checking"),  # the torch front end
-    "gradcheck_svc.cli": ({"run_bounded", "prepare"}, SHELL),  # gradcheck-svc verify, its fd shards and merge
+    # gradcheck-svc verify, its fd shards and their merge
+    "gradcheck_svc.cli": ({"run_bounded", "verify_request", "prepare"}, SHELL),
 }
 
 
