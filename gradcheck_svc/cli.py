@@ -16,9 +16,9 @@ from gradcheck_core.verify_args import add_verify_arguments
 
 from . import __version__
 from .errors import GradcheckError, TimeLimitError
-from .in_process import limit_hints, verify_setup
+from .in_process import verify_setup
 from .limits import add_limit_flags
-from .outcome import Internal, OverLimit, exit_code, outcome_of
+from .outcome import Internal, OverLimit, exit_code, outcome_of, report_of
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_INTERNAL = 0, 1, 2, 3
 
@@ -224,18 +224,12 @@ def _verify(args) -> int:
     if single:  # one file: its report as it always was, an error exits 2
         paths = [args.paths[0]]
     else:
-        from gradcheck_core.scan import find_graphs
+        from gradcheck_core.scan import graph_paths
 
         try:
-            scan = find_graphs(args.paths, args.include, args.exclude)
+            paths = graph_paths(args.paths, args.include, args.exclude, "gradcheck-svc")
         except FileNotFoundError as exc:
             raise OptionError(str(exc), field="PATH") from None
-        for note in scan.skipped:
-            print(f"gradcheck-svc: {note}", file=sys.stderr)
-        paths = [str(p) for p in scan.graphs]
-        if not paths:
-            raise OptionError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths),
-                              field="PATH")
     fd_mode = _fd_mode(args, single)
     if fd_mode is not None and args.max_request_seconds is None:
         args.max_request_seconds = FD_REQUEST_SECONDS
@@ -314,12 +308,12 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
 def _claims(args, paths: list, limits):
     """--claimed: the claims (gradcheck_core/claims.py, as the CI command reads them, within the request
     limits before anything is inflated), or None."""
-    from gradcheck_core.claims import ClaimsFileError, claims_for
+    from gradcheck_core.claims import ClaimsFileError, claimed_flag
 
     from .errors import OptionError
 
     try:
-        return claims_for(args.claimed, paths, limits.max_elements, limits.max_message_bytes)
+        return claimed_flag(args.claimed, paths, limits)
     except ClaimsFileError as exc:
         raise OptionError(str(exc), field="--claimed") from None
 
@@ -331,8 +325,8 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     from gradcheck_core.onnx_options import is_onnx
     from gradcheck_core.options import plot_path
 
-    from .bounded import bounded_call
     from .errors import OptionError
+    from .shell import run_bounded
     from .verify.memory_profile import write_memory_plot
 
     # the server's limits, the same way: the request's size (a file the server's transport would not even
@@ -342,9 +336,9 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     from .request import preload
 
     preload(options.symbolic.enabled, 2 if several else 1)  # the children start warm (request.preload)
-    with limit_hints(is_onnx(path)):
-        message, report = bounded_call(limits.max_request_seconds, "max_request_seconds", _decode_and_verify,
-                                       path, args, limits, values, options, fd_mode, claims)
+    result = run_bounded(limits.max_request_seconds, "max_request_seconds", _decode_and_verify, path, args, limits,
+                         values, options, fd_mode, claims, limit_hint=is_onnx(path))
+    message, report = report_of(result)  # this command's flow: an error ends one graph (main: outcome.CHANNELS)
     if fd_mode is not None and fd_mode[0] == "shard":
         return message, report
     if args.memory_plot is not None:
@@ -366,8 +360,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from .errors import LimitError
     from .graph.decode import parse_graph
     from .limits import check_request_size
-    from .outcome import report_of
-    from .request import prepare, run_request
+    from .request import prepare
+    from .shell import verify_request
 
     imported = None
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
@@ -394,9 +388,10 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
 
             message = with_claims(message, claims)
         request = make_request(message, "", **values)
-    ask = dict(options=options, message=imported, hint=True)
+    # a model's request was measured above, before its import: once per request
+    ask = dict(options=options, message=imported, hint=True, size_checked=imported is not None)
     if fd_mode is None:
-        return message, report_of(run_request(request, limits, **ask))
+        return message, verify_request(request, limits, **ask)
     from .store.records import bytes_sha256
     from .verify import fd_shards
 
@@ -406,8 +401,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
 
     # read once the graph validated: a bad graph is named before its shards are
-    return message, report_of(run_request(request, limits, **ask,
-                                          fd_source=fd_shards.ShardSource(fd_mode[1], content, options)))
+    return message, verify_request(request, limits, **ask,
+                                   fd_source=fd_shards.ShardSource(fd_mode[1], content, options))
 
 
 def outcomes_of(runs) -> list:

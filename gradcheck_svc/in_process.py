@@ -52,18 +52,27 @@ def symbolic_budgets(local: dict) -> dict:
     return {fields[name][1]: value for name, value in local.items()}
 
 
-@contextmanager
-def limit_hints(enabled: bool = True):
-    """A LimitError from importing or validating an ONNX model names its limit; here, where the limit is
-    the user's to raise (a model is not edited to fit), its one line also says which flag raises it. A
-    graph file's refusal stays the server's message word for word (tests/graph/test_bad_input_corpus.py)."""
+def hinted(exc: BaseException) -> BaseException:
+    """A LimitError from importing or validating an ONNX model names its limit; where the limit is the user's
+    to raise (a model is not edited to fit), its one line also says which flag raises it. Anything else is
+    returned as it is."""
     from .errors import LimitError, TimeLimitError
     from .limits import _raise_hint
 
+    if not isinstance(exc, LimitError) or getattr(exc, "limit", None) is None or isinstance(exc, TimeLimitError) \
+            or "raise it with" in exc.reason:
+        return exc
+    return LimitError(exc.reason + _raise_hint(exc.limit), node=exc.node, field=exc.field, limit=exc.limit)
+
+
+@contextmanager
+def limit_hints(enabled: bool = True):
+    """hinted(), for a flow of exceptions: on for an ONNX model; a graph file's refusal stays the server's
+    message word for word (tests/graph/test_bad_input_corpus.py)."""
     try:
         yield
-    except LimitError as exc:
-        if not enabled or getattr(exc, "limit", None) is None or isinstance(exc, TimeLimitError) or "raise it with" in exc.reason:
+    except Exception as exc:
+        new = hinted(exc) if enabled else exc
+        if new is exc:
             raise
-        raise LimitError(exc.reason + _raise_hint(exc.limit), node=exc.node, field=exc.field,
-                         limit=exc.limit) from None
+        raise new from None

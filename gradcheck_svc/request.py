@@ -99,16 +99,18 @@ def check_option_limits(options: VerifyOptions, limits: ServerLimits, field=lamb
 
 
 def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None, *,
-            options: VerifyOptions | None = None, message=None, hint: bool = False):
+            options: VerifyOptions | None = None, message=None, hint: bool = False, size_checked: bool = False):
     """(Graph, VerifyOptions) of a request, checked: its size, its options against the limits (unless the
     caller mapped them already, `options`: the CLIs' flags, with budgets no request carries), its graph
     validated -- an ONNX model imported here, as in the worker, unless the caller imported it (`message`:
     the CLI reads external data beside the user's files). `hint`: a limit's error names its flag.
+    `size_checked`: the caller measured the request against max_message_bytes already (the server, the
+    bytes it received; a batch shard and the CLI, before a model is imported): once per request.
 
     Raises GradcheckError for anything the user can fix."""
     limits = limits or ServerLimits()
-    # the server's own check, for in-process callers
-    check_request_size(request.ByteSize(), limits.max_message_bytes, hint=hint)
+    if not size_checked:  # the server's own check, for in-process callers
+        check_request_size(request.ByteSize(), limits.max_message_bytes, hint=hint)
     if options is None:
         options = options_from_proto(request.options, limits)
     if message is None:
@@ -132,7 +134,8 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
 
 def run_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None, *, on_phase=None,
                 symbolic: dict | None = None, options: VerifyOptions | None = None, message=None,
-                hint: bool = False, fd_source=None) -> Report | Refused | OverLimit | Internal:
+                hint: bool = False, fd_source=None,
+                size_checked: bool = False) -> Report | Refused | OverLimit | Internal:
     """The pipeline: `prepare` the request, then verify it; its outcome as data, never raised (outcome.py:
     one table maps it to a gRPC status, an exit code, a batch record status). on_phase(name) is told as
     each phase starts (in-process progress); `symbolic`: SymbolicOptions fields no request carries (the
@@ -142,7 +145,8 @@ def run_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None 
     A MemoryError is OverLimit("memory"): the server's worker answers it RESOURCE_EXHAUSTED (a limit of
     that process), while a batch shard exits 75 so that its Job retries it on a node with more memory."""
     try:
-        graph, options = prepare(request, limits, options=options, message=message, hint=hint)
+        graph, options = prepare(request, limits, options=options, message=message, hint=hint,
+                                 size_checked=size_checked)
         if symbolic:
             options.symbolic = dataclasses.replace(options.symbolic, **symbolic)
         return verify_checked(graph, options, on_phase=on_phase, fd_source=fd_source)

@@ -22,7 +22,8 @@ from gradcheck_core.request_message import make_request
 
 from ..bounded import WorkerDied, bounded_call
 from ..errors import OptionError, TimeLimitError
-from ..outcome import RETRY, OverLimit, batch_status, outcome_of
+from ..outcome import RETRY, Internal, OverLimit, Refused, batch_status
+from ..shell import run_bounded, verify_request
 
 PROBE_SECONDS = 60.0  # the CUDA probe: a driver that hangs is a node's fault, retried elsewhere
 
@@ -76,13 +77,9 @@ def present_faults(graph, faults: tuple) -> tuple:
     return tuple(f for f in faults if f.split(":", 1)[0] in names)
 
 
-def _verify_outcome(request, limits) -> dict:
-    """The record's fields of one verification (the server's own request path: ONNX and allow_nonfinite
-    included), computed in bounded.py's child: only JSON values cross back, never the gradients."""
-    from ..outcome import report_of
-    from ..request import run_request
-
-    report = report_of(run_request(request, limits))  # any other outcome raised back to the parent (bounded.py)
+def _record_fields(report) -> dict:
+    """The record's fields of one report, computed in the child (shell.run_bounded): only JSON values cross
+    back, never the gradients."""
     return {"status": report.verdict, "report": report.to_dict(), "device": report.device,
             "dtype": report.dtype, "digests": {p.name: gradient_digest(p.gradient) for p in report.parameters},
             "digest_scope": "full"}
@@ -117,12 +114,12 @@ class LocalVerifier:
         if size > self.limits.max_message_bytes:  # what the server's transport would refuse
             return {"status": "invalid", "error": f"the request is {size} bytes, over the limit of "
                     f"{self.limits.max_message_bytes} (raise it with --max-message-bytes)"}
-        try:
-            return bounded_call(limit, None, _verify_outcome, request, self.limits)
-        except WorkerDied as exc:  # killed from outside (the OOM killer's SIGKILL): the node's fault, as a 137 is
-            raise InfraError(str(exc)) from None
-        except Exception as exc:  # the child's outcome other than a report, raised back (bounded.py)
-            return self._record(outcome_of(exc), limit)
+        # the server's own request path (ONNX and allow_nonfinite included), in a child killed at the limit
+        outcome = run_bounded(limit, None, verify_request, request, self.limits, then=_record_fields,
+                              size_checked=True)  # measured above, once
+        if isinstance(outcome, Internal) and isinstance(outcome.error, WorkerDied):
+            raise InfraError(str(outcome.error))  # killed from outside (the OOM killer's SIGKILL): the node's fault
+        return self._record(outcome, limit) if isinstance(outcome, (Refused, OverLimit, Internal)) else outcome
 
     def _record(self, outcome, limit: float) -> dict:
         """A Refused, OverLimit or Internal outcome as its record, by the batch column of outcome.CHANNELS."""

@@ -22,10 +22,11 @@ from .metrics import configure_logging
 log = logging.getLogger("gradcheck.worker")
 
 
-def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None):
+def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None,
+                   size_checked: bool = False):
     """The pipeline's outcome (request.run_request): a report, tagged with the request's id, as the response
-    message; any other outcome as it is."""
-    outcome = run_request(request, limits)
+    message; any other outcome as it is. `size_checked`: the servicer measured the bytes it received."""
+    outcome = run_request(request, limits, size_checked=size_checked)
     if isinstance(outcome, (Refused, OverLimit, Internal)):
         return outcome
     return service_pb2.VerifyResponse(id=request.id, report=report_to_proto(outcome))
@@ -34,7 +35,8 @@ def verify_request(request: service_pb2.VerifyRequest, limits: ServerLimits | No
 def run_payload(payload: bytes, limits: ServerLimits) -> tuple:
     try:
         request = service_pb2.VerifyRequest.FromString(payload)  # parsed once already by the server
-        response = verify_request(request, limits)
+        # the servicer checked the payload's size against the same limit: not measured again
+        response = verify_request(request, limits, size_checked=True)
         if not isinstance(response, (Refused, OverLimit, Internal)):
             report = response.report
             return ("ok", response.SerializeToString(), report.verdict, [f.cause for f in report.findings])

@@ -122,7 +122,10 @@ class ParameterResult:
     @property
     def passed(self) -> bool:
         """The subject agrees with the verdict's reference (a claim not provided never does)."""
-        return self.claim != NOT_PROVIDED and self.verdict_comparison.passed
+        # verdict_comparison's own `passed`, read without building that Comparison (a dataclass replace per
+        # call: 1,024 calls, ~0.1 s, on one chain_256 report)
+        agrees = self.symbolic.comparison.passed if self.symbolic is not None else self.fd.passed
+        return self.claim != NOT_PROVIDED and agrees
 
     def to_dict(self) -> dict:
         fd, c = self.fd, self.fd.comparison

@@ -78,3 +78,35 @@ def test_wrt_scalar_outputs_and_refusals():
         gradcheck_svc.check(lambda x: np.sum(x), x, fd="full")
     with pytest.raises(TracerError, match="returned a tuple"):
         gradcheck_svc.check(lambda x: (x, x), x)
+
+
+def test_one_check_signature_in_process_unless_server_is_given(server):
+    """gradcheck_client.check, gradcheck_svc.check and the torch front end take the same call: in process
+    without `server=`, on the server with it (an address or a Client); gradcheck_core's check, which has no
+    verifier of its own, keeps `server=` and says so without it."""
+    import inspect
+
+    from gradcheck_client.torch import check as torch_check
+    from gradcheck_core.check_call import check as core_check
+    from gradcheck_core.client import Client
+
+    for entry in (gradcheck_client.check, gradcheck_svc.check, torch_check):
+        params = inspect.signature(entry).parameters
+        assert params["server"].default is None and params["wrt"].default is None, entry
+        assert params["server"].kind == inspect.Parameter.KEYWORD_ONLY, entry
+    for entry in (gradcheck_client.check, gradcheck_svc.check):
+        assert inspect.signature(entry).parameters["grad"].default is None
+    here = gradcheck_client.check(layer, *ARGS, fd_mode="full", seed=3)  # in process: no server needed
+    _same(here, gradcheck_svc.check(layer, *ARGS, fd_mode="full", seed=3))
+    _same(here, gradcheck_svc.check(layer, *ARGS, server=server.target, fd_mode="full", seed=3))
+    with Client(server.target) as client:  # a Client kept open by the caller, the old form
+        _same(here, core_check(layer, *ARGS, server=client, fd_mode="full", seed=3))
+    with pytest.raises(TypeError, match="server="):
+        core_check(layer, *ARGS)
+    # the user's own backward, in process and on the server alike
+    grad = lambda x: 2 * x  # noqa: E731
+    x = np.array([0.5, -1.0, 2.0])
+    for kw in ({}, {"server": server.target}):
+        assert gradcheck_client.check(lambda x: np.sum(x * x), x, grad=grad, **kw).data["subject"] == "claimed"
+        with pytest.raises(AssertionError, match="FAIL"):
+            gradcheck_client.assert_gradients(lambda x: np.sum(x * x), x, grad=lambda x: 3 * x, **kw)

@@ -273,3 +273,16 @@ def test_a_vanishing_gradient_is_held_to_its_own_size(one_percent_op, planted):
             (f,) = [f for f in report.findings if f.severity == "error"]
             assert f.cause == "gradient_mismatch" and f.parameters == ["W"]
             assert f"absolute term {absolute:.3g}" in f.detail
+
+
+def test_joint_levels_are_scipys_normal_quantiles():
+    """The direction levels come from the standard library's inverse normal CDF (no SciPy import at
+    start-up); they must be the very int8 levels scipy.special.ndtri gives, so no direction changes."""
+    from scipy.special import ndtri
+
+    from gradcheck_svc.oracles.fd_joint import LEVEL_SCALE, LEVELS
+
+    q = ndtri((np.arange(256) + 0.5) / 256) * LEVEL_SCALE
+    expected = (np.sign(q) * np.maximum(1.0, np.rint(np.abs(q)))).astype(np.int8)
+    assert np.abs(np.abs(q) - np.floor(np.abs(q)) - 0.5).min() > 1e-6  # no level near a rounding boundary
+    assert LEVELS.tobytes() == expected.tobytes()

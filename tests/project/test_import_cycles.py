@@ -92,13 +92,14 @@ def test_no_module_outside_the_server_imports_it_but_the_entry_points():
 
 def test_no_client_module_imports_the_server():
     """The client's in-process modes (gradcheck verify without --server, check(), the torch front end) reach
-    the pipeline (gradcheck_svc/request.py), never the server package: there is no request module there."""
+    the pipeline (gradcheck_svc/request.py) through the shell around it (gradcheck_svc/shell.py), never the
+    server package: there is no request module there."""
     known = _modules()
     offenders = {name: sorted(t for t in _imports(name, path, known) if t.startswith("gradcheck_svc.server"))
                  for name, path in known.items() if name.startswith("gradcheck_client")}
     assert not {k: v for k, v in offenders.items() if v}
-    assert "gradcheck_svc.request" in _imports("gradcheck_client.torch.check", known["gradcheck_client.torch.check"],
-                                               known)  # the check reads real imports
+    assert "gradcheck_svc.shell" in _imports("gradcheck_client.checking", known["gradcheck_client.checking"],
+                                             known)  # the check reads real imports
     assert "gradcheck_svc.server.execute" not in known  # the shim is gone: server/worker.py answers the message
 
 
@@ -113,22 +114,27 @@ def _calls(path: Path) -> set[str]:
 
 
 # each front end, and the pipeline function it calls (a finite-difference shard prepares the request
-# through the pipeline, then differences its share: verify/fd_shards.run_shard)
+# through the pipeline, then differences its share: verify/fd_shards.run_shard), and the module it reaches
+# it in: the pipeline itself, or the one shell around it (shell.py: in process, under a time limit)
+SHELL, PIPELINE = "gradcheck_svc.shell", "gradcheck_svc.request"
 FRONT_ENDS = {
-    "gradcheck_svc.server.worker": {"run_request"},  # the server's (verify_request: the response message)
-    "gradcheck_svc.batch.verifiers": {"run_request"},  # batch and screen (LocalVerifier)
-    "gradcheck_svc.check_call": {"run_request"},  # check()
-    "gradcheck_client.cli": {"run_request"},  # gradcheck verify without --server
-    "gradcheck_client.torch.check": {"run_request"},  # the torch front end without a server
-    "gradcheck_svc.cli": {"run_request", "prepare"},  # gradcheck-svc verify, its fd shards and their merge
+    SHELL: ({"run_request"}, PIPELINE),  # the shell: every in-process front end below goes through it
+    "gradcheck_svc.server.worker": ({"run_request"}, PIPELINE),  # the server's (verify_request: the response)
+    "gradcheck_svc.batch.verifiers": ({"run_bounded", "verify_request"}, SHELL),  # batch and screen
+    "gradcheck_svc.check_call": ({"verifier"}, SHELL),  # check()
+    "gradcheck_client.checking": ({"check_with"}, SHELL),  # gradcheck_client.check (in process: shell.in_process)
+    "gradcheck_client.cli": ({"run_bounded", "verify_request"}, SHELL),  # gradcheck verify without --server
+    "gradcheck_client.torch.check": ({"verifier"}, "gradcheck_client.checking"),  # the torch front end
+    # gradcheck-svc verify, its fd shards and their merge
+    "gradcheck_svc.cli": ({"run_bounded", "verify_request", "prepare"}, SHELL),
 }
 
 
 def test_every_front_end_reaches_the_one_pipeline_and_only_it_calls_verify():
     known = _modules()
-    for name, wanted in FRONT_ENDS.items():
+    for name, (wanted, reached) in FRONT_ENDS.items():
         assert wanted <= _calls(known[name]), f"{name} does not call {sorted(wanted - _calls(known[name]))}"
-        assert "gradcheck_svc.request" in _imports(name, known[name], known), name
+        assert reached in _imports(name, known[name], known), name
     # the verification itself (verify/run.py's verify) is called from the pipeline and nowhere else outside verify/
     callers = sorted(name for name, path in known.items()
                      if not name.startswith("gradcheck_svc.verify") and name != "gradcheck_svc.request"

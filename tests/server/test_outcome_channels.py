@@ -89,6 +89,33 @@ def test_exit_codes_from_both_verify_commands(tmp_path, case):
     assert exit_code(outcome) == {"passed": 0, "failed": 1, "invalid": 2, "limit": 2}[case]
 
 
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_the_shell_answers_each_outcome_as_run_request_does(tmp_path, case):
+    """The one shell every in-process front end runs through (gradcheck_svc/shell.py): run_bounded (both verify
+    commands and a batch shard, in a child under the time limit) returns the outcome of run_request's row;
+    in_process (gradcheck_client.check, gradcheck_svc.check, the torch front end) returns the report with its
+    verdict, or raises the outcome's own error, which outcome_of puts in the same row -- so each channel's
+    table (exit code, gRPC status, record status) reads the same row from every front end."""
+    from gradcheck_svc.shell import in_process, run_bounded, verify_request
+
+    outcome = _outcome(tmp_path, case)
+    _, options, _ = CASES[case]
+    path = str(_graph(tmp_path, case))
+    bounded = run_bounded(300.0, "timeout", verify_request, make_request(path, "", **options))
+    assert row(bounded) == row(outcome), (case, bounded)
+    assert type(bounded) is type(outcome)
+    if isinstance(outcome, (Refused, OverLimit)):
+        assert bounded.message == outcome.message and bounded.field == outcome.field
+    try:
+        answer = in_process(load_graph(path), options)
+    except Exception as exc:  # noqa: BLE001 -- the outcome's own error, classified as the table reads it
+        assert row(outcome_of(exc)) == row(outcome) and str(exc) == str(outcome.error), (case, exc)
+    else:
+        assert row(outcome) in ("passed", "failed") and answer.verdict == outcome.verdict, (case, answer)
+    for command in ("gradcheck-svc", "gradcheck"):
+        assert exit_code(bounded, command) == exit_code(outcome, command)
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     yield from module_server(tmp_path_factory)

@@ -117,13 +117,15 @@ def _calls_and_imports(path: Path) -> tuple[set, set, set]:
 
 def test_both_verify_commands_share_the_in_process_setup_and_the_pipeline():
     """`gradcheck-svc verify` and `gradcheck verify` (in process) check their flags with one function
-    (in_process.verify_setup), name a limit's flag with one (in_process.limit_hints), parse with one parser
-    class (options.CommandParser) and run each request through the one pipeline (request.run_request);
-    neither defines its own copy, and the CI command does not reach into the service's CLI (issue 37 item 1)."""
+    (in_process.verify_setup), parse with one parser class (options.CommandParser), find their graph files
+    with one (scan.graph_paths), read --claimed with one (claims.claimed_flag) and run each request through
+    the one shell (shell.run_bounded: the pipeline, request.run_request, in a child under the time limit, a
+    limit's flag named by in_process.hinted); neither defines its own copy, and the CI command does not reach
+    into the service's CLI (issue 37 item 1, issue 48 item 2)."""
     svc = ROOT / "cli.py"
     client = ROOT.parent / "clients" / "python" / "gradcheck_client" / "cli.py"
-    shared = {("in_process", "verify_setup"), ("in_process", "limit_hints"), ("request", "run_request"),
-              ("options", "CommandParser")}
+    shared = {("in_process", "verify_setup"), ("shell", "run_bounded"), ("options", "CommandParser"),
+              ("scan", "graph_paths"), ("claims", "claimed_flag")}
     for path in (svc, client):
         defined, imported, called = _calls_and_imports(path)
         reached = {(m.rsplit(".", 1)[-1], name) for m, name in imported if name in called}

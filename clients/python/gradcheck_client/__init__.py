@@ -18,22 +18,26 @@ _LAZY = {
     "AsyncClient": "client", "Client": "client", "VerifyError": "client",
     "GraphFileError": "graphio", "load_graph": "graphio", "save_graph": "graphio",
     "Finding": "report", "GradientMismatch": "report", "Parameter": "report", "Report": "report",
-    "Tracer": "tracer", "ops": "tracer", "OnnxModel": "onnx_options", "check": "check_call",
-    "assert_gradients": "check_call",
+    "Tracer": "tracer", "ops": "tracer", "OnnxModel": "onnx_options",
 }
+# this package's own: check() verifies in process (gradcheck-svc) unless server= is given (checking.py)
+_OWN = {"check": "checking", "assert_gradients": "checking"}
 
 
 def __getattr__(name):
-    module = _LAZY.get(name)
-    if module is None:
+    if name in _OWN:
+        module = f"{__name__}.{_OWN[name]}"
+    elif name in _LAZY:
+        module = f"gradcheck_core.{_LAZY[name]}"
+    else:
         raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"gradcheck_core.{module}"), name)
+    value = getattr(importlib.import_module(module), name)
     globals()[name] = value
     return value
 
 
 def __dir__():
-    return sorted(set(globals()) | set(_LAZY))
+    return sorted(set(globals()) | set(_LAZY) | set(_OWN))
 
 __all__ = ["AsyncClient", "Client", "assert_gradients", "check",
            "Finding", "GradientMismatch", "GraphFileError", "OnnxModel", "Parameter", "Report",

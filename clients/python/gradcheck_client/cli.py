@@ -18,18 +18,17 @@ import time
 from pathlib import Path
 
 from . import __version__
-from gradcheck_core.claims import ClaimsFileError, claims_for, with_claims
+from gradcheck_core.claims import ClaimsFileError, claimed_flag, with_claims
 from gradcheck_core.graphio import GraphFileError, load_graph
-from gradcheck_core.npz_bounded import CLIENT_MESSAGE_BYTES
 from gradcheck_core.onnx_files import OnnxFileError
 from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
 from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
 from gradcheck_core.outputs.guard import write_reports
 from gradcheck_core.outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
-from gradcheck_core.outputs.text import clip, escape_controls
+from gradcheck_core.outputs.text import escape_controls
 from gradcheck_core.report import Report
 from gradcheck_core.verify_args import add_verify_arguments
-from gradcheck_core.scan import find_graphs
+from gradcheck_core.scan import graph_paths
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
@@ -150,14 +149,6 @@ def _embed_limits(limits) -> dict:
     return {} if limits is None else {"max_elements": limits.max_elements, "max_bytes": limits.max_message_bytes}
 
 
-def _claims_limits(limits) -> dict:
-    """What bounds a --claimed archive before it is inflated (npz_bounded.py): in process, this run's limits;
-    with a server, the most this client sends in one message."""
-    if limits is None:
-        return {"max_bytes": CLIENT_MESSAGE_BYTES}
-    return {"max_elements": limits.max_elements, "max_bytes": limits.max_message_bytes}
-
-
 def _limit_hint(exc, limits) -> str:
     """In process, where a limit is the user's to raise: the flag that raises the one `exc` is over."""
     if limits is None or not getattr(exc, "limit", None):
@@ -237,11 +228,10 @@ def _not_verified(path: str, outcome) -> Outcome:
 
 
 def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
-    from gradcheck_svc.bounded import bounded_call
-    from gradcheck_svc.in_process import limit_hints
-    from gradcheck_svc.outcome import outcome_of, report_of
+    from gradcheck_svc.outcome import Internal, OverLimit, Refused, outcome_of
     from gradcheck_svc.report_proto import client_report
-    from gradcheck_svc.request import preload, run_request
+    from gradcheck_svc.request import preload
+    from gradcheck_svc.shell import run_bounded, verify_request
 
     from gradcheck_core.request_message import make_request
 
@@ -250,15 +240,15 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
     for path, graph in graphs.items():
         start = time.perf_counter()
         try:
-            # --timeout per graph, as with a server: in a child process killed at the limit, as a server's worker
             request = make_request(graph, path, **_options(args))
-            with limit_hints(isinstance(graph, OnnxModel)):  # as gradcheck-svc verify says it: the flag too
-                # run_request's outcome, back from the child: any but a report raised again here (outcome.py)
-                report = report_of(bounded_call(args.timeout, "timeout", run_request, request, limits,
-                                                symbolic=symbolic,
-                                                on_phase=lambda phase, path=path: progress.phase(path, phase)))
-            out[path] = Outcome(path, report=client_report(report, id=path))  # as a server's answer reads
-        except Exception as exc:  # any other outcome of the verification (or of the child running it)
+            # --timeout per graph, as with a server: in a child process killed at the limit, as a server's
+            # worker; a limit's refusal names its flag for a model, as gradcheck-svc verify says it
+            outcome = run_bounded(args.timeout, "timeout", verify_request, request, limits, symbolic=symbolic,
+                                  limit_hint=isinstance(graph, OnnxModel),
+                                  on_phase=lambda phase, path=path: progress.phase(path, phase))
+            out[path] = _not_verified(path, outcome) if isinstance(outcome, (Refused, OverLimit, Internal)) \
+                else Outcome(path, report=client_report(outcome, id=path))  # as a server's answer reads
+        except Exception as exc:  # anything else about this graph: outcome.py classifies it all the same
             out[path] = _not_verified(path, outcome_of(exc))
         out[path].seconds = time.perf_counter() - start
         progress.step(path)
@@ -322,14 +312,9 @@ def _verify(args) -> int:
 def _scan(args) -> list:
     """The graph files named or found in the directories named (a skipped file is a note, not a failure)."""
     try:
-        scan = find_graphs(args.paths, args.include, args.exclude)
+        return graph_paths(args.paths, args.include, args.exclude, "gradcheck")
     except FileNotFoundError as exc:
         raise UsageError(str(exc)) from None
-    for note in scan.skipped:  # a note, not a failure
-        print(f"gradcheck: {clip(note, 1000)}", file=sys.stderr)
-    if not scan.graphs:
-        raise UsageError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(args.paths))
-    return scan.graphs
 
 
 def _check_flags(args):
@@ -364,7 +349,7 @@ def _load_graphs(args, paths: list, limits):
     except OnnxFlagError as exc:
         raise UsageError(str(exc)) from None
     try:
-        claims = claims_for(args.claimed, paths, **_claims_limits(limits))
+        claims = claimed_flag(args.claimed, paths, limits)
     except ClaimsFileError as exc:
         raise UsageError(f"--claimed: {exc}") from None
     graphs, outcomes = {}, {}

@@ -207,23 +207,43 @@ def traced_for_check(f, args: tuple, wrt, grad, options: dict) -> Traced:
     return traced if grad is None else claimed(grad, args, traced)
 
 
-def check(f, *args, wrt=None, grad=None, server, **options) -> Report:
-    """Trace f on args and verify its gradients (grad's, when given) on the server at `server` (an address or
-    a Client)."""
+def on_server(graph, server, options: dict) -> Report:
+    """The graph verified on the server at `server` (an address, or a Client kept open by its caller): the one
+    remote step of every check() (this one, gradcheck_svc.check, gradcheck_client.check, the torch front end)."""
     from .client import Client
 
+    if isinstance(server, Client):
+        return server.verify(graph, **options)
+    with Client(server) as client:
+        return client.verify(graph, **options)
+
+
+def check_with(verify, f, args: tuple, wrt, grad, options: dict) -> Report:
+    """The one check(): options checked, f traced (grad's gradients claimed when given), the graph verified by
+    verify(graph, options) -> Report (in process or on a server: the entry point's choice), what was done
+    stated in the report."""
     options = check_options(options)
     traced = traced_for_check(f, args, wrt, grad, options)
-    if isinstance(server, Client):
-        return stated(server.verify(traced.graph, **options), traced)
-    with Client(server) as client:
-        return stated(client.verify(traced.graph, **options), traced)
+    return stated(verify(traced.graph, options), traced)
 
 
-def assert_gradients(f, *args, wrt=None, grad=None, server, **options) -> Report:
+def check(f, *args, wrt=None, grad=None, server=None, **options) -> Report:
+    """Trace f on args and verify its gradients (grad's, when given) on the server at `server` (an address or
+    a Client). This package has no verifier of its own: without `server`, gradcheck_client.check and
+    gradcheck_svc.check (the same signature) verify in process."""
+    if server is None:
+        raise TypeError("gradcheck_core.check_call.check verifies on a server: give server=HOST:PORT, or call "
+                        "gradcheck_client.check (in process when gradcheck-svc is installed)")
+    return check_with(lambda graph, opts: on_server(graph, server, opts), f, args, wrt, grad, options)
+
+
+def assert_gradients(f, *args, wrt=None, grad=None, server=None, **options) -> Report:
     """check(), raising AssertionError with the text report unless every gradient verified (for pytest)."""
-    report = check(f, *args, wrt=wrt, grad=grad, server=server, **options)
+    return passed_or_raise(check(f, *args, wrt=wrt, grad=grad, server=server, **options))
+
+
+def passed_or_raise(report: Report) -> Report:
+    """assert_gradients' one rule, for every front end: the report, or AssertionError with its text."""
     if not report.passed:
         raise AssertionError(str(report))
     return report
-

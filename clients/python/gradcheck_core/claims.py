@@ -17,7 +17,7 @@ import numpy as np
 from gradcheck.v1 import graph_pb2
 
 from .errors import InvalidInput
-from .npz_bounded import NpzError, read_npz
+from .npz_bounded import CLIENT_MESSAGE_BYTES, NpzError, read_npz
 from .onnx_options import OnnxModel
 from .outputs.text import clip
 
@@ -53,6 +53,15 @@ def claims_for(path: str | None, graphs: list, max_elements: int | None = None,
     if len(graphs) != 1:
         raise ClaimsFileError("claimed gradients are one graph's: give one graph file (.json, .pb or .onnx)")
     return read_claims(path, max_elements, max_bytes)
+
+
+def claimed_flag(path: str | None, graphs: list, limits=None) -> graph_pb2.Claims | None:
+    """`--claimed PATH` of either verify command (gradcheck-svc verify, gradcheck verify): claims_for within
+    `limits` (ServerLimits: in process, the run's own) or, with a server (None), within the most this client
+    sends in one message (the server's limits are its own)."""
+    if limits is None:
+        return claims_for(path, graphs, None, CLIENT_MESSAGE_BYTES)
+    return claims_for(path, graphs, limits.max_elements, limits.max_message_bytes)
 
 
 def read_claims(path: str, max_elements: int | None = None, max_bytes: int | None = None) -> graph_pb2.Claims:

@@ -71,3 +71,19 @@ def find_graphs(paths, include=(), exclude=()) -> Scan:
         else:
             raise FileNotFoundError(f"no such file or directory: {p}")
     return scan
+
+
+def graph_paths(paths, include, exclude, prog: str) -> list[str]:
+    """The graph files of a verify command (gradcheck-svc verify, gradcheck verify): those named, or found in
+    the directories named; each skipped file a note on stderr, not a failure. FileNotFoundError (its one
+    line) for a path that is not there, or when nothing is found: each command says it its own way."""
+    import sys
+
+    from .outputs.text import clip
+
+    scan = find_graphs(paths, include, exclude)
+    for note in scan.skipped:
+        print(f"{prog}: {clip(note, 1000)}", file=sys.stderr)
+    if not scan.graphs:
+        raise FileNotFoundError("no *.json or *.pb graphs (or *.onnx models) found in " + " ".join(map(str, paths)))
+    return [str(p) for p in scan.graphs]

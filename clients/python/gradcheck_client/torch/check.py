@@ -423,20 +423,9 @@ def _function_check(cls, args, server, options) -> dict:
 
 
 def _verify(graph, server, options: dict) -> Report:
+    """The captured graph verified where every check() verifies (checking.verifier: in process unless `server`)."""
+    from ..checking import verifier
+
     if nonfinite_constants(graph):  # a -inf mask buffer is the model's own constant (capture.nonfinite_constants)
         options = {**options, "allow_nonfinite": True}
-    if server is None:
-        from gradcheck.v1 import service_pb2
-        from gradcheck_svc.outcome import report_of
-        from gradcheck_svc.report_proto import client_report
-        from gradcheck_svc.request import run_request
-
-        faults = {"faults": list(options["faults"])} if "faults" in options else {}
-        request = service_pb2.VerifyRequest(graph=graph, options=service_pb2.VerifyOptions(**{**options, **faults}))
-        return client_report(report_of(run_request(request)))
-    from gradcheck_core.client import Client
-
-    if isinstance(server, Client):
-        return server.verify(graph, **options)
-    with Client(server) as client:
-        return client.verify(graph, **options)
+    return verifier(server)(graph, options)
