@@ -9,7 +9,9 @@ factor, a transposed operand, swapped gradients, a dropped term, one element, ne
 a non-differentiable mask or exponent argument), each correct one beside its twin, float64; and 7 small
 modules (MLPs, a conv net, a LayerNorm residual block, a GRU, an LSTM, a transformer encoder layer with
 SDPA), float64, eval mode, called as gradcheck(module, (x,)) by both tools (torch's checks the input; ours the
-input and the module's parameters). Each call is timed in process, 1 thread for numpy's BLAS and torch alike,
+input and the module's parameters). Ours is the drop-in with torch's fast_mode False and True: it runs torch's
+own checks with that mode and its own check of the gradients beside them, so each of its rows is torch's
+time plus its own. Each call is timed in process, 1 thread for numpy's BLAS and torch alike,
 the three tools interleaved within every repetition (their order rotating, so background load hits all
 alike); min / median per case, then the median over the cases of each tool's median and the ratio to torch's.
 Detection: on the correct Functions, a raise is a false alarm; on the twins, a miss.
@@ -35,7 +37,8 @@ GradcheckError = importlib.import_module("torch.autograd.gradcheck").GradcheckEr
 
 TOOLS = {"torch fast_mode=False": lambda f, x: torch.autograd.gradcheck(f, x, fast_mode=False),
          "torch fast_mode=True": lambda f, x: torch.autograd.gradcheck(f, x, fast_mode=True),
-         "gradcheck_client.torch": lambda f, x: gradcheck(f, x)}
+         "ours fast_mode=False": lambda f, x: gradcheck(f, x, fast_mode=False),
+         "ours fast_mode=True": lambda f, x: gradcheck(f, x, fast_mode=True)}
 
 
 def says(tool, f, x) -> str:
@@ -100,7 +103,10 @@ def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=5, help="repetitions of every call (default 5)")
     ap.add_argument("--only", choices=("functions", "modules"), help="one half of the corpus")
+    ap.add_argument("--quick", action="store_true", help="2 repetitions (smoke run)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.reps = 2
     match_threads(1)
     print(f"machine: {machine()}\n")
     if args.only != "modules":
