@@ -67,9 +67,11 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
                           "check called inside the function being checked): it replaces torch.autograd.Function."
                           "apply while it runs, so checks run one at a time")
     try:
+        # (inspect.signature of a module's forward: milliseconds, so once per check)
+        names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
         with modules.in_float64(fn) as upcast:  # the user's own module: its hooks run (modules.py)
-            report = _checked(fn, inputs, wrt, server, options, upcast)
-        picks = _picks(fn, inputs, wrt)
+            report = _checked(fn, inputs, wrt, server, options, upcast, names)
+        picks = _picks(names, wrt)
         return dtypes.in_user_dtype(fn, inputs, picks, report, options["seed"])  # the user's dtype too (dtypes.py)
     finally:
         _RUNNING.release()
@@ -116,8 +118,8 @@ def _input_names(cls, n: int) -> list:
     return [params[k].name if k < len(params) else f"input{k}" for k in range(n)]
 
 
-def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list) -> Report:
-    run, named, paths, upcast = _prepared(fn, inputs, wrt)
+def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list, names: list) -> Report:
+    run, named, paths, upcast = _prepared(fn, inputs, wrt, names)
     upcast += module_upcast
     calls: list = []
     traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls,
@@ -205,19 +207,18 @@ class _Stated:
         self.known = False  # no trace-time values confirmed the output: the loss is the whole check
 
 
-def _picks(fn, inputs, wrt):
-    """The positions of the inputs checked: every one, or those `wrt` names (by position or name)."""
-    names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
-    return range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
+def _picks(names: list, wrt):
+    """The positions of the inputs checked (names: fn's argument names): every one, or those `wrt` names (by
+    position or name)."""
+    return range(len(names)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
                                                     (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
 
 
-def _prepared(fn, inputs, wrt):
+def _prepared(fn, inputs, wrt, names: list):
     """(the function over float64 tensors, {name: float64 leaf tensor checked} -- the inputs first, then a
     module's parameters by their module path (`layer.1.weight`) --, {submodule run: its path}, the names of
     the tensors upcast to float64 from a narrower float)."""
-    names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
-    picks = _picks(fn, inputs, wrt)
+    picks = _picks(names, wrt)
     leaves, args, upcast = {}, [], []
     for i, a in enumerate(inputs):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
