@@ -17,9 +17,21 @@ def report_to_proto(report: Report) -> service_pb2.Report:
     json_format.ParseDict, whose generic JSON-mapping parser cost more than verifying a small
     graph."""
     msg = service_pb2.Report()
-    _fill(msg, report.to_dict())
+    _fill(msg, _elements_only(report.to_dict()))
     msg.text = report.to_text()
     return msg
+
+
+def _elements_only(d: dict) -> dict:
+    """The proto WorstElement indexes an element (repeated int64); a finding judged along random directions
+    (diagnosis.classify: a projection check) has a direction, ["direction", j], for its worst: not an element,
+    so the proto leaves its worst_element out (the text still names it) rather than fail to build the answer."""
+    findings = d.get("findings") or []
+    if not any(f.get("worst_element") and any(isinstance(i, str) for i in f["worst_element"]["index"])
+               for f in findings):
+        return d
+    return {**d, "findings": [{**f, "worst_element": None} if f.get("worst_element") and
+                              any(isinstance(i, str) for i in f["worst_element"]["index"]) else f for f in findings]}
 
 
 _SPECIAL = {"NaN": float("nan"), "Infinity": float("inf"), "-Infinity": float("-inf")}  # jsonnum's spellings

@@ -198,14 +198,22 @@ def _post_order(root) -> list:
     return out
 
 
+# Elementwise formulas and their exact partials per (op, attrs, arity, wanted), kept for the process: SymPy
+# builds them in milliseconds (pow's Piecewise: ~2 ms), more than a small graph's whole check, and they
+# depend on nothing but the key (SymPy expressions are immutable). The op object is part of the key (a
+# custom op registered again under its name is another op); bounded, cleared when full.
+_FORMULAS: dict = {}
+_FORMULAS_MAX = 4096
+
+
 class LocalJacobians:
-    """Evaluates nodes one at a time; caches elementwise formulas per (op, attrs)."""
+    """Evaluates nodes one at a time; elementwise formulas from the process-wide cache (_FORMULAS)."""
 
     def __init__(self, ev: MpEvaluator, budget: Budget):
         self.ev = ev
         self.ctx = ev.ctx
         self.budget = budget
-        self._formulas: dict = {}
+        self._formulas = _FORMULAS
 
     def node(self, op: OpDef, attrs: dict, in_values: list, in_specs: list[Spec], out_spec: Spec,
              wanted: tuple[bool, ...]) -> NodeJacobian:
@@ -217,7 +225,7 @@ class LocalJacobians:
 
     def _formula(self, op, attrs, n, wanted):
         try:
-            key = (op.name, tuple(sorted(attrs.items())), n, tuple(wanted))
+            key = (op.name, id(op), tuple(sorted(attrs.items())), n, tuple(wanted))
             hash(key)
         except TypeError:
             key = None
@@ -225,8 +233,10 @@ class LocalJacobians:
         if hit is None:
             hit = elementwise_formula(op, attrs, n, wanted)
             if key is not None:
-                self._formulas[key] = hit
-        return hit
+                if len(self._formulas) >= _FORMULAS_MAX:
+                    self._formulas.clear()
+                self._formulas[key] = (*hit, op)  # (op held: its id stays its own while the entry lives)
+        return hit[:3]
 
     def _elementwise(self, op, attrs, in_values, in_specs, out_spec, wanted):
         syms, expr, parts = self._formula(op, attrs, len(in_values), wanted)

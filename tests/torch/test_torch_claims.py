@@ -619,3 +619,28 @@ def test_the_drop_in_takes_torchs_keywords_and_tuple_outputs():
     with pytest.raises(GradcheckError, match="^not checked: torch op aten::bernoulli_.float is random"):
         gradcheck(lambda x: F.dropout(x, 0.5), (x,))  # a refusal is never a pass
     assert issubclass(GradcheckError, RuntimeError)
+
+
+def test_beyond_the_symbolic_budget_a_module_is_checked_by_differences_and_a_doubled_gradient_still_fails():
+    """check.SYMBOLIC_BUDGET: a module over it is verified against the complex-step differences, the report's
+    warning saying the symbolic oracle was skipped -- and a parameter hook doubling one gradient still fails
+    (its finding, judged along random directions, once crashed the in-process proto report: report_proto).
+    ~1.5 s: the module must exceed the budget (256 elements), and the failing check runs the diagnosis."""
+    generator = torch.Generator().manual_seed(0)
+    mlp = torch.nn.Sequential(torch.nn.Linear(4, 32), torch.nn.Tanh(), torch.nn.Linear(32, 2)).double()
+    with torch.no_grad():
+        for p in mlp.parameters():
+            p.copy_(torch.randn(p.shape, generator=generator, dtype=torch.float64) * 0.5)
+    x = torch.randn(3, 4, generator=generator, dtype=torch.float64)
+    report = check(mlp, x)
+    assert report.verdict == "pass"
+    assert any(w.startswith("symbolic oracle skipped: graph has") and "budget is 256" in w
+               for w in report.data["warnings"]), report.data["warnings"]
+    handle = mlp[2].weight.register_hook(lambda g: g * 2)
+    try:
+        assert check(mlp, x).verdict == "fail"
+    finally:
+        handle.remove()
+    small = torch.tensor([0.3, -0.7], dtype=torch.float64)
+    assert check(torch.tanh, small).data["symbolic"]["status"] == "ok"  # within the budget: exact references
+    assert check(torch.tanh, small, symbolic_budget=1).data["symbolic"]["status"] == "skipped"  # the caller's own

@@ -36,10 +36,23 @@ def _additive(mask, shape) -> object:
     return mask
 
 
+def _grouped(q, k, v):
+    """Grouped-query attention (enable_gqa): each of k's and v's heads serves q.heads / k.heads consecutive
+    heads of q, as torch's repeat_interleave over the head dimension (-3) -- a take of k's and v's heads."""
+    if len(q.shape) < 3 or len(k.shape) != len(q.shape) or q.shape[:-3] != k.shape[:-3] \
+            or k.shape[:-1] != v.shape[:-1] or q.shape[-3] % k.shape[-3]:
+        raise TypeError("grouped-query attention whose heads of q are not a multiple of k's is not replayed")
+    heads = np.repeat(np.arange(k.shape[-3]), q.shape[-3] // k.shape[-3])
+    axis = len(k.shape) - 3
+    return _apply("take", k, heads, axis=axis), _apply("take", v, heads, axis=axis)
+
+
 def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, enable_gqa=False):
     """softmax(q k^T * scale + mask) v, dropout 0 (a positive one is refused before: capture.random_op)."""
-    if dropout_p or enable_gqa or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
-        raise TypeError("dropout, or grouped-query attention (heads of q and k/v differing), is not replayed")
+    if enable_gqa and q.shape[:-2] != k.shape[:-2]:
+        k, v = _grouped(q, k, v)
+    if dropout_p or q.shape[:-2] != k.shape[:-2] or k.shape[:-1] != v.shape[:-1]:
+        raise TypeError("dropout, or attention whose heads of q and k/v differ without enable_gqa, is not replayed")
     length, source = q.shape[-2], k.shape[-2]
     scale = 1.0 / np.sqrt(q.shape[-1]) if scale is None else scale
     scores = (q @ np.swapaxes(k, -1, -2)) * scale
@@ -51,8 +64,11 @@ def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None, en
 
 
 def flash_for_cpu(q, k, v, dropout_p=0.0, is_causal=False, attn_mask=None, scale=None):
-    """aten::_scaled_dot_product_flash_attention_for_cpu: its output (its logsumexp is not replayed)."""
-    return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale)
+    """aten::_scaled_dot_product_flash_attention_for_cpu: its output (its logsumexp is not replayed). It is
+    handed k and v with fewer heads than q only when the caller asked for grouped-query attention (torch
+    refuses differing heads otherwise before dispatching)."""
+    return sdpa(q, k, v, attn_mask, dropout_p, is_causal, scale, enable_gqa=len(q.shape) >= 3
+                and len(k.shape) == len(q.shape) and q.shape[-3] != k.shape[-3])
 
 
 def math(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, dropout_mask=None, scale=None,

@@ -135,6 +135,35 @@ def _avg_pool(x, kernel, stride=(), padding=0, ceil_mode=False, count_include_pa
     return _pool("avg_pool", x, kernel, stride, padding, ceil_mode=ceil_mode, count_include_pad=count_include_pad)
 
 
+def _index_positions(shape, indices) -> np.ndarray:
+    """The flat positions aten.index picks from a tensor of `shape` (torch's advanced indexing is NumPy's: an
+    index tensor per dimension, None for a whole one, the indexed dimensions moved as NumPy moves them)."""
+    whole = np.arange(int(np.prod(shape, dtype=np.int64))).reshape(tuple(shape))
+    return whole[tuple(slice(None) if i is None else np.asarray(i) for i in indices)]
+
+
+def _index(a, indices):
+    """a[indices] (`v[[0, 2]]`, `x[mask]`): a take from the flattened a at the positions picked."""
+    return _apply("take", np.reshape(a, (-1,)), _index_positions(a.shape, indices), axis=0)
+
+
+def _index_put(a, indices, values, accumulate=False):
+    """a with a[indices] = values, out of place: each element from a or from values (a take from their
+    concatenation, as inplace.refreshed writes). torch's result where an element is written twice is not
+    defined (accumulate=False), and accumulate=True sums: both declined (an opaque node)."""
+    if accumulate:
+        _refuse("index_put with accumulate=True")
+    picked = _index_positions(a.shape, indices)
+    flat = picked.reshape(-1)
+    if len(np.unique(flat)) != len(flat):
+        _refuse("index_put writing an element twice")
+    n = int(np.prod(a.shape, dtype=np.int64))
+    src = np.arange(n)
+    src[flat] = n + np.arange(flat.size)
+    both = _apply("concat", np.reshape(a, (-1,)), np.reshape(np.broadcast_to(values, picked.shape), (-1,)), axis=0)
+    return np.reshape(_apply("take", both, src, axis=0), tuple(a.shape))
+
+
 # ATen op (overload packet) -> its forward on tracer Values / NumPy arrays; one line each
 ATEN = {
     aten.add: lambda a, b, alpha=1: a + b * alpha if alpha != 1 else a + b,
@@ -204,6 +233,7 @@ ATEN = {
     aten.masked_fill: lambda a, mask, value: np.where(mask, value, a),
     aten.fill: lambda a, value: np.broadcast_to(np.asarray(value, dtype=np.float64), tuple(a.shape)) + 0 * a,
     aten.zero: lambda a: np.zeros(tuple(a.shape)),
+    aten.index: _index, aten.index_put: _index_put,  # `v[[0, 2]]`, and `v[[0, 2]] = w` (index_put_)
 }
 
 

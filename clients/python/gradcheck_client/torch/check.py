@@ -50,20 +50,28 @@ from . import dtypes, modules, opaque, surrogate, values
 from .capture import Capture, nonfinite_constants, raised_at
 
 _RUNNING = threading.Lock()  # one check at a time per process (the module docstring)
+# The symbolic oracle's default budget here (scalar elements: inputs plus node outputs), unless the caller sets
+# symbolic_budget: the exact SymPy/mpmath reference costs ~5 ms per hundred elements of matmul -- 3.5 s of a
+# 3.5 s check on an 8-32-4 MLP, where the complex-step differences (exact to rounding on analytic ops, the
+# verdict's basis without it) take 40 ms. Within it (a small custom Function) it still runs; beyond it the
+# report's warning says it was skipped and that the verdict uses finite differences.
+SYMBOLIC_BUDGET = 256
 
 def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Report:
     """Verify torch's gradients of fn(*inputs) (fn a function of tensors or an nn.Module) with respect to the
     float inputs (or those `wrt` names) and a module's parameters; in process, or on `server`."""
-    options = check_options({**options, "seed": seed})
+    options = check_options({"symbolic_budget": SYMBOLIC_BUDGET, **options, "seed": seed})
     fn = _function_applied(fn)
     if not _RUNNING.acquire(blocking=False):
         raise TracerError("gradcheck_client.torch.check is already running in this process (another thread, or a "
                           "check called inside the function being checked): it replaces torch.autograd.Function."
                           "apply while it runs, so checks run one at a time")
     try:
+        # (inspect.signature of a module's forward: milliseconds, so once per check)
+        names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
         with modules.in_float64(fn) as upcast:  # the user's own module: its hooks run (modules.py)
-            report = _checked(fn, inputs, wrt, server, options, upcast)
-        picks = _picks(fn, inputs, wrt)
+            report = _checked(fn, inputs, wrt, server, options, upcast, names)
+        picks = _picks(names, wrt)
         return dtypes.in_user_dtype(fn, inputs, picks, report, options["seed"])  # the user's dtype too (dtypes.py)
     finally:
         _RUNNING.release()
@@ -80,6 +88,7 @@ def _function_applied(fn):
     def applied(*args):
         return cls.apply(*args)
     applied.__name__ = applied.__qualname__ = f"{cls.__name__}.apply"
+    applied.function_class = cls  # (its own check is the whole check's: _same_as_whole)
     signature = _forward_signature(cls)
     if signature is not None:  # its inputs named as its forward names them (x, not arg0)
         applied.__signature__ = signature
@@ -109,8 +118,8 @@ def _input_names(cls, n: int) -> list:
     return [params[k].name if k < len(params) else f"input{k}" for k in range(n)]
 
 
-def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list) -> Report:
-    run, named, paths, upcast = _prepared(fn, inputs, wrt)
+def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list, names: list) -> Report:
+    run, named, paths, upcast = _prepared(fn, inputs, wrt, names)
     upcast += module_upcast
     calls: list = []
     traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls,
@@ -123,7 +132,8 @@ def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list) -> Rep
     report.data["sources"] = {f.node: where[f.node] for f in report.findings if f.node in where}
     for node, at in report.data["sources"].items():  # the culprit in the user's terms
         report.text = f"node '{node}' was made at {at}\n{report.text}"
-    report.data["custom_functions"] = [{**_function_check(cls, args, server, options), "module": module,
+    whole = _function_entry(calls[0][0], report, note, []) if _same_as_whole(fn, calls, named, opaque_nodes) else None
+    report.data["custom_functions"] = [{**(whole or _function_check(cls, args, server, options)), "module": module,
                                         "checked": _where(server)} for cls, args, module in calls
                                        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)]
     for c in report.data["custom_functions"]:
@@ -197,19 +207,18 @@ class _Stated:
         self.known = False  # no trace-time values confirmed the output: the loss is the whole check
 
 
-def _picks(fn, inputs, wrt):
-    """The positions of the inputs checked: every one, or those `wrt` names (by position or name)."""
-    names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
-    return range(len(inputs)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
+def _picks(names: list, wrt):
+    """The positions of the inputs checked (names: fn's argument names): every one, or those `wrt` names (by
+    position or name)."""
+    return range(len(names)) if wrt is None else [names.index(w) if isinstance(w, str) else w for w in
                                                     (wrt if isinstance(wrt, (list, tuple)) else [wrt])]
 
 
-def _prepared(fn, inputs, wrt):
+def _prepared(fn, inputs, wrt, names: list):
     """(the function over float64 tensors, {name: float64 leaf tensor checked} -- the inputs first, then a
     module's parameters by their module path (`layer.1.weight`) --, {submodule run: its path}, the names of
     the tensors upcast to float64 from a narrower float)."""
-    names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
-    picks = _picks(fn, inputs, wrt)
+    picks = _picks(names, wrt)
     leaves, args, upcast = {}, [], []
     for i, a in enumerate(inputs):
         if isinstance(a, torch.Tensor) and a.is_floating_point():
@@ -412,6 +421,24 @@ def _function_check(cls, args, server, options) -> dict:
         _unreached(report, note)
     except TracerError as exc:
         return {"function": cls.__name__, "source": where, "verdict": "undecided", "detail": f"not checked: {exc}"}
+    return _function_entry(cls, report, note, entries)
+
+
+def _same_as_whole(fn, calls: list, leaves: dict, opaque_nodes: list) -> bool:
+    """Whether the check of fn is the one custom Function call's own check: fn is `MyFn.apply` (torch's idiom)
+    and the Function ran once, on the checked tensors themselves -- the same forward, leaves, cotangent and
+    backward, so its own capture and verification would repeat the whole check's (half of a tiny check's time)."""
+    cls = getattr(fn, "function_class", None)
+    if cls is None or opaque_nodes or len(calls) != 1 or calls[0][0] is not cls:
+        return False
+    args = calls[0][1]
+    wanted = [a for a in args if isinstance(a, torch.Tensor) and a.requires_grad]
+    return len(wanted) == len(leaves) and all(any(a is leaf for leaf in leaves.values()) for a in wanted)
+
+
+def _function_entry(cls, report: Report, note: dict, entries: list) -> dict:
+    """A custom Function's entry of report.data["custom_functions"], from the verification of its own graph."""
+    where = opaque.backward_line(cls)
     problems = [f"torch's gradient of {', '.join(note['unreached'])} is nonzero, but the output does not depend "
                 "on it" for _ in [1] if note.get("unreached")] + \
         [f"{f.node}: {f.detail}" for f in report.findings if f.severity == "error"] + \
