@@ -5,8 +5,9 @@ import hashlib
 import math
 from dataclasses import dataclass
 
+from statistics import NormalDist
+
 import numpy as np
-from scipy.special import ndtri
 
 from .fd_formulas import projection_step
 
@@ -19,7 +20,9 @@ PROJECT_COLUMNS = 8192
 # two elements whose sign columns agree in every direction (1 pair in 2^k) move every value alike, and two
 # opposite errors on them cancel; with these, columns agree in all k entries about once in 10^(2k)
 LEVEL_SCALE = 40.0
-_Q = ndtri((np.arange(256) + 0.5) / 256) * LEVEL_SCALE
+# (the standard library's quantile, not scipy.special.ndtri: the same levels -- no quantile here is within 1e-3 of a
+# rounding boundary, and the two agree to 1e-15 -- without scipy's 0.3 s import in every process)
+_Q = np.array([NormalDist().inv_cdf((b + 0.5) / 256) for b in range(256)]) * LEVEL_SCALE
 LEVELS = (np.sign(_Q) * np.maximum(1.0, np.rint(np.abs(_Q)))).astype(np.int8)
 LEVEL_RMS = float(np.sqrt(np.mean(LEVELS.astype(np.float64) ** 2)))
 

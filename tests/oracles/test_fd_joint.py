@@ -12,7 +12,7 @@ import pytest
 
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
-from gradcheck_svc.oracles.fd_joint import LEVEL_RMS
+from gradcheck_svc.oracles.fd_joint import LEVEL_RMS, LEVEL_SCALE, LEVELS
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.oracles.symbolic import SymbolicOptions
 from gradcheck_svc.ops.base import FLOAT, OpDef, Spec
@@ -48,6 +48,15 @@ def test_chain_256_is_screened_jointly_and_passes(chain_doc):
     assert np.allclose(row["reference"], row["engine_projection"], rtol=1e-6, atol=1e-7)
     assert (f"finite differences: {len(by['joint'])} parameters screened jointly (16 directions spanning them all), "
             f"0 flagged and checked on their own; {len(by['full'])} full") in report.to_text()
+
+
+def test_direction_levels_are_scipy_s_normal_quantiles_rounded():
+    """The levels come from the standard library's normal quantile (no scipy import in every process): they
+    are the ones scipy.special.ndtri gives, level for level, so no direction changed with the swap."""
+    from scipy.special import ndtri
+
+    q = ndtri((np.arange(256) + 0.5) / 256) * LEVEL_SCALE
+    assert np.array_equal(LEVELS, (np.sign(q) * np.maximum(1.0, np.rint(np.abs(q)))).astype(np.int8))
 
 
 def test_joint_differences_are_the_sum_of_each_blocks_projection():
