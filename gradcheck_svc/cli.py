@@ -386,12 +386,8 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
                              limit=exc.limit) from None
         # imported here from the bytes a client sends (external data embedded), decoded once: the HTML
         # report draws the same message that was verified; a split's processes import it once (fd_graph.py)
-        from pathlib import Path
-
         budget = FoldBudget.from_limits(limits)
-        key = None if fd_mode is None or args.onnx_inputs or args.onnx_cotangent else _graph_key(
-            model.data, model.options.SerializeToString(deterministic=True) if model.options else b"",
-            repr((budget, Path(path).stem, bool(getattr(args, "allow_nonfinite", False)))).encode())
+        key = None if fd_mode is None else _onnx_key(path, args, model, budget)
         imported = message = _split_decoded(fd_mode, key, lambda: _onnx_graph(path, args, budget, model.data))
     else:
         key = None if fd_mode is None else _file_key(path)
@@ -417,20 +413,30 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
                                           fd_source=fd_shards.ShardSource(fd_mode[1], content, options)))
 
 
-def _graph_key(*parts: bytes) -> str:
-    from .verify.fd_graph import graph_key
-
-    return graph_key(*parts)
-
-
 def _file_key(path: str) -> str | None:
-    """A graph file's decode key (fd_graph.py); None where it cannot be read (the decoder says why)."""
+    """A graph file's decode key (verify/fd_graph.py); None where it cannot be read (the decoder says why)."""
     from pathlib import Path
 
+    from .verify.fd_graph import graph_key
+
     try:
-        return _graph_key(Path(path).read_bytes(), b"graph file")
+        return graph_key(Path(path).read_bytes(), b"graph file")
     except OSError:
         return None
+
+
+def _onnx_key(path: str, args, model, budget) -> str | None:
+    """An ONNX import's key (verify/fd_graph.py): the model's bytes (external data embedded), the import flags,
+    the folding budget, the name and --allow-nonfinite. None (imported every time) for a model not read here
+    (the importer says why) or with --input / --cotangent files, whose external data is read beside them."""
+    from pathlib import Path
+
+    from .verify.fd_graph import graph_key
+
+    if not model.data or model.options is None or args.onnx_inputs or args.onnx_cotangent:
+        return None
+    return graph_key(model.data, model.options.SerializeToString(deterministic=True),
+                     repr((budget, Path(path).stem, bool(getattr(args, "allow_nonfinite", False)))).encode())
 
 
 def _split_decoded(fd_mode, key, decode):
