@@ -169,7 +169,8 @@ def main() -> None:
     a = ap.parse_args()
     # the model's bytes and its values are over the service's default limits at full width: raised, as the
     # error messages say
-    opts = ["--max-message-bytes", "1000000000", "--max-elements", "100000000",
+    # and the single process's time limit is a split's (3600 s): on a loaded machine 64x64 runs past the 120 s default
+    opts = ["--max-message-bytes", "1000000000", "--max-elements", "100000000", "--max-request-seconds", "3600",
             *([] if a.fd is None else ["--fd", a.fd])]
     counts = [int(c) for c in a.shards.split(",")]
     with tempfile.TemporaryDirectory() as tmp:
