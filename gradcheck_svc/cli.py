@@ -379,10 +379,13 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
             raise LimitError(exc.reason + _weights_over(model.data, limits.max_elements), field=exc.field,
                              limit=exc.limit) from None
         # imported here from the bytes a client sends (external data embedded), decoded once: the HTML
-        # report draws the same message that was verified
-        imported = message = _onnx_graph(path, args, FoldBudget.from_limits(limits), model.data)
+        # report draws the same message that was verified; a split's processes import it once (fd_graph.py)
+        budget = FoldBudget.from_limits(limits)
+        key = None if fd_mode is None else _onnx_key(path, args, model, budget)
+        imported = message = _split_decoded(fd_mode, key, lambda: _onnx_graph(path, args, budget, model.data))
     else:
-        message = parse_graph(path)
+        key = None if fd_mode is None else _file_key(path)
+        message = _split_decoded(fd_mode, key, lambda: parse_graph(path))
         if claims is not None:
             from gradcheck_core.claims import with_claims
 
@@ -403,6 +406,44 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     # read once the graph validated: a bad graph is named before its shards are
     return message, verify_request(request, limits, **ask,
                                    fd_source=fd_shards.ShardSource(fd_mode[1], content, options))
+
+
+def _file_key(path: str) -> str | None:
+    """A graph file's decode key (verify/fd_graph.py); None where it cannot be read (the decoder says why)."""
+    from pathlib import Path
+
+    from .verify.fd_graph import graph_key
+
+    try:
+        return graph_key(Path(path).read_bytes(), b"graph file")
+    except OSError:
+        return None
+
+
+def _onnx_key(path: str, args, model, budget) -> str | None:
+    """An ONNX import's key (verify/fd_graph.py): the model's bytes (external data embedded), the import flags,
+    the folding budget, the name and --allow-nonfinite. None (imported every time) for a model not read here
+    (the importer says why) or with --input / --cotangent files, whose external data is read beside them."""
+    from pathlib import Path
+
+    from .verify.fd_graph import graph_key
+
+    if not model.data or model.options is None or args.onnx_inputs or args.onnx_cotangent:
+        return None
+    return graph_key(model.data, model.options.SerializeToString(deterministic=True),
+                     repr((budget, Path(path).stem, bool(getattr(args, "allow_nonfinite", False)))).encode())
+
+
+def _split_decoded(fd_mode, key, decode):
+    """decode()'s graph message; in an FD split, decoded once and kept beside the shards (verify/fd_graph.py)."""
+    if fd_mode is None:
+        return decode()
+    from gradcheck.v1 import graph_pb2
+
+    from .verify.fd_graph import decoded
+
+    return decoded(fd_mode[3] if fd_mode[0] == "shard" else fd_mode[1], key, graph_pb2.Graph, decode,
+                   write=fd_mode[0] == "shard")
 
 
 def outcomes_of(runs) -> list:

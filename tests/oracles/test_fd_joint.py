@@ -12,7 +12,7 @@ import pytest
 
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
-from gradcheck_svc.oracles.fd_joint import LEVEL_RMS
+from gradcheck_svc.oracles.fd_joint import LEVEL_RMS, LEVEL_SCALE, LEVELS
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.oracles.symbolic import SymbolicOptions
 from gradcheck_svc.ops.base import FLOAT, OpDef, Spec

@@ -95,7 +95,10 @@ def check_split(graph: Path, tmp_path: Path, opts: tuple, want: dict, code: int)
         else:
             assert rows == [None] * count, lines
         seen.append(rows)
-        assert sorted(p.name for p in out.iterdir()) == [f"fd-shard-{i:04d}-of-{count:04d}.npz" for i in range(count)]
+        files = sorted(p.name for p in out.iterdir())
+        # the shards' files and the graph they decoded once (verify/fd_graph.py), which the merge reads
+        assert files[1:] == [f"fd-shard-{i:04d}-of-{count:04d}.npz" for i in range(count)]
+        assert files[0].startswith("fd-graph-") and files[0].endswith(".pb"), files
         merged = cli(str(graph), *opts, "--fd-from", str(out), "--format", "json")
         assert merged.returncode == code, merged.stderr
         got = json.loads(merged.stdout)
@@ -191,6 +194,13 @@ def test_merge_refuses_missing_foreign_and_mismatched_shards(tmp_path):
     other.write_text(mlp(seed=1))
     r = cli(str(other), *FULL, "--fd-from", str(out))
     assert r.returncode == 2 and "was made from another graph" in r.stderr, r.stderr
+    # the shards' own file edited after they ran: decoded again (the graph the shards kept is keyed by the file's
+    # bytes), so refused as another graph -- never the shards' graph reported under the edited file's name
+    kept = graph.read_text()
+    graph.write_text(mlp(seed=1))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
+    assert r.returncode == 2 and "was made from another graph" in r.stderr, r.stderr
+    graph.write_text(kept)
     # a shard re-run under another count into the same directory: the mix is refused, naming the files
     r = cli(str(graph), *FULL, "--fd-shard-count", "2", "--fd-out", str(out), index=0)
     assert r.returncode == 0, r.stderr
@@ -226,6 +236,23 @@ def test_merge_refuses_missing_foreign_and_mismatched_shards(tmp_path):
     rows = {p["name"]: p for p in json.loads(r.stdout)["parameters"]}
     before = {p["name"]: p for p in good["parameters"]}
     assert np.allclose(np.asarray(rows[name["p"]]["reference"]), np.asarray(before[name["p"]]["reference"]) + 1.0)
+
+
+def test_a_damaged_kept_graph_is_decoded_again(tmp_path):
+    """The graph the shards decoded once (verify/fd_graph.py) carries its digest: a damaged copy is not read as
+    a graph; the merge decodes the file itself and still prints the single process's report."""
+    graph = tmp_path / "mlp.json"
+    graph.write_text(mlp())
+    want = json.loads(cli(str(graph), *FULL, "--format", "json").stdout)
+    out = tmp_path / "fd"
+    run_shards(graph, out, 1, *FULL)
+    [kept] = out.glob("fd-graph-*.pb")
+    data = bytearray(kept.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    kept.write_bytes(bytes(data))
+    r = cli(str(graph), *FULL, "--fd-from", str(out), "--format", "json")
+    assert r.returncode == 0, r.stderr
+    assert without_timings(json.loads(r.stdout)) == without_timings(want)
 
 
 def rewrite(path: Path, change) -> None:
@@ -284,8 +311,10 @@ def test_shards_through_object_storage(tmp_path, s3):  # noqa: F811 -- the fixtu
     for i in range(2):
         r = cli(str(graph), "--fd-shard-count", "2", "--fd-out", url, index=i)
         assert r.returncode == 0 and f"-> {url}/fd-shard-000{i}-of-0002.npz" in r.stdout, r.stderr
-    assert sorted(p.rsplit("/", 1)[1] for p in fs.ls("fd-shards/runs/model-1")) == [
-        "fd-shard-0000-of-0002.npz", "fd-shard-0001-of-0002.npz"]
+    files = sorted(p.rsplit("/", 1)[1] for p in fs.ls("fd-shards/runs/model-1"))
+    # the shards' files and the graph decoded once (verify/fd_graph.py), one object each
+    assert files[1:] == ["fd-shard-0000-of-0002.npz", "fd-shard-0001-of-0002.npz"]
+    assert files[0].startswith("fd-graph-"), files
     merged = cli(str(graph), "--fd-from", url, "--format", "json")
     assert merged.returncode == 0, merged.stderr
     assert without_timings(json.loads(merged.stdout)) == without_timings(want)
@@ -313,7 +342,8 @@ def test_time_limits_are_retried_and_bad_input_is_not(tmp_path):
     assert r.stderr.strip() == ("gradcheck-svc: fd shard 1/2: over the time limit, retry (exit 75): verification "
                                 "exceeded the per-request limit of 2 s (raise it with --max-request-seconds)")
     assert time.monotonic() - start < LIMIT + SLACK  # unbounded, the einsum runs for minutes
-    assert not (tmp_path / "fd").exists()  # nothing written: the retry computes it whole
+    # no shard file written: the retry computes it whole (from the graph decoded once, verify/fd_graph.py)
+    assert [p.name[:9] for p in (tmp_path / "fd").iterdir()] == ["fd-graph-"]
 
     graph = tmp_path / "mlp.json"
     graph.write_text(mlp())
