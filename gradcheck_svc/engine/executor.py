@@ -395,4 +395,42 @@ def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selec
         if y is not None:
             return y
     xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
+    if step.op.multilinear:
+        y = multilinear_step(xp, step, xs, batched, base)
+        if y is not None:
+            return y
     return run_step_batched(xp, step, xs, batched)
+
+
+def multilinear_step(xp, step: Step, xs: list, batched: list, base: dict):
+    """A complex step through a multilinear op (OpDef.multilinear) on (real, imaginary) pairs of real
+    arrays: every copy's real part is the base's output (shared: the copies' real parts are the base point,
+    up to h^2), its imaginary part the sum over the batched factors k of the forward at (Im x_k, the other
+    factors' base values) -- each term one real product, where NumPy's complex product costs four. Inputs
+    after the factors only add (conv's bias): their imaginary parts join the first term, and an unbatched
+    one is left out. None where this does not apply (a batched input that is not complex, no factor
+    batched, the additive inputs partly batched): the step then runs on its complex inputs as they are."""
+    form = step.op.multilinear
+    factors = list(range(len(xs))) if form == "all" else [k for k in form if k < len(xs)]
+    rest = [j for j in range(len(xs)) if j not in factors]
+    if (not any(batched[k] for k in factors) or any(b and not xp.iscomplexobj(x) for x, b in zip(xs, batched))
+            or len({batched[j] for j in rest}) > 1):
+        return None
+    imag = None
+    for k in (k for k in factors if batched[k]):
+        args = [xp.ascontiguousarray(xs[k].imag) if j == k else base[step.inputs[j]] for j in factors]
+        flags = [j == k for j in factors]
+        if imag is None and rest and batched[rest[0]]:
+            args += [xp.ascontiguousarray(xs[j].imag) for j in rest]
+            flags += [True] * len(rest)
+        term = run_step_batched(xp, step, args, flags)
+        if imag is None:
+            imag = term
+        elif imag.shape == term.shape:
+            imag += term
+        else:
+            imag = imag + term
+    out = xp.empty(imag.shape, dtype=xp.result_type(imag.dtype, xp.complex64))
+    out.real = base[step.name]
+    out.imag = imag
+    return out

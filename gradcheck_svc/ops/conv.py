@@ -222,6 +222,7 @@ register(OpDef(
     name="conv", forward=_conv, vjp=_conv_vjp, infer=_infer, arity=None, input_kinds=(FLOAT,),
     attrs={**WINDOW_ATTRS, "group": Attr("int", 1, doc="channel groups; group == C is depthwise")},
     save=_save, cases=_cases, sliced=_sliced, sliced_axes=(1, 0, 0),  # X's channels, W's filters, B
+    multilinear=(0, 1),  # in X and W; the bias adds
     scratch=_scratch,
     doc="ONNX Conv: X (N, C, *S) * W (M, C/group, *K) + B (M); im2col + one batched GEMM"))
 
@@ -292,4 +293,5 @@ register(OpDef(
            "group": Attr("int", 1, doc="channel groups"),
            "output_padding": Attr("ints", None, doc="extra size at the end of each spatial axis (< stride)")},
     save=_save, cases=_transpose_cases, scratch=_scratch_transpose,
+    multilinear=(0, 1),  # in X and W; the bias adds
     doc="ONNX ConvTranspose: the adjoint of conv in its input, X (N, C, *S) * W (C, M/group, *K) + B (M)"))
