@@ -187,6 +187,9 @@ class OpDef:
     # (A Bi + Ai B: two real products where NumPy's complex one costs four) -- still the forward's own
     # arithmetic, dropping only Ai Bi, an h^2 term of the real part.
     multilinear: tuple[int, ...] | str = ()  # "all": every input given (einsum)
+    # A piecewise op whose frozen piece is linear in its one input (relu's mask, max_pool's gather): a complex
+    # step passes it as that piece applied to the imaginary part alone, its real part the base's output.
+    frozen_linear: bool = False
 
     @property
     def save_takes_needs_input_grad(self) -> bool:

@@ -87,10 +87,15 @@ def _conv(xp, x, w, b=None, *, geo, group, bias):
         y = xp.matmul(cols.reshape(-1, cols.shape[-1]), wm[0]).reshape(cols.shape[:-1] + wm.shape[-1:])
     else:
         y = xp.matmul(cols, wm)  # (*L, N, G, P, Mg): the one GEMM
+    del cols  # the windows (9x the input for a 3x3 kernel) are not held while the output is laid out
     y = xp.swapaxes(y, -1, -2)
     y = y.reshape(y.shape[:-3] + (y.shape[-3] * y.shape[-2],) + geo.out)
     if b is not None:
-        y = y + channel_view(b, k)
+        bias = channel_view(b, k)
+        if xp.result_type(y, bias) == y.dtype and y.base is None:  # y is a fresh array of our own: in place
+            y += bias
+        else:
+            y = y + bias
     return y
 
 

@@ -280,9 +280,27 @@ def test_a_multilinear_op_s_complex_step_on_real_pairs_is_its_complex_forward(na
     step = next(s for s in fd.program.steps if s.name == "y")
     rng, h = np.random.default_rng(3), 2.0 ** -30
     xs = [fd.base[n] + 1j * h * rng.standard_normal((2,) + np.shape(fd.base[n])) for n in step.inputs]
-    pairs = multilinear_step(np, step, xs, [True] * len(xs), fd.base)
-    assert pairs is not None and pairs.dtype == np.complex128
+    pairs = multilinear_step(np, step, xs, [True] * len(xs), fd.base).dense(np)
+    assert pairs.dtype == np.complex128
     plain = run_step_batched(np, step, xs, [True] * len(xs))
     size = run_step_batched(np, step, [np.abs(x.real) + 1j * np.abs(x.imag) for x in xs], [True] * len(xs))
     assert np.array_equal(pairs.real, np.broadcast_to(fd.base["y"], pairs.shape))
     assert np.max(np.abs(pairs.imag - plain.imag) / (size.imag + 1e-300)) <= 1e-14
+
+
+@pytest.mark.parametrize("name", [op.name for op in DIFFERENTIABLE if op.frozen_linear])
+def test_a_linear_frozen_piece_on_the_imaginary_part_alone_is_its_complex_piece(name):
+    """relu, leaky_relu, abs, max_pool (OpDef.frozen_linear): a complex step that reaches them as a Pair (a
+    multilinear op's output) passes as the piece applied to the imaginary part, equal to the complex piece
+    bit for bit (a mask, a sign, a gather: no rounding)."""
+    from gradcheck_svc.engine.executor import Pair, _batched_step
+    for i, case in enumerate(REGISTRY[name].cases(np.random.default_rng(1))):
+        fd = FiniteDifferences(op_graph(name, case, np.random.default_rng(2)))
+        step = next(s for s in fd.program.steps if s.name == "y")
+        (x,) = step.inputs
+        imag = np.random.default_rng(3).standard_normal((2,) + np.shape(fd.base[x]))
+        selection = fd.frozen[step.name]
+        got = _batched_step(np, step, {x: Pair(fd.base[x], imag)}, fd.base, [True], selection)
+        want = _batched_step(np, step, {x: Pair(fd.base[x], imag).dense(np)}, fd.base, [True], selection)
+        assert isinstance(got, Pair) and not isinstance(want, Pair), i
+        np.testing.assert_array_equal(got.dense(np), want, err_msg=f"case {i}")
