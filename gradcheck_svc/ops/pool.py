@@ -78,10 +78,10 @@ def _max_pool_frozen(xp, first, x, geo):
     every window (as large as the input: a complex-step copy's peak)."""
     k = geo.k
     at = xp.unravel_index(first, geo.kernel)  # the kernel offset per output element, (N, C, *out) each
-    grid = xp.indices(geo.out, sparse=True)
     flat = 0
     for i in range(k):  # the row-major position in the padded spatial block
-        flat = flat * geo.padded[i] + grid[i] * geo.strides[i] + at[i] * geo.dilations[i]
+        o = xp.arange(geo.out[i]).reshape((-1,) + (1,) * (k - 1 - i))  # the window's index along axis i
+        flat = flat * geo.padded[i] + o * geo.strides[i] + at[i] * geo.dilations[i]
     xpad = pad_spatial(xp, x, geo, -np.inf)
     src = xpad.reshape(xpad.shape[:-k] + (-1,))  # (..., N, C, prod(padded))
     idx = flat.reshape((1,) * (src.ndim - first.ndim + k - 1) + first.shape[:-k] + (-1,))
