@@ -127,7 +127,7 @@ class FiniteDifferences:
         # complex steps wherever the path allows (fd_complex.py); the rest keep central differences
         # (a loss that is not finite: central differences give NaN, as the non-finite diagnosis expects, where
         # an imaginary part would still carry a finite derivative of an infinite loss)
-        off = ("complex step off" if not self.options.complex_step else "frozen branches off"
+        off = ("fd_method central" if self.options.method != cx.COMPLEX else "frozen branches off"
                if not self.options.frozen_branches else None if np.isfinite(self.loss) else "the loss is not finite")
         self._complex_on = off is None
         self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}

@@ -35,7 +35,7 @@ def cnn(c1: int = 32, c2: int = 64, batch: int = 4, size: int = 48):
 
 @pytest.mark.parametrize("complex_step", [False, True], ids=["central", "complex"])
 def test_a_verifications_peak_stays_near_twice_the_engines_training_peak(complex_step):
-    options = VerifyOptions(fd=FDOptions(complex_step=complex_step))
+    options = VerifyOptions(fd=FDOptions(method="complex" if complex_step else "central"))
     verify(cnn(4, 4, 1, 8), options)  # first-use allocations (imports, caches) out of the way
     graph = cnn()
     tracemalloc.start()
