@@ -6,6 +6,8 @@
    off), and against one real batched forward of the same copies (central differences need two).
 2. The matmul VJP for x[S, 1, D] @ W[D, N]: W's gradient as one product over the batch (ops/linalg.py) against
    the [S, D, N] stack of outer products summed afterwards (the rule before), and torch.
+3. A whole verification's peak (tracemalloc) over the engine's training peak, per method, on the CNN that
+   tests/verify/test_memory_verification.py bounds.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.:clients/python .venv/bin/python \
         bench/bench_complex_pairs.py [--reps 7]
@@ -101,6 +103,26 @@ def part_two(reps, s=512, d=256, n=256):
                  for k in ("stack", "one", "torch")]))
 
 
+def part_three():
+    import tracemalloc
+
+    from plants import cnn as plants_cnn
+
+    from gradcheck_svc.oracles.fd_plan import FDOptions
+    from gradcheck_svc.verify import VerifyOptions, verify
+    rows = []
+    for method in ("complex", "central"):
+        options = VerifyOptions(fd=FDOptions(method=method))
+        verify(plants_cnn(4, 4, 1, 8), options)  # first-use allocations out of the way
+        tracemalloc.start()
+        report = verify(plants_cnn(32, 64, 4, 48), options)
+        peak = tracemalloc.get_traced_memory()[1]
+        tracemalloc.stop()
+        training = report.memory["training_peak_bytes"]
+        rows.append([method, f"{peak / 2**20:.1f} MiB", f"{training / 2**20:.2f} MiB", f"{peak / training:.2f}x"])
+    print(table(["CNN verification (fd_method)", "peak", "training peak", "ratio"], rows))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
@@ -109,6 +131,7 @@ def main():
     print(machine())
     part_one(args.reps)
     part_two(args.reps)
+    part_three()
 
 
 if __name__ == "__main__":
