@@ -92,7 +92,7 @@ def _conv(xp, x, w, b=None, *, geo, group, bias):
     y = y.reshape(y.shape[:-3] + (y.shape[-3] * y.shape[-2],) + geo.out)
     if b is not None:
         bias = channel_view(b, k)
-        if xp.result_type(y, bias) == y.dtype and y.base is None:  # y is a fresh array of our own: in place
+        if y.dtype == bias.dtype and getattr(y, "base", y) is None:  # a fresh array of our own: in place
             y += bias
         else:
             y = y + bias
