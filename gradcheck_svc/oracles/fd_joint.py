@@ -93,9 +93,9 @@ class JointDirections:
     def least_error(self, p: str, reach: np.ndarray) -> np.ndarray:
         """(n_p,): per element, the least error that moves some direction j past reach[j] (reach: (k,), what a
         direction's value must move by to fail): min_j reach_j / (weight |s_ji|) -- the power of the
-        directions for that element, in column pieces; the first len(reach) directions (those evaluated)."""
+        directions for that element, in column pieces."""
         reach = np.asarray(reach, dtype=np.float64)[:, None]
-        s, out = self.signs[p][:len(reach)], np.empty(self.signs[p].shape[1])
+        s, out = self.signs[p], np.empty(self.signs[p].shape[1])
         for lo in range(0, out.size, PROJECT_COLUMNS):
             a = np.abs(s[:, lo:lo + PROJECT_COLUMNS].astype(np.float64))
             out[lo:lo + PROJECT_COLUMNS] = np.min(reach / a, axis=0) / self.weight[p]

@@ -52,7 +52,6 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..oracles.fd_joint import PROJECT_COLUMNS
 from ..oracles.finite_diff import FDResult
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
@@ -63,7 +62,6 @@ LEAF = 64  # elements: a failing block this small has each element checked by or
 WIDE_LEAF = 1024  # a failing block whose halves both pass is checked element by element up to this size
 MAX_LEAVES = 8  # blocks checked element by element before the flag is left undecided
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
-MIN_DIRECTIONS = 4  # complex steps: the fewest leading directions a screen evaluates (then 8, 16, ... up to k)
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
 
@@ -189,8 +187,6 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
             bisect(half, rows[failing], floor[failing])
 
     every = np.arange(dirs.k)
-    if resolve and first_pass is None and fd.method_for(params) == "complex":  # fewer where the power allows
-        every = np.arange(directions_needed(dirs, gradients, params, tol, _floor(a2, params, every, np.inf), c))
     top, top_floor, failing, ratio = check(params, every, np.inf, first_pass and first_pass(dirs, params))
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
@@ -200,7 +196,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     # narrowed on the screen's own directions down to elements, checked by ordinary differences
     narrowed = {p: narrow(fd, dirs, p, gradients[p], *flagged[p], tol)
                 for p in params if p in flagged and fd.own_mode(p) == "projection"}
-    screen = JointScreen(params, dirs, np.sum([c[p][every] for p in params], axis=0), top.reference, top.error,
+    screen = JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
                          top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
                          narrowed)
     # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
@@ -236,36 +232,6 @@ def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray,
         if blind.any():
             out[p] = (int(blind.sum()), float(np.max(ratio)))
     return out
-
-
-def directions_needed(dirs, gradients: dict, params: list[str], tol: Tolerance, floor: np.ndarray, c: dict) -> int:
-    """The fewest leading directions -- MIN_DIRECTIONS, twice that, ... up to dirs.k -- whose power resolves, before
-    anything is evaluated, every element and every pair of neighbouring elements (flat order: a swap, an
-    off-by-one) of every block at RESOLVE x its own bound. The power per element with the first m directions:
-    e_i(m) = min_(j<m) reach_j / (w |s_ji|), reach_j = floor_j + 2 x the complex step's error bound of value j,
-    ROUND eps |D_j| (fd_complex.first_noise; D_j ~ the engine's projection, SAFETY x that here) -- no eps |L| / h
-    term, so the tolerance and the directions alone set it; a pair (i, i + 1) wrong by +-RESOLVE x its own
-    bounds moves direction j by w RESOLVE |s_ji b_i - s_j(i+1) b_(i+1)|. The screen's own statement after its
-    first pass (_unresolved, with the errors as evaluated) still decides what is resolved; this only sizes it."""
-    from ..oracles.fd_complex import SAFETY, first_noise
-    reach = floor + 2 * SAFETY * first_noise(np.sum([c[p] for p in params], axis=0))
-    need = 1
-    for p in params:
-        w = dirs.weight[p]
-        if w <= 0:
-            continue
-        b = _element_bounds(gradients[p], tol)
-        for lo in range(0, b.size, PROJECT_COLUMNS):  # column pieces (k x n float64 would be GBs), one overlap
-            hi = min(b.size, lo + PROJECT_COLUMNS + 1)
-            moved = dirs.signs[p][:, lo:hi] * (w * RESOLVE / reach[:, None]) * b[lo:hi]  # in reaches
-            for seen in (np.abs(moved) >= 1, np.abs(moved[:, :-1] - moved[:, 1:]) >= 1):
-                if seen.size:
-                    first = np.where(seen.any(axis=0), np.argmax(seen, axis=0) + 1, dirs.k)  # directions to see
-                    need = max(need, int(first.max()))
-    m = MIN_DIRECTIONS
-    while m < need:
-        m *= 2
-    return min(m, dirs.k)
 
 
 def _evaluated_elsewhere(fd, dirs, params, values) -> FDResult:

@@ -219,8 +219,7 @@ def _symbolic_row(name: str, g: np.ndarray, fd_row: FDRow, symbolic, screen, nar
     sym = symbolic.gradients[name]
     if fd_row.screen is Screen.CLEARED:
         if screen.sym_of_fd is None:
-            used = len(screen.engine)  # the leading directions the screen evaluated (directions_needed)
-            screen.sym_of_fd = sum(screen.directions.project(p, symbolic.gradients[p])[:used] for p in screen.params)
+            screen.sym_of_fd = sum(screen.directions.project(p, symbolic.gradients[p]) for p in screen.params)
         exact = screen.sym_of_fd
     else:
         exact = fd_row.directions @ sym.reshape(-1) if fd_row.mode is FDMode.PROJECTION else sym

@@ -304,31 +304,3 @@ def test_a_linear_frozen_piece_on_the_imaginary_part_alone_is_its_complex_piece(
         want = _batched_step(np, step, {x: Pair(fd.base[x], imag).dense(np)}, fd.base, [True], selection)
         assert isinstance(got, Pair) and not isinstance(want, Pair), i
         np.testing.assert_array_equal(got.dense(np), want, err_msg=f"case {i}")
-
-
-def test_the_screen_takes_the_fewest_directions_that_resolve_every_element_and_neighbouring_pair():
-    """Complex steps leave no rounding term, so the power is the tolerance's and the directions' alone, known
-    before anything is evaluated (joint_check.directions_needed): the screen evaluates MIN_DIRECTIONS, 2x, ...
-    leading directions, the fewest whose power sees every element, and every pair of neighbouring elements
-    wrong in opposite directions, at RESOLVE x its own bound; a pair its first directions cannot tell apart
-    takes more."""
-    from gradcheck_svc.verify.joint_check import (MIN_DIRECTIONS, RESOLVE, _directions, _element_bounds, _floor,
-                                                  directions_needed, joint_screen)
-    graph = mlp(width=16, depth=2)
-    fd = FiniteDifferences(graph, FDOptions(mode="joint", projection_threshold=100))
-    grads = {k: np.asarray(v, dtype=np.float64) for k, v in _engine_gradients(fd).items()}
-    params, tol = list(graph.parameters), Tolerance.for_dtype("float64")
-    screen = joint_screen(fd, grads, params, tol)
-    assert len(screen.reference) == screen.evaluations == MIN_DIRECTIONS < fd.options.directions
-    assert screen.unresolved == {}
-    for p in params:  # the statement after the first pass, with the values as evaluated
-        assert np.all(screen.power[p] <= RESOLVE * _element_bounds(grads[p], tol)), p
-    dirs, a2 = _directions(fd, grads, params, tol, 1.0, True)
-    c = {p: dirs.project(p, grads[p]) for p in params}
-    floor = _floor(a2, params, np.arange(dirs.k), np.inf)
-    assert directions_needed(dirs, grads, params, tol, floor, c) == MIN_DIRECTIONS
-    grads["W0"].reshape(-1)[1] = grads["W0"].reshape(-1)[0]  # equal bounds ...
-    s = dirs.signs["W0"]
-    s[:MIN_DIRECTIONS, 1] = s[:MIN_DIRECTIONS, 0]  # ... and equal levels: no leading direction tells them apart
-    s[MIN_DIRECTIONS:, 1] = -s[MIN_DIRECTIONS:, 0]
-    assert directions_needed(dirs, grads, params, tol, floor, c) > MIN_DIRECTIONS
