@@ -49,7 +49,7 @@ def one(width, dtype, scale, offset, target, pair, complex_step) -> tuple[bool, 
     """(found and localized, |L|, seconds) for one plant."""
     graph = {"width": width, "depth": 2, "scale": scale, "offset": offset, "dtype": dtype}
     # the symbolic oracle off: finite differences are the subject (and the only reference at scale)
-    options = VerifyOptions(dtype=dtype, fd=FDOptions(complex_step=complex_step),
+    options = VerifyOptions(dtype=dtype, fd=FDOptions(method="complex" if complex_step else "central"),
                             symbolic=SymbolicOptions(enabled=False))
     clean = verify(mlp(**graph), options)
     g = next(p for p in clean.parameters if p.name == target).gradient

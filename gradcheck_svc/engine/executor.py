@@ -336,8 +336,28 @@ class _Piece:
     forward: object
 
 
+@dataclass(frozen=True)
+class Pair:
+    """A complex-step value carried as its imaginary part alone, (B, *shape) real, its real part the base's
+    value (unbatched, shared by every copy): what multilinear ops (multilinear_step) and linear frozen pieces
+    (OpDef.frozen_linear) pass on to each other without a complex copy; dense() for any other op."""
+
+    real: object
+    imag: object
+
+    @property
+    def nbytes(self) -> int:
+        return self.imag.nbytes
+
+    def dense(self, xp):
+        out = xp.empty(self.imag.shape, dtype=xp.result_type(self.imag.dtype, xp.complex64))
+        out.real = self.real
+        out.imag = self.imag
+        return out
+
+
 def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict, stats: dict | None = None,
-                    frozen: dict | None = None):
+                    frozen: dict | None = None, complex_steps: bool = False):
     """Loss values for a stack of perturbed inputs.
 
     overrides: name -> the B perturbed copies replacing that value, as an array (B, *shape) or as
@@ -350,7 +370,10 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     sizes the next chunk. frozen: selections(program, ...) of the base -- each piecewise step is
     evaluated on the piece it took there (OpDef.frozen), a HELD one keeps its base value.
     Each batched value is released after its last consumer ran, as forward() does for inference (a
-    chunk of whole-graph copies held every one of them to the end: the joint screen's peak)."""
+    chunk of whole-graph copies held every one of them to the end: the joint screen's peak).
+    complex_steps: the overrides are complex steps, x + i h v with x the base's value (oracles/fd_complex.py),
+    so multilinear ops and linear frozen pieces may run on (real, imaginary) pairs (multilinear_step, Pair),
+    the base's output standing for every copy's real part; arbitrary complex copies are evaluated as given."""
     xp = backend.xp
     values = dict(overrides)  # the batched values only; the rest come from base
     frozen = frozen or {}
@@ -360,7 +383,7 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
             batched = [n in values for n in step.inputs]
             if not any(batched):
                 continue
-            y = _batched_step(xp, step, values, base, batched, frozen.get(step.name))
+            y = _batched_step(xp, step, values, base, batched, frozen.get(step.name), complex_steps)
             if y is not None:
                 values[step.name] = y
                 made += (y.values if isinstance(y, Sliced) else y).nbytes
@@ -373,7 +396,7 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
         out = xp.broadcast_to(xp.reshape(base[program.output], (1,)), (len(next(iter(overrides.values()))),))
     else:
         raise ValueError("overrides do not reach the output")
-    if isinstance(out, Sliced):
+    if isinstance(out, (Sliced, Pair)):
         out = out.dense(xp)
     if stats is not None:
         stats["row_bytes"] = (made + sum((v.values if isinstance(v, Sliced) else v).nbytes
@@ -381,12 +404,20 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     return out.reshape(out.shape[0])
 
 
-def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selection):
+def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selection, pairs: bool = False):
     """One step of forward_batched on its batched inputs (values) and the base's others; None for a HELD
     step (its base value stands for every copy)."""
     xs = [values[n] if b else base[n] for n, b in zip(step.inputs, batched)]
     if selection is HELD:
         return None
+    if any(isinstance(x, Pair) for x in xs):
+        if selection is not None and step.op.frozen_linear and len(xs) == 1:  # the piece on Im x alone
+            return Pair(base[step.name], frozen_step(xp, step, selection, [xs[0].imag], batched))
+        if selection is None and step.op.multilinear:
+            y = multilinear_step(xp, step, xs, batched, base)
+            if y is not None:
+                return y
+        xs = [x.dense(xp) if isinstance(x, Pair) else x for x in xs]
     if selection is not None:
         return frozen_step(xp, step, selection, xs, batched, base[step.name])
     rule = step.op.slice_rule
@@ -395,4 +426,42 @@ def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selec
         if y is not None:
             return y
     xs = [x.dense(xp) if isinstance(x, Sliced) else x for x in xs]
+    if pairs and step.op.multilinear:
+        y = multilinear_step(xp, step, xs, batched, base)
+        if y is not None:
+            return y
     return run_step_batched(xp, step, xs, batched)
+
+
+def multilinear_step(xp, step: Step, xs: list, batched: list, base: dict):
+    """A complex step through a multilinear op (OpDef.multilinear) on (real, imaginary) pairs of real
+    arrays: every copy's real part is the base's output (shared: the copies' real parts are the base point,
+    up to h^2), its imaginary part the sum over the batched factors k of the forward at (Im x_k, the other
+    factors' base values) -- each term one real product, where NumPy's complex product costs four -- returned
+    as a Pair (the imaginary part alone; a Pair input's is read as it is). Inputs after the factors only add
+    (conv's bias): their imaginary parts join the first term, and an unbatched one is left out. None where
+    this does not apply (a batched input that is not complex, no factor batched, the additive inputs partly
+    batched): the step then runs on its complex inputs as they are."""
+    form = step.op.multilinear
+    factors = list(range(len(xs))) if form == "all" else [k for k in form if k < len(xs)]
+    rest = [j for j in range(len(xs)) if j not in factors]
+    if (not any(batched[k] for k in factors) or len({batched[j] for j in rest}) > 1
+            or any(b and not (isinstance(x, Pair) or xp.iscomplexobj(x)) for x, b in zip(xs, batched))):
+        return None
+    im = [(x.imag if isinstance(x, Pair) else xp.ascontiguousarray(x.imag)) if b else None
+          for x, b in zip(xs, batched)]  # a complex array's imaginary part is a strided view: BLAS wants rows
+    imag = None
+    for k in (k for k in factors if batched[k]):
+        args = [im[k] if j == k else base[step.inputs[j]] for j in factors]
+        flags = [j == k for j in factors]
+        if imag is None and rest and batched[rest[0]]:
+            args += [im[j] for j in rest]
+            flags += [True] * len(rest)
+        term = run_step_batched(xp, step, args, flags)
+        if imag is None:
+            imag = term
+        elif imag.shape == term.shape:
+            imag += term
+        else:
+            imag = imag + term
+    return Pair(base[step.name], imag)

@@ -179,6 +179,17 @@ class OpDef:
     # base inputs, complex_step(xs, attrs) -> bool: parameters upstream of it keep real central differences,
     # and the plan names it.
     complex_step: bool | Callable = True
+    # The leading inputs in which the forward is multilinear (matmul, conv, einsum: one entry of each in every
+    # product term); any later inputs only add to the output and may be left out (conv's bias). A complex
+    # step through such an op is written out on (real, imaginary) pairs (engine/executor.py multilinear_step):
+    # the real part is the base's output, shared by every copy, and each copy's imaginary part is the
+    # forward itself with one factor's imaginary part and the others' base values, summed over the factors
+    # (A Bi + Ai B: two real products where NumPy's complex one costs four) -- still the forward's own
+    # arithmetic, dropping only Ai Bi, an h^2 term of the real part.
+    multilinear: tuple[int, ...] | str = ()  # "all": every input given (einsum)
+    # A piecewise op whose frozen piece is linear in its one input (relu's mask, max_pool's gather): a complex
+    # step passes it as that piece applied to the imaginary part alone, its real part the base's output.
+    frozen_linear: bool = False
 
     @property
     def save_takes_needs_input_grad(self) -> bool:

@@ -87,10 +87,15 @@ def _conv(xp, x, w, b=None, *, geo, group, bias):
         y = xp.matmul(cols.reshape(-1, cols.shape[-1]), wm[0]).reshape(cols.shape[:-1] + wm.shape[-1:])
     else:
         y = xp.matmul(cols, wm)  # (*L, N, G, P, Mg): the one GEMM
+    del cols  # the windows (9x the input for a 3x3 kernel) are not held while the output is laid out
     y = xp.swapaxes(y, -1, -2)
     y = y.reshape(y.shape[:-3] + (y.shape[-3] * y.shape[-2],) + geo.out)
     if b is not None:
-        y = y + channel_view(b, k)
+        bias = channel_view(b, k)
+        if y.dtype == bias.dtype and getattr(y, "base", y) is None:  # a fresh array of our own: in place
+            y += bias
+        else:
+            y = y + bias
     return y
 
 
@@ -222,6 +227,7 @@ register(OpDef(
     name="conv", forward=_conv, vjp=_conv_vjp, infer=_infer, arity=None, input_kinds=(FLOAT,),
     attrs={**WINDOW_ATTRS, "group": Attr("int", 1, doc="channel groups; group == C is depthwise")},
     save=_save, cases=_cases, sliced=_sliced, sliced_axes=(1, 0, 0),  # X's channels, W's filters, B
+    multilinear=(0, 1),  # in X and W; the bias adds
     scratch=_scratch,
     doc="ONNX Conv: X (N, C, *S) * W (M, C/group, *K) + B (M); im2col + one batched GEMM"))
 
@@ -292,4 +298,5 @@ register(OpDef(
            "group": Attr("int", 1, doc="channel groups"),
            "output_padding": Attr("ints", None, doc="extra size at the end of each spatial axis (< stride)")},
     save=_save, cases=_transpose_cases, scratch=_scratch_transpose,
+    multilinear=(0, 1),  # in X and W; the bias adds
     doc="ONNX ConvTranspose: the adjoint of conv in its input, X (N, C, *S) * W (C, M/group, *K) + B (M)"))

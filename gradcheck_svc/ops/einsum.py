@@ -92,5 +92,5 @@ def _cases(rng):
 register(OpDef(
     name="einsum", forward=_forward, vjp=_vjp, infer=_infer, arity=None, input_kinds=(FLOAT,),
     attrs={"equation": Attr("str", doc="e.g. 'bij,bjk->bik'; no ellipsis, no repeated letter in one operand")},
-    cases=_cases, numpy=None,
+    cases=_cases, numpy=None, multilinear="all",
     doc="Einstein summation over letters (numpy.einsum, ONNX Einsum) without ellipses or diagonals"))

@@ -69,11 +69,11 @@ _UNARY_RULES = {"": _rules_none, "x": _rules_x, "y": _rules_y, "xy": _rules_xy}
 
 
 def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc="", formula_name=None, numpy=None,
-          torch=None, onnx=None, differentiable=None, select=None, frozen=None, held=False):
+          torch=None, onnx=None, differentiable=None, select=None, frozen=None, held=False, frozen_linear=False):
     """Register an elementwise unary op y = f(x) with dy/dx = d(xp, x, y, **attrs).
 
     uses: "x", "y" or "xy" -- what the derivative reads, hence what is saved.
-    formula_name, numpy, torch, onnx, select, frozen, held: see OpDef."""
+    formula_name, numpy, torch, onnx, select, frozen, held, frozen_linear: see OpDef."""
 
     # one save/vjp pair per `uses`, chosen here rather than on every call: these run
     # once per node per pass, and small-array graphs are dominated by such overhead
@@ -102,6 +102,7 @@ def unary(name, f, d, *, uses, sympy, domain=REALS, kinks=(), attrs=None, doc=""
             select=select,
             frozen=frozen,
             held=held,
+            frozen_linear=frozen_linear,
         )
     )
 
@@ -196,7 +197,7 @@ def _positive(xp, x, **_):
 
 
 unary("relu", lambda xp, x: xp.maximum(x, 0.0), lambda xp, x, y: y > 0, uses="y",
-      select=_positive, frozen=lambda xp, s, x: xp.where(s, x, 0.0),
+      select=_positive, frozen=lambda xp, s, x: xp.where(s, x, 0.0), frozen_linear=True,
       sympy=lambda sp, x: sp.Piecewise((x, x > 0), (0, True)),
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative 0", _abs_distance())],
       formula_name="relu", torch="torch.relu", onnx="Relu", doc='max(x, 0)')
@@ -206,6 +207,7 @@ unary("leaky_relu",
       lambda xp, x, negative_slope=0.01: xp.where(x > 0, x, x * negative_slope),
       lambda xp, x, y, negative_slope=0.01: xp.where(x > 0, 1.0, negative_slope).astype(x.dtype),
       uses="x", select=_positive, frozen=lambda xp, s, x, negative_slope=0.01: xp.where(s, x, x * negative_slope),
+      frozen_linear=True,
       sympy=lambda sp, x, negative_slope=0.01: sp.Piecewise((x, x > 0), (sp.Float(negative_slope) * x, True)),
       attrs={"negative_slope": Attr("float", 0.01)},
       domain=Domain(avoid=(0.0,)), kinks=[Kink("x == 0", "derivative negative_slope", _abs_distance())],
@@ -226,7 +228,7 @@ unary("elu",
 
 # NOTE abs: derivative sign(x), 0 at x == 0 (as PyTorch).
 unary("abs", lambda xp, x: xp.abs(x), lambda xp, x, y: xp.sign(x), uses="x",
-      select=lambda xp, x: xp.sign(x), frozen=lambda xp, s, x: s * x,  # the piece: sign(x) x, 0 at 0
+      select=lambda xp, x: xp.sign(x), frozen=lambda xp, s, x: s * x, frozen_linear=True,  # sign(x) x, 0 at 0
       sympy=lambda sp, x: sp.Abs(x), domain=Domain(avoid=(0.0,)),
       kinks=[Kink("x == 0", "derivative 0", _abs_distance())], formula_name="abs", numpy="abs", torch="torch.abs", onnx="Abs",
       doc='absolute value |x|')

@@ -60,6 +60,15 @@ def _save(xs, y, ranks, needs_input_grad=None):
     return (a if need_b else a.reshape(-1)[:0].copy(), b if need_a else b.reshape(-1)[:0].copy())
 
 
+def _batch_summed(xp, u, v):
+    """sum over the batch of u_s^T v_s, u (*S, M, K) and v (*S, M, N) -> (K, N), as one matrix product
+    (the batch folded into the contraction): a weight's gradient in x[S, 1, D] @ W[D, N] without the
+    (S, D, N) stack of outer products that the engine would sum afterwards."""
+    if u.shape[:-2] != v.shape[:-2]:  # one side broadcast along the batch: the stack is what there is
+        return xp.matmul(xp.swapaxes(u, -1, -2), v)
+    return xp.matmul(xp.reshape(u, (-1, u.shape[-1])).T, xp.reshape(v, (-1, v.shape[-1])))
+
+
 def _vjp(xp, g, saved, ranks, needs_input_grad=None):
     a, b = saved
     need_a, need_b = needs_input_grad or (True, True)  # a data operand's GEMM is skipped
@@ -71,8 +80,10 @@ def _vjp(xp, g, saved, ranks, needs_input_grad=None):
         g2 = xp.expand_dims(g2, -1)
     if ra == 1:
         g2 = xp.expand_dims(g2, -2)
-    ga = xp.matmul(g2, xp.swapaxes(b2, -1, -2)) if need_a else None
-    gb = xp.matmul(xp.swapaxes(a2, -1, -2), g2) if need_b else None
+    ga = (_batch_summed(xp, xp.swapaxes(g2, -1, -2), xp.swapaxes(b2, -1, -2)) if b2.ndim > 2 == a2.ndim
+          else xp.matmul(g2, xp.swapaxes(b2, -1, -2))) if need_a else None
+    gb = (_batch_summed(xp, a2, g2) if a2.ndim > 2 == b2.ndim
+          else xp.matmul(xp.swapaxes(a2, -1, -2), g2)) if need_b else None
     if ra == 1 and need_a:
         ga = ga[..., 0, :]
     if rb == 1 and need_b:
@@ -100,11 +111,13 @@ def _sliced(xp, op, xs, base_out, attrs):
 
 def _cases(rng):
     pairs = [((2, 3), (3, 4)), ((3,), (3, 2)), ((2, 3), (3,)), ((4,), (4,)),
-             ((2, 2, 3), (3, 4)), ((1, 2, 3), (5, 3, 2)), ((5, 1, 2, 3), (4, 3, 1))]
+             ((2, 2, 3), (3, 4)), ((1, 2, 3), (5, 3, 2)), ((5, 1, 2, 3), (4, 3, 1)),
+             ((4, 1, 3), (3, 2)), ((3,), (4, 3, 2)), ((2, 3), (2, 3, 2))]  # a batch summed in one product (vjp)
     return [Case([REALS.sample(rng, a), REALS.sample(rng, b)]) for a, b in pairs]
 
 
 register(OpDef(
     name="matmul", forward=_matmul, vjp=_vjp, infer=_infer, arity=2, input_kinds=(FLOAT, FLOAT),
     save=_save, cases=_cases, numpy="matmul", torch="torch.matmul", sliced=_sliced, sliced_axes=(-2, -1),
+    multilinear=(0, 1),
     doc="a @ b with NumPy semantics (vectors promoted, batch dimensions broadcast)"))

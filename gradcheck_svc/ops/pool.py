@@ -67,14 +67,26 @@ def _max_pool_vjp(xp, g, saved, geo):
 
 
 def _max_pool_select(xp, x, geo):
-    """The piece: each window's first maximal element (window order, as the vjp's convention at a tie)."""
-    return xp.argmax(_flat_windows(xp, x, geo, -np.inf), axis=-1)
+    """The piece: each window's first maximal element (window order, as the vjp's convention at a tie), in the
+    smallest integer type that holds a window's positions (finite differences keep it for the whole run)."""
+    first = xp.argmax(_flat_windows(xp, x, geo, -np.inf), axis=-1)
+    return first.astype(np.min_scalar_type(max(0, math.prod(geo.kernel) - 1)))
 
 
 def _max_pool_frozen(xp, first, x, geo):
-    flat = _flat_windows(xp, x, geo, -np.inf)
-    at = xp.broadcast_to(first[..., None], flat.shape[:-1] + (1,))
-    return xp.take_along_axis(flat, at, axis=-1)[..., 0]
+    """Each window's selected element, gathered from the (padded) input by its position there: no copy of
+    every window (as large as the input: a complex-step copy's peak)."""
+    k = geo.k
+    at = xp.unravel_index(first, geo.kernel)  # the kernel offset per output element, (N, C, *out) each
+    flat = 0
+    for i in range(k):  # the row-major position in the padded spatial block
+        o = xp.arange(geo.out[i]).reshape((-1,) + (1,) * (k - 1 - i))  # the window's index along axis i
+        flat = flat * geo.padded[i] + o * geo.strides[i] + at[i] * geo.dilations[i]
+    xpad = pad_spatial(xp, x, geo, -np.inf)
+    src = xpad.reshape(xpad.shape[:-k] + (-1,))  # (..., N, C, prod(padded))
+    idx = flat.reshape((1,) * (src.ndim - first.ndim + k - 1) + first.shape[:-k] + (-1,))
+    y = xp.take_along_axis(src, xp.broadcast_to(idx, src.shape[:-1] + idx.shape[-1:]), axis=-1)
+    return y.reshape(src.shape[:-1] + geo.out)
 
 
 def _window_tie_gap(xs, attrs):
@@ -107,7 +119,7 @@ def _cases(rng, extra=None):
 register(OpDef(
     name="max_pool", forward=_max_pool, vjp=_max_pool_vjp, infer=_infer_max, arity=1, input_kinds=(FLOAT,),
     attrs=POOL_ATTRS, save=save_inputs, cases=_cases, scratch=_windows_scratch,
-    select=_max_pool_select, frozen=_max_pool_frozen,
+    select=_max_pool_select, frozen=_max_pool_frozen, frozen_linear=True,  # a gather
     kinks=(Kink("ties for a window's maximum", "gradient to the first maximal element", _window_tie_gap),),
     sliced=PER_CHANNEL, doc="ONNX MaxPool (padding never wins: pads are -inf)"))
 

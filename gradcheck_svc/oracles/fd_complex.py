@@ -28,6 +28,7 @@ from .fd_formulas import Refined
 
 COMPLEX = "complex"  # the methods' names in the plan and the report
 CENTRAL = "central"
+METHODS = (COMPLEX, CENTRAL)  # FDOptions.method, the option fd_method
 STEP = 2.0 ** -64  # h relative to max(1, |x|): h^2 truncation is below any rounding
 ROUND = 8  # the first pass's estimate: ROUND eps |d|
 SAFETY = 4  # the probes' spread times this is the probed error

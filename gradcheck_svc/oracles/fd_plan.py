@@ -57,9 +57,9 @@ class FDOptions:
     # level forwards, for comparison; the one-sided differences at a kink are always ordinary, one op's
     # local differences always frozen)
     frozen_branches: bool = True
-    # complex-step differences (fd_complex.py) wherever the path allows (they need frozen branches); off:
-    # real central differences everywhere, as before
-    complex_step: bool = True
+    # "complex": complex-step differences (fd_complex.py) wherever the path allows (they need frozen branches),
+    # real central ones elsewhere; "central": real central differences everywhere (the option fd_method)
+    method: str = COMPLEX
 
 
 class Costs:

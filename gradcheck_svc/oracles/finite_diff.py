@@ -127,7 +127,7 @@ class FiniteDifferences:
         # complex steps wherever the path allows (fd_complex.py); the rest keep central differences
         # (a loss that is not finite: central differences give NaN, as the non-finite diagnosis expects, where
         # an imaginary part would still carry a finite derivative of an infinite loss)
-        off = ("complex step off" if not self.options.complex_step else "frozen branches off"
+        off = ("fd_method central" if self.options.method != cx.COMPLEX else "frozen branches off"
                if not self.options.frozen_branches else None if np.isfinite(self.loss) else "the loss is not finite")
         self._complex_on = off is None
         self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
@@ -211,7 +211,7 @@ class FiniteDifferences:
         pieces = self.frozen if frozen else None
         for s in range(0, b, rows):
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: rows_of(s, min(b, s + rows))},
-                                              frozen=pieces)
+                                              frozen=pieces, complex_steps=np.dtype(dtype).kind == "c")
         return out
 
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
@@ -231,7 +231,8 @@ class FiniteDifferences:
         while s < len(flat_index):
             stats = {}
             stack = one_hot(np, x, axis, flat_index[s:s + rows], new_values[s:s + rows])
-            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats, frozen=self.frozen)
+            out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats, frozen=self.frozen,
+                                         complex_steps=dtype.kind == "c")
             s += rows
             rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
@@ -250,7 +251,8 @@ class FiniteDifferences:
             e = min(b, s + rows)
             chunk = rows_of(s, e)
             out[s:e] = forward_batched(self.program, NUMPY, self.base, {
-                p: chunk[p].reshape((-1,) + tuple(self.program.shapes[p])) for p in params}, frozen=self.frozen)
+                p: chunk[p].reshape((-1,) + tuple(self.program.shapes[p])) for p in params}, frozen=self.frozen,
+                complex_steps=np.dtype(dtype).kind == "c")
         return out
 
     def noise(self, h) -> np.ndarray:

@@ -16,6 +16,7 @@ from ..engine.faults import Fault
 from ..engine.checkpoint import parse_policy
 from ..engine.saved import INTEGRITY_MODES
 from ..errors import OptionError
+from ..oracles.fd_complex import METHODS as FD_METHODS
 from ..oracles.finite_diff import MODES as FD_MODES
 from ..oracles.finite_diff import FDOptions
 from ..oracles.symbolic import SymbolicOptions
@@ -58,6 +59,9 @@ def check(options: VerifyOptions, field=lambda name: name) -> None:
     if fd.mode not in FD_MODES:
         raise OptionError(f"unknown fd_mode '{fd.mode}' (expected one of {', '.join(FD_MODES)})",
                           field=field("fd_mode"))
+    if fd.method not in FD_METHODS:
+        raise OptionError(f"unknown fd_method '{fd.method}' (expected {' or '.join(FD_METHODS)})",
+                          field=field("fd_method"))
     if fd.directions < 1:
         raise OptionError(f"{fd.directions}: needs at least 1 direction", field=field("directions"))
     if fd.seed < 0:

@@ -54,7 +54,7 @@ def test_the_servers_defaults_are_the_tables():
     from gradcheck_svc.request import options_from_proto
 
     v = options_from_proto(service_pb2.VerifyOptions(), ServerLimits())
-    effective = {"fd_mode": v.fd.mode, "device": v.device, "directions": v.fd.directions, "seed": v.fd.seed,
+    effective = {"fd_mode": v.fd.mode, "fd_method": v.fd.method, "device": v.device, "directions": v.fd.directions, "seed": v.fd.seed,
                  "symbolic_budget": v.symbolic.max_elements, "localize": v.localize, "checkpoint": v.checkpoint,
                  "integrity": v.integrity, "allow_inplace_hazards": v.allow_inplace_hazards,
                  "symbolic": v.symbolic.enabled, "dtype": v.dtype, "atol": v.atol, "rtol": v.rtol,
@@ -153,3 +153,15 @@ def test_every_option_names_the_field_it_sets():
                              ServerLimits())
     assert (options.symbolic.max_elements, options.fd.mode, options.fd.seed, options.symbolic.enabled) == \
         (123, "full", 7, False)
+
+
+def test_fd_method_reaches_the_finite_differences_and_an_unknown_one_is_refused_by_name():
+    from gradcheck_svc.errors import OptionError
+    from gradcheck_svc.limits import ServerLimits
+    from gradcheck_svc.request import options_from_proto, verify_options
+
+    assert verify_options({"fd_method": "central"}, ServerLimits()).fd.method == "central"
+    assert options_from_proto(service_pb2.VerifyOptions(fd_method="central"), ServerLimits()).fd.method == "central"
+    with pytest.raises(OptionError) as exc:
+        options_from_proto(service_pb2.VerifyOptions(fd_method="complex-step"), ServerLimits())
+    assert exc.value.field == "options.fd_method" and "complex-step" in str(exc.value)

@@ -262,3 +262,45 @@ def test_an_op_that_drops_the_imaginary_part_is_caught_and_falls_back():
     plan = report.to_dict()["fd_plan"]
     assert report.verdict == "pass" and plan["method"] == {"x": "central"}
     assert plan["method_fallback"]["x"].startswith("complex forward failed: ")
+
+
+def _multilinear_cases():
+    return [pytest.param(op.name, i, id=f"{op.name}-{i}") for op in DIFFERENTIABLE if op.multilinear
+            for i in range(len(op.cases(np.random.default_rng(1))))]
+
+
+@pytest.mark.parametrize("name,i", _multilinear_cases())
+def test_a_multilinear_op_s_complex_step_on_real_pairs_is_its_complex_forward(name, i):
+    """matmul, conv, einsum: every input perturbed at once (as the joint screen does), the (real, imaginary)
+    pair evaluation (executor.multilinear_step) has the base's output as its real part and the imaginary
+    part of NumPy's own complex forward, to rounding of sum |terms|."""
+    from gradcheck_svc.engine.executor import multilinear_step, run_step_batched
+    case = REGISTRY[name].cases(np.random.default_rng(1))[i]
+    fd = FiniteDifferences(op_graph(name, case, np.random.default_rng(2)))
+    step = next(s for s in fd.program.steps if s.name == "y")
+    rng, h = np.random.default_rng(3), 2.0 ** -30
+    xs = [fd.base[n] + 1j * h * rng.standard_normal((2,) + np.shape(fd.base[n])) for n in step.inputs]
+    pairs = multilinear_step(np, step, xs, [True] * len(xs), fd.base).dense(np)
+    assert pairs.dtype == np.complex128
+    plain = run_step_batched(np, step, xs, [True] * len(xs))
+    size = run_step_batched(np, step, [np.abs(x.real) + 1j * np.abs(x.imag) for x in xs], [True] * len(xs))
+    assert np.array_equal(pairs.real, np.broadcast_to(fd.base["y"], pairs.shape))
+    assert np.max(np.abs(pairs.imag - plain.imag) / (size.imag + 1e-300)) <= 1e-14
+
+
+@pytest.mark.parametrize("name", [op.name for op in DIFFERENTIABLE if op.frozen_linear])
+def test_a_linear_frozen_piece_on_the_imaginary_part_alone_is_its_complex_piece(name):
+    """relu, leaky_relu, abs, max_pool (OpDef.frozen_linear): a complex step that reaches them as a Pair (a
+    multilinear op's output) passes as the piece applied to the imaginary part, equal to the complex piece
+    bit for bit (a mask, a sign, a gather: no rounding)."""
+    from gradcheck_svc.engine.executor import Pair, _batched_step
+    for i, case in enumerate(REGISTRY[name].cases(np.random.default_rng(1))):
+        fd = FiniteDifferences(op_graph(name, case, np.random.default_rng(2)))
+        step = next(s for s in fd.program.steps if s.name == "y")
+        (x,) = step.inputs
+        imag = np.random.default_rng(3).standard_normal((2,) + np.shape(fd.base[x]))
+        selection = fd.frozen[step.name]
+        got = _batched_step(np, step, {x: Pair(fd.base[x], imag)}, fd.base, [True], selection)
+        want = _batched_step(np, step, {x: Pair(fd.base[x], imag).dense(np)}, fd.base, [True], selection)
+        assert isinstance(got, Pair) and not isinstance(want, Pair), i
+        np.testing.assert_array_equal(got.dense(np), want, err_msg=f"case {i}")

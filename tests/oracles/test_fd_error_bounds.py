@@ -20,7 +20,7 @@ from op_cases import DIFFERENTIABLE, SMOOTH_BINARY, SMOOTH_UNARY, op_graph, regi
 
 # real central differences, whose error this module is about (complex steps have none of these terms and are
 # the default: tests/oracles/test_fd_complex.py)
-CENTRAL = FDOptions(complex_step=False)
+CENTRAL = FDOptions(method="central")
 FD_ONLY = VerifyOptions(fd=CENTRAL, symbolic=SymbolicOptions(enabled=False))
 A, C = -2.5627, 1.4993
 
@@ -62,7 +62,7 @@ def test_small_denominators_pass_and_the_bound_holds_the_exact_value(b):
 def test_the_first_pass_alone_is_off_by_more_than_the_tolerance():
     """What the refinement is for: at h = cbrt(eps) the central difference is off by ~1e-5."""
     graph = div_graph(1.87e-3)
-    first = FiniteDifferences(graph, FDOptions(mode="full", complex_step=False)).gradient("b")
+    first = FiniteDifferences(graph, FDOptions(mode="full", method="central")).gradient("b")
     exact = -C * A / 1.87e-3 ** 2
     assert abs(first.reference[0] - exact) > 1e-6 * abs(exact) + first.noise[0]
 
@@ -188,7 +188,7 @@ def test_projected_differences_are_refined_too():
     a_values = rng.standard_normal(200)
     q = g.node("div", g.input("a", a_values, True), g.input("b", b_values, True), name="q")
     g.output(g.node("sum", q, name="L"))
-    report = verify(load_graph(g.build()), VerifyOptions(fd=FDOptions(mode="projection", complex_step=False),
+    report = verify(load_graph(g.build()), VerifyOptions(fd=FDOptions(mode="projection", method="central"),
                                                          symbolic=SymbolicOptions(enabled=False)))
     assert report.verdict == "pass" and not errors(report), report.to_text()
     grad_b = next(p for p in report.parameters if p.name == "b").fd

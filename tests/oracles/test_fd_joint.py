@@ -146,7 +146,7 @@ def test_joint_screen_flags_only_the_wrong_parameter(one_percent_op):
 def test_values_past_the_refinement_cap_are_undecided_never_a_silent_fail_nor_a_silent_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
     # real central differences (complex steps decide every value on the first pass: test_fd_complex.py)
-    central = VerifyOptions(fd=FDOptions(complex_step=False), symbolic=SymbolicOptions(enabled=False))
+    central = VerifyOptions(fd=FDOptions(method="central"), symbolic=SymbolicOptions(enabled=False))
     report = verify(tanh_over_small_d(300), central)
     # values never refined decide nothing either way: the row is undecided and the verdict not a pass
     assert report.verdict == "fail"

@@ -82,7 +82,7 @@ def test_full_differences_localize_one_wrong_element_of_a_tensor(target, times):
 def test_a_bug_among_values_past_the_refinement_cap_is_not_a_pass(monkeypatch):
     monkeypatch.setattr(fd_check_module, "REFINE_MAX", 64)
     # real central differences: complex steps leave no value to refine here (test_fd_complex.py)
-    options = VerifyOptions(fd=FDOptions(complex_step=False), symbolic=SymbolicOptions(enabled=False))
+    options = VerifyOptions(fd=FDOptions(method="central"), symbolic=SymbolicOptions(enabled=False))
     clean = verify(tanh_over_small_d(300), options)
     assert clean.parameters[0].fd.unrefined > 0 and clean.parameters[0].status == "undecided"
     g = clean.parameters[0].gradient
@@ -110,7 +110,7 @@ def test_what_the_screen_cannot_resolve_is_listed_undecided_never_a_silent_pass(
     monkeypatch.setattr(joint_check, "MAX_STEP_SCALE", 1.0)
     # real central differences: a complex step has no rounding term eps |L| / h, nothing is unresolved
     report = verify(load_graph(json.loads((EXAMPLES / "chain_256.json").read_text())),
-                    VerifyOptions(fd=FDOptions(complex_step=False)))
+                    VerifyOptions(fd=FDOptions(method="central")))
     assert report.verdict == "fail"
     undecided = [p for p in report.parameters if p.status == "undecided"]
     assert undecided and all(p.fd.checked_by == "joint" and p.failed_by == "fd_unresolved" for p in undecided)

@@ -29,7 +29,7 @@ def test_zoo_covers_every_cause_and_fault_kind():
     # recompute_mismatch needs a nondeterministic op, which the registry does not have: test_checkpoint.py
     # registers one. fd_unresolved is real central differences' limit (their rounding eps |L| / h), which
     # the default complex steps do not have and no request option selects: test_fd_power.py and
-    # test_fd_joint.py reach it with FDOptions(complex_step=False)
+    # test_fd_joint.py reach it with FDOptions(method="central")
     assert set(CAUSES) - causes == {"recompute_mismatch", "fd_unresolved"}
     kinds = {f.split(":")[1] for c in CASES for f in c.get("options", {}).get("faults", [])}
     assert kinds == set(KINDS)

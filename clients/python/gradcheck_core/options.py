@@ -106,6 +106,10 @@ OPTIONS: tuple[Option, ...] = (
            choices=("none", "sgd", "momentum", "adam", "adamw")),
     Option("optimizer_dtype", "dtype of the optimizer's state (default: the engine's)",
            choices=("float16", "bfloat16", "float32", "float64")),
+    Option("fd_method", "finite differences' arithmetic: complex steps (exact directional derivatives from one "
+           "complex forward, no rounding term eps|L|/h) wherever every op downstream of a parameter has a complex "
+           "form, real central differences for the others (complex), or real central differences everywhere "
+           "(central)", default="complex", choices=("complex", "central"), target="fd.method"),
 )
 BY_NAME = {o.name: o for o in OPTIONS}
 

@@ -9,7 +9,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class VerifyOptions(_message.Message):
-    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite", "memory_timeline", "memory_profile", "optimizer", "optimizer_dtype")
+    __slots__ = ("fd_mode", "dtype", "device", "atol", "rtol", "directions", "seed", "faults", "symbolic_budget", "localize", "checkpoint", "integrity", "allow_inplace_hazards", "symbolic", "allow_nonfinite", "memory_timeline", "memory_profile", "optimizer", "optimizer_dtype", "fd_method")
     FD_MODE_FIELD_NUMBER: _ClassVar[int]
     DTYPE_FIELD_NUMBER: _ClassVar[int]
     DEVICE_FIELD_NUMBER: _ClassVar[int]
@@ -29,6 +29,7 @@ class VerifyOptions(_message.Message):
     MEMORY_PROFILE_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_FIELD_NUMBER: _ClassVar[int]
     OPTIMIZER_DTYPE_FIELD_NUMBER: _ClassVar[int]
+    FD_METHOD_FIELD_NUMBER: _ClassVar[int]
     fd_mode: str
     dtype: str
     device: str
@@ -48,7 +49,8 @@ class VerifyOptions(_message.Message):
     memory_profile: bool
     optimizer: str
     optimizer_dtype: str
-    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ..., memory_profile: _Optional[bool] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ...) -> None: ...
+    fd_method: str
+    def __init__(self, fd_mode: _Optional[str] = ..., dtype: _Optional[str] = ..., device: _Optional[str] = ..., atol: _Optional[float] = ..., rtol: _Optional[float] = ..., directions: _Optional[int] = ..., seed: _Optional[int] = ..., faults: _Optional[_Iterable[str]] = ..., symbolic_budget: _Optional[int] = ..., localize: _Optional[bool] = ..., checkpoint: _Optional[str] = ..., integrity: _Optional[str] = ..., allow_inplace_hazards: _Optional[bool] = ..., symbolic: _Optional[bool] = ..., allow_nonfinite: _Optional[bool] = ..., memory_timeline: _Optional[bool] = ..., memory_profile: _Optional[bool] = ..., optimizer: _Optional[str] = ..., optimizer_dtype: _Optional[str] = ..., fd_method: _Optional[str] = ...) -> None: ...
 
 class VerifyRequest(_message.Message):
     __slots__ = ("id", "graph", "options", "onnx_model", "onnx")
