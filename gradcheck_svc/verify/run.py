@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import math
 import time
+from dataclasses import replace
+from typing import NamedTuple
 
 import numpy as np
 
@@ -26,7 +28,7 @@ from . import claims, recompute_check
 from .attributes import attributes_used, defaulted_warnings
 from .custom_ops import check_custom_ops
 from .diagnosis.claimed import diagnose_claims
-from .diagnosis.context import Context
+from .diagnosis.context import Run
 from .diagnosis.diagnose import EXPLAINING, diagnose
 from .engine_run import EngineRun, run_engine
 from .fd_check import as_referenced, fd_check
@@ -54,59 +56,70 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     on_phase(name), when given, is called as each phase starts (a progress display's hook).
     fd_source(fd, screen, own, tol) -> lookup(name, g) -> (FDResult, FDCheck): where each parameter checked on its
     own gets its finite differences (default local_fd: computed here; fd_shards.py: read from shards); one with a
-    joint_values(dirs, params) method gives the joint screen's first passes too (joint_check.joint_screen)."""
+    joint_values(dirs, params) method gives the joint screen's first passes too (joint_check.joint_screen).
+    Each stage reads and fills the one Run (diagnosis/context.py)."""
     phase = on_phase or (lambda name: None)
-    dtype = options.dtype or graph.declared_float_dtype
+    run = Run(graph, options, options.dtype or graph.declared_float_dtype)
     t_start = time.perf_counter()
     phase("engine")
-    engine = run_engine(graph, options, dtype)
+    run.engine = run_engine(graph, options, run.dtype)
 
     t0 = time.perf_counter()
     phase("symbolic oracle")
-    symbolic = symbolic_gradients(graph, options.symbolic)
+    run.symbolic = symbolic_gradients(graph, options.symbolic)
     t_sym = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     phase("finite differences")
-    fd = FiniteDifferences(graph, options.fd)
-    tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
-    subject = claims.subject_gradients(graph, engine.gradients)  # what is verified: the engine's or the claims
-    joint, screen, own = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
-    lookup = (fd_source or local_fd)(fd, screen, own, tol)
-    results = [parameter_row(name, subject[name], joint, screen, lookup, symbolic, tol) for name in graph.parameters]
+    claim_warnings = _compared(run, fd_source)
     t_fd = time.perf_counter() - t0
-    claim_warnings = claims.annotate(results, graph, engine.gradients, tol)
-    for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
-        r.source_names = list(graph.inputs[r.name].source_names)
 
     t0 = time.perf_counter()
-    custom = check_custom_ops(graph, symbolic.mp_values if symbolic.ran else fd.base,
-                              timeout_s=options.symbolic.simplify_timeout_s)
+    run.custom = check_custom_ops(graph, run.symbolic.mp_values if run.symbolic.ran else run.fd.base,
+                                  timeout_s=options.symbolic.simplify_timeout_s)
     t_custom = time.perf_counter() - t0
 
-    warnings = _warnings(graph, engine, symbolic, claim_warnings)
+    warnings = _warnings(run, claim_warnings)
     t0 = time.perf_counter()
     phase("diagnosis")
-    findings = _findings(graph, options, dtype, engine, results, fd, tol, custom)
+    findings = _findings(run)
     t_diag = time.perf_counter() - t0
-    verdict = settle(results, findings)  # each row's status and the verdict, from the same facts
-    claims.mark_missing(results)
-    timings = {"engine_s": engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
+    verdict = settle(run.results, findings)  # each row's status and the verdict, from the same facts
+    claims.mark_missing(run.results)
+    timings = {"engine_s": run.engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
                "diagnosis_s": t_diag}
-    if custom:
+    if run.custom:
         timings["custom_ops_s"] = t_custom
     timings["total_s"] = time.perf_counter() - t_start
+    engine = run.engine
     return Report(
-        graph=graph.name, verdict=verdict, loss=engine.loss, dtype=dtype, device=options.device,
-        parameters=results, memory=engine.memory, timings=timings,
+        graph=graph.name, verdict=verdict, loss=engine.loss, dtype=run.dtype, device=options.device,
+        parameters=run.results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
-        symbolic=symbolic, custom_ops=custom, subject="engine" if graph.claims is None else "claimed",
-        attributes=attributes_used(graph), fd_plan=fd.plan)
+        symbolic=run.symbolic, custom_ops=run.custom, subject="engine" if graph.claims is None else "claimed",
+        attributes=attributes_used(graph), fd_plan=run.fd.plan)
 
 
-def _warnings(graph: Graph, engine, symbolic, claim_warnings: list) -> list[str]:
+def _compared(run: Run, fd_source) -> list[str]:
+    """The finite-difference oracle, the tolerance and each parameter's row (the gradient under test against
+    both references) into the run; returns the claims' warnings."""
+    graph = run.graph
+    run.fd = fd = FiniteDifferences(graph, run.options.fd)
+    run.tol = tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, run.dtype), run.options.atol, run.options.rtol)
+    subject = claims.subject_gradients(graph, run.engine.gradients)  # what is verified: the engine's or the claims
+    plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
+    lookup = (fd_source or local_fd)(fd, plan.screen, plan.own, tol)
+    run.results = [parameter_row(run, plan, lookup, name, subject[name]) for name in graph.parameters]
+    claim_warnings = claims.annotate(run.results, graph, run.engine.gradients, tol)
+    for r in run.results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
+        r.source_names = list(graph.inputs[r.name].source_names)
+    return claim_warnings
+
+
+def _warnings(run: Run, claim_warnings: list) -> list[str]:
     """The report's warnings: the claims', faults that had no effect, the converter's notes, and what was
     not checked or skipped."""
+    graph, engine = run.graph, run.engine
     why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
            if engine.memory.get("checkpoint", "none") != "none" else "")
     warnings = claim_warnings + [
@@ -116,34 +129,41 @@ def _warnings(graph: Graph, engine, symbolic, claim_warnings: list) -> list[str]
     warnings += defaulted_warnings(graph)  # attributes most likely lost on the wire
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
-    if symbolic.status == "skipped":
-        warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
+    if run.symbolic.status == "skipped":
+        warnings.append(f"symbolic oracle skipped: {run.symbolic.reason}; the verdict uses finite differences")
     return warnings
 
 
-def _findings(graph: Graph, options: VerifyOptions, dtype, engine, results: list, fd, tol, custom) -> list:
+def _findings(run: Run) -> list:
     """The diagnosis's findings: of the engine's runs, or of the claims when the graph carries them."""
+    graph, results, program = run.graph, run.results, run.engine.program
     if graph.claims is None:  # the engine is the subject: its runs are diagnosed
-        prior = recompute_check.attribute(engine.findings, results)
-        findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
+        prior = recompute_check.attribute(run.engine.findings, results)
+        findings = prior + diagnose(run, prior)
     else:  # the claims are: the same analyses (kinks, float32 rounding), localized by their own adjoints
-        findings = diagnose_claims(Context(graph, options, claims.tolerance_dtype(graph, dtype), engine, results, fd,
-                                           tol, subject="claimed"))
-    findings += undecidable_findings(results, engine.program, findings)
+        findings = diagnose_claims(replace(run, dtype=claims.tolerance_dtype(graph, run.dtype), subject="claimed"))
+    findings += undecidable_findings(results, program, findings)
     findings += unresolved_findings(results, findings)
     if graph.claims is None:
-        findings += _wrong_user_derivatives(custom, findings, engine.program)
-    findings += unexplained_mismatches(results, findings, options.localize)
+        findings += _wrong_user_derivatives(run.custom, findings, program)
+    findings += unexplained_mismatches(results, findings, run.options.localize)
     return findings
 
 
-def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None):
-    """(the parameters the plan screens jointly, the joint screen or None, the parameters checked on their own:
-    every one the screen did not clear), in the graph's order. first_pass: joint_screen's."""
+class FDPlan(NamedTuple):
+    """How finite differences check the parameters: those screened jointly, the joint screen (None: none), and
+    those checked on their own (every one the screen did not clear), each in the graph's order."""
+    joint: list
+    screen: object
+    own: list
+
+
+def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None) -> FDPlan:
+    """The FDPlan of the gradients under test. first_pass: joint_screen's."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass) if usable(fd, gradients, joint) else None
     own = [p for p in graph.parameters if screen is None or p not in joint or p in screen.flagged]
-    return joint, screen, own
+    return FDPlan(joint, screen, own)
 
 
 def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
@@ -172,9 +192,10 @@ def local_fd(fd, screen, own, tol: Tolerance):
     return lambda name, g: parameter_fd(fd, name, g, tol)
 
 
-def parameter_row(name: str, g: np.ndarray, joint, screen, lookup, symbolic, tol: Tolerance) -> ParameterResult:
+def parameter_row(run: Run, plan: FDPlan, lookup, name: str, g: np.ndarray) -> ParameterResult:
     """One parameter's row, however finite differences checked it: the one place rows are built. g: the
     gradient under test (the engine's or the claim; the screen judged the same)."""
+    joint, screen, tol = plan.joint, plan.screen, run.tol
     narrowed = screen.narrowed.get(name) if screen is not None else None
     if narrowed is None and screen is not None and name in joint and name not in screen.flagged:
         fd_row, unresolved = _cleared_fd(screen), _blind(screen, name)
@@ -183,7 +204,7 @@ def parameter_row(name: str, g: np.ndarray, joint, screen, lookup, symbolic, tol
         how = Screen.NARROWED if narrowed is not None else \
             Screen.FLAGGED if screen is not None and name in joint else Screen.NONE
         fd_row, unresolved = fd_row_of(ref, check, g, how), narrowed.unresolved if narrowed is not None else None
-    sym = _symbolic_row(name, g, fd_row, symbolic, screen, narrowed, tol)
+    sym = _symbolic_row(run, name, g, fd_row, screen, narrowed)
     # a row the screen cleared shows the whole graph's directional derivatives: no tolerance of its own
     absolute = None if fd_row.screen is Screen.CLEARED else \
         tol.absolute(magnitude(sym.gradient if sym is not None else fd_row.reference))
@@ -211,9 +232,10 @@ def _cleared_fd(screen) -> FDRow:
                  engine_projection=screen.engine, refined=screen.refined)
 
 
-def _symbolic_row(name: str, g: np.ndarray, fd_row: FDRow, symbolic, screen, narrowed, tol: Tolerance):
+def _symbolic_row(run: Run, name: str, g: np.ndarray, fd_row: FDRow, screen, narrowed):
     """g against the exact gradient, and the differences against what they would be exactly: the exact
     gradient's projection on the same directions (for a cleared row, the whole graph's, computed once)."""
+    symbolic = run.symbolic
     if not symbolic.ran:
         return None
     sym = symbolic.gradients[name]
@@ -228,7 +250,7 @@ def _symbolic_row(name: str, g: np.ndarray, fd_row: FDRow, symbolic, screen, nar
         checked = np.zeros(g.size, bool)
         checked[narrowed.index] = True
         fd_values = np.where(checked.reshape(g.shape), fd_row.reference, sym)
-    return SymbolicRow(sym, compare(g, sym, tol), compare(fd_values, exact, FD_VS_SYMBOLIC, fd_row.error))
+    return SymbolicRow(sym, compare(g, sym, run.tol), compare(fd_values, exact, FD_VS_SYMBOLIC, fd_row.error))
 
 
 def _blind(screen, name: str) -> str | None:
