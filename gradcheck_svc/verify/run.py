@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import math
 import time
-from dataclasses import replace
 from typing import NamedTuple
 
 import numpy as np
@@ -24,19 +23,18 @@ from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
-from . import claims, recompute_check
 from .attributes import attributes_used, defaulted_warnings
 from .custom_ops import check_custom_ops
-from .diagnosis.claimed import diagnose_claims
 from .diagnosis.context import Run
-from .diagnosis.diagnose import EXPLAINING, diagnose
+from .diagnosis.diagnose import EXPLAINING
 from .engine_run import EngineRun, run_engine
 from .fd_check import as_referenced, fd_check
 from .joint_check import RESOLVE, joint_screen, usable
-from .findings import Finding, WorstElement, parameters_through
+from .findings import Finding, WorstElement
 from .options import DTYPES, VerifyOptions, check
-from .parameter_result import FDRow, ParameterResult, Screen, SymbolicRow
+from .parameter_result import NOT_PROVIDED, FDRow, ParameterResult, Screen, SymbolicRow
 from .report import Report
+from .subject import subject_of
 from .verdict import settle
 
 __all__ = ["DTYPES", "EngineRun", "VerifyOptions", "run_engine", "verify", "verify_checked"]
@@ -59,7 +57,7 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     joint_values(dirs, params) method gives the joint screen's first passes too (joint_check.joint_screen).
     Each stage reads and fills the one Run (diagnosis/context.py)."""
     phase = on_phase or (lambda name: None)
-    run = Run(graph, options, options.dtype or graph.declared_float_dtype)
+    run = Run(graph, options, options.dtype or graph.declared_float_dtype, subject=subject_of(graph))
     t_start = time.perf_counter()
     phase("engine")
     run.engine = run_engine(graph, options, run.dtype)
@@ -85,7 +83,7 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     findings = _findings(run)
     t_diag = time.perf_counter() - t0
     verdict = settle(run.results, findings)  # each row's status and the verdict, from the same facts
-    claims.mark_missing(run.results)
+    run.subject.mark_missing(run.results)
     timings = {"engine_s": run.engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
                "diagnosis_s": t_diag}
     if run.custom:
@@ -96,7 +94,7 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
         graph=graph.name, verdict=verdict, loss=engine.loss, dtype=run.dtype, device=options.device,
         parameters=run.results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
-        symbolic=run.symbolic, custom_ops=run.custom, subject="engine" if graph.claims is None else "claimed",
+        symbolic=run.symbolic, custom_ops=run.custom, subject=run.subject.name,
         attributes=attributes_used(graph), fd_plan=run.fd.plan)
 
 
@@ -105,12 +103,12 @@ def _compared(run: Run, fd_source) -> list[str]:
     both references) into the run; returns the claims' warnings."""
     graph = run.graph
     run.fd = fd = FiniteDifferences(graph, run.options.fd)
-    run.tol = tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, run.dtype), run.options.atol, run.options.rtol)
-    subject = claims.subject_gradients(graph, run.engine.gradients)  # what is verified: the engine's or the claims
+    run.tol = tol = Tolerance.for_dtype(run.subject.tolerance_dtype(run.dtype), run.options.atol, run.options.rtol)
+    subject = run.subject.gradients(run.engine.gradients)  # what is verified: the engine's or the claims
     plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
     lookup = (fd_source or local_fd)(fd, plan.screen, plan.own, tol)
     run.results = [parameter_row(run, plan, lookup, name, subject[name]) for name in graph.parameters]
-    claim_warnings = claims.annotate(run.results, graph, run.engine.gradients, tol)
+    claim_warnings = run.subject.annotate(run.results, run.engine.gradients, tol)
     for r in run.results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
         r.source_names = list(graph.inputs[r.name].source_names)
     return claim_warnings
@@ -135,18 +133,14 @@ def _warnings(run: Run, claim_warnings: list) -> list[str]:
 
 
 def _findings(run: Run) -> list:
-    """The diagnosis's findings: of the engine's runs, or of the claims when the graph carries them."""
-    graph, results, program = run.graph, run.results, run.engine.program
-    if graph.claims is None:  # the engine is the subject: its runs are diagnosed
-        prior = recompute_check.attribute(run.engine.findings, results)
-        findings = prior + diagnose(run, prior)
-    else:  # the claims are: the same analyses (kinks, float32 rounding), localized by their own adjoints
-        findings = diagnose_claims(replace(run, dtype=claims.tolerance_dtype(graph, run.dtype), subject="claimed"))
-    findings += undecidable_findings(results, program, findings)
+    """The diagnosis's findings: of the subject (the engine's runs, or the claims), then what finite
+    differences left undecided or unresolved, then any failed row no finding explains."""
+    results = run.results
+    findings = run.subject.findings(run)
+    findings += undecidable_findings(results, run.engine.program, findings)
     findings += unresolved_findings(results, findings)
-    if graph.claims is None:
-        findings += _wrong_user_derivatives(run.custom, findings, program)
-    findings += unexplained_mismatches(results, findings, run.options.localize)
+    findings += run.subject.after_checks(run, findings)
+    findings += unexplained_mismatches(results, findings, run.options.localize, run.subject)
     return findings
 
 
@@ -262,40 +256,27 @@ def _blind(screen, name: str) -> str | None:
             f"(it resolves {ratio * RESOLVE:.3g}x at the worst), even with a larger step")
 
 
-def _wrong_user_derivatives(custom, findings, program) -> list:
-    """A user derivative that disagrees with SymPy's is a rule_error at its node, whether or
-    not the gradient check happened to localize it (e.g. a parameter-free branch)."""
-    named = {f.node for f in findings if f.cause == "rule_error"}
-    out = []
-    for c in custom:
-        if c.user_grad_matches is False and c.node not in named:
-            out.append(Finding(node=c.node, op="expr", cause="rule_error", severity="error",
-                               detail=f"user derivative disagrees with SymPy's: {c.detail}",
-                               parameters=parameters_through(program, c.node)))
-    return out
-
-
-def unexplained_mismatches(results, findings, localized: bool) -> list:
+def unexplained_mismatches(results, findings, localized: bool, subject) -> list:
     """An error finding at each parameter whose comparison failed while no finding names it (as an
-    error, or as the explanation): the verdict's FAIL then always says where."""
+    error, or as the explanation): the verdict's FAIL then always says where. subject: whose gradient the
+    rows hold (subject.py)."""
     named = {p for f in findings if f.severity == "error" or (f.cause, f.severity) in EXPLAINING
              for p in f.parameters}
     why = "no single node explains it" if localized else "localization is off"
     out = []
     for r in results:
-        if r.passed or r.name in named or r.claim == claims.NOT_PROVIDED:
+        if r.passed or r.name in named or r.claim == NOT_PROVIDED:
             continue
         c = r.verdict_comparison
         against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
         where = ["direction", *c.worst_index] if r.fd.directional else list(c.worst_index)
-        subject = "claimed" if r.claim else "engine"  # verify/claims.py: the gradient under test
         off = abs(c.engine_at_worst - c.reference_at_worst)
-        because = "the claim holds no adjoint that localizes it further" if r.claim and localized else why
+        because = (subject.unlocalized or why) if localized else why
         out.append(Finding(
             node=r.name, op="input", cause="gradient_mismatch", severity="error",
-            detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}"
+            detail=f"its {subject.adjective}gradient disagrees with {against} (worst {where}"
                    f"{_in_source_terms(r, where)}: "
-                   f"{subject} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
+                   f"{subject.name} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
                    f"tolerance atol {r.tolerance.atol:g}, rtol {r.tolerance.rtol:g}{_held_to_size(r)}) and {because}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))

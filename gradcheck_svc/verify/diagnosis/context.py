@@ -39,7 +39,7 @@ class Run:
     results: list[ParameterResult] | None = None
     fd: FiniteDifferences | None = None  # the finite-difference oracle
     tol: Tolerance | None = None  # what the gradient under test is held to
-    subject: str = "engine"  # whose gradient the findings speak of: "engine" or "claimed" (diagnosis/claimed.py)
+    subject: object = None  # whose gradient is under test and the findings speak of (verify/subject.py)
     symbolic: object = None  # the symbolic oracle's gradients (oracles/symbolic.py)
     custom: list | None = None  # the checks of the graph's user derivatives (custom_ops.py)
     _clean: dict | None = None
@@ -49,7 +49,7 @@ class Run:
     @property
     def whose(self) -> str:
         """"the engine's" / "the claimed", before "gradient" in a finding's words."""
-        return "the engine's" if self.subject == "engine" else "the claimed"
+        return self.subject.whose
 
     @property
     def program(self) -> Program:
