@@ -33,6 +33,7 @@ from ..ops.slices import Sliced
 from ..ops.slices import elementwise as slices_elementwise
 from ..ops.slices import independent_frozen
 from .memory import MemoryMeter, MeteringMeter
+from .observers import AdjointRecorder, MemoryAccounting
 from .program import Program, Step
 from .saved import CountingStore, SavedStore
 from .versions import Versions
@@ -188,36 +189,31 @@ def _write_in_place(xp, step: Step, buf, y, store, versions):
     return buf
 
 
-def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
+def backward(tape: Tape, keep_adjoints: bool = False, observer=None) -> dict:
     """dL/dp for every parameter, as device arrays (zeros if the loss does not depend on p).
 
-    keep_adjoints: also keep every value's dL/dv (tape.adjoints) and each vjp's
-    contribution to each input (tape.contributions), for fault localization.
-
-    Kept in one piece: it is the engine's hot loop, run once per step of every backward
-    pass; its lookups are bound to locals once and the per-step bookkeeping (adjoint
-    accumulation, live-memory accounting) is inlined, where a helper call per step costs speed."""
-    program, xp, store, live, ckpt = tape.program, tape.backend.xp, tape.store, tape.live, tape.checkpoint
-    ndarray = xp.ndarray
-    hold, drop, marks = live.hold, live.drop, live.marks  # hot loop: locals
-    params = program.param_set  # their gradients are counted as such (live.grads), the rest are transients
+    The chain rule only: from dL/dL = 1, each step in reverse hands its adjoint to its vjp, and each
+    input's contribution, summed back to the input's shape, is added to that input's adjoint. Everything
+    else is the observer's (observers.py): the live-memory accounting the memory profile reads by default;
+    with keep_adjoints, also every value's dL/dv (tape.adjoints) and each vjp's contribution to each input
+    (tape.contributions), for fault localization. A checkpoint plan recomputes a segment's saved tensors
+    as its backward begins; a step's saved tensors are released once its vjp has run."""
+    program, xp, store, ckpt = tape.program, tape.backend.xp, tape.store, tape.checkpoint
+    watch = observer or (AdjointRecorder if keep_adjoints else MemoryAccounting)(tape)
+    ndarray, accumulated, stepped = xp.ndarray, watch.accumulated, watch.stepped  # hot loop: locals
     adj = {program.output: xp.ones_like(tape.loss)}
-    hold(adj[program.output])
+    watch.seeded(adj[program.output])
     with _quiet(xp):
         for step in reversed(program.steps):
             if ckpt is not None:
                 ckpt.before_backward(step)  # entering a checkpointed segment: recompute its saves
             if not step.needs_grad:
                 continue
-            keeps = step.save is not None  # else the store holds nothing for it: no load, no release
             g = adj.pop(step.name, None)
             if g is not None:
-                saved = store.load(step.name) if keeps else ()
-                if keep_adjoints:
-                    tape.adjoints[step.name] = g
+                saved = store.load(step.name) if step.save is not None else ()
                 va = step.vjp_attrs  # (most steps have none: a call without ** is the cheaper call)
                 grads = step.op.vjp(xp, g, saved, **va) if va else step.op.vjp(xp, g, saved)
-                passed = False  # g itself became an input's adjoint (add, sub): that hold is g's own
                 for k, name, shape in step.grad_targets:
                     gi = grads[k]
                     if gi is None:
@@ -226,45 +222,17 @@ def backward(tape: Tape, keep_adjoints: bool = False) -> dict:
                         gi = xp.asarray(gi)
                     if gi.shape != shape:
                         gi = fit(xp, gi, shape)
-                    if keep_adjoints:
-                        tape.contributions[(step.name, k)] = gi
                     prev = adj.get(name)
-                    if name in params:  # (a parameter's gradient: the same, counted in live.grads)
-                        if prev is None:
-                            adj[name] = gi
-                            if gi is g and not passed:
-                                passed = True
-                                live.tag_grad(gi)
-                            else:
-                                live.hold_grad(gi)
-                        else:
-                            adj[name] = acc = prev + gi
-                            live.hold_grad(acc)
-                            live.drop_grad(prev)
-                    elif prev is None:
-                        adj[name] = gi
-                        if gi is g and not passed:  # hold(g) now and drop(g) below would cancel out
-                            passed = True
-                        else:
-                            hold(gi)
-                    else:
-                        adj[name] = acc = prev + gi
-                        hold(acc)
-                        drop(prev)
-                if not passed:
-                    drop(g)
-            if keeps:
+                    adj[name] = acc = gi if prev is None else prev + gi
+                    accumulated(step, k, name, gi, prev, acc)
+            if step.save is not None:  # (else the store holds nothing for it)
                 store.release(step.name)
-            if marks:
-                live.mark("backward", step.name)
+            stepped(step, g)
     if ckpt is not None:
         tape.op_evaluations += ckpt.evaluations
-    grads = {}
-    for p in program.params:
-        g = adj.get(p)
-        grads[p] = g if g is not None else xp.zeros(program.shapes[p], dtype=program.float_dtype)
-    if keep_adjoints:
-        tape.adjoints.update(grads)
+    grads = {p: adj[p] if p in adj else xp.zeros(program.shapes[p], dtype=program.float_dtype)
+             for p in program.params}
+    watch.finished(grads)
     return grads
 
 

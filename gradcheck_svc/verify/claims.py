@@ -34,48 +34,7 @@ from .findings import Finding, WorstElement, parameters_through
 
 from .parameter_result import NOT_PROVIDED, PROVIDED
 
-__all__ = ["NOT_PROVIDED", "PROVIDED", "annotate", "localize_claims", "mark_missing", "subject_gradients",
-           "tolerance_dtype"]
-
-
-def tolerance_dtype(graph, dtype: str) -> str:
-    """The dtype whose tolerance the subject is held to: the engine's, or float32 for float32 claims (their
-    backward rounded in float32, whatever the graph's dtype)."""
-    return "float32" if graph.claims is not None and graph.claims.dtype == "float32" else dtype
-
-
-def subject_gradients(graph, engine_gradients: dict) -> dict:
-    """The gradients under test, by parameter: the claimed ones; a parameter without a claim keeps the
-    engine's, so its row can still be drawn (its status says 'not provided', never 'ok')."""
-    if graph.claims is None:
-        return engine_gradients
-    return {p: graph.claims.gradients.get(p, engine_gradients[p]) for p in graph.parameters}
-
-
-def annotate(results, graph, engine_gradients: dict, tol: Tolerance) -> list[str]:
-    """Mark each row's claim and compare it with the engine's gradient; return the warnings."""
-    if graph.claims is None:
-        return []
-    warnings = []
-    for r in results:
-        if r.name not in graph.claims.gradients:
-            r.claim = NOT_PROVIDED  # its row fails (ParameterResult.passed)
-            warnings.append(f"no claimed gradient for parameter '{r.name}': not verified (a claim gives every "
-                            "parameter's gradient)")
-            continue
-        r.claim = PROVIDED
-        r.vs_engine = compare(r.gradient, engine_gradients[r.name], tol)
-        if r.passed and not r.vs_engine.passed:
-            warnings.append(f"the engine's own gradient of '{r.name}' disagrees with the claimed one, which the "
-                            "references confirm: an engine bug (verify without the claims to see it)")
-    return warnings
-
-
-def mark_missing(results) -> None:
-    """After the verdict (verdict.settle): a row without a claim says so instead of FAIL."""
-    for r in results:
-        if r.claim == NOT_PROVIDED:
-            r.status, r.failed_by = NOT_PROVIDED, None
+__all__ = ["NOT_PROVIDED", "PROVIDED", "localize_claims"]
 
 
 def localize_claims(graph, fd, results, tol: Tolerance, dtype: str = "float64", rounding=None) -> list[Finding]:

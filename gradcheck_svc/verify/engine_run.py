@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 from gradcheck_core.hints import hint
@@ -49,11 +50,21 @@ def _earlier_values(program: Program, backend, faults) -> dict | None:
     return forward(program, backend, prepare_feeds(program, backend, shifted), grad=False, keep_values=True).values
 
 
-def _gradient_run(program, backend, options, plan, faults, earlier, keep_adjoints=False, integrity=None,
-                  profile=False):
+class _Setup(NamedTuple):
+    """What every gradient run of one run_engine shares: earlier, the stale-cache faults' values
+    (_earlier_values); profile: record the timeline and which node saved what (the memory profile reads both)."""
+
+    program: Program
+    backend: object
+    options: VerifyOptions
+    earlier: dict | None
+    profile: bool
+
+
+def _gradient_run(setup: _Setup, plan, faults, keep_adjoints=False, integrity=None):
     """forward (+ faults) + backward; returns (tape, device gradients, fault records, seconds).
-    Each run gets fresh feeds: in-place nodes write into them. profile: record the timeline and
-    which node saved what (the memory profile reads both)."""
+    Each run gets fresh feeds: in-place nodes write into them."""
+    program, backend, options, earlier, profile = setup
     t0 = time.perf_counter()
     feeds = prepare_feeds(program, backend)
     tape = forward(program, backend, feeds, grad=True, checkpoint=plan,
@@ -124,9 +135,8 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
         metered = _metering_forward(program, backend)
         chosen = budget.plan_for_budget(program, metered, policy.k)
     requested = checkpoint_plan(program, policy, ends=chosen.ends if chosen else None)
-    earlier = _earlier_values(program, backend, options.faults)
-    run = lambda plan, **kw: _GradientRun(*_gradient_run(program, backend, options, plan, earlier=earlier,  # noqa: E731
-                                                          profile=profile, **kw))
+    setup = _Setup(program, backend, options, _earlier_values(program, backend, options.faults), profile)
+    run = lambda plan, **kw: _GradientRun(*_gradient_run(setup, plan, **kw))  # noqa: E731
     if requested is None:
         reported = run(None, faults=options.faults, keep_adjoints=keep_adjoints)
         plain, inference = reported.tape, _inference_forward(program, backend) if profile else None
@@ -149,11 +159,12 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     ckpt = checked.tape if checked is not None else None
     memory, timelines = {}, {}
     if profile:
-        memory, timelines = memory_profile.profile(
-            program, prepare_feeds(program, backend), plain, reported.grads, inference,
-            policy=str(policy), sampled=backend.memory_sampler() is not None, metered=requested is not None,
-            checkpointed=ckpt, profile_plan=profile_plan, gradients_equal=equal, optimizer=options.optimizer,
-            optimizer_dtype=options.optimizer_dtype, dtype=dtype, budget_plan=chosen)
+        runs = memory_profile.ProfileRuns(
+            plain, reported.grads, inference, policy=str(policy), sampled=backend.memory_sampler() is not None,
+            metered=requested is not None, checkpointed=ckpt, profile_plan=profile_plan, gradients_equal=equal,
+            budget_plan=chosen)
+        memory, timelines = memory_profile.profile(program, prepare_feeds(program, backend), runs, options.optimizer,
+                                                   options.optimizer_dtype, dtype)
         if not options.memory_timeline:
             timelines = {}
     findings = recompute_check.findings(program, ckpt.checkpoint if ckpt is not None else None,

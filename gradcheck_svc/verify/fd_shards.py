@@ -58,12 +58,13 @@ from ..store.records import as_path, atomic_write, code_version, options_sha256
 from ..errors import OptionError
 from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FiniteDifferences, random_directions
-from . import claims, fd_record
+from . import fd_record
 from ..text import clip
 from .compare import Tolerance
 from .engine_run import run_engine
 from .joint_check import screen_share, usable
 from .run import parameter_fd
+from .subject import subject_of
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
 FORMAT = 2  # 2: the joint screen split by direction ("screens")
@@ -138,8 +139,9 @@ def _setup(graph, options):
     dtype = options.dtype or graph.declared_float_dtype
     engine = run_engine(graph, options, dtype, profile=False)  # the gradients only: a shard reports no memory
     fd = FiniteDifferences(graph, options.fd)
-    tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
-    subject = claims.subject_gradients(graph, engine.gradients)
+    under_test = subject_of(graph)
+    tol = Tolerance.for_dtype(under_test.tolerance_dtype(dtype), options.atol, options.rtol)
+    subject = under_test.gradients(engine.gradients)
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screened = joint if usable(fd, subject, joint) else []
     own = [p for p in graph.parameters if p not in screened]

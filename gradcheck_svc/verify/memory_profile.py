@@ -155,28 +155,43 @@ def replay_backward(metering, checkpointed) -> Timeline:
     return out
 
 
-def profile(program, feeds: dict, plain, plain_grads: dict, inference, *, policy: str = "none",
-            sampled: bool = False, metered: bool = False, checkpointed=None, profile_plan=None,
-            gradients_equal: bool | None = None, optimizer: str = "none", optimizer_dtype: str | None = None,
-            dtype: str = "float64", budget_plan=None) -> tuple[dict, dict]:
-    """program, feeds: the run's Program and device inputs; plain / inference / checkpointed: tapes
-    after their runs (gradient run without checkpointing -- a metering forward when `metered` --,
-    no-grad forward, gradient run under profile_plan), each with its timeline recorded;
-    plain_grads: the device gradients of the plain run (or of the checkpointed one: the same
-    arrays' sizes). Returns (the memory figures, run label -> timeline)."""
+@dataclass
+class ProfileRuns:
+    """The runs the memory profile reads (engine_run.run_engine makes them), each tape with its timeline
+    recorded: the gradient run without checkpointing (a metering forward when `metered`), the no-grad
+    forward, and the gradient run under profile_plan (`checkpointed`, when one was made)."""
+
+    plain: object
+    plain_grads: dict  # the device gradients of the plain run (or of the checkpointed one: the same sizes)
+    inference: object
+    policy: str = "none"  # the checkpoint policy asked for
+    sampled: bool = False  # the live figures are the device pool's samples
+    metered: bool = False
+    checkpointed: object = None
+    profile_plan: object = None
+    gradients_equal: bool | None = None  # the checkpointed run's gradients bit for bit the plain run's
+    budget_plan: object = None  # a budget policy's plan (engine/budget.py)
+
+
+def profile(program, feeds: dict, runs: ProfileRuns, optimizer: str = "none", optimizer_dtype: str | None = None,
+            dtype: str = "float64") -> tuple[dict, dict]:
+    """program, feeds: the run's Program and device inputs; runs: the runs made for the profile; optimizer
+    (and its state's dtype, default the engine's): its state joins the training figure. Returns (the memory
+    figures, run label -> timeline)."""
+    plain, checkpointed, profile_plan = runs.plain, runs.checkpointed, runs.profile_plan
     params = [feeds[p] for p in program.params]
     params_bytes = distinct_bytes(params)
     data_bytes = distinct_bytes(feeds.values()) - params_bytes
     opt_dtype = optimizer_dtype or dtype
     opt_bytes = optimizer_state_bytes(optimizer, opt_dtype, distinct_elements(params))
-    none = of_timeline(replay_backward(plain, checkpointed) if metered else plain.live.timeline)
-    inf = of_timeline(inference.live.timeline)
+    none = of_timeline(replay_backward(plain, checkpointed) if runs.metered else plain.live.timeline)
+    inf = of_timeline(runs.inference.live.timeline)
     by_node = sorted(plain.saved_by_node.items(), key=lambda kv: -kv[1])
     ops = {s.name: s.op.name for s in program.steps}
     memory = {
         "data_bytes": data_bytes,
         "parameters_bytes": params_bytes,
-        "gradients_bytes": distinct_bytes(plain_grads.values()),
+        "gradients_bytes": distinct_bytes(runs.plain_grads.values()),
         "optimizer": optimizer,
         "optimizer_dtype": opt_dtype,
         "optimizer_bytes": opt_bytes,
@@ -191,21 +206,22 @@ def profile(program, feeds: dict, plain, plain_grads: dict, inference, *, policy
         "inference_transient_bytes": inf.peak - data_bytes - params_bytes,
         "activations_by_node": [{"node": n, "op": ops.get(n, ""), "bytes": int(b)} for n, b in by_node],
         "op_evaluations": int(plain.op_evaluations),
-        "memory_source": "cupy_pool" if sampled else "engine_arrays",
-        "checkpoint": policy,
+        "memory_source": "cupy_pool" if runs.sampled else "engine_arrays",
+        "checkpoint": runs.policy,
     }
     timelines = {"none": none.timeline, "inference": inf.timeline}
     if checkpointed is not None:
         ck = of_timeline(checkpointed.live.timeline)
-        memory.update(_checkpoint_figures(ck, checkpointed, profile_plan, budget_plan, opt_bytes, gradients_equal))
+        memory.update(_checkpoint_figures(ck, runs, opt_bytes))
         timelines[str(profile_plan.policy)] = ck.timeline
     return memory, timelines
 
 
 
-def _checkpoint_figures(ck, checkpointed, profile_plan, budget_plan, opt_bytes: int, gradients_equal) -> dict:
-    """The checkpointed run's figures: ck its timeline's summary, checkpointed its tape; with a budget
-    policy, the budget plan's prediction and choice too."""
+def _checkpoint_figures(ck, runs: ProfileRuns, opt_bytes: int) -> dict:
+    """The checkpointed run's figures: ck its timeline's summary; with a budget policy, the budget plan's
+    prediction and choice too."""
+    checkpointed, profile_plan, budget_plan = runs.checkpointed, runs.profile_plan, runs.budget_plan
     memory = {
         "checkpoint_profile": str(profile_plan.policy),
         "checkpoint_segments": len(profile_plan.segments),
@@ -214,7 +230,7 @@ def _checkpoint_figures(ck, checkpointed, profile_plan, budget_plan, opt_bytes: 
         "checkpoint_live_peak_bytes": ck.peak,
         "checkpoint_training_peak_bytes": ck.peak + opt_bytes,
         "checkpoint_op_evaluations": int(checkpointed.op_evaluations),
-        "checkpoint_gradients_equal": bool(gradients_equal),
+        "checkpoint_gradients_equal": bool(runs.gradients_equal),
     }
     if budget_plan is not None:  # budget:BYTES (engine/budget.py): the plan's prediction and its choice
         memory.update({

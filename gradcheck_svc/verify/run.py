@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import time
+from typing import NamedTuple
 
 import numpy as np
 
@@ -22,19 +23,18 @@ from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FDResult, FiniteDifferences
 from ..oracles.symbolic import symbolic_gradients
 from .compare import VANISHING, Tolerance, compare, magnitude
-from . import claims, recompute_check
 from .attributes import attributes_used, defaulted_warnings
 from .custom_ops import check_custom_ops
-from .diagnosis.claimed import diagnose_claims
-from .diagnosis.context import Context
-from .diagnosis.diagnose import EXPLAINING, diagnose
+from .diagnosis.context import Run
+from .diagnosis.diagnose import EXPLAINING
 from .engine_run import EngineRun, run_engine
 from .fd_check import as_referenced, fd_check
 from .joint_check import RESOLVE, joint_screen, usable
-from .findings import Finding, WorstElement, parameters_through
+from .findings import Finding, WorstElement
 from .options import DTYPES, VerifyOptions, check
-from .parameter_result import FDRow, ParameterResult, Screen, SymbolicRow
+from .parameter_result import NOT_PROVIDED, FDRow, ParameterResult, Screen, SymbolicRow
 from .report import Report
+from .subject import subject_of
 from .verdict import settle
 
 __all__ = ["DTYPES", "EngineRun", "VerifyOptions", "run_engine", "verify", "verify_checked"]
@@ -54,59 +54,70 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     on_phase(name), when given, is called as each phase starts (a progress display's hook).
     fd_source(fd, screen, own, tol) -> lookup(name, g) -> (FDResult, FDCheck): where each parameter checked on its
     own gets its finite differences (default local_fd: computed here; fd_shards.py: read from shards); one with a
-    joint_values(dirs, params) method gives the joint screen's first passes too (joint_check.joint_screen)."""
+    joint_values(dirs, params) method gives the joint screen's first passes too (joint_check.joint_screen).
+    Each stage reads and fills the one Run (diagnosis/context.py)."""
     phase = on_phase or (lambda name: None)
-    dtype = options.dtype or graph.declared_float_dtype
+    run = Run(graph, options, options.dtype or graph.declared_float_dtype, subject=subject_of(graph))
     t_start = time.perf_counter()
     phase("engine")
-    engine = run_engine(graph, options, dtype)
+    run.engine = run_engine(graph, options, run.dtype)
 
     t0 = time.perf_counter()
     phase("symbolic oracle")
-    symbolic = symbolic_gradients(graph, options.symbolic)
+    run.symbolic = symbolic_gradients(graph, options.symbolic)
     t_sym = time.perf_counter() - t0
 
     t0 = time.perf_counter()
     phase("finite differences")
-    fd = FiniteDifferences(graph, options.fd)
-    tol = Tolerance.for_dtype(claims.tolerance_dtype(graph, dtype), options.atol, options.rtol)
-    subject = claims.subject_gradients(graph, engine.gradients)  # what is verified: the engine's or the claims
-    joint, screen, own = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
-    lookup = (fd_source or local_fd)(fd, screen, own, tol)
-    results = [parameter_row(name, subject[name], joint, screen, lookup, symbolic, tol) for name in graph.parameters]
+    claim_warnings = _compared(run, fd_source)
     t_fd = time.perf_counter() - t0
-    claim_warnings = claims.annotate(results, graph, engine.gradients, tol)
-    for r in results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
-        r.source_names = list(graph.inputs[r.name].source_names)
 
     t0 = time.perf_counter()
-    custom = check_custom_ops(graph, symbolic.mp_values if symbolic.ran else fd.base,
-                              timeout_s=options.symbolic.simplify_timeout_s)
+    run.custom = check_custom_ops(graph, run.symbolic.mp_values if run.symbolic.ran else run.fd.base,
+                                  timeout_s=options.symbolic.simplify_timeout_s)
     t_custom = time.perf_counter() - t0
 
-    warnings = _warnings(graph, engine, symbolic, claim_warnings)
+    warnings = _warnings(run, claim_warnings)
     t0 = time.perf_counter()
     phase("diagnosis")
-    findings = _findings(graph, options, dtype, engine, results, fd, tol, custom)
+    findings = _findings(run)
     t_diag = time.perf_counter() - t0
-    verdict = settle(results, findings)  # each row's status and the verdict, from the same facts
-    claims.mark_missing(results)
-    timings = {"engine_s": engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
+    verdict = settle(run.results, findings)  # each row's status and the verdict, from the same facts
+    run.subject.mark_missing(run.results)
+    timings = {"engine_s": run.engine.seconds, "finite_differences_s": t_fd, "symbolic_s": t_sym,
                "diagnosis_s": t_diag}
-    if custom:
+    if run.custom:
         timings["custom_ops_s"] = t_custom
     timings["total_s"] = time.perf_counter() - t_start
+    engine = run.engine
     return Report(
-        graph=graph.name, verdict=verdict, loss=engine.loss, dtype=dtype, device=options.device,
-        parameters=results, memory=engine.memory, timings=timings,
+        graph=graph.name, verdict=verdict, loss=engine.loss, dtype=run.dtype, device=options.device,
+        parameters=run.results, memory=engine.memory, timings=timings,
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
-        symbolic=symbolic, custom_ops=custom, subject="engine" if graph.claims is None else "claimed",
-        attributes=attributes_used(graph), fd_plan=fd.plan)
+        symbolic=run.symbolic, custom_ops=run.custom, subject=run.subject.name,
+        attributes=attributes_used(graph), fd_plan=run.fd.plan)
 
 
-def _warnings(graph: Graph, engine, symbolic, claim_warnings: list) -> list[str]:
+def _compared(run: Run, fd_source) -> list[str]:
+    """The finite-difference oracle, the tolerance and each parameter's row (the gradient under test against
+    both references) into the run; returns the claims' warnings."""
+    graph = run.graph
+    run.fd = fd = FiniteDifferences(graph, run.options.fd)
+    run.tol = tol = Tolerance.for_dtype(run.subject.tolerance_dtype(run.dtype), run.options.atol, run.options.rtol)
+    subject = run.subject.gradients(run.engine.gradients)  # what is verified: the engine's or the claims
+    plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
+    lookup = (fd_source or local_fd)(fd, plan.screen, plan.own, tol)
+    run.results = [parameter_row(run, plan, lookup, name, subject[name]) for name in graph.parameters]
+    claim_warnings = run.subject.annotate(run.results, run.engine.gradients, tol)
+    for r in run.results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
+        r.source_names = list(graph.inputs[r.name].source_names)
+    return claim_warnings
+
+
+def _warnings(run: Run, claim_warnings: list) -> list[str]:
     """The report's warnings: the claims', faults that had no effect, the converter's notes, and what was
     not checked or skipped."""
+    graph, engine = run.graph, run.engine
     why = (" (under checkpointing only the last segment saves in the forward pass; the others are recomputed)"
            if engine.memory.get("checkpoint", "none") != "none" else "")
     warnings = claim_warnings + [
@@ -116,34 +127,37 @@ def _warnings(graph: Graph, engine, symbolic, claim_warnings: list) -> list[str]
     warnings += defaulted_warnings(graph)  # attributes most likely lost on the wire
     if not graph.parameters:
         warnings.append("no input has requires_grad: nothing to check")
-    if symbolic.status == "skipped":
-        warnings.append(f"symbolic oracle skipped: {symbolic.reason}; the verdict uses finite differences")
+    if run.symbolic.status == "skipped":
+        warnings.append(f"symbolic oracle skipped: {run.symbolic.reason}; the verdict uses finite differences")
     return warnings
 
 
-def _findings(graph: Graph, options: VerifyOptions, dtype, engine, results: list, fd, tol, custom) -> list:
-    """The diagnosis's findings: of the engine's runs, or of the claims when the graph carries them."""
-    if graph.claims is None:  # the engine is the subject: its runs are diagnosed
-        prior = recompute_check.attribute(engine.findings, results)
-        findings = prior + diagnose(Context(graph, options, dtype, engine, results, fd, tol), prior)
-    else:  # the claims are: the same analyses (kinks, float32 rounding), localized by their own adjoints
-        findings = diagnose_claims(Context(graph, options, claims.tolerance_dtype(graph, dtype), engine, results, fd,
-                                           tol, subject="claimed"))
-    findings += undecidable_findings(results, engine.program, findings)
+def _findings(run: Run) -> list:
+    """The diagnosis's findings: of the subject (the engine's runs, or the claims), then what finite
+    differences left undecided or unresolved, then any failed row no finding explains."""
+    results = run.results
+    findings = run.subject.findings(run)
+    findings += undecidable_findings(results, run.engine.program, findings)
     findings += unresolved_findings(results, findings)
-    if graph.claims is None:
-        findings += _wrong_user_derivatives(custom, findings, engine.program)
-    findings += unexplained_mismatches(results, findings, options.localize)
+    findings += run.subject.after_checks(run, findings)
+    findings += unexplained_mismatches(results, findings, run.options.localize, run.subject)
     return findings
 
 
-def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None):
-    """(the parameters the plan screens jointly, the joint screen or None, the parameters checked on their own:
-    every one the screen did not clear), in the graph's order. first_pass: joint_screen's."""
+class FDPlan(NamedTuple):
+    """How finite differences check the parameters: those screened jointly, the joint screen (None: none), and
+    those checked on their own (every one the screen did not clear), each in the graph's order."""
+    joint: list
+    screen: object
+    own: list
+
+
+def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None) -> FDPlan:
+    """The FDPlan of the gradients under test. first_pass: joint_screen's."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass) if usable(fd, gradients, joint) else None
     own = [p for p in graph.parameters if screen is None or p not in joint or p in screen.flagged]
-    return joint, screen, own
+    return FDPlan(joint, screen, own)
 
 
 def parameter_fd(fd, name: str, g: np.ndarray, tol: Tolerance):
@@ -172,9 +186,10 @@ def local_fd(fd, screen, own, tol: Tolerance):
     return lambda name, g: parameter_fd(fd, name, g, tol)
 
 
-def parameter_row(name: str, g: np.ndarray, joint, screen, lookup, symbolic, tol: Tolerance) -> ParameterResult:
+def parameter_row(run: Run, plan: FDPlan, lookup, name: str, g: np.ndarray) -> ParameterResult:
     """One parameter's row, however finite differences checked it: the one place rows are built. g: the
     gradient under test (the engine's or the claim; the screen judged the same)."""
+    joint, screen, tol = plan.joint, plan.screen, run.tol
     narrowed = screen.narrowed.get(name) if screen is not None else None
     if narrowed is None and screen is not None and name in joint and name not in screen.flagged:
         fd_row, unresolved = _cleared_fd(screen), _blind(screen, name)
@@ -183,7 +198,7 @@ def parameter_row(name: str, g: np.ndarray, joint, screen, lookup, symbolic, tol
         how = Screen.NARROWED if narrowed is not None else \
             Screen.FLAGGED if screen is not None and name in joint else Screen.NONE
         fd_row, unresolved = fd_row_of(ref, check, g, how), narrowed.unresolved if narrowed is not None else None
-    sym = _symbolic_row(name, g, fd_row, symbolic, screen, narrowed, tol)
+    sym = _symbolic_row(run, name, g, fd_row, screen, narrowed)
     # a row the screen cleared shows the whole graph's directional derivatives: no tolerance of its own
     absolute = None if fd_row.screen is Screen.CLEARED else \
         tol.absolute(magnitude(sym.gradient if sym is not None else fd_row.reference))
@@ -211,9 +226,10 @@ def _cleared_fd(screen) -> FDRow:
                  engine_projection=screen.engine, refined=screen.refined)
 
 
-def _symbolic_row(name: str, g: np.ndarray, fd_row: FDRow, symbolic, screen, narrowed, tol: Tolerance):
+def _symbolic_row(run: Run, name: str, g: np.ndarray, fd_row: FDRow, screen, narrowed):
     """g against the exact gradient, and the differences against what they would be exactly: the exact
     gradient's projection on the same directions (for a cleared row, the whole graph's, computed once)."""
+    symbolic = run.symbolic
     if not symbolic.ran:
         return None
     sym = symbolic.gradients[name]
@@ -228,7 +244,7 @@ def _symbolic_row(name: str, g: np.ndarray, fd_row: FDRow, symbolic, screen, nar
         checked = np.zeros(g.size, bool)
         checked[narrowed.index] = True
         fd_values = np.where(checked.reshape(g.shape), fd_row.reference, sym)
-    return SymbolicRow(sym, compare(g, sym, tol), compare(fd_values, exact, FD_VS_SYMBOLIC, fd_row.error))
+    return SymbolicRow(sym, compare(g, sym, run.tol), compare(fd_values, exact, FD_VS_SYMBOLIC, fd_row.error))
 
 
 def _blind(screen, name: str) -> str | None:
@@ -240,40 +256,27 @@ def _blind(screen, name: str) -> str | None:
             f"(it resolves {ratio * RESOLVE:.3g}x at the worst), even with a larger step")
 
 
-def _wrong_user_derivatives(custom, findings, program) -> list:
-    """A user derivative that disagrees with SymPy's is a rule_error at its node, whether or
-    not the gradient check happened to localize it (e.g. a parameter-free branch)."""
-    named = {f.node for f in findings if f.cause == "rule_error"}
-    out = []
-    for c in custom:
-        if c.user_grad_matches is False and c.node not in named:
-            out.append(Finding(node=c.node, op="expr", cause="rule_error", severity="error",
-                               detail=f"user derivative disagrees with SymPy's: {c.detail}",
-                               parameters=parameters_through(program, c.node)))
-    return out
-
-
-def unexplained_mismatches(results, findings, localized: bool) -> list:
+def unexplained_mismatches(results, findings, localized: bool, subject) -> list:
     """An error finding at each parameter whose comparison failed while no finding names it (as an
-    error, or as the explanation): the verdict's FAIL then always says where."""
+    error, or as the explanation): the verdict's FAIL then always says where. subject: whose gradient the
+    rows hold (subject.py)."""
     named = {p for f in findings if f.severity == "error" or (f.cause, f.severity) in EXPLAINING
              for p in f.parameters}
     why = "no single node explains it" if localized else "localization is off"
     out = []
     for r in results:
-        if r.passed or r.name in named or r.claim == claims.NOT_PROVIDED:
+        if r.passed or r.name in named or r.claim == NOT_PROVIDED:
             continue
         c = r.verdict_comparison
         against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
         where = ["direction", *c.worst_index] if r.fd.directional else list(c.worst_index)
-        subject = "claimed" if r.claim else "engine"  # verify/claims.py: the gradient under test
         off = abs(c.engine_at_worst - c.reference_at_worst)
-        because = "the claim holds no adjoint that localizes it further" if r.claim and localized else why
+        because = (subject.unlocalized or why) if localized else why
         out.append(Finding(
             node=r.name, op="input", cause="gradient_mismatch", severity="error",
-            detail=f"its {'claimed ' if r.claim else ''}gradient disagrees with {against} (worst {where}"
+            detail=f"its {subject.adjective}gradient disagrees with {against} (worst {where}"
                    f"{_in_source_terms(r, where)}: "
-                   f"{subject} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
+                   f"{subject.name} {c.engine_at_worst:.8g}, reference {c.reference_at_worst:.8g}, off by {off:.3g}; "
                    f"tolerance atol {r.tolerance.atol:g}, rtol {r.tolerance.rtol:g}{_held_to_size(r)}) and {because}",
             parameters=[r.name], worst=WorstElement(tuple(where), float(c.engine_at_worst),
                                                      float(c.reference_at_worst))))

@@ -209,7 +209,7 @@ def _off_the_witness(ctx: Context, r) -> np.ndarray | None:
     (a max-pool's windows, weighted with both signs) the one-sided differences bound the projections of only
     some of the subgradients: another valid convention (each window's last maximum) fell outside them.
     None: judge the projections."""
-    witness = ctx.engine.gradients.get(r.name) if ctx.subject == "claimed" else None
+    witness = ctx.subject.witness(ctx.engine, r.name)
     if witness is None or r.fd.directions is None:
         return None
     witness = np.asarray(witness, dtype=np.float64).reshape(-1)

@@ -1,6 +1,7 @@
-"""What every analysis of the diagnosis reads: the graph, the options, the engine's run, the
-per-parameter results and the finite-difference oracle (Context); and small helpers that
-describe values at an index.
+"""One verification's state (Run): what verify/run.py passes through its stages and every analysis of
+the diagnosis reads -- the graph, the options, the engine's dtype and run, the references (the
+finite-difference and symbolic oracles), the tolerance and the per-parameter results; and small
+helpers that describe values at an index. `Context` is the diagnosis's name for the same object.
 
 The "expected" value of a saved tensor comes from a clean, out-of-place forward in the
 engine's dtype, computed only when something was found.
@@ -28,15 +29,19 @@ EVIDENCE = 8  # failing elements localization checks one by one
 
 
 @dataclass
-class Context:
+class Run:
+    """Filled stage by stage (verify/run.py): the engine's run, then the references, the tolerance and the
+    rows; the diagnosis reads it whole."""
     graph: Graph
     options: VerifyOptions
     dtype: str
-    engine: EngineRun
-    results: list[ParameterResult]
-    fd: FiniteDifferences
-    tol: Tolerance
-    subject: str = "engine"  # whose gradient the findings speak of: "engine" or "claimed" (diagnosis/claimed.py)
+    engine: EngineRun | None = None
+    results: list[ParameterResult] | None = None
+    fd: FiniteDifferences | None = None  # the finite-difference oracle
+    tol: Tolerance | None = None  # what the gradient under test is held to
+    subject: object = None  # whose gradient is under test and the findings speak of (verify/subject.py)
+    symbolic: object = None  # the symbolic oracle's gradients (oracles/symbolic.py)
+    custom: list | None = None  # the checks of the graph's user derivatives (custom_ops.py)
     _clean: dict | None = None
     _traced: EngineRun | None = None
     _params_of: dict = field(default_factory=dict)
@@ -45,7 +50,7 @@ class Context:
     @property
     def whose(self) -> str:
         """"the engine's" / "the claimed", before "gradient" in a finding's words."""
-        return "the engine's" if self.subject == "engine" else "the claimed"
+        return self.subject.whose
 
     @property
     def program(self) -> Program:
@@ -95,6 +100,9 @@ class Context:
     def op_of(self, name: str) -> str:
         step = self.program.by_name.get(name)
         return step.op.name if step is not None else "input"
+
+
+Context = Run  # the diagnosis's name for it: the analyses take a `ctx`
 
 
 def inputs_at(step: Step, values: dict, idx: tuple) -> str:

@@ -103,7 +103,7 @@ def _note(ctx: Context, step, kink, d: np.ndarray, exact: np.ndarray, near: int)
               if r.name in unsure and r.symbolic is not None)
     symbolic = f"; the symbolic reference is {'NaN' if nan else 'of another convention'} there for " \
         f"{', '.join(unsure)} ({'undefined' if nan else 'the value of its formula'} at the kink) and finite " \
-        f"differences agree with {'the engine' if ctx.subject == 'engine' else 'the claimed gradient'}" if unsure else ""
+        f"differences agree with {ctx.subject.noun}" if unsure else ""
     taken = f"; finite differences took the engine's piece there (frozen branches; {within})" if frozen else ""
     return Finding(step.name, step.op.name, "nondifferentiable_point", "warning" if unsure else "info",
                    f"an input is exactly at its kink {kink.where} ({inputs_at(step, fd.base, at)}{more}): the "

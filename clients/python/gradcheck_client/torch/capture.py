@@ -21,6 +21,7 @@ raises in an op is a TracerError naming the op and the module running it.
 """
 from __future__ import annotations
 
+import functools
 import os
 import sys
 import threading
@@ -29,6 +30,7 @@ import numpy as np
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from gradcheck_core.op_values import OPS
 from gradcheck_core.trace_errors import TracerError
 from gradcheck_core.tracer import Tracer, Value
 from . import attention, inplace, surrogate
@@ -164,17 +166,30 @@ def _index_put(a, indices, values, accumulate=False):
     return np.reshape(_apply("take", both, src, axis=0), tuple(a.shape))
 
 
-# ATen op (overload packet) -> its forward on tracer Values / NumPy arrays; one line each
-ATEN = {
+# The ATen ops that are the registry's op of the same name, tensor for tensor, without attributes. Their
+# entries are derived from the registry's own table (gradcheck_core.op_values.OPS, generated from it), so an
+# op the registry renames or drops, or gives an attribute, fails here at import, naming it.
+SAME_AS_REGISTRY = ("mul", "div", "neg", "pow", "exp", "log", "tanh", "sin", "cos", "sqrt", "abs", "where")
+# the registry's op on the ATen op's positional tensors; anything else (div's rounding_mode=) is a TypeError,
+# which makes the op an opaque node (_replay)
+_BY_ARITY = {1: lambda op, a: _apply(op, a), 2: lambda op, a, b: _apply(op, a, b),
+             3: lambda op, a, b, c: _apply(op, a, b, c)}
+
+
+def _registry_op(name: str):
+    entry = OPS.get(name)
+    if entry is None or entry["attrs"] or entry["arity"] not in _BY_ARITY:
+        raise ImportError(f"capture.SAME_AS_REGISTRY: '{name}' is not an op of the registry with a fixed arity and "
+                          "no attributes (see `gradcheck-svc ops`)")
+    return functools.partial(_BY_ARITY[entry["arity"]], name)
+
+
+# ATen op (overload packet) -> its forward on tracer Values / NumPy arrays: the registry's own ops, then
+# one line each for the ops that translate torch's arguments
+ATEN = {getattr(aten, name): _registry_op(name) for name in SAME_AS_REGISTRY} | {
     aten.add: lambda a, b, alpha=1: a + b * alpha if alpha != 1 else a + b,
     aten.sub: lambda a, b, alpha=1: a - b * alpha if alpha != 1 else a - b,
     aten.rsub: lambda a, b, alpha=1: b - a * alpha if alpha != 1 else b - a,
-    aten.mul: lambda a, b: a * b,
-    aten.div: lambda a, b: a / b,
-    aten.neg: lambda a: -a,
-    aten.pow: lambda a, b: a ** b,
-    aten.exp: np.exp, aten.log: np.log, aten.tanh: np.tanh, aten.sin: np.sin, aten.cos: np.cos,
-    aten.sqrt: np.sqrt, aten.abs: np.abs,
     aten.rsqrt: lambda a: 1 / np.sqrt(a),
     aten.reciprocal: lambda a: 1 / a,
     aten.sigmoid: lambda a: 1 / (1 + np.exp(-a)),
@@ -197,7 +212,6 @@ ATEN = {
     aten._softmax: lambda a, d, half: a.tracer.apply("softmax", a, axis=d),
     aten._log_softmax: lambda a, d, half: a.tracer.apply("log_softmax", a, axis=d),
     aten.clone: lambda a, memory_format=None: a, aten.alias: lambda a: a,
-    aten.where: lambda c, a, b: np.where(c, a, b),
     # layers: the registry's ops (`gradcheck-svc ops`); tests/torch/test_torch_claims.py's LAYERS checks each
     aten.native_layer_norm: _layer_norm,
     aten.gelu: lambda a, approximate="none": _apply("gelu", a, approximate=approximate),
