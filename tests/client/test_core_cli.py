@@ -1,19 +1,17 @@
 """The `gradcheck-svc verify` command end to end: the seed example, fault
 injection, the JSON contract and exit codes. Runs the real console script."""
 import json
-import subprocess
-import sys
 
 import pytest
 
 from conftest import EXAMPLES
+import forked_cli
 
 SEED = str(EXAMPLES / "seed.json")
 
 
 def run_cli(*args):
-    p = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", *args], capture_output=True, text=True,
-                       timeout=120)
+    p = forked_cli.run("gradcheck_svc.cli", *args, timeout=120)
     return p.returncode, p.stdout, p.stderr
 
 

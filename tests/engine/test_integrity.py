@@ -2,8 +2,6 @@
 every --fault kind is caught and named as cache_corruption at the node that read it."""
 import json
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -15,14 +13,14 @@ from gradcheck_svc.graph import load_graph
 from gradcheck_svc.verify import VerifyOptions, verify
 
 from conftest import EXAMPLES, ROOT
+import forked_cli
 
 SEED = EXAMPLES / "seed.json"
 
 
 def run_cli(*args):
     env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'clients' / 'python'}")
-    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", *args], capture_output=True, text=True,
-                          env=env, timeout=120)
+    return forked_cli.run("gradcheck_svc.cli", *args, env=env, timeout=120)
 
 
 def test_seed_overwrite_is_named_cache_corruption_at_the_square():

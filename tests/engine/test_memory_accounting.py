@@ -66,7 +66,7 @@ def _check_accounting(m: dict, timelines: dict, inplace: bool = False) -> None:
 def test_text_json_html_and_svg_agree(path, tmp_path):
     graph = load_graph(path)
     options = VerifyOptions(memory_timeline=True, optimizer="adam", optimizer_dtype="float32")
-    options.fd.mode = "projection"  # (the memory figures do not depend on the oracles)
+    # the default --fd (the memory figures do not depend on the oracles; the cheapest check of chain_256)
     report = verify(graph, options)
     d = report.to_dict()
     m = d["memory"]

@@ -6,8 +6,6 @@ line, under a fixed length, without a traceback, and the server is alive and ser
 """
 from __future__ import annotations
 
-import subprocess
-import sys
 
 import grpc
 import pytest
@@ -16,6 +14,7 @@ from bad_inputs import LIMIT_FLAGS, cases
 from gradcheck.v1 import service_pb2
 from gradcheck_client import Client
 from grpc_helpers import _env, module_server, seed_graph
+import forked_cli
 
 CASES = cases()
 MAX_MESSAGE = 600  # characters: what a person reads and what gRPC trailers carry
@@ -104,8 +103,7 @@ def test_cli_subprocess(case, tmp_path):
     """A few through a real process too: stderr is exactly one line, stdout empty."""
     path = tmp_path / ("graph" + case.suffix)
     path.write_bytes(case.data)
-    done = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path), *LIMIT_ARGS,
-                           *case.flags], capture_output=True, text=True, env=_env(), timeout=60)
+    done = forked_cli.run("gradcheck_svc.cli", "verify", path, *LIMIT_ARGS, *case.flags, env=_env(), timeout=60)
     assert done.returncode == 2 and done.stdout == ""
     assert done.stderr.count("\n") == 1
     assert_one_safe_line(done.stderr)

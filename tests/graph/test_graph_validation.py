@@ -1,13 +1,12 @@
 """Every malformed graph gives one GraphError naming the node or field, and
 the CLI turns it into one line on stderr and exit code 2."""
 import json
-import subprocess
-import sys
 
 import pytest
 
 from gradcheck_svc.errors import GraphError
 from gradcheck_svc.graph import load_graph
+import forked_cli
 
 
 def graph(nodes, inputs=None, output="L", **extra):
@@ -122,8 +121,7 @@ def test_cli_exit_2_one_line(tmp_path, case):
     g, where, needle = CASES[case]
     path = tmp_path / "g.json"
     path.write_text(json.dumps(g))
-    p = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path)], capture_output=True,
-                       text=True, timeout=60)
+    p = forked_cli.run("gradcheck_svc.cli", "verify", path, timeout=60)
     assert p.returncode == 2
     assert needle in p.stderr and where in p.stderr
     assert len(p.stderr.strip().splitlines()) == 1 and "Traceback" not in p.stderr

@@ -6,8 +6,6 @@ torch parameter and element; what has no exact image is refused in one line."""
 from __future__ import annotations
 
 import io
-import subprocess
-import sys
 import warnings
 
 import numpy as np
@@ -23,6 +21,7 @@ from gradcheck_client import Client  # noqa: E402
 from gradcheck_core.claims import claims_message, with_claims  # noqa: E402
 from gradcheck_core.onnx_options import OnnxModel  # noqa: E402
 from grpc_helpers import module_server  # noqa: E402
+import forked_cli
 
 
 class Net(nn.Module):
@@ -78,8 +77,7 @@ def server(tmp_path_factory):
 
 
 def _run(cmd, *args):
-    exe = [sys.executable, "-m", "gradcheck_svc.cli" if cmd == "svc" else "gradcheck_client.cli"]
-    p = subprocess.run([*exe, "verify", *map(str, args)], capture_output=True, text=True, timeout=300)
+    p = forked_cli.run("gradcheck_svc.cli" if cmd == "svc" else "gradcheck_client.cli", "verify", *args, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
 

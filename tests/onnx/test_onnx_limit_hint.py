@@ -3,7 +3,6 @@
 error (LimitError.limit) but no flag."""
 from __future__ import annotations
 
-import subprocess
 import sys
 
 import pytest
@@ -17,6 +16,7 @@ from gradcheck_svc.limits import ServerLimits  # noqa: E402
 from gradcheck_svc.outcome import report_of  # noqa: E402
 from gradcheck_svc.request import run_request  # noqa: E402
 from grpc_helpers import ROOT, _env  # noqa: E402
+import forked_cli
 
 
 def _model() -> bytes:
@@ -29,8 +29,7 @@ def _model() -> bytes:
 
 
 def _cli(path, *flags):
-    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path), *flags],
-                          capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=120)
+    return forked_cli.run("gradcheck_svc.cli", "verify", path, *flags, env=_env(), cwd=ROOT, timeout=120)
 
 
 @pytest.mark.parametrize(("flags", "expected"), [

@@ -4,8 +4,6 @@ where."""
 import copy
 import json
 import re
-import subprocess
-import sys
 
 import numpy as np
 import pytest
@@ -22,6 +20,7 @@ from gradcheck_svc.verify import fd_check as fd_check_module
 
 from conftest import EXAMPLES
 from plants import tanh_over_small_d
+import forked_cli
 
 CHAIN = EXAMPLES / "chain_256.json"
 ZOO = json.loads((EXAMPLES / "faults" / "manifest.json").read_text())["cases"]
@@ -116,13 +115,12 @@ def test_one_percent_error_in_one_of_512_tensors_is_found_and_localized(chain_do
 
 
 def test_fd_joint_option_through_the_cli():
-    p = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(EXAMPLES / "mlp_cross_entropy.json"),
-                        "--fd", "joint", "--format", "json"], capture_output=True, text=True, timeout=120)
+    p = forked_cli.run("gradcheck_svc.cli", "verify", EXAMPLES / "mlp_cross_entropy.json", "--fd", "joint",
+                       "--format", "json", timeout=120)
     assert p.returncode == 0, p.stderr
     rows = json.loads(p.stdout)["parameters"]
     assert rows and all(r["fd_checked_by"] == "joint" and r["fd_mode"] == "joint" for r in rows)
-    bad = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(EXAMPLES / "seed.json"),
-                          "--fd", "jointly"], capture_output=True, text=True, timeout=120)
+    bad = forked_cli.run("gradcheck_svc.cli", "verify", EXAMPLES / "seed.json", "--fd", "jointly", timeout=120)
     assert bad.returncode == 2 and "--fd" in bad.stderr and "Traceback" not in bad.stderr
 
 

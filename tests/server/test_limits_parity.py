@@ -7,8 +7,6 @@ a new limit without a case here fails."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import grpc
 import numpy as np
@@ -20,6 +18,7 @@ from gradcheck_core.tracer import Tracer
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.limits import LIMITS
 from grpc_helpers import ROOT, _env, module_server, seed_graph, slow_graph
+import forked_cli
 
 SMALL = {"max_message_bytes": 400_000, "max_nodes": 20, "max_elements": 500_000, "max_name_length": 40,
          "max_attribute_values": 50, "max_formula_chars": 100, "max_formula_depth": 8,
@@ -121,9 +120,8 @@ def _flags(options: dict) -> list[str]:
 
 
 def _in_process(path, options, flags=FLAGS):
-    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path), "--format", "json",
-                           *flags, *_flags(options)], capture_output=True, text=True, env=_env(), cwd=ROOT,
-                          timeout=120)
+    return forked_cli.run("gradcheck_svc.cli", "verify", path, "--format", "json", *flags, *_flags(options),
+                          env=_env(), cwd=ROOT, timeout=120)
 
 
 def _reason(err: VerifyError) -> str:

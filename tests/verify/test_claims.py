@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
 import grpc
@@ -26,6 +24,7 @@ from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.graph.decode import parse_graph
 from gradcheck_svc.verify import verify
 from grpc_helpers import module_server
+import forked_cli
 
 
 @pytest.fixture(scope="module")
@@ -320,9 +319,7 @@ SEED = str(EXAMPLES / "seed.json")  # L = (w x)^2 / 4 at w = 3, x = 2: dL/dw = 6
 
 
 def _run(cmd, *args):
-    exe = [sys.executable, "-m", "gradcheck_svc.cli"] if cmd == "svc" else \
-        [sys.executable, "-m", "gradcheck_client.cli"]
-    p = subprocess.run([*exe, "verify", *args], capture_output=True, text=True, timeout=300)
+    p = forked_cli.run("gradcheck_svc.cli" if cmd == "svc" else "gradcheck_client.cli", "verify", *args, timeout=300)
     return p.returncode, p.stdout, p.stderr
 
 

@@ -10,12 +10,12 @@ import io
 import json
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 
+import forked_cli
 from grpc_helpers import ROOT, _env
 from fd_graphs import mlp
 from gradcheck_svc.verify.fd_shards import assign
@@ -23,8 +23,7 @@ from gradcheck_svc.verify.fd_shards import assign
 
 def cli(*args: str, index: int | None = None) -> subprocess.CompletedProcess:
     env = _env({} if index is None else {"JOB_COMPLETION_INDEX": str(index)})
-    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", *args], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=ROOT)
+    return forked_cli.run("gradcheck_svc.cli", "verify", *args, timeout=300, env=env, cwd=ROOT)
 
 
 def without_timings(report: dict) -> dict:
@@ -38,10 +37,8 @@ def without_timings(report: dict) -> dict:
 
 def run_shards(graph: Path, out: Path, count: int, *opts: str) -> list[str]:
     """Every index of an Indexed Job of `count` completions, concurrently, as the Job controller starts them."""
-    procs = [subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(graph), *opts,
-                               "--fd-shard-count", str(count), "--fd-out", str(out)],
-                              env=_env({"JOB_COMPLETION_INDEX": str(i)}), cwd=ROOT, text=True,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE) for i in range(count)]
+    procs = [forked_cli.Forked("gradcheck_svc.cli", ["verify", graph, *opts, "--fd-shard-count", count, "--fd-out", out],
+                               env=_env({"JOB_COMPLETION_INDEX": str(i)}), cwd=ROOT) for i in range(count)]
     lines = []
     for p in procs:
         stdout, stderr = p.communicate(timeout=300)

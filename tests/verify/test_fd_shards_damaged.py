@@ -7,7 +7,6 @@ import io
 import json
 import shutil
 import subprocess
-import sys
 import zipfile
 from pathlib import Path
 
@@ -16,6 +15,7 @@ import pytest
 
 from fd_graphs import mlp
 from grpc_helpers import ROOT, _env
+import forked_cli
 
 FULL = ("--fd", "full")
 VICTIM = "fd-shard-0001-of-0002.npz"
@@ -23,8 +23,7 @@ VICTIM = "fd-shard-0001-of-0002.npz"
 
 def cli(*args: str, index: int | None = None) -> subprocess.CompletedProcess:
     env = _env({} if index is None else {"JOB_COMPLETION_INDEX": str(index)})
-    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", *args], capture_output=True,
-                          text=True, timeout=300, env=env, cwd=ROOT)
+    return forked_cli.run("gradcheck_svc.cli", "verify", *args, timeout=300, env=env, cwd=ROOT)
 
 
 @pytest.fixture(scope="module")

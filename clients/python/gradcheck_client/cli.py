@@ -92,9 +92,10 @@ class Progress:
     """A one-line progress display on stderr, only when stderr is a terminal (quiet in CI logs):
     per graph, and within a graph verified in-process, per phase (engine, finite differences, ...)."""
 
-    def __init__(self, total: int, stream=sys.stderr):
-        self.total, self.done, self.stream = total, 0, stream
-        self.enabled = stream.isatty()
+    def __init__(self, total: int, stream=None):
+        # sys.stderr as it is now (not as it was at import: a caller may have replaced it since)
+        self.total, self.done, self.stream = total, 0, sys.stderr if stream is None else stream
+        self.enabled = self.stream.isatty()
 
     def _show(self, text: str) -> None:
         if self.enabled:
