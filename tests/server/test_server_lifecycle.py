@@ -121,11 +121,19 @@ def test_stream_client_process_killed(server):
     assert_recovered(server, started, "VerifyStream", "CANCELLED", before, worker)
 
 
+# The command as a terminal's foreground job starts it: SIGINT raising KeyboardInterrupt. A process inherits an
+# ignored SIGINT through exec, and Python then leaves it ignored (as every program does): a suite started as
+# `pytest ... &` from a script, whose shell ignores SIGINT in background jobs, would otherwise give the command
+# a Ctrl-C it cannot see, and the test would wait out the server's 60 s limit (exit 3).
+_AS_A_FOREGROUND_JOB = "import signal; signal.signal(signal.SIGINT, signal.default_int_handler); "
+
+
 def _ci_command(server, tmp_path, *extra):
     path = tmp_path / "slow.pb"
     path.write_bytes(slow_graph().SerializeToString())
-    return subprocess.Popen([sys.executable, "-c", "import sys; from gradcheck_client.cli import main; "
-                             "sys.exit(main())", "verify", str(path), "--server", server.target, "--fd", "full",
+    return subprocess.Popen([sys.executable, "-c", _AS_A_FOREGROUND_JOB + "import sys; "
+                             "from gradcheck_client.cli import main; sys.exit(main())",
+                             "verify", str(path), "--server", server.target, "--fd", "full",
                              *extra], env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -141,8 +149,9 @@ def test_ci_command_timeout_expires(server, tmp_path):
 def test_ci_command_interrupted_with_ctrl_c(server, tmp_path):
     started, worker = _begin(server)
     before = _code_count(server, "VerifyStream", "CANCELLED")
+    running = server.metric("gradcheck_in_flight")
     proc = _ci_command(server, tmp_path)
-    server.wait_in_flight(1)
+    server.wait_in_flight(running + 1)  # this command's stream, not one still ending before it
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=600)  # a hang fails; a machine at load 20 only takes longer
     assert proc.returncode == 130 and "Traceback" not in err
