@@ -5,6 +5,12 @@ import sys
 import time
 from pathlib import Path
 
+# Before anything imports gRPC: a test process both talks gRPC (servers, clients) and forks (bounded calls,
+# forked commands), which no command of ours does in one process. gRPC's core, built with fork support on by
+# default, then runs a pre-fork handler on every fork that waits for its own threads to pause -- a full run
+# hung in os.fork() there, in a worker whose earlier tests had used gRPC.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+
 import numpy as np
 import pytest
 
