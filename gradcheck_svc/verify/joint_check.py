@@ -61,6 +61,11 @@ BISECT_ROWS = 4  # failing directions followed down the bisection (the worst one
 LEAF = 64  # elements: a failing block this small has each element checked by ordinary differences
 WIDE_LEAF = 1024  # a failing block whose halves both pass is checked element by element up to this size
 MAX_LEAVES = 8  # blocks checked element by element before the flag is left undecided
+# flagged parameters are followed up on their own (in full) the cheapest first, while their checks together
+# cost at most this many times the screen's first pass (values, fd_plan.Costs); the rest are decided by their
+# own directional values (Evidence): FAIL where those prove the gradient wrong, else undecided -- a deep cache
+# corruption flags every parameter upstream of it, and checking each in full cost depth x elements
+FOLLOW_UP_SHARE = 1.0
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
@@ -85,6 +90,10 @@ class JointScreen:
     # FD error is the forward's rounding, so the power is set by the tolerance and the directions alone
     power: dict = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
+    # flagged parameters' own directional values (Evidence), and the flagged parameters not followed up on
+    # their own (spare(): the follow-up's budget), decided by that evidence alone
+    evidence: dict = field(default_factory=dict)
+    spared: list = field(default_factory=list)
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
 
@@ -171,6 +180,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
         return chk, floor, failing, ratio
 
     flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
+    evidence: dict = {}  # p -> Evidence: its own values on the rows it was flagged on
 
     def bisect(group, rows, ceiling):
         if len(group) == 1:
@@ -178,6 +188,10 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
             return
         mid = len(group) // 2
         halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
+        for half, chk, _, failing, _ in halves:
+            if len(half) == 1 and half[0] not in evidence:
+                evidence[half[0]] = _evidence(dirs, half[0], gradients[half[0]], rows, c[half[0]][rows], chk, failing,
+                                              tol)
         bad = [(half, floor, failing) for half, _, floor, failing, _ in halves if failing.any()]
         if not bad:  # the whole disagreed, neither half does (a marginal error, or errors that cancel):
             # follow the half further off, on all these directions -- never clear the whole group
@@ -199,6 +213,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     screen = JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
                          top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
                          narrowed)
+    screen.evidence = {p: v for p, v in evidence.items() if p in screen.flagged}
     # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
     # error (the differences may be off by that much the other way), per direction; element i moves
     # direction j by weight x |s_ji| x its error, so the direction where reach_j / |s_ji| is least sees it
@@ -285,7 +300,52 @@ def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first
     again = joint_screen(fd, gradients, blind, tol, step_scale=scale, resolve=False, first_pass=first_pass)
     screen.flagged += [p for p in again.flagged if p not in screen.flagged]
     screen.narrowed.update(again.narrowed)
+    screen.evidence.update(again.evidence)
     screen.unresolved = again.unresolved
+
+
+@dataclass
+class Evidence:
+    """A flagged parameter's own directional values: the screen's directions restricted to its block, on
+    the rows it failed (all it was checked on, where none did). A gradient within tolerance is off along
+    direction j by at most weight x sum_i b_i |s_ji| (`bound`, each element i within its bound b_i): off by
+    more, the difference's own error on top, along any row proves the gradient wrong (`confirmed`) whatever
+    its elements would show one by one. Within it, the screen's flag (its floor is a typical projection of
+    such errors, far below their worst case) proves nothing: only the parameter's own check decides."""
+    rows: np.ndarray
+    engine: np.ndarray  # the engine's directional derivatives along them
+    reference: np.ndarray  # finite differences of the loss along them (refined where needed)
+    error: np.ndarray  # their error
+    bound: np.ndarray  # the most a gradient within tolerance could be off along each
+    confirmed: bool
+
+
+def _evidence(dirs, p: str, g: np.ndarray, rows: np.ndarray, eng: np.ndarray, chk: FDCheck, failing: np.ndarray,
+              tol: Tolerance) -> Evidence:
+    """The Evidence of the single block p checked on `rows` (chk; `failing` those it failed or left
+    undecidable). An undecidable difference proves nothing."""
+    keep = failing if failing.any() else np.ones(len(rows), bool)
+    b = _element_bounds(g, tol)
+    bound = dirs.weight[p] * (np.abs(dirs.signs[p][rows[keep]]).astype(np.float64) @ b)
+    decided = np.ones(len(rows), bool)
+    decided[chk.undecidable] = False
+    with np.errstate(all="ignore"):
+        proves = decided[keep] & (np.abs(eng - chk.reference)[keep] > bound + chk.error[keep])
+    return Evidence(rows[keep], eng[keep], chk.reference[keep], chk.error[keep], bound, bool(proves.any()))
+
+
+def spare(fd, screen: JointScreen) -> list[str]:
+    """The flagged parameters not followed up on their own: all but the cheapest to check in full, taken
+    while their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass -- what a faulty
+    verification adds stays proportional to the clean one however many parameters the fault reaches. Each
+    is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass)."""
+    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
+    spent, out = 0.0, []
+    for p in sorted(screen.evidence, key=fd.full_cost):
+        spent += fd.full_cost(p)
+        if spent > budget:
+            out.append(p)
+    return [p for p in screen.params if p in out]
 
 
 @dataclass

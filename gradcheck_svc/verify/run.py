@@ -29,7 +29,7 @@ from .diagnosis.context import Run
 from .diagnosis.diagnose import EXPLAINING
 from .engine_run import EngineRun, run_engine
 from .fd_check import as_referenced, fd_check
-from .joint_check import RESOLVE, joint_screen, usable
+from .joint_check import RESOLVE, joint_screen, spare, usable
 from .findings import Finding, WorstElement
 from .options import DTYPES, VerifyOptions, check
 from .parameter_result import NOT_PROVIDED, FDRow, ParameterResult, Screen, SymbolicRow
@@ -156,7 +156,10 @@ def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None) 
     """The FDPlan of the gradients under test. first_pass: joint_screen's."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass) if usable(fd, gradients, joint) else None
-    own = [p for p in graph.parameters if screen is None or p not in joint or p in screen.flagged]
+    if screen is not None:
+        screen.spared = spare(fd, screen)  # FAIL by the screen's proof, not checked element by element
+    own = [p for p in graph.parameters
+           if screen is None or p not in joint or (p in screen.flagged and p not in screen.spared)]
     return FDPlan(joint, screen, own)
 
 
@@ -193,6 +196,8 @@ def parameter_row(run: Run, plan: FDPlan, lookup, name: str, g: np.ndarray) -> P
     narrowed = screen.narrowed.get(name) if screen is not None else None
     if narrowed is None and screen is not None and name in joint and name not in screen.flagged:
         fd_row, unresolved = _cleared_fd(screen), _blind(screen, name)
+    elif screen is not None and name in screen.spared:
+        fd_row, unresolved = _spared_fd(screen.evidence[name])
     else:
         ref, check = _narrowed_fd(narrowed, g) if narrowed is not None else lookup(name, g)
         how = Screen.NARROWED if narrowed is not None else \
@@ -200,7 +205,7 @@ def parameter_row(run: Run, plan: FDPlan, lookup, name: str, g: np.ndarray) -> P
         fd_row, unresolved = fd_row_of(ref, check, g, how), narrowed.unresolved if narrowed is not None else None
     sym = _symbolic_row(run, name, g, fd_row, screen, narrowed)
     # a row the screen cleared shows the whole graph's directional derivatives: no tolerance of its own
-    absolute = None if fd_row.screen is Screen.CLEARED else \
+    absolute = None if fd_row.screen in (Screen.CLEARED, Screen.BY_SCREEN) else \
         tol.absolute(magnitude(sym.gradient if sym is not None else fd_row.reference))
     return ParameterResult(name=name, shape=tuple(g.shape), gradient=g, fd=fd_row, symbolic=sym, tolerance=tol,
                            absolute=absolute, unresolved=unresolved)
@@ -226,6 +231,20 @@ def _cleared_fd(screen) -> FDRow:
                  engine_projection=screen.engine, refined=screen.refined)
 
 
+def _spared_fd(evidence) -> tuple:
+    """A flagged parameter not followed up on its own (joint_check.spare), decided by its own directional
+    values (joint_check.Evidence), each allowed the most a gradient within tolerance could be off plus its
+    FD error: (FDRow, why undecided). FAIL where they are off by more; else undecided, never a pass."""
+    comparison = compare(evidence.engine, evidence.reference, Tolerance(0.0, 0.0), evidence.bound + evidence.error)
+    why = None if evidence.confirmed else (
+        "the joint screen flagged it, but its directional values are within the most a gradient within "
+        "tolerance could be off, and its elements were not checked one by one (the follow-up's budget: "
+        "the cheapest flagged parameters are checked in full)")
+    return FDRow(mode=FDMode.JOINT, comparison=comparison, reference=evidence.reference, error=evidence.error,
+                 evaluations=0, screen=Screen.BY_SCREEN, passed=comparison.passed,
+                 engine_projection=evidence.engine), why
+
+
 def _symbolic_row(run: Run, name: str, g: np.ndarray, fd_row: FDRow, screen, narrowed):
     """g against the exact gradient, and the differences against what they would be exactly: the exact
     gradient's projection on the same directions (for a cleared row, the whole graph's, computed once)."""
@@ -237,6 +256,8 @@ def _symbolic_row(run: Run, name: str, g: np.ndarray, fd_row: FDRow, screen, nar
         if screen.sym_of_fd is None:
             screen.sym_of_fd = sum(screen.directions.project(p, symbolic.gradients[p]) for p in screen.params)
         exact = screen.sym_of_fd
+    elif fd_row.screen is Screen.BY_SCREEN:  # the screen's directions on this block alone
+        exact = screen.directions.project(name, sym)[screen.evidence[name].rows]
     else:
         exact = fd_row.directions @ sym.reshape(-1) if fd_row.mode is FDMode.PROJECTION else sym
     fd_values = fd_row.reference
