@@ -336,14 +336,14 @@ def _evidence(dirs, p: str, g: np.ndarray, rows: np.ndarray, eng: np.ndarray, ch
 
 def spare(fd, screen: JointScreen) -> list[str]:
     """The flagged parameters not followed up on their own: all but the cheapest to check in full, taken
-    while their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass -- what a faulty
+    (the first always) while their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass -- what a faulty
     verification adds stays proportional to the clean one however many parameters the fault reaches. Each
     is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass)."""
     budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
     spent, out = 0.0, []
-    for p in sorted(screen.evidence, key=fd.full_cost):
+    for i, p in enumerate(sorted(screen.evidence, key=fd.full_cost)):
         spent += fd.full_cost(p)
-        if spent > budget:
+        if i and spent > budget:  # the cheapest is always followed up (as every flagged one was before)
             out.append(p)
     return [p for p in screen.params if p in out]
 
