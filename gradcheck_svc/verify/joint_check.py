@@ -48,6 +48,7 @@ another second pass) needs the whole result and runs where it is, the code below
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,6 +68,7 @@ MAX_LEAVES = 8  # blocks checked element by element before the flag is left unde
 # corruption flags every parameter upstream of it, and checking each in full cost depth x elements
 FOLLOW_UP_SHARE = 1.0
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
+BISECT_BUDGET = 4  # the bisection's rows: as many as following this many wrong parameters down costs
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
 
@@ -179,32 +181,20 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
         chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol, given)
         return chk, floor, failing, ratio
 
-    flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
     evidence: dict = {}  # p -> Evidence: its own values on the rows it was flagged on
 
-    def bisect(group, rows, ceiling):
-        if len(group) == 1:
-            flagged.setdefault(group[0], (rows, ceiling))
-            return
-        mid = len(group) // 2
-        halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
-        for half, chk, _, failing, _ in halves:
-            if len(half) == 1 and half[0] not in evidence:
-                evidence[half[0]] = _evidence(dirs, half[0], gradients[half[0]], rows, c[half[0]][rows], chk, failing,
-                                              tol)
-        bad = [(half, floor, failing) for half, _, floor, failing, _ in halves if failing.any()]
-        if not bad:  # the whole disagreed, neither half does (a marginal error, or errors that cancel):
-            # follow the half further off, on all these directions -- never clear the whole group
-            half, _, floor, _, _ = max(halves, key=lambda h: float(np.max(h[4])))
-            bad = [(half, floor, np.ones(len(rows), bool))]
-        for half, floor, failing in bad:
-            bisect(half, rows[failing], floor[failing])
+    def evidence_of(p, rows, chk, failing):
+        evidence.setdefault(p, _evidence(dirs, p, gradients[p], rows, c[p][rows], chk, failing, tol))
 
+    # the bisection's rows: enough to follow BISECT_ROWS directions down to a few single parameters; a fault
+    # that flags a whole depth of parameters would otherwise bisect down to every one of them
+    budget = BISECT_BUDGET * 2 * BISECT_ROWS * max(1, math.ceil(math.log2(max(2, len(params)))))
+    flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
     every = np.arange(dirs.k)
     top, top_floor, failing, ratio = check(params, every, np.inf, first_pass and first_pass(dirs, params))
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
-        bisect(params, rows, top_floor[rows])
+        flagged = _bisect(check, evidence_of, params, rows, top_floor[rows], lambda: fd.joint_rows - before > budget)
     # a flagged parameter too large to check in full is never handed to a check weaker per element
     # than the screen (a few projections, where one element moves a value by e / sqrt(n)): it is
     # narrowed on the screen's own directions down to elements, checked by ordinary differences
@@ -224,6 +214,34 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
         _second_pass(fd, gradients, tol, screen, first_pass)
     screen.evaluations = fd.joint_rows - before
     return screen
+
+
+def _bisect(check, evidence_of, params: list[str], rows: np.ndarray, ceiling: np.ndarray, spent) -> dict:
+    """The failing group `params` split in halves, breadth first, each half checked on the directions its
+    parent failed (check(group, rows, ceiling) -> (FDCheck, floor, failing, ratio)), down to single
+    parameters; evidence_of(p, rows, chk, failing) receives each single one's check. Once spent() (the
+    budget), the groups still failing are flagged whole, each member with no evidence of its own. Returns
+    p -> (the rows it failed on, their floors)."""
+    flagged: dict[str, tuple] = {}
+    queue = deque([(params, rows, ceiling)])
+    while queue:
+        group, rows, ceiling = queue.popleft()
+        if len(group) == 1 or spent():
+            for p in group:
+                flagged.setdefault(p, (rows, ceiling))
+            continue
+        mid = len(group) // 2
+        halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
+        for half, chk, _, failing, _ in halves:
+            if len(half) == 1:
+                evidence_of(half[0], rows, chk, failing)
+        bad = [(half, floor, failing) for half, _, floor, failing, _ in halves if failing.any()]
+        if not bad:  # the whole disagreed, neither half does (a marginal error, or errors that cancel):
+            # follow the half further off, on all these directions -- never clear the whole group
+            half, _, floor, _, _ = max(halves, key=lambda h: float(np.max(h[4])))
+            bad = [(half, floor, np.ones(len(rows), bool))]
+        queue.extend((half, rows[failing], floor[failing]) for half, floor, failing in bad)
+    return flagged
 
 
 def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance,
@@ -341,7 +359,7 @@ def spare(fd, screen: JointScreen) -> list[str]:
     is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass)."""
     budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
     spent, out = 0.0, []
-    for i, p in enumerate(sorted(screen.evidence, key=fd.full_cost)):
+    for i, p in enumerate(sorted((p for p in screen.flagged if p not in screen.narrowed), key=fd.full_cost)):
         spent += fd.full_cost(p)
         if i and spent > budget:  # the cheapest is always followed up (as every flagged one was before)
             out.append(p)

@@ -197,7 +197,7 @@ def parameter_row(run: Run, plan: FDPlan, lookup, name: str, g: np.ndarray) -> P
     if narrowed is None and screen is not None and name in joint and name not in screen.flagged:
         fd_row, unresolved = _cleared_fd(screen), _blind(screen, name)
     elif screen is not None and name in screen.spared:
-        fd_row, unresolved = _spared_fd(screen.evidence[name])
+        fd_row, unresolved = _spared_fd(screen.evidence.get(name))
     else:
         ref, check = _narrowed_fd(narrowed, g) if narrowed is not None else lookup(name, g)
         how = Screen.NARROWED if narrowed is not None else \
@@ -234,7 +234,14 @@ def _cleared_fd(screen) -> FDRow:
 def _spared_fd(evidence) -> tuple:
     """A flagged parameter not followed up on its own (joint_check.spare), decided by its own directional
     values (joint_check.Evidence), each allowed the most a gradient within tolerance could be off plus its
-    FD error: (FDRow, why undecided). FAIL where they are off by more; else undecided, never a pass."""
+    FD error: (FDRow, why undecided). FAIL where they are off by more; else undecided, never a pass. None: a
+    member of a group the bisection's budget left flagged whole (no values of its own): undecided."""
+    if evidence is None:
+        none = np.zeros(0)
+        return FDRow(mode=FDMode.JOINT, comparison=compare(none, none, Tolerance(0.0, 0.0)), reference=none,
+                     error=none, screen=Screen.BY_SCREEN, engine_projection=none), (
+            "the joint screen flagged it in a group of parameters the bisection's budget did not split further, "
+            "and its elements were not checked one by one (the follow-up's budget)")
     comparison = compare(evidence.engine, evidence.reference, Tolerance(0.0, 0.0), evidence.bound + evidence.error)
     why = None if evidence.confirmed else (
         "the joint screen flagged it, but its directional values are within the most a gradient within "
@@ -257,7 +264,8 @@ def _symbolic_row(run: Run, name: str, g: np.ndarray, fd_row: FDRow, screen, nar
             screen.sym_of_fd = sum(screen.directions.project(p, symbolic.gradients[p]) for p in screen.params)
         exact = screen.sym_of_fd
     elif fd_row.screen is Screen.BY_SCREEN:  # the screen's directions on this block alone
-        exact = screen.directions.project(name, sym)[screen.evidence[name].rows]
+        rows = screen.evidence[name].rows if name in screen.evidence else np.zeros(0, np.intp)
+        exact = screen.directions.project(name, sym)[rows]
     else:
         exact = fd_row.directions @ sym.reshape(-1) if fd_row.mode is FDMode.PROJECTION else sym
     fd_values = fd_row.reference
