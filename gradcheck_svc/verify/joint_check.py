@@ -68,7 +68,7 @@ MAX_LEAVES = 8  # blocks checked element by element before the flag is left unde
 # corruption flags every parameter upstream of it, and checking each in full cost depth x elements
 FOLLOW_UP_SHARE = 1.0
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
-BISECT_BUDGET = 4  # the bisection's rows: as many as following this many wrong parameters down costs
+BISECT_BUDGET = 4  # the bisection's splits: as many as following this many wrong parameters down alone takes
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
 
@@ -186,15 +186,15 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     def evidence_of(p, rows, chk, failing):
         evidence.setdefault(p, _evidence(dirs, p, gradients[p], rows, c[p][rows], chk, failing, tol))
 
-    # the bisection's rows: enough to follow BISECT_ROWS directions down to a few single parameters; a fault
-    # that flags a whole depth of parameters would otherwise bisect down to every one of them
-    budget = BISECT_BUDGET * 2 * BISECT_ROWS * max(1, math.ceil(math.log2(max(2, len(params)))))
+    # the bisection's splits: enough to follow BISECT_BUDGET wrong parameters down alone; a fault that flags
+    # a whole depth of parameters would otherwise bisect down to every one of them
+    budget = BISECT_BUDGET * max(1, math.ceil(math.log2(max(2, len(params)))))
     flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
     every = np.arange(dirs.k)
     top, top_floor, failing, ratio = check(params, every, np.inf, first_pass and first_pass(dirs, params))
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
-        flagged = _bisect(check, evidence_of, params, rows, top_floor[rows], lambda: fd.joint_rows - before > budget)
+        flagged = _bisect(check, evidence_of, params, rows, top_floor[rows], budget)
     # a flagged parameter too large to check in full is never handed to a check weaker per element
     # than the screen (a few projections, where one element moves a value by e / sqrt(n)): it is
     # narrowed on the screen's own directions down to elements, checked by ordinary differences
@@ -216,21 +216,21 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     return screen
 
 
-def _bisect(check, evidence_of, params: list[str], rows: np.ndarray, ceiling: np.ndarray, spent) -> dict:
+def _bisect(check, evidence_of, params: list[str], rows: np.ndarray, ceiling: np.ndarray, budget: int) -> dict:
     """The failing group `params` split in halves, breadth first, each half checked on the directions its
     parent failed (check(group, rows, ceiling) -> (FDCheck, floor, failing, ratio)), down to single
-    parameters; evidence_of(p, rows, chk, failing) receives each single one's check. Once spent() (the
-    budget), the groups still failing are flagged whole, each member with no evidence of its own. Returns
+    parameters; evidence_of(p, rows, chk, failing) receives each single one's check. After `budget` splits,
+    the groups still failing are flagged whole, each member with no evidence of its own. Returns
     p -> (the rows it failed on, their floors)."""
     flagged: dict[str, tuple] = {}
-    queue = deque([(params, rows, ceiling)])
+    queue, splits = deque([(params, rows, ceiling)]), 0
     while queue:
         group, rows, ceiling = queue.popleft()
-        if len(group) == 1 or spent():
+        if len(group) == 1 or splits >= budget:
             for p in group:
                 flagged.setdefault(p, (rows, ceiling))
             continue
-        mid = len(group) // 2
+        mid, splits = len(group) // 2, splits + 1
         halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
         for half, chk, _, failing, _ in halves:
             if len(half) == 1:
