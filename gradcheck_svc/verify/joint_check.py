@@ -353,15 +353,20 @@ def _evidence(dirs, p: str, g: np.ndarray, rows: np.ndarray, eng: np.ndarray, ch
 
 
 def spare(fd, screen: JointScreen) -> list[str]:
-    """The flagged parameters not followed up on their own: all but the cheapest to check in full, taken
-    (the first always) while their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass -- what a faulty
+    """The flagged parameters not followed up on their own: all but the first of them -- those their own
+    values (Evidence) do not already prove wrong before those they do, each the cheapest first -- taken while
+    their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass: what a faulty
     verification adds stays proportional to the clean one however many parameters the fault reaches. Each
     is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass)."""
     budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
     spent, out = 0.0, []
-    for i, p in enumerate(sorted((p for p in screen.flagged if p not in screen.narrowed), key=fd.full_cost)):
+
+    def order(p):  # those their own values do not already prove wrong first: without a follow-up, undecided
+        return p in screen.evidence and screen.evidence[p].confirmed, fd.full_cost(p)
+
+    for i, p in enumerate(sorted((p for p in screen.flagged if p not in screen.narrowed), key=order)):
         spent += fd.full_cost(p)
-        if i and spent > budget:  # the cheapest is always followed up (as every flagged one was before)
+        if i and spent > budget:  # the first is always followed up (as every flagged one was before)
             out.append(p)
     return [p for p in screen.params if p in out]
 
