@@ -170,7 +170,7 @@ def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None) 
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass) if usable(fd, gradients, joint) else None
     if screen is not None:
-        screen.spared = spare(fd, screen)  # FAIL by the screen's proof, not checked element by element
+        screen.spared = spare(fd, screen)  # decided by their own directional values: the follow-up's budget
     own = [p for p in graph.parameters
            if screen is None or p not in joint or (p in screen.flagged and p not in screen.spared)]
     return FDPlan(joint, screen, own)
