@@ -9,8 +9,9 @@ itself costs: its adjoint checks (O(log n)).
 The chains are tests/verify/test_localize.py's deep_chain (x @ W, then h * a and h + b alternately: three
 parameter tensors, a gradient that neither vanishes nor explodes with depth). --layers: besides, chains of
 scripts/gen_chain.py (tanh(h @ W_i + b_i), two parameter tensors per layer) with a fault in the middle
-layer, one run each: there every parameter upstream of the fault fails and is checked on its own, the
-part of the faulty run that grows with depth times the parameters affected.
+layer, one run each: there every parameter upstream of the fault is flagged by the joint screen; the cheapest
+are checked element by element within a budget (joint_check.spare), the rest decided by their own
+directional values.
 """
 from __future__ import annotations
 
@@ -79,8 +80,10 @@ def layer_rows(layers: list[int]) -> list[list]:
         faulty = verify(graph, VerifyOptions(faults=(Fault(mid, "scale", 2.0),)))
         t2 = time.perf_counter()
         failing = sum(p.status != "ok" for p in faulty.parameters)
+        how = [p.fd.checked_by for p in faulty.parameters if p.status != "ok"]
         rows.append([f"{k} layers ({len(graph.nodes)} nodes)", f"{t1 - t0:.2f}", f"{t2 - t1:.2f}",
                      f"{(t2 - t1) / (t1 - t0):.1f}x", mid, failing,
+                     f"{how.count('joint, then full')} / {how.count('joint, by the screen')}",
                      f"{faulty.timings['finite_differences_s']:.2f}", f"{faulty.timings['diagnosis_s']:.2f}"])
         print(f"  {k} layers done ({load()})", flush=True)
     return rows
@@ -102,6 +105,7 @@ def main(argv=None):
     if args.layers:
         rows = layer_rows([int(s) for s in args.layers.split(",")])
         print(table(["gen_chain", "clean s", "fault s", "fault / clean", "fault at", "failing parameters",
+                     "of those: checked in full / by the screen (joint_check.spare)",
                      "fault: FD s", "fault: diagnosis s"], rows))
     print(load())
 

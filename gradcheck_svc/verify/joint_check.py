@@ -48,6 +48,7 @@ another second pass) needs the whole result and runs where it is, the code below
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -61,7 +62,13 @@ BISECT_ROWS = 4  # failing directions followed down the bisection (the worst one
 LEAF = 64  # elements: a failing block this small has each element checked by ordinary differences
 WIDE_LEAF = 1024  # a failing block whose halves both pass is checked element by element up to this size
 MAX_LEAVES = 8  # blocks checked element by element before the flag is left undecided
+# flagged parameters are followed up on their own (in full) the cheapest first, while their checks together
+# cost at most this many times the screen's first pass (values, fd_plan.Costs); the rest are decided by their
+# own directional values (Evidence): FAIL where those prove the gradient wrong, else undecided -- a deep cache
+# corruption flags every parameter upstream of it, and checking each in full cost depth x elements
+FOLLOW_UP_SHARE = 1.0
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
+BISECT_BUDGET = 4  # the bisection's splits: as many as following this many wrong parameters down alone takes
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
 
@@ -85,6 +92,10 @@ class JointScreen:
     # FD error is the forward's rounding, so the power is set by the tolerance and the directions alone
     power: dict = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
+    # flagged parameters' own directional values (Evidence), and the flagged parameters not followed up on
+    # their own (spare(): the follow-up's budget), decided by that evidence alone
+    evidence: dict = field(default_factory=dict)
+    spared: list = field(default_factory=list)
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
 
@@ -170,27 +181,20 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
         chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol, given)
         return chk, floor, failing, ratio
 
+    evidence: dict = {}  # p -> Evidence: its own values on the rows it was flagged on
+
+    def evidence_of(p, rows, chk, failing):
+        evidence.setdefault(p, _evidence(dirs, p, gradients[p], rows, c[p][rows], chk, failing, tol))
+
+    # the bisection's splits: enough to follow BISECT_BUDGET wrong parameters down alone; a fault that flags
+    # a whole depth of parameters would otherwise bisect down to every one of them
+    budget = BISECT_BUDGET * max(1, math.ceil(math.log2(max(2, len(params)))))
     flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
-
-    def bisect(group, rows, ceiling):
-        if len(group) == 1:
-            flagged.setdefault(group[0], (rows, ceiling))
-            return
-        mid = len(group) // 2
-        halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
-        bad = [(half, floor, failing) for half, _, floor, failing, _ in halves if failing.any()]
-        if not bad:  # the whole disagreed, neither half does (a marginal error, or errors that cancel):
-            # follow the half further off, on all these directions -- never clear the whole group
-            half, _, floor, _, _ = max(halves, key=lambda h: float(np.max(h[4])))
-            bad = [(half, floor, np.ones(len(rows), bool))]
-        for half, floor, failing in bad:
-            bisect(half, rows[failing], floor[failing])
-
     every = np.arange(dirs.k)
     top, top_floor, failing, ratio = check(params, every, np.inf, first_pass and first_pass(dirs, params))
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
-        bisect(params, rows, top_floor[rows])
+        flagged = _bisect(check, evidence_of, params, rows, top_floor[rows], budget)
     # a flagged parameter too large to check in full is never handed to a check weaker per element
     # than the screen (a few projections, where one element moves a value by e / sqrt(n)): it is
     # narrowed on the screen's own directions down to elements, checked by ordinary differences
@@ -199,6 +203,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     screen = JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
                          top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
                          narrowed)
+    screen.evidence = {p: v for p, v in evidence.items() if p in screen.flagged}
     # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
     # error (the differences may be off by that much the other way), per direction; element i moves
     # direction j by weight x |s_ji| x its error, so the direction where reach_j / |s_ji| is least sees it
@@ -209,6 +214,34 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
         _second_pass(fd, gradients, tol, screen, first_pass)
     screen.evaluations = fd.joint_rows - before
     return screen
+
+
+def _bisect(check, evidence_of, params: list[str], rows: np.ndarray, ceiling: np.ndarray, budget: int) -> dict:
+    """The failing group `params` split in halves, breadth first, each half checked on the directions its
+    parent failed (check(group, rows, ceiling) -> (FDCheck, floor, failing, ratio)), down to single
+    parameters; evidence_of(p, rows, chk, failing) receives each single one's check. After `budget` splits,
+    the groups still failing are flagged whole, each member with no evidence of its own. Returns
+    p -> (the rows it failed on, their floors)."""
+    flagged: dict[str, tuple] = {}
+    queue, splits = deque([(params, rows, ceiling)]), 0
+    while queue:
+        group, rows, ceiling = queue.popleft()
+        if len(group) == 1 or splits >= budget:
+            for p in group:
+                flagged.setdefault(p, (rows, ceiling))
+            continue
+        mid, splits = len(group) // 2, splits + 1
+        halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
+        for half, chk, _, failing, _ in halves:
+            if len(half) == 1:
+                evidence_of(half[0], rows, chk, failing)
+        bad = [(half, floor, failing) for half, _, floor, failing, _ in halves if failing.any()]
+        if not bad:  # the whole disagreed, neither half does (a marginal error, or errors that cancel):
+            # follow the half further off, on all these directions -- never clear the whole group
+            half, _, floor, _, _ = max(halves, key=lambda h: float(np.max(h[4])))
+            bad = [(half, floor, np.ones(len(rows), bool))]
+        queue.extend((half, rows[failing], floor[failing]) for half, floor, failing in bad)
+    return flagged
 
 
 def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance,
@@ -285,7 +318,57 @@ def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first
     again = joint_screen(fd, gradients, blind, tol, step_scale=scale, resolve=False, first_pass=first_pass)
     screen.flagged += [p for p in again.flagged if p not in screen.flagged]
     screen.narrowed.update(again.narrowed)
+    screen.evidence.update(again.evidence)
     screen.unresolved = again.unresolved
+
+
+@dataclass
+class Evidence:
+    """A flagged parameter's own directional values: the screen's directions restricted to its block, on
+    the rows it failed (all it was checked on, where none did). A gradient within tolerance is off along
+    direction j by at most weight x sum_i b_i |s_ji| (`bound`, each element i within its bound b_i): off by
+    more, the difference's own error on top, along any row proves the gradient wrong (`confirmed`) whatever
+    its elements would show one by one. Within it, the screen's flag (its floor is a typical projection of
+    such errors, far below their worst case) proves nothing: only the parameter's own check decides."""
+    rows: np.ndarray
+    engine: np.ndarray  # the engine's directional derivatives along them
+    reference: np.ndarray  # finite differences of the loss along them (refined where needed)
+    error: np.ndarray  # their error
+    bound: np.ndarray  # the most a gradient within tolerance could be off along each
+    confirmed: bool
+
+
+def _evidence(dirs, p: str, g: np.ndarray, rows: np.ndarray, eng: np.ndarray, chk: FDCheck, failing: np.ndarray,
+              tol: Tolerance) -> Evidence:
+    """The Evidence of the single block p checked on `rows` (chk; `failing` those it failed or left
+    undecidable). An undecidable difference proves nothing."""
+    keep = failing if failing.any() else np.ones(len(rows), bool)
+    b = _element_bounds(g, tol)
+    bound = dirs.weight[p] * (np.abs(dirs.signs[p][rows[keep]]).astype(np.float64) @ b)
+    decided = np.ones(len(rows), bool)
+    decided[chk.undecidable] = False
+    with np.errstate(all="ignore"):
+        proves = decided[keep] & (np.abs(eng - chk.reference)[keep] > bound + chk.error[keep])
+    return Evidence(rows[keep], eng[keep], chk.reference[keep], chk.error[keep], bound, bool(proves.any()))
+
+
+def spare(fd, screen: JointScreen) -> list[str]:
+    """The flagged parameters not followed up on their own: all but the first of them -- those their own
+    values (Evidence) do not already prove wrong before those they do, each the cheapest first -- taken while
+    their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass: what a faulty
+    verification adds stays proportional to the clean one however many parameters the fault reaches. Each
+    is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass)."""
+    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
+    spent, out = 0.0, []
+
+    def order(p):  # those their own values do not already prove wrong first: without a follow-up, undecided
+        return p in screen.evidence and screen.evidence[p].confirmed, fd.full_cost(p)
+
+    for i, p in enumerate(sorted((p for p in screen.flagged if p not in screen.narrowed), key=order)):
+        spent += fd.full_cost(p)
+        if i and spent > budget:  # the first is always followed up (as every flagged one was before)
+            out.append(p)
+    return [p for p in screen.params if p in out]
 
 
 @dataclass

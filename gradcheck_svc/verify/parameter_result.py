@@ -34,6 +34,9 @@ class Screen(Enum):
     CLEARED = "cleared"  # the screen passed it: its row shows the whole graph's directional derivatives
     FLAGGED = "flagged"  # flagged, then checked on its own (in full or projected)
     NARROWED = "narrowed"  # flagged, too large to check in full: narrowed to elements (bisection)
+    # flagged, not followed up on its own (the follow-up's budget, joint_check.spare): decided by its own
+    # directional values (joint_check.Evidence), FAIL where they prove it wrong, else undecided
+    BY_SCREEN = "by_screen"
 
 
 @dataclass
@@ -62,9 +65,12 @@ class FDRow:
     def checked_by(self) -> str:
         """The report's `fd_checked_by`: "full" | "projection" | "joint" (cleared by the screen) |
         "joint, then full" / "joint, then projection" (flagged, its own check decided) | "joint, then
-        bisection" (flagged and narrowed to elements)."""
+        bisection" (flagged and narrowed to elements) | "joint, by the screen" (flagged, decided by its own
+        directional values: FAIL where they prove it wrong, else undecided; elements not checked one by one)."""
         if self.screen is Screen.NONE or self.screen is Screen.CLEARED:
             return self.mode.value
+        if self.screen is Screen.BY_SCREEN:
+            return "joint, by the screen"
         return "joint, then " + ("bisection" if self.screen is Screen.NARROWED else self.mode.value)
 
     @property

@@ -18,10 +18,12 @@ joint screen of all parameters at once: `reference` and `engine_projection` are 
 graph's directional derivatives), "joint, then full|projection" (flagged by the screen and
 checked on its own) or "joint, then bisection" (flagged, too large to check in full: narrowed to
 elements checked by ordinary differences; `reference` holds differences there, the engine's
-values elsewhere); `passed` is then engine vs symbolic, `fd_passed` engine vs
-FD, and `verdict_reference` says which one decided. `source_names`: the names the parameter has in
-the framework that made the model, when the ONNX importer can tell and they say more than its own
-name (each: `name`, e.g. fc1.weight; `relation` "same", "transposed", "reshaped", "derived" or an
+values elsewhere) or "joint, by the screen" (flagged, not followed up for the follow-up's budget:
+`reference` and `engine_projection` its own directional derivatives on the screen's directions);
+`passed` is then engine vs symbolic, `fd_passed` engine vs FD, and `verdict_reference` says which one
+decided. `source_names`: the names the parameter has in the framework that made the model, when the
+ONNX importer can tell and they say more than its own name (each: `name`, e.g. fc1.weight; `relation`
+"same", "transposed", "reshaped", "derived" or an
 RNN's "lstm_gates", "gru_gates", "rnn_stacked"; `onnx_name`, the name the model reads it by;
 `read_by`, those nodes; docs/onnx.md), else []. Top level: `symbolic` (status, reason when skipped,
 sizes, seconds), `custom_ops` (one entry per `expr` node, with `user_grad_matches` true/false/null)

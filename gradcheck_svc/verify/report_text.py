@@ -80,14 +80,17 @@ def screen_lines(params: list) -> list[str]:
         return []
     cleared = next((p for p in screened if p.fd.screen is Screen.CLEARED), None)  # its reference: the k values
     flagged = sum(p.fd.screen in (Screen.FLAGGED, Screen.NARROWED) for p in screened)
+    by_screen = sum(p.fd.screen is Screen.BY_SCREEN for p in screened)
     rest: dict = {}
     for p in params:
         if p.fd.screen is Screen.NONE:
             rest[p.fd.mode.value] = rest.get(p.fd.mode.value, 0) + 1
     how = f" ({len(cleared.fd.reference)} directions spanning them all)" if cleared is not None else ""
     rest_text = ", ".join(f"{n} {mode}" for mode, n in rest.items())
+    spared = (f", {by_screen} flagged and decided by their own directional values alone (elements not checked "
+              "one by one: the follow-up's budget)") if by_screen else ""
     return [f"finite differences: {len(screened)} parameters screened jointly{how}, {flagged} flagged and "
-            "checked on their own" + (f"; {rest_text}" if rest_text else "")]
+            f"checked on their own{spared}" + (f"; {rest_text}" if rest_text else "")]
 
 
 # an ONNX LSTM/GRU/RNN's W, R or B: torch's tensors of each direction stacked, the gate blocks reordered

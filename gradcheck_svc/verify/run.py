@@ -29,7 +29,7 @@ from .diagnosis.context import Run
 from .diagnosis.diagnose import EXPLAINING
 from .engine_run import EngineRun, run_engine
 from .fd_check import as_referenced, fd_check
-from .joint_check import RESOLVE, joint_screen, usable
+from .joint_check import RESOLVE, joint_screen, spare, usable
 from .findings import Finding, WorstElement
 from .options import DTYPES, VerifyOptions, check
 from .parameter_result import NOT_PROVIDED, FDRow, ParameterResult, Screen, SymbolicRow
@@ -108,10 +108,23 @@ def _compared(run: Run, fd_source) -> list[str]:
     plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
     lookup = (fd_source or local_fd)(fd, plan.screen, plan.own, tol)
     run.results = [parameter_row(run, plan, lookup, name, subject[name]) for name in graph.parameters]
+    if plan.screen is not None and plan.screen.spared and not _known_to_fail(run):
+        # nothing establishes the gradients wrong yet (a clean float32 graph's rounding flags parameters its
+        # follow-up clears): every flagged parameter gets its follow-up, none is left undecided for the budget
+        spared, plan.screen.spared = set(plan.screen.spared), []
+        run.results = [parameter_row(run, plan, lookup, r.name, subject[r.name]) if r.name in spared else r
+                       for r in run.results]
     claim_warnings = run.subject.annotate(run.results, run.engine.gradients, tol)
     for r in run.results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
         r.source_names = list(graph.inputs[r.name].source_names)
     return claim_warnings
+
+
+def _known_to_fail(run: Run) -> bool:
+    """Whether the verification fails whatever the parameters the screen spared (joint_check.spare) would
+    show: a row failed (a follow-up, or a spared one's own directional values), or the engine recorded a
+    saved value that changed with no in-place write (the integrity diagnosis's cache_corruption)."""
+    return any(not r.passed for r in run.results) or any(ev.kind == "corruption" for ev in run.engine.events)
 
 
 def _warnings(run: Run, claim_warnings: list) -> list[str]:
@@ -156,7 +169,10 @@ def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None) 
     """The FDPlan of the gradients under test. first_pass: joint_screen's."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass) if usable(fd, gradients, joint) else None
-    own = [p for p in graph.parameters if screen is None or p not in joint or p in screen.flagged]
+    if screen is not None:
+        screen.spared = spare(fd, screen)  # decided by their own directional values: the follow-up's budget
+    own = [p for p in graph.parameters
+           if screen is None or p not in joint or (p in screen.flagged and p not in screen.spared)]
     return FDPlan(joint, screen, own)
 
 
@@ -193,6 +209,8 @@ def parameter_row(run: Run, plan: FDPlan, lookup, name: str, g: np.ndarray) -> P
     narrowed = screen.narrowed.get(name) if screen is not None else None
     if narrowed is None and screen is not None and name in joint and name not in screen.flagged:
         fd_row, unresolved = _cleared_fd(screen), _blind(screen, name)
+    elif screen is not None and name in screen.spared:
+        fd_row, unresolved = _spared_fd(screen.evidence.get(name))
     else:
         ref, check = _narrowed_fd(narrowed, g) if narrowed is not None else lookup(name, g)
         how = Screen.NARROWED if narrowed is not None else \
@@ -200,7 +218,7 @@ def parameter_row(run: Run, plan: FDPlan, lookup, name: str, g: np.ndarray) -> P
         fd_row, unresolved = fd_row_of(ref, check, g, how), narrowed.unresolved if narrowed is not None else None
     sym = _symbolic_row(run, name, g, fd_row, screen, narrowed)
     # a row the screen cleared shows the whole graph's directional derivatives: no tolerance of its own
-    absolute = None if fd_row.screen is Screen.CLEARED else \
+    absolute = None if fd_row.screen in (Screen.CLEARED, Screen.BY_SCREEN) else \
         tol.absolute(magnitude(sym.gradient if sym is not None else fd_row.reference))
     return ParameterResult(name=name, shape=tuple(g.shape), gradient=g, fd=fd_row, symbolic=sym, tolerance=tol,
                            absolute=absolute, unresolved=unresolved)
@@ -226,6 +244,27 @@ def _cleared_fd(screen) -> FDRow:
                  engine_projection=screen.engine, refined=screen.refined)
 
 
+def _spared_fd(evidence) -> tuple:
+    """A flagged parameter not followed up on its own (joint_check.spare), decided by its own directional
+    values (joint_check.Evidence), each allowed the most a gradient within tolerance could be off plus its
+    FD error: (FDRow, why undecided). FAIL where they are off by more; else undecided, never a pass. None: a
+    member of a group the bisection's budget left flagged whole (no values of its own): undecided."""
+    if evidence is None:
+        none = np.zeros(0)
+        return FDRow(mode=FDMode.JOINT, comparison=compare(none, none, Tolerance(0.0, 0.0)), reference=none,
+                     error=none, screen=Screen.BY_SCREEN, engine_projection=none), (
+            "the joint screen flagged it in a group of parameters the bisection's budget did not split further, "
+            "and its elements were not checked one by one (the follow-up's budget)")
+    comparison = compare(evidence.engine, evidence.reference, Tolerance(0.0, 0.0), evidence.bound + evidence.error)
+    why = None if evidence.confirmed else (
+        "the joint screen flagged it, but its directional values are within the most a gradient within "
+        "tolerance could be off, and its elements were not checked one by one (the follow-up's budget: "
+        "the cheapest flagged parameters are checked in full)")
+    return FDRow(mode=FDMode.JOINT, comparison=comparison, reference=evidence.reference, error=evidence.error,
+                 evaluations=0, screen=Screen.BY_SCREEN, passed=comparison.passed,
+                 engine_projection=evidence.engine), why
+
+
 def _symbolic_row(run: Run, name: str, g: np.ndarray, fd_row: FDRow, screen, narrowed):
     """g against the exact gradient, and the differences against what they would be exactly: the exact
     gradient's projection on the same directions (for a cleared row, the whole graph's, computed once)."""
@@ -237,6 +276,9 @@ def _symbolic_row(run: Run, name: str, g: np.ndarray, fd_row: FDRow, screen, nar
         if screen.sym_of_fd is None:
             screen.sym_of_fd = sum(screen.directions.project(p, symbolic.gradients[p]) for p in screen.params)
         exact = screen.sym_of_fd
+    elif fd_row.screen is Screen.BY_SCREEN:  # the screen's directions on this block alone
+        rows = screen.evidence[name].rows if name in screen.evidence else np.zeros(0, np.intp)
+        exact = screen.directions.project(name, sym)[rows]
     else:
         exact = fd_row.directions @ sym.reshape(-1) if fd_row.mode is FDMode.PROJECTION else sym
     fd_values = fd_row.reference

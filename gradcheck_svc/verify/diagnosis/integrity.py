@@ -10,6 +10,7 @@ import numpy as np
 from ...backend import get_backend
 from ...engine.program import Step
 from ..findings import Finding, WorstElement
+from ..parameter_result import Screen
 from .context import Context
 
 
@@ -52,7 +53,9 @@ def _role(step: Step, source: str | None, slot: int) -> str:
 
 def integrity_findings(ctx: Context) -> list[Finding]:
     to_host = get_backend(ctx.options.device).to_host
-    failed = {r.name for r in ctx.results if not r.passed}
+    # with those failing, the parameters the joint screen flagged and left undecided for the follow-up's budget
+    # (joint_check.spare): the corruption upstream is what they are flagged for (their rows read "affected")
+    failed = {r.name for r in ctx.results if not r.passed or (r.unresolved and r.fd.screen is Screen.BY_SCREEN)}
     out = []
     for ev in ctx.engine.events:
         step = ctx.program.by_name[ev.node]
