@@ -159,9 +159,10 @@ class _Errors:
 
 
 def _joint(p: dict) -> bool:
-    """A row the joint screen cleared: its reference is the whole graph's directional derivatives, not its
-    elements (report key fd_checked_by "joint")."""
-    return p.get("fd_checked_by") == "joint"
+    """A row judged by the joint screen's directions (report key fd_checked_by "joint": cleared; "joint, by the
+    screen": flagged and judged on its directional values, its elements not checked one by one): its reference
+    is the whole graph's directional derivatives, not its elements."""
+    return p.get("fd_checked_by") in ("joint", "joint, by the screen")
 
 
 def _errors(p: dict) -> _Errors | None:
