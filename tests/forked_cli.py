@@ -6,8 +6,8 @@ service before it verifies a small graph in milliseconds; the suite ran hundreds
 most of its time there. A fork of a test process that has imported them (`warm()`) starts in milliseconds
 and runs the same `main(argv)` with the same environment, files and pipes, so a test of what a command
 prints, writes and exits with proves the same thing. What only a real process proves -- the entry point
-script, import-time behaviour, signals from outside, a command talking gRPC (gRPC's core does not survive a
-fork of a process that has used it) -- keeps `subprocess` (tests/client/test_cli_help.py,
+script, import-time behaviour, signals from outside, a command talking gRPC (gRPC is not supported in a
+fork of a process that has used it: `run` starts a real process for `--server`) -- keeps `subprocess` (tests/client/test_cli_help.py,
 tests/server/test_server_lifecycle.py, ...).
 
 The child is made to look like a fresh process where a test process differs: Python's default warning
@@ -108,7 +108,12 @@ class Forked:
 
 def run(module: str, *args, env: dict | None = None, cwd=None, input: str | None = None,
         timeout: float = 300) -> subprocess.CompletedProcess:
-    """subprocess.run([python, -m, module, *args], capture_output=True, text=True, ...)'s result, forked."""
+    """subprocess.run([python, -m, module, *args], capture_output=True, text=True, ...)'s result, forked -- or
+    run as a real process when the command talks gRPC (`--server`): gRPC in a fork of a process that has used
+    it is not supported (tests/conftest.py turns gRPC's fork support off)."""
+    if any(str(a) == "--server" or str(a).startswith("--server=") for a in args):
+        return subprocess.run([sys.executable, "-m", module, *map(str, args)], capture_output=True, text=True,
+                              env=env, cwd=cwd, input=input, timeout=timeout)
     proc = Forked(module, args, env=env, cwd=cwd, timeout=timeout)
     stdout, stderr = proc.communicate(input, timeout=timeout)
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)

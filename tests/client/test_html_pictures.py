@@ -7,22 +7,19 @@ from __future__ import annotations
 
 import json
 import re
-import subprocess
-import sys
 
 import pytest
 
 from gradcheck_core.graphio import load_graph
 from gradcheck_core.outputs.html_report import HEATMAP_MAX_PARAMETERS, RunItem, build_html
+import forked_cli
 from grpc_helpers import EXAMPLES, ROOT, _env
 
 CHAIN = EXAMPLES / "chain_256.json"
 
 
 def _report(*args) -> dict:
-    code = "import sys; from gradcheck_client.cli import main; sys.exit(main(sys.argv[1:]))"
-    out = subprocess.run([sys.executable, "-c", code, "verify", str(CHAIN), "--json", *args], capture_output=True,
-                         text=True, env=_env(), cwd=ROOT, timeout=900)
+    out = forked_cli.run("gradcheck_client.cli", "verify", CHAIN, "--json", *args, env=_env(), cwd=ROOT, timeout=900)
     assert out.returncode in (0, 1), out.stderr
     return json.loads(out.stdout)[0]["report"]
 
