@@ -17,6 +17,7 @@ signal-based limits.request_time_limit instead.
 from __future__ import annotations
 
 import atexit
+import gc
 import os
 import signal
 import sys
@@ -70,6 +71,9 @@ def _die_with(parent: int) -> None:
 
 def _serve(conn, parent: int) -> None:
     """The child: run (fn, args, kwargs, events) calls until the pipe closes; never returns."""
+    # the parent's objects are the parent's: never collected here, so no finalizer of the parent's garbage
+    # runs in this fork (a gRPC object's, collected in a child of a process that had used gRPC, spun forever)
+    gc.freeze()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle: it kills us
     _die_with(parent)
     code = 0

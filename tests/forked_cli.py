@@ -17,6 +17,7 @@ sys.stdin/stdout/stderr on the pipes, and sys.argv as `python -m MODULE` sets it
 from __future__ import annotations
 
 import faulthandler
+import gc
 import importlib
 import io
 import logging
@@ -122,6 +123,7 @@ def run(module: str, *args, env: dict | None = None, cwd=None, input: str | None
 def _child(module, args, env, cwd, timeout, ends, parent_ends) -> None:
     code = 1
     stdin_fd, stdout_fd, stderr_fd = ends
+    gc.freeze()  # the test process's objects are never collected here (no finalizer of its gRPC garbage runs)
     try:
         for fd in parent_ends:
             os.close(fd)
