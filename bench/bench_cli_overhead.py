@@ -9,6 +9,7 @@ is (PYTHONPYCACHEPREFIX: a checkout run with PYTHONDONTWRITEBYTECODE=1 compiles 
     svc json      `python -m gradcheck_svc.cli verify chain_256.json --format json` (a fresh process)
     svc pb        the same on chain_256.pb
     client json   `python -m gradcheck_client.cli verify chain_256.json --format json` (in process mode)
+    client pb     the same on chain_256.pb   (the cases are bench_command.py's)
   steps, in one fresh process each (--rounds N, medians): what the command does beyond the function --
     start         `python -c pass`
     imports       the CLI module and the request pipeline imported
@@ -34,9 +35,9 @@ HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 sys.path[:0] = [str(HERE), str(ROOT), str(ROOT / "clients" / "python")]
 
+from bench_command import CHAIN, command_cases  # noqa: E402 -- the same cases, timed here also in CPU
 from harness import interleaved, load, machine, match_threads, median, min_med, table  # noqa: E402
 
-CHAIN = ROOT / "examples" / "graphs" / "chain_256.json"
 
 # one fresh process's steps, timed with perf_counter (printed as JSON)
 STEPS = r"""
@@ -67,8 +68,6 @@ def environment(cache: str) -> dict:
 
 def processes(pb: Path, env: dict, rounds: int) -> dict:
     from gradcheck_core.graphio import load_graph
-    from gradcheck_svc.graph import validate
-    from gradcheck_svc.verify import VerifyOptions, verify
 
     msg = load_graph(CHAIN)
 
@@ -83,15 +82,7 @@ def processes(pb: Path, env: dict, rounds: int) -> dict:
                                             + c1.ru_stime - c0.ru_stime)
         return run
 
-    def process(*cmd):
-        return lambda: subprocess.run([sys.executable, "-m", *cmd], env=env, check=True, capture_output=True)
-
-    cases = {
-        "function": lambda: verify(validate(msg), VerifyOptions()),
-        "svc json": process("gradcheck_svc.cli", "verify", str(CHAIN), "--format", "json"),
-        "svc pb": process("gradcheck_svc.cli", "verify", str(pb), "--format", "json"),
-        "client json": process("gradcheck_client.cli", "verify", str(CHAIN), "--format", "json"),
-    }
+    cases = command_cases(msg, pb, env)
     times = interleaved({name: timed(name, fn) for name, fn in cases.items()}, reps=rounds, warmup=1)
     return times, {name: ts[1:] for name, ts in cpu.items()}  # the warm-up round left out
 

@@ -40,6 +40,21 @@ from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 CHAIN = ROOT / "examples" / "graphs" / "chain_256.json"
 
 
+def command_cases(msg, pb: Path, env: dict) -> dict:
+    """The function and the four commands (fresh processes under env), each a no-argument callable."""
+
+    def process(*cmd):
+        return lambda: subprocess.run([sys.executable, "-m", *cmd], env=env, check=True, capture_output=True)
+
+    return {
+        "function": lambda: verify(validate(msg), VerifyOptions()),
+        "svc json": process("gradcheck_svc.cli", "verify", str(CHAIN), "--format", "json"),
+        "svc pb": process("gradcheck_svc.cli", "verify", str(pb), "--format", "json"),
+        "client json": process("gradcheck_client.cli", "verify", str(CHAIN), "--format", "json"),
+        "client pb": process("gradcheck_client.cli", "verify", str(pb), "--format", "json"),
+    }
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=7)
@@ -53,17 +68,7 @@ def main(argv=None):
     msg = read_graph(CHAIN)
     with tempfile.TemporaryDirectory() as tmp:
         pb = save_graph(msg, Path(tmp) / "chain_256.pb")
-
-        def process(*cmd):
-            return lambda: subprocess.run([sys.executable, "-m", *cmd], env=env, check=True, capture_output=True)
-
-        cases = {
-            "function": lambda: verify(validate(msg), VerifyOptions()),
-            "svc json": process("gradcheck_svc.cli", "verify", str(CHAIN), "--format", "json"),
-            "svc pb": process("gradcheck_svc.cli", "verify", str(pb), "--format", "json"),
-            "client json": process("gradcheck_client.cli", "verify", str(CHAIN), "--format", "json"),
-            "client pb": process("gradcheck_client.cli", "verify", str(pb), "--format", "json"),
-        }
+        cases = command_cases(msg, pb, env)
         times = interleaved(cases, reps=args.rounds, warmup=1)
     base = median(times["function"])
     rows = [[name, len(ts), min_med(ts), "-" if name == "function" else f"{median(ts) / base:.2f}x"]
