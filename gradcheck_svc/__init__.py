@@ -5,6 +5,8 @@ gRPC or CuPy; each subpackage imports what it needs.
 """
 __version__ = "0.1.0"
 
+import gradcheck_core  # noqa: F401,E402  (sets gRPC's fork-support default before any of ours imports gRPC)
+
 # check(f, *args) and assert_gradients: resolved on first use (PEP 562), so `import gradcheck_svc` stays light
 _LAZY = {"check": "check_call", "assert_gradients": "check_call"}
 

@@ -103,7 +103,7 @@ SLOW_FILES = {"test_model_zoo", "test_bert_torch", "test_onnx_lm_blocks", "test_
               "test_onnx_commands", "test_onnx_ci_outputs", "test_doc_snippets", "test_deploy", "test_ci_templates",
               "test_gpu_bundle", "test_ci_command", "test_node_client", "test_client_cli", "test_client_ends",
               "test_client_retries", "test_memory_leak", "test_cli_help", "test_install_hints", "test_core_cli",
-              "test_html_screenshot"}
+              "test_html_screenshot", "test_grpc_fork_default"}
 PROCESS_FIXTURES = {"server", "s3", "kubectl"}
 
 
