@@ -96,19 +96,28 @@ def kubectl() -> str:
 
 
 # -- the tiers: `make test-fast` runs what is not `slow` --------------------------------------------------
-# slow = process-level (a server, an S3 or Kubernetes stand-in, CLI subprocesses) or a model export. Marked
-# here by folder, file and fixture, so that a new test in those places is tiered without a decorator.
-SLOW_FOLDERS = {"server", "batch"}
-SLOW_FILES = {"test_model_zoo", "test_bert_torch", "test_onnx_lm_blocks", "test_onnx_torch_roundtrip",
-              "test_onnx_commands", "test_onnx_ci_outputs", "test_doc_snippets", "test_deploy", "test_ci_templates",
-              "test_gpu_bundle", "test_ci_command", "test_node_client", "test_client_cli", "test_client_ends",
-              "test_client_retries", "test_memory_leak", "test_cli_help", "test_install_hints", "test_core_cli",
-              "test_html_screenshot", "test_grpc_fork_default"}
+# slow = process-level (a server, an S3 or Kubernetes stand-in, a command run forked or as a subprocess, a
+# compiler), a model (ONNX exports and imports, the torch front end: each imports a framework and exports or
+# captures a model) or one test over ~5 s (marked where it is). Marked here by folder, file, fixture and by
+# what a test module imports (forked_cli or subprocess: it runs commands), so that a new test in those places
+# is tiered without a decorator.
+SLOW_FOLDERS = {"server", "batch", "onnx", "torch"}
+SLOW_FILES = {"test_doc_snippets", "test_deploy", "test_ci_templates", "test_gpu_bundle", "test_ci_command",
+              "test_node_client", "test_client_cli", "test_client_ends", "test_client_retries", "test_memory_leak",
+              "test_cli_help", "test_install_hints", "test_core_cli", "test_html_screenshot", "test_cuda_kernels",
+              "test_grpc_fork_default"}
 PROCESS_FIXTURES = {"server", "s3", "kubectl"}
+PROCESS_MODULES = {"forked_cli", "subprocess"}
+
+
+def _is_slow(item) -> bool:
+    module = getattr(item, "module", None)
+    return (item.path.parent.name in SLOW_FOLDERS or item.path.stem in SLOW_FILES
+            or bool(PROCESS_FIXTURES & set(getattr(item, "fixturenames", ())))
+            or (module is not None and bool(PROCESS_MODULES & set(vars(module)))))
 
 
 def pytest_collection_modifyitems(config, items):
     for item in items:
-        if (item.path.parent.name in SLOW_FOLDERS or item.path.stem in SLOW_FILES
-                or PROCESS_FIXTURES & set(getattr(item, "fixturenames", ()))):
+        if _is_slow(item):
             item.add_marker(pytest.mark.slow)

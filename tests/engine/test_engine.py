@@ -72,6 +72,7 @@ def chain(n):
     return b.build()
 
 
+@pytest.mark.slow  # ~13 s: a 100k-node graph built, decoded and run
 def test_100k_node_chain_loads_and_runs_without_recursion():
     msg = chain(100_000)
     graph = load_graph(msg)
