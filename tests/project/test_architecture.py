@@ -7,45 +7,7 @@ Every import statement counts, at module level or inside a function, `import a.b
 alike; a name under a TYPE_CHECKING guard counts too (a cycle for the type checker is still a cycle)."""
 from __future__ import annotations
 
-import ast
-from pathlib import Path
-
-ROOT = Path(__file__).resolve().parents[2]
-CLIENTS = ROOT / "clients" / "python"
-PACKAGES = {"gradcheck_svc": ROOT / "gradcheck_svc", "gradcheck_client": CLIENTS / "gradcheck_client",
-            "gradcheck_core": CLIENTS / "gradcheck_core"}
-
-
-def _modules(package: str) -> dict[str, Path]:
-    root = PACKAGES[package]
-    out = {}
-    for path in root.rglob("*.py"):
-        parts = (package, *path.relative_to(root).with_suffix("").parts)
-        out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
-
-
-def _imports(name: str, path: Path) -> list[tuple[str, bool]]:
-    """(imported dotted name, at module level?) for every import statement of the module; relative imports
-    resolved against the module's package."""
-    tree = ast.parse(path.read_text(), filename=str(path))
-    base = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    nested = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))
-              for n in ast.walk(f) if n is not f}
-    out = []
-    for n in ast.walk(tree):
-        if isinstance(n, ast.Import):
-            targets = [a.name for a in n.names]
-        elif isinstance(n, ast.ImportFrom):
-            mod = n.module or ""
-            if n.level:
-                parts = base.split(".")
-                mod = ".".join(parts[:len(parts) - (n.level - 1)] + ([n.module] if n.module else []))
-            targets = [mod] + [f"{mod}.{a.name}" for a in n.names]
-        else:
-            continue
-        out += [(t, id(n) not in nested) for t in targets]
-    return out
+from import_graph import cycle as _cycle, imports as _imports, modules as _modules
 
 
 def _in(target: str, package: str) -> bool:
@@ -89,27 +51,6 @@ def _service_graph() -> dict[str, set[str]]:
             if t in known and _layer(t) not in ("", src):
                 graph[src].add(_layer(t))
     return graph
-
-
-def _cycle(graph: dict[str, set[str]]) -> list[str] | None:
-    """One cycle of the graph (iterative depth-first search), or None."""
-    state: dict[str, int] = {}
-    for start in sorted(graph):
-        if start in state:
-            continue
-        state[start], path, stack = 1, [start], [iter(sorted(graph[start]))]
-        while stack:
-            child = next(stack[-1], None)
-            if child is None:
-                state[path.pop()] = 2
-                stack.pop()
-            elif state.get(child) == 1:
-                return path[path.index(child):] + [child]
-            elif child not in state:
-                state[child] = 1
-                path.append(child)
-                stack.append(iter(sorted(graph.get(child, ()))))
-    return None
 
 
 def test_the_cycle_finder_finds_a_cycle():

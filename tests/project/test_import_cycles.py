@@ -6,67 +6,19 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from import_graph import cycle as _cycle, imports as _imports, modules as _modules
+
 ROOT = Path(__file__).resolve().parents[2]
-PACKAGES = [(ROOT, "gradcheck_svc"), (ROOT / "clients" / "python", "gradcheck_client"),
-            (ROOT / "clients" / "python", "gradcheck_core")]
 
 
-def _modules() -> dict[str, Path]:
-    out = {}
-    for root, pkg in PACKAGES:
-        for path in (root / pkg).rglob("*.py"):
-            if "vendor" in path.parts:
-                continue
-            parts = path.relative_to(root).with_suffix("").parts
-            out[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
-    return out
-
-
-def _imports(name: str, path: Path, known) -> set[str]:
-    base = name if path.name == "__init__.py" else name.rpartition(".")[0]
-    out = set()
-    for n in ast.walk(ast.parse(path.read_text())):
-        if isinstance(n, ast.ImportFrom):
-            mod = n.module or ""
-            if n.level:
-                parts = base.split(".")
-                mod = ".".join(parts[:len(parts) - (n.level - 1)] + ([n.module] if n.module else []))
-            targets = [mod] + [f"{mod}.{a.name}" for a in n.names]
-        elif isinstance(n, ast.Import):
-            targets = [a.name for a in n.names]
-        else:
-            continue
-        out |= {t for t in targets if t in known and t != name and not name.startswith(t + ".")}
-    return out
-
-
-def _cycle(graph) -> list | None:
-    """One cycle of the import graph (iterative depth-first search), or None."""
-    state = {}
-    for start in graph:
-        if start in state:
-            continue
-        stack = [(start, iter(sorted(graph[start])))]
-        state[start], path = 1, [start]
-        while stack:
-            node, children = stack[-1]
-            child = next(children, None)
-            if child is None:
-                state[node] = 2
-                stack.pop()
-                path.pop()
-            elif state.get(child) == 1:
-                return path[path.index(child):] + [child]
-            elif child not in state:
-                state[child] = 1
-                path.append(child)
-                stack.append((child, iter(sorted(graph[child]))))
-    return None
+def _edges(name: str, path: Path, known) -> set[str]:
+    """The modules of ours that `name` imports; a submodule importing its own package is no edge."""
+    return {t for t, _ in _imports(name, path) if t in known and t != name and not name.startswith(t + ".")}
 
 
 def test_no_import_cycles():
     known = _modules()
-    graph = {name: _imports(name, path, known) for name, path in known.items()}
+    graph = {name: _edges(name, path, known) for name, path in known.items()}
     assert graph["gradcheck_core.tracer"] >= {"gradcheck_core.indexing"}  # the graph is really read
     assert _cycle(graph) is None, " -> ".join(_cycle(graph))
 
@@ -80,13 +32,13 @@ ENTRY_POINTS = {"gradcheck_svc.cli"}
 
 def test_no_module_outside_the_server_imports_it_but_the_entry_points():
     known = _modules()
-    offenders = {name: sorted(t for t in _imports(name, path, known) if t.startswith("gradcheck_svc.server"))
+    offenders = {name: sorted(t for t in _edges(name, path, known) if t.startswith("gradcheck_svc.server"))
                  for name, path in known.items()
                  if name.startswith("gradcheck_svc") and not name.startswith("gradcheck_svc.server")
                  and name not in ENTRY_POINTS}
     offenders = {k: v for k, v in offenders.items() if v}
     assert not offenders, offenders
-    assert "gradcheck_svc.server.main" in _imports("gradcheck_svc.cli", known["gradcheck_svc.cli"],
+    assert "gradcheck_svc.server.main" in _edges("gradcheck_svc.cli", known["gradcheck_svc.cli"],
                                                    known)  # the check reads real imports
 
 
@@ -95,10 +47,10 @@ def test_no_client_module_imports_the_server():
     the pipeline (gradcheck_svc/request.py) through the shell around it (gradcheck_svc/shell.py), never the
     server package: there is no request module there."""
     known = _modules()
-    offenders = {name: sorted(t for t in _imports(name, path, known) if t.startswith("gradcheck_svc.server"))
+    offenders = {name: sorted(t for t in _edges(name, path, known) if t.startswith("gradcheck_svc.server"))
                  for name, path in known.items() if name.startswith("gradcheck_client")}
     assert not {k: v for k, v in offenders.items() if v}
-    assert "gradcheck_svc.shell" in _imports("gradcheck_client.checking", known["gradcheck_client.checking"],
+    assert "gradcheck_svc.shell" in _edges("gradcheck_client.checking", known["gradcheck_client.checking"],
                                              known)  # the check reads real imports
     assert "gradcheck_svc.server.execute" not in known  # the shim is gone: server/worker.py answers the message
 
@@ -134,11 +86,11 @@ def test_every_front_end_reaches_the_one_pipeline_and_only_it_calls_verify():
     known = _modules()
     for name, (wanted, reached) in FRONT_ENDS.items():
         assert wanted <= _calls(known[name]), f"{name} does not call {sorted(wanted - _calls(known[name]))}"
-        assert reached in _imports(name, known[name], known), name
+        assert reached in _edges(name, known[name], known), name
     # the verification itself (verify/run.py's verify) is called from the pipeline and nowhere else outside verify/
     callers = sorted(name for name, path in known.items()
                      if not name.startswith("gradcheck_svc.verify") and name != "gradcheck_svc.request"
-                     and "gradcheck_svc.verify" in _imports(name, path, known) and "verify" in _calls(path)
+                     and "gradcheck_svc.verify" in _edges(name, path, known) and "verify" in _calls(path)
                      and _imports_verify_function(path))
     assert callers == [], callers
 
