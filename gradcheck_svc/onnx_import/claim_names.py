@@ -26,8 +26,9 @@ from gradcheck_core.hints import hint
 from ..errors import GraphError
 from ..graph.validate import MAX_NOTE_LENGTH, decode_tensor
 from .archive import derived_note, unclaimable_note
+from ..graph.gates import ORDER, placed
 
-EXACT = {"same", "transposed", "reshaped"}  # relations whose gradient maps one to one
+EXACT = {"same", "transposed", "reshaped", *ORDER}  # relations whose gradient maps element by element
 
 
 def onto_initializers(message, claims, unheld: dict | None = None, unnamed: dict | None = None):
@@ -125,7 +126,7 @@ def _target(key: str, torch_names: dict, params: dict, where: str) -> tuple[str,
                          "weight); its gradient is their sum, which cannot be split: give each initializer's "
                          "gradient under its own name", field=where)
     p, relation = found[0]
-    if relation not in EXACT:
+    if relation not in EXACT:  # derived: a BatchNorm folded in
         raise GraphError(f"the model's initializer '{p}' is it {relation} (docs/onnx.md): its gradient is not a "
                          "torch parameter's one to one; give that initializer's gradient under its own name",
                          field=where)
@@ -136,6 +137,8 @@ def _mapped(value: np.ndarray, relation: str, key: str, p: str, inp, where: str)
     """The gradient given under `key`, as the initializer `p` (the relation's image); GraphError naming the key
     when its shape does not fit."""
     shape = tuple(int(d) for d in inp.value.shape)
+    if relation in ORDER:  # one part of an RNN's stacked W, R or B: the others' keys give the rest
+        return placed(value, relation, key, p, shape, where)
     fits = {"transposed": value.shape == shape[::-1],
             "reshaped": value.size == int(np.prod(shape, dtype=np.int64))}.get(relation, value.shape == shape)
     if not fits:
