@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
 from model_zoo import ZOO, causal_attention, exact_reference  # noqa: E402
+from onnx_helpers import torch_image  # noqa: E402
 
 from gradcheck_svc.graph import load_graph  # noqa: E402
 from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
@@ -112,26 +113,6 @@ def test_model_zoo(build, exporter):
 # with nothing in the model to say which (issue 34 item 4): `cls.expand(...)`, the RNN's folded first step
 NAMELESS = {("tiny_vit", "dynamo"): {"expand"}, ("tiny_vit_merged", "dynamo"): {"expand"},
             ("rnn_tanh", "dynamo"): {"linear_1"}}
-# ONNX's gate blocks in torch's numbering (docs/onnx.md): LSTM i, o, f, c of torch's i, f, g, o; GRU z, r,
-# h of torch's r, z, n; a plain RNN has one block
-GATES = {"lstm_gates": (0, 3, 1, 2), "gru_gates": (1, 0, 2), "rnn_stacked": (0,)}
-
-
-def _image(entries, torch_arrays: dict, shape) -> np.ndarray:
-    """The ONNX tensor that source_names says torch's tensors make (of values or of gradients): the sum
-    over the torch parameters it merges (one alone: itself) of each, its transpose or its reshape, or the RNN's
-    W[d] / R[d] / B[d] = (input bias, hidden bias) per direction with the gate blocks reordered."""
-    (relation,) = {e.relation for e in entries}
-    names = list(dict.fromkeys(e.name for e in entries))
-    if relation in ("same", "transposed", "reshaped"):
-        made = {"same": lambda t: t, "transposed": lambda t: t.T, "reshaped": lambda t: t.reshape(shape)}[relation]
-        return sum(made(torch_arrays[n]) for n in names)
-    order = GATES[relation]
-    directions = [[n for n in names if n.endswith("_reverse") == bool(d)] for d in range(shape[0])]
-    return np.stack([np.concatenate([np.concatenate([np.split(torch_arrays[n], len(order))[j] for j in order])
-                                     for n in group]) for group in directions])
-
-
 def _check_source_names(graph, gradients, model, torch_grads, case, xname):
     """Every source_names entry names a real named_parameters() key, and says how the ONNX tensor is
     made from them: its value and its gradient are torch's through that relation (a derived one makes
@@ -155,8 +136,8 @@ def _check_source_names(graph, gradients, model, torch_grads, case, xname):
         shape = np.shape(inp.value)
         merged = [[e] for e in entries] if entries[0].relation in ("same", "transposed", "reshaped") else [entries]
         for part in merged:  # merged: each torch parameter's value is the tensor's
-            np.testing.assert_array_equal(inp.value, _image(part, values, shape), err_msg=f"{case}: {name} value")
-        want = _image(entries, {n: torch_grads[n] for n in keys}, shape)
+            np.testing.assert_array_equal(inp.value, torch_image(part, values, shape), err_msg=f"{case}: {name} value")
+        want = torch_image(entries, {n: torch_grads[n] for n in keys}, shape)
         np.testing.assert_allclose(gradients[name], want, rtol=1e-10, atol=1e-10 * max(np.abs(want).max(), 1e-300),
                                    err_msg=f"{case}: {name} = {[(e.name, e.relation) for e in entries]}")
 

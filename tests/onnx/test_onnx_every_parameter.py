@@ -4,7 +4,9 @@ report's source_names); F.linear's weights on a rank-4 input are checked transpo
 folded into a constant is named by the "not checked" warning with that constant; and torch's own gradients
 of a training step, the whole named_parameters() archive, pass --claimed, a folded key explained, not refused.
 The ops of item 2 the same way: a top-2 MoE gating with ScatterElements at TopK's computed indices, CLIP's
-pooling at each row's argmax (GatherND), nn.EmbeddingBag with offsets (a Loop over the bags, unrolled)."""
+pooling at each row's argmax (GatherND), nn.EmbeddingBag with offsets (a Loop over the bags, unrolled). And an
+LSTM's and a GRU's weights, which both exporters stack into the ONNX node's W, R, B by direction with the gate blocks
+reordered: each torch key's gradient is its part of them, its planted error named as that key's element."""
 from __future__ import annotations
 
 import numpy as np
@@ -13,6 +15,7 @@ import pytest
 torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 
+from onnx_helpers import GATES, torch_image  # noqa: E402
 from param_models import MODELS  # noqa: E402
 from torch_export import export_onnx  # noqa: E402
 
@@ -33,10 +36,16 @@ FOLDED = {("gpt", "dynamo"): {"pos.weight": "embedding_1"}, ("swin", "dynamo"): 
 # a parameter each model must have checked, and how (None: under its own name or through any relation); the
 # first is the one a planted error must fail: the tied embedding, the rank-4 F.linear, the queries' reader, the
 # router reached only through TopK and ScatterElements with its computed indices, the embedding read by GatherND,
-# the bags' table read in each unrolled iteration of the Loop
+# the bags' table read in each unrolled iteration of the Loop, the recurrent weights (every one, both directions)
 MUST = {"gpt": {"emb.weight": "tied"}, "swin": {"qkv.weight": "transposed", "proj.weight": "transposed"},
         "detr": {"lin.weight": "transposed"}, "scatter_moe": {"router.weight": None, "experts.weight": None},
-        "argmax_pool": {"emb.weight": None}, "embedding_bag": {"bag.weight": None}}
+        "argmax_pool": {"emb.weight": None}, "embedding_bag": {"bag.weight": None},
+        "lstm_seq2seq": {f"rnn.{w}_{g}_l{k}{d}": "lstm_gates" for w in ("weight", "bias") for g in ("hh", "ih")
+                         for k in (0, 1) for d in ("", "_reverse")},
+        "gru_seq2seq": {f"rnn.{w}_{g}_l0": "gru_gates" for w in ("weight", "bias") for g in ("hh", "ih")}}
+# where the planted error goes (flat index; else the first element): weight_hh_l0[5, 1] is in torch's gate block
+# 2 (h = 2 rows a block: LSTM g, GRU n), ONNX's block 3 (LSTM c) and 2 (GRU h) -- the blocks move
+PLANTED = {"lstm_seq2seq": 5 * 2 + 1, "gru_seq2seq": 5 * 2 + 1}
 
 
 def _tensor(a: np.ndarray) -> bytes:
@@ -76,8 +85,9 @@ def test_every_parameter_is_checked_through_its_relation_or_named_where_it_went(
             covered.setdefault(s.name, set()).add(s.relation)
         if not kept or not all(n for n, _ in kept):
             continue
-        expected = sum(want[n].T if r == "transposed" else want[n].reshape(graph.inputs[p].value.shape)
-                       for n, r in dict.fromkeys(kept))
+        shape = graph.inputs[p].value.shape
+        expected = torch_image([s for s in entries if s.relation in GATES], want, shape) if kept[0][1] in GATES \
+            else sum(want[n].T if r == "transposed" else want[n].reshape(shape) for n, r in dict.fromkeys(kept))
         # 1e-7: the dynamo exporter stores some of a model's scalars (attention's scale) in float32
         np.testing.assert_allclose(engine.gradients[p], expected, rtol=1e-7, atol=1e-7 * np.abs(expected).max(),
                                    err_msg=f"{name} ({exporter}): {p} = {kept}")
@@ -98,9 +108,9 @@ def test_every_parameter_is_checked_through_its_relation_or_named_where_it_went(
         assert not unchecked, unchecked
 
 
-def _corrupted(grads: dict, key: str) -> dict:
+def _corrupted(grads: dict, key: str, at: int = 0) -> dict:
     out = {k: v.copy() for k, v in grads.items()}
-    out[key].reshape(-1)[0] += 1e-3 * max(1.0, abs(out[key].reshape(-1)[0]))
+    out[key].reshape(-1)[at] += 1e-3 * max(1.0, abs(out[key].reshape(-1)[at]))
     return out
 
 
@@ -122,12 +132,15 @@ def test_torchs_whole_named_parameters_archive_passes_claimed(name, exporter):
         assert " read by " in explained[key], explained[key]
     # the tied / transposed gradient is compared, not waved through: a planted error in it fails
     key = next(iter(MUST[name]))
-    req.graph.claimed.CopyFrom(claims_message(_corrupted(want, key)))
+    req.graph.claimed.CopyFrom(claims_message(_corrupted(want, key, PLANTED.get(name, 0))))
     bad = run_request(req)
     assert bad.verdict == "fail", bad.to_text()
     failed = [p for p in bad.parameters if p.status != "ok"]  # the one row that is that key's image
     assert len(failed) == 1 and (failed[0].name == key or key in {s.name for s in failed[0].source_names}), \
         bad.to_text()
+    if name in PLANTED:  # the worst element of the stacked W, R named as torch's, its block put back in place
+        row, col = divmod(PLANTED[name], want[key].shape[1])
+        assert f"= {key}[{row}, {col}] (gate block 2 of torch's)" in bad.to_text(), bad.to_text()
 
 
 def test_holders_of_a_folded_parameter_are_never_scales_masks_or_rotary_tables():
