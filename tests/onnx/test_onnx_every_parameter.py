@@ -26,7 +26,9 @@ from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 from gradcheck_svc.verify.engine_run import run_engine  # noqa: E402
 
 EXPORTERS = ("legacy", "dynamo")
-CASES = [(m, e) for m in MODELS for e in EXPORTERS]
+# (both exporters give a GRU the node layout they give an LSTM, checked with lstm_seq2seq: one dynamo export of
+# seconds spared; test_model_zoo's gru compares the dynamo export's W, R, B with torch's through source_names)
+CASES = [(m, e) for m in MODELS for e in EXPORTERS if (m, e) != ("gru_seq2seq", "dynamo")]
 # what each export holds under no torch name, and the tensor that holds it (folded into a constant by the dynamo
 # optimizer; the TorchScript exporter's own tensors: onnx::Add_N, the gathered table; onnx::Expand_N, the
 # queries unsqueezed)
