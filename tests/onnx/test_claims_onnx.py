@@ -224,6 +224,28 @@ def test_reshaped_and_stacked_gates_map_and_tied_weights_are_refused():
         onto_initializers(msg, claims_message({"emb.weight": np.ones((4, 2))}))
 
 
+def test_every_element_of_a_stacked_rnn_tensor_is_named_as_the_torch_element_placed_there():
+    # graph/gates.py both ways: a report names element [d, r(, c)] of W, R or B as torch's key[row(, c)]; that
+    # element is where the claims' mapping puts torch's key[row(, c)] (values all distinct: each found once)
+    import re
+
+    from gradcheck_svc.graph.gates import placed, torch_element
+
+    cases = [("lstm_gates", (2, 8, 3), ["m.weight_hh_l1", "m.weight_hh_l1_reverse"]),
+             ("gru_gates", (1, 12), ["m.bias_ih_l0", "m.bias_hh_l0"]),
+             ("rnn_stacked", (2, 4), ["a.bias_ih_l0", "a.bias_hh_l0", "a.bias_ih_l0_reverse", "a.bias_hh_l0_reverse"])]
+    for relation, shape, keys in cases:
+        values = {k: 1000.0 * i + np.arange(np.prod(shape) // len(keys), dtype=float).reshape(
+            -1, *shape[2:]) for i, k in enumerate(keys)}
+        image = sum(placed(v, relation, k, "W", shape, k) for k, v in values.items())
+        for index in np.ndindex(*shape):
+            said = torch_element(keys, relation, shape, list(index))
+            key, where = re.fullmatch(r" = (\S+)\[([\d, ]+)\] \(gate block \d of torch's\)", said).groups()
+            assert values[key][tuple(int(i) for i in where.split(", "))] == image[index], (relation, index, said)
+    assert torch_element(["m.bias_ih_l0", "m.bias_hh_l0"], "gru_gates", (1, 12), [0, 8]) == \
+        " = m.bias_hh_l0[0] (gate block 0 of torch's)"  # GRU's r is ONNX's block 1: torch's block 0, hidden half
+
+
 def test_a_torchscript_exports_folded_key_is_named_with_the_tensors_read_in_its_module():
     # archive.py on a real ModelProto and imported message: two tensors of the exporter's own, read in modules
     # a and b; a key of b's is held by b's (an op reads its own module's parameters), a root key by one of both
