@@ -6,7 +6,8 @@ of a training step, the whole named_parameters() archive, pass --claimed, a fold
 The ops of item 2 the same way: a top-2 MoE gating with ScatterElements at TopK's computed indices, CLIP's
 pooling at each row's argmax (GatherND), nn.EmbeddingBag with offsets (a Loop over the bags, unrolled). And an
 LSTM's and a GRU's weights, which both exporters stack into the ONNX node's W, R, B by direction with the gate blocks
-reordered: each torch key's gradient is its part of them, its planted error named as that key's element."""
+reordered: each torch key's gradient is its part of them, its planted error named as that key's element; keys the
+import cannot place (no module says whose W, R, B) explained, not refused."""
 from __future__ import annotations
 
 import numpy as np
@@ -143,6 +144,27 @@ def test_torchs_whole_named_parameters_archive_passes_claimed(name, exporter):
     if name in PLANTED:  # the worst element of the stacked W, R named as torch's, its block put back in place
         row, col = divmod(PLANTED[name], want[key].shape[1])
         assert f"= {key}[{row}, {col}] (gate block 2 of torch's)" in bad.to_text(), bad.to_text()
+
+
+def test_rnn_keys_the_import_cannot_place_are_explained_not_refused():
+    # the GRU node of the TorchScript export without its scoped name: no module says whose W, R, B these are (no
+    # source_names), so torch's keys cannot be placed -- each is one "not checkable" line naming the exporter's
+    # tensors that hold it, those are constants (no row, never "not provided"), and every other key is checked
+    req, want = _case("gru_seq2seq", "legacy")
+    model = onnx.load_from_string(req.onnx_model)
+    (gru,) = [n for n in model.graph.node if n.op_type == "GRU"]
+    gru.name = ""
+    req.onnx_model = model.SerializeToString()
+    req.graph.claimed.CopyFrom(claims_message(want))
+    report = run_request(req)
+    assert report.verdict == "pass", report.to_text()
+    keys = sorted(k for k in want if k.startswith("rnn."))
+    explained = {w.split("'")[1]: w for w in report.warnings if "not checkable" in w}
+    assert sorted(explained) == keys, report.warnings
+    stacked = set(gru.input[1:4])  # W, R, B
+    assert all(all(f"{t} read by the GRU node" in w for t in stacked) for w in explained.values()), explained
+    rows = {p.name for p in report.parameters}
+    assert not rows & stacked and {"emb.weight", "head.bias"} <= rows, report.to_text()
 
 
 def test_holders_of_a_folded_parameter_are_never_scales_masks_or_rotary_tables():
