@@ -26,9 +26,9 @@ from gradcheck_core.claims import claims_message
 from gradcheck_core.hints import hint
 
 from ..errors import GraphError
+from ..graph.gates import ORDER, placed
 from ..graph.validate import MAX_NOTE_LENGTH, decode_tensor
 from .archive import derived_note, unclaimable_note
-from ..graph.gates import ORDER, placed
 
 EXACT = {"same", "transposed", "reshaped", *ORDER}  # relations whose gradient maps element by element
 

@@ -5,7 +5,7 @@ under one name (read by the Gather) and its transpose under a name the exporter 
 `val_N`, the dynamo optimizer's `permute`), read by the head's MatMul. Torch's gradient of the weight
 is the sum over both reads; checking the copy as a parameter of its own (or holding it constant)
 checks half of it -- a wrong PASS. So a copy is emitted as a node of the parameter it copies
-(identity, transpose or reshape): the parameter's gradient is the sum of every place it is used.
+(identity, transpose, reshape or broadcast): the parameter's gradient is the sum of every place it is used.
 
 A copy is found by value: an exporter-made float initializer (no torch name) whose elements are a
 held weight's exactly -- the same shape, its transpose (2-D), or the same elements in another shape --

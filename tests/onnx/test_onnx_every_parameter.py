@@ -184,3 +184,15 @@ def test_holders_of_a_folded_parameter_are_never_scales_masks_or_rotary_tables()
                               [helper.make_tensor_value_info(n, TensorProto.FLOAT, None) for n in ("r", "c", "y")],
                               [numpy_helper.from_array(v, n) for n, v in values.items()])
     assert may_hold(graph, values, set(values)) == {"permute_1"}
+
+
+def test_a_constant_repeating_a_weight_over_leading_dimensions_is_tied_to_it():
+    # ties.find_ties: the dynamo optimizer's folded first step of an nn.RNN (`linear_1`: b_hh over the batch) is
+    # b_hh broadcast; a ones tensor's repetition, or a near-copy, is no tie (its gradient would be made up)
+    from gradcheck_svc.onnx_import.ties import find_ties
+
+    b = np.array([0.3, -1.2, 0.7])
+    inits = {"rnn.bias_hh_l0": b, "ln.weight": np.ones(3), "linear_1": np.broadcast_to(b, (1, 2, 3)).copy(),
+             "onnx::Add_1": np.ones((2, 3)), "val_2": np.stack([b, b + [0.0, 0.0, 1e-12]])}
+    assert find_ties(inits, {"linear_1", "onnx::Add_1", "val_2"}, {"rnn.bias_hh_l0", "ln.weight"}) == \
+        {"linear_1": ("rnn.bias_hh_l0", "broadcast")}
