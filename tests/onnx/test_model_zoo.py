@@ -33,12 +33,6 @@ from gradcheck_svc.verify.run import run_engine  # noqa: E402
 
 EXPORTERS = ["legacy", "dynamo", "dynamo-unoptimized"]
 
-# parameters the exporter folded into a constant in part: the ONNX model depends on them less than the
-# torch module does, and the engine's gradient is that model's (verified PASS below)
-# (none today: the dynamo optimizer's folded first step of an nn.RNN, h0 @ W_hh^T + b_hh with h0 = 0 stored
-# as the constant 'linear_1', is b_hh over the batch, which the importer ties to b_hh: ties.py)
-FOLDED: dict = {}
-
 
 def export(model, x, exporter: str) -> bytes:
     with warnings.catch_warnings():
@@ -92,9 +86,12 @@ def test_model_zoo(build, exporter):
     # an initializer is a torch parameter when it has its name, shape and value: the exporters fold
     # BatchNorm into the preceding Conv's weights and keep the Conv's name for the folded tensor
     values = {n: p.detach().numpy() for n, p in params.items()} | {xname: x.numpy()}
-    # (a tensor merged from several torch parameters is compared through its source_names, below)
+    # (a tensor merged from several torch parameters is compared through its source_names, below; a constant the
+    # exporter made of one in part is tied to it -- the dynamo optimizer's folded first step of an nn.RNN,
+    # h0 @ W_hh^T + b_hh with h0 = 0, stored as 'linear_1', is b_hh over the batch: ties.py -- so all of
+    # torch's gradient is the parameter's)
     compared = [n for n in want if n in graph.inputs and np.shape(graph.inputs[n].value) == want[n].shape
-                and np.array_equal(graph.inputs[n].value, values[n]) and n not in FOLDED.get((build.__name__, exporter), ())
+                and np.array_equal(graph.inputs[n].value, values[n])
                 and len({s.name for s in graph.inputs[n].source_names}) <= 1]
     assert xname in compared
     for n in compared:
