@@ -1,7 +1,8 @@
 """Models whose parameters an exporter ties, transposes or folds (tests/onnx/test_onnx_every_parameter.py): a GPT
 with its output head tied to the input embedding, a Swin-style window attention calling F.linear on a
 rank-4 input with a relative position bias table, a DETR-style query embedding repeated over the batch; and
-the ops of issue 45: a top-2 MoE gating by scatter, CLIP's argmax pooling, nn.EmbeddingBag with offsets.
+the ops of issue 45: a top-2 MoE gating by scatter, CLIP's argmax pooling, nn.EmbeddingBag with offsets; and
+recurrent encoders whose weights both exporters stack into an ONNX LSTM's / GRU's W, R, B with the gates reordered.
 Tiny, random weights, float64."""
 from __future__ import annotations
 
@@ -150,6 +151,19 @@ class Bag(nn.Module):
         return self.fc(self.bag(ids, offsets))
 
 
+class Seq2Seq(nn.Module):
+    """A seq2seq-style encoder: an embedding, a recurrent layer (nn.LSTM or nn.GRU, batch first), a Linear head
+    over every step's output."""
+
+    def __init__(self, cls=nn.LSTM, vocab=5, d=2, h=2, **kw):
+        super().__init__()
+        self.emb, self.rnn = nn.Embedding(vocab, d), cls(d, h, batch_first=True, **kw)
+        self.head = nn.Linear(h * (2 if kw.get("bidirectional") else 1), vocab)
+
+    def forward(self, ids):
+        return self.head(self.rnn(self.emb(ids))[0])
+
+
 def scatter_moe():
     return seeded(ScatterMoE, lambda: torch.randn(5, 4, dtype=torch.float64))
 
@@ -166,5 +180,14 @@ def embedding_bag():  # three bags of 3, 2 and 2 ids: the input is (ids, offsets
     return seeded(Bag, lambda: (torch.tensor([1, 2, 4, 5, 4, 3, 2]), torch.tensor([0, 3, 5])))
 
 
+def lstm_seq2seq():  # two layers, both directions: weight_ih_l1_reverse and the like
+    return seeded(lambda: Seq2Seq(nn.LSTM, num_layers=2, bidirectional=True),
+                  lambda: torch.tensor([[1, 4, 3], [2, 0, 4]]))
+
+
+def gru_seq2seq():
+    return seeded(lambda: Seq2Seq(nn.GRU), lambda: torch.tensor([[1, 4, 3], [2, 0, 4]]))
+
+
 MODELS = {"gpt": gpt, "swin": swin, "detr": detr, "scatter_moe": scatter_moe, "argmax_pool": argmax_pool,
-          "embedding_bag": embedding_bag}
+          "embedding_bag": embedding_bag, "lstm_seq2seq": lstm_seq2seq, "gru_seq2seq": gru_seq2seq}

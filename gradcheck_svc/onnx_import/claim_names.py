@@ -7,15 +7,17 @@ keys, so `{n: p.grad for n, p in model.named_parameters()}` of a training step i
 Each torch-named gradient reaches its initializer through the relation: `same` as it is, `transposed`
 (an nn.Linear weight a MatMul reads) transposed, `reshaped` to the initializer's shape; a merged
 initializer (equal tensors the exporter made one) gets the sum of its torch parameters' gradients --
-exactly its gradient -- so all of them must be given. A key the model has no image of is explained in a
+exactly its gradient -- so all of them must be given; likewise an RNN's W, R or B (`lstm_gates`, `gru_gates`,
+`rnn_stacked`): each torch key's gradient is placed as its part, its gate blocks in ONNX's order
+(graph/gates.py), the parts of all of them making the whole. A key the model has no image of is explained in a
 note, not refused (archive.py): a parameter the exporter folded into a tensor of its own, or into a `derived`
 one (BatchNorm folded into a Conv: no torch parameter has its gradient); the exporter's own and derived tensors
-no key names are then constants, said in a note. Refused, naming the key: an RNN's stacked and reordered
-gates, a torch name standing for several initializers (a copied weight the importer could not tie to one:
-its gradient is their sum, which cannot be split; a tied copy the importer found is emitted from its
-parameter, relation "tied", and maps with it), an initializer given both ways, a key naming nothing. An
-archive whose every key is an initializer name is read by initializer names (a merged initializer's own name
-is also one of its torch names: alone, it is the initializer's whole gradient).
+no key names are then constants, said in a note. Refused, naming the key: a torch name standing for several
+initializers (a copied weight the importer could not tie to one: its gradient is their sum, which cannot be
+split; a tied copy the importer found is emitted from its parameter, relation "tied", and maps with it), an
+initializer given both ways, a key naming nothing, a part of a stacked or merged initializer given without the
+others. An archive whose every key is an initializer name is read by initializer names (a merged initializer's
+own name is also one of its torch names: alone, it is the initializer's whole gradient).
 """
 from __future__ import annotations
 
@@ -24,10 +26,11 @@ from gradcheck_core.claims import claims_message
 from gradcheck_core.hints import hint
 
 from ..errors import GraphError
+from ..graph.gates import ORDER, placed
 from ..graph.validate import MAX_NOTE_LENGTH, decode_tensor
 from .archive import derived_note, unclaimable_note
 
-EXACT = {"same", "transposed", "reshaped"}  # relations whose gradient maps one to one
+EXACT = {"same", "transposed", "reshaped", *ORDER}  # relations whose gradient maps element by element
 
 
 def onto_initializers(message, claims, unheld: dict | None = None, unnamed: dict | None = None):
@@ -125,7 +128,7 @@ def _target(key: str, torch_names: dict, params: dict, where: str) -> tuple[str,
                          "weight); its gradient is their sum, which cannot be split: give each initializer's "
                          "gradient under its own name", field=where)
     p, relation = found[0]
-    if relation not in EXACT:
+    if relation not in EXACT:  # derived: a BatchNorm folded in
         raise GraphError(f"the model's initializer '{p}' is it {relation} (docs/onnx.md): its gradient is not a "
                          "torch parameter's one to one; give that initializer's gradient under its own name",
                          field=where)
@@ -136,6 +139,8 @@ def _mapped(value: np.ndarray, relation: str, key: str, p: str, inp, where: str)
     """The gradient given under `key`, as the initializer `p` (the relation's image); GraphError naming the key
     when its shape does not fit."""
     shape = tuple(int(d) for d in inp.value.shape)
+    if relation in ORDER:  # one part of an RNN's stacked W, R or B: the others' keys give the rest
+        return placed(value, relation, key, p, shape, where)
     fits = {"transposed": value.shape == shape[::-1],
             "reshaped": value.size == int(np.prod(shape, dtype=np.int64))}.get(relation, value.shape == shape)
     if not fits:
@@ -159,7 +164,9 @@ def _merged(p: str, got: dict, inp) -> np.ndarray:
     missing = [n for n in names if n not in got]
     if missing:
         shown = ", ".join(f"'{n}'" if n else "(a tensor with no torch name)" for n in missing)
-        raise GraphError(f"the exporter merged it with {shown} into one initializer '{p}' (its gradient is the "
-                         f"sum of theirs): give all of them, or the initializer's gradient under '{p}'",
+        relation = next(iter(got.values()))[0]
+        how = (f"stacked it with {shown} into one initializer '{p}' ({relation}, docs/onnx.md)" if relation in ORDER
+               else f"merged it with {shown} into one initializer '{p}' (its gradient is the sum of theirs)")
+        raise GraphError(f"the exporter {how}: give all of them, or the initializer's gradient under '{p}'",
                          field=f"claimed gradient '{keys[0]}'")
     return sum(value for _, value in got.values())

@@ -207,8 +207,9 @@ class Importer:
             if relation == "same":
                 self.ctx.set_output(copy, base)
             else:
-                op, attrs = ("transpose", {}) if relation == "transposed" else \
-                    ("reshape", {"shape": list(self.inits[copy].shape)})
+                shape = list(self.inits[copy].shape)
+                op, attrs = {"transposed": ("transpose", {}), "broadcast": ("broadcast_to", {"shape": shape})}.get(
+                    relation, ("reshape", {"shape": shape}))
                 self.ctx.set_output(copy, self.ctx.emit(op, [base], attrs, name=self.ctx.fresh(f"{copy}/tied")))
 
     def _readers(self, names: set[str]) -> dict[str, object]:
@@ -415,7 +416,8 @@ class Importer:
             if base not in out:  # read by its own name only until now: say so beside the copy's reads
                 readers = [n.name or n.output[0] for n in self.model.graph.node if base in n.input]
                 out[base] = [{"name": name, "relation": "same", "onnx_name": base, "read_by": readers}] if readers else []
-            readers = [r for e in found.get(copy, []) for r in e["read_by"]]
+            readers = [r for e in found.get(copy, []) for r in e["read_by"]] or [  # (a copy read by its name only)
+                n.name or n.output[0] for n in self.model.graph.node if copy in n.input]
             out[base].append({"name": name, "relation": "tied", "onnx_name": copy, "read_by": readers})
         for p in [p for p in out if p in aliases and not any(e["onnx_name"] == p for e in out[p])]:
             readers = [n.name or n.output[0] for n in self.model.graph.node if p in n.input]

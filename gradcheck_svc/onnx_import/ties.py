@@ -5,10 +5,13 @@ under one name (read by the Gather) and its transpose under a name the exporter 
 `val_N`, the dynamo optimizer's `permute`), read by the head's MatMul. Torch's gradient of the weight
 is the sum over both reads; checking the copy as a parameter of its own (or holding it constant)
 checks half of it -- a wrong PASS. So a copy is emitted as a node of the parameter it copies
-(identity, transpose or reshape): the parameter's gradient is the sum of every place it is used.
+(identity, transpose, reshape or broadcast): the parameter's gradient is the sum of every place it is used.
 
 A copy is found by value: an exporter-made float initializer (no torch name) whose elements are a
-held weight's exactly -- the same shape, its transpose (2-D), or the same elements in another shape.
+held weight's exactly -- the same shape, its transpose (2-D), or the same elements in another shape --
+or the weight repeated over leading dimensions ("broadcast": the dynamo optimizer folds an nn.RNN's first
+step, h0 @ W_hh.T + b_hh with h0 = 0, into a constant that is b_hh over the batch; held constant, the
+gradient of b_hh would lose that step's part).
 Only weights whose elements are pairwise distinct are matched (a trained or randomly initialized
 weight's are; a zero or ones tensor's are not, and two such tensors equal by chance are no tie), and
 a copy matching more than one weight is left as it is.
@@ -24,7 +27,7 @@ import numpy as np
 
 from .provenance import MADE, _fx_parameters, _module, _context
 
-RELATIONS = ("same", "transposed", "reshaped")  # how a copy's elements are its parameter's
+RELATIONS = ("same", "transposed", "reshaped", "broadcast")  # how a copy's elements are its parameter's
 
 
 def _key(value: np.ndarray) -> tuple:
@@ -59,6 +62,25 @@ def find_ties(inits: dict, copies: set[str], bases: set[str]) -> dict[str, tuple
         found = [(b, r) for b in by_key.get(_key(v), ()) if b != c and (r := _relation(v, inits[b]))]
         if len(found) == 1:
             out[c] = found[0]
+    return out | _broadcasts(inits, copies - set(out), bases)
+
+
+def _broadcasts(inits: dict, copies: set[str], bases: set[str]) -> dict[str, tuple[str, str]]:
+    """{copy: (base, "broadcast")} for each of `copies` that is exactly one of `bases` repeated over leading
+    dimensions (module docstring), the bases' elements pairwise distinct as find_ties wants them."""
+    tails = {inits[c].shape[k:] for c in copies if inits[c].dtype.kind == "f" for k in range(1, inits[c].ndim)}
+    by_shape: dict[tuple, list[str]] = {}
+    for b in sorted(bases):
+        v = inits[b]  # (only shapes some copy ends with: most models have none)
+        if v.dtype.kind == "f" and v.shape in tails and v.size > 1 and np.unique(v).size == v.size:
+            by_shape.setdefault(v.shape, []).append(b)
+    out = {}
+    for c in sorted(copies):
+        v = inits[c]
+        found = [b for k in range(1, v.ndim) for b in by_shape.get(v.shape[k:], ())
+                 if b != c and np.array_equal(v, np.broadcast_to(inits[b], v.shape))]
+        if len(found) == 1:
+            out[c] = (found[0], "broadcast")
     return out
 
 

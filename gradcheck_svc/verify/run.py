@@ -18,6 +18,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from ..graph.gates import ORDER as GATE_ORDER, torch_element
 from ..graph.ir import Graph
 from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FDResult, FiniteDifferences
@@ -331,6 +332,8 @@ def _in_source_terms(r, where: list) -> str:
     named = [s for s in r.source_names if s.name and s.relation != "tied"]  # a tied copy is the parameter itself
     if r.fd.mode is not FDMode.FULL or not named:
         return ""
+    if named[0].relation in GATE_ORDER:  # an RNN's stacked W, R or B: the element is one torch tensor's
+        return torch_element([s.name for s in named], named[0].relation, r.shape, where)
     if len(named) > 1:
         return f" of the sum of {', '.join(s.name for s in named)} (merged by the exporter)"
     s = named[0]

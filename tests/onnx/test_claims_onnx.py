@@ -182,7 +182,9 @@ def _model_message():
 
     msg = graph_pb2.Graph(name="m")
     for name, shape, names in [("gn_w", [3, 1, 1], [("gn.weight", "reshaped")]),
-                               ("W", [1, 8, 2], [("lstm.weight_ih_l0", "lstm_gates")]),
+                               ("W", [2, 8, 2], [("lstm.weight_ih_l0", "lstm_gates"),
+                                                 ("lstm.weight_ih_l0_reverse", "lstm_gates")]),
+                               ("B", [1, 12], [("gru.bias_ih_l0", "gru_gates"), ("gru.bias_hh_l0", "gru_gates")]),
                                ("emb", [4, 2], [("emb.weight", "same")]),
                                ("onnx::MatMul_9", [2, 4], [("emb.weight", "transposed")])]:
         inp = msg.inputs.add(name=name, requires_grad=True)
@@ -193,7 +195,7 @@ def _model_message():
     return msg
 
 
-def test_reshaped_maps_and_stacked_gates_and_tied_weights_are_refused():
+def test_reshaped_and_stacked_gates_map_and_tied_weights_are_refused():
     from gradcheck_svc.errors import GraphError
     from gradcheck_svc.graph.validate import decode_tensor
     from gradcheck_svc.onnx_import.claim_names import onto_initializers
@@ -202,12 +204,46 @@ def test_reshaped_maps_and_stacked_gates_and_tied_weights_are_refused():
     out = onto_initializers(msg, claims_message({"gn.weight": np.arange(3, dtype=np.float32)}))
     value, dtype = decode_tensor(out.gradients["gn_w"], "gn_w")
     assert dtype == "float32" and value.shape == (3, 1, 1) and value.reshape(-1).tolist() == [0.0, 1.0, 2.0]
-    with pytest.raises(GraphError, match=r"claimed gradient 'lstm.weight_ih_l0': the model's initializer 'W' is "
-                                         r"it lstm_gates \(docs/onnx.md\)"):
-        onto_initializers(msg, claims_message({"lstm.weight_ih_l0": np.ones((8, 2))}))
+    # an RNN's W, R, B: each key its direction (and bias half), its gate blocks (h = 2 rows each) in ONNX's order:
+    # LSTM i, o, f, c = torch's blocks 0, 3, 1, 2; GRU z, r, h = torch's 1, 0, 2
+    w, w_rev, b_ih, b_hh = np.arange(16.0).reshape(8, 2), 100 + np.arange(16.0).reshape(8, 2), np.arange(6.0), \
+        10 + np.arange(6.0)
+    out = onto_initializers(msg, claims_message({"lstm.weight_ih_l0": w, "lstm.weight_ih_l0_reverse": w_rev,
+                                                 "gru.bias_ih_l0": b_ih, "gru.bias_hh_l0": b_hh}))
+    lstm_rows, gru_rows = [0, 1, 6, 7, 2, 3, 4, 5], [2, 3, 0, 1, 4, 5]
+    np.testing.assert_array_equal(decode_tensor(out.gradients["W"], "W")[0], np.stack([w[lstm_rows], w_rev[lstm_rows]]))
+    np.testing.assert_array_equal(decode_tensor(out.gradients["B"], "B")[0], [np.r_[b_ih[gru_rows], b_hh[gru_rows]]])
+    with pytest.raises(GraphError, match=r"claimed gradient 'lstm.weight_ih_l0': the exporter stacked it with "
+                                         r"'lstm.weight_ih_l0_reverse' into one initializer 'W' \(lstm_gates"):
+        onto_initializers(msg, claims_message({"lstm.weight_ih_l0": w}))
+    with pytest.raises(GraphError, match=r"claimed gradient 'gru.bias_hh_l0': has shape \[12\], needs \[6\] \(its gate "
+                                         r"blocks in the model's 'B', shape \[1, 12\]: gru_gates"):
+        onto_initializers(msg, claims_message({"gru.bias_ih_l0": b_ih, "gru.bias_hh_l0": np.r_[b_ih, b_hh]}))
     with pytest.raises(GraphError, match=r"claimed gradient 'emb.weight': stands for 2 of the model's initializers "
                                          r"\('emb', 'onnx::MatMul_9': a tied or copied weight\)"):
         onto_initializers(msg, claims_message({"emb.weight": np.ones((4, 2))}))
+
+
+def test_every_element_of_a_stacked_rnn_tensor_is_named_as_the_torch_element_placed_there():
+    # graph/gates.py both ways: a report names element [d, r(, c)] of W, R or B as torch's key[row(, c)]; that
+    # element is where the claims' mapping puts torch's key[row(, c)] (values all distinct: each found once)
+    import re
+
+    from gradcheck_svc.graph.gates import placed, torch_element
+
+    cases = [("lstm_gates", (2, 8, 3), ["m.weight_hh_l1", "m.weight_hh_l1_reverse"]),
+             ("gru_gates", (1, 12), ["m.bias_ih_l0", "m.bias_hh_l0"]),
+             ("rnn_stacked", (2, 4), ["a.bias_ih_l0", "a.bias_hh_l0", "a.bias_ih_l0_reverse", "a.bias_hh_l0_reverse"])]
+    for relation, shape, keys in cases:
+        values = {k: 1000.0 * i + np.arange(np.prod(shape) // len(keys), dtype=float).reshape(
+            -1, *shape[2:]) for i, k in enumerate(keys)}
+        image = sum(placed(v, relation, k, "W", shape, k) for k, v in values.items())
+        for index in np.ndindex(*shape):
+            said = torch_element(keys, relation, shape, list(index))
+            key, where = re.fullmatch(r" = (\S+)\[([\d, ]+)\] \(gate block \d of torch's\)", said).groups()
+            assert values[key][tuple(int(i) for i in where.split(", "))] == image[index], (relation, index, said)
+    assert torch_element(["m.bias_ih_l0", "m.bias_hh_l0"], "gru_gates", (1, 12), [0, 8]) == \
+        " = m.bias_hh_l0[0] (gate block 0 of torch's)"  # GRU's r is ONNX's block 1: torch's block 0, hidden half
 
 
 def test_a_torchscript_exports_folded_key_is_named_with_the_tensors_read_in_its_module():

@@ -23,6 +23,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("onnx")
 
 from model_zoo import ZOO, causal_attention, exact_reference  # noqa: E402
+from onnx_helpers import torch_image  # noqa: E402
 
 from gradcheck_svc.graph import load_graph  # noqa: E402
 from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
@@ -31,13 +32,6 @@ from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
 from gradcheck_svc.verify.run import run_engine  # noqa: E402
 
 EXPORTERS = ["legacy", "dynamo", "dynamo-unoptimized"]
-
-# parameters the exporter folded into a constant in part: the ONNX model depends on them less than the
-# torch module does, and the engine's gradient is that model's (verified PASS below)
-FOLDED = {
-    # the first step's h0 @ W_hh^T + b_hh with h0 = 0 becomes the constant initializer 'linear_1'
-    ("rnn_tanh", "dynamo"): {"rnn.bias_hh_l0"},
-}
 
 
 def export(model, x, exporter: str) -> bytes:
@@ -92,9 +86,12 @@ def test_model_zoo(build, exporter):
     # an initializer is a torch parameter when it has its name, shape and value: the exporters fold
     # BatchNorm into the preceding Conv's weights and keep the Conv's name for the folded tensor
     values = {n: p.detach().numpy() for n, p in params.items()} | {xname: x.numpy()}
-    # (a tensor merged from several torch parameters is compared through its source_names, below)
+    # (a tensor merged from several torch parameters is compared through its source_names, below; a constant the
+    # exporter made of one in part is tied to it -- the dynamo optimizer's folded first step of an nn.RNN,
+    # h0 @ W_hh^T + b_hh with h0 = 0, stored as 'linear_1', is b_hh over the batch: ties.py -- so all of
+    # torch's gradient is the parameter's)
     compared = [n for n in want if n in graph.inputs and np.shape(graph.inputs[n].value) == want[n].shape
-                and np.array_equal(graph.inputs[n].value, values[n]) and n not in FOLDED.get((build.__name__, exporter), ())
+                and np.array_equal(graph.inputs[n].value, values[n])
                 and len({s.name for s in graph.inputs[n].source_names}) <= 1]
     assert xname in compared
     for n in compared:
@@ -109,29 +106,8 @@ def test_model_zoo(build, exporter):
 
 
 # parameters the exporter's optimizer computed from torch parameters and stored under a name of its own,
-# with nothing in the model to say which (issue 34 item 4): `cls.expand(...)`, the RNN's folded first step
-NAMELESS = {("tiny_vit", "dynamo"): {"expand"}, ("tiny_vit_merged", "dynamo"): {"expand"},
-            ("rnn_tanh", "dynamo"): {"linear_1"}}
-# ONNX's gate blocks in torch's numbering (docs/onnx.md): LSTM i, o, f, c of torch's i, f, g, o; GRU z, r,
-# h of torch's r, z, n; a plain RNN has one block
-GATES = {"lstm_gates": (0, 3, 1, 2), "gru_gates": (1, 0, 2), "rnn_stacked": (0,)}
-
-
-def _image(entries, torch_arrays: dict, shape) -> np.ndarray:
-    """The ONNX tensor that source_names says torch's tensors make (of values or of gradients): the sum
-    over the torch parameters it merges (one alone: itself) of each, its transpose or its reshape, or the RNN's
-    W[d] / R[d] / B[d] = (input bias, hidden bias) per direction with the gate blocks reordered."""
-    (relation,) = {e.relation for e in entries}
-    names = list(dict.fromkeys(e.name for e in entries))
-    if relation in ("same", "transposed", "reshaped"):
-        made = {"same": lambda t: t, "transposed": lambda t: t.T, "reshaped": lambda t: t.reshape(shape)}[relation]
-        return sum(made(torch_arrays[n]) for n in names)
-    order = GATES[relation]
-    directions = [[n for n in names if n.endswith("_reverse") == bool(d)] for d in range(shape[0])]
-    return np.stack([np.concatenate([np.concatenate([np.split(torch_arrays[n], len(order))[j] for j in order])
-                                     for n in group]) for group in directions])
-
-
+# with nothing in the model to say which (issue 34 item 4): `cls.expand(...)`
+NAMELESS = {("tiny_vit", "dynamo"): {"expand"}, ("tiny_vit_merged", "dynamo"): {"expand"}}
 def _check_source_names(graph, gradients, model, torch_grads, case, xname):
     """Every source_names entry names a real named_parameters() key, and says how the ONNX tensor is
     made from them: its value and its gradient are torch's through that relation (a derived one makes
@@ -145,6 +121,7 @@ def _check_source_names(graph, gradients, model, torch_grads, case, xname):
         # a single number is a parameter only as a torch parameter (the attention scale is a constant)
         assert np.size(inp.value) > 1 or name in keys or any(e.name in keys for e in inp.source_names), (case, name)
         entries = [e for e in inp.source_names if e.relation != "derived"]
+        entries = [e for e in entries if e.relation != "tied"]  # a copy tied to it (ties.py) is the parameter
         assert all(e.name in keys for e in entries), (case, name, inp.source_names)
         assert all(e.name in keys or e.name == "" for e in inp.source_names), (case, name, inp.source_names)
         if not inp.source_names:
@@ -155,8 +132,8 @@ def _check_source_names(graph, gradients, model, torch_grads, case, xname):
         shape = np.shape(inp.value)
         merged = [[e] for e in entries] if entries[0].relation in ("same", "transposed", "reshaped") else [entries]
         for part in merged:  # merged: each torch parameter's value is the tensor's
-            np.testing.assert_array_equal(inp.value, _image(part, values, shape), err_msg=f"{case}: {name} value")
-        want = _image(entries, {n: torch_grads[n] for n in keys}, shape)
+            np.testing.assert_array_equal(inp.value, torch_image(part, values, shape), err_msg=f"{case}: {name} value")
+        want = torch_image(entries, {n: torch_grads[n] for n in keys}, shape)
         np.testing.assert_allclose(gradients[name], want, rtol=1e-10, atol=1e-10 * max(np.abs(want).max(), 1e-300),
                                    err_msg=f"{case}: {name} = {[(e.name, e.relation) for e in entries]}")
 
