@@ -4,9 +4,10 @@ a corpus of small custom autograd.Functions with planted-bug twins and small mod
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=.:clients/python \
         .venv/bin/python bench/bench_torch_dropin.py [--reps 5] [--only functions|modules]
 
-The corpus is bench/torch_dropin_corpus.py: 23 Functions (a wrong coefficient or sign, a missing grad_output
+The corpus is bench/torch_dropin_corpus.py: 45 Functions (a wrong coefficient or sign, a missing grad_output
 factor, a transposed operand, swapped gradients, a dropped term, one element, negative inputs only, 1 % off,
-a non-differentiable mask or exponent argument), each correct one beside its twin, float64; and 7 small
+repeated indices overwritten, a non-differentiable mask, index or exponent argument), each correct one beside
+its twin, float64; and 7 small
 modules (MLPs, a conv net, a LayerNorm residual block, a GRU, an LSTM, a transformer encoder layer with
 SDPA), float64, eval mode, called as gradcheck(module, (x,)) by both tools (torch's checks the input; ours the
 input and the module's parameters). Ours is the drop-in with torch's fast_mode False and True: it runs torch's
