@@ -172,15 +172,19 @@ def _torch_alone(tupled, func_out, outputs, o: dict):
 
 def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool):
     """gradcheck's check of torch's backward: the Report, or the reason it could not be checked (str).
-    Where torch's checks passed, a first, lighter check: no screen of the function's values where torch's
-    Jacobian check compared them (values_compared), and no symbolic oracle -- float64 finite differences (complex
-    steps: exact to rounding on analytic ops) decide the graph; only a clean pass of that is kept. Anything else
-    (and any check after torch's failure) is the full check, the exact references and the screen included, so
-    the outcome and the report are what they were without the lighter one."""
-    if torch_passed:
-        light = _our_check(fn, tupled, o, server, screen=not values_compared, symbolic=False)
-        if isinstance(light, Report) and light.passed and _finite_differences_decided(light):
-            return light
+    Its screen of the function's values (check.py, values.py) runs only where it can add to torch's Jacobian
+    check: where that check did not compare the values of every tensor ours checks (not values_compared), or
+    where it failed and ours, without the screen, does not fail -- the screen then names the line where torch's
+    graph was cut. Where torch's checks passed, a first, lighter check has no symbolic oracle either: float64
+    finite differences (complex steps: exact to rounding on analytic ops) decide the graph, and only a clean
+    pass of that is kept (_finite_differences_decided). Anything else is the full check, so the outcome and
+    the report are what they were without the lighter ones."""
+    if values_compared or torch_passed:
+        first = _our_check(fn, tupled, o, server, screen=not values_compared,
+                           **({"symbolic": False} if torch_passed else {}))
+        if isinstance(first, Report) and (first.verdict == "fail" if not torch_passed else
+                                          first.passed and _finite_differences_decided(first)):
+            return first
     return _our_check(fn, tupled, o, server, screen=True)
 
 
