@@ -175,13 +175,12 @@ def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool
     Its screen of the function's values (check.py, values.py) runs only where it can add to torch's Jacobian
     check: where that check did not compare the values of every tensor ours checks (not values_compared), or
     where it failed and ours, without the screen, does not fail -- the screen then names the line where torch's
-    graph was cut. Where torch's checks passed, a first, lighter check has no symbolic oracle either: float64
-    finite differences (complex steps: exact to rounding on analytic ops) decide the graph, and only a clean
-    pass of that is kept (_finite_differences_decided). Anything else is the full check, so the outcome and
-    the report are what they were without the lighter ones."""
+    graph was cut. A first, lighter check has no symbolic oracle either: float64 finite differences (complex
+    steps: exact to rounding on analytic ops) decide the graph; of it only a clean pass
+    (_finite_differences_decided) where torch passed, or a failure where torch failed, is kept. Anything else is
+    the full check, so the outcome is what it was without the lighter one."""
     if values_compared or torch_passed:
-        first = _our_check(fn, tupled, o, server, screen=not values_compared,
-                           **({"symbolic": False} if torch_passed else {}))
+        first = _our_check(fn, tupled, o, server, screen=not values_compared, symbolic=False)
         if isinstance(first, Report) and (first.verdict == "fail" if not torch_passed else
                                           first.passed and _finite_differences_decided(first)):
             return first
