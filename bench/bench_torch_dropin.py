@@ -14,7 +14,8 @@ input and the module's parameters). Ours is the drop-in with torch's fast_mode F
 own checks with that mode and its own check of the gradients beside them, so each of its rows is torch's
 time plus its own. Each call is timed in process, 1 thread for numpy's BLAS and torch alike,
 the three tools interleaved within every repetition (their order rotating, so background load hits all
-alike); min / median per case, then the median over the cases of each tool's median and the ratio to torch's.
+alike); min / median per case, then the median over the cases of each tool's median (and of its min, the
+least disturbed by load) and the ratios to torch's, for the Functions all together, the correct ones and the twins.
 Detection: on the correct Functions, a raise is a false alarm; on the twins, a miss.
 """
 from __future__ import annotations
