@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")  # torch is an optional extra of the client
 
 from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError  # noqa: E402
 
-from gradcheck_client.torch import check  # noqa: E402
+from gradcheck_client.torch import check, gradcheck  # noqa: E402
 
 X = torch.tensor([0.7, -1.3, 0.4, -0.2, 1.1], dtype=torch.float64)
 
@@ -70,6 +70,19 @@ def test_a_path_autograd_does_not_see_fails_as_in_torch_naming_the_line(name):
     assert torch.autograd.gradcheck(twin, (X.clone().requires_grad_(),))
     right = check(twin, X)
     assert right.verdict == "pass" and right.data["check"]["function_values"]["verdict"] == "pass", right.text
+
+
+@pytest.mark.parametrize("name", ["detach", "numpy"])
+def test_the_drop_in_names_the_cut_after_torchs_jacobian_check_fails(name):
+    # the drop-in skips its own screen of the values where torch's Jacobian check compared them and passed; where
+    # that check fails, the screen runs and the message names the line where torch's graph was cut
+    cut, twin, what = TWINS[name]
+    with pytest.raises(TorchGradcheckError) as caught:
+        gradcheck(cut, (X.clone().requires_grad_(),))
+    message = str(caught.value)
+    assert "torch's graph was cut at" in message and _line(cut, "# CUT") in message, message
+    assert "Jacobian mismatch" in message  # torch's own failure follows ours
+    assert gradcheck(twin, (X.clone().requires_grad_(),)) is True
 
 
 def test_a_hook_on_a_parameter_runs_as_registered_and_the_module_is_left_as_it_was():

@@ -521,11 +521,14 @@ class Capture(TorchDispatchMode):
         """After a write into target: each other traced tensor over the same memory takes its new value
         (inplace.refreshed: a view of the base, the base of a view); one that cannot follow it -- a detached
         alias (a constant), another dtype -- is stale: reading it later is refused (_lift)."""
+        pw = None  # the write's storage positions, computed once for all the tensors sharing its memory
         for i, (t, old) in list(self.values.items()):
             if t is target or not inplace.shares(t, target):
                 continue
-            new = STALE if i in self.detached else inplace.refreshed(t, old, target, value)
-            if new is STALE and inplace.overlaps(t, target):
+            if pw is None:
+                pw = inplace.positions(target)
+            new = STALE if i in self.detached else inplace.refreshed(t, old, target, value, pw)
+            if new is STALE and inplace.overlaps(t, target, pw):
                 self.stale.add(i)
             elif new is not None and new is not STALE:
                 self.bind(t, new if isinstance(new, Value) else self.tracer.constant(np.asarray(new)))

@@ -57,9 +57,11 @@ _RUNNING = threading.Lock()  # one check at a time per process (the module docst
 # report's warning says it was skipped and that the verdict uses finite differences.
 SYMBOLIC_BUDGET = 256
 
-def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Report:
+def check(fn, *inputs, wrt=None, server=None, seed: int = 0, values_screen: bool = True, **options) -> Report:
     """Verify torch's gradients of fn(*inputs) (fn a function of tensors or an nn.Module) with respect to the
-    float inputs (or those `wrt` names) and a module's parameters; in process, or on `server`."""
+    float inputs (or those `wrt` names) and a module's parameters; in process, or on `server`.
+    values_screen=False: no screen of the function's values (values.py), for a caller that compared torch's
+    gradient of every tensor checked with the function's values itself (the drop-in, by torch's Jacobian check)."""
     options = check_options({"symbolic_budget": SYMBOLIC_BUDGET, **options, "seed": seed})
     fn = _function_applied(fn)
     if not _RUNNING.acquire(blocking=False):
@@ -70,7 +72,7 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, **options) -> Repor
         # (inspect.signature of a module's forward: milliseconds, so once per check)
         names = _argument_names(fn.forward if isinstance(fn, torch.nn.Module) else fn, len(inputs))
         with modules.in_float64(fn) as upcast:  # the user's own module: its hooks run (modules.py)
-            report = _checked(fn, inputs, wrt, server, options, upcast, names)
+            report = _checked(fn, inputs, wrt, server, options, upcast, names, values_screen)
         picks = _picks(names, wrt)
         return dtypes.in_user_dtype(fn, inputs, picks, report, options["seed"])  # the user's dtype too (dtypes.py)
     finally:
@@ -118,12 +120,12 @@ def _input_names(cls, n: int) -> list:
     return [params[k].name if k < len(params) else f"input{k}" for k in range(n)]
 
 
-def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list, names: list) -> Report:
+def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list, names: list,
+             screen: bool = True) -> Report:
     run, named, paths, upcast = _prepared(fn, inputs, wrt, names)
     upcast += module_upcast
     calls: list = []
-    traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls,
-                                                  _name(fn), paths)
+    traced, note, where, opaque_nodes = _captured(run, named, options["seed"], calls, _name(fn), paths, screen)
     if upcast:
         note["upcast"] = upcast
     report = stated(_verify(traced, server, options), _Stated(note))
@@ -240,9 +242,10 @@ def _prepared(fn, inputs, wrt, names: list):
     return (lambda: fn(*args)), leaves, paths, upcast
 
 
-def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict | None = None):
+def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict | None = None, screen: bool = True):
     """fn's forward captured as a graph carrying torch's gradients and adjoints as claims, the note, where
-    each node was made (module path, source line), and the opaque nodes' own checks (opaque.py)."""
+    each node was made (module path, source line), and the opaque nodes' own checks (opaque.py); with the
+    screen of the function's values (values.py) unless screen=False."""
     t = Tracer(name)
     capture = Capture(t)
     for n, leaf in leaves.items():
@@ -286,7 +289,9 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
                 if value.name in nodes and tensor.grad is not None}
     grads = {n: _host(leaf.grad if leaf.grad is not None else torch.zeros_like(leaf))
              for n, leaf in leaves.items()}
-    note["function_values"] = values.screen(run, leaves, values.reducer(out, outs, weights), grads, capture, seed)
+    if screen:
+        note["function_values"] = values.screen(run, leaves, values.reducer(out, outs, weights), grads, capture,
+                                                seed)
     inputs = {i.name for i in graph.inputs}
     # a checked tensor the output does not depend on is no parameter of the graph: its gradient must be zero
     unreached = sorted(n for n, g in grads.items() if n not in inputs and np.any(g != 0))

@@ -9,19 +9,25 @@ in torch's order, and adds gradcheck's own check of the gradients:
    check_batched_forward_grad without forward AD (AssertionError); no input requiring grad (ValueError); an
    input with a stride-0 dimension (RuntimeError); a sparse or MKLDNN output (ValueError).
 2. fn runs once on the inputs, as torch runs it: an error fn raises propagates, whatever raise_exception says.
-3. gradcheck's check (check.py) of torch's backward w.r.t. the inputs that require grad: the exact references
-   (symbolic, float64 finite differences), each custom autograd.Function checked on its own and named
-   (class, file and line of its backward, the input), torch.library ops as opaque nodes. Not run where it
-   has nothing to add: check_backward_ad=False, complex or sparse tensors (then torch's check alone decides
-   and a warning says so), no differentiable output (torch's check that the numerical Jacobian is zero).
-4. torch's own checks, by torch's own functions, with the caller's options: the Jacobian against torch's
+3. torch's own checks, by torch's own functions, with the caller's options: the Jacobian against torch's
    finite differences (fast_mode, eps, atol, rtol, masked, complex inputs and outputs in torch's Wirtinger
    convention, outputs whose shape or dtype changes when perturbed), the reentrancy check (nondet_tol),
    check_grad_dtypes, check_forward_ad, check_batched_forward_grad, check_batched_grad, the "backward
    multiplied by grad_output" check and check_undefined_grad. They are the torch-defined behaviours gradcheck's
    references do not decide (machinery of torch's, not derivatives), and running them keeps the outcome
-   never laxer than torch's. A declared surrogate (surrogate.py) waives torch's Jacobian comparison -- the
-   declaration says the backward is not the derivative -- and nothing else; a warning names it.
+   never laxer than torch's.
+4. gradcheck's check (check.py) of torch's backward w.r.t. the inputs that require grad: the exact references
+   (symbolic, float64 finite differences), each custom autograd.Function checked on its own and named
+   (class, file and line of its backward, the input), torch.library ops as opaque nodes. Not run where it
+   has nothing to add: check_backward_ad=False, complex or sparse tensors (then torch's check alone decides
+   and a warning says so), no differentiable output (torch's check that the numerical Jacobian is zero).
+   Its screen of the function's values (values.py) is skipped where torch's Jacobian check of step 3 has
+   compared the function's values with torch's gradient of every tensor it checks, in float64, and passed:
+   the screen would repeat that comparison (a plain function or Function; a module's parameters, which torch
+   does not check, are screened); after torch's failure it runs, to name the line where the graph was cut.
+   A declared surrogate (surrogate.py) found here waives torch's Jacobian comparison -- the declaration says
+   the backward is not the derivative -- and nothing else: where step 3 failed, torch's checks run again
+   without it; a warning names it.
 
 A gradient failure of either raises GradcheckError, a subclass of torch.autograd.gradcheck.GradcheckError (so
 `pytest.raises(torch.autograd.gradcheck.GradcheckError)` holds), whose first line names the culprit (the
@@ -98,34 +104,54 @@ def _preconditions(o: dict) -> None:
 
 
 def _helper(fn, inputs, o: dict, server) -> bool:
-    """Steps 1-4 of the module docstring; a gradient failure is a GradcheckError."""
+    """Steps 1-4 of the module docstring; a gradient failure is a GradcheckError. torch's checks run first: where
+    they compared torch's gradient with the function's values already (_values_compared), ours skips its own
+    screen of the values (values.py) unless they failed, when it names where torch's graph was cut."""
     tupled = tg._as_tuple(inputs)
     tg._check_inputs(tupled)
     func_out = fn(*tupled)  # fn's own errors propagate, as torch's
     outputs = tg._differentiable_outputs(func_out)
     tg._check_outputs(outputs)
-    ours = None
     alone = _torch_alone(tupled, func_out, outputs, o)
-    if alone is None:
-        ours = _ours(fn, tupled, o, server)
-        # our check ran the function again (a module with float64 copies of its data swapped in and back):
-        # torch's checks differentiate a fresh output, not one whose saved tensors that swap has touched
-        func_out = fn(*tupled)
-        outputs = tg._differentiable_outputs(func_out)
-    elif alone:
+    if alone:
         warnings.warn(f"gradcheck_client.torch.gradcheck: {alone}: checked by torch's own gradcheck only (not "
                       "gradcheck's references)", stacklevel=3)
+    failed = _torch_failure(fn, tupled, func_out, outputs, o, jacobian=True)
+    ours = None
+    if alone is None:
+        ours = _ours(fn, tupled, o, server, failed is None, _values_compared(fn, tupled, o))
     declared = [e for e in (ours.data.get("opaque", []) if isinstance(ours, Report) else [])
                 if e["verdict"] == "surrogate"]
     for e in declared:
         warnings.warn(f"gradcheck_client.torch.gradcheck: {e['op']} ({e['source']}): {e['detail']}; torch's "
                       "Jacobian comparison waived for it, its other checks kept", stacklevel=3)
-    try:
-        _torch_checks(fn, tupled, func_out, outputs, o, jacobian=not declared)
-        failed = None
-    except tg.GradcheckError as exc:  # any other exception propagates, as from torch's gradcheck
-        failed = exc
+    if declared and failed is not None:  # torch's checks again, all but the Jacobian comparison
+        # on a fresh output: our check ran the function again (a module with float64 copies of its data swapped
+        # in and back), and torch's checks must not differentiate one whose saved tensors that swap touched
+        func_out = fn(*tupled)
+        failed = _torch_failure(fn, tupled, func_out, tg._differentiable_outputs(func_out), o, jacobian=False)
     return _verdict(fn, ours, failed)
+
+
+def _torch_failure(fn, tupled, func_out, outputs, o: dict, jacobian: bool):
+    """torch's checks (_torch_checks): their GradcheckError, or None; any other exception propagates, as from
+    torch's gradcheck."""
+    try:
+        _torch_checks(fn, tupled, func_out, outputs, o, jacobian=jacobian)
+    except tg.GradcheckError as exc:
+        return exc
+    return None
+
+
+def _values_compared(fn, tupled, o: dict) -> bool:
+    """Whether torch's Jacobian check compares torch's gradient with the function's values (its numerical
+    Jacobian) for every tensor ours checks, as precisely as our values screen: backward AD on, no module
+    parameter (ours checks those too, torch does not), every input checked in float64 (a narrower dtype's
+    differences are coarser than the screen's float64 ones)."""
+    if not o["check_backward_ad"] or (isinstance(fn, torch.nn.Module)
+                                      and any(p.requires_grad for p in fn.parameters())):
+        return False
+    return all(t.dtype == torch.float64 for t in tupled if isinstance(t, torch.Tensor) and t.requires_grad)
 
 
 def _torch_alone(tupled, func_out, outputs, o: dict):
@@ -144,14 +170,39 @@ def _torch_alone(tupled, func_out, outputs, o: dict):
     return None
 
 
-def _ours(fn, tupled, o: dict, server):
-    """gradcheck's check of torch's backward: the Report, or the reason it could not be checked (str)."""
+def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool):
+    """gradcheck's check of torch's backward: the Report, or the reason it could not be checked (str).
+    Its screen of the function's values (check.py, values.py) runs only where it can add to torch's Jacobian
+    check: where that check did not compare the values of every tensor ours checks (not values_compared), or
+    where it failed and ours, without the screen, does not fail -- the screen then names the line where torch's
+    graph was cut. A first, lighter check has no symbolic oracle either: float64 finite differences (complex
+    steps: exact to rounding on analytic ops) decide the graph; of it only a clean pass
+    (_finite_differences_decided) where torch passed, or a failure where torch failed, is kept. Anything else is
+    the full check, so the outcome is what it was without the lighter one."""
+    if values_compared or torch_passed:
+        first = _our_check(fn, tupled, o, server, screen=not values_compared, symbolic=False)
+        if isinstance(first, Report) and (first.verdict == "fail" if not torch_passed else
+                                          first.passed and _finite_differences_decided(first)):
+            return first
+    return _our_check(fn, tupled, o, server, screen=True)
+
+
+def _finite_differences_decided(report: Report) -> bool:
+    """Whether a check without the symbolic oracle was decided by finite differences alone: every parameter row
+    passed and none rests on an unrefined, undecidable or unconfirmed difference, and no finding was raised."""
+    rows = report.data.get("parameters", [])
+    return not report.findings and all(p.get("status", "ok") == "ok" for p in rows)
+
+
+def _our_check(fn, tupled, o: dict, server, screen: bool, **options):
+    """check() of torch's backward w.r.t. the inputs that require grad: the Report, or the reason it could not be
+    checked (str). screen: with check's screen of the function's values (check.py)."""
     wrt = [k for k, a in enumerate(tupled) if isinstance(a, torch.Tensor) and a.requires_grad]
     # torch's tolerances apply to torch's finite differences; ours (per dtype, from rounding analysis) stay
     # unless the caller chose others
     tolerances = {k: o[k] for k, default in (("atol", 1e-5), ("rtol", 1e-3)) if o[k] != default}
     try:
-        return check(fn, *tupled, wrt=wrt, server=server, **tolerances)
+        return check(fn, *tupled, wrt=wrt, server=server, values_screen=screen, **tolerances, **options)
     except TracerError as exc:
         return str(exc)
     except Exception as exc:  # a graph the verification refuses (in process, or the server's answer)

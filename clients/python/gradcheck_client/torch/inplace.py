@@ -35,18 +35,20 @@ def shares(a: torch.Tensor, b: torch.Tensor) -> bool:
     return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr()
 
 
-def overlaps(t: torch.Tensor, written: torch.Tensor) -> bool:
-    """Whether t has an element in written's storage positions (True where they cannot be computed)."""
-    pt, pw = positions(t), positions(written)
+def overlaps(t: torch.Tensor, written: torch.Tensor, pw=None) -> bool:
+    """Whether t has an element in written's storage positions (True where they cannot be computed). pw:
+    positions(written), where the caller has them (one write, many tensors)."""
+    pt, pw = positions(t), positions(written) if pw is None else pw
     return t.dtype != written.dtype or pt is None or pw is None or bool(np.isin(pt, pw).any())
 
 
-def refreshed(t: torch.Tensor, old, written: torch.Tensor, new):
+def refreshed(t: torch.Tensor, old, written: torch.Tensor, new, pw=None):
     """t's value after the write of `new` into `written`: None if they do not overlap, STALE if it cannot be
-    followed, else t's old value with the overlapped elements taken from `new` (a Value or an array)."""
+    followed, else t's old value with the overlapped elements taken from `new` (a Value or an array). pw:
+    positions(written), where the caller has them."""
     if t.dtype != written.dtype:
         return STALE
-    pt, pw = positions(t), positions(written)
+    pt, pw = positions(t), positions(written) if pw is None else pw
     if pt is None or pw is None:
         return STALE
     pt, pw = pt.reshape(-1), pw.reshape(-1)
