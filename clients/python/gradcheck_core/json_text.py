@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import secrets
 
 import numpy as np
@@ -65,7 +64,12 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
     text = (_orjson(skeleton, nulls if finite else -1, orjson.OPT_INDENT_2) if indent == 2 else None) \
         or json.dumps(skeleton, indent=indent, allow_nan=allow_nan)
     pieces = _one_lines(lists, allow_nan)
-    return re.sub(f'"{token}(\\d+)"', lambda m: pieces[int(m.group(1))], text)
+    parts = text.split(f'"{token}')  # each part after the first begins with its placeholder's 'N"'
+    out = [parts[0]]
+    for part in parts[1:]:
+        i, rest = part.split('"', 1)
+        out += (pieces[int(i)], rest)
+    return "".join(out)
 
 
 def _listable(o):
