@@ -36,7 +36,9 @@ DOCUMENTS = ['{', 'null', '[]', '"x"', '5', '{"inputs": 5}', '{"inputs":[5]}', '
              '{"nodes":[{"name":"a","op":"b:c","name":"d"}]}', '{"nodes":[{"name":"a","attrs":{"k":{"x":":","x":2}}}]}',
              '{"nodes":[{"name":"a:b","attrs":{"k":[1,{"x":1}],"k":1}}]}', '{"nodes":[{"name":"a\\u003ab"}]}',
              '{"nodes":[{"name":"a","attrs":{"k":123456789012345678901234,"j":-9223372036854775809}}]}',
-             '{"nodes":[{"name":"\\"","op":"x","op":"y"}]}']
+             '{"nodes":[{"name":"\\"","op":"x","op":"y"}]}',
+             # nested deeper than the fast reader's own walk goes (json's reading decides)
+             '{"nodes":[{"name":"a","attrs":{"k":' + '[' * 600 + ']' * 600 + '}}]}']
 
 
 def _reference(text: str):

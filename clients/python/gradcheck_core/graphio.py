@@ -114,7 +114,11 @@ def _fast_loads(text: str, lifted: list):
         return None
     _lift_data(obj, graph_pb2.Graph.DESCRIPTOR, (), lifted, _FAST_BOUND)
     pairs_and_colons = [len(lifted), 0]  # a data list lifted was one pair
-    if not _tally(obj, pairs_and_colons) or sum(pairs_and_colons) != text.count(":"):
+    try:
+        faithful = _tally(obj, pairs_and_colons) and sum(pairs_and_colons) == text.count(":")
+    except RecursionError:  # nested deeper than _tally goes: json's reading says what it says of it
+        faithful = False
+    if not faithful:
         lifted.clear()
         return None
     return obj
