@@ -60,10 +60,10 @@ def decode_graph(data: bytes, fmt: str, path=None) -> graph_pb2.Graph:
 
 # --- JSON at the speed of the bytes ------------------------------------------------------------
 # json_format converts every element of a Tensor's `data` in Python (~10 us each: 2.7 s of a 2 MB
-# graph's 3 s). Here json.loads (C) reads the text, every `data` list of plain numbers is set aside
-# and handed to the repeated field's C extend after json_format has parsed the rest, so a graph
-# decodes to the same message with the same errors: a list holding anything but ints and floats
-# stays for json_format, and its message.
+# graph's 3 s). Here orjson (or json.loads, where orjson's reading could differ: _fast_loads) reads
+# the text, every `data` list of plain numbers is set aside and handed to the repeated field's C extend
+# after json_format has parsed the rest, so a graph decodes to the same message with the same errors:
+# a list holding anything but ints and floats stays for json_format, and its message.
 
 _DATA = graph_pb2.Tensor.DESCRIPTOR.fields_by_name["data"]
 _EXACT = 2 ** 53  # beyond it an int is not one double; json_format decides what to say
