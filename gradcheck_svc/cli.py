@@ -327,7 +327,6 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
 
     from .errors import OptionError
     from .shell import run_bounded
-    from .verify.memory_profile import write_memory_plot
 
     # the server's limits, the same way: the request's size (a file the server's transport would not even
     # take is refused unread), then the whole request within max_request_seconds, in a child process
@@ -336,18 +335,30 @@ def _verify_one(path: str, args, limits, values, options, several: bool, fd_mode
     from .request import preload
 
     preload(options.symbolic.enabled, 2 if several else 1)  # the children start warm (request.preload)
-    result = run_bounded(limits.max_request_seconds, "max_request_seconds", _decode_and_verify, path, args, limits,
+    from gradcheck_core.outputs.guard import wanted
+
+    keep = several or wanted(args.junit, args.summary_md, args.html)  # the outputs read the graph message
+    result = run_bounded(limits.max_request_seconds, "max_request_seconds", _in_child, keep, path, args, limits,
                          values, options, fd_mode, claims, limit_hint=is_onnx(path))
     message, report = report_of(result)  # this command's flow: an error ends one graph (main: outcome.CHANNELS)
     if fd_mode is not None and fd_mode[0] == "shard":
         return message, report
     if args.memory_plot is not None:
+        from .verify.memory_profile import write_memory_plot  # (its SVG writer: only for a plot)
+
         plot = plot_path(args.memory_plot, path, several)
         try:
             write_memory_plot(plot, report.to_dict())
         except OSError as exc:
             raise OptionError(f"'{plot}': cannot write: {exc.strerror or exc}", field="memory-plot") from None
     return message, report
+
+
+def _in_child(keep_message: bool, *args):
+    """_decode_and_verify in the bounded child: the graph message goes back only when `keep_message` (an
+    output draws it, or several graphs are listed), not pickled across for nothing (2 MB for chain_256)."""
+    message, result = _decode_and_verify(*args)
+    return message if keep_message else None, result
 
 
 def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims=None):

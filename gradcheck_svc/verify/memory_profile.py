@@ -71,7 +71,6 @@ from dataclasses import dataclass, field
 
 from ..engine.memory import MemoryMeter, Timeline
 from ..errors import OptionError
-from .plot import Bar, Series, line_plot
 
 # optimizer -> state buffers per parameter element (SGD without momentum keeps none)
 OPTIMIZERS = {"none": 0, "sgd": 0, "momentum": 1, "adam": 2, "adamw": 2}
@@ -320,6 +319,8 @@ def write_memory_plot(path, report: dict) -> None:
     constant line (training = a gradient run's line + it). Below, the activation bytes per node.
     Drawn from the JSON report (`memory_timelines`, `memory`): both verify commands draw a report
     the same way, whether it was made here or came from a server."""
+    from .plot import Bar, Series, line_plot  # the SVG writer (and its XML escapes): for a plot only
+
     memory, graph_name = report.get("memory") or {}, report.get("graph", "")
     series = []
     for t in report.get("memory_timelines") or []:

@@ -133,15 +133,17 @@ class ParameterResult:
         agrees = self.symbolic.comparison.passed if self.symbolic is not None else self.fd.passed
         return self.claim != NOT_PROVIDED and agrees
 
-    def to_dict(self) -> dict:
+    def to_dict(self, arrays: bool = False) -> dict:
+        """The report's keys for this parameter. arrays: the listed values stay float64 NumPy arrays where
+        finite (Report.to_json's: json_text writes an array's numbers in C, not a Python float each)."""
         fd, c = self.fd, self.fd.comparison
         d = {
             "name": self.name,
             "shape": list(self.shape),
             "fd_mode": fd.mode.value,
             "fd_checked_by": fd.checked_by,
-            "gradient": _listed(self.gradient),
-            "reference": _listed(fd.reference),
+            "gradient": _listed(self.gradient, arrays),
+            "reference": _listed(fd.reference, arrays),
             "max_abs_error": json_float(c.max_abs_error),
             "max_rel_error": json_float(c.max_rel_error),
             "worst_index": list(c.worst_index),
@@ -152,12 +154,12 @@ class ParameterResult:
             "passed": self.passed,
             "gradient_norm": json_float(np.linalg.norm(self.gradient)),
             "fd_evaluations": fd.evaluations,
-            **_fd_error_keys(fd),
+            **_fd_error_keys(fd, arrays),
         }
         if self.gradient.size > MAX_LISTED:
             d["truncated"] = True
         if fd.engine_projection is not None:
-            d["engine_projection"] = _listed(fd.engine_projection)
+            d["engine_projection"] = _listed(fd.engine_projection, arrays)
         d["fd_passed"] = fd.passed
         d["verdict_reference"] = self.verdict_reference
         d["status"] = row_status(self.status, self.passed)
@@ -171,30 +173,34 @@ class ParameterResult:
             d["vs_engine"] = {"max_abs_error": json_float(v.max_abs_error), "worst_index": list(v.worst_index),
                               "claimed_at_worst": json_float(v.engine_at_worst),
                               "engine_at_worst": json_float(v.reference_at_worst), "agree": v.passed}
-        d["symbolic"], d["fd_vs_symbolic"] = _symbolic_keys(self.symbolic)
+        d["symbolic"], d["fd_vs_symbolic"] = _symbolic_keys(self.symbolic, arrays)
         return d
 
 
-def _listed(a: np.ndarray) -> list:
+def _listed(a: np.ndarray, arrays: bool = False):
+    """The first MAX_LISTED values, flat: a list (non-finite ones spelt as json_float does), or with `arrays`
+    the float64 array itself when all are finite."""
     v = np.asarray(a, dtype=np.float64).reshape(-1)[:MAX_LISTED]
-    return v.tolist() if np.isfinite(v).all() else [json_float(x) for x in v.tolist()]
+    if np.isfinite(v).all():
+        return v if arrays else v.tolist()
+    return [json_float(x) for x in v.tolist()]
 
 
-def _fd_error_keys(fd: FDRow) -> dict:
+def _fd_error_keys(fd: FDRow, arrays: bool) -> dict:
     worst = np.ravel_multi_index(fd.comparison.worst_index, np.shape(fd.reference)) if fd.comparison.worst_index \
         else 0
-    return {"fd_error": _listed(fd.error),
+    return {"fd_error": _listed(fd.error, arrays),
             "fd_error_at_worst": json_float(fd.error.reshape(-1)[worst]) if fd.error.size else 0.0,
             "fd_refined": int(len(fd.refined)),
             "fd_undecidable": [int(i) for i in fd.undecidable],  # flat, like reference
             "fd_unconfirmed": [int(i) for i in fd.unconfirmed]}
 
 
-def _symbolic_keys(s: SymbolicRow | None) -> tuple:
+def _symbolic_keys(s: SymbolicRow | None, arrays: bool) -> tuple:
     if s is None:
         return None, None
     c, f = s.comparison, s.fd_vs_symbolic
-    return ({"gradient": _listed(s.gradient), "max_abs_error": json_float(c.max_abs_error),
+    return ({"gradient": _listed(s.gradient, arrays), "max_abs_error": json_float(c.max_abs_error),
              "max_rel_error": json_float(c.max_rel_error), "worst_index": list(c.worst_index),
              "engine_at_worst": json_float(c.engine_at_worst),
              "symbolic_at_worst": json_float(c.reference_at_worst), "passed": c.passed},

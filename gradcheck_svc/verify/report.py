@@ -103,7 +103,8 @@ class Report:
     def passed(self) -> bool:
         return self.verdict == "pass"
 
-    def to_dict(self) -> dict:
+    def to_dict(self, arrays: bool = False) -> dict:
+        """The JSON report's data (arrays: the parameters' listed values as NumPy arrays, for to_json)."""
         return {
             "graph": self.graph,
             "verdict": self.verdict,
@@ -111,7 +112,7 @@ class Report:
             "loss": json_float(self.loss),
             "dtype": self.dtype,
             "device": self.device,
-            "parameters": [p.to_dict() for p in self.parameters],
+            "parameters": [p.to_dict(arrays) for p in self.parameters],
             "faults": [f.to_dict() for f in self.faults],
             "warnings": list(self.warnings),
             "findings": [f.to_dict() for f in self.findings],
@@ -127,7 +128,7 @@ class Report:
         }
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json_text.dumps(self.to_dict(), indent=indent, allow_nan=False)
+        return json_text.dumps(self.to_dict(arrays=True), indent=indent, allow_nan=False)
 
     def to_text(self) -> str:
         # "graph NAME: ...": a line of ours never begins with a graph author's text (a CI runner would read

@@ -14,7 +14,7 @@ import pytest
 from google.protobuf import json_format
 
 from gradcheck.v1 import graph_pb2
-from gradcheck_core.graphio import GraphFileError, decode_graph
+from gradcheck_core.graphio import GraphFileError, _fast_loads, decode_graph
 from gradcheck_core.json_text import dumps
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -25,10 +25,20 @@ TENSORS = [
     '{"data":[1e400]}', '{"data":[-Infinity]}', '{"data":[12345678901234567890123]}', '{"data":[9007199254740993]}',
     '{"data":[0.5,9007199254740992,-9007199254740992,3]}', '{"data":[0.5,1e400]}',
     '{"data":5}', '{"data":[[1]]}', '{"data":[1],"raw":"AAAAAAAA8D8="}', '{"data":null}', '[1]', '"x"',
+    # what orjson (the fast reader) would read otherwise than json: integers beyond 64 bits, a duplicate key
+    '{"data":[-9223372036854775809]}', '{"data":[18446744073709551616, 1.5]}', '{"data":[1e19, -1e300]}',
+    '{"shape":[1],"shape":[1],"data":[1]}', '{"shape":[-18446744073709551617],"data":[1]}', '{"data":[1],"dtype":"float64","dtype":"float32"}',
 ]
 DOCUMENTS = ['{', 'null', '[]', '"x"', '5', '{"inputs": 5}', '{"inputs":[5]}', '{"inputs":[null]}',
              '{"opsetVersion":1,"opset_version":2}', '{"nodes":[{"name":"a","attrs":{"data":[1,2]}}]}',
-             '{"inputs":[{"name":"x","value":{"data":[1]},"requiresGrad":true,"extra":1}]}']
+             '{"inputs":[{"name":"x","value":{"data":[1]},"requiresGrad":true,"extra":1}]}',
+             # a duplicate key whose dropped value holds ':' (the fast reader counts them), escapes, big ints
+             '{"nodes":[{"name":"a","op":"b:c","name":"d"}]}', '{"nodes":[{"name":"a","attrs":{"k":{"x":":","x":2}}}]}',
+             '{"nodes":[{"name":"a:b","attrs":{"k":[1,{"x":1}],"k":1}}]}', '{"nodes":[{"name":"a\\u003ab"}]}',
+             '{"nodes":[{"name":"a","attrs":{"k":123456789012345678901234,"j":-9223372036854775809}}]}',
+             '{"nodes":[{"name":"\\"","op":"x","op":"y"}]}',
+             # nested deeper than the fast reader's own walk goes (json's reading decides)
+             '{"nodes":[{"name":"a","attrs":{"k":' + '[' * 600 + ']' * 600 + '}}]}']
 
 
 def _reference(text: str):
@@ -69,6 +79,20 @@ def test_decoder_reads_a_large_tensor_exactly():
     msg = decode_graph(text.encode(), "json")
     np.testing.assert_array_equal(np.asarray(msg.inputs[0].value.data), values)  # bit for bit
     assert _ours(text) == _reference(text)
+
+
+def test_the_fast_reader_reads_a_graph_exactly():
+    """Below 2**63 in magnitude and without escapes, a graph is read by orjson (graphio._fast_loads): every
+    value bit for bit as json and json_format read it."""
+    rng = np.random.default_rng(2)
+    values = rng.standard_normal(20_000) * 10.0 ** rng.integers(-320, 18, 20_000)
+    text = GRAPH % json.dumps({"shape": [20_000], "data": values.tolist()})
+    lifted = []
+    assert _fast_loads(text, lifted) is not None and len(lifted) == 1
+    msg = decode_graph(text.encode(), "json")
+    np.testing.assert_array_equal(np.asarray(msg.inputs[0].value.data), values)
+    assert _ours(text) == _reference(text)
+    assert _fast_loads((ROOT / "examples" / "graphs" / "chain_256.json").read_text(), []) is not None
 
 
 def test_duplicate_keys_are_refused():

@@ -97,3 +97,17 @@ def test_what_orjson_would_write_otherwise_is_written_as_json_does():
     plain = {k: v.tolist() if isinstance(v, (np.ndarray, np.generic)) else v for k, v in doc.items()}
     _identical(json.loads(text), json.loads(json.dumps(plain)))
     assert json.loads(text)["f32"] == [float(np.float32(0.1))]
+
+
+def test_lists_written_together_keep_their_own_spelling():
+    """The lists without strings are written by one orjson call and split again: a list beside one with a
+    NaN, a None, an int beyond 64 bits or an empty list still reads back as json.dumps wrote it."""
+    docs = [{"a": [1.0, 2.0], "b": [None, 0.5], "c": [], "d": np.array([0.25, 1e-7]), "e": [3, 4]},
+            {"a": [1.0, 2.0], "b": [float("nan"), 0.5], "c": [None]},
+            {"a": [0.1], "b": [2 ** 70], "c": [[]], "d": {"e": [True, None, -0.0]}}]
+    for doc in docs:
+        text = dumps(doc)
+        _identical(json.loads(text), json.loads(json.dumps(doc, indent=2, default=np.ndarray.tolist)))
+    assert '"b": [null, 0.5],\n  "c": [],\n  "d": [0.25, 1e-7],\n  "e": [3, 4]\n}' in dumps(docs[0])
+    assert '"b": [NaN, 0.5],\n  "c": [null]\n}' in dumps(docs[1])
+    assert '"b": [1180591620717411303424],' in dumps(docs[2]) and '"e": [true, null, -0.0]' in dumps(docs[2])

@@ -5,10 +5,12 @@ GraphFileError to its GraphError), so both sides read a file the same way."""
 from __future__ import annotations
 
 import json
+import math
 import re
 from pathlib import Path
 
 import numpy as np
+import orjson
 from google.protobuf import json_format
 from google.protobuf.message import DecodeError
 
@@ -58,13 +60,14 @@ def decode_graph(data: bytes, fmt: str, path=None) -> graph_pb2.Graph:
 
 # --- JSON at the speed of the bytes ------------------------------------------------------------
 # json_format converts every element of a Tensor's `data` in Python (~10 us each: 2.7 s of a 2 MB
-# graph's 3 s). Here json.loads (C) reads the text, every `data` list of plain numbers is set aside
-# and handed to the repeated field's C extend after json_format has parsed the rest, so a graph
-# decodes to the same message with the same errors: a list holding anything but ints and floats
-# stays for json_format, and its message.
+# graph's 3 s). Here orjson (or json.loads, where orjson's reading could differ: _fast_loads) reads
+# the text, every `data` list of plain numbers is set aside and handed to the repeated field's C extend
+# after json_format has parsed the rest, so a graph decodes to the same message with the same errors:
+# a list holding anything but ints and floats stays for json_format, and its message.
 
 _DATA = graph_pb2.Tensor.DESCRIPTOR.fields_by_name["data"]
 _EXACT = 2 ** 53  # beyond it an int is not one double; json_format decides what to say
+_FAST_BOUND = 2.0 ** 63  # orjson reads an integer beyond 64 bits as a float: from there on json reads the text
 
 
 def _no_duplicates(pairs):
@@ -78,12 +81,15 @@ def _no_duplicates(pairs):
 
 def _parse_json(text: str, msg) -> None:
     """json_format.Parse(text, msg), its errors included, with the data lists set by C."""
-    try:
-        obj = json.loads(text, object_pairs_hook=_no_duplicates)
-    except Exception as exc:  # as json_format.Parse words it
-        raise json_format.ParseError(f"Failed to load JSON: {exc}.") from exc
     lifted = []
-    _lift_data(obj, msg.DESCRIPTOR, (), lifted)
+    obj = _fast_loads(text, lifted)
+    if obj is None:  # json's own reading, duplicate keys refused as json_format refuses them
+        try:
+            obj = json.loads(text, object_pairs_hook=_no_duplicates)
+        except Exception as exc:  # as json_format.Parse words it
+            raise json_format.ParseError(f"Failed to load JSON: {exc}.") from exc
+        lifted = []
+        _lift_data(obj, msg.DESCRIPTOR, (), lifted)
     try:
         json_format.ParseDict(obj, msg)
     except json_format.ParseError:
@@ -94,14 +100,54 @@ def _parse_json(text: str, msg) -> None:
         _resolve(msg, where).data.extend(values)
 
 
-def _lift_data(obj, desc, where: tuple, lifted: list) -> None:
+def _fast_loads(text: str, lifted: list):
+    """orjson's reading of text with its data lists lifted (into `lifted`), when it is json.loads' exactly;
+    else None (json reads it: the same document, or the same error). orjson keeps a duplicate key's last
+    value where json_format refuses the key, and reads an integer beyond 64 bits as a float: so a text with
+    an escape is left to json (then every string reads as it is spelt), and so is one where the pairs
+    found do not account for every ':' outside the strings, or holding a float of 2**63 or more."""
+    if "\\" in text:
+        return None
+    try:
+        obj = orjson.loads(text)
+    except orjson.JSONDecodeError:  # NaN, 1e400, a BOM...: json's reading and its words
+        return None
+    _lift_data(obj, graph_pb2.Graph.DESCRIPTOR, (), lifted, _FAST_BOUND)
+    pairs_and_colons = [len(lifted), 0]  # a data list lifted was one pair
+    try:
+        faithful = _tally(obj, pairs_and_colons) and sum(pairs_and_colons) == text.count(":")
+    except RecursionError:  # nested deeper than _tally goes: json's reading says what it says of it
+        faithful = False
+    if not faithful:
+        lifted.clear()
+        return None
+    return obj
+
+
+def _tally(obj, counts: list) -> bool:
+    """counts += [the pairs of every object in obj, the ':' in its strings and keys]; False at a float of
+    2**63 or more (orjson's reading of a large integer, where json keeps the integer)."""
+    t = type(obj)
+    if t is dict:
+        counts[0] += len(obj)
+        counts[1] += sum(k.count(":") for k in obj)
+        return all(_tally(v, counts) for v in obj.values())
+    if t is list:
+        return all(_tally(v, counts) for v in obj)
+    if t is str:
+        counts[1] += obj.count(":")
+    return t is not float or abs(obj) < _FAST_BOUND
+
+
+def _lift_data(obj, desc, where: tuple, lifted: list, bound: float = math.inf) -> None:
     """Take the plain-number `data` lists out of every Tensor in obj (a JSON dict for message desc),
-    with the path to each; recurses through message fields, repeated ones and map values."""
+    with the path to each; recurses through message fields, repeated ones and map values. bound: what
+    every value of a list taken is below in magnitude."""
     if not isinstance(obj, dict):
         return  # json_format names what is wrong
     if desc is _DATA.containing_type:
         key = _key(obj, _DATA)
-        if key is not None and isinstance(obj[key], list) and _plain_numbers(obj[key]):
+        if key is not None and isinstance(obj[key], list) and _plain_numbers(obj[key], bound):
             lifted.append((where, obj.pop(key)))
         return
     for f in desc.fields:
@@ -113,13 +159,13 @@ def _lift_data(obj, desc, where: tuple, lifted: list) -> None:
             vdesc = f.message_type.fields_by_name["value"].message_type
             if vdesc is not None and isinstance(value, dict):
                 for k, v in value.items():
-                    _lift_data(v, vdesc, (*where, (f.name, k)), lifted)
+                    _lift_data(v, vdesc, (*where, (f.name, k)), lifted, bound)
         elif f.is_repeated:
             if isinstance(value, list):
                 for i, v in enumerate(value):
-                    _lift_data(v, f.message_type, (*where, (f.name, i)), lifted)
+                    _lift_data(v, f.message_type, (*where, (f.name, i)), lifted, bound)
         else:
-            _lift_data(value, f.message_type, (*where, (f.name, None)), lifted)
+            _lift_data(value, f.message_type, (*where, (f.name, None)), lifted, bound)
 
 
 def _key(obj: dict, f):
@@ -129,16 +175,16 @@ def _key(obj: dict, f):
     return present[0] if len(present) == 1 else None
 
 
-def _plain_numbers(values: list) -> bool:
-    """Finite ints and floats only. type() is exact: bool (an int subclass) and strings ("NaN", "1e3")
-    go to json_format, and so do the NaN literal and an overflow to inf (it refuses both, naming the
-    quoted spelling)."""
+def _plain_numbers(values: list, bound: float = math.inf) -> bool:
+    """Finite ints and floats only (below `bound` in magnitude). type() is exact: bool (an int subclass)
+    and strings ("NaN", "1e3") go to json_format, and so do the NaN literal and an overflow to inf (it
+    refuses both, naming the quoted spelling)."""
     types = set(map(type, values))  # C-speed, where a generator over the elements was 1/4 of a decode
     if not types <= {float, int}:
         return False
     if int in types and not all(-_EXACT <= v <= _EXACT for v in values if type(v) is int):
         return False
-    return bool(np.isfinite(np.fromiter(values, np.float64, len(values))).all())
+    return bool((np.abs(np.fromiter(values, np.float64, len(values))) < bound).all())
 
 
 def _resolve(msg, where: tuple):

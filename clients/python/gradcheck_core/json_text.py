@@ -16,20 +16,20 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import secrets
 
 import numpy as np
 import orjson
 
 _PLAIN = frozenset((int, float, str, bool, type(None)))  # exact types: a subclass is looked into
+_QUIET = frozenset((int, str, bool))  # leaves with nothing to count (a None, a float's finiteness)
 _OPT = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
 def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
     """json.dumps(obj, indent=indent, allow_nan=allow_nan)'s data, with each list of plain values on one line."""
-    if indent is None:
-        return json.dumps(obj, allow_nan=allow_nan)
+    if indent is None:  # NumPy values as their tolist() / item(), as the indented text writes them
+        return json.dumps(obj, allow_nan=allow_nan, default=_listable)
     token = secrets.token_hex(8)  # no string in obj can be mistaken for a placeholder
     lists: list = []  # (a list of plain values or a finite 1-D array, the set of its values' types)
     nulls, finite = 0, True  # the skeleton's None leaves, and whether all its floats are finite
@@ -41,8 +41,8 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
             nulls += o is None
             finite = finite and (t is not float or math.isfinite(o))
             return o
-        if isinstance(o, dict):
-            return {k: lift(v) for k, v in o.items()}
+        if isinstance(o, dict):  # the quiet leaves kept in place: no call for each
+            return {k: v if type(v) in _QUIET else lift(v) for k, v in o.items()}
         if isinstance(o, np.ndarray):  # as its tolist() would be written; the encoder reads the array
             # (a float32's shortest text is not its float64's: such arrays are written as their tolist())
             if (o.dtype.kind in "iu" or o.dtype == np.float64) and o.ndim == 1 and np.isfinite(o).all():
@@ -63,12 +63,43 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
     skeleton = lift(obj)
     text = (_orjson(skeleton, nulls if finite else -1, orjson.OPT_INDENT_2) if indent == 2 else None) \
         or json.dumps(skeleton, indent=indent, allow_nan=allow_nan)
-    return re.sub(f'"{token}(\\d+)"', lambda m: _one_line(*lists[int(m.group(1))], allow_nan), text)
+    pieces = _one_lines(lists, allow_nan)
+    parts = text.split(f'"{token}')  # each part after the first begins with its placeholder's 'N"'
+    out = [parts[0]]
+    for part in parts[1:]:
+        i, rest = part.split('"', 1)
+        out += (pieces[int(i)], rest)
+    return "".join(out)
+
+
+def _listable(o):
+    if isinstance(o, (np.ndarray, np.generic)):
+        return o.tolist()
+    raise TypeError(f"Object of type {type(o).__name__} is not JSON serializable")
+
+
+def _one_lines(lists: list, allow_nan: bool) -> list:
+    """Each list of plain values (or finite 1-D NumPy array) on one line, ", " between values as json writes
+    them. The lists without strings go to orjson in one call (one call per list cost more than writing its
+    numbers): with no string in that text, every comma is a separator and "], [" ends a list."""
+    pieces: list = [None] * len(lists)
+    numeric = [i for i, (_, types) in enumerate(lists) if str not in types]
+    nulls = sum(lists[i][0].count(None) for i in numeric if type(None) in lists[i][1])
+    try:  # no string: only a null has an "n" (a NaN or Inf would be one more: then one list at a time)
+        text = orjson.dumps([lists[i][0] for i in numeric], option=_OPT) if numeric else None
+    except orjson.JSONEncodeError:  # an int beyond 64 bits: json.dumps writes that list
+        text = None
+    if text is not None and text.count(b"n") == nulls:
+        for i, piece in zip(numeric, text.replace(b",", b", ").decode()[2:-2].split("], [")):
+            pieces[i] = f"[{piece}]"
+    for i, (values, types) in enumerate(lists):
+        if pieces[i] is None:  # a string among the values, or a list orjson would not write as json does
+            pieces[i] = _one_line(values, types, allow_nan)
+    return pieces
 
 
 def _one_line(values, types, allow_nan: bool) -> str:
-    """A list of plain values (or a finite 1-D NumPy array) on one line, ", " between values as json writes
-    them: without strings, every comma in orjson's text is a separator (lists of names: json.dumps)."""
+    """One list on one line (as _one_lines, alone): orjson's text where it says what json.dumps says."""
     text = None
     if str not in types:
         text = _orjson(values, values.count(None) if type(None) in types else 0, 0)
