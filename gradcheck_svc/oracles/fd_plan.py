@@ -92,8 +92,9 @@ class Costs:
     def full_cost(self, p: str) -> float:
         """Values a full check of p evaluates: 2 x elements x values one copy evaluates, measured on
         one sliced copy (slices make it far below the dense bound)."""
-        if p not in self._sliced_cost:
-            self._sliced_cost[p] = 2 * self.size(p) * self._sliced_row_values(p) if self.size(p) else 0.0
+        if p not in self._sliced_cost:  # never above the dense bound (own_mode's shortcut relies on it)
+            self._sliced_cost[p] = min(2 * self.size(p) * self._sliced_row_values(p),
+                                       self.dense_full_cost(p)) if self.size(p) else 0.0
         return self._sliced_cost[p]
 
     def projection_cost(self, p: str, k: int) -> float:
@@ -299,7 +300,11 @@ def _fits(costs: Costs, dense: dict, budget: float) -> bool:
 
 def own_mode(costs: Costs, options: FDOptions, param: str) -> FDMode:
     """How to check one parameter on its own (a joint one the screen flagged): full unless it is over the
-    size threshold or its full check alone would exceed the cost budget."""
-    if costs.size(param) > options.projection_threshold or costs.full_cost(param) > options.full_cost_budget:
+    size threshold or its full check alone would exceed the cost budget. The full check is measured (a
+    sliced copy's forward through everything downstream) only where its dense bound is over the budget: a
+    deep fault flags hundreds of parameters, and measuring each cost a forward of its own."""
+    over = options.full_cost_budget
+    if costs.size(param) > options.projection_threshold or (
+            costs.dense_full_cost(param) > over and costs.full_cost(param) > over):
         return FDMode.PROJECTION
     return FDMode.FULL

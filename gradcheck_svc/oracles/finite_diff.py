@@ -411,16 +411,16 @@ class FiniteDifferences:
                       np.full(which.size, projection_step(flat)), which, settled)
 
     def refine_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray, which: np.ndarray,
-                     settled=None) -> Refined:
+                     settled=None, first=None) -> Refined:
         """joint()'s values at positions `which` of `rows`, refined on the ladder of steps (complex
-        steps: probed, fd_complex.probed)."""
+        steps: probed, fd_complex.probed; first: the complex first pass's values there, not evaluated again)."""
         which = np.asarray(which, dtype=np.intp)
         if self.method_for(params) == cx.COMPLEX:
             x0 = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
             sel = np.asarray(rows, dtype=np.intp)[which]
             probed = self._complex(params, lambda: cx.probed(
                 lambda x, f: self._joint_derivatives(dirs, params, sel, x, f), x0, which,
-                self.complex_step_of(dirs)), lambda: None)  # a complex forward failing now: the ladder below
+                self.complex_step_of(dirs), first=first), lambda: None)  # a complex forward failing: the ladder
             if probed is not None:
                 return probed
         cuts = np.cumsum([self.costs.size(p) for p in params])[:-1]

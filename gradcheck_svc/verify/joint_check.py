@@ -121,13 +121,20 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dic
     return out
 
 
-def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None):
+def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None, refined=True):
     """fd_check of the directional derivatives of dirs' `rows` restricted to the blocks `group` against
     the engine's `eng`, each held to floor + its FD error: (the check, which rows fail or are
-    undecided, how far off each is in floors). given: their first pass, evaluated elsewhere."""
+    undecided, how far off each is in floors). given: their first pass, evaluated elsewhere. refined: the
+    rows failing on the first pass refined (BISECT_ROWS at a time, worst first, until one is confirmed);
+    else the first pass stands -- refining only ever clears a value, so a check left unrefined fails where
+    a refined one might not, never the other way (the bisection's groups: each step then costs one forward)."""
     ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, group, given)
-    chk = fd_check(eng, ref.reference, ref.noise, tol,
-                   lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
+    first = ref.method == "complex"  # the probes' base point is the first pass's own (fd_complex.probed)
+
+    def refine(which, settled):
+        return fd.refine_joint(dirs, group, rows, which, settled, ref.reference[which] if first else None)
+    chk = fd_check(eng, ref.reference, ref.noise, tol, refine if refined else None, floor=floor,
+                   per_batch=BISECT_ROWS)
     failing = _over(eng, chk.reference, floor + chk.error)
     failing[chk.undecidable] = True
     with np.errstate(all="ignore"):
@@ -175,10 +182,13 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     before = fd.joint_rows
 
     def check(group, rows, ceiling, given=None):
-        """The group's rows checked, its floor never above ceiling: (check, floor, failing, ratio)."""
+        """The group's rows checked, its floor never above ceiling: (check, floor, failing, ratio). Refined
+        where it decides something: the whole (what the verification rests on) and a single parameter (its
+        Evidence); a group of several only directs the bisection, on its first pass."""
         eng = np.sum([c[p][rows] for p in group], axis=0)
         floor = _floor(a2, group, rows, ceiling)
-        chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol, given)
+        whole = len(group) in (1, len(params))
+        chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol, given, refined=whole)
         return chk, floor, failing, ratio
 
     evidence: dict = {}  # p -> Evidence: its own values on the rows it was flagged on
@@ -357,14 +367,19 @@ def spare(fd, screen: JointScreen) -> list[str]:
     values (Evidence) do not already prove wrong before those they do, each the cheapest first -- taken while
     their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass: what a faulty
     verification adds stays proportional to the clean one however many parameters the fault reaches. Each
-    is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass)."""
+    is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass).
+    Ordered by the full checks' dense bound (fd_plan.Costs: no forward), each measured only while the
+    budget lasts (a measurement is a forward through everything downstream of the parameter)."""
     budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
     spent, out = 0.0, []
 
     def order(p):  # those their own values do not already prove wrong first: without a follow-up, undecided
-        return p in screen.evidence and screen.evidence[p].confirmed, fd.full_cost(p)
+        return p in screen.evidence and screen.evidence[p].confirmed, fd.costs.dense_full_cost(p)
 
     for i, p in enumerate(sorted((p for p in screen.flagged if p not in screen.narrowed), key=order)):
+        if i and spent > budget:  # spent: the rest are spared, unmeasured
+            out.append(p)
+            continue
         spent += fd.full_cost(p)
         if i and spent > budget:  # the first is always followed up (as every flagged one was before)
             out.append(p)
