@@ -243,8 +243,7 @@ class FiniteDifferences:
         (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
         done with it when the next is asked for (joint() writes them into one buffer)."""
         self.joint_rows += b
-        held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
-        budget = max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
+        budget = self._joint_chunk_bytes()
         rows = max(1, budget // (self.costs.live_row_bytes(params) * np.dtype(dtype).itemsize // 8))
         out = np.empty(b, dtype=dtype)
         for s in range(0, b, rows):
@@ -346,6 +345,61 @@ class FiniteDifferences:
         rows = np.arange(dirs.k) if rows is None else np.asarray(rows, dtype=np.intp)
         return self._complex(params, lambda: self._complex_joint(dirs, params, rows),
                              lambda: self._central_joint(dirs, params, rows))
+
+    def joint_many(self, dirs: JointDirections, checks: list) -> list[FDResult]:
+        """joint() of each (params, rows) of `checks`, the same values, evaluated together: by complex steps,
+        the copies of as many checks as fit a joint chunk in one batched forward, each copy perturbing only
+        its own check's blocks (a bisection's step over disjoint groups: one forward of the graph below
+        them, where a forward per group repeated the graph's per-node cost)."""
+        union = list(dict.fromkeys(p for group, _ in checks for p in group))
+        if len(checks) > 1 and self.method_for(union) == cx.COMPLEX:
+            out = self._complex(union, lambda: [r for chunk in self._joint_chunks(checks)
+                                                for r in self._complex_joint_many(dirs, chunk)], lambda: None)
+            if out is not None:
+                return out
+        return [self.joint(dirs, group, rows) for group, rows in checks]
+
+    def _joint_chunks(self, checks: list) -> list:
+        """checks in consecutive runs whose copies together hold at most a joint chunk (each copy holds all
+        of its run's blocks; a check alone over that is chunked by joint_losses)."""
+        budget, runs, run = self._joint_chunk_bytes(), [], []
+        for check in checks:
+            union = list(dict.fromkeys(p for group, _ in run + [check] for p in group))
+            copies = sum(len(rows) for _, rows in run + [check])
+            if run and 2 * copies * self.costs.live_row_bytes(union) > budget:
+                runs.append(run)
+                run = []
+            run.append(check)
+        return runs + [run]
+
+    def _joint_chunk_bytes(self) -> int:
+        """What one chunk of joint copies may hold."""
+        held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
+        return max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
+
+    def _complex_joint_many(self, dirs: JointDirections, checks: list) -> list[FDResult]:
+        union = list(dict.fromkeys(p for group, _ in checks for p in group))
+        owner = np.concatenate([np.full(len(rows), i) for i, (_, rows) in enumerate(checks)])
+        row = np.concatenate([np.asarray(rows, dtype=np.intp) for _, rows in checks])
+        members = [set(group) for group, _ in checks]
+        h = self.complex_step_of(dirs)
+        flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in union}
+
+        def rows_of(s, e):  # copy c: its check's blocks along row[c], every other block at the base
+            out = {p: np.empty((e - s, flat[p].size), np.complex128) for p in union}
+            for p, buf in out.items():
+                buf.real[:] = flat[p]
+                buf.imag[:] = 0.0
+                for c in range(s, e):
+                    if p in members[owner[c]]:
+                        np.multiply(dirs.signs[p][row[c]], h * dirs.weight[p], out=buf.imag[c - s], dtype=np.float64)
+            return out
+        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128)
+        cx.check_real_part(losses, self.loss)
+        d = cx.derivative(losses, h)
+        cuts = np.cumsum([len(rows) for _, rows in checks])[:-1]
+        return [FDResult(FDMode.JOINT, v, cx.first_noise(v), evaluations=len(v), method=cx.COMPLEX)
+                for v in np.split(d, cuts)]
 
     def _joint_derivatives(self, dirs: JointDirections, params: list[str], rows: np.ndarray, x0: dict,
                            f: float = 1.0) -> np.ndarray:
