@@ -360,16 +360,17 @@ class FiniteDifferences:
         return [self.joint(dirs, group, rows) for group, rows in checks]
 
     def _joint_chunks(self, checks: list) -> list:
-        """checks in consecutive runs whose copies together hold at most a joint chunk (each copy holds all
-        of its run's blocks; a check alone over that is chunked by joint_losses)."""
-        budget, runs, run = self._joint_chunk_bytes(), [], []
-        for check in checks:
-            union = list(dict.fromkeys(p for group, _ in run + [check] for p in group))
-            copies = sum(len(rows) for _, rows in run + [check])
-            if run and 2 * copies * self.costs.live_row_bytes(union) > budget:
+        """checks in consecutive runs whose copies together hold at most a joint chunk: each copy holds all
+        of its run's blocks, at most the sum of what each check's copy holds (what one holds only grows with
+        the blocks perturbed); a check alone over that is chunked by joint_losses."""
+        budget, runs, run, held, copies = self._joint_chunk_bytes(), [], [], 0, 0
+        for group, rows in checks:
+            live = self.costs.live_row_bytes(group)
+            if run and 2 * (copies + len(rows)) * (held + live) > budget:
                 runs.append(run)
-                run = []
-            run.append(check)
+                run, held, copies = [], 0, 0
+            run.append((group, rows))
+            held, copies = held + live, copies + len(rows)
         return runs + [run]
 
     def _joint_chunk_bytes(self) -> int:
@@ -501,7 +502,9 @@ class FiniteDifferences:
                 losses = self.one_hot_losses(param, np.tile(which, len(points)),
                                              np.concatenate([x0["x"] + 1j * f * h for x0, f in points]))
                 return [cx.derivative(row, f * h) for row, (_, f) in zip(losses.reshape(len(points), -1), points)]
-            return cx.probed(evaluate, {"x": flat[which]}, which, h, many)
+            # the base point's values are the first pass's own (the same one-element copies, the same step)
+            return cx.probed(evaluate, {"x": flat[which]}, which, h, many,
+                             first=np.asarray(result.reference, dtype=np.float64).reshape(-1)[which])
         v, h = result.directions[which], cx.step_of(flat)
 
         def along(x0, f):

@@ -175,14 +175,16 @@ def _floor(a2: dict, group: list[str], rows: np.ndarray, ceiling) -> np.ndarray:
 
 
 def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float = 1.0,
-                 resolve: bool = True, first_pass=None) -> JointScreen:
+                 resolve: bool = True, first_pass=None, explained=frozenset()) -> JointScreen:
     """step_scale: the directions' step times this, and each block held to no more than its strictest
     element's own bound allows (_allowed: the second pass over the blocks the first could not resolve);
     resolve: whether blocks still unresolved get that second pass (else they are listed).
     first_pass(dirs, params) -> (k,) values or None: the whole's first-pass differences along every direction
-    where they were evaluated elsewhere (fd_shards.py: the directions split over processes; None: here)."""
+    where they were evaluated elsewhere (fd_shards.py: the directions split over processes; None: here).
+    explained: parameters whose gradient reads a saved value the engine recorded as corrupted (their
+    gradients are wrong whatever the screen shows): the bisection splits them from the others first."""
     dirs, a2 = _directions(fd, gradients, params, tol, step_scale, resolve)
-    sc = _Screening(fd, dirs, a2, gradients, params, tol)
+    sc = _Screening(fd, dirs, a2, gradients, params, tol, explained)
     before = fd.joint_rows
     flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
     every = np.arange(dirs.k)
@@ -209,7 +211,7 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     blind = _unresolved(fd, dirs, gradients, params, reach, tol, screen.power)
     screen.unresolved = {p: r for p, r in blind.items() if p not in flagged}
     if resolve and screen.unresolved:
-        _second_pass(fd, gradients, tol, screen, first_pass)
+        _second_pass(fd, gradients, tol, screen, first_pass, explained)
     screen.evaluations = fd.joint_rows - before
     return screen
 
@@ -221,8 +223,9 @@ class _Screening:
     """One screen's checks: the engine's projections c (p -> (k,)), each group's floor, and the single
     parameters' Evidence as the bisection reaches them."""
 
-    def __init__(self, fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Tolerance):
+    def __init__(self, fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Tolerance, explained):
         self.fd, self.dirs, self.a2, self.gradients, self.params, self.tol = fd, dirs, a2, gradients, params, tol
+        self.explained = explained
         self.c = {p: dirs.project(p, gradients[p]) for p in params}  # the engine's projections (k,)
         self.evidence: dict = {}  # p -> Evidence: its own values on the rows it was flagged on
         order = {n: i for i, s in enumerate(fd.program.steps) for n in reversed(s.inputs)}
@@ -251,6 +254,16 @@ class _Screening:
             chk, failing = again()
             ev = _evidence(self.dirs, p, self.gradients[p], rows, self.c[p][rows], chk, failing, self.tol)
         self.evidence[p] = ev
+
+    def split(self, group: list[str]) -> tuple:
+        """A group's halves: those a recorded corruption explains and the others, where it holds both (the
+        others' own check then clears them, where a split through the middle left parameters on both
+        sides of the corruption flagged together); else its first and second half."""
+        inside = [p for p in group if p in self.explained]
+        if 0 < len(inside) < len(group):
+            return [p for p in group if p not in self.explained], inside
+        mid = len(group) // 2
+        return group[:mid], group[mid:]
 
     def refiner(self, group, rows, ceiling, ref):
         """again() for evidence_of: the group's check on `rows` refined, from its first pass `ref`."""
@@ -308,8 +321,8 @@ def _bisect(sc: _Screening, params: list[str], rows: np.ndarray, ceiling: np.nda
                 for p in group:
                     flagged.setdefault(p, (rows, ceiling))
                 continue
-            mid, splits = len(group) // 2, splits + 1
-            splitting.append(((group[:mid], group[mid:]), rows, ceiling, values))
+            splits += 1
+            splitting.append((sc.split(group), rows, ceiling, values))
         level = []
         for (pair, rows, ceiling, _), refs in zip(splitting, sc.first_passes(splitting)):
             halves = [(half, *sc.check(half, rows, ceiling, ref=ref)) for half, ref in zip(pair, refs)]
@@ -394,7 +407,8 @@ def _rows_of(fd, dirs, params: list[str], index: int, count: int) -> tuple:
     return dirs, params, rows, fd.joint(dirs, params, rows).reference
 
 
-def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first_pass=None) -> None:
+def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first_pass=None,
+                 explained=frozenset()) -> None:
     """The blocks the screen could not resolve, screened again on their own with a larger step (the
     rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient) and
     each held to no more than its strictest element's own bound allows (an allowance set by the block's
@@ -402,7 +416,8 @@ def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first
     directions rather than hiding errors, and those are refined on the ladder of steps (Richardson
     included) like any other. What is still unresolved stays listed."""
     blind, scale = _second_plan(screen.params, screen.unresolved)
-    again = joint_screen(fd, gradients, blind, tol, step_scale=scale, resolve=False, first_pass=first_pass)
+    again = joint_screen(fd, gradients, blind, tol, step_scale=scale, resolve=False, first_pass=first_pass,
+                         explained=explained)
     screen.flagged += [p for p in again.flagged if p not in screen.flagged]
     screen.narrowed.update(again.narrowed)
     screen.evidence.update(again.evidence)
@@ -445,8 +460,8 @@ def spare(fd, screen: JointScreen) -> list[str]:
     their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass: what a faulty
     verification adds stays proportional to the clean one however many parameters the fault reaches. Each
     is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass).
-    Ordered by the full checks' dense bound (fd_plan.Costs: no forward), each measured only while the
-    budget lasts (a measurement is a forward through everything downstream of the parameter)."""
+    Each full check counted at its dense bound (fd_plan.Costs: never below what it costs, and no forward
+    to measure it -- a measurement is a forward through everything downstream of the parameter)."""
     budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
     spent, out = 0.0, []
 
@@ -454,10 +469,7 @@ def spare(fd, screen: JointScreen) -> list[str]:
         return p in screen.evidence and screen.evidence[p].confirmed, fd.costs.dense_full_cost(p)
 
     for i, p in enumerate(sorted((p for p in screen.flagged if p not in screen.narrowed), key=order)):
-        if i and spent > budget:  # spent: the rest are spared, unmeasured
-            out.append(p)
-            continue
-        spent += fd.full_cost(p)
+        spent += fd.costs.dense_full_cost(p)
         if i and spent > budget:  # the first is always followed up (as every flagged one was before)
             out.append(p)
     return [p for p in screen.params if p in out]
