@@ -237,14 +237,16 @@ class FiniteDifferences:
             rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
 
-    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64) -> np.ndarray:
+    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64, row_bytes=None) -> np.ndarray:
         """The loss for each of b copies, all `params` perturbed together: rows_of(s, e) -> p ->
         (e - s, n_p), the flat copies s..e-1 of each parameter, made one memory-bounded chunk at a time
         (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
-        done with it when the next is asked for (joint() writes them into one buffer)."""
+        done with it when the next is asked for (joint() writes them into one buffer). row_bytes: what a copy
+        holds at most, where the caller knows it (else Costs.live_row_bytes)."""
         self.joint_rows += b
         budget = self._joint_chunk_bytes()
-        rows = max(1, budget // (self.costs.live_row_bytes(params) * np.dtype(dtype).itemsize // 8))
+        row_bytes = row_bytes or self.costs.live_row_bytes(params)
+        rows = max(1, budget // (row_bytes * np.dtype(dtype).itemsize // 8))
         out = np.empty(b, dtype=dtype)
         for s in range(0, b, rows):
             e = min(b, s + rows)
@@ -353,8 +355,8 @@ class FiniteDifferences:
         them, where a forward per group repeated the graph's per-node cost)."""
         union = list(dict.fromkeys(p for group, _ in checks for p in group))
         if len(checks) > 1 and self.method_for(union) == cx.COMPLEX:
-            out = self._complex(union, lambda: [r for chunk in self._joint_chunks(checks)
-                                                for r in self._complex_joint_many(dirs, chunk)], lambda: None)
+            out = self._complex(union, lambda: [r for chunk, held in self._joint_chunks(checks)
+                                                for r in self._complex_joint_many(dirs, chunk, held)], lambda: None)
             if out is not None:
                 return out
         return [self.joint(dirs, group, rows) for group, rows in checks]
@@ -362,23 +364,23 @@ class FiniteDifferences:
     def _joint_chunks(self, checks: list) -> list:
         """checks in consecutive runs whose copies together hold at most a joint chunk: each copy holds all
         of its run's blocks, at most the sum of what each check's copy holds (what one holds only grows with
-        the blocks perturbed); a check alone over that is chunked by joint_losses."""
+        the blocks perturbed); a check alone over that is chunked by joint_losses. [(run, that sum)]"""
         budget, runs, run, held, copies = self._joint_chunk_bytes(), [], [], 0, 0
         for group, rows in checks:
             live = self.costs.live_row_bytes(group)
             if run and 2 * (copies + len(rows)) * (held + live) > budget:
-                runs.append(run)
+                runs.append((run, held))
                 run, held, copies = [], 0, 0
             run.append((group, rows))
             held, copies = held + live, copies + len(rows)
-        return runs + [run]
+        return runs + [(run, held)]
 
     def _joint_chunk_bytes(self) -> int:
         """What one chunk of joint copies may hold."""
         held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
         return max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
 
-    def _complex_joint_many(self, dirs: JointDirections, checks: list) -> list[FDResult]:
+    def _complex_joint_many(self, dirs: JointDirections, checks: list, held: int) -> list[FDResult]:
         union = list(dict.fromkeys(p for group, _ in checks for p in group))
         owner = np.concatenate([np.full(len(rows), i) for i, (_, rows) in enumerate(checks)])
         row = np.concatenate([np.asarray(rows, dtype=np.intp) for _, rows in checks])
@@ -395,7 +397,7 @@ class FiniteDifferences:
                     if p in members[owner[c]]:
                         np.multiply(dirs.signs[p][row[c]], h * dirs.weight[p], out=buf.imag[c - s], dtype=np.float64)
             return out
-        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128)
+        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held)
         cx.check_real_part(losses, self.loss)
         d = cx.derivative(losses, h)
         cuts = np.cumsum([len(rows) for _, rows in checks])[:-1]
