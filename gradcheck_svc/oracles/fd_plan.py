@@ -72,7 +72,6 @@ class Costs:
         self._row_bytes: dict = {}
         self._sliced_cost: dict[str, float] = {}
         self._to_loss: set[str] = set()  # parameters the loss depends on (_param_row_bytes)
-        self._first: dict | None = None  # _first_reader
         self._axis: dict = {}  # slice_axis
 
     def size(self, p: str) -> int:
@@ -133,8 +132,7 @@ class Costs:
         held = set(params)
         live = peak = sum(self.size(p) for p in held)
         # no step before the first that reads one of them holds anything: the walk starts there
-        steps = self.program.steps
-        for s in steps[min((self._first_reader().get(p, len(steps)) for p in held), default=0):]:
+        for s in self.program.steps[self.program.start_of(held):]:
             if not any(n in held for n in s.inputs):
                 continue
             held.add(s.name)
@@ -142,15 +140,6 @@ class Costs:
             live += math.prod(self.program.shapes[s.name])
             live -= sum(math.prod(self.program.shapes[n]) for n in s.release if n in held)
         return 8 * max(1, peak)
-
-    def _first_reader(self) -> dict:
-        """value -> the index of the first step that reads it (computed once)."""
-        if self._first is None:
-            self._first = {}
-            for i, s in enumerate(self.program.steps):
-                for n in s.inputs:
-                    self._first.setdefault(n, i)
-        return self._first
 
     def _param_row_bytes(self) -> None:
         """row_bytes of every parameter in one pass over the steps (a reachability matrix: value x

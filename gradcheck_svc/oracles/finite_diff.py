@@ -234,7 +234,9 @@ class FiniteDifferences:
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats, frozen=self.frozen,
                                          complex_steps=dtype.kind == "c")
             s += rows
-            rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
+            # what a copy held at once, twice (an op's temporaries while it runs): values are released
+            # after their last reader, so a deep graph's copy holds far less than it makes
+            rows = max(1, self.options.chunk_bytes // max(1, 2 * stats["peak_bytes"]))
         return out
 
     def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64, row_bytes=None) -> np.ndarray:
@@ -504,9 +506,11 @@ class FiniteDifferences:
                 losses = self.one_hot_losses(param, np.tile(which, len(points)),
                                              np.concatenate([x0["x"] + 1j * f * h for x0, f in points]))
                 return [cx.derivative(row, f * h) for row, (_, f) in zip(losses.reshape(len(points), -1), points)]
-            # the base point's values are the first pass's own (the same one-element copies, the same step)
-            return cx.probed(evaluate, {"x": flat[which]}, which, h, many,
-                             first=np.asarray(result.reference, dtype=np.float64).reshape(-1)[which])
+            # the base point's values are the first pass's own (the same one-element copies, the same step),
+            # where it covers the whole parameter (`which` indexes the parameter, not a subset's result)
+            ref = np.asarray(result.reference, dtype=np.float64).reshape(-1)
+            return cx.probed(evaluate, {"x": flat[which]}, which, h, many, first=ref[which] if ref.size == flat.size
+                             else None)
         v, h = result.directions[which], cx.step_of(flat)
 
         def along(x0, f):

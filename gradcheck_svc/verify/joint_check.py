@@ -22,10 +22,20 @@ in full where that is affordable, else *narrowed* (narrow(): the same sign direc
 halves of the parameter's elements, bisected down to blocks of at most LEAF elements checked by
 ordinary differences) -- never by fresh random projections, where one wrong element of n moves a
 value by e / sqrt(n) and a flag would be cleared by a weaker check than the one that raised it.
-A wrong parameter costs about 4 log2(P) forwards of part of the graph per failing direction. A child
-is never held more loosely than its parent; where a group fails
+A child is never held more loosely than its parent; where a group fails
 while neither half does (a marginal error, or errors that cancel), the half further off is
 followed all the same, so a disagreement always ends at a parameter checked on its own.
+
+What a step of the bisection costs (issue 44 item 4: localizing a deep fault within 3x the clean
+verification): breadth first, one level at a time, and of each split only the half with the smaller graph
+below it is evaluated -- the other is the parent's values less that half's (complex steps are linear in the
+direction: exact but for rounding, used where that error is under DERIVED_SHARE of its floor); a level's
+evaluated halves go in one batched forward where they fit a joint chunk (FiniteDifferences.joint_many: each
+copy perturbs only its own group). A group's check decides on its first pass (refining can only clear a
+value, so this fails where a refined check might not, never the other way); the whole is refined, one
+direction at a time until one is confirmed, and a single parameter's values where they would prove it wrong
+(its Evidence). A cache corruption the engine recorded splits first: the parameters it explains (their
+gradients are wrong whatever the screen shows) from the others, which their own check then clears.
 
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
