@@ -21,6 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests" / "oracles"))  # test_fd_joint.py's home since the tests mirror the packages
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import load, machine, match_threads, median  # noqa: E402

@@ -334,7 +334,8 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     keep_values forward). A step whose batched inputs are all Sliced and whose op has a slice rule
     (OpDef.slice_rule) gets them as they are; any other step, or one whose rule declines (None),
     gets them densified and runs batched. Returns the loss with shape (B,). stats: receives
-    "row_bytes", the bytes per copy of every batched value made (the overrides included): what
+    "row_bytes", the bytes per copy of every batched value made (the overrides included): what one
+    copy costs; and "peak_bytes", the most bytes per copy held at once (the overrides included): what
     sizes the next chunk. frozen: selections(program, ...) of the base -- each piecewise step is
     evaluated on the piece it took there (OpDef.frozen), a HELD one keeps its base value.
     Each batched value is released after its last consumer ran, as forward() does for inference (a
@@ -345,19 +346,20 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     xp = backend.xp
     values = dict(overrides)  # the batched values only; the rest come from base
     frozen = frozen or {}
-    made = 0  # bytes of the batched values made (stats), released or not
+    made = live = peak = 0  # bytes of the batched values made (stats), released or not; held; held at most
     with _quiet(xp):
-        for step in program.steps:
+        for step in program.steps[program.start_of(overrides):]:  # none before reads a batched value
             batched = [n in values for n in step.inputs]
             if not any(batched):
                 continue
             y = _batched_step(xp, step, values, base, batched, frozen.get(step.name), complex_steps)
             if y is not None:
                 values[step.name] = y
-                made += (y.values if isinstance(y, Sliced) else y).nbytes
+                made, live = made + _nbytes(y), live + _nbytes(y)
+                peak = max(peak, live)
             for name in step.release:
-                if name != program.output:
-                    values.pop(name, None)
+                if name != program.output and name not in overrides and name in values:
+                    live -= _nbytes(values.pop(name))
     if program.output in values:
         out = values[program.output]
     elif frozen:  # every path to the loss passes a HELD value: each copy has the base's loss
@@ -367,9 +369,15 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     if isinstance(out, (Sliced, Pair)):
         out = out.dense(xp)
     if stats is not None:
-        stats["row_bytes"] = (made + sum((v.values if isinstance(v, Sliced) else v).nbytes
-                                         for n, v in overrides.items())) // max(1, len(out))
+        given = sum(_nbytes(v) for v in overrides.values())
+        stats["row_bytes"] = (made + given) // max(1, len(out))
+        stats["peak_bytes"] = (peak + given) // max(1, len(out))
     return out.reshape(out.shape[0])
+
+
+def _nbytes(v) -> int:
+    """Bytes a batched value holds (a Sliced stack: its changed slices)."""
+    return (v.values if isinstance(v, Sliced) else v).nbytes
 
 
 def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selection, pairs: bool = False):

@@ -88,6 +88,12 @@ class Program:
         self.steps: list[Step] = steps
         self.requires_grad = grad
         self.by_name = {s.name: s for s in steps}
+        # value -> the index of the first step that reads it: no step before it depends on the value (a walk
+        # over what is downstream of some values starts at the first of theirs)
+        self.first_reader: dict[str, int] = {}
+        for s in steps:
+            for name in s.inputs:
+                self.first_reader.setdefault(name, s.index)
         # elements a value costs while it is made: its own, plus its op's temporary (OpDef.scratch)
         self.footprint = {name: math.prod(shape) for name, shape in self.shapes.items()}
         for s in steps:
@@ -111,10 +117,14 @@ class Program:
                 return kept[::-1]
             count = len(kept)
 
+    def start_of(self, names) -> int:
+        """The index of the first step that reads any of `names` (len(steps): none does)."""
+        return min((self.first_reader.get(n, len(self.steps)) for n in names), default=len(self.steps))
+
     def downstream(self, names) -> set[str]:
         """Values that depend on any of `names` (including them)."""
         out = set(names)
-        for s in self.steps:
+        for s in self.steps[self.start_of(out):]:
             if any(n in out for n in s.inputs):
                 out.add(s.name)
         return out

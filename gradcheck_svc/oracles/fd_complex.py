@@ -97,19 +97,23 @@ def first_noise(values: np.ndarray) -> np.ndarray:
     return ROUND * EPS * np.abs(np.asarray(values, dtype=np.float64))
 
 
-def probed(evaluate, x0: dict, which, h, many=None) -> Refined:
+def probed(evaluate, x0: dict, which, h, many=None, first=None) -> Refined:
     """The values `which` probed: evaluate(base points p -> flat real values, step factor) -> their
     derivatives, at the base and at each probe (the base's real parts moved by a few ulps, a seeded pattern
     per probe, and the step shrunk). The base's value (the probes' points are not the base point); SAFETY x
-    the spread of the three its error (a step not small next to a singularity shows there too)."""
+    the spread of the three its error (a step not small next to a singularity shows there too). first: the
+    values at the base point where the caller has them (the first pass: the same forward at the same point),
+    not evaluated again."""
     rng = np.random.default_rng(len(np.atleast_1d(which)))
     points = [(x0, 1.0)]
     for shrink in PROBE_SHRINK:
         points.append(({p: x * (1.0 + PROBE_ULPS * EPS * rng.uniform(-1.0, 1.0, np.shape(x))) for p, x in x0.items()},
                        shrink))
-    # many(points) -> the same values for every point in one evaluation: one batched forward for the three,
+    todo = points if first is None else points[1:]
+    # many(points) -> the same values for every point in one evaluation: one batched forward for the probes,
     # where the forward's cost is per node rather than per copy (a deep chain of small values)
-    every = np.stack(many(points) if many is not None else [evaluate(x, f) for x, f in points])
+    values = list(many(todo) if many is not None else [evaluate(x, f) for x, f in todo])
+    every = np.stack(values if first is None else [np.asarray(first, dtype=np.float64)] + values)
     with np.errstate(invalid="ignore"):
         spread = np.max(every, axis=0) - np.min(every, axis=0)
         error = SAFETY * spread + first_noise(np.max(np.abs(every), axis=0))

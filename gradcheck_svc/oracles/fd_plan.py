@@ -72,6 +72,7 @@ class Costs:
         self._row_bytes: dict = {}
         self._sliced_cost: dict[str, float] = {}
         self._to_loss: set[str] = set()  # parameters the loss depends on (_param_row_bytes)
+        self._axis: dict = {}  # slice_axis
 
     def size(self, p: str) -> int:
         return math.prod(self.program.shapes[p])
@@ -92,8 +93,9 @@ class Costs:
     def full_cost(self, p: str) -> float:
         """Values a full check of p evaluates: 2 x elements x values one copy evaluates, measured on
         one sliced copy (slices make it far below the dense bound)."""
-        if p not in self._sliced_cost:
-            self._sliced_cost[p] = 2 * self.size(p) * self._sliced_row_values(p) if self.size(p) else 0.0
+        if p not in self._sliced_cost:  # never above the dense bound (own_mode's shortcut relies on it)
+            self._sliced_cost[p] = min(2 * self.size(p) * self._sliced_row_values(p),
+                                       self.dense_full_cost(p)) if self.size(p) else 0.0
         return self._sliced_cost[p]
 
     def projection_cost(self, p: str, k: int) -> float:
@@ -129,7 +131,8 @@ class Costs:
         while it is made), the perturbed parameters included: what a joint chunk's row costs."""
         held = set(params)
         live = peak = sum(self.size(p) for p in held)
-        for s in self.program.steps:
+        # no step before the first that reads one of them holds anything: the walk starts there
+        for s in self.program.steps[self.program.start_of(held):]:
             if not any(n in held for n in s.inputs):
                 continue
             held.add(s.name)
@@ -160,6 +163,11 @@ class Costs:
         """The axis one-element perturbations of `name` are carried along (ops/slices.py): the first
         one a consumer prefers (matmul: a's rows, b's columns; conv: W's filters), else the last;
         None for a scalar."""
+        if name not in self._axis:
+            self._axis[name] = self._slice_axis(name)
+        return self._axis[name]
+
+    def _slice_axis(self, name: str) -> int | None:
         rank = len(self.program.shapes[name])
         if rank == 0:
             return None
@@ -299,7 +307,11 @@ def _fits(costs: Costs, dense: dict, budget: float) -> bool:
 
 def own_mode(costs: Costs, options: FDOptions, param: str) -> FDMode:
     """How to check one parameter on its own (a joint one the screen flagged): full unless it is over the
-    size threshold or its full check alone would exceed the cost budget."""
-    if costs.size(param) > options.projection_threshold or costs.full_cost(param) > options.full_cost_budget:
+    size threshold or its full check alone would exceed the cost budget. The full check is measured (a
+    sliced copy's forward through everything downstream) only where its dense bound is over the budget: a
+    deep fault flags hundreds of parameters, and measuring each cost a forward of its own."""
+    over = options.full_cost_budget
+    if costs.size(param) > options.projection_threshold or (
+            costs.dense_full_cost(param) > over and costs.full_cost(param) > over):
         return FDMode.PROJECTION
     return FDMode.FULL

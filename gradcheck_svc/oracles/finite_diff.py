@@ -234,18 +234,21 @@ class FiniteDifferences:
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats, frozen=self.frozen,
                                          complex_steps=dtype.kind == "c")
             s += rows
-            rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
+            # what a copy held at once, twice (an op's temporaries while it runs): values are released
+            # after their last reader, so a deep graph's copy holds far less than it makes
+            rows = max(1, self.options.chunk_bytes // max(1, 2 * stats["peak_bytes"]))
         return out
 
-    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64) -> np.ndarray:
+    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64, row_bytes=None) -> np.ndarray:
         """The loss for each of b copies, all `params` perturbed together: rows_of(s, e) -> p ->
         (e - s, n_p), the flat copies s..e-1 of each parameter, made one memory-bounded chunk at a time
         (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
-        done with it when the next is asked for (joint() writes them into one buffer)."""
+        done with it when the next is asked for (joint() writes them into one buffer). row_bytes: what a copy
+        holds at most, where the caller knows it (else Costs.live_row_bytes)."""
         self.joint_rows += b
-        held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
-        budget = max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
-        rows = max(1, budget // (self.costs.live_row_bytes(params) * np.dtype(dtype).itemsize // 8))
+        budget = self._joint_chunk_bytes()
+        row_bytes = row_bytes or self.costs.live_row_bytes(params)
+        rows = max(1, budget // (row_bytes * np.dtype(dtype).itemsize // 8))
         out = np.empty(b, dtype=dtype)
         for s in range(0, b, rows):
             e = min(b, s + rows)
@@ -347,6 +350,62 @@ class FiniteDifferences:
         return self._complex(params, lambda: self._complex_joint(dirs, params, rows),
                              lambda: self._central_joint(dirs, params, rows))
 
+    def joint_many(self, dirs: JointDirections, checks: list) -> list[FDResult]:
+        """joint() of each (params, rows) of `checks`, the same values, evaluated together: by complex steps,
+        the copies of as many checks as fit a joint chunk in one batched forward, each copy perturbing only
+        its own check's blocks (a bisection's step over disjoint groups: one forward of the graph below
+        them, where a forward per group repeated the graph's per-node cost)."""
+        union = list(dict.fromkeys(p for group, _ in checks for p in group))
+        if len(checks) > 1 and self.method_for(union) == cx.COMPLEX:
+            out = self._complex(union, lambda: [r for chunk, held in self._joint_chunks(checks)
+                                                for r in self._complex_joint_many(dirs, chunk, held)], lambda: None)
+            if out is not None:
+                return out
+        return [self.joint(dirs, group, rows) for group, rows in checks]
+
+    def _joint_chunks(self, checks: list) -> list:
+        """checks in consecutive runs whose copies together hold at most a joint chunk: each copy holds all
+        of its run's blocks, at most the sum of what each check's copy holds (what one holds only grows with
+        the blocks perturbed); a check alone over that is chunked by joint_losses. [(run, that sum)]"""
+        budget, runs, run, held, copies = self._joint_chunk_bytes(), [], [], 0, 0
+        for group, rows in checks:
+            live = self.costs.live_row_bytes(group)
+            if run and 2 * (copies + len(rows)) * (held + live) > budget:
+                runs.append((run, held))
+                run, held, copies = [], 0, 0
+            run.append((group, rows))
+            held, copies = held + live, copies + len(rows)
+        return runs + [(run, held)]
+
+    def _joint_chunk_bytes(self) -> int:
+        """What one chunk of joint copies may hold."""
+        held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
+        return max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
+
+    def _complex_joint_many(self, dirs: JointDirections, checks: list, held: int) -> list[FDResult]:
+        union = list(dict.fromkeys(p for group, _ in checks for p in group))
+        owner = np.concatenate([np.full(len(rows), i) for i, (_, rows) in enumerate(checks)])
+        row = np.concatenate([np.asarray(rows, dtype=np.intp) for _, rows in checks])
+        members = [set(group) for group, _ in checks]
+        h = self.complex_step_of(dirs)
+        flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in union}
+
+        def rows_of(s, e):  # copy c: its check's blocks along row[c], every other block at the base
+            out = {p: np.empty((e - s, flat[p].size), np.complex128) for p in union}
+            for p, buf in out.items():
+                buf.real[:] = flat[p]
+                buf.imag[:] = 0.0
+                for c in range(s, e):
+                    if p in members[owner[c]]:
+                        np.multiply(dirs.signs[p][row[c]], h * dirs.weight[p], out=buf.imag[c - s], dtype=np.float64)
+            return out
+        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held)
+        cx.check_real_part(losses, self.loss)
+        d = cx.derivative(losses, h)
+        cuts = np.cumsum([len(rows) for _, rows in checks])[:-1]
+        return [FDResult(FDMode.JOINT, v, cx.first_noise(v), evaluations=len(v), method=cx.COMPLEX)
+                for v in np.split(d, cuts)]
+
     def _joint_derivatives(self, dirs: JointDirections, params: list[str], rows: np.ndarray, x0: dict,
                            f: float = 1.0) -> np.ndarray:
         """Im L / h along dirs' `rows` over `params`, from base points x0 (p -> flat real values), the
@@ -411,16 +470,16 @@ class FiniteDifferences:
                       np.full(which.size, projection_step(flat)), which, settled)
 
     def refine_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray, which: np.ndarray,
-                     settled=None) -> Refined:
+                     settled=None, first=None) -> Refined:
         """joint()'s values at positions `which` of `rows`, refined on the ladder of steps (complex
-        steps: probed, fd_complex.probed)."""
+        steps: probed, fd_complex.probed; first: the complex first pass's values there, not evaluated again)."""
         which = np.asarray(which, dtype=np.intp)
         if self.method_for(params) == cx.COMPLEX:
             x0 = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
             sel = np.asarray(rows, dtype=np.intp)[which]
             probed = self._complex(params, lambda: cx.probed(
                 lambda x, f: self._joint_derivatives(dirs, params, sel, x, f), x0, which,
-                self.complex_step_of(dirs)), lambda: None)  # a complex forward failing now: the ladder below
+                self.complex_step_of(dirs), first=first), lambda: None)  # a complex forward failing: the ladder
             if probed is not None:
                 return probed
         cuts = np.cumsum([self.costs.size(p) for p in params])[:-1]
@@ -447,7 +506,11 @@ class FiniteDifferences:
                 losses = self.one_hot_losses(param, np.tile(which, len(points)),
                                              np.concatenate([x0["x"] + 1j * f * h for x0, f in points]))
                 return [cx.derivative(row, f * h) for row, (_, f) in zip(losses.reshape(len(points), -1), points)]
-            return cx.probed(evaluate, {"x": flat[which]}, which, h, many)
+            # the base point's values are the first pass's own (the same one-element copies, the same step),
+            # where it covers the whole parameter (`which` indexes the parameter, not a subset's result)
+            ref = np.asarray(result.reference, dtype=np.float64).reshape(-1)
+            return cx.probed(evaluate, {"x": flat[which]}, which, h, many, first=ref[which] if ref.size == flat.size
+                             else None)
         v, h = result.directions[which], cx.step_of(flat)
 
         def along(x0, f):

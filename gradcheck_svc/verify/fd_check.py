@@ -102,13 +102,14 @@ def _decided(r, eng: np.ndarray, allowed: np.ndarray, trusted_at, loss):
 
 
 def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, refine, floor=None,
-             loss: float | None = None) -> FDCheck:
+             loss: float | None = None, per_batch: int = REFINE_BATCH) -> FDCheck:
     """engine and reference in the reference's shape; noise its first-pass error estimate;
     refine(flat indices, settled) -> finite_diff.Refined for those values, where settled(values,
     error) says which estimates already decide the comparison; None: the first pass stands.
     floor: each value's allowed error besides its FD error, in place of the tolerance model's
     (the joint screen's, verify/joint_check.py). loss: the function's value, for _decided's rounding
-    bound (None: only trusted estimates confirm a mismatch)."""
+    bound (None: only trusted estimates confirm a mismatch). per_batch: values refined at a time, worst first
+    (refining stops at the first batch with a confirmed mismatch)."""
     if floor is not None:
         floor = np.array(np.broadcast_to(floor, np.shape(reference)), dtype=np.float64).reshape(-1)
 
@@ -129,7 +130,7 @@ def fd_check(engine: np.ndarray, reference: np.ndarray, noise, tol: Tolerance, r
             break
         with np.errstate(all="ignore"):
             ratio = np.where(over, np.nan_to_num(np.abs(eng - ref) / allowed, nan=np.inf), -1.0)
-        batch = np.argsort(-ratio, kind="stable")[:min(REFINE_BATCH, int(over.sum()), REFINE_MAX - int(refined.sum()))]
+        batch = np.argsort(-ratio, kind="stable")[:min(per_batch, int(over.sum()), REFINE_MAX - int(refined.sum()))]
         trusted_at, settled = _deciders(bounds(ref, tol)[batch], eng[batch])
         r = refine(batch, settled)  # a value stops descending the ladder once it is decided
         ref[batch], error[batch] = r.values, r.error

@@ -22,10 +22,20 @@ in full where that is affordable, else *narrowed* (narrow(): the same sign direc
 halves of the parameter's elements, bisected down to blocks of at most LEAF elements checked by
 ordinary differences) -- never by fresh random projections, where one wrong element of n moves a
 value by e / sqrt(n) and a flag would be cleared by a weaker check than the one that raised it.
-A wrong parameter costs about 4 log2(P) forwards of part of the graph per failing direction. A child
-is never held more loosely than its parent; where a group fails
+A child is never held more loosely than its parent; where a group fails
 while neither half does (a marginal error, or errors that cancel), the half further off is
 followed all the same, so a disagreement always ends at a parameter checked on its own.
+
+What a step of the bisection costs (issue 44 item 4: localizing a deep fault within 3x the clean
+verification): breadth first, one level at a time, and of each split only the half with the smaller graph
+below it is evaluated -- the other is the parent's values less that half's (complex steps are linear in the
+direction: exact but for rounding, used where that error is under DERIVED_SHARE of its floor); a level's
+evaluated halves go in one batched forward where they fit a joint chunk (FiniteDifferences.joint_many: each
+copy perturbs only its own group). A group's check decides on its first pass (refining can only clear a
+value, so this fails where a refined check might not, never the other way); the whole is refined, one
+direction at a time until one is confirmed, and a single parameter's values where they would prove it wrong
+(its Evidence). A cache corruption the engine recorded splits first: the parameters it explains (their
+gradients are wrong whatever the screen shows) from the others, which their own check then clears.
 
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
@@ -48,11 +58,12 @@ another second pass) needs the whole result and runs where it is, the code below
 from __future__ import annotations
 
 import math
-from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 
+from ..oracles.fd_complex import COMPLEX, first_noise
+from ..oracles.fd_modes import FDMode
 from ..oracles.finite_diff import FDResult
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
@@ -121,13 +132,23 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dic
     return out
 
 
-def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None):
+def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None, refined=True, ref=None,
+                per_batch=BISECT_ROWS):
     """fd_check of the directional derivatives of dirs' `rows` restricted to the blocks `group` against
     the engine's `eng`, each held to floor + its FD error: (the check, which rows fail or are
-    undecided, how far off each is in floors). given: their first pass, evaluated elsewhere."""
-    ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, group, given)
-    chk = fd_check(eng, ref.reference, ref.noise, tol,
-                   lambda which, settled: fd.refine_joint(dirs, group, rows, which, settled), floor=floor)
+    undecided, how far off each is in floors). given: their first pass, evaluated elsewhere. refined: the
+    rows failing on the first pass refined (per_batch at a time, worst first, until one is confirmed);
+    else the first pass stands -- refining only ever clears a value, so a check left unrefined fails where
+    a refined one might not, never the other way (the bisection's groups: each step then costs one forward).
+    ref: the first pass, already evaluated here (fd.joint_many, or derived from the parent's: _Screening)."""
+    if ref is None:
+        ref = fd.joint(dirs, group, rows) if given is None else _evaluated_elsewhere(fd, dirs, group, given)
+    first = ref.method == "complex"  # the probes' base point is the first pass's own (fd_complex.probed)
+
+    def refine(which, settled):
+        return fd.refine_joint(dirs, group, rows, which, settled, ref.reference[which] if first else None)
+    chk = fd_check(eng, ref.reference, ref.noise, tol, refine if refined else None, floor=floor,
+                   per_batch=per_batch)
     failing = _over(eng, chk.reference, floor + chk.error)
     failing[chk.undecidable] = True
     with np.errstate(all="ignore"):
@@ -164,46 +185,35 @@ def _floor(a2: dict, group: list[str], rows: np.ndarray, ceiling) -> np.ndarray:
 
 
 def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float = 1.0,
-                 resolve: bool = True, first_pass=None) -> JointScreen:
+                 resolve: bool = True, first_pass=None, explained=frozenset()) -> JointScreen:
     """step_scale: the directions' step times this, and each block held to no more than its strictest
     element's own bound allows (_allowed: the second pass over the blocks the first could not resolve);
     resolve: whether blocks still unresolved get that second pass (else they are listed).
     first_pass(dirs, params) -> (k,) values or None: the whole's first-pass differences along every direction
-    where they were evaluated elsewhere (fd_shards.py: the directions split over processes; None: here)."""
+    where they were evaluated elsewhere (fd_shards.py: the directions split over processes; None: here).
+    explained: parameters whose gradient reads a saved value the engine recorded as corrupted (their
+    gradients are wrong whatever the screen shows): the bisection splits them from the others first."""
     dirs, a2 = _directions(fd, gradients, params, tol, step_scale, resolve)
-    c = {p: dirs.project(p, gradients[p]) for p in params}  # the engine's projections (k,)
+    sc = _Screening(fd, dirs, a2, gradients, params, tol, explained)
     before = fd.joint_rows
-
-    def check(group, rows, ceiling, given=None):
-        """The group's rows checked, its floor never above ceiling: (check, floor, failing, ratio)."""
-        eng = np.sum([c[p][rows] for p in group], axis=0)
-        floor = _floor(a2, group, rows, ceiling)
-        chk, failing, ratio = _check_rows(fd, dirs, group, rows, eng, floor, tol, given)
-        return chk, floor, failing, ratio
-
-    evidence: dict = {}  # p -> Evidence: its own values on the rows it was flagged on
-
-    def evidence_of(p, rows, chk, failing):
-        evidence.setdefault(p, _evidence(dirs, p, gradients[p], rows, c[p][rows], chk, failing, tol))
-
-    # the bisection's splits: enough to follow BISECT_BUDGET wrong parameters down alone; a fault that flags
-    # a whole depth of parameters would otherwise bisect down to every one of them
-    budget = BISECT_BUDGET * max(1, math.ceil(math.log2(max(2, len(params)))))
     flagged: dict[str, tuple] = {}  # p -> (the rows it failed on, their floors)
     every = np.arange(dirs.k)
-    top, top_floor, failing, ratio = check(params, every, np.inf, first_pass and first_pass(dirs, params))
+    top, top_floor, failing, ratio = sc.check(params, every, np.inf, first_pass and first_pass(dirs, params))
     if failing.any():
         rows = every[failing][np.argsort(-ratio[failing], kind="stable")][:BISECT_ROWS]  # the worst ones
-        flagged = _bisect(check, evidence_of, params, rows, top_floor[rows], budget)
+        # the bisection's splits: enough to follow BISECT_BUDGET wrong parameters down alone; a fault that flags
+        # a whole depth of parameters would otherwise bisect down to every one of them
+        budget = BISECT_BUDGET * max(1, math.ceil(math.log2(max(2, len(params)))))
+        flagged = _bisect(sc, params, rows, top_floor[rows], (top.reference[rows], top.error[rows]), budget)
     # a flagged parameter too large to check in full is never handed to a check weaker per element
     # than the screen (a few projections, where one element moves a value by e / sqrt(n)): it is
     # narrowed on the screen's own directions down to elements, checked by ordinary differences
     narrowed = {p: narrow(fd, dirs, p, gradients[p], *flagged[p], tol)
                 for p in params if p in flagged and fd.own_mode(p) == "projection"}
-    screen = JointScreen(params, dirs, np.sum([c[p] for p in params], axis=0), top.reference, top.error,
+    screen = JointScreen(params, dirs, np.sum([sc.c[p] for p in params], axis=0), top.reference, top.error,
                          top.comparison, top.refined, [p for p in params if p in flagged and p not in narrowed],
                          narrowed)
-    screen.evidence = {p: v for p, v in evidence.items() if p in screen.flagged}
+    screen.evidence = {p: v for p, v in sc.evidence.items() if p in screen.flagged}
     # what one element's error must move a direction by to be sure to fail it: its floor plus twice its FD
     # error (the differences may be off by that much the other way), per direction; element i moves
     # direction j by weight x |s_ji| x its error, so the direction where reach_j / |s_ji| is least sees it
@@ -211,37 +221,137 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     blind = _unresolved(fd, dirs, gradients, params, reach, tol, screen.power)
     screen.unresolved = {p: r for p, r in blind.items() if p not in flagged}
     if resolve and screen.unresolved:
-        _second_pass(fd, gradients, tol, screen, first_pass)
+        _second_pass(fd, gradients, tol, screen, first_pass, explained)
     screen.evaluations = fd.joint_rows - before
     return screen
 
 
-def _bisect(check, evidence_of, params: list[str], rows: np.ndarray, ceiling: np.ndarray, budget: int) -> dict:
+DERIVED_SHARE = 0.01  # a half's values derived from its parent's are used where their error is under this x its floor
+
+
+class _Screening:
+    """One screen's checks: the engine's projections c (p -> (k,)), each group's floor, and the single
+    parameters' Evidence as the bisection reaches them."""
+
+    def __init__(self, fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Tolerance, explained):
+        self.fd, self.dirs, self.a2, self.gradients, self.params, self.tol = fd, dirs, a2, gradients, params, tol
+        self.explained = explained
+        self.c = {p: dirs.project(p, gradients[p]) for p in params}  # the engine's projections (k,)
+        self.evidence: dict = {}  # p -> Evidence: its own values on the rows it was flagged on
+        order = {n: i for i, s in enumerate(fd.program.steps) for n in reversed(s.inputs)}
+        self.first_use = {p: order.get(p, len(order)) for p in params}
+
+    def check(self, group, rows, ceiling, given=None, ref=None, refined=None):
+        """The group's rows checked, its floor never above ceiling: (check, floor, failing, ratio). Refined
+        (refined None) only where it decides the verification: the whole, one row at a time while none is
+        confirmed; a group only directs the bisection, on its first pass (a single one's Evidence is
+        refined where it would prove the gradient wrong: evidence_of)."""
+        eng = np.sum([self.c[p][rows] for p in group], axis=0)
+        floor = _floor(self.a2, group, rows, ceiling)
+        whole = len(group) == len(self.params)
+        chk, failing, ratio = _check_rows(self.fd, self.dirs, group, rows, eng, floor, self.tol, given,
+                                          refined=whole if refined is None else refined, ref=ref,
+                                          per_batch=1 if whole else BISECT_ROWS)
+        return chk, floor, failing, ratio
+
+    def evidence_of(self, p: str, rows, chk, failing, again) -> None:
+        """Single parameter p's Evidence from its check on `rows`; where those first-pass values prove its
+        gradient wrong, again() -> (check, failing) refines them first (refining only adds to their error)."""
+        if p in self.evidence:
+            return
+        ev = _evidence(self.dirs, p, self.gradients[p], rows, self.c[p][rows], chk, failing, self.tol)
+        if ev.confirmed and len(chk.refined) < len(rows):
+            chk, failing = again()
+            ev = _evidence(self.dirs, p, self.gradients[p], rows, self.c[p][rows], chk, failing, self.tol)
+        self.evidence[p] = ev
+
+    def split(self, group: list[str]) -> tuple:
+        """A group's halves: those a recorded corruption explains and the others, where it holds both (the
+        others' own check then clears them, where a split through the middle left parameters on both
+        sides of the corruption flagged together); else its first and second half."""
+        inside = [p for p in group if p in self.explained]
+        if 0 < len(inside) < len(group):
+            return [p for p in group if p not in self.explained], inside
+        mid = len(group) // 2
+        return group[:mid], group[mid:]
+
+    def refiner(self, group, rows, ceiling, ref):
+        """again() for evidence_of: the group's check on `rows` refined, from its first pass `ref`."""
+        def again():
+            chk, _, failing, _ = self.check(group, rows, ceiling, ref=ref, refined=True)
+            return chk, failing
+        return again
+
+    def first_passes(self, splits: list) -> list:
+        """[(pair of halves, rows, ceiling, (parent's values, their errors))] -> their first passes, [(FDResult,
+        FDResult)]: the half with the later first use (the smaller graph below it) evaluated, every split's
+        in one batched evaluation (fd.joint_many); the other the parent's values less those -- complex steps
+        are linear in the direction, exactly but for rounding -- where that error is small next to its
+        floor, else evaluated too."""
+        fd, dirs = self.fd, self.dirs
+        late = [int(min(self.first_use[p] for p in pair[1]) >= min(self.first_use[p] for p in pair[0]))
+                for pair, *_ in splits]
+        done = fd.joint_many(dirs, [(pair[i], rows) for (pair, rows, *_), i in zip(splits, late)])
+        out, again = [], []
+        for (pair, rows, ceiling, (values, errors)), i, ref in zip(splits, late, done):
+            other = _derived(ref, values, errors) if ref.method == COMPLEX == fd.method_for(self.params) else None
+            if other is None or np.any(~(other.noise <= DERIVED_SHARE * _floor(self.a2, pair[1 - i], rows, ceiling))):
+                again.append(len(out))
+                other = None
+            out.append([ref, other] if i == 0 else [other, ref])
+        redone = iter(fd.joint_many(dirs, [(splits[n][0][1 - late[n]], splits[n][1]) for n in again]))
+        for n in again:
+            out[n][1 - late[n]] = next(redone)
+        return out
+
+
+def _derived(ref: FDResult, values: np.ndarray, errors: np.ndarray) -> FDResult:
+    """The other half's first pass: the parent's values less this half's, their errors added, with the
+    subtraction's rounding."""
+    v = values - ref.reference
+    with np.errstate(invalid="ignore"):
+        noise = errors + ref.noise + first_noise(np.abs(values) + np.abs(ref.reference))
+    return FDResult(FDMode.JOINT, v, noise, evaluations=0, method=COMPLEX)
+
+
+def _bisect(sc: _Screening, params: list[str], rows: np.ndarray, ceiling: np.ndarray, values: tuple,
+            budget: int) -> dict:
     """The failing group `params` split in halves, breadth first, each half checked on the directions its
-    parent failed (check(group, rows, ceiling) -> (FDCheck, floor, failing, ratio)), down to single
-    parameters; evidence_of(p, rows, chk, failing) receives each single one's check. After `budget` splits,
-    the groups still failing are flagged whole, each member with no evidence of its own. Returns
-    p -> (the rows it failed on, their floors)."""
+    parent failed (values: the parent's first pass there, and its errors), down to single parameters, whose
+    checks give their Evidence. A level's halves are evaluated together (sc.first_passes: one half of each
+    split in one batched forward where they fit, the other derived). After `budget` splits, the groups still
+    failing are flagged whole, each member with no evidence of its own. Returns p -> (the rows it failed on,
+    their floors)."""
     flagged: dict[str, tuple] = {}
-    queue, splits = deque([(params, rows, ceiling)]), 0
-    while queue:
-        group, rows, ceiling = queue.popleft()
-        if len(group) == 1 or splits >= budget:
-            for p in group:
-                flagged.setdefault(p, (rows, ceiling))
-            continue
-        mid, splits = len(group) // 2, splits + 1
-        halves = [(half, *check(half, rows, ceiling)) for half in (group[:mid], group[mid:])]
-        for half, chk, _, failing, _ in halves:
-            if len(half) == 1:
-                evidence_of(half[0], rows, chk, failing)
-        bad = [(half, floor, failing) for half, _, floor, failing, _ in halves if failing.any()]
-        if not bad:  # the whole disagreed, neither half does (a marginal error, or errors that cancel):
-            # follow the half further off, on all these directions -- never clear the whole group
-            half, _, floor, _, _ = max(halves, key=lambda h: float(np.max(h[4])))
-            bad = [(half, floor, np.ones(len(rows), bool))]
-        queue.extend((half, rows[failing], floor[failing]) for half, floor, failing in bad)
+    level, splits = [(params, rows, ceiling, values)], 0
+    while level:
+        splitting = []
+        for group, rows, ceiling, values in level:
+            if len(group) == 1 or splits >= budget:
+                for p in group:
+                    flagged.setdefault(p, (rows, ceiling))
+                continue
+            splits += 1
+            splitting.append((sc.split(group), rows, ceiling, values))
+        level = []
+        for (pair, rows, ceiling, _), refs in zip(splitting, sc.first_passes(splitting)):
+            halves = [(half, *sc.check(half, rows, ceiling, ref=ref)) for half, ref in zip(pair, refs)]
+            for (half, chk, _, failing, _), ref in zip(halves, refs):
+                if len(half) == 1:
+                    sc.evidence_of(half[0], rows, chk, failing, sc.refiner(half, rows, ceiling, ref))
+            level += _followed(halves, rows)
     return flagged
+
+
+def _followed(halves: list, rows: np.ndarray) -> list:
+    """The halves of one split to follow down: (half, its failing rows, their floors, (its values there,
+    their errors)) for each half that fails; where neither does though the whole disagreed (a marginal error,
+    or errors that cancel), the half further off on all these directions -- never clear the whole group."""
+    bad = [(half, chk, floor, failing) for half, chk, floor, failing, _ in halves if failing.any()]
+    if not bad:
+        half, chk, floor, _, _ = max(halves, key=lambda h: float(np.max(h[4])))
+        bad = [(half, chk, floor, np.ones(len(rows), bool))]
+    return [(half, rows[f], floor[f], (chk.reference[f], chk.error[f])) for half, chk, floor, f in bad]
 
 
 def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance,
@@ -307,7 +417,8 @@ def _rows_of(fd, dirs, params: list[str], index: int, count: int) -> tuple:
     return dirs, params, rows, fd.joint(dirs, params, rows).reference
 
 
-def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first_pass=None) -> None:
+def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first_pass=None,
+                 explained=frozenset()) -> None:
     """The blocks the screen could not resolve, screened again on their own with a larger step (the
     rounding term, eps |L| / h, is what blinds it: a loss of magnitude 1e4, a vanishing gradient) and
     each held to no more than its strictest element's own bound allows (an allowance set by the block's
@@ -315,7 +426,8 @@ def _second_pass(fd, gradients: dict, tol: Tolerance, screen: JointScreen, first
     directions rather than hiding errors, and those are refined on the ladder of steps (Richardson
     included) like any other. What is still unresolved stays listed."""
     blind, scale = _second_plan(screen.params, screen.unresolved)
-    again = joint_screen(fd, gradients, blind, tol, step_scale=scale, resolve=False, first_pass=first_pass)
+    again = joint_screen(fd, gradients, blind, tol, step_scale=scale, resolve=False, first_pass=first_pass,
+                         explained=explained)
     screen.flagged += [p for p in again.flagged if p not in screen.flagged]
     screen.narrowed.update(again.narrowed)
     screen.evidence.update(again.evidence)
@@ -357,15 +469,17 @@ def spare(fd, screen: JointScreen) -> list[str]:
     values (Evidence) do not already prove wrong before those they do, each the cheapest first -- taken while
     their full checks together cost at most FOLLOW_UP_SHARE x the screen's first pass: what a faulty
     verification adds stays proportional to the clean one however many parameters the fault reaches. Each
-    is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass)."""
+    is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass).
+    Each full check counted at its dense bound (fd_plan.Costs: never below what it costs, and no forward
+    to measure it -- a measurement is a forward through everything downstream of the parameter)."""
     budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
     spent, out = 0.0, []
 
     def order(p):  # those their own values do not already prove wrong first: without a follow-up, undecided
-        return p in screen.evidence and screen.evidence[p].confirmed, fd.full_cost(p)
+        return p in screen.evidence and screen.evidence[p].confirmed, fd.costs.dense_full_cost(p)
 
     for i, p in enumerate(sorted((p for p in screen.flagged if p not in screen.narrowed), key=order)):
-        spent += fd.full_cost(p)
+        spent += fd.costs.dense_full_cost(p)
         if i and spent > budget:  # the first is always followed up (as every flagged one was before)
             out.append(p)
     return [p for p in screen.params if p in out]

@@ -31,7 +31,7 @@ from .diagnosis.diagnose import EXPLAINING
 from .engine_run import EngineRun, run_engine
 from .fd_check import as_referenced, fd_check
 from .joint_check import RESOLVE, joint_screen, spare, usable
-from .findings import Finding, WorstElement
+from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions, check
 from .parameter_result import NOT_PROVIDED, FDRow, ParameterResult, Screen, SymbolicRow
 from .report import Report
@@ -106,7 +106,7 @@ def _compared(run: Run, fd_source) -> list[str]:
     run.fd = fd = FiniteDifferences(graph, run.options.fd)
     run.tol = tol = Tolerance.for_dtype(run.subject.tolerance_dtype(run.dtype), run.options.atol, run.options.rtol)
     subject = run.subject.gradients(run.engine.gradients)  # what is verified: the engine's or the claims
-    plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None))
+    plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None), _explained(run))
     lookup = (fd_source or local_fd)(fd, plan.screen, plan.own, tol)
     run.results = [parameter_row(run, plan, lookup, name, subject[name]) for name in graph.parameters]
     if plan.screen is not None and plan.screen.spared and not _known_to_fail(run):
@@ -119,6 +119,16 @@ def _compared(run: Run, fd_source) -> list[str]:
     for r in run.results:  # the names the model's maker gave each parameter (the ONNX importer's), for the report
         r.source_names = list(graph.inputs[r.name].source_names)
     return claim_warnings
+
+
+def _explained(run: Run) -> frozenset:
+    """The parameters whose engine gradient reads a saved value the engine recorded as corrupted (the
+    integrity diagnosis's cache_corruption names them): wrong whatever finite differences show. None for
+    claimed gradients, which the engine's record says nothing of."""
+    if run.subject.name != "engine":
+        return frozenset()
+    return frozenset(p for ev in run.engine.events if ev.kind == "corruption"
+                     for p in parameters_through(run.engine.program, ev.node))
 
 
 def _known_to_fail(run: Run) -> bool:
@@ -166,10 +176,11 @@ class FDPlan(NamedTuple):
     own: list
 
 
-def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None) -> FDPlan:
-    """The FDPlan of the gradients under test. first_pass: joint_screen's."""
+def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None, explained=frozenset()) -> FDPlan:
+    """The FDPlan of the gradients under test. first_pass, explained: joint_screen's."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
-    screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass) if usable(fd, gradients, joint) else None
+    screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass, explained=explained) \
+        if usable(fd, gradients, joint) else None
     if screen is not None:
         screen.spared = spare(fd, screen)  # decided by their own directional values: the follow-up's budget
     own = [p for p in graph.parameters

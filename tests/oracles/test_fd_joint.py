@@ -71,6 +71,12 @@ def test_joint_differences_are_the_sum_of_each_blocks_projection():
     # complex steps: the joint values and the full gradients agree to rounding
     assert np.allclose(both, expected, rtol=1e-12, atol=1e-14)
     assert np.allclose(only_c, (dirs.block("c") @ full["c"])[[1, 4]], rtol=1e-12, atol=1e-14)
+    # several disjoint groups in one batched evaluation (the bisection's level): each copy perturbs its own
+    # group only, so each group's values are its own joint() values
+    groups = fd.joint_many(dirs, [(["W"], np.array([0, 2, 5])), (["c"], np.array([1, 4]))])
+    assert [g.method for g in groups] == ["complex", "complex"]
+    assert np.allclose(groups[0].reference, (dirs.block("W") @ full["W"])[[0, 2, 5]], rtol=1e-12, atol=1e-14)
+    assert np.allclose(groups[1].reference, only_c, rtol=1e-12, atol=1e-14)
 
 
 def _one_percent_op():

@@ -51,3 +51,24 @@ def test_follow_up_stays_within_its_budget(faulty):
     budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(fd.options.directions)
     # the first is always followed up; beyond it, all of them within the budget
     assert len(followed) == 1 or sum(fd.full_cost(p) for p in followed) <= budget
+
+
+@pytest.fixture(scope="module")
+def mid_fault():
+    """A 1% corruption of a cached activation in the middle of a 16-layer chain, as `--fault h8:scale:1.01`."""
+    graph = load_graph(chain(16, width=8).build())
+    return verify(graph, VerifyOptions(faults=(Fault("h8", "scale", 1.01),), symbolic=SymbolicOptions(enabled=False)))
+
+
+def test_rows_next_to_a_deep_fault_are_decided_on_their_own_values(mid_fault):
+    """The bisection splits first along the recorded corruption: the parameters downstream of it (their
+    gradients do not read it) are checked together and end ok, never undecided for sharing a group with the
+    affected ones; those upstream are never a pass."""
+    rows = {p.name: p.status for p in mid_fault.parameters}
+    errors = [f for f in mid_fault.findings if f.severity == "error"]
+    assert mid_fault.verdict == "fail" and ("h8", "cache_corruption") in [(f.node, f.cause) for f in errors]
+    # the saved h8 is read by tanh's backward (b8 and all before it) and by z9's (W9); nothing after reads it
+    reached = {p for f in errors for p in f.parameters}
+    assert reached == {f"W{i}" for i in range(10)} | {f"b{i}" for i in range(9)}
+    assert {p: s for p, s in rows.items() if p not in reached} == {p: "ok" for p in rows if p not in reached}
+    assert all(rows[p] in ("FAIL", "affected") for p in reached)
