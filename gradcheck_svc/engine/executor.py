@@ -361,7 +361,9 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     if program.output in values:
         out = values[program.output]
     elif frozen:  # every path to the loss passes a HELD value: each copy has the base's loss
-        out = xp.broadcast_to(xp.reshape(base[program.output], (1,)), (len(next(iter(overrides.values()))),))
+        first = next(iter(overrides.values()))
+        out = xp.broadcast_to(xp.reshape(base[program.output], (1,)), (len(first.imag if isinstance(first, Pair)
+                                                                          else first),))
     else:
         raise ValueError("overrides do not reach the output")
     if isinstance(out, (Sliced, Pair)):

@@ -44,6 +44,14 @@ def content_seed(program, base: dict, seed: int) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def random_bytes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """rng.bytes(n) as uint8, the same bytes (the generator's raw 64-bit words, little-endian: what
+    Generator.bytes returns, tests/oracles/test_fd_joint.py) at a thirtieth of its cost -- Generator.bytes
+    draws them through its bounded-integer path (40 ms for 16 directions over MLP-256's 263 k parameters
+    on this machine, against 1.4 ms)."""
+    return rng.bit_generator.random_raw((n + 7) // 8).astype("<u8", copy=False).view(np.uint8)[:n]
+
+
 @dataclass
 class JointDirections:
     """k directions spanning several parameters at once. Per parameter a (k, n_p) block of random
@@ -65,7 +73,7 @@ class JointDirections:
         rng = np.random.default_rng(seed)
         sizes = [int(np.size(v)) for v in values.values()]
         total = sum(sizes)
-        bits = LEVELS[np.frombuffer(rng.bytes(k * total), np.uint8)].reshape(k, total)
+        bits = LEVELS[random_bytes(rng, k * total)].reshape(k, total)
         signs, weight, lo, top = {}, {}, 0, 0.0
         for (p, v), n in zip(values.items(), sizes):
             signs[p] = bits[:, lo:lo + n]
@@ -114,6 +122,17 @@ class JointDirections:
         for c, (j, neg) in enumerate(zip(rows, negative)):  # row by row: a scalar factor is the fast loop
             np.multiply(self.signs[p][j], -hv if neg else hv, out=out[c], dtype=np.float64)
             out[c] += x
+        return out
+
+    def perturbed_imag(self, p: str, h: float, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """(len(rows), n_p) real: the imaginary parts h v_j (j = rows[c]) of perturbed_complex's copies, whose
+        real part is the base point for every copy -- what the executor carries as a Pair (no complex copy
+        of x per row, no contiguous copy of its imaginary part for a matmul's or a conv's BLAS call).
+        out: a float64 buffer of at least that many rows, written into."""
+        hv = h * self.weight[p]
+        out = out[:len(rows)]
+        for c, j in enumerate(rows):
+            np.multiply(self.signs[p][j], hv, out=out[c], dtype=np.float64)
         return out
 
     def perturbed_complex(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, out: np.ndarray) -> np.ndarray:

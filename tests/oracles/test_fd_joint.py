@@ -284,3 +284,27 @@ def test_joint_levels_are_scipys_normal_quantiles():
     expected = (np.sign(q) * np.maximum(1.0, np.rint(np.abs(q)))).astype(np.int8)
     assert np.abs(np.abs(q) - np.floor(np.abs(q)) - 0.5).min() > 1e-6  # no level near a rounding boundary
     assert LEVELS.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 13, 4097])
+def test_joint_direction_bytes_are_the_generators_bytes(n):
+    """fd_joint.random_bytes reads the bit generator's raw words: the very bytes Generator.bytes gives for the
+    same seed, so the directions of every graph are what they were."""
+    from gradcheck_svc.oracles.fd_joint import random_bytes
+
+    assert random_bytes(np.random.default_rng(11), n).tobytes() == np.random.default_rng(11).bytes(n)
+
+
+@pytest.mark.parametrize("graph", ["mlp", "cnn"])
+def test_joint_copies_carried_as_imaginary_parts_equal_whole_complex_copies(graph):
+    """At the base point a joint copy travels as its imaginary part (executor.Pair); the same directional
+    derivatives as whole complex copies (the path a probe's moved base point takes), bit for bit."""
+    import plants
+
+    g = plants.mlp(width=6, depth=2) if graph == "mlp" else plants.cnn(2, 3, 2, 8)
+    fd = FiniteDifferences(g)
+    params = list(fd.program.params)
+    dirs, rows = fd.joint_directions(params, 4), np.arange(4)
+    as_pairs = fd._joint_derivatives(dirs, params, rows, {p: fd.flat(p) for p in params})
+    whole = fd._joint_derivatives(dirs, params, rows, {p: fd.flat(p).copy() for p in params})
+    assert np.array_equal(as_pairs, whole) and np.all(as_pairs != 0)
