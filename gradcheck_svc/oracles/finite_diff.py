@@ -239,15 +239,18 @@ class FiniteDifferences:
             rows = max(1, self.options.chunk_bytes // max(1, stats["row_bytes"]))
         return out
 
-    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64) -> np.ndarray:
+    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64, pairs: bool = False) -> np.ndarray:
         """The loss for each of b copies, all `params` perturbed together: rows_of(s, e) -> p ->
-        (e - s, n_p), the flat copies s..e-1 of each parameter, made one memory-bounded chunk at a time
-        (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
+        (e - s, n_p), the flat copies s..e-1 of each parameter (or Pairs: pairs), made one memory-bounded chunk
+        at a time (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
         done with it when the next is asked for (joint() writes them into one buffer)."""
         self.joint_rows += b
         held = 8 * (self.costs.forward_values() + sum(self.costs.size(p) for p in self.program.params))
         budget = max(self.options.chunk_bytes, min(JOINT_CHUNK_BYTES, held))
-        rows = max(1, budget // (self.costs.live_row_bytes(params) * np.dtype(dtype).itemsize // 8))
+        row = self.costs.live_row_bytes(params) * np.dtype(dtype).itemsize // 8
+        if pairs:  # the parameters' copies are their imaginary parts alone: 8 bytes an element, not 16
+            row = max(8, row - 8 * sum(self.costs.size(p) for p in params))
+        rows = max(1, budget // row)
         out = np.empty(b, dtype=dtype)
         for s in range(0, b, rows):
             e = min(b, s + rows)
@@ -369,7 +372,7 @@ class FiniteDifferences:
                 return {p: dirs.perturbed_complex(p, x0[p], h, rows[s:e], buffers[p]) for p in params}
             return {p: Pair(x0[p].reshape(self.program.shapes[p]), dirs.perturbed_imag(p, h, rows[s:e], buffers[p])
                             .reshape((e - s,) + tuple(self.program.shapes[p]))) for p in params}
-        losses = self.joint_losses(params, len(rows), rows_of, dtype=np.complex128)
+        losses = self.joint_losses(params, len(rows), rows_of, dtype=np.complex128, pairs=pairs)
         if f == 1.0:
             cx.check_real_part(losses, self.loss)
         return cx.derivative(losses, h)
