@@ -25,7 +25,12 @@ Then, each in a fresh process of its own (the peak resident memory the kernel co
 --projection-timeout).
 
     PYTHONPATH=.:clients/python .venv/bin/python bench/bench_models.py [--quick] [--models a,b] [--reps N]
-        [--size S] [--seq N] [--threads 1,2] [--no-projection] [--projection-timeout S]
+        [--size S] [--seq N] [--threads 1,2] [--no-projection] [--projection-timeout S] [--separate a,b]
+
+--separate picks the separate runs (default all four): ours and torch (peak resident memory), projection, and
+traced -- the verification's own peak under tracemalloc over the engine's training peak (report.memory), issue
+43's memory goal (<= 2.5x), counted as tests/verify/test_memory_verification.py counts it. Issue 43's table in
+BENCHMARKS.md: `--models M --reps 2 --separate traced`, one model per process, smallest first.
 
 BENCHMARKS.md's table: no options (224x224, sequence 128, 1 thread, 3 repetitions). The agreement check's
 calls (one verification, one torch forward and backward) are the warm-up. --quick: SqueezeNet at 32x32
