@@ -363,7 +363,9 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     if program.output in values:
         out = values[program.output]
     elif frozen:  # every path to the loss passes a HELD value: each copy has the base's loss
-        out = xp.broadcast_to(xp.reshape(base[program.output], (1,)), (len(next(iter(overrides.values()))),))
+        first = next(iter(overrides.values()))
+        out = xp.broadcast_to(xp.reshape(base[program.output], (1,)), (len(first.imag if isinstance(first, Pair)
+                                                                          else first),))
     else:
         raise ValueError("overrides do not reach the output")
     if isinstance(out, (Sliced, Pair)):
@@ -389,8 +391,8 @@ def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selec
     if any(isinstance(x, Pair) for x in xs):
         if selection is not None and step.op.frozen_linear and len(xs) == 1:  # the piece on Im x alone
             return Pair(base[step.name], frozen_step(xp, step, selection, [xs[0].imag], batched))
-        if selection is None and step.op.multilinear:
-            y = multilinear_step(xp, step, xs, batched, base)
+        if selection is None and (step.op.multilinear or step.op.linear):
+            y = (multilinear_step if step.op.multilinear else linear_step)(xp, step, xs, batched, base)
             if y is not None:
                 return y
         xs = [x.dense(xp) if isinstance(x, Pair) else x for x in xs]
@@ -407,6 +409,19 @@ def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selec
         if y is not None:
             return y
     return run_step_batched(xp, step, xs, batched)
+
+
+def linear_step(xp, step: Step, xs: list, batched: list, base: dict):
+    """A complex step through an op linear in all its inputs together (OpDef.linear: add, sub, concat, the shape
+    ops, sum, mean) that a Pair reaches: its imaginary part is the forward itself on the inputs' imaginary parts
+    (zeros for an input not perturbed), its real part the base's output -- a Pair again, where a dense copy
+    would cost a complex array per value (ResNet's residual adds, a transformer's bias adds and head reshapes).
+    None where a perturbed input is not complex (Sliced, or real): the step then runs as it is."""
+    if any(b and not (isinstance(x, Pair) or (not isinstance(x, Sliced) and xp.iscomplexobj(x)))
+           for x, b in zip(xs, batched)):
+        return None
+    im = [x.imag if b else xp.zeros(np.shape(x)) for x, b in zip(xs, batched)]  # a Pair's, or a complex view's
+    return Pair(base[step.name], run_step_batched(xp, step, im, batched))
 
 
 def multilinear_step(xp, step: Step, xs: list, batched: list, base: dict):

@@ -190,6 +190,10 @@ class OpDef:
     # A piecewise op whose frozen piece is linear in its one input (relu's mask, max_pool's gather): a complex
     # step passes it as that piece applied to the imaginary part alone, its real part the base's output.
     frozen_linear: bool = False
+    # Linear in all its inputs together (add, sub, concat, the shape ops, sum and mean): a complex step through
+    # it is the forward of the inputs' imaginary parts (an input that is not perturbed counts as 0), its real
+    # part the base's output (engine/executor.py linear_step) -- a Pair stays a Pair, with no complex copy.
+    linear: bool = False
 
     @property
     def save_takes_needs_input_grad(self) -> bool:

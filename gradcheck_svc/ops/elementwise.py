@@ -309,7 +309,7 @@ register(OpDef(
 
 
 def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_inputs, doc="", formula_name=None,
-           numpy=None, torch=None, onnx=None, select=None, frozen=None, complex_step=True):
+           numpy=None, torch=None, onnx=None, select=None, frozen=None, complex_step=True, linear=False):
     """Register a broadcasting binary op; grads(xp, g, saved) -> (ga, gb) in the broadcast shape.
     Binary ops take no attributes, so grads is the vjp itself (no wrapper call per backward step)."""
     register(OpDef(
@@ -318,13 +318,13 @@ def binary(name, f, grads, *, sympy, domain=(REALS, REALS), kinks=(), save=save_
         broadcast=True, sympy=sympy, domain=tuple(domain), kinks=tuple(kinks),
         cases=lambda rng, d=domain: binary_cases(rng, *d), doc=doc,
         formula_name=formula_name, numpy=numpy, torch=torch, onnx=onnx, select=select, frozen=frozen,
-        complex_step=complex_step))
+        complex_step=complex_step, linear=linear))
 
 
 binary("add", lambda xp, a, b: a + b, lambda xp, g, s: (g, g), sympy=lambda sp, a, b: a + b, save=save_nothing,
-       numpy="add", torch="torch.add", onnx="Add", doc='a + b, broadcast')
+       numpy="add", torch="torch.add", onnx="Add", doc='a + b, broadcast', linear=True)
 binary("sub", lambda xp, a, b: a - b, lambda xp, g, s: (g, -g), sympy=lambda sp, a, b: a - b, save=save_nothing,
-       numpy="subtract", torch="torch.sub", onnx="Sub", doc='a - b, broadcast')
+       numpy="subtract", torch="torch.sub", onnx="Sub", doc='a - b, broadcast', linear=True)
 binary("mul", lambda xp, a, b: a * b, lambda xp, g, s: (g * s[1], g * s[0]), sympy=lambda sp, a, b: a * b,
        numpy="multiply", torch="torch.mul", onnx="Mul", doc='a * b, broadcast')
 binary("div", lambda xp, a, b: a / b, lambda xp, g, s: (g / s[1], -g * s[0] / (s[1] * s[1])),

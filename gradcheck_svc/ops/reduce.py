@@ -84,7 +84,7 @@ def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True, line
         name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
         input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc,
         numpy=name,  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
-        sliced=_linear_sliced if linear else _PER_POSITION, select=select, frozen=frozen))
+        sliced=_linear_sliced if linear else _PER_POSITION, select=select, frozen=frozen, linear=linear))
 
 
 def _sum(xp, x, axes, keepdims, **_):

@@ -59,7 +59,7 @@ register(OpDef(
     name="reshape", numpy="reshape",
     forward=lambda xp, x, shape, in_shape: x.reshape(x.shape[: lead_of(x, len(in_shape))] + shape),
     vjp=_grad_reshape, infer=_infer_reshape, arity=1, input_kinds=(FLOAT,),
-    attrs={"shape": Attr("ints", doc="new shape; one entry may be -1")}, save=save_nothing,
+    attrs={"shape": Attr("ints", doc="new shape; one entry may be -1")}, save=save_nothing, linear=True,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {"shape": [3, 2]}),
                        Case([REALS.sample(rng, (2, 3, 1))], {"shape": [-1]}),
                        Case([REALS.sample(rng, ())], {"shape": [1, 1]})],
@@ -89,7 +89,7 @@ register(OpDef(
     name="transpose", numpy="transpose", forward=_transpose,
     vjp=lambda xp, g, s, perm: (xp.transpose(g, tuple(np.argsort(perm))),),
     infer=_infer_transpose, arity=1, input_kinds=(FLOAT,),
-    attrs={"axes": Attr("ints", None, doc="permutation; default reverses the axes")}, save=save_nothing,
+    attrs={"axes": Attr("ints", None, doc="permutation; default reverses the axes")}, save=save_nothing, linear=True,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {}),
                        Case([REALS.sample(rng, (2, 3, 4))], {"axes": [1, 2, 0]}),
                        Case([REALS.sample(rng, (2, 1, 4))], {"axes": [0, -1, 1]})],
@@ -115,7 +115,7 @@ register(OpDef(
     name="broadcast_to", numpy="broadcast_to", forward=_broadcast_to,
     vjp=lambda xp, g, s, **_: (g,),  # the engine sums g back to the input's shape
     infer=_infer_broadcast_to, arity=1, input_kinds=(FLOAT,),
-    attrs={"shape": Attr("ints")}, save=save_nothing,
+    attrs={"shape": Attr("ints")}, save=save_nothing, linear=True,
     cases=lambda rng: [Case([REALS.sample(rng, (3,))], {"shape": [2, 3]}),
                        Case([REALS.sample(rng, (2, 1))], {"shape": [4, 2, 3]}),
                        Case([REALS.sample(rng, ())], {"shape": [2]})],
@@ -164,7 +164,7 @@ def _infer_expand_dims(node, specs, attrs):
 register(OpDef(
     name="expand_dims", numpy="expand_dims", forward=lambda xp, x, axis, in_shape: xp.expand_dims(x, axis),
     vjp=_grad_reshape, infer=_infer_expand_dims, arity=1, input_kinds=(FLOAT,),
-    attrs={"axis": Attr("int")}, save=save_nothing,
+    attrs={"axis": Attr("int")}, save=save_nothing, linear=True,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3))], {"axis": 1}),
                        Case([REALS.sample(rng, (3,))], {"axis": -1}),
                        Case([REALS.sample(rng, ())], {"axis": 0})], doc='insert a size-1 axis at the given position'))
@@ -187,7 +187,7 @@ def _infer_squeeze(node, specs, attrs):
 register(OpDef(
     name="squeeze", numpy="squeeze", forward=lambda xp, x, axes, in_shape: xp.squeeze(x, axis=axes) if axes else x,
     vjp=_grad_reshape, infer=_infer_squeeze, arity=1, input_kinds=(FLOAT,),
-    attrs={"axis": Attr("axes", None, doc="axes of size 1 to drop; default all")}, save=save_nothing,
+    attrs={"axis": Attr("axes", None, doc="axes of size 1 to drop; default all")}, save=save_nothing, linear=True,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 1, 3))], {}),
                        Case([REALS.sample(rng, (1, 3, 1))], {"axis": 0})],
     doc='remove size-1 axes (all of them, or those given)'))
@@ -244,7 +244,7 @@ def _concat_sliced(xp, op, xs, base_out, attrs):
 
 register(OpDef(
     name="concat", numpy="concatenate", forward=_concat, vjp=_concat_vjp, infer=_infer_concat, arity=None,
-    input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing, sliced=_concat_sliced,
+    input_kinds=(FLOAT,), attrs={"axis": Attr("int", 0)}, save=save_nothing, sliced=_concat_sliced, linear=True,
     cases=lambda rng: [Case([REALS.sample(rng, (2, 3)), REALS.sample(rng, (1, 3))], {"axis": 0}),
                        Case([REALS.sample(rng, (2, 1)), REALS.sample(rng, (2, 2)), REALS.sample(rng, (2, 3))],
                             {"axis": -1})],  # (the legacy empty input: tests/ops/test_concat_legacy_empty_torch.py)
@@ -285,7 +285,7 @@ register(OpDef(
     name="slice", forward=lambda xp, x, index, in_shape: x[(Ellipsis,) + index],
     vjp=_slice_vjp, infer=_infer_slice, arity=1, input_kinds=(FLOAT,),
     attrs={"starts": Attr("ints"), "ends": Attr("ints"), "axes": Attr("ints", None), "steps": Attr("ints", None)},
-    save=save_nothing,
+    save=save_nothing, linear=True,
     cases=lambda rng: [Case([REALS.sample(rng, (4, 5))], {"starts": [1, 0], "ends": [3, 5], "steps": [1, 2]}),
                        Case([REALS.sample(rng, (6,))], {"starts": [-1], "ends": [-7], "steps": [-2]}),
                        Case([REALS.sample(rng, (2, 3, 4))], {"starts": [1], "ends": [3], "axes": [-1]})],

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
 from statistics import NormalDist
 
@@ -13,6 +14,14 @@ from .fd_formulas import projection_step
 # columns per piece when a sign block is widened to float64 (JointDirections.project): 16 rows x
 # 8,192 columns is 1 MiB, a piece that stays in cache; the whole (k, n) float64 block never exists
 PROJECT_COLUMNS = 8192
+# bytes per piece of the directions' random bytes and their level lookup (JointDirections.random), a multiple of
+# 8 (the generator's words): NumPy widens an index to intp, 2 MiB per piece here, where 16 directions over
+# MLP-1024's 4.2 M parameters were one 537 MB index (0.93 s; 0.48 s in pieces), and the raw bytes of every
+# direction at once were the peak of BERT's and ResNet-18's whole verification (27 MB and 187 MB)
+LOOKUP_BYTES = 1 << 18
+# directions over more bytes than this (k x the parameters' elements) are not held but drawn again when asked
+# for (LazyLevels); below it, held (a small graph's many small blocks: one draw each is cheaper)
+LAZY_BYTES = 16 * 2**20
 
 # the int8 levels a direction's entries take: a standard normal's quantiles at (b + 1/2) / 256 for every byte b,
 # times LEVEL_SCALE, rounded, never 0 (every element moves in every direction). Continuous weights, not signs:
@@ -44,6 +53,69 @@ def content_seed(program, base: dict, seed: int) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def random_bytes(rng: np.random.Generator, n: int) -> np.ndarray:
+    """rng.bytes(n) as uint8, the same bytes (the generator's raw 64-bit words, little-endian: what
+    Generator.bytes returns, tests/oracles/test_fd_joint.py) at a thirtieth of its cost -- Generator.bytes
+    draws them through its bounded-integer path (40 ms for 16 directions over MLP-256's 263 k parameters
+    on this machine, against 1.4 ms)."""
+    return rng.bit_generator.random_raw((n + 7) // 8).astype("<u8", copy=False).view(np.uint8)[:n]
+
+
+def levels_into(out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """out (int8, flat) filled with the levels of the generator's next out.size bytes, piece by piece (its
+    stream in order: the bytes of rng.bytes(out.size), never all held at once, nor an intp index of them)."""
+    for lo in range(0, out.size, LOOKUP_BYTES):
+        piece = out[lo:lo + LOOKUP_BYTES]
+        np.take(LEVELS, random_bytes(rng, piece.size), out=piece)
+    return out
+
+
+def stream_bytes(bits: np.random.PCG64, state: dict, offset: int, n: int) -> np.ndarray:
+    """Bytes offset..offset+n-1 of the stream of a PCG64 in `state` (what rng.bytes(offset + n) ends with), drawn
+    by `bits` (set to that state: a new PCG64 would seed itself from the OS first)."""
+    bits.state = state
+    bits.advance(offset // 8)
+    skip = offset % 8
+    return bits.random_raw((skip + n + 7) // 8).astype("<u8", copy=False).view(np.uint8)[skip:skip + n]
+
+
+class LazyLevels(Mapping):
+    """p -> (k, n_p) int8 levels, drawn again from the seed's stream each time they are asked for (PCG64.advance
+    to the block's bytes): the very levels JointDirections.random would hold, none of them kept -- for
+    directions over more than LAZY_BYTES (ResNet-18's 16 x 11.7 M were 187 MB held through the whole screen,
+    BERT's 27 MB the verification's peak); row() draws one direction's block alone."""
+
+    def __init__(self, state: dict, k: int, spans: dict, total: int):
+        self.state, self.k, self.spans, self.total = state, k, spans, total  # spans: p -> (offset, n_p)
+        self.bits = np.random.PCG64(0)
+
+    def _draw(self, offset: int, n: int, table: np.ndarray = LEVELS, out: np.ndarray | None = None) -> np.ndarray:
+        out = np.empty(n, table.dtype) if out is None else out
+        for lo in range(0, n, LOOKUP_BYTES):
+            piece = out[lo:lo + LOOKUP_BYTES]
+            np.take(table, stream_bytes(self.bits, self.state, offset + lo, piece.size), out=piece)
+        return out
+
+    def scaled_row(self, p: str, j: int, factor: float, out: np.ndarray) -> np.ndarray:
+        """row(p, j) x factor as float64 into out, in one lookup (a table of the levels times factor: the same
+        products as multiplying the levels, without making them first)."""
+        lo, n = self.spans[p]
+        return self._draw(int(j) * self.total + lo, n, LEVELS.astype(np.float64) * factor, out)
+
+    def row(self, p: str, j: int) -> np.ndarray:
+        lo, n = self.spans[p]
+        return self._draw(int(j) * self.total + lo, n)
+
+    def __getitem__(self, p: str) -> np.ndarray:
+        return np.stack([self.row(p, j) for j in range(self.k)]) if self.spans[p][1] else np.zeros((self.k, 0), np.int8)
+
+    def __iter__(self):
+        return iter(self.spans)
+
+    def __len__(self) -> int:
+        return len(self.spans)
+
+
 @dataclass
 class JointDirections:
     """k directions spanning several parameters at once. Per parameter a (k, n_p) block of random
@@ -65,10 +137,15 @@ class JointDirections:
         rng = np.random.default_rng(seed)
         sizes = [int(np.size(v)) for v in values.values()]
         total = sum(sizes)
-        bits = LEVELS[np.frombuffer(rng.bytes(k * total), np.uint8)].reshape(k, total)
-        signs, weight, lo, top = {}, {}, 0, 0.0
+        lazy = k * total > LAZY_BYTES
+        signs = LazyLevels(rng.bit_generator.state, k, {}, total) if lazy else {}
+        bits = None if lazy else levels_into(np.empty(k * total, np.int8), rng).reshape(k, total)
+        weight, lo, top = {}, 0, 0.0
         for (p, v), n in zip(values.items(), sizes):
-            signs[p] = bits[:, lo:lo + n]
+            if lazy:
+                signs.spans[p] = (lo, n)
+            else:
+                signs[p] = bits[:, lo:lo + n]
             weight[p] = 1.0 / (math.sqrt(n) * LEVEL_RMS) if n else 0.0
             lo += n
             if n:  # projection_step of all the blocks together, without concatenating them
@@ -77,7 +154,13 @@ class JointDirections:
 
     @property
     def k(self) -> int:
+        if isinstance(self.signs, LazyLevels):
+            return self.signs.k
         return len(next(iter(self.signs.values()))) if self.signs else 0
+
+    def row(self, p: str, j: int) -> np.ndarray:
+        """Direction j's levels over block p, (n_p,) int8."""
+        return self.signs.row(p, j) if isinstance(self.signs, LazyLevels) else self.signs[p][j]
 
     def block(self, p: str, rows=None) -> np.ndarray:
         """The (rows of the) block as float64 directions (len(rows), n_p)."""
@@ -98,7 +181,8 @@ class JointDirections:
         direction's value must move by to fail): min_j reach_j / (weight |s_ji|) -- the power of the
         directions for that element, in column pieces."""
         reach = np.asarray(reach, dtype=np.float64)[:, None]
-        s, out = self.signs[p], np.empty(self.signs[p].shape[1])
+        s = self.signs[p]
+        out = np.empty(s.shape[1])
         for lo in range(0, out.size, PROJECT_COLUMNS):
             a = np.abs(s[:, lo:lo + PROJECT_COLUMNS].astype(np.float64))
             out[lo:lo + PROJECT_COLUMNS] = np.min(reach / a, axis=0) / self.weight[p]
@@ -112,8 +196,22 @@ class JointDirections:
         hv = h * self.weight[p]
         out = out[:len(rows)]
         for c, (j, neg) in enumerate(zip(rows, negative)):  # row by row: a scalar factor is the fast loop
-            np.multiply(self.signs[p][j], -hv if neg else hv, out=out[c], dtype=np.float64)
+            np.multiply(self.row(p, j), -hv if neg else hv, out=out[c], dtype=np.float64)
             out[c] += x
+        return out
+
+    def perturbed_imag(self, p: str, h: float, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
+        """(len(rows), n_p) real: the imaginary parts h v_j (j = rows[c]) of perturbed_complex's copies, whose
+        real part is the base point for every copy -- what the executor carries as a Pair (no complex copy
+        of x per row, no contiguous copy of its imaginary part for a matmul's or a conv's BLAS call).
+        out: a float64 buffer of at least that many rows, written into."""
+        hv = h * self.weight[p]
+        out = out[:len(rows)]
+        for c, j in enumerate(rows):
+            if isinstance(self.signs, LazyLevels):
+                self.signs.scaled_row(p, j, hv, out[c])
+            else:
+                np.multiply(self.signs[p][j], hv, out=out[c], dtype=np.float64)
         return out
 
     def perturbed_complex(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
@@ -123,5 +221,5 @@ class JointDirections:
         out = out[:len(rows)]
         for c, j in enumerate(rows):
             out.real[c] = x
-            np.multiply(self.signs[p][j], hv, out=out.imag[c], dtype=np.float64)
+            np.multiply(self.row(p, j), hv, out=out.imag[c], dtype=np.float64)
         return out

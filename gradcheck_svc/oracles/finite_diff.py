@@ -75,6 +75,7 @@ import numpy as np
 
 from ..backend import NUMPY
 from ..engine import forward, forward_batched, prepare_feeds, selections
+from ..engine.executor import Pair
 from ..engine.program import program_of
 from ..graph.ir import Graph
 from ..ops.slices import one_hot
@@ -124,6 +125,7 @@ class FiniteDifferences:
         self.joint_rows = 0  # perturbed copies joint_losses evaluated (the joint screen's cost)
         self.copies = 0  # perturbed copies of one value evaluated (losses_of, one_hot_losses): localization's cost
         self._direction_seed = None  # joint_directions' seed (content_seed), made when first asked for
+        self._flat: dict = {}  # p -> the base's value, flat float64 (flat())
         # complex steps wherever the path allows (fd_complex.py); the rest keep central differences
         # (a loss that is not finite: central differences give NaN, as the non-finite diagnosis expects, where
         # an imaginary part would still carry a finite derivative of an infinite loss)
@@ -239,22 +241,26 @@ class FiniteDifferences:
             rows = max(1, self.options.chunk_bytes // max(1, 2 * stats["peak_bytes"]))
         return out
 
-    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64, row_bytes=None) -> np.ndarray:
+    def joint_losses(self, params: list[str], b: int, rows_of, dtype=np.float64, row_bytes=None,
+                     pairs: bool = False) -> np.ndarray:
         """The loss for each of b copies, all `params` perturbed together: rows_of(s, e) -> p ->
-        (e - s, n_p), the flat copies s..e-1 of each parameter, made one memory-bounded chunk at a time
-        (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
+        (e - s, n_p), the flat copies s..e-1 of each parameter (or Pairs: pairs), made one memory-bounded chunk
+        at a time (ResNet-18's 32 copies of its 11.7 M parameters would be 3 GB at once); a chunk's forward is
         done with it when the next is asked for (joint() writes them into one buffer). row_bytes: what a copy
         holds at most, where the caller knows it (else Costs.live_row_bytes)."""
         self.joint_rows += b
         budget = self._joint_chunk_bytes()
-        row_bytes = row_bytes or self.costs.live_row_bytes(params)
-        rows = max(1, budget // (row_bytes * np.dtype(dtype).itemsize // 8))
+        row = (row_bytes or self.costs.live_row_bytes(params)) * np.dtype(dtype).itemsize // 8
+        if pairs:  # the parameters' copies are their imaginary parts alone: 8 bytes an element, not 16
+            row = max(8, row - 8 * sum(self.costs.size(p) for p in params))
+        rows = max(1, budget // row)
         out = np.empty(b, dtype=dtype)
         for s in range(0, b, rows):
             e = min(b, s + rows)
             chunk = rows_of(s, e)
             out[s:e] = forward_batched(self.program, NUMPY, self.base, {
-                p: chunk[p].reshape((-1,) + tuple(self.program.shapes[p])) for p in params}, frozen=self.frozen,
+                p: chunk[p] if isinstance(chunk[p], Pair) else chunk[p].reshape((-1,) + tuple(self.program.shapes[p]))
+                for p in params}, frozen=self.frozen,
                 complex_steps=np.dtype(dtype).kind == "c")
         return out
 
@@ -411,14 +417,21 @@ class FiniteDifferences:
         """Im L / h along dirs' `rows` over `params`, from base points x0 (p -> flat real values), the
         complex step f x the directions' own (one copy per row)."""
         h = f * self.complex_step_of(dirs)
-        buffers = {p: np.empty((0, x.size), np.complex128) for p, x in x0.items()}
+        # at the base point itself each copy is carried as its imaginary part (executor.Pair: the real part
+        # the base's, shared); a probe's moved base point (f != 1) is a whole complex copy per row
+        pairs = f == 1.0 and all(x0[p] is self.flat(p) for p in params)
+        dtype = np.float64 if pairs else np.complex128
+        buffers = {p: np.empty((0, x.size), dtype) for p, x in x0.items()}
 
         def rows_of(s, e):
             for p in params:
                 if len(buffers[p]) < e - s:
-                    buffers[p] = np.empty((e - s, x0[p].size), np.complex128)
-            return {p: dirs.perturbed_complex(p, x0[p], h, rows[s:e], buffers[p]) for p in params}
-        losses = self.joint_losses(params, len(rows), rows_of, dtype=np.complex128)
+                    buffers[p] = np.empty((e - s, x0[p].size), dtype)
+            if not pairs:
+                return {p: dirs.perturbed_complex(p, x0[p], h, rows[s:e], buffers[p]) for p in params}
+            return {p: Pair(x0[p].reshape(self.program.shapes[p]), dirs.perturbed_imag(p, h, rows[s:e], buffers[p])
+                            .reshape((e - s,) + tuple(self.program.shapes[p]))) for p in params}
+        losses = self.joint_losses(params, len(rows), rows_of, dtype=np.complex128, pairs=pairs)
         if f == 1.0:
             cx.check_real_part(losses, self.loss)
         return cx.derivative(losses, h)
@@ -427,8 +440,14 @@ class FiniteDifferences:
         """The complex step of joint directions: their (central) step scaled to fd_complex.STEP."""
         return dirs.step * (cx.STEP / STEP_SCALE)
 
+    def flat(self, p: str) -> np.ndarray:
+        """The base's value of p as flat float64 (made once: the joint screen's base point)."""
+        if p not in self._flat:
+            self._flat[p] = np.asarray(self.base[p], dtype=np.float64).reshape(-1)
+        return self._flat[p]
+
     def _complex_joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray) -> FDResult:
-        flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in params}
+        flat = {p: self.flat(p) for p in params}
         d = self._joint_derivatives(dirs, params, rows, flat)
         return FDResult(FDMode.JOINT, d, cx.first_noise(d), evaluations=len(rows), method=cx.COMPLEX)
 

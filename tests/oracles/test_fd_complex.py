@@ -304,3 +304,26 @@ def test_a_linear_frozen_piece_on_the_imaginary_part_alone_is_its_complex_piece(
         want = _batched_step(np, step, {x: Pair(fd.base[x], imag).dense(np)}, fd.base, [True], selection)
         assert isinstance(got, Pair) and not isinstance(want, Pair), i
         np.testing.assert_array_equal(got.dense(np), want, err_msg=f"case {i}")
+
+
+@pytest.mark.parametrize("name", [op.name for op in DIFFERENTIABLE if op.linear])
+def test_a_linear_op_passes_a_pair_as_its_complex_forward(name):
+    """add, sub, concat, the shape ops, sum, mean (OpDef.linear): a complex step that reaches them as a Pair
+    leaves as a Pair -- the forward of the imaginary parts, 0 for an input not perturbed -- equal to NumPy's own
+    complex forward on the dense copies (real part the base's output, imaginary part to rounding), with every
+    input perturbed and with only the first."""
+    from gradcheck_svc.engine.executor import Pair, _batched_step
+    for i, case in enumerate(REGISTRY[name].cases(np.random.default_rng(1))):
+        fd = FiniteDifferences(op_graph(name, case, np.random.default_rng(2)))
+        step = next(s for s in fd.program.steps if s.name == "y")
+        rng = np.random.default_rng(3)
+        for batched in ([True] * len(step.inputs), [True] + [False] * (len(step.inputs) - 1)):
+            pairs = {n: Pair(fd.base[n], rng.standard_normal((2,) + np.shape(fd.base[n])))
+                     for n, b in zip(step.inputs, batched) if b}
+            got = _batched_step(np, step, pairs, fd.base, batched, None, True)
+            want = _batched_step(np, step, {n: p.dense(np) for n, p in pairs.items()}, fd.base, batched, None, True)
+            assert isinstance(got, Pair) and not isinstance(want, Pair), (i, batched)
+            dense = got.dense(np)
+            assert np.array_equal(dense.real, np.broadcast_to(fd.base["y"], dense.shape)), (i, batched)
+            np.testing.assert_allclose(dense.imag, want.imag, rtol=1e-15, atol=1e-15 * np.abs(want.imag).max(),
+                                       err_msg=f"case {i}, {batched}")

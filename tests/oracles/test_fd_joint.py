@@ -290,3 +290,63 @@ def test_joint_levels_are_scipys_normal_quantiles():
     expected = (np.sign(q) * np.maximum(1.0, np.rint(np.abs(q)))).astype(np.int8)
     assert np.abs(np.abs(q) - np.floor(np.abs(q)) - 0.5).min() > 1e-6  # no level near a rounding boundary
     assert LEVELS.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 13, 4097])
+def test_joint_direction_bytes_are_the_generators_bytes(n):
+    """fd_joint.random_bytes reads the bit generator's raw words: the very bytes Generator.bytes gives for the
+    same seed, so the directions of every graph are what they were."""
+    from gradcheck_svc.oracles.fd_joint import random_bytes
+
+    assert random_bytes(np.random.default_rng(11), n).tobytes() == np.random.default_rng(11).bytes(n)
+
+
+@pytest.mark.parametrize("graph", ["mlp", "cnn"])
+def test_joint_copies_carried_as_imaginary_parts_equal_whole_complex_copies(graph):
+    """At the base point a joint copy travels as its imaginary part (executor.Pair); the same directional
+    derivatives as whole complex copies (the path a probe's moved base point takes), bit for bit."""
+    import plants
+
+    g = plants.mlp(width=6, depth=2) if graph == "mlp" else plants.cnn(2, 3, 2, 8)
+    fd = FiniteDifferences(g)
+    params = list(fd.program.params)
+    dirs, rows = fd.joint_directions(params, 4), np.arange(4)
+    as_pairs = fd._joint_derivatives(dirs, params, rows, {p: fd.flat(p) for p in params})
+    whole = fd._joint_derivatives(dirs, params, rows, {p: fd.flat(p).copy() for p in params})
+    assert np.array_equal(as_pairs, whole) and np.all(as_pairs != 0)
+
+
+def test_joint_directions_drawn_in_pieces_are_the_levels_of_the_seeds_bytes():
+    """JointDirections.random draws its bytes piece by piece (fd_joint.LOOKUP_BYTES): the levels of
+    rng.bytes(k x total) for the seed, row after row, over more than one piece."""
+    from gradcheck_svc.oracles.fd_joint import LOOKUP_BYTES, JointDirections
+
+    values = {"a": np.ones((300, 233)), "b": np.ones(7)}
+    total = 300 * 233 + 7
+    assert 4 * total > LOOKUP_BYTES
+    dirs = JointDirections.random(values, 4, 1234)
+    want = LEVELS[np.frombuffer(np.random.default_rng(1234).bytes(4 * total), np.uint8)].reshape(4, total)
+    assert np.array_equal(dirs.signs["a"], want[:, :300 * 233]) and np.array_equal(dirs.signs["b"], want[:, -7:])
+
+
+def test_directions_drawn_again_when_asked_for_are_the_ones_held(monkeypatch):
+    """Over fd_joint.LAZY_BYTES the directions are not held but drawn again from the seed's stream (LazyLevels):
+    every block, every row and the screen's values along them are those of the held directions."""
+    import plants
+    from gradcheck_svc.oracles import fd_joint
+
+    fd = FiniteDifferences(plants.mlp(width=40, depth=2))
+    params = list(fd.program.params)
+    held = fd.joint_directions(params, 5)
+    monkeypatch.setattr(fd_joint, "LAZY_BYTES", 0)
+    lazy = fd.joint_directions(params, 5)
+    assert isinstance(lazy.signs, fd_joint.LazyLevels) and not isinstance(held.signs, fd_joint.LazyLevels)
+    assert lazy.k == held.k == 5 and lazy.weight == held.weight and lazy.step == held.step
+    for p in params:
+        assert np.array_equal(lazy.signs[p], held.signs[p]) and np.array_equal(lazy.row(p, 3), held.signs[p][3])
+    assert np.array_equal(fd.joint(lazy, params).reference, fd.joint(held, params).reference)
+    h = 2.0 ** -60
+    for p in params:
+        a, b = np.empty((2, lazy.signs.spans[p][1])), np.empty((2, lazy.signs.spans[p][1]))
+        assert np.array_equal(lazy.perturbed_imag(p, h, np.array([4, 1]), a),
+                              held.perturbed_imag(p, h, np.array([4, 1]), b))
