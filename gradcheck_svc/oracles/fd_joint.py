@@ -44,6 +44,14 @@ def content_seed(program, base: dict, seed: int) -> int:
     return int.from_bytes(h.digest(), "little")
 
 
+def seeded_bytes(seed: int, n: int) -> np.ndarray:
+    """(n,) uint8: the bytes np.random.default_rng(seed).bytes(n) gives (the directions' stream), taken from the
+    bit generator's raw 64-bit words, little-endian, as Generator.bytes orders them -- without its uint32 draws
+    and copies (a sixth of the time: ResNet-18's 11 M weights x 16 directions are 180 MB of them)."""
+    words = np.random.default_rng(seed).bit_generator.random_raw((n + 7) // 8)
+    return words.astype("<u8", copy=False).view(np.uint8)[:n]
+
+
 @dataclass
 class JointDirections:
     """k directions spanning several parameters at once. Per parameter a (k, n_p) block of random
@@ -62,10 +70,9 @@ class JointDirections:
     def random(cls, values: dict, k: int, seed: int) -> "JointDirections":
         """k directions over the parameters `values` (p -> its value, in order): per block random signs
         (seeded), each row a unit vector; the step is projection_step of all the blocks together."""
-        rng = np.random.default_rng(seed)
         sizes = [int(np.size(v)) for v in values.values()]
         total = sum(sizes)
-        bits = LEVELS[np.frombuffer(rng.bytes(k * total), np.uint8)].reshape(k, total)
+        bits = LEVELS[seeded_bytes(seed, k * total)].reshape(k, total)
         signs, weight, lo, top = {}, {}, 0, 0.0
         for (p, v), n in zip(values.items(), sizes):
             signs[p] = bits[:, lo:lo + n]

@@ -61,13 +61,14 @@ from ..oracles.finite_diff import FiniteDifferences, random_directions
 from . import fd_record
 from ..text import clip
 from .compare import Tolerance
-from .engine_run import run_engine
+from .engine_run import profile_asked, run_engine
+from .findings import CAUSES, SEVERITIES, Finding
 from .joint_check import screen_share, usable
 from .run import parameter_fd
 from .subject import subject_of
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
-FORMAT = 2  # 2: the joint screen split by direction ("screens")
+FORMAT = 3  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries the memory profile ("engine")
 # options that only record (the memory timeline, for a plot or page) never change a value: not keyed
 UNKEYED = ("memory_timeline",)
 
@@ -131,13 +132,14 @@ def assign(costs: list[float], count: int) -> list[int]:
     return out
 
 
-def _setup(graph, options):
-    """As verify() sets up: the gradients under test (the engine's, or the graph's claims), the oracle, the
-    tolerance, the parameters the joint screen takes (none where it is not usable: then every parameter is
-    checked on its own, run.fd_plan) and those the plan checks on their own. `options` were checked at the
-    edge (request.verify_options)."""
+def _setup(graph, options, profile: bool = False):
+    """As verify() sets up: the engine's run, the gradients under test (the engine's, or the graph's claims), the
+    oracle, the tolerance, the parameters the joint screen takes (none where it is not usable: then every
+    parameter is checked on its own, run.fd_plan) and those the plan checks on their own. `options` were checked
+    at the edge (request.verify_options). profile: the memory profile's runs too, as verify() makes them (shard
+    0's, for the merge: _engine_record); else the gradients only."""
     dtype = options.dtype or graph.declared_float_dtype
-    engine = run_engine(graph, options, dtype, profile=False)  # the gradients only: a shard reports no memory
+    engine = run_engine(graph, options, dtype, profile=None if profile else False)
     fd = FiniteDifferences(graph, options.fd)
     under_test = subject_of(graph)
     tol = Tolerance.for_dtype(under_test.tolerance_dtype(dtype), options.atol, options.rtol)
@@ -145,13 +147,42 @@ def _setup(graph, options):
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screened = joint if usable(fd, subject, joint) else []
     own = [p for p in graph.parameters if p not in screened]
-    return subject, fd, tol, screened, own
+    return engine, subject, fd, tol, screened, own
+
+
+# a finding's fields as a shard records them (the profile's findings, recompute_check's, carry no worst element)
+FINDING_FIELDS = ("node", "op", "cause", "severity", "detail", "parameters")
+
+
+def _engine_record(engine, options) -> dict | None:
+    """What the memory profile's extra runs give the report -- its figures and the findings of its checkpointed
+    run (recompute_check) -- made by shard 0 as one process makes them, so that the merge need not run them
+    again (it runs the reported gradient run only: run.engine_for). None where no profile is asked."""
+    if not profile_asked(options) or any(f.worst is not None for f in engine.findings):
+        return None
+    return {"memory": engine.memory, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS}
+                                                  for f in engine.findings]}
+
+
+def engine_profile(record) -> tuple[dict, list]:
+    """A shard's _engine_record as (memory, [Finding]); ValueError where it is not of that shape."""
+    memory, findings = record["memory"], record["findings"]
+    if not isinstance(memory, dict) or not isinstance(findings, list):
+        raise ValueError("metadata 'engine' is not one run_shard writes")
+    out = []
+    for f in findings:
+        if not isinstance(f, dict) or set(f) != set(FINDING_FIELDS) or f["cause"] not in CAUSES \
+                or f["severity"] not in SEVERITIES or not isinstance(f["parameters"], list) \
+                or not all(isinstance(f[k], str) for k in FINDING_FIELDS[:5]):
+            raise ValueError("a finding in metadata 'engine' is not one run_shard writes")
+        out.append(Finding(**f))
+    return memory, out
 
 
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
-    subject, fd, tol, screened, own = _setup(graph, options)
+    engine, subject, fd, tol, screened, own = _setup(graph, options, profile=index == 0)
     where = assign([_cost(fd, p) for p in own], count)
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
@@ -163,7 +194,8 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
                        "directions": None if ref.directions is None else _digest(ref.directions)})
         arrays.update({f"{i}.{field}": a for field, a in record.items()})
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
-            "shard_count": count, "work": _work_digest(fd, own), "parameters": params}
+            "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
+            "engine": _engine_record(engine, options) if index == 0 else None}
     screens = screen_share(fd, subject, screened, tol, index, count) if screened else []
     _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
@@ -234,6 +266,8 @@ def _check_records(meta: dict, arrays: dict) -> None:
             fd_record.from_record(p, record)
         except KeyError as exc:
             raise ValueError(f"parameter record {i} lacks {exc}") from None
+    if meta.get("engine") is not None:
+        engine_profile(meta["engine"])
 
 
 def read_shards(src, graph_sha256: str, options) -> dict:
@@ -265,7 +299,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
     want = identity(graph_sha256, options)
     what = {"graph_sha256": "another graph", "options_sha256": "other options",
             "gradcheck_version": "another gradcheck version"}
-    params, work, screens = {}, {}, {}
+    params, work, screens, engine = {}, {}, {}, None
     for name, (index, _, f) in sorted(found.items()):
         meta, arrays = _load(f)
         if meta.get("shard_index") != index or meta.get("shard_count") != count:
@@ -276,6 +310,8 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             raise OptionError(f"{name} was made from {' and '.join(wrong)}: re-run the shards, or merge with the "
                               "same graph, options and image", field="--fd-from")
         work[name] = meta["work"]
+        if index == 0 and meta.get("engine") is not None:
+            engine = engine_profile(meta["engine"])
         for i, p in enumerate(meta["parameters"]):
             if p["name"] in params:
                 raise OptionError(f"parameter '{p['name'][:200]}' is in {params[p['name']][2]} and {name}",
@@ -283,7 +319,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             params[p["name"]] = (p, {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(f"{i}.")},
                                  name)
         _read_screens(name, meta, arrays, screens)
-    return {"params": params, "work": work, "count": count, "screens": screens}
+    return {"params": params, "work": work, "count": count, "screens": screens, "engine": engine}
 
 
 def _read_screens(name: str, meta: dict, arrays: dict, screens: dict) -> None:
@@ -333,6 +369,10 @@ class ShardSource:
 
     def joint_values(self, dirs, params):
         return screen_values(self.shards(), dirs, params)
+
+    def engine_profile(self):
+        """The memory profile's (figures, findings) as shard 0 made them (_engine_record), or None."""
+        return self.shards()["engine"]
 
     def __call__(self, fd, screen, own, tol):
         return shard_source(self.shards())(fd, screen, own, tol)

@@ -60,7 +60,7 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     run = Run(graph, options, options.dtype or graph.declared_float_dtype, subject=subject_of(graph))
     t_start = time.perf_counter()
     phase("engine")
-    run.engine = run_engine(graph, options, run.dtype)
+    run.engine = engine_for(graph, options, run.dtype, fd_source)
 
     t0 = time.perf_counter()
     phase("symbolic oracle")
@@ -96,6 +96,20 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=run.symbolic, custom_ops=run.custom, subject=run.subject.name,
         attributes=attributes_used(graph), fd_plan=run.fd.plan)
+
+
+def engine_for(graph: Graph, options: VerifyOptions, dtype: str, fd_source=None) -> EngineRun:
+    """The engine's run. In a merge of finite-difference shards (fd_source with an engine_profile method,
+    fd_shards.ShardSource) the memory profile's figures and findings are shard 0's, made by the same code on
+    the same graph and options: only the reported gradient run is made here, not the profile's extra runs
+    (an inference forward and a checkpointed what-if) -- unless a timeline is asked, which no shard keeps."""
+    made = getattr(fd_source, "engine_profile", None)
+    made = made() if made is not None and not options.memory_timeline else None
+    if made is None:
+        return run_engine(graph, options, dtype)
+    engine = run_engine(graph, options, dtype, profile=False)
+    engine.memory, engine.findings = made
+    return engine
 
 
 def _compared(run: Run, fd_source) -> list[str]:

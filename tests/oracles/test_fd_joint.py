@@ -284,3 +284,14 @@ def test_joint_levels_are_scipys_normal_quantiles():
     expected = (np.sign(q) * np.maximum(1.0, np.rint(np.abs(q)))).astype(np.int8)
     assert np.abs(np.abs(q) - np.floor(np.abs(q)) - 0.5).min() > 1e-6  # no level near a rounding boundary
     assert LEVELS.tobytes() == expected.tobytes()
+
+
+@pytest.mark.parametrize("n", [1, 7, 8, 13, 4096 + 5])
+def test_joint_direction_bytes_are_the_generators_bytes(n):
+    """The directions' bytes come from the bit generator's raw words (fd_joint.seeded_bytes: no uint32 draws
+    and copies); they must be the very bytes Generator.bytes gives for the seed, so no direction changes --
+    lengths that are no multiple of a word included."""
+    from gradcheck_svc.oracles.fd_joint import seeded_bytes
+
+    for seed in (0, 12345678901234567890):
+        assert seeded_bytes(seed, n).tobytes() == np.random.default_rng(seed).bytes(n)
