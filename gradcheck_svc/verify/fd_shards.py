@@ -68,7 +68,7 @@ from .run import parameter_fd
 from .subject import subject_of
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
-FORMAT = 3  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries the memory profile ("engine")
+FORMAT = 3  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries its engine run ("engine")
 # options that only record (the memory timeline, for a plot or page) never change a value: not keyed
 UNKEYED = ("memory_timeline",)
 
@@ -150,23 +150,30 @@ def _setup(graph, options, profile: bool = False):
     return engine, subject, fd, tol, screened, own
 
 
-# a finding's fields as a shard records them (the profile's findings, recompute_check's, carry no worst element)
+# a finding's fields as a shard records them (the engine's findings, recompute_check's, carry no worst element)
 FINDING_FIELDS = ("node", "op", "cause", "severity", "detail", "parameters")
 
 
-def _engine_record(engine, options) -> dict | None:
-    """What the memory profile's extra runs give the report -- its figures and the findings of its checkpointed
-    run (recompute_check) -- made by shard 0 as one process makes them, so that the merge need not run them
-    again (it runs the reported gradient run only: run.engine_for). None where no profile is asked."""
-    if not profile_asked(options) or any(f.worst is not None for f in engine.findings):
+def _engine_record(engine, options, arrays: dict) -> dict | None:
+    """Shard 0's engine run, made as one process makes it (run_engine's default: the memory profile's runs
+    too), for the merge (run.engine_for): its memory profile and findings, and -- where no fault was injected
+    and no event recorded -- its loss, time and gradients (arrays engine.J), so that the merge runs no engine
+    at all. None where a finding carries a worst element (none of the engine's does: the merge runs it)."""
+    if any(f.worst is not None for f in engine.findings):
         return None
-    return {"memory": engine.memory, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS}
-                                                  for f in engine.findings]}
+    record = {"memory": engine.memory, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS}
+                                                    for f in engine.findings], "gradients": None}
+    if not options.faults and not engine.events:
+        names = list(engine.gradients)
+        record.update(gradients=names, loss=engine.loss, seconds=engine.seconds)
+        arrays.update({f"engine.{j}": engine.gradients[p] for j, p in enumerate(names)})
+    return record
 
 
-def engine_profile(record) -> tuple[dict, list]:
-    """A shard's _engine_record as (memory, [Finding]); ValueError where it is not of that shape."""
-    memory, findings = record["memory"], record["findings"]
+def engine_record(record, arrays: dict) -> dict:
+    """A shard's _engine_record read back: memory, findings as [Finding], gradients as {name: array} (or None),
+    loss, seconds. ValueError (or KeyError, TypeError) where it is not of the shape written."""
+    memory, findings, names = record["memory"], record["findings"], record["gradients"]
     if not isinstance(memory, dict) or not isinstance(findings, list):
         raise ValueError("metadata 'engine' is not one run_shard writes")
     out = []
@@ -176,7 +183,13 @@ def engine_profile(record) -> tuple[dict, list]:
                 or not all(isinstance(f[k], str) for k in FINDING_FIELDS[:5]):
             raise ValueError("a finding in metadata 'engine' is not one run_shard writes")
         out.append(Finding(**f))
-    return memory, out
+    made = {"memory": memory, "findings": out, "gradients": None}
+    if names is not None:
+        gradients = {str(p): arrays[f"engine.{j}"] for j, p in enumerate(names)}
+        if len(gradients) != len(names) or any(g.dtype != np.float64 for g in gradients.values()):
+            raise ValueError("metadata 'engine' does not match its gradients")
+        made.update(gradients=gradients, loss=float(record["loss"]), seconds=float(record["seconds"]))
+    return made
 
 
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
@@ -195,7 +208,7 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
         arrays.update({f"{i}.{field}": a for field, a in record.items()})
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
             "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
-            "engine": _engine_record(engine, options) if index == 0 else None}
+            "engine": _engine_record(engine, options, arrays) if index == 0 else None}
     screens = screen_share(fd, subject, screened, tol, index, count) if screened else []
     _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
@@ -267,7 +280,7 @@ def _check_records(meta: dict, arrays: dict) -> None:
         except KeyError as exc:
             raise ValueError(f"parameter record {i} lacks {exc}") from None
     if meta.get("engine") is not None:
-        engine_profile(meta["engine"])
+        engine_record(meta["engine"], arrays)
 
 
 def read_shards(src, graph_sha256: str, options) -> dict:
@@ -311,7 +324,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
                               "same graph, options and image", field="--fd-from")
         work[name] = meta["work"]
         if index == 0 and meta.get("engine") is not None:
-            engine = engine_profile(meta["engine"])
+            engine = engine_record(meta["engine"], arrays)
         for i, p in enumerate(meta["parameters"]):
             if p["name"] in params:
                 raise OptionError(f"parameter '{p['name'][:200]}' is in {params[p['name']][2]} and {name}",
@@ -370,9 +383,16 @@ class ShardSource:
     def joint_values(self, dirs, params):
         return screen_values(self.shards(), dirs, params)
 
-    def engine_profile(self):
-        """The memory profile's (figures, findings) as shard 0 made them (_engine_record), or None."""
-        return self.shards()["engine"]
+    def engine_record(self, graph):
+        """Shard 0's engine run as it recorded it (engine_record), or None; refused unless its gradients are
+        the graph's parameters' (names and shapes)."""
+        made = self.shards()["engine"]
+        grads = made and made["gradients"]
+        if grads is not None and {p: g.shape for p, g in grads.items()} != \
+                {p: np.shape(graph.inputs[p].value) for p in graph.parameters}:
+            raise _damaged(f"{self._read[0]}/{shard_file(0, self.shards()['count'])}",
+                           "its engine gradients are not the graph's parameters")
+        return made
 
     def __call__(self, fd, screen, own, tol):
         return shard_source(self.shards())(fd, screen, own, tol)

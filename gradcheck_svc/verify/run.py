@@ -27,7 +27,7 @@ from .attributes import attributes_used, defaulted_warnings
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Run
 from .diagnosis.diagnose import EXPLAINING
-from .engine_run import EngineRun, run_engine
+from .engine_run import EngineRun, recorded_run, run_engine
 from .fd_check import as_referenced, fd_check
 from .joint_check import RESOLVE, joint_screen, spare, usable
 from .findings import Finding, WorstElement
@@ -99,16 +99,20 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
 
 
 def engine_for(graph: Graph, options: VerifyOptions, dtype: str, fd_source=None) -> EngineRun:
-    """The engine's run. In a merge of finite-difference shards (fd_source with an engine_profile method,
-    fd_shards.ShardSource) the memory profile's figures and findings are shard 0's, made by the same code on
-    the same graph and options: only the reported gradient run is made here, not the profile's extra runs
-    (an inference forward and a checkpointed what-if) -- unless a timeline is asked, which no shard keeps."""
-    made = getattr(fd_source, "engine_profile", None)
-    made = made() if made is not None and not options.memory_timeline else None
+    """The engine's run. In a merge of finite-difference shards (fd_source with an engine_record method,
+    fd_shards.ShardSource) it is shard 0's, made by the same code on the same graph and options: its memory
+    profile and findings, and its loss and gradients where it recorded them (no fault, no event), so that the
+    merge makes no engine run at all -- else only the reported gradient run, not the profile's extra runs (an
+    inference forward and a checkpointed what-if). A timeline, which no shard keeps, is made here."""
+    made = getattr(fd_source, "engine_record", None)
+    made = made(graph) if made is not None and not options.memory_timeline else None
     if made is None:
         return run_engine(graph, options, dtype)
+    if made["gradients"] is not None:
+        return recorded_run(graph, options, dtype, made["loss"], made["gradients"], made["memory"],
+                            made["findings"], made["seconds"])
     engine = run_engine(graph, options, dtype, profile=False)
-    engine.memory, engine.findings = made
+    engine.memory, engine.findings = made["memory"], made["findings"]
     return engine
 
 
