@@ -7,13 +7,18 @@ of shards and one merge (no second fan-in):
 
     shard I of N   runs what every process needs to agree on the work -- the engine (forward, backward), the
                    FD oracle's base forward and plan -- then its share: the screen's first-pass differences along
-                   directions I, I + N, I + 2N, ... of the k (the directions are seeded: every process makes
-                   the same ones, and shard I evaluates its rows of them; joint_check.screen_share), the same
-                   rows of the screen's second pass as a passing screen takes it, and the per-parameter
+                   the directions dealt to it (dealer: I, I + N, I + 2N, ... of the k, but for shard 0's
+                   lighter share; the directions are seeded: every process makes the same ones, and shard I
+                   evaluates its rows of them; joint_check.screen_share), its rows of the screen's second pass
+                   as a passing screen takes it, and the per-parameter
                    differences (parameter_fd, the function verify() itself calls) of the parameters the plan
                    checks on their own that are assigned to it; it writes them as one file,
-                   DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write)
-    the merge      runs verify() as one process would, the screen's first passes and each planned parameter's
+                   DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write). Shard 0 also runs the
+                   engine as one process does -- the memory profile's extra runs too -- and records its
+                   run: the loss, the gradients, the memory profile and the findings (_engine_record)
+    the merge      runs verify() as one process would, the engine's run taken from shard 0's record where it
+                   holds one (no fault injected, no event: run.engine_for; else the reported gradient run
+                   only), the screen's first passes and each planned parameter's
                    differences read from the shards instead of computed (verify(fd_source=ShardSource(...)));
                    the follow-up -- refining the screen's failing directions, bisecting them to the parameters
                    they flag, narrowing those, their own checks, a second pass other than the one the shards
@@ -21,7 +26,9 @@ of shards and one merge (no second fan-in):
                    only the merge has, and it is small next to the first pass where the screen passes (a
                    graph that fails is diagnosed by the merge anyway)
 
-Assignment is deterministic. The screen's directions by stride (each costs the same: 2 whole-graph forwards);
+Assignment is deterministic. The screen's directions each to the shard holding the fewest so far (each costs
+the same: a whole-graph forward by complex steps, 2 by central differences; shard 0 counted as holding
+PROFILE_ROWS already where it makes the memory profile's runs);
 the parameters in the graph's order, costliest first (values evaluated, as the plan counts them: a full
 check measured on one sliced copy, a projection 2k copies of what is downstream), each to the shard with the
 least cost so far (ties: the lower index). The first pass's refinement is not counted (it is only known once
@@ -38,9 +45,10 @@ does not ask for is not used, so a second pass the shards guessed wrong costs ti
 projection's directions are not stored (16 x the parameter's size): the merge regenerates them from the seed
 and checks their digest. Every row of a screen pass must come from exactly one shard.
 
-What is not split: every shard and the merge run the engine and the FD oracle's plan (the fixed cost); the
-merge alone runs the symbolic oracle, the screen's follow-up and the diagnosis (localization's differences,
-only where a parameter fails).
+What is not split: every shard runs the engine's gradient run, and every shard and the merge the FD oracle's
+base forward and plan (the fixed cost); the merge alone runs the symbolic oracle, the screen's bookkeeping
+(the engine's projections on every direction, what each block leaves unresolved), its follow-up and the
+diagnosis (localization's differences, only where a parameter fails).
 """
 from __future__ import annotations
 
@@ -119,6 +127,30 @@ def _cost(fd, p: str) -> float:
     if mode is FDMode.PROJECTION:
         return fd.costs.projection_cost(p, fd.options.directions)
     return fd.full_cost(p)
+
+
+# shard 0 makes the memory profile's extra runs (an inference forward and a checkpointed gradient run: _setup), so
+# it is dealt fewer of the screen's directions, as if it held this many already: on ResNet-18 at 224x224 those
+# runs cost 2.3 complex-step directions (a direction is about two real forwards), on chain_256 less than one
+PROFILE_ROWS = 2
+
+
+def dealer(index: int, count: int, preload: int = 0):
+    """deal(k) -> the rows shard `index` of `count` evaluates of the next screen pass of k directions: each
+    direction in turn to the shard that holds the fewest so far (the lower index on ties), the passes one after
+    another, shard 0 starting at `preload` (PROFILE_ROWS where it makes the memory profile's runs). Without a
+    preload a first pass is dealt by stride (index, index + count, ...). Every process deals alike."""
+    loads = [preload] + [0] * (count - 1)
+
+    def deal(k: int) -> np.ndarray:
+        mine = []
+        for j in range(k):
+            s = min(range(count), key=lambda s: (loads[s], s))
+            loads[s] += 1
+            if s == index:
+                mine.append(j)
+        return np.asarray(mine, dtype=np.int64)
+    return deal
 
 
 def assign(costs: list[float], count: int) -> list[int]:
@@ -209,7 +241,8 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
             "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
             "engine": _engine_record(engine, options, arrays) if index == 0 else None}
-    screens = screen_share(fd, subject, screened, tol, index, count) if screened else []
+    deal = dealer(index, count, PROFILE_ROWS if profile_asked(options) else 0)  # shard 0's profile, in every shard
+    screens = screen_share(fd, subject, screened, tol, deal) if screened else []
     _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
     buf = io.BytesIO()
