@@ -56,6 +56,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import re
 
 import numpy as np
@@ -189,16 +190,18 @@ FINDING_FIELDS = ("node", "op", "cause", "severity", "detail", "parameters")
 def _engine_record(engine, options, arrays: dict) -> dict | None:
     """Shard 0's engine run, made as one process makes it (run_engine's default: the memory profile's runs
     too), for the merge (run.engine_for): its memory profile and findings, and -- where no fault was injected
-    and no event recorded -- its loss, time and gradients (arrays engine.J), so that the merge runs no engine
+    and no event recorded -- its loss, time and gradients (array engine.gradients, flat, each parameter's in
+    turn: meta's names and shapes), so that the merge runs no engine
     at all. None where a finding carries a worst element (none of the engine's does: the merge runs it)."""
     if any(f.worst is not None for f in engine.findings):
         return None
     record = {"memory": engine.memory, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS}
                                                     for f in engine.findings], "gradients": None}
-    if not options.faults and not engine.events:
-        names = list(engine.gradients)
-        record.update(gradients=names, loss=engine.loss, seconds=engine.seconds)
-        arrays.update({f"engine.{j}": engine.gradients[p] for j, p in enumerate(names)})
+    if not options.faults and not engine.events:  # one array, not one per parameter: chain_256 has 512 of them
+        grads = engine.gradients
+        record.update(gradients=[[p, list(np.shape(g))] for p, g in grads.items()], loss=engine.loss,
+                      seconds=engine.seconds)
+        arrays["engine.gradients"] = np.concatenate([np.ravel(g) for g in grads.values()]) if grads else np.zeros(0)
     return record
 
 
@@ -217,8 +220,12 @@ def engine_record(record, arrays: dict) -> dict:
         out.append(Finding(**f))
     made = {"memory": memory, "findings": out, "gradients": None}
     if names is not None:
-        gradients = {str(p): arrays[f"engine.{j}"] for j, p in enumerate(names)}
-        if len(gradients) != len(names) or any(g.dtype != np.float64 for g in gradients.values()):
+        flat, gradients, at = arrays["engine.gradients"], {}, 0
+        for p, shape in names:
+            n = math.prod(int(d) for d in shape)
+            gradients[str(p)] = flat[at:at + n].reshape([int(d) for d in shape])
+            at += n
+        if flat.dtype != np.float64 or flat.ndim != 1 or at != flat.size or len(gradients) != len(names):
             raise ValueError("metadata 'engine' does not match its gradients")
         made.update(gradients=gradients, loss=float(record["loss"]), seconds=float(record["seconds"]))
     return made
