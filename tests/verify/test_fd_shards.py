@@ -257,6 +257,32 @@ def test_a_damaged_kept_graph_is_decoded_again(tmp_path):
     assert without_timings(json.loads(r.stdout)) == without_timings(want)
 
 
+def test_the_merge_takes_shard_0_s_engine_run(tmp_path):
+    """A failing graph (a wrong rule: the diagnosis names it), no fault injected: shard 0 records its engine run
+    (loss, gradients, memory profile, findings) and the merge runs no engine -- its report equals the single
+    process's, and a loss or a memory figure changed in shard 0's file is the one the merged report shows."""
+    from gradcheck_svc.batch.generate import graph_dict
+
+    graph = tmp_path / "mismatch.json"
+    graph.write_text(json.dumps(graph_dict(7, size=2, kind="mismatch")))
+    single = cli(str(graph), "--format", "json")
+    want = json.loads(single.stdout)
+    assert single.returncode == 1 and any(f["cause"] == "rule_error" for f in want["findings"]), single.stderr
+    out = tmp_path / "fd"
+    run_shards(graph, out, 2)
+    merged = cli(str(graph), "--fd-from", str(out), "--format", "json")
+    assert merged.returncode == 1 and without_timings(json.loads(merged.stdout)) == without_timings(want)
+
+    def change(meta, arrays):
+        assert meta["engine"]["gradients"] is not None  # recorded: no fault, no event
+        meta["engine"]["loss"] += 1.0
+        meta["engine"]["memory"]["op_evaluations"] += 1000
+    rewrite(out / "fd-shard-0000-of-0002.npz", change)
+    got = json.loads(cli(str(graph), "--fd-from", str(out), "--format", "json").stdout)
+    assert got["loss"] == want["loss"] + 1.0
+    assert got["memory"]["op_evaluations"] == want["memory"]["op_evaluations"] + 1000
+
+
 def rewrite(path: Path, change) -> None:
     """Rewrite a shard file: change(meta, arrays) edits its metadata and arrays in place."""
     with np.load(path) as z:
