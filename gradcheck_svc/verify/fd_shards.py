@@ -191,18 +191,27 @@ def _engine_record(engine, options, arrays: dict) -> dict | None:
     """Shard 0's engine run, made as one process makes it (run_engine's default: the memory profile's runs
     too), for the merge (run.engine_for): its memory profile and findings, and -- where no fault was injected
     and no event recorded -- its loss, time and gradients (array engine.gradients, flat, each parameter's in
-    turn: meta's names and shapes), so that the merge runs no engine
-    at all. None where a finding carries a worst element (none of the engine's does: the merge runs it)."""
+    turn in its memory order: meta's names, shapes and axes orders), so that the merge runs no engine at all.
+    None where a finding carries a worst element (none of the engine's does: the merge runs it)."""
     if any(f.worst is not None for f in engine.findings):
         return None
     record = {"memory": engine.memory, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS}
                                                     for f in engine.findings], "gradients": None}
     if not options.faults and not engine.events:  # one array, not one per parameter: chain_256 has 512 of them
-        grads = engine.gradients
-        record.update(gradients=[[p, list(np.shape(g))] for p, g in grads.items()], loss=engine.loss,
+        # each in its memory order, with the axes order that restores its layout (a Linear's weight gradient is
+        # a transposed product): the report's norm (BLAS dot over ravel(order="K")) rounds by that order
+        grads, axes = engine.gradients, {p: _memory_axes(g) for p, g in engine.gradients.items()}
+        record.update(gradients=[[p, list(np.shape(g)), axes[p]] for p, g in grads.items()], loss=engine.loss,
                       seconds=engine.seconds)
-        arrays["engine.gradients"] = np.concatenate([np.ravel(g) for g in grads.values()]) if grads else np.zeros(0)
+        arrays["engine.gradients"] = np.concatenate([np.ravel(np.transpose(g, axes[p]) if axes[p] else g)
+                                                     for p, g in grads.items()]) if grads else np.zeros(0)
     return record
+
+
+def _memory_axes(g) -> list[int]:
+    """The axes of g from the largest stride to the smallest: g.transpose(them) walks g in its memory order."""
+    g = np.asarray(g)
+    return [int(a) for a in sorted(range(g.ndim), key=lambda a: (-abs(g.strides[a]), a))]
 
 
 def engine_record(record, arrays: dict) -> dict:
@@ -221,9 +230,14 @@ def engine_record(record, arrays: dict) -> dict:
     made = {"memory": memory, "findings": out, "gradients": None}
     if names is not None:
         flat, gradients, at = arrays["engine.gradients"], {}, 0
-        for p, shape in names:
-            n = math.prod(int(d) for d in shape)
-            gradients[str(p)] = flat[at:at + n].reshape([int(d) for d in shape])
+        for p, shape, axes in names:
+            shape, axes = [int(d) for d in shape], [int(a) for a in axes]
+            if sorted(axes) != list(range(len(shape))):
+                raise ValueError(f"metadata 'engine': {axes} is no order of {len(shape)} axes")
+            n = math.prod(shape)
+            # the engine's layout again (_engine_record), in a fresh array (not a view of the file's buffer)
+            stored = flat[at:at + n].reshape([shape[a] for a in axes]).copy()
+            gradients[str(p)] = np.transpose(stored, np.argsort(axes)) if axes else stored
             at += n
         if flat.dtype != np.float64 or flat.ndim != 1 or at != flat.size or len(gradients) != len(names):
             raise ValueError("metadata 'engine' does not match its gradients")

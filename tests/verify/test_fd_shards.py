@@ -283,6 +283,26 @@ def test_the_merge_takes_shard_0_s_engine_run(tmp_path):
     assert got["memory"]["op_evaluations"] == want["memory"]["op_evaluations"] + 1000
 
 
+def test_recorded_gradients_keep_the_engine_s_layout():
+    """Shard 0's gradients come back with the engine's values, shapes and memory layout (a Linear's weight gradient
+    is a transposed product: the report's norm, a BLAS dot over the memory order, rounds by that order)."""
+    from types import SimpleNamespace
+
+    from gradcheck_svc.verify.fd_shards import _engine_record, engine_record
+
+    grads = {"w": np.arange(5120.0).reshape(512, 10).T, "t": np.arange(60.0).reshape(3, 4, 5).transpose(2, 0, 1),
+             "b": np.linspace(0, 1, 5), "s": np.array(3.0)}
+    engine = SimpleNamespace(findings=[], memory={"op_evaluations": 1}, events=[], gradients=grads, loss=1.5,
+                             seconds=0.1)
+    arrays = {}
+    record = json.loads(json.dumps(_engine_record(engine, SimpleNamespace(faults=[]), arrays)))
+    made = engine_record(record, arrays)
+    assert made["loss"] == 1.5 and made["memory"] == {"op_evaluations": 1} and made["findings"] == []
+    for p, g in grads.items():
+        back = made["gradients"][p]
+        assert back.shape == g.shape and back.strides == g.strides and np.array_equal(back, g), p
+
+
 def rewrite(path: Path, change) -> None:
     """Rewrite a shard file: change(meta, arrays) edits its metadata and arrays in place."""
     with np.load(path) as z:
