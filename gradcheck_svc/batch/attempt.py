@@ -4,7 +4,8 @@ A run ID names a run across its resumes; an *attempt* is one launch of it (one `
 resume). Every unit.json, record, ended.json and alive.json carries the attempt that wrote it, and the
 merge of an attempt (batch-merge --attempt) settles only on markers of that attempt: an ended.json of an
 earlier one says nothing about this one, whatever its time stamp (clocks are never compared). By hand no
-attempt is needed; in a Job the attempt comes from settings.yaml (deploy/README.md: a fresh one per apply).
+attempt is needed; in a Job the attempt comes from settings.yaml (deploy/README.md: a fresh one per apply), or,
+left empty there, is the Job's uid (unit_attempt); a merge given none settles on the run's holder (merge_attempt).
 
     OUT/runs/<run>/attempt.json        the run's claim: the attempt writing it now (and the Job's uid)
     OUT/runs/<run>/refused-<A>-<unit>.json   that unit of attempt A was refused: ended, for A's merge (which
@@ -55,6 +56,31 @@ def attempt_id(given: str | None, field: str = "--attempt") -> str | None:
         raise OptionError(f"'{clip(value, 80)}' is not an attempt ID: letters, digits, '.', '_' and '-', at most "
                           "80, starting with a letter or digit", field=field)
     return value
+
+
+def unit_attempt(given: str | None, field: str = "--attempt") -> str | None:
+    """The attempt a unit writes under: the one given (attempt_id), else -- in a Job launched without one -- the
+    Job's own: job-UID, its uid through the downward API ($GRADCHECK_JOB_UID: new per apply, the same for every
+    pod of the Job), so that a Job's files always carry their launch and its merge never settles on time stamps.
+    None by hand (no Job)."""
+    value = attempt_id(given, field)
+    uid = os.environ.get("GRADCHECK_JOB_UID") or ""
+    if value is None and uid:
+        value = "job-" + re.sub(r"[^A-Za-z0-9._-]", "-", uid)[:76]
+    return value
+
+
+def merge_attempt(given: str | None, rdir) -> str | None:
+    """The attempt a merge settles on: the one given (attempt_id), else the one holding the run (attempt.json:
+    the launch that claimed it last, unit_attempt's in a Job) -- a launched run's merge settles only on that
+    launch's markers, never on time stamps. None for a run no launch claimed (by hand), or not found yet."""
+    value = attempt_id(given)
+    if value is None:
+        try:
+            value = holder(rdir)
+        except OSError:
+            value = None
+    return value if value is None or ATTEMPT.fullmatch(value) else None
 
 
 def read_json(path) -> dict | None:

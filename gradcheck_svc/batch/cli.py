@@ -58,7 +58,8 @@ def _attempt_flag(p) -> None:
     p.add_argument("--attempt", default=None, metavar="ID",
                    help="this launch of the run (default $GRADCHECK_ATTEMPT; in a Job, settings.yaml `attempt`, fresh "
                         "per apply): every file carries it, the merge of the attempt settles only on its own markers, "
-                        "and a second launch under the run ID while this one runs is refused (default: none, by hand)")
+                        "and a second launch under the run ID while this one runs is refused (default: in a Job, "
+                        "job-UID, its $GRADCHECK_JOB_UID; a merge, the attempt holding the run; by hand, none)")
 
 
 def add_parsers(sub) -> None:
@@ -115,7 +116,7 @@ def _ends_on_usage_error(parser) -> None:
 
 
 def _usage_ending(argv: list, message: str) -> None:
-    from .attempt import attempt_id, holder
+    from .attempt import holder, unit_attempt
     from ..store.location import location
     from ..store.records import UnitStore, code_version, run_dir, unit_name, write_ended
 
@@ -127,7 +128,7 @@ def _usage_ending(argv: list, message: str) -> None:
         return
     out, count = location(ns.out, "--out"), int(ns.shard_count or 1)
     index = completion_index(None if ns.shard_index is None else int(ns.shard_index), "--shard-index")
-    attempt, run_id = attempt_id(ns.attempt), _run_id(ns)
+    attempt, run_id = unit_attempt(ns.attempt), _run_id(ns)
     if not 0 <= index < count or holder(run_dir(out, run_id)) not in (None, attempt):
         return  # no such index; or another launch holds the run: its files are not this pod's to write
     write_ended(UnitStore(out, run_id, unit_name(index)).dir, EXIT_USAGE, True, _now(), attempt, code_version(),
@@ -375,7 +376,7 @@ def _plan(mode, unit, label, index, count, node, manifest, verifier, options, ru
 
 def batch(args) -> int:
     from ..errors import OptionError
-    from .attempt import attempt_id
+    from .attempt import unit_attempt
     from ..store.location import location
     from ..store.records import UnitStore, run_dir, unit_name
 
@@ -386,7 +387,7 @@ def batch(args) -> int:
         raise OptionError("must be at least 1", field="--shard-count")
     if not 0 <= index < args.shard_count:
         raise OptionError(f"{index} is not in 0..{args.shard_count - 1}", field="--shard-index")
-    run_id, started_at, attempt = _run_id(args), _now(), attempt_id(args.attempt)
+    run_id, started_at, attempt = _run_id(args), _now(), unit_attempt(args.attempt)
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
     store = UnitStore(out, run_id, unit)
     if attempt is not None:
@@ -544,7 +545,7 @@ def screen(args) -> int:
     import tempfile
 
     from . import screen as screen_nodes
-    from .attempt import attempt_id
+    from .attempt import unit_attempt
     from ..store.location import location
     from .manifest import load_manifest
     from .runner import run_unit
@@ -555,7 +556,7 @@ def screen(args) -> int:
     out = location(args.out, "--out")
     expected = _screen_suite_and_nodes(args)
     node = args.node_name or socket.gethostname()
-    run_id, started_at, attempt = _run_id(args), _now(), attempt_id(args.attempt)
+    run_id, started_at, attempt = _run_id(args), _now(), unit_attempt(args.attempt)
     index = completion_index(None, "screen", required=False)
     keyed = _keyed_options(args, values_from_args(args))  # --device auto as asked: the same on every node
     if args.device == "auto":  # asked in the verifying child (verifiers.cuda_usable): CUDA does not survive a fork
@@ -617,8 +618,9 @@ def batch_merge(args) -> int:
         raise OptionError("must be 0 or more", field="--wait")
     previous = signal.getsignal(signal.SIGTERM)
     try:
-        args.attempt = attempt_id(args.attempt)
+        args.attempt = attempt_id(args.attempt)  # else the run's holder (_current_attempt), once it has one
         state = _wait(out, args, expect) if args.wait is not None else {"terminated": False}
+        args.attempt = _current_attempt(out, args)
         refused = _refused(out, args)
         if refused:  # the run is another launch's: its report is not this merge's to write
             print(f"gradcheck-svc batch-merge: {refused}: this merge writes nothing (exit {EXIT_USAGE})",
@@ -628,6 +630,22 @@ def batch_merge(args) -> int:
     finally:
         signal.signal(signal.SIGTERM, previous)
     return EXIT_TERMINATED if state["terminated"] else code
+
+
+def _current_attempt(out, args) -> str | None:
+    """The attempt this merge settles on (attempt.merge_attempt): --attempt ($GRADCHECK_ATTEMPT), else the one
+    holding the run now -- read again at every poll of --wait, as a Job's first pod may claim the run later."""
+    from ..errors import OptionError
+    from .attempt import merge_attempt
+    from .merge import StoreUnreadable, resolve_run
+    from ..store.records import run_dir
+
+    if args.attempt is not None:
+        return args.attempt
+    try:
+        return merge_attempt(None, run_dir(out, resolve_run(out, args.run_id)))
+    except (OptionError, StoreUnreadable, OSError):
+        return None  # no run yet, or unreadable: the merge itself says so
 
 
 def _refused(out, args) -> str | None:
@@ -701,7 +719,8 @@ def _wait(out, args, expect) -> dict:
     print(f"gradcheck-svc batch-merge: waiting up to {args.wait:g} s for every shard (or node) of the run to end",
           file=sys.stderr, flush=True)
     watch = Watch()  # heartbeats as this process sees them: a last try's that stops is a SIGKILL
-    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect, args.attempt, watch):
+    while not state["terminated"] and not settled(out, args.run_id, args.shard_count, expect,
+                                                  _current_attempt(out, args), watch):
         left = deadline - time.monotonic()
         if left <= 0:
             print(f"gradcheck-svc batch-merge: waited {args.wait:g} s and some shards or nodes have not ended: "

@@ -172,6 +172,18 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     return _engine_run(backend, program, reported, memory, findings, timelines)
 
 
+def recorded_run(graph: Graph, options: VerifyOptions, dtype: str, loss: float, gradients: dict, memory: dict,
+                 findings: list, seconds: float) -> EngineRun:
+    """The EngineRun another process made of this graph with these options (a finite-difference shard's,
+    verify/fd_shards.py): its loss, host gradients, memory profile and findings, with no fault injected and no
+    event recorded (the shard records none otherwise); the program built and the options checked here, as
+    run_engine checks them, with no run made."""
+    program = program_of(graph, DTYPES[dtype])
+    _check_engine_options(program, options, dtype)
+    parse_policy(options.checkpoint)
+    return EngineRun(loss, gradients, memory, [], seconds, [], program, findings=findings)
+
+
 def _inference_forward(program, backend):
     """The memory profile's no-grad forward (its timeline: the inference figures)."""
     return forward(program, backend, prepare_feeds(program, backend), grad=False, record_timeline=True)

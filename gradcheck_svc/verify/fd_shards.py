@@ -7,13 +7,18 @@ of shards and one merge (no second fan-in):
 
     shard I of N   runs what every process needs to agree on the work -- the engine (forward, backward), the
                    FD oracle's base forward and plan -- then its share: the screen's first-pass differences along
-                   directions I, I + N, I + 2N, ... of the k (the directions are seeded: every process makes
-                   the same ones, and shard I evaluates its rows of them; joint_check.screen_share), the same
-                   rows of the screen's second pass as a passing screen takes it, and the per-parameter
+                   the directions dealt to it (dealer: I, I + N, I + 2N, ... of the k, but for shard 0's
+                   lighter share; the directions are seeded: every process makes the same ones, and shard I
+                   evaluates its rows of them; joint_check.screen_share), its rows of the screen's second pass
+                   as a passing screen takes it, and the per-parameter
                    differences (parameter_fd, the function verify() itself calls) of the parameters the plan
                    checks on their own that are assigned to it; it writes them as one file,
-                   DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write)
-    the merge      runs verify() as one process would, the screen's first passes and each planned parameter's
+                   DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write). Shard 0 also runs the
+                   engine as one process does -- the memory profile's extra runs too -- and records its
+                   run: the loss, the gradients, the memory profile and the findings (_engine_record)
+    the merge      runs verify() as one process would, the engine's run taken from shard 0's record where it
+                   holds one (no fault injected, no event: run.engine_for; else the reported gradient run
+                   only), the screen's first passes and each planned parameter's
                    differences read from the shards instead of computed (verify(fd_source=ShardSource(...)));
                    the follow-up -- refining the screen's failing directions, bisecting them to the parameters
                    they flag, narrowing those, their own checks, a second pass other than the one the shards
@@ -21,7 +26,9 @@ of shards and one merge (no second fan-in):
                    only the merge has, and it is small next to the first pass where the screen passes (a
                    graph that fails is diagnosed by the merge anyway)
 
-Assignment is deterministic. The screen's directions by stride (each costs the same: 2 whole-graph forwards);
+Assignment is deterministic. The screen's directions each to the shard holding the fewest so far (each costs
+the same: a whole-graph forward by complex steps, 2 by central differences; shard 0 counted as holding
+PROFILE_ROWS already where it makes the memory profile's runs);
 the parameters in the graph's order, costliest first (values evaluated, as the plan counts them: a full
 check measured on one sliced copy, a projection 2k copies of what is downstream), each to the shard with the
 least cost so far (ties: the lower index). The first pass's refinement is not counted (it is only known once
@@ -38,9 +45,10 @@ does not ask for is not used, so a second pass the shards guessed wrong costs ti
 projection's directions are not stored (16 x the parameter's size): the merge regenerates them from the seed
 and checks their digest. Every row of a screen pass must come from exactly one shard.
 
-What is not split: every shard and the merge run the engine and the FD oracle's plan (the fixed cost); the
-merge alone runs the symbolic oracle, the screen's follow-up and the diagnosis (localization's differences,
-only where a parameter fails).
+What is not split: every shard runs the engine's gradient run, and every shard and the merge the FD oracle's
+base forward and plan (the fixed cost); the merge alone runs the symbolic oracle, the screen's bookkeeping
+(the engine's projections on every direction, what each block leaves unresolved), its follow-up and the
+diagnosis (localization's differences, only where a parameter fails).
 """
 from __future__ import annotations
 
@@ -48,6 +56,7 @@ import dataclasses
 import hashlib
 import io
 import json
+import math
 import re
 
 import numpy as np
@@ -61,13 +70,14 @@ from ..oracles.finite_diff import FiniteDifferences, random_directions
 from . import fd_record
 from ..text import clip
 from .compare import Tolerance
-from .engine_run import run_engine
+from .engine_run import profile_asked, run_engine
+from .findings import CAUSES, SEVERITIES, Finding
 from .joint_check import screen_share, usable
 from .run import parameter_fd
 from .subject import subject_of
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
-FORMAT = 2  # 2: the joint screen split by direction ("screens")
+FORMAT = 3  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries its engine run ("engine")
 # options that only record (the memory timeline, for a plot or page) never change a value: not keyed
 UNKEYED = ("memory_timeline",)
 
@@ -120,6 +130,30 @@ def _cost(fd, p: str) -> float:
     return fd.full_cost(p)
 
 
+# shard 0 makes the memory profile's extra runs (an inference forward and a checkpointed gradient run: _setup), so
+# it is dealt fewer of the screen's directions, as if it held this many already: on ResNet-18 at 224x224 those
+# runs cost 2.3 complex-step directions (a direction is about two real forwards), on chain_256 less than one
+PROFILE_ROWS = 2
+
+
+def dealer(index: int, count: int, preload: int = 0):
+    """deal(k) -> the rows shard `index` of `count` evaluates of the next screen pass of k directions: each
+    direction in turn to the shard that holds the fewest so far (the lower index on ties), the passes one after
+    another, shard 0 starting at `preload` (PROFILE_ROWS where it makes the memory profile's runs). Without a
+    preload a first pass is dealt by stride (index, index + count, ...). Every process deals alike."""
+    loads = [preload] + [0] * (count - 1)
+
+    def deal(k: int) -> np.ndarray:
+        mine = []
+        for j in range(k):
+            s = min(range(count), key=lambda s: (loads[s], s))
+            loads[s] += 1
+            if s == index:
+                mine.append(j)
+        return np.asarray(mine, dtype=np.int64)
+    return deal
+
+
 def assign(costs: list[float], count: int) -> list[int]:
     """The shard of each item: costliest first (earlier on ties), to the least loaded shard (lower on ties)."""
     load = [0.0] * count
@@ -131,13 +165,14 @@ def assign(costs: list[float], count: int) -> list[int]:
     return out
 
 
-def _setup(graph, options):
-    """As verify() sets up: the gradients under test (the engine's, or the graph's claims), the oracle, the
-    tolerance, the parameters the joint screen takes (none where it is not usable: then every parameter is
-    checked on its own, run.fd_plan) and those the plan checks on their own. `options` were checked at the
-    edge (request.verify_options)."""
+def _setup(graph, options, profile: bool = False):
+    """As verify() sets up: the engine's run, the gradients under test (the engine's, or the graph's claims), the
+    oracle, the tolerance, the parameters the joint screen takes (none where it is not usable: then every
+    parameter is checked on its own, run.fd_plan) and those the plan checks on their own. `options` were checked
+    at the edge (request.verify_options). profile: the memory profile's runs too, as verify() makes them (shard
+    0's, for the merge: _engine_record); else the gradients only."""
     dtype = options.dtype or graph.declared_float_dtype
-    engine = run_engine(graph, options, dtype, profile=False)  # the gradients only: a shard reports no memory
+    engine = run_engine(graph, options, dtype, profile=None if profile else False)
     fd = FiniteDifferences(graph, options.fd)
     under_test = subject_of(graph)
     tol = Tolerance.for_dtype(under_test.tolerance_dtype(dtype), options.atol, options.rtol)
@@ -145,13 +180,75 @@ def _setup(graph, options):
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
     screened = joint if usable(fd, subject, joint) else []
     own = [p for p in graph.parameters if p not in screened]
-    return subject, fd, tol, screened, own
+    return engine, subject, fd, tol, screened, own
+
+
+# a finding's fields as a shard records them (the engine's findings, recompute_check's, carry no worst element)
+FINDING_FIELDS = ("node", "op", "cause", "severity", "detail", "parameters")
+
+
+def _engine_record(engine, options, arrays: dict) -> dict | None:
+    """Shard 0's engine run, made as one process makes it (run_engine's default: the memory profile's runs
+    too), for the merge (run.engine_for): its memory profile and findings, and -- where no fault was injected
+    and no event recorded -- its loss, time and gradients (array engine.gradients, flat, each parameter's in
+    turn in its memory order: meta's names, shapes and axes orders), so that the merge runs no engine at all.
+    None where a finding carries a worst element (none of the engine's does: the merge runs it)."""
+    if any(f.worst is not None for f in engine.findings):
+        return None
+    record = {"memory": engine.memory, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS}
+                                                    for f in engine.findings], "gradients": None}
+    if not options.faults and not engine.events:  # one array, not one per parameter: chain_256 has 512 of them
+        # each in its memory order, with the axes order that restores its layout (a Linear's weight gradient is
+        # a transposed product): the report's norm (BLAS dot over ravel(order="K")) rounds by that order
+        grads, axes = engine.gradients, {p: _memory_axes(g) for p, g in engine.gradients.items()}
+        record.update(gradients=[[p, list(np.shape(g)), axes[p]] for p, g in grads.items()], loss=engine.loss,
+                      seconds=engine.seconds)
+        arrays["engine.gradients"] = np.concatenate([np.ravel(np.transpose(g, axes[p]) if axes[p] else g)
+                                                     for p, g in grads.items()]) if grads else np.zeros(0)
+    return record
+
+
+def _memory_axes(g) -> list[int]:
+    """The axes of g from the largest stride to the smallest: g.transpose(them) walks g in its memory order."""
+    g = np.asarray(g)
+    return [int(a) for a in sorted(range(g.ndim), key=lambda a: (-abs(g.strides[a]), a))]
+
+
+def engine_record(record, arrays: dict) -> dict:
+    """A shard's _engine_record read back: memory, findings as [Finding], gradients as {name: array} (or None),
+    loss, seconds. ValueError (or KeyError, TypeError) where it is not of the shape written."""
+    memory, findings, names = record["memory"], record["findings"], record["gradients"]
+    if not isinstance(memory, dict) or not isinstance(findings, list):
+        raise ValueError("metadata 'engine' is not one run_shard writes")
+    out = []
+    for f in findings:
+        if not isinstance(f, dict) or set(f) != set(FINDING_FIELDS) or f["cause"] not in CAUSES \
+                or f["severity"] not in SEVERITIES or not isinstance(f["parameters"], list) \
+                or not all(isinstance(f[k], str) for k in FINDING_FIELDS[:5]):
+            raise ValueError("a finding in metadata 'engine' is not one run_shard writes")
+        out.append(Finding(**f))
+    made = {"memory": memory, "findings": out, "gradients": None}
+    if names is not None:
+        flat, gradients, at = arrays["engine.gradients"], {}, 0
+        for p, shape, axes in names:
+            shape, axes = [int(d) for d in shape], [int(a) for a in axes]
+            if sorted(axes) != list(range(len(shape))):
+                raise ValueError(f"metadata 'engine': {axes} is no order of {len(shape)} axes")
+            n = math.prod(shape)
+            # the engine's layout again (_engine_record), in a fresh array (not a view of the file's buffer)
+            stored = flat[at:at + n].reshape([shape[a] for a in axes]).copy()
+            gradients[str(p)] = np.transpose(stored, np.argsort(axes)) if axes else stored
+            at += n
+        if flat.dtype != np.float64 or flat.ndim != 1 or at != flat.size or len(gradients) != len(names):
+            raise ValueError("metadata 'engine' does not match its gradients")
+        made.update(gradients=gradients, loss=float(record["loss"]), seconds=float(record["seconds"]))
+    return made
 
 
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
-    subject, fd, tol, screened, own = _setup(graph, options)
+    engine, subject, fd, tol, screened, own = _setup(graph, options, profile=index == 0)
     where = assign([_cost(fd, p) for p in own], count)
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
@@ -163,8 +260,10 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
                        "directions": None if ref.directions is None else _digest(ref.directions)})
         arrays.update({f"{i}.{field}": a for field, a in record.items()})
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
-            "shard_count": count, "work": _work_digest(fd, own), "parameters": params}
-    screens = screen_share(fd, subject, screened, tol, index, count) if screened else []
+            "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
+            "engine": _engine_record(engine, options, arrays) if index == 0 else None}
+    deal = dealer(index, count, PROFILE_ROWS if profile_asked(options) else 0)  # shard 0's profile, in every shard
+    screens = screen_share(fd, subject, screened, tol, deal) if screened else []
     _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
     buf = io.BytesIO()
@@ -234,6 +333,8 @@ def _check_records(meta: dict, arrays: dict) -> None:
             fd_record.from_record(p, record)
         except KeyError as exc:
             raise ValueError(f"parameter record {i} lacks {exc}") from None
+    if meta.get("engine") is not None:
+        engine_record(meta["engine"], arrays)
 
 
 def read_shards(src, graph_sha256: str, options) -> dict:
@@ -265,7 +366,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
     want = identity(graph_sha256, options)
     what = {"graph_sha256": "another graph", "options_sha256": "other options",
             "gradcheck_version": "another gradcheck version"}
-    params, work, screens = {}, {}, {}
+    params, work, screens, engine = {}, {}, {}, None
     for name, (index, _, f) in sorted(found.items()):
         meta, arrays = _load(f)
         if meta.get("shard_index") != index or meta.get("shard_count") != count:
@@ -276,6 +377,8 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             raise OptionError(f"{name} was made from {' and '.join(wrong)}: re-run the shards, or merge with the "
                               "same graph, options and image", field="--fd-from")
         work[name] = meta["work"]
+        if index == 0 and meta.get("engine") is not None:
+            engine = engine_record(meta["engine"], arrays)
         for i, p in enumerate(meta["parameters"]):
             if p["name"] in params:
                 raise OptionError(f"parameter '{p['name'][:200]}' is in {params[p['name']][2]} and {name}",
@@ -283,7 +386,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             params[p["name"]] = (p, {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(f"{i}.")},
                                  name)
         _read_screens(name, meta, arrays, screens)
-    return {"params": params, "work": work, "count": count, "screens": screens}
+    return {"params": params, "work": work, "count": count, "screens": screens, "engine": engine}
 
 
 def _read_screens(name: str, meta: dict, arrays: dict, screens: dict) -> None:
@@ -333,6 +436,17 @@ class ShardSource:
 
     def joint_values(self, dirs, params):
         return screen_values(self.shards(), dirs, params)
+
+    def engine_record(self, graph):
+        """Shard 0's engine run as it recorded it (engine_record), or None; refused unless its gradients are
+        the graph's parameters' (names and shapes)."""
+        made = self.shards()["engine"]
+        grads = made and made["gradients"]
+        if grads is not None and {p: g.shape for p, g in grads.items()} != \
+                {p: np.shape(graph.inputs[p].value) for p in graph.parameters}:
+            raise _damaged(f"{self._read[0]}/{shard_file(0, self.shards()['count'])}",
+                           "its engine gradients are not the graph's parameters")
+        return made
 
     def __call__(self, fd, screen, own, tol):
         return shard_source(self.shards())(fd, screen, own, tol)

@@ -51,7 +51,7 @@ unresolved), and the verification says so (an fd_unresolved finding, the row "un
 
 Split over processes (verify/fd_shards.py): the directions are seeded, so every process makes the same ones,
 and the first pass -- 2 whole-graph forwards per direction, the screen's bulk -- can be evaluated by direction
-elsewhere (screen_share: directions I, I + N, ...; joint_screen's first_pass takes them back), for the screen
+elsewhere (screen_share: the rows fd_shards.dealer deals process I; joint_screen's first_pass takes them back), for the screen
 and for the second pass a passing screen takes. What follows the first pass (refining, bisecting, narrowing,
 another second pass) needs the whole result and runs where it is, the code below unchanged.
 """
@@ -394,13 +394,14 @@ def _second_plan(params: list[str], unresolved: dict) -> tuple[list[str], float]
     return [p for p in params if p in unresolved], min(MAX_STEP_SCALE, 2 * worst)
 
 
-def screen_share(fd, gradients: dict, params: list[str], tol: Tolerance, index: int, count: int) -> list:
-    """The first-pass differences process `index` of `count` evaluates for a screen of `params` split by
-    direction (fd_shards.py): directions index, index + count, ... of the screen's, and of its second pass
-    the one the screen takes when no direction needs refining or bisecting (a passing graph's; any other is
-    the merge's to evaluate). [(dirs, params, rows, values)]; the same directions in every process (seeded)."""
+def screen_share(fd, gradients: dict, params: list[str], tol: Tolerance, deal) -> list:
+    """The first-pass differences one process of several evaluates for a screen of `params` split by
+    direction (fd_shards.py): deal(k) -> its rows of a pass of k directions (fd_shards.dealer), of the screen's
+    and of its second pass the one the screen takes when no direction needs refining or bisecting (a passing
+    graph's; any other is the merge's to evaluate). [(dirs, params, rows, values)]; the same directions in
+    every process (seeded)."""
     dirs, a2 = _directions(fd, gradients, params, tol, 1.0, True)
-    out = [_rows_of(fd, dirs, params, index, count)]
+    out = [_rows_of(fd, dirs, params, deal(dirs.k))]
     every = np.arange(dirs.k)
     # as joint_screen's reach, when every first-pass value stands (its error the rounding term)
     reach = _floor(a2, params, every, np.inf) + 2 * np.full(dirs.k, fd.step_noise(dirs, params))
@@ -408,12 +409,11 @@ def screen_share(fd, gradients: dict, params: list[str], tol: Tolerance, index: 
     if unresolved:
         blind, scale = _second_plan(params, unresolved)
         again, _ = _directions(fd, gradients, blind, tol, scale, False)
-        out.append(_rows_of(fd, again, blind, index, count))
+        out.append(_rows_of(fd, again, blind, deal(again.k)))
     return out
 
 
-def _rows_of(fd, dirs, params: list[str], index: int, count: int) -> tuple:
-    rows = np.arange(index, dirs.k, count)
+def _rows_of(fd, dirs, params: list[str], rows: np.ndarray) -> tuple:
     return dirs, params, rows, fd.joint(dirs, params, rows).reference
 
 

@@ -28,7 +28,7 @@ from .attributes import attributes_used, defaulted_warnings
 from .custom_ops import check_custom_ops
 from .diagnosis.context import Run
 from .diagnosis.diagnose import EXPLAINING
-from .engine_run import EngineRun, run_engine
+from .engine_run import EngineRun, recorded_run, run_engine
 from .fd_check import as_referenced, fd_check
 from .joint_check import RESOLVE, joint_screen, spare, usable
 from .findings import Finding, WorstElement, parameters_through
@@ -61,7 +61,7 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
     run = Run(graph, options, options.dtype or graph.declared_float_dtype, subject=subject_of(graph))
     t_start = time.perf_counter()
     phase("engine")
-    run.engine = run_engine(graph, options, run.dtype)
+    run.engine = engine_for(graph, options, run.dtype, fd_source)
 
     t0 = time.perf_counter()
     phase("symbolic oracle")
@@ -97,6 +97,24 @@ def verify_checked(graph: Graph, options: VerifyOptions, on_phase=None, fd_sourc
         faults=engine.faults, warnings=warnings, findings=findings, timelines=engine.timelines,
         symbolic=run.symbolic, custom_ops=run.custom, subject=run.subject.name,
         attributes=attributes_used(graph), fd_plan=run.fd.plan)
+
+
+def engine_for(graph: Graph, options: VerifyOptions, dtype: str, fd_source=None) -> EngineRun:
+    """The engine's run. In a merge of finite-difference shards (fd_source with an engine_record method,
+    fd_shards.ShardSource) it is shard 0's, made by the same code on the same graph and options: its memory
+    profile and findings, and its loss and gradients where it recorded them (no fault, no event), so that the
+    merge makes no engine run at all -- else only the reported gradient run, not the profile's extra runs (an
+    inference forward and a checkpointed what-if). A timeline, which no shard keeps, is made here."""
+    made = getattr(fd_source, "engine_record", None)
+    made = made(graph) if made is not None and not options.memory_timeline else None
+    if made is None:
+        return run_engine(graph, options, dtype)
+    if made["gradients"] is not None:
+        return recorded_run(graph, options, dtype, made["loss"], made["gradients"], made["memory"],
+                            made["findings"], made["seconds"])
+    engine = run_engine(graph, options, dtype, profile=False)
+    engine.memory, engine.findings = made["memory"], made["findings"]
+    return engine
 
 
 def _compared(run: Run, fd_source) -> list[str]:

@@ -150,6 +150,34 @@ def test_a_resume_after_a_rebuild_with_shards_pending_merges_nothing_stale(tmp_p
         assert {r["gradcheck_version"] for r in merged(out)["records"]} == {code_version()}
 
 
+@pytest.mark.parametrize("skew", [2, -2])
+def test_a_job_launched_without_an_attempt_settles_on_its_own_markers(tmp_path, corpus, old_run, skew):
+    """settings.yaml's attempt left empty: the Job's pods take the Job's uid as their attempt (job-UID, the
+    downward API's controller-uid), and the merge given none settles on the attempt holding the run -- never on
+    time stamps. Attempt "a"'s ended.json files (final, exit 0, clocks 2 h off either way) do not settle it
+    while the new Job's shards 1 and 2 are pending; "a"'s records (another version) are superseded."""
+    out = tmp_path / "out"
+    shutil.copytree(old_run, out)
+    _skew(out, skew)
+    job = env("", 0, GRADCHECK_JOB_UID="0f9e-uid-b")
+    p = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch", f"--manifest={corpus}",
+                        f"--shard-count={SHARDS}", f"--out={out}"], env=job, cwd=ROOT, capture_output=True,
+                       text=True, timeout=ENDS)
+    assert p.returncode == 0, p.stderr
+    assert json.loads((out / "runs" / RUN / "attempt.json").read_text())["attempt"] == "job-0f9e-uid-b"
+    r = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), f"--run-id={RUN}",
+                        f"--shard-count={SHARDS}", f"--manifest={corpus}", "--wait=0"],
+                       env=env(""), cwd=ROOT, capture_output=True, text=True, timeout=ENDS)
+    assert r.returncode == 4, r.stderr
+    assert "waited 0 s and some shards or nodes have not ended" in r.stderr
+    m = merged(out)
+    assert m["attempt"] == "job-0f9e-uid-b"
+    assert sorted(rec["graph"] for rec in m["records"]) == sorted(mine(0))
+    assert {rec["attempt"] for rec in m["records"]} == {"job-0f9e-uid-b"}
+    assert sorted(i["graph"] for i in m["missing"]) == sorted(mine(1) + mine(2))
+    assert {i["why"] for i in m["missing"]} == {"not started under attempt job-0f9e-uid-b"}
+
+
 # --- two launches under one run ID ----------------------------------------------------------------------
 
 def _slow_corpus(tmp_path) -> Path:

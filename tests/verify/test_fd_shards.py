@@ -18,7 +18,7 @@ import pytest
 import forked_cli
 from grpc_helpers import ROOT, _env
 from fd_graphs import mlp
-from gradcheck_svc.verify.fd_shards import assign
+from gradcheck_svc.verify.fd_shards import PROFILE_ROWS, assign, dealer
 
 
 def cli(*args: str, index: int | None = None) -> subprocess.CompletedProcess:
@@ -86,9 +86,10 @@ def check_split(graph: Path, tmp_path: Path, opts: tuple, want: dict, code: int)
         # each parameter the plan checks on its own is computed by exactly one shard (those the screen flags, by
         # the merge: the screen's follow-up)
         assert sorted(split) == sorted(planned), lines
-        if screened:  # shard i evaluates directions i, i + N, ...: every one of the k by exactly one shard
+        if screened:  # shard i evaluates the directions dealt to it (shard 0 fewer: it makes the memory profile's
+            # runs): every one of the k by exactly one shard (the merge refuses any other split)
             k = rows[0][1]
-            assert [m for m, _ in rows] == [len(range(i, k, count)) for i in range(count)], lines
+            assert [m for m, _ in rows] == [len(dealer(i, count, PROFILE_ROWS)(k)) for i in range(count)], lines
         else:
             assert rows == [None] * count, lines
         seen.append(rows)
@@ -128,7 +129,8 @@ def test_chain_256_split_by_direction_equals_the_single_process(tmp_path):
     assert want["verdict"] == "pass"
     assert sum(p["fd_checked_by"] == "joint" for p in want["parameters"]) == 505
     rows = check_split(CHAIN, tmp_path, (), want, 0)
-    assert rows[1] == [(8, 16), (8, 16)] and rows[2] == [(6, 16), (5, 16), (5, 16)]
+    # shard 0 makes the memory profile's runs: it is dealt PROFILE_ROWS (2) fewer directions than an even split
+    assert rows[1] == [(7, 16), (9, 16)] and rows[2] == [(4, 16), (6, 16), (6, 16)]
     lines = run_shards(CHAIN, tmp_path / "again", 2)
     # complex steps (the default) leave no block unresolved: no second pass to split (central differences'
     # one, whose rounding eps |L| / h blinded chain_256's first layers, is split the same way: screen_share)
@@ -152,17 +154,20 @@ def test_the_merge_reads_the_screen_s_directions_from_the_shards(tmp_path):
     def bump(meta, arrays):
         rows["r"] = int(arrays["screen0.rows"][0])
         # far inside what the direction is allowed (no refinement, no flag): the row shows it as it is
-        arrays["screen0.values"] = arrays["screen0.values"] * np.array([1 + 1e-12, 1, 1])
+        factor = np.ones(len(arrays["screen0.rows"]))
+        factor[0] = 1 + 1e-12
+        arrays["screen0.values"] = arrays["screen0.values"] * factor
     rewrite(path, bump)
     r = cli(str(graph), *opts, "--fd-from", str(out), "--format", "json")
     got = json.loads(r.stdout)
-    assert rows["r"] == 1  # shard 1 of 2 holds directions 1, 3, 5
+    r = rows["r"]
+    assert r == 0  # shard 1 of 2 holds directions 0, 1, 3, 5 (shard 0, which makes the memory profile, 2, 4)
     before = np.asarray(good["parameters"][0]["reference"])
     after = np.asarray(got["parameters"][0]["reference"])
-    assert good["parameters"][0]["fd_checked_by"] == "joint" and after[1] != before[1]
-    assert np.array_equal(np.delete(after, 1), np.delete(before, 1))
-    for change in (lambda meta, arrays: arrays.update({"screen0.rows": arrays["screen0.rows"] - 1}),  # 0, 2, 4 twice
-                   lambda meta, arrays: meta.update(screens=[])):  # 1, 3, 5 by none
+    assert good["parameters"][0]["fd_checked_by"] == "joint" and after[r] != before[r]
+    assert np.array_equal(np.delete(after, r), np.delete(before, r))
+    for change in (lambda meta, arrays: arrays.update({"screen0.rows": (arrays["screen0.rows"] + 1) % 6}),  # 2, 4 twice
+                   lambda meta, arrays: meta.update(screens=[])):  # 0, 1, 3, 5 by none
         path.write_bytes(original)
         rewrite(path, change)
         r = cli(str(graph), *opts, "--fd-from", str(out))
@@ -252,6 +257,52 @@ def test_a_damaged_kept_graph_is_decoded_again(tmp_path):
     assert without_timings(json.loads(r.stdout)) == without_timings(want)
 
 
+def test_the_merge_takes_shard_0_s_engine_run(tmp_path):
+    """A failing graph (a wrong rule: the diagnosis names it), no fault injected: shard 0 records its engine run
+    (loss, gradients, memory profile, findings) and the merge runs no engine -- its report equals the single
+    process's, and a loss or a memory figure changed in shard 0's file is the one the merged report shows."""
+    from gradcheck_svc.batch.generate import graph_dict
+
+    graph = tmp_path / "mismatch.json"
+    graph.write_text(json.dumps(graph_dict(7, size=2, kind="mismatch")))
+    single = cli(str(graph), "--format", "json")
+    want = json.loads(single.stdout)
+    assert single.returncode == 1 and any(f["cause"] == "rule_error" for f in want["findings"]), single.stderr
+    out = tmp_path / "fd"
+    run_shards(graph, out, 2)
+    merged = cli(str(graph), "--fd-from", str(out), "--format", "json")
+    assert merged.returncode == 1 and without_timings(json.loads(merged.stdout)) == without_timings(want)
+
+    def change(meta, arrays):
+        assert meta["engine"]["gradients"] is not None  # recorded: no fault, no event
+        meta["engine"]["loss"] += 1.0
+        meta["engine"]["memory"]["op_evaluations"] += 1000
+    rewrite(out / "fd-shard-0000-of-0002.npz", change)
+    got = json.loads(cli(str(graph), "--fd-from", str(out), "--format", "json").stdout)
+    assert got["loss"] == want["loss"] + 1.0
+    assert got["memory"]["op_evaluations"] == want["memory"]["op_evaluations"] + 1000
+
+
+def test_recorded_gradients_keep_the_engine_s_layout():
+    """Shard 0's gradients come back with the engine's values, shapes and memory layout (a Linear's weight gradient
+    is a transposed product: the report's norm, a BLAS dot over the memory order, rounds by that order)."""
+    from types import SimpleNamespace
+
+    from gradcheck_svc.verify.fd_shards import _engine_record, engine_record
+
+    grads = {"w": np.arange(5120.0).reshape(512, 10).T, "t": np.arange(60.0).reshape(3, 4, 5).transpose(2, 0, 1),
+             "b": np.linspace(0, 1, 5), "s": np.array(3.0)}
+    engine = SimpleNamespace(findings=[], memory={"op_evaluations": 1}, events=[], gradients=grads, loss=1.5,
+                             seconds=0.1)
+    arrays = {}
+    record = json.loads(json.dumps(_engine_record(engine, SimpleNamespace(faults=[]), arrays)))
+    made = engine_record(record, arrays)
+    assert made["loss"] == 1.5 and made["memory"] == {"op_evaluations": 1} and made["findings"] == []
+    for p, g in grads.items():
+        back = made["gradients"][p]
+        assert back.shape == g.shape and back.strides == g.strides and np.array_equal(back, g), p
+
+
 def rewrite(path: Path, change) -> None:
     """Rewrite a shard file: change(meta, arrays) edits its metadata and arrays in place."""
     with np.load(path) as z:
@@ -294,6 +345,20 @@ def test_assignment_is_balanced_and_deterministic():
     loads = [sum(c for c, s in zip(costs, where) if s == k) for k in range(2)]
     assert loads == [12.0, 13.0] or loads == [13.0, 12.0]
     assert assign(costs, 3)[0] == 0 and assign(costs, 3)[3] == 1  # costliest first, lowest index on ties
+
+
+def test_directions_are_dealt_once_each_and_shard_0_fewer():
+    """Each pass's directions are dealt to exactly one shard; without a preload a first pass by stride; shard 0,
+    preloaded with the memory profile's runs, gets that many fewer, and a second pass evens the loads out."""
+    for count, preload in ((1, 2), (3, 0), (4, 0), (4, 2), (5, 2)):
+        deals = [dealer(i, count, preload) for i in range(count)]
+        for k in (16, 8):
+            rows = [d(k) for d in deals]
+            assert sorted(int(r) for part in rows for r in part) == list(range(k)), (count, preload, k)
+            if k == 16 and preload == 0:
+                assert [list(r) for r in rows] == [list(range(i, k, count)) for i in range(count)]
+    first = [len(dealer(i, 4, 2)(16)) for i in range(4)]
+    assert first == [3, 5, 4, 4]
 
 
 def test_shards_through_object_storage(tmp_path, s3):  # noqa: F811 -- the fixture
