@@ -12,7 +12,8 @@ VERIFY = ROOT / "verify"
 # heavy libraries, imported where used (ARCHITECTURE: pay only for what is asked); mp_eval is
 # SymPy and mpmath behind a thin evaluator, needed only by graphs with an expr node
 DEFERRED_OK = {"matplotlib", "matplotlib.pyplot", "sympy", "pickle", "resource", "sys",
-               "gradcheck_svc.oracles.mp_eval"}
+               "gradcheck_svc.oracles.mp_eval",
+               "gradcheck_svc.verify.plot"}  # the SVG writer, for --memory-plot only (~10 ms of every command)
 
 
 def _module(path: Path) -> str:
