@@ -131,6 +131,8 @@ def test_a_spatial_transformer_passes_equal_to_torch():
     assert compared == {"theta", "conv.weight", "conv.bias"}
     report = run_request(req)
     assert report.verdict == "pass"
+    req.graph.claimed.CopyFrom(_claims(want))  # torch's whole named_parameters() archive, as --claimed
+    assert run_request(req).verdict == "pass"
     # theta reaches the loss only through AffineGrid and GridSample's grid: a wrong gradient there fails
     claimed = dict(want, theta=want["theta"] + 1e-3 * np.abs(want["theta"]).max())
     req.graph.claimed.CopyFrom(_claims(claimed))
