@@ -121,7 +121,3 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if _is_slow(item):
             item.add_marker(pytest.mark.slow)
-    # the slow files first (a stable sort: each file's tests keep their order): the workers take files in this
-    # order (--dist loadfile), so the long ones start early and the run ends on short ones, not on one worker
-    # finishing a minute-long file while the other idles
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
