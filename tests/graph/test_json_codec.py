@@ -88,11 +88,12 @@ def test_the_fast_reader_reads_a_graph_exactly():
     values = rng.standard_normal(20_000) * 10.0 ** rng.integers(-320, 18, 20_000)
     text = GRAPH % json.dumps({"shape": [20_000], "data": values.tolist()})
     lifted = []
-    assert _fast_loads(text, lifted) is not None and len(lifted) == 1
+    assert _fast_loads(text, graph_pb2.Graph.DESCRIPTOR, lifted) is not None and len(lifted) == 1
     msg = decode_graph(text.encode(), "json")
     np.testing.assert_array_equal(np.asarray(msg.inputs[0].value.data), values)
     assert _ours(text) == _reference(text)
-    assert _fast_loads((ROOT / "examples" / "graphs" / "chain_256.json").read_text(), []) is not None
+    chain = (ROOT / "examples" / "graphs" / "chain_256.json").read_text()
+    assert _fast_loads(chain, graph_pb2.Graph.DESCRIPTOR, []) is not None
 
 
 def test_duplicate_keys_are_refused():

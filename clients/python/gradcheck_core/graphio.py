@@ -82,7 +82,7 @@ def _no_duplicates(pairs):
 def _parse_json(text: str, msg) -> None:
     """json_format.Parse(text, msg), its errors included, with the data lists set by C."""
     lifted = []
-    obj = _fast_loads(text, lifted)
+    obj = _fast_loads(text, msg.DESCRIPTOR, lifted)
     if obj is None:  # json's own reading, duplicate keys refused as json_format refuses them
         try:
             obj = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -100,7 +100,7 @@ def _parse_json(text: str, msg) -> None:
         _resolve(msg, where).data.extend(values)
 
 
-def _fast_loads(text: str, lifted: list):
+def _fast_loads(text: str, desc, lifted: list):
     """orjson's reading of text with its data lists lifted (into `lifted`), when it is json.loads' exactly;
     else None (json reads it: the same document, or the same error). orjson keeps a duplicate key's last
     value where json_format refuses the key, and reads an integer beyond 64 bits as a float: so a text with
@@ -112,7 +112,7 @@ def _fast_loads(text: str, lifted: list):
         obj = orjson.loads(text)
     except orjson.JSONDecodeError:  # NaN, 1e400, a BOM...: json's reading and its words
         return None
-    _lift_data(obj, graph_pb2.Graph.DESCRIPTOR, (), lifted, _FAST_BOUND)
+    _lift_data(obj, desc, (), lifted, _FAST_BOUND)
     pairs_and_colons = [len(lifted), 0]  # a data list lifted was one pair
     try:
         faithful = _tally(obj, pairs_and_colons) and sum(pairs_and_colons) == text.count(":")
