@@ -72,15 +72,20 @@ class Costs:
         self._row_bytes: dict = {}
         self._sliced_cost: dict[str, float] = {}
         self._to_loss: set[str] = set()  # parameters the loss depends on (_param_row_bytes)
-        self._axis: dict = {}  # slice_axis
+        self._axis: dict | None = None  # slice_axis, every value's (made in one pass over the steps)
+        self._forward_values: int | None = None
+        self._walk = None  # live_row_bytes' per-step tables (_param_row_bytes)
 
     def size(self, p: str) -> int:
         return math.prod(self.program.shapes[p])
 
     def forward_values(self) -> int:
         """Values one forward of everything downstream of the parameters evaluates (the joint pass's copy)."""
-        params = list(self.program.params)
-        return max(1, sum(math.prod(self.program.shapes[v]) for v in self.program.downstream(params))) if params else 1
+        if self._forward_values is None:  # asked per joint chunk: a walk over every step each time
+            params = list(self.program.params)
+            self._forward_values = max(1, sum(math.prod(self.program.shapes[v])
+                                              for v in self.program.downstream(params))) if params else 1
+        return self._forward_values
 
     def joint_cost(self, k: int) -> float:
         """Values the joint pass evaluates: 2k copies of everything downstream of the parameters."""
@@ -126,19 +131,22 @@ class Costs:
         return self._row_bytes[key]
 
     def live_row_bytes(self, params) -> int:
-        """The most bytes one copy holds at once, all of `params` perturbed together, as forward_batched
-        evaluates it (each value released after its last consumer; a value costs its op's temporary too
-        while it is made), the perturbed parameters included: what a joint chunk's row costs."""
-        held = set(params)
-        live = peak = sum(self.size(p) for p in held)
-        # no step before the first that reads one of them holds anything: the walk starts there
-        for s in self.program.steps[self.program.start_of(held):]:
-            if not any(n in held for n in s.inputs):
-                continue
-            held.add(s.name)
-            peak = max(peak, live + self.program.footprint[s.name])
-            live += math.prod(self.program.shapes[s.name])
-            live -= sum(math.prod(self.program.shapes[n]) for n in s.release if n in held)
+        """The most bytes one copy holds at once, all of `params` (parameters) perturbed together, as
+        forward_batched evaluates it (each value released after its last consumer; a value costs its op's
+        temporary too while it is made), the perturbed parameters included: what a joint chunk's row costs.
+        On the steps as arrays (which parameters each step's value depends on: _param_row_bytes), not a walk
+        of the steps per call -- a bisection's level asks for each of its groups."""
+        if self._walk is None:
+            self._param_row_bytes()
+        index, reached, size, footprint, at, of, freed = self._walk
+        mask = np.zeros(len(index), bool)
+        mask[[index[p] for p in params]] = True
+        held = (reached & np.packbits(mask)).any(axis=1)  # the steps a copy makes (reads a perturbed value)
+        live0 = int(sum(self.size(p) for p in set(params)))
+        # made less released, at the steps it makes: a released value is one it made
+        delta = held * (size - np.bincount(at, weights=held[of] * freed, minlength=len(size)).astype(np.int64))
+        before = live0 + np.cumsum(delta) - delta
+        peak = max(live0, int(np.max(np.where(held, before + footprint, 0), initial=0)))
         return 8 * max(1, peak)
 
     def _param_row_bytes(self) -> None:
@@ -158,28 +166,46 @@ class Costs:
             self._row_bytes[p] = 8 * max(1, int(total[index[p]]))
         out = reach.get(self.program.output)
         self._to_loss = {p for p in params if p == self.program.output or (out is not None and out[index[p]])}
+        self._walk_tables(index, reach)
+
+    def _walk_tables(self, index: dict, reach: dict) -> None:
+        """live_row_bytes' tables: per step the parameters its value depends on (bits), its size and
+        footprint; per value released, the step releasing it, the step making it, its size."""
+        steps, shapes = self.program.steps, self.program.shapes
+        none = np.zeros(len(index), bool)
+        reached = np.packbits(np.stack([reach.get(s.name, none) for s in steps]).reshape(len(steps), len(index)),
+                              axis=1)
+        made = {s.name: i for i, s in enumerate(steps)}
+        freed = [(i, made[n]) for i, s in enumerate(steps) for n in s.release if n in made]
+        at, of = (np.array([f[k] for f in freed], dtype=np.intp) for k in (0, 1))
+        size = np.array([math.prod(shapes[s.name]) for s in steps], dtype=np.int64)
+        footprint = np.array([self.program.footprint[s.name] for s in steps], dtype=np.int64)
+        self._walk = (index, reached, size, footprint, at, of, size[of])
 
     def slice_axis(self, name: str) -> int | None:
         """The axis one-element perturbations of `name` are carried along (ops/slices.py): the first
         one a consumer prefers (matmul: a's rows, b's columns; conv: W's filters), else the last;
         None for a scalar."""
-        if name not in self._axis:
-            self._axis[name] = self._slice_axis(name)
-        return self._axis[name]
-
-    def _slice_axis(self, name: str) -> int | None:
-        rank = len(self.program.shapes[name])
-        if rank == 0:
+        if len(self.program.shapes[name]) == 0:
             return None
+        if self._axis is None:
+            self._axis = self._slice_axes()
+        return self._axis.get(name, -1)
+
+    def _slice_axes(self) -> dict:
+        """slice_axis of every value a consumer prefers an axis of, in one pass over the steps."""
+        out = {}
         for step in self.program.steps:
             prefer = step.op.sliced_axes
             for k, n in enumerate(step.inputs):
-                if n == name and prefer:
-                    axis = prefer[min(k, len(prefer) - 1)]
-                    axis = axis - rank if axis >= 0 else axis  # OpDef.sliced_axes may count from the front
-                    if -rank <= axis < 0:
-                        return axis
-        return -1
+                if n in out or not prefer:
+                    continue
+                rank = len(self.program.shapes[n])
+                axis = prefer[min(k, len(prefer) - 1)]
+                axis = axis - rank if axis >= 0 else axis  # OpDef.sliced_axes may count from the front
+                if -rank <= axis < 0:
+                    out[n] = axis
+        return out
 
     def _sliced_row_values(self, name: str) -> float:
         """Values one perturbed copy of `name` really evaluates, carried as a slice: measured on one

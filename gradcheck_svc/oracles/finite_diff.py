@@ -224,9 +224,12 @@ class FiniteDifferences:
         axis = self.slice_axis(name)
         if axis is None:  # a scalar: the stack itself is as small as it gets
             return self.losses(name, np.asarray(new_values, dtype=dtype).reshape((-1,) + x.shape))
-        # the first chunk is sized by the dense bound (every downstream value in full); the rest by
-        # what a copy really held, which slices make far smaller
-        rows = max(1, self.options.chunk_bytes // (self.row_bytes(name) * x.itemsize // 8))
+        # the first chunk is sized as the rest, by twice what a copy holds at once -- for a parameter the
+        # dense copy's (Costs.live_row_bytes: slices hold less), else every downstream value in full; the rest
+        # by what a copy really held (a parameter near the loss sized by every value below it left a
+        # second chunk of one copy: a second forward through the same steps)
+        held = 2 * self.costs.live_row_bytes([name]) if name in self.program.param_set else self.row_bytes(name)
+        rows = max(1, self.options.chunk_bytes // (held * x.itemsize // 8))
         out = np.empty(len(flat_index), dtype=dtype)
         self.copies += len(flat_index)
         s = 0

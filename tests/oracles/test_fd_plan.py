@@ -10,8 +10,11 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
+from gradcheck_svc.backend import NUMPY
+from gradcheck_svc.engine import forward_batched
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.oracles.fd_plan import JOINT_FULL_SHARE
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
@@ -97,3 +100,17 @@ def test_a_jointly_screened_graphs_plan_counts_the_screens_forwards():
     # what the screen spent: the planned first pass, plus any refinement (never less)
     assert all(r["fd_evaluations"] >= plan["forwards"] for r in rows)
     assert "finite-difference plan: auto: 16 joint (8 directions); first pass 8 perturbed forwards" in report.to_text()
+
+
+def test_a_copys_live_bytes_bound_what_the_batched_forward_holds():
+    """Costs.live_row_bytes sizes the joint chunks and a full check's first chunk: for any set of
+    parameters perturbed together it is at least the bytes per copy forward_batched measures it holding
+    at once (its peak_bytes, the copies included), on a CNN whose values branch and join."""
+    fd = FiniteDifferences(cnn(4))
+    params = list(fd.program.params)
+    groups = [[p] for p in params] + [params, params[::2], params[1::2], params[len(params) // 2:]]
+    for group in groups:
+        stats = {}
+        forward_batched(fd.program, NUMPY, fd.base, {p: np.repeat(np.asarray(fd.base[p])[None], 2, axis=0)
+                                                     for p in group}, stats, frozen=fd.frozen)
+        assert fd.costs.live_row_bytes(group) >= stats["peak_bytes"] > 0, group
