@@ -780,5 +780,15 @@ def _failed(outcome) -> int:
     return exit_code(outcome)
 
 
+def run() -> None:
+    """The process's entry (`python -m gradcheck_svc.cli`, the console script): main()'s exit code, the process
+    ended without the interpreter's teardown (gradcheck_core/process_exit.py). main() itself returns, for
+    callers in a process that goes on."""
+    code = main()
+    from gradcheck_core.process_exit import exit_now
+
+    exit_now(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()
