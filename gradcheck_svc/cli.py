@@ -308,6 +308,8 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
 def _claims(args, paths: list, limits):
     """--claimed: the claims (gradcheck_core/claims.py, as the CI command reads them, within the request
     limits before anything is inflated), or None."""
+    if args.claimed is None:  # (the archive reader, zipfile with it, is imported for the flag only)
+        return None
     from gradcheck_core.claims import ClaimsFileError, claimed_flag
 
     from .errors import OptionError
