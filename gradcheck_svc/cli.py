@@ -308,6 +308,8 @@ def _verify_paths(args, paths: list, single: bool, limits, values, options, clai
 def _claims(args, paths: list, limits):
     """--claimed: the claims (gradcheck_core/claims.py, as the CI command reads them, within the request
     limits before anything is inflated), or None."""
+    if args.claimed is None:  # (the archive reader, zipfile with it, is imported for the flag only)
+        return None
     from gradcheck_core.claims import ClaimsFileError, claimed_flag
 
     from .errors import OptionError
@@ -780,5 +782,15 @@ def _failed(outcome) -> int:
     return exit_code(outcome)
 
 
+def run() -> None:
+    """The process's entry (`python -m gradcheck_svc.cli`, the console script): main()'s exit code, the process
+    ended without the interpreter's teardown (gradcheck_core/process_exit.py). main() itself returns, for
+    callers in a process that goes on."""
+    code = main()
+    from gradcheck_core.process_exit import exit_now
+
+    exit_now(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

@@ -405,5 +405,14 @@ def main(argv=None) -> int:
         return 130
 
 
+def run() -> None:
+    """The process's entry (`python -m gradcheck_client.cli`, the console script): main()'s exit code, the
+    process ended without the interpreter's teardown (gradcheck_core/process_exit.py)."""
+    code = main()
+    from gradcheck_core.process_exit import exit_now
+
+    exit_now(code)
+
+
 if __name__ == "__main__":
-    sys.exit(main())
+    run()

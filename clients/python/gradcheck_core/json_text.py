@@ -15,14 +15,15 @@ non-ASCII text (json escapes it: the output stays ASCII), an integer beyond 64 b
 from __future__ import annotations
 
 import json
-import math
 import secrets
 
 import numpy as np
 import orjson
 
 _PLAIN = frozenset((int, float, str, bool, type(None)))  # exact types: a subclass is looked into
-_QUIET = frozenset((int, str, bool))  # leaves with nothing to count (a None, a float's finiteness)
+# leaves with nothing to count (a None is counted; a NaN or Inf float, which orjson writes as null, shows as a
+# null more than counted, and that text is then json's)
+_QUIET = frozenset((int, float, str, bool))
 _OPT = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
@@ -32,14 +33,13 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
         return json.dumps(obj, allow_nan=allow_nan, default=_listable)
     token = secrets.token_hex(8)  # no string in obj can be mistaken for a placeholder
     lists: list = []  # (a list of plain values or a finite 1-D array, the set of its values' types)
-    nulls, finite = 0, True  # the skeleton's None leaves, and whether all its floats are finite
+    nulls = 0  # the skeleton's None leaves: orjson's text must hold exactly these (a NaN or Inf is one more)
 
     def lift(o):
-        nonlocal nulls, finite
+        nonlocal nulls
         t = type(o)
         if t in _PLAIN:  # the leaves first: most calls are one
             nulls += o is None
-            finite = finite and (t is not float or math.isfinite(o))
             return o
         if isinstance(o, dict):  # the quiet leaves kept in place: no call for each
             return {k: v if type(v) in _QUIET else lift(v) for k, v in o.items()}
@@ -57,11 +57,10 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
             return [lift(v) for v in o]
         if isinstance(o, np.generic):
             return lift(o.item())
-        finite = finite and not (isinstance(o, float) and not math.isfinite(o))  # a float subclass
         return o
 
     skeleton = lift(obj)
-    text = (_orjson(skeleton, nulls if finite else -1, orjson.OPT_INDENT_2) if indent == 2 else None) \
+    text = (_orjson(skeleton, nulls, orjson.OPT_INDENT_2) if indent == 2 else None) \
         or json.dumps(skeleton, indent=indent, allow_nan=allow_nan)
     pieces = _one_lines(lists, allow_nan)
     parts = text.split(f'"{token}')  # each part after the first begins with its placeholder's 'N"'
@@ -109,10 +108,8 @@ def _one_line(values, types, allow_nan: bool) -> str:
 
 
 def _orjson(o, nulls: int, option: int) -> str | None:
-    """orjson's text of o when it holds exactly `nulls` nulls (a NaN or Inf would add one; -1: a known
-    non-finite float) and is ASCII; else None: json.dumps writes it (and raises what json raises)."""
-    if nulls < 0:
-        return None
+    """orjson's text of o when it holds exactly `nulls` nulls (a NaN or Inf would add one) and is ASCII; else
+    None: json.dumps writes it (and raises what json raises)."""
     try:
         text = orjson.dumps(o, option=_OPT | option)
     except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: json.dumps knows them
