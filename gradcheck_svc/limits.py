@@ -11,6 +11,8 @@ import time
 from contextlib import contextmanager
 from dataclasses import dataclass, make_dataclass
 
+from gradcheck_core.options import MAX_SECONDS
+
 from .errors import LimitError, OptionError, TimeLimitError
 
 FORMULA_MAX_DEPTH = 64  # the formula parser's own hard cap (ops/formula.py reads it from here)
@@ -55,7 +57,8 @@ LIMITS = (
     LimitSpec("max_symbolic_partials", 250_000, "local partial derivatives the symbolic oracle may build"),
     LimitSpec("max_directions", 4_096, "random directions of projection finite differences"),
     LimitSpec("max_faults", 64, "fault injections in one request"),
-    LimitSpec("max_request_seconds", 120.0, "seconds one verification may run", type=float, minimum=1e-3),
+    LimitSpec("max_request_seconds", 120.0, "seconds one verification may run", type=float, minimum=1e-3,
+              maximum=MAX_SECONDS),
     LimitSpec("max_queue", 64, "requests waiting for a worker beyond the busy ones", minimum=0, server_only=True),
 )
 LIMIT_SPECS = {spec.name: spec for spec in LIMITS}

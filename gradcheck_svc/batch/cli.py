@@ -210,7 +210,7 @@ def _check_common(args):
     """Every option checked before any graph is read: a bad one is exit 2 naming its flag, not an
     "invalid" record for each graph. Against a server, its own limits apply, not the defaults here.
     Returns the limits in force in-process (`--max-...`, else the defaults)."""
-    from gradcheck_core.options import flag_of
+    from gradcheck_core.options import MAX_SECONDS, flag_of
 
     from ..errors import LimitError, OptionError
     from ..limits import ServerLimits, limit_flag_values
@@ -218,6 +218,8 @@ def _check_common(args):
 
     if not args.time_limit > 0:  # NaN too
         raise OptionError("must be positive", field="--time-limit")
+    if args.time_limit > MAX_SECONDS:
+        raise OptionError(f"must be at most {MAX_SECONDS}", field="--time-limit")
     given = {k: v for k, v in limit_flag_values(args).items() if v is not None}
     if given and getattr(args, "server", None) is not None:  # silently ignored would be worse
         raise OptionError("applies in-process only: with --server, the server's own limits apply",

@@ -186,6 +186,7 @@ def test_a_screen_stops_a_graph_at_max_request_seconds(capsys, tmp_path):
     ([], {"JOB_COMPLETION_INDEX": "x"}, "--shard-index: $JOB_COMPLETION_INDEX 'x' is not an integer"),
     (["--shard-index", "0", "--shard-count", "0"], {}, "--shard-count: must be at least 1"),
     (["--shard-index", "0", "--time-limit", "nan"], {}, "--time-limit: must be positive"),
+    (["--shard-index", "0", "--time-limit", "inf"], {}, "--time-limit: must be at most 1000000"),
     (["--shard-index", "0", "--fault", "z:melt"], {}, "fault: unknown fault kind 'melt'"),
     # every option is checked before a graph is read (not an "invalid" record per graph)
     (["--shard-index", "0", "--checkpoint", "every:0"], {}, "--checkpoint: 'every:0': every:K needs a positive"),

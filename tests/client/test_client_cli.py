@@ -130,6 +130,7 @@ def test_without_server_or_service_says_how_to_point_at_one(graphs):
     (["--summary-md", "/nonexistent/dir/summary.md"], "cannot write --summary-md /nonexistent/dir/summary.md"),
     (["--tls", "--ca-file", "/nonexistent/ca.pem", "--server", "127.0.0.1:1"], "cannot read --ca-file"),
     (["--timeout", "-1"], "--timeout: must be positive"),
+    (["--timeout", "1e300"], "--timeout: must be at most 1000000"),
 ])
 def test_unusable_files_and_bad_numbers_exit_2_one_line(graphs, args, needle):
     r = gradcheck("verify", graphs / "seed.json", *args)

@@ -124,6 +124,8 @@ def test_ops_listing_comes_from_registry():
     (["--metrics-port", "-1"], "--metrics-port: -1 is not a port number (0-65535)"),
     (["--max-nodes", "0"], "--max-nodes: must be positive"),
     (["--max-queue", "-1"], "--max-queue: must be 0 or more"),
+    # over what a bounded wait can wait (select.poll's int milliseconds): refused, not an internal error
+    (["--max-request-seconds", "inf"], "--max-request-seconds: must be at most 1000000"),
 ])
 def test_bad_serve_options_exit_2_one_line(args, needle):
     rc, _, err = run_cli("serve", *args)

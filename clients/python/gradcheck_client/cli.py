@@ -22,7 +22,7 @@ from gradcheck_core.claims import ClaimsFileError, claimed_flag, with_claims
 from gradcheck_core.graphio import GraphFileError, load_graph
 from gradcheck_core.onnx_files import OnnxFileError
 from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
-from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, CommandParser, plot_path, values_from_args
+from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, MAX_SECONDS, CommandParser, plot_path, values_from_args
 from gradcheck_core.outputs.guard import write_reports
 from gradcheck_core.outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
 from gradcheck_core.outputs.text import escape_controls
@@ -326,6 +326,8 @@ def _check_flags(args):
                          "HOST:PORT (or set GRADCHECK_SERVER) to use a gradcheck server")
     if not args.timeout > 0:  # NaN too
         raise UsageError(f"--timeout: must be positive, got {args.timeout}")
+    if args.timeout > MAX_SECONDS:  # a wait's own bound (gradcheck_core/options.py)
+        raise UsageError(f"--timeout: must be at most {MAX_SECONDS}, got {args.timeout}")
     if args.server and _in_process_only(args):  # silently ignored would be worse
         raise UsageError(f"{_in_process_only(args)[0]}: applies in-process only: with --server, the server's "
                          "own limits and budgets apply")

@@ -9,13 +9,18 @@ server uses when the option is unset, and its help text is shared by both comman
 option table (tests/client/test_options_table.py checks that the proto, both parsers, the server's
 defaults and the docs all agree with this table).
 
-It lives in the client package because the server depends on the client package, not the other
-way round: both read it from here.
+It lives in gradcheck_core, below both the service and the client: both read it from here.
 """
 from __future__ import annotations
 
 import argparse
 from dataclasses import dataclass, field
+
+# The longest time limit a flag accepts (--max-request-seconds, batch's --time-limit, the CI command's
+# --timeout). A bounded call waits in select.poll, whose timeout is an int of milliseconds (24.8 days at
+# most): over that, the wait itself fails. 1,000,000 s (11.6 days) is far beyond any verification, so a
+# larger value (inf included) is refused naming its flag, never crashes the run as an internal error.
+MAX_SECONDS = 1_000_000
 
 
 def non_negative_int(text: str) -> int:
