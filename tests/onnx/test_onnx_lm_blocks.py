@@ -36,15 +36,22 @@ TIED = {"gpt2": {"wte.weight"}}
 FOLDED = {("gpt2", "dynamo"): {"wpe.weight"}}
 
 
+_LEGACY: dict = {}  # block name -> its TorchScript export
+
+
 def export(model, ids, exporter: str, name: str | None = None) -> bytes:
-    """`name`: the lm_blocks.block (seeded) the model is, whose dynamo export is made once per process."""
+    """`name`: the lm_blocks.block (seeded) the model is, exported once per process by each exporter."""
     if exporter == "dynamo":  # the dynamo exporter's defaults, its optimizer on
         return export_onnx(model, (ids,), "dynamo", key=None if name is None else (__name__, name))
+    if name in _LEGACY:
+        return _LEGACY[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
         f = io.BytesIO()
         torch.onnx.export(model, (ids,), f, dynamo=False, input_names=["ids"])
-        return f.getvalue()
+    if name is not None:
+        _LEGACY[name] = f.getvalue()
+    return f.getvalue()
 
 
 def tensor_bytes(a: np.ndarray) -> bytes:
