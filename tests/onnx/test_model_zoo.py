@@ -24,6 +24,7 @@ pytest.importorskip("onnx")
 
 from model_zoo import ZOO, causal_attention, exact_reference  # noqa: E402
 from onnx_helpers import torch_image  # noqa: E402
+from torch_export import export_onnx  # noqa: E402
 
 from gradcheck_svc.graph import load_graph  # noqa: E402
 from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
@@ -34,19 +35,11 @@ from gradcheck_svc.verify.run import run_engine  # noqa: E402
 EXPORTERS = ["legacy", "dynamo", "dynamo-unoptimized"]
 
 
-def export(model, x, exporter: str) -> bytes:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        if exporter == "legacy":
-            f = io.BytesIO()
-            torch.onnx.export(model, (x,), f, dynamo=False)
-            return f.getvalue()
-        pytest.importorskip("onnxscript")  # the dynamo exporter's dependency
-        import logging
-
-        logging.getLogger("torch.onnx").setLevel(logging.ERROR)
-        program = torch.onnx.export(model, (x,), dynamo=True, optimize=exporter == "dynamo", verbose=False)
-        return program.model_proto.SerializeToString()
+def export(build, exporter: str):
+    """(model, x, the export) of a model_zoo builder (seeded: the same model and input each call); its dynamo
+    export is made once per test process for both dynamo exporters (torch_export.export_onnx)."""
+    model, x = build()
+    return model, x, export_onnx(model, (x,), exporter, key=("model_zoo", build.__name__))
 
 
 def _input_name(blob: bytes) -> str:
@@ -64,8 +57,7 @@ CASES = [(b, e) for b in ZOO for e in EXPORTERS] + [(causal_attention, "legacy")
 
 @pytest.mark.parametrize(("build", "exporter"), CASES, ids=[f"{b.__name__}-{e}" for b, e in CASES])
 def test_model_zoo(build, exporter):
-    model, x = build()
-    blob = export(model, x, exporter)
+    model, x, blob = export(build, exporter)
     xname = _input_name(blob)
     y = model(x)
     c = np.random.default_rng(1).standard_normal(tuple(y.shape))
@@ -158,7 +150,7 @@ def test_dynamo_scalar_initializers_are_constants_by_default():
     model = _Powers().double().eval()
     x = torch.randn(2, 3, dtype=torch.float64)
     assert (model.lin(x) < 0).any()  # negative bases: the exponent's derivative would be NaN
-    blob = export(model, x, "dynamo")
+    blob = export_onnx(model, (x,), "dynamo")
     scalars = [t.name for t in onnx.load_from_string(blob).graph.initializer
                if not t.dims and t.data_type == onnx.TensorProto.DOUBLE]
     assert scalars  # what the exporter does today; the default must cope with it
@@ -177,8 +169,7 @@ def test_dynamo_shape_one_scalars_are_constants_like_0d_ones():
 
     from model_zoo import transformer_encoder_layer
 
-    model, x = transformer_encoder_layer()
-    blob = export(model, x, "dynamo")
+    blob = export(transformer_encoder_layer, "dynamo")[2]
     ones = {t.name for t in onnx.load_from_string(blob).graph.initializer
             if list(t.dims) == [1] and t.data_type == onnx.TensorProto.DOUBLE}
     assert ones and all(n.startswith("val_") for n in ones)  # what the exporter does today
@@ -197,8 +188,7 @@ def test_fault_on_a_value_layer_norm_saves_is_caught_at_that_node():
     from gradcheck_svc.engine.faults import parse_fault
     from model_zoo import transformer_encoder_layer
 
-    model, x = transformer_encoder_layer()
-    blob = export(model, x, "dynamo")
+    blob = export(transformer_encoder_layer, "dynamo")[2]
     norm = [n for n in onnx.load_from_string(blob).graph.node if n.op_type == "LayerNormalization"][0]
     graph = load_graph(import_onnx(blob, ImportOptions(loss="cotangent")))
     assert graph.node(norm.output[0]).op.name == "layer_norm"
@@ -281,8 +271,7 @@ def test_causal_attention_from_dynamo_needs_allow_nonfinite(exporter):
     finite unless allowed, so the default says so in one line naming the flag; allowed, it verifies."""
     from gradcheck_svc.errors import GraphError
 
-    model, x = causal_attention()
-    msg = import_onnx(export(model, x, exporter))  # unoptimized: split as SplitToSequence + SequenceAt
+    msg = import_onnx(export(causal_attention, exporter)[2])  # unoptimized: split as SplitToSequence + SequenceAt
     with pytest.raises(GraphError, match="allow-nonfinite") as err:
         load_graph(msg)
     assert "\n" not in str(err.value)

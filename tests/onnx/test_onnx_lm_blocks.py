@@ -15,6 +15,7 @@ torch = pytest.importorskip("torch")
 onnx = pytest.importorskip("onnx")
 
 from lm_blocks import block  # noqa: E402
+from torch_export import export_onnx  # noqa: E402
 
 from gradcheck.v1 import service_pb2  # noqa: E402
 from gradcheck_svc.errors import GraphError  # noqa: E402
@@ -35,16 +36,22 @@ TIED = {"gpt2": {"wte.weight"}}
 FOLDED = {("gpt2", "dynamo"): {"wpe.weight"}}
 
 
-def export(model, ids, exporter: str) -> bytes:
+_LEGACY: dict = {}  # block name -> its TorchScript export
+
+
+def export(model, ids, exporter: str, name: str | None = None) -> bytes:
+    """`name`: the lm_blocks.block (seeded) the model is, exported once per process by each exporter."""
+    if exporter == "dynamo":  # the dynamo exporter's defaults, its optimizer on
+        return export_onnx(model, (ids,), "dynamo", key=None if name is None else (__name__, name))
+    if name in _LEGACY:
+        return _LEGACY[name]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # the TorchScript exporter's deprecation notice
-        if exporter == "legacy":
-            f = io.BytesIO()
-            torch.onnx.export(model, (ids,), f, dynamo=False, input_names=["ids"])
-            return f.getvalue()
-        pytest.importorskip("onnxscript")  # the dynamo exporter's dependency
-        program = torch.onnx.export(model, (ids,), dynamo=True, verbose=False)
-        return program.model_proto.SerializeToString()
+        f = io.BytesIO()
+        torch.onnx.export(model, (ids,), f, dynamo=False, input_names=["ids"])
+    if name is not None:
+        _LEGACY[name] = f.getvalue()
+    return f.getvalue()
 
 
 def tensor_bytes(a: np.ndarray) -> bytes:
@@ -70,7 +77,7 @@ def torch_gradients(model, ids, c) -> tuple[float, dict]:
 def test_decoder_block_verifies_with_torchs_gradients(name, exporter):
     model, ids = block(name)
     c = np.random.default_rng(1).standard_normal(tuple(model(ids).shape))
-    blob = export(model, ids, exporter)
+    blob = export(model, ids, exporter, name)
     graph, _ = prepare(request(blob, ids, c), ServerLimits())  # the server's own path: no allow_nonfinite
     loss, want = torch_gradients(model, ids, c)
     engine = run_engine(graph, VerifyOptions(dtype="float64"), "float64")
@@ -114,7 +121,7 @@ def test_rotary_cos_sin_tables_are_constants_by_default(name, exporter):
     """RoPE's cos/sin: the dynamo optimizer folds them into initializers named cos and sin; the TorchScript
     exporter computes them from constants in the graph (inverse frequencies times positions, Cos, Sin)."""
     model, ids = block(name)
-    blob = export(model, ids, exporter)
+    blob = export(model, ids, exporter, name)
     c = np.random.default_rng(1).standard_normal(tuple(model(ids).shape))
     graph, _ = prepare(request(blob, ids, c), ServerLimits())
     torch_names = set(dict(model.named_parameters()))

@@ -188,14 +188,10 @@ def test_dynamo_export_transposed_and_folded():
     """The dynamo exporter: Linear weights as MatMul's `val_N` (transposed), BatchNorm folded into conv4
     under conv4's own names (the node marked FuseBatchNormIntoConv: derived); its optimizer drops the
     all-zero conv biases altogether (nothing to name)."""
-    pytest.importorskip("onnxscript")
-    import logging
+    from torch_export import export_onnx  # the dynamo exporter's defaults, its optimizer on
 
-    logging.getLogger("torch.onnx").setLevel(logging.ERROR)
     model, x = _net()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")
-        blob = torch.onnx.export(model, (x,), dynamo=True, verbose=False).model_proto.SerializeToString()
+    blob = export_onnx(model, (x,), "dynamo")
     graph = load_graph(import_onnx(blob))
     found = {n: [(s.name, s.relation) for s in i.source_names] for n, i in graph.inputs.items() if i.source_names}
     transposed = {v[0] for n, v in found.items() if n.startswith("val_")}

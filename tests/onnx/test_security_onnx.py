@@ -20,6 +20,7 @@ import errno
 import json
 import os
 import resource
+import signal
 import stat
 import subprocess
 import sys
@@ -306,21 +307,71 @@ for argv in json.loads(sys.argv[1]):
     err = io.StringIO()
     with contextlib.redirect_stderr(err):
         code = main(argv)
-    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    # each command's work runs in a child of this process (bounded.py): the peak is its own or a child's
+    peak = max(resource.getrusage(who).ru_maxrss for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)) * 1024
     print(json.dumps([code, err.getvalue().strip(), peak]), flush=True)
 """
 
 
 def cli(*commands, timeout: float = 120, limit_as: int | None = None) -> list:
     """Each `gradcheck-svc ARGV` of `commands`, in turn, in one child process (its address space
-    capped at limit_as) -> [(exit code, stderr, peak RSS in bytes so far)]."""
-    pre = (lambda: resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))) if limit_as else None
-    proc = subprocess.run([sys.executable, "-c", _RUNNER, json.dumps([[str(a) for a in c] for c in commands])],
-                          capture_output=True, text=True, timeout=timeout, preexec_fn=pre, cwd=ROOT,
-                          env=_env({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}))
-    results = [json.loads(line) for line in proc.stdout.splitlines() if line.startswith("[")]
-    assert len(results) == len(commands), proc.stderr[-2000:]
+    capped at limit_as) -> [(exit code, stderr, peak RSS in bytes so far)]. Uncapped, the child is a fork
+    of this process running the same main(argv) (tests/forked_cli.py: a second of interpreter start-up
+    spared, and a fork's rusage starts afresh, its peak its own from here on); capped, it is a fresh
+    interpreter, whose address space is the command's alone (this process's may be over the cap already)."""
+    argv = json.dumps([[str(a) for a in c] for c in commands])
+    if limit_as is None:
+        out = _forked_runner(argv, timeout)
+    else:
+        cap = lambda: resource.setrlimit(resource.RLIMIT_AS, (limit_as, limit_as))  # noqa: E731
+        proc = subprocess.run([sys.executable, "-c", _RUNNER, argv], capture_output=True, text=True,
+                              timeout=timeout, preexec_fn=cap, cwd=ROOT,
+                              env=_env({"OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}))
+        out = proc.stdout + proc.stderr
+    results = [json.loads(line) for line in out.splitlines() if line.startswith("[")]
+    assert len(results) == len(commands), out[-2000:]
     return results
+
+
+def _forked_runner(argv: str, timeout: float) -> str:
+    """_RUNNER in a fork of this process (cwd the repository, as the subprocess's): what it wrote on stdout
+    and stderr; killed past `timeout` (a FIFO opened for reading would block it)."""
+    import gc
+    import io
+    import selectors
+    import time
+
+    read, write = os.pipe()
+    sys.stdout.flush(), sys.stderr.flush()
+    pid = os.fork()
+    if pid == 0:  # the child: never returns
+        try:
+            gc.freeze()  # the test process's objects are never collected here (forked_cli.py)
+            os.close(read)
+            os.dup2(write, 1), os.dup2(write, 2)
+            sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False), encoding="utf-8")
+            sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), encoding="utf-8", line_buffering=True)
+            os.chdir(ROOT)
+            os.environ.pop("GRADCHECK_TOKEN", None)
+            sys.argv = ["-c", argv]
+            exec(_RUNNER, {"__name__": "__main__"})
+            sys.stdout.flush()
+        finally:
+            os._exit(0)
+    os.close(write)
+    chunks, deadline, late = [], time.monotonic() + timeout, False
+    with selectors.DefaultSelector() as sel:
+        sel.register(read, selectors.EVENT_READ)
+        while not (late := (left := deadline - time.monotonic()) <= 0 or not sel.select(left)):
+            if not (data := os.read(read, 65536)):
+                break
+            chunks.append(data)
+    os.close(read)
+    if late:
+        os.kill(pid, signal.SIGKILL)
+    os.waitpid(pid, 0)
+    assert not late, f"the commands ran past {timeout} s: {b''.join(chunks)[-2000:]!r}"
+    return b"".join(chunks).decode("utf-8", "replace")
 
 
 def test_folding_bombs_on_the_command_line(tmp_path):
