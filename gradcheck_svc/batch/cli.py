@@ -164,8 +164,8 @@ def _add_merge(sub) -> None:
     m.add_argument("--wait", type=float, default=None, metavar="SECONDS",
                    help="started with the shards (or screen pods): wait until every shard of the run (every node "
                         "of a screen) has ended its last attempt -- finished, or failed for good -- or SECONDS have "
-                        "passed, then merge what is there (checked every half heartbeat, GRADCHECK_HEARTBEAT_SECONDS/2: "
-                        "5 s by default); on SIGTERM (evicted, or the Job ended) merge at once, write the report, and "
+                        "passed, then merge what is there (checked every half heartbeat, GRADCHECK_HEARTBEAT_SECONDS/2:"
+                        " 5 s by default); on SIGTERM (evicted, or the Job ended) merge at once, write the report, and "
                         "exit 143 (default: merge now)")
     m.add_argument("--manifest", default=None, metavar="FILE|DIR|GLOB",
                    help="the graphs the shards read (the same spec as batch --manifest): the graph set and each "
