@@ -54,7 +54,7 @@ def warm() -> None:
 
 class Forked:
     """subprocess.Popen's shape for `python -m module *args` run in a fork: communicate(input, timeout),
-    returncode, pid, kill()."""
+    returncode, pid, poll(), send_signal(sig), kill()."""
 
     def __init__(self, module: str, args, env: dict | None = None, cwd=None, timeout: float | None = None):
         warm()
@@ -103,8 +103,19 @@ class Forked:
         return self.returncode
 
     def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def send_signal(self, sig: int) -> None:
         if self.returncode is None:
-            os.kill(self.pid, signal.SIGKILL)
+            os.kill(self.pid, sig)
+
+    def poll(self) -> int | None:
+        """The exit status once the child has ended, else None (without waiting)."""
+        if self.returncode is None:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.returncode = os.waitstatus_to_exitcode(status)
+        return self.returncode
 
 
 def run(module: str, *args, env: dict | None = None, cwd=None, input: str | None = None,

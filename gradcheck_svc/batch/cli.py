@@ -35,7 +35,9 @@ from gradcheck_core.options import add_option_flags, values_from_args
 
 EXIT_OK, EXIT_USAGE, EXIT_INTERNAL, EXIT_RETRY = 0, 2, 3, 75
 EXIT_TERMINATED = 143  # 128 + SIGTERM: a waiting merge stopped early (its report is written; the Job retries it)
-WAIT_POLL_SECONDS = 5.0
+# batch-merge --wait looks every half heartbeat (GRADCHECK_HEARTBEAT_SECONDS, default 10: every 5 s), as the
+# heartbeat watch of a starting shard does: nothing it waits for changes faster than the shards' heartbeats
+WAIT_POLL_BEATS = 0.5
 
 
 def _verify_options(p: argparse.ArgumentParser, exclude: tuple = ()) -> None:
@@ -162,9 +164,9 @@ def _add_merge(sub) -> None:
     m.add_argument("--wait", type=float, default=None, metavar="SECONDS",
                    help="started with the shards (or screen pods): wait until every shard of the run (every node "
                         "of a screen) has ended its last attempt -- finished, or failed for good -- or SECONDS have "
-                        f"passed, then merge what is there (checked every {WAIT_POLL_SECONDS:g} s); on SIGTERM "
-                        "(evicted, or the Job ended) merge at once, write the report, and exit 143 (default: merge "
-                        "now)")
+                        "passed, then merge what is there (checked every half heartbeat, GRADCHECK_HEARTBEAT_SECONDS/2:"
+                        " 5 s by default); on SIGTERM (evicted, or the Job ended) merge at once, write the report, and "
+                        "exit 143 (default: merge now)")
     m.add_argument("--manifest", default=None, metavar="FILE|DIR|GLOB",
                    help="the graphs the shards read (the same spec as batch --manifest): the graph set and each "
                         "graph's content are read from it now, so a graph added, removed or replaced since the "
@@ -712,7 +714,7 @@ def _wait(out, args, expect) -> dict:
     import signal
     import time
 
-    from .attempt import Watch
+    from .attempt import Watch, heartbeat_seconds
     from .merge import settled
 
     state = {"terminated": False}
@@ -728,7 +730,7 @@ def _wait(out, args, expect) -> dict:
             print(f"gradcheck-svc batch-merge: waited {args.wait:g} s and some shards or nodes have not ended: "
                   "merging what is there", file=sys.stderr)
             break
-        time.sleep(min(WAIT_POLL_SECONDS, left))
+        time.sleep(min(WAIT_POLL_BEATS * heartbeat_seconds(), left))
     if state["terminated"]:
         print("gradcheck-svc batch-merge: terminated while waiting (SIGTERM): merging what is there now",
               file=sys.stderr)

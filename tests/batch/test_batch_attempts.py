@@ -3,7 +3,10 @@ run them (index, run ID, attempt and the index's failure count from the environm
 directory, and the merge as the merge Job runs it (--attempt, --wait, --manifest).
 
 An earlier launch is built from a copy of the source with one line added: a different gradcheck (its code
-version is a digest of its source), as an image rebuilt with a fix is."""
+version is a digest of its source), as an image rebuilt with a fix is. Its shards are real processes started
+from that copy; this build's shards and merges are the same commands forked from this process
+(tests/forked_cli.py: argv, environment, signals and exit status as a pod's), but the merge that waits while
+the shards run, a real process."""
 from __future__ import annotations
 
 import json
@@ -17,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+import forked_cli
 from grpc_helpers import ROOT, _env
 from slow_graphs import unfinishable_graph
 from gradcheck_svc.batch.generate import graph_dict
@@ -62,10 +66,14 @@ def env(attempt: str, index: int | None = None, failures: int = 0, build: Path |
 
 
 def start_shard(corpus, out, index: int, attempt: str, *extra: str, failures: int = 0, build=None,
-                count: int = SHARDS, **kw) -> subprocess.Popen:
-    """One pod of the shards' Job (`python -m` puts its working directory first on the path: the build's)."""
-    return subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "batch", f"--manifest={corpus}",
-                             f"--shard-count={count}", f"--out={out}", *extra],
+                count: int = SHARDS, **kw):
+    """One pod of the shards' Job: forked from this process, or, for another build or with a preexec_fn, a real
+    process (`python -m` puts its working directory first on the path: the build's)."""
+    args = ["batch", f"--manifest={corpus}", f"--shard-count={count}", f"--out={out}", *extra]
+    if build is None and not kw:
+        return forked_cli.Forked("gradcheck_svc.cli", args, env=env(attempt, index, failures), cwd=ROOT,
+                                 timeout=ENDS)
+    return subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", *args],
                             env=env(attempt, index, failures, build), cwd=build or ROOT, stdout=subprocess.DEVNULL,
                             stderr=subprocess.PIPE, text=True, **kw)
 
@@ -79,10 +87,9 @@ def shards(corpus, out, attempt: str, indexes=range(SHARDS), build=None) -> None
 
 
 def merge(corpus, out, attempt: str, wait: float, *extra: str) -> tuple[int, str]:
-    proc = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), f"--run-id={RUN}",
-                           f"--shard-count={SHARDS}", f"--manifest={corpus}", f"--wait={wait}",
-                           f"--attempt={attempt}", *extra],
-                          env=env(attempt), cwd=ROOT, capture_output=True, text=True, timeout=ENDS)
+    proc = forked_cli.run("gradcheck_svc.cli", "batch-merge", out, f"--run-id={RUN}", f"--shard-count={SHARDS}",
+                          f"--manifest={corpus}", f"--wait={wait}", f"--attempt={attempt}", *extra,
+                          env=env(attempt), cwd=ROOT, timeout=ENDS)
     return proc.returncode, proc.stderr
 
 
@@ -160,14 +167,12 @@ def test_a_job_launched_without_an_attempt_settles_on_its_own_markers(tmp_path, 
     shutil.copytree(old_run, out)
     _skew(out, skew)
     job = env("", 0, GRADCHECK_JOB_UID="0f9e-uid-b")
-    p = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch", f"--manifest={corpus}",
-                        f"--shard-count={SHARDS}", f"--out={out}"], env=job, cwd=ROOT, capture_output=True,
-                       text=True, timeout=ENDS)
+    p = forked_cli.run("gradcheck_svc.cli", "batch", f"--manifest={corpus}", f"--shard-count={SHARDS}",
+                       f"--out={out}", env=job, cwd=ROOT, timeout=ENDS)
     assert p.returncode == 0, p.stderr
     assert json.loads((out / "runs" / RUN / "attempt.json").read_text())["attempt"] == "job-0f9e-uid-b"
-    r = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), f"--run-id={RUN}",
-                        f"--shard-count={SHARDS}", f"--manifest={corpus}", "--wait=0"],
-                       env=env(""), cwd=ROOT, capture_output=True, text=True, timeout=ENDS)
+    r = forked_cli.run("gradcheck_svc.cli", "batch-merge", out, f"--run-id={RUN}", f"--shard-count={SHARDS}",
+                       f"--manifest={corpus}", "--wait=0", env=env(""), cwd=ROOT, timeout=ENDS)
     assert r.returncode == 4, r.stderr
     assert "waited 0 s and some shards or nodes have not ended" in r.stderr
     m = merged(out)
@@ -190,11 +195,12 @@ def _slow_corpus(tmp_path) -> Path:
     return root
 
 
-def _beating(out, index: int, proc: subprocess.Popen) -> dict:
+def _beating(out, index: int, proc) -> dict:
     """The shard's heartbeat, once it has written its plan and beaten twice (it is running)."""
     alive = out / "runs" / RUN / f"shard-{index:04d}" / "alive.json"
     for _ in range(ENDS * 10):
-        assert proc.poll() is None, proc.stderr.read()
+        if proc.poll() is not None:
+            raise AssertionError(f"the shard ended (exit {proc.returncode}): {proc.communicate()[1]}")
         if alive.is_file() and (alive.parent / "unit.json").is_file():  # verifying its graphs
             beat = json.loads(alive.read_text())
             if beat["beat"] >= 2:

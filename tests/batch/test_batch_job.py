@@ -1,7 +1,8 @@
 """A local Indexed Job: shard processes of `gradcheck-svc batch` with JOB_COMPLETION_INDEX set, as
 Kubernetes runs them, over 200 generated graphs with planted mismatches and invalid graphs; one shard is
 SIGKILLed mid-run and rerun; the merge must account for every graph exactly once. Then the same against a
-running server (--server)."""
+running server (--server). The SIGKILLed shard is a real process; the others, the rerun and the merge are the
+same commands forked from this process (tests/forked_cli.py), or real processes where they talk gRPC."""
 from __future__ import annotations
 
 import json
@@ -12,6 +13,7 @@ import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+import forked_cli
 from grpc_helpers import ROOT, ServerProcess, _env
 from gradcheck_svc.batch.generate import graph_dict
 from gradcheck_svc.batch.manifest import shard_of
@@ -36,13 +38,21 @@ def make_corpus(root: Path) -> dict[str, str]:
         expected[rel] = {"ok": "pass", "mismatch": "fail", "invalid": "invalid"}[kind]
     return expected
 
-def batch_cmd(corpus: Path, out: Path, *extra: str) -> list[str]:
-    return [sys.executable, "-m", "gradcheck_svc.cli", "batch", "--manifest", str(corpus),
-            "--shard-count", str(SHARDS), "--out", str(out), *extra]
+def batch_args(corpus: Path, out: Path, *extra: str) -> list[str]:
+    return ["batch", "--manifest", str(corpus), "--shard-count", str(SHARDS), "--out", str(out), *extra]
 
-def start_shard(index: int, corpus: Path, out: Path, *extra: str) -> subprocess.Popen:
-    return subprocess.Popen(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(index)}),
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+def start_shard(index: int, corpus: Path, out: Path, *extra: str, real: bool = False):
+    """A pod of the Job: a real process (`real`, or one talking gRPC), else the command forked."""
+    env = _env({"JOB_COMPLETION_INDEX": str(index)})
+    if real or "--server" in extra:
+        return subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", *batch_args(corpus, out, *extra)],
+                                env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    return forked_cli.Forked("gradcheck_svc.cli", batch_args(corpus, out, *extra), env=env, cwd=ROOT, timeout=300)
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    """`python -m gradcheck_svc.cli ARGS`, forked (a real process where it talks gRPC)."""
+    return forked_cli.run("gradcheck_svc.cli", *args, env=_env(env), cwd=ROOT, timeout=300)
 
 def verified(stderr: str) -> list[str]:
     """The graphs a shard's progress lines say it verified (each line is printed after the record's rename)."""
@@ -55,7 +65,7 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     assert all(len(v) > 20 for v in mine.values())
 
     others = [start_shard(i, corpus, out, *extra) for i in range(SHARDS) if i != VICTIM]
-    victim = start_shard(VICTIM, corpus, out, *extra)
+    victim = start_shard(VICTIM, corpus, out, *extra, real=True)  # SIGKILLed: a real process
     lines = []
     for line in victim.stderr:  # kill it once it has finished 5 graphs: mid-run, as the OOM killer would
         lines.append(line)
@@ -73,8 +83,7 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     for p in others:
         _, err = p.communicate(timeout=300)
         assert p.returncode == 0, err  # mismatches and invalid graphs are results: exit 0
-    rerun = subprocess.run(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(VICTIM)}),
-                           capture_output=True, text=True, timeout=300, cwd=ROOT)
+    rerun = cli(*batch_args(corpus, out, *extra), env={"JOB_COMPLETION_INDEX": str(VICTIM)})
     assert rerun.returncode == 0, rerun.stderr
     assert f"{len(on_disk)} already done" in rerun.stderr
     second = verified(rerun.stderr)
@@ -83,8 +92,7 @@ def run_job(tmp_path: Path, *extra: str) -> None:
     assert set(first).isdisjoint(second) and sorted(set(first) | set(second)) == mine[VICTIM]
     assert not list((out / RUN / f"shard-{VICTIM:04d}" / "results").glob(".*.tmp"))
 
-    merge = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out)],
-                           capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+    merge = cli("batch-merge", str(out))
     assert merge.returncode == 1, merge.stderr  # planted mismatches: exit 1
     merged = json.loads((out / RUN / "merged.json").read_text())
     assert merged["missing"] == [] and merged["duplicates"] == [] and merged["unexpected"] == []
@@ -128,12 +136,10 @@ def test_indexed_job_rerun_after_a_graph_and_an_option_changed(tmp_path):
     job_env = {"GRADCHECK_RUN_ID": "gradcheck-batch"}
 
     def index(i: int, *extra: str) -> subprocess.CompletedProcess:
-        return subprocess.run(batch_cmd(corpus, out, *extra), env=_env({"JOB_COMPLETION_INDEX": str(i), **job_env}),
-                              capture_output=True, text=True, timeout=300, cwd=ROOT)
+        return cli(*batch_args(corpus, out, *extra), env={"JOB_COMPLETION_INDEX": str(i), **job_env})
 
     def merge(*extra: str) -> tuple[subprocess.CompletedProcess, dict]:
-        proc = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), *extra],
-                              capture_output=True, text=True, timeout=300, env=_env(), cwd=ROOT)
+        proc = cli("batch-merge", str(out), *extra)
         return proc, json.loads((out / "runs" / "gradcheck-batch" / "merged.json").read_text())
 
     assert all(index(i).returncode == 0 for i in range(SHARDS))

@@ -15,13 +15,17 @@ from pathlib import Path
 
 import pytest
 
+import forked_cli
 from grpc_helpers import ROOT, _env
 from gradcheck_svc.batch.generate import graph_dict
 from gradcheck_svc.batch.manifest import shard_of
 
-SHARDS, RETRIES, RUN = 3, 3, "waited"
+# RETRIES: backoffLimitPerIndex, the Job's retries per index; 1 gives an index a try that is not its last and
+# one that is, all there is to tell apart (the deploy's 3 adds two more tries like the first)
+SHARDS, RETRIES, RUN = 3, 1, "waited"
 MERGE_WAIT = 3600  # far beyond the test: the merge ends because the run has settled, never by its deadline
-ENDS = 300  # how long a settled merge may take to notice, on a loaded machine (it polls every 5 s)
+ENDS = 300  # how long a settled merge may take to notice, on a loaded machine (never a measurement)
+HEARTBEAT = "0.5"  # seconds: the merge looks every half heartbeat (10 s as deployed: every 5 s)
 
 
 def _closed_port() -> int:
@@ -40,12 +44,13 @@ def corpus(tmp_path) -> Path:
 
 
 def shard(corpus, out, index: int, failures: int = 0, *extra: str) -> subprocess.CompletedProcess:
-    """One attempt of one index, as the Job runs it (index, run ID, the earlier failures of this index)."""
+    """One attempt of one index, as the Job runs it (index, run ID, the earlier failures of this index): the
+    command forked from this process (tests/forked_cli.py), or a real process where it talks gRPC (--server).
+    The process under test is the merge's, a real one."""
     env = {"JOB_COMPLETION_INDEX": str(index), "GRADCHECK_RUN_ID": RUN, "GRADCHECK_INDEX_FAILURES": str(failures),
-           "GRADCHECK_INDEX_RETRIES": str(RETRIES)}
-    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch", "--manifest", str(corpus),
-                           "--shard-count", str(SHARDS), "--out", str(out), *extra], env=_env(env), cwd=ROOT,
-                          capture_output=True, text=True, timeout=300)
+           "GRADCHECK_INDEX_RETRIES": str(RETRIES), "GRADCHECK_HEARTBEAT_SECONDS": HEARTBEAT}
+    return forked_cli.run("gradcheck_svc.cli", "batch", "--manifest", corpus, "--shard-count", SHARDS, "--out", out,
+                          *extra, env=_env(env), cwd=ROOT, timeout=300)
 
 
 def unreachable(corpus, out, index: int, failures: int) -> subprocess.CompletedProcess:
@@ -58,7 +63,8 @@ def unreachable(corpus, out, index: int, failures: int) -> subprocess.CompletedP
 def start_merge(corpus, out) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), f"--run-id={RUN}",
                              f"--shard-count={SHARDS}", f"--manifest={corpus}", f"--wait={MERGE_WAIT}"],
-                            env=_env(), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                            env=_env({"GRADCHECK_HEARTBEAT_SECONDS": HEARTBEAT}), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def ended(merge: subprocess.Popen) -> tuple[int, str]:
@@ -84,7 +90,7 @@ def test_the_merge_waits_for_every_shard_then_reports(tmp_path, corpus):
 
 
 def test_a_shard_failed_for_good_gives_a_partial_report(tmp_path, corpus):
-    """One index runs out of retries (its 4th failure: backoffLimitPerIndex 3): the merge does not wait for it
+    """One index runs out of retries (its 2nd failure: backoffLimitPerIndex 1): the merge does not wait for it
     and reports what passed, what failed and what is missing (exit 4)."""
     out = tmp_path / "out"
     merge = start_merge(corpus, out)

@@ -13,6 +13,7 @@ import sys
 
 import pytest
 
+import forked_cli
 from grpc_helpers import EXAMPLES, ROOT, _env
 from gradcheck_svc.batch import screen
 from gradcheck_svc.cli import main
@@ -28,18 +29,22 @@ ONE_ULP_OFF_TANH = ("import sys, numpy as np; _tanh = np.tanh; "
                     "from gradcheck_svc.cli import main; sys.exit(main(sys.argv[1:]))")
 
 
-def _run_screen(out, examples, node: str, fault: str | None) -> subprocess.Popen:
-    launcher = ["-c", ONE_ULP_OFF_TANH] if node == SILENT else ["-m", "gradcheck_svc.cli"]
-    return subprocess.Popen(
-        [sys.executable, *launcher, "screen", "--out", str(out), "--examples", str(examples),
-         "--generated", "6", "--size", "4", *(["--fault", fault] if fault else [])],
-        env=_env({"NODE_NAME": node}), cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+def _run_screen(out, examples, node: str, fault: str | None):
+    """One node's screen: the silent node's a real process (its NumPy patched before the CLI starts), the
+    others the command forked from this process (tests/forked_cli.py), as is the merge."""
+    args = ["screen", "--out", str(out), "--examples", str(examples), "--generated", "6", "--size", "4",
+            *(["--fault", fault] if fault else [])]
+    env = _env({"NODE_NAME": node})
+    if node != SILENT:
+        return forked_cli.Forked("gradcheck_svc.cli", args, env=env, cwd=ROOT, timeout=300)
+    return subprocess.Popen([sys.executable, "-c", ONE_ULP_OFF_TANH, *args], env=env, cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
 
 
 def _merge(out, *extra):
     # the planted faults are options only the bad nodes ran with: merging across options must be asked for
-    return subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "batch-merge", str(out), "--allow-mixed",
-                           *extra], env=_env(), cwd=ROOT, capture_output=True, text=True, timeout=300)
+    return forked_cli.run("gradcheck_svc.cli", "batch-merge", out, "--allow-mixed", *extra, env=_env(), cwd=ROOT,
+                          timeout=300)
 
 
 @pytest.fixture(scope="module")

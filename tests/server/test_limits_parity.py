@@ -17,7 +17,7 @@ from gradcheck_core.options import BY_NAME
 from gradcheck_core.tracer import Tracer
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.limits import LIMITS
-from grpc_helpers import ROOT, _env, module_server, seed_graph, slow_graph
+from grpc_helpers import ROOT, _env, module_server, seed_graph, slow_graph, wait_for
 import forked_cli
 
 SMALL = {"max_message_bytes": 400_000, "max_nodes": 20, "max_elements": 500_000, "max_name_length": 40,
@@ -136,12 +136,17 @@ def test_the_server_and_in_process_refuse_alike(request, tmp_path, limit):
     timed = limit == "max_request_seconds"
     server = request.getfixturevalue("timed_server" if timed else "server")
     graph = make()
+    old = wait_for(server.worker_pids, 120, "the server's worker")[0] if timed else None
     with Client(server.target, timeout=60, retries=0) as c:
         with pytest.raises(VerifyError) as info:
             c.verify(graph, **options)
     err = info.value
     if limit == "max_request_seconds":
         assert err.code == grpc.StatusCode.DEADLINE_EXCEEDED and err.kind == "timeout"
+        assert err.message.startswith("verification exceeded the per-request limit of 2 s")
+        # the worker that ran over is replaced (a request after it would itself race the 2 s limit)
+        wait_for(lambda: old not in server.worker_pids() and len(server.worker_pids()) == 1, 120,
+                 "the worker that ran over to be replaced")
     else:
         assert err.code == grpc.StatusCode.RESOURCE_EXHAUSTED and err.kind == "limit"
     path = tmp_path / "g.pb"

@@ -7,8 +7,6 @@ with a planted fault (a wrong gradient), an unknown op (invalid input) and an op
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import grpc
@@ -19,6 +17,7 @@ from gradcheck_core.request_message import make_request
 from gradcheck_svc.outcome import CHANNELS, Internal, OverLimit, Refused, batch_status, exit_code, grpc_status, \
     outcome_of, report_of, row
 from gradcheck_svc.request import run_request
+import forked_cli
 from grpc_helpers import _env, module_server
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -83,8 +82,8 @@ def test_exit_codes_from_both_verify_commands(tmp_path, case):
     env = _env()
     env.pop("GRADCHECK_SERVER", None)  # the CI command in process
     for module, command in (("gradcheck_svc.cli", "gradcheck-svc"), ("gradcheck_client.cli", "gradcheck")):
-        run = subprocess.run([sys.executable, "-m", module, "verify", str(_graph(tmp_path, case)), *flags],
-                             capture_output=True, text=True, env=env, timeout=600)
+        # forked from this process (tests/forked_cli.py): the command's exit status, without a fresh interpreter
+        run = forked_cli.run(module, "verify", _graph(tmp_path, case), *flags, env=env, cwd=ROOT, timeout=600)
         assert run.returncode == exit_code(outcome, command), (module, run.stdout[-1000:], run.stderr[-1000:])
     assert exit_code(outcome) == {"passed": 0, "failed": 1, "invalid": 2, "limit": 2}[case]
 

@@ -2,7 +2,6 @@
 from __future__ import annotations
 
 import asyncio
-import threading
 
 import grpc
 import pytest
@@ -16,7 +15,8 @@ from gradcheck_client import AsyncClient, Client, VerifyError
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.ops import REGISTRY
 from gradcheck_svc.verify import verify
-from grpc_helpers import example_paths, expected_verdict, module_server, seed_graph, slow_graph
+from grpc_helpers import example_paths, expected_verdict, module_server, seed_graph, wait_for
+from slow_graphs import unfinishable_graph
 
 
 @pytest.fixture(scope="module")
@@ -86,12 +86,22 @@ def test_seed_gradients_and_options(client):
         broken.raise_for_mismatch()
 
 
+def _whole_again(server) -> None:
+    """After a cancelled call: nothing in flight, and the killed worker replaced (2 workers), for the next test."""
+    wait_for(lambda: server.metric("gradcheck_in_flight") == 0, 120, "the cancelled call to end")
+    wait_for(lambda: len(server.worker_pids()) == 2, 120, "two workers again")
+
+
 def test_stream_reports_in_completion_order_tagged_with_ids(server):
-    requests = [("slow", slow_graph(width=64)), *((f"seed{i}", seed_graph()) for i in range(4))]
+    """The item sent first never finishes by itself (slow_graphs.unfinishable_graph): the four sent after it
+    come back while it runs on the other worker, each tagged with its id; then the stream is cancelled."""
+    requests = [("slow", unfinishable_graph()), *((f"seed{i}", seed_graph()) for i in range(4))]
     with Client(server.target) as c:
-        ids = [r.id for r in c.verify_many(requests, fd_mode="full")]
-    assert sorted(ids) == sorted(i for i, _ in requests)
-    assert ids[-1] == "slow", "the slow graph was sent first but must finish last (2 workers)"
+        stream = c.verify_many(requests, fd_mode="full")
+        answers = [next(stream) for _ in range(4)]
+        stream.close()  # cancels the call: the slow item's worker is killed and replaced
+    assert sorted(r.id for r in answers) == [f"seed{i}" for i in range(4)] and all(r.passed for r in answers)
+    _whole_again(server)
 
 
 def test_stream_item_error_does_not_end_stream(client):
@@ -211,24 +221,22 @@ def test_health_and_reflection(server):
     assert [m.name for m in fd.service[0].method] == ["Verify", "VerifyStream", "ListOps", "GetServerInfo"]
 
 
-def test_health_answers_while_workers_are_busy(server):
-    """A slow verification runs in a worker process: the event loop still answers at once."""
-    done = threading.Event()
+def test_health_answers_while_workers_are_busy(server, stub):
+    """A verification that never finishes by itself (slow_graphs.unfinishable_graph) runs in a worker process:
+    the event loop still answers at once. Then the call is cancelled (its worker killed and replaced)."""
+    from gradcheck_core.request_message import make_request
 
-    def slow():
-        with Client(server.target) as c:
-            c.verify(slow_graph(width=64), fd_mode="full")
-        done.set()
-
-    t = threading.Thread(target=slow)
-    t.start()
-    server.wait_in_flight(1)
-    channel = grpc.insecure_channel(server.target)
-    resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
-    assert resp.status == health_pb2.HealthCheckResponse.SERVING
-    assert not done.is_set(), "the slow request should still be running"
-    channel.close()
-    t.join()
+    call = stub.Verify.future(make_request(unfinishable_graph(), "slow"), timeout=600)
+    try:
+        server.wait_in_flight(1)
+        channel = grpc.insecure_channel(server.target)
+        resp = health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        channel.close()
+        assert resp.status == health_pb2.HealthCheckResponse.SERVING
+        assert not call.done(), "the slow request should still be running"
+    finally:
+        call.cancel()
+    _whole_again(server)
 
 
 def test_async_client(server):

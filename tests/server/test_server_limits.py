@@ -11,7 +11,10 @@ from gradcheck_client import Client, VerifyError
 from gradcheck_core.tracer import Tracer
 from grpc_helpers import module_server, seed_graph, slow_graph, wait_for
 
-TIME_LIMIT = 10  # long enough that a loaded machine cannot free the worker mid-test by timeout
+# long enough that a loaded machine cannot free the worker mid-test by timeout; the server's time limit itself
+# (DEADLINE_EXCEEDED, kind "timeout", the limit named, the worker free after it) is tested on a server whose
+# limit is 2 s: test_limits_parity.py's max_request_seconds case
+TIME_LIMIT = 10
 
 
 @pytest.fixture(scope="module")
@@ -106,14 +109,6 @@ def test_queue_full_is_refused_at_once_and_cancel_frees_the_worker(server, clien
     wait_for(lambda: server.metric("gradcheck_in_flight") == 0, what="the cancelled call to free its place")
     assert client.verify(seed_graph(), timeout=15).passed
     channel.close()
-
-
-def test_server_time_limit(server, client):
-    with pytest.raises(VerifyError) as info:
-        client.verify(slow_graph(), fd_mode="full", timeout=60)
-    assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and info.value.kind == "timeout"
-    assert f"limit of {TIME_LIMIT} s" in info.value.message
-    assert client.verify(seed_graph(), timeout=15).passed
 
 
 def test_killed_worker_fails_its_request_and_the_server_keeps_serving(server, client):
