@@ -23,9 +23,21 @@ def modules(*packages: str) -> dict[str, Path]:
     return out
 
 
+_READ: dict[tuple, tuple] = {}  # (name, path, mtime, size) -> its imports: each file parsed once per process
+
+
 def imports(name: str, path: Path) -> list[tuple[str, bool]]:
     """(imported dotted name, at module level?) for every import statement of the module `name`; `from a
-    import b` gives both `a` and `a.b` (b may be a module)."""
+    import b` gives both `a` and `a.b` (b may be a module). The layer and cycle tests read every module several
+    times: a file is parsed again only when it changed."""
+    stat = path.stat()
+    key = (name, path, stat.st_mtime_ns, stat.st_size)
+    if key not in _READ:
+        _READ[key] = tuple(_read_imports(name, path))
+    return list(_READ[key])
+
+
+def _read_imports(name: str, path: Path) -> list[tuple[str, bool]]:
     tree = ast.parse(path.read_text(), filename=str(path))
     base = name if path.name == "__init__.py" else name.rpartition(".")[0]
     nested = {id(n) for f in ast.walk(tree) if isinstance(f, (ast.FunctionDef, ast.AsyncFunctionDef))

@@ -10,6 +10,7 @@ import shutil
 import subprocess
 import sys
 
+import forked_cli
 from grpc_helpers import ROOT, _env
 from junitparser import Error, Failure, JUnitXml, Properties
 
@@ -18,8 +19,9 @@ CODE = "import sys; from gradcheck_client.cli import main; sys.exit(main(sys.arg
 
 
 def gradcheck(*args):
-    return subprocess.run([sys.executable, "-c", CODE, *map(str, args)], capture_output=True, text=True,
-                          env=_env(None), cwd=ROOT, timeout=120)
+    """The command with its stdout and stderr on pipes, in a fork of this process (tests/forked_cli.py: its main,
+    environment, pipes and exit status; the terminal's case below is a real process)."""
+    return forked_cli.run("gradcheck_client.cli", *args, env=_env(None), cwd=ROOT, timeout=120)
 
 
 def _faults_copy(tmp_path):

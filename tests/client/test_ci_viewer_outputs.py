@@ -4,18 +4,18 @@ diagram names the failing parameters and the injected fault's source node."""
 from __future__ import annotations
 
 import re
-import subprocess
-import sys
 import xml.etree.ElementTree as ET
 
+import forked_cli
 from grpc_helpers import EXAMPLES, ROOT, _env
 
 
 def _verify(tmp_path, *args):
-    code = "from gradcheck_client.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
+    """`gradcheck verify` in-process, in a fork of this process (tests/forked_cli.py: its main, environment,
+    pipes and exit status)."""
     junit, md = tmp_path / "junit.xml", tmp_path / "summary.md"
-    r = subprocess.run([sys.executable, "-c", code, "verify", *map(str, args), "--junit", str(junit),
-                        "--summary-md", str(md)], capture_output=True, text=True, env=_env(), cwd=ROOT, timeout=300)
+    r = forked_cli.run("gradcheck_client.cli", "verify", *args, "--junit", junit, "--summary-md", md, env=_env(),
+                       cwd=ROOT, timeout=300)
     return r, junit, md
 
 

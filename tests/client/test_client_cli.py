@@ -9,6 +9,7 @@ import xml.etree.ElementTree as ET
 
 import pytest
 
+import forked_cli
 from gradcheck_client import save_graph
 from grpc_helpers import FAULT_ON_Z, ROOT, ServerProcess, _env, seed_graph, unsaved_z_graph
 
@@ -21,9 +22,13 @@ def server():
 
 
 def gradcheck(*args, env=None, without_service=False):
-    # without_service: run as if gradcheck-svc were not installed (None in sys.modules blocks the import)
-    code = ("import sys; " + ("sys.modules['gradcheck_svc'] = None; " if without_service else "")
-            + "from gradcheck_client.cli import main; sys.exit(main(sys.argv[1:]))")
+    """The command's result: a real process with `--server` (gRPC) or `without_service`, a fork of this process
+    (tests/forked_cli.py: the same main, environment, pipes and exit status) otherwise."""
+    if not without_service:
+        return forked_cli.run("gradcheck_client.cli", *args, env=_env(env), cwd=ROOT, timeout=120)
+    # run as if gradcheck-svc were not installed (None in sys.modules blocks the import): a fresh interpreter
+    code = ("import sys; sys.modules['gradcheck_svc'] = None; "
+            "from gradcheck_client.cli import main; sys.exit(main(sys.argv[1:]))")
     return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True,
                           text=True, env=_env(env), cwd=ROOT, timeout=120)
 

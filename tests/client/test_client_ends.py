@@ -19,6 +19,7 @@ from concurrent import futures
 import grpc
 import pytest
 
+import forked_cli
 from gradcheck.v1 import service_pb2, service_pb2_grpc
 from gradcheck_client import AsyncClient, Client, VerifyError, save_graph
 from gradcheck_core.client import SERVICE, UNARY_METHODS, service_config
@@ -178,34 +179,38 @@ def test_nobody_listening_is_said_once_with_the_address(tmp_path):
 # --- the library clients, every method, against a silent listener -------------------------------
 
 
+# the silent listener never answers, so any timeout is certainly reached: a short one proves the same
+SILENT_TIMEOUT = 0.5
+
+
 def _calls(client):
     return {"verify": lambda: client.verify(seed_graph()),
-            "verify_many": lambda: list(client.verify_many([seed_graph()] * 2, timeout=2)),
+            "verify_many": lambda: list(client.verify_many([seed_graph()] * 2, timeout=SILENT_TIMEOUT)),
             "server_info": client.server_info}
 
 
 @pytest.mark.parametrize("method", ["verify", "verify_many", "server_info"])
 def test_sync_client_calls_end_at_their_timeout(silent_listener, method):
-    with Client(silent_listener, timeout=2) as c:
+    with Client(silent_listener, timeout=SILENT_TIMEOUT) as c:
         start = time.monotonic()
         with pytest.raises(VerifyError) as info:
             _calls(c)[method]()
-    assert time.monotonic() - start < 2 + MARGIN
+    assert time.monotonic() - start < SILENT_TIMEOUT + MARGIN
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and info.value.kind == "transport"
 
 
 @pytest.mark.parametrize("method", ["verify", "verify_many", "server_info"])
 def test_async_client_calls_end_at_their_timeout(silent_listener, method):
     async def go():
-        async with AsyncClient(silent_listener, timeout=2) as c:
+        async with AsyncClient(silent_listener, timeout=SILENT_TIMEOUT) as c:
             if method == "verify_many":
-                return [r async for r in c.verify_many([seed_graph()] * 2, timeout=2)]
+                return [r async for r in c.verify_many([seed_graph()] * 2, timeout=SILENT_TIMEOUT)]
             return await getattr(c, method)(*([seed_graph()] if method == "verify" else []))
 
     start = time.monotonic()
     with pytest.raises(VerifyError) as info:
         asyncio.run(go())
-    assert time.monotonic() - start < 2 + MARGIN
+    assert time.monotonic() - start < SILENT_TIMEOUT + MARGIN
     assert info.value.code == grpc.StatusCode.DEADLINE_EXCEEDED and info.value.kind == "transport"
 
 
@@ -270,21 +275,26 @@ def test_grpc_retry_policy_names_only_the_unary_methods():
 def test_in_process_run_ends_at_its_timeout(tmp_path):
     """Without a server the CI command holds each graph to --timeout too, with the outcome a server's
     deadline has (exit 3); the graphs after it are still verified. The one limit must let the seed graph
-    (symbolic check included) finish on a loaded machine and stop the slow one on a fast machine: 10 s
-    against minutes of full finite differences at width 128 (~4x width 96's tens of seconds)."""
+    (symbolic check included: ~0.3 s in a loaded warm fork) finish on a loaded machine and stop the slow one
+    on a fast machine: 5 s against minutes of full finite differences at width 128 (~4x width 96's tens of
+    seconds). No server, no gRPC: the command runs in a fork of this process (tests/forked_cli.py), its own
+    `main(argv)` with its pipes and exit status, without a second of interpreter start-up."""
     slow_pb = tmp_path / "slow.pb"
     save_graph(slow_graph(width=128), slow_pb)
     seed = tmp_path / "seed.json"
     save_graph(seed_graph(), seed)
-    timeout = 10
+    timeout = 5
     start = time.monotonic()
-    proc = subprocess.Popen([sys.executable, "-c", CODE, "verify", str(slow_pb), str(seed), "--fd", "full",
-                             "--timeout", str(timeout), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, env=_env(), cwd=ROOT)
-    code, out, err = _finish(proc, 2 * timeout + MARGIN + 30)  # the seed graph's symbolic check included
-    assert code == 3, err
+    proc = forked_cli.Forked("gradcheck_client.cli", ["verify", slow_pb, seed, "--fd", "full", "--timeout", timeout,
+                                                      "--json"], env=_env(), cwd=ROOT)
+    limit = 2 * timeout + MARGIN + 30  # the seed graph's symbolic check included
+    try:
+        out, err = proc.communicate(timeout=limit)
+    except subprocess.TimeoutExpired:  # (killed by communicate)
+        raise AssertionError(f"the CI command was still running {limit} s after it started") from None
+    assert proc.returncode == 3, err
     slow, ok = json.loads(out)
     assert slow["status"] == "error" and ok["status"] == "pass"
-    assert slow["error"] == ("DEADLINE_EXCEEDED: verification exceeded the per-request limit of 10 s "
+    assert slow["error"] == ("DEADLINE_EXCEEDED: verification exceeded the per-request limit of 5 s "
                              "(raise it with --timeout)")
-    assert time.monotonic() - start < 2 * timeout + MARGIN + 30
+    assert time.monotonic() - start < limit

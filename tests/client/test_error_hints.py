@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 
 import grpc
 import pytest
 
+import forked_cli
 from gradcheck_client import Client, VerifyError
 from gradcheck_core.hints import hint
 from grpc_helpers import EXAMPLES, ROOT, _env, module_server
@@ -45,10 +45,10 @@ def server(tmp_path_factory):
 
 
 def _run(command: str, args: list) -> subprocess.CompletedProcess:
+    """`verify ARGS` in-process, in a fork of this process (tests/forked_cli.py: its main, environment, pipes and
+    exit status)."""
     mod = {"svc": "gradcheck_svc.cli", "ci": "gradcheck_client.cli"}[command]
-    code = f"from {mod} import main; import sys; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, "verify", *args], capture_output=True, text=True,
-                          env=_env(), cwd=ROOT, timeout=120)
+    return forked_cli.run(mod, "verify", *args, env=_env(), cwd=ROOT, timeout=120)
 
 
 def _one_line_with(r: subprocess.CompletedProcess, needle: str) -> None:

@@ -6,9 +6,8 @@ shape, fingerprint status and local error, and a screenshot is written. Both lay
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
+import forked_cli
 import pytest
 from browser import chromium, ensure_apt, open_page
 from gradcheck_client import Tracer
@@ -30,9 +29,8 @@ def browser():
 
 
 def _run(module: str, *args):
-    code = f"import sys; from {module} import main; sys.exit(main(sys.argv[1:]))"
-    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
-                          env=_env(None), cwd=ROOT, timeout=180)
+    """The command in a fork of this process (tests/forked_cli.py: its main, environment, pipes, exit status)."""
+    return forked_cli.run(module, *args, env=_env(None), cwd=ROOT, timeout=180)
 
 
 def _hover(page, selector: str) -> str:

@@ -11,9 +11,8 @@ import base64
 import io
 import json
 import re
-import subprocess
-import sys
 
+import forked_cli
 import numpy as np
 import pytest
 from browser import chromium, open_page
@@ -38,11 +37,10 @@ def browser():
 def _verify(out_dir, name: str, *args) -> tuple[dict, object]:
     """The service CLI's JSON report and its --html page, from one run."""
     html = out_dir / f"{name}.html"
-    code = "import sys; from gradcheck_svc.cli import main; sys.exit(main(sys.argv[1:]))"
-    # no per-request limit: a loaded machine must not turn this run into exit 2 (the page, not the time, is tested)
-    r = subprocess.run([sys.executable, "-c", code, "verify", str(CHAIN), "--json", "--html", str(html),
-                        "--max-request-seconds", "3600", *args],
-                       capture_output=True, text=True, env=_env(None), cwd=ROOT, timeout=900)
+    # no per-request limit: a loaded machine must not turn this run into exit 2 (the page, not the time, is tested);
+    # the command runs in a fork of this process (tests/forked_cli.py: its main, environment, pipes, exit status)
+    r = forked_cli.run("gradcheck_svc.cli", "verify", CHAIN, "--json", "--html", html, "--max-request-seconds",
+                       "3600", *args, env=_env(None), cwd=ROOT, timeout=900)
     assert r.returncode == (1 if args else 0), r.stderr[-3000:]
     return json.loads(r.stdout), html
 

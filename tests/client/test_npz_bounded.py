@@ -1,7 +1,8 @@
 """Hostile --claimed archives (gradcheck_core/npz_bounded.py): every archive is bounded before it is
 inflated, and whatever the reader cannot take is exit 2 with one line naming the file and the member,
 through `gradcheck-svc verify`, `gradcheck verify` in process and `gradcheck verify --server` (which reads
-the archive before it connects). Real files, real processes; the zip bomb under a 200 MB address space."""
+the archive before it connects). Real files; real processes where a process is what is tested (the zip bomb
+under a 200 MB address space, the gRPC front end), the in-process commands forked (tests/forked_cli.py)."""
 from __future__ import annotations
 
 import io
@@ -15,6 +16,7 @@ import zlib
 import numpy as np
 import pytest
 
+import forked_cli
 from conftest import EXAMPLES
 from gradcheck_core.npz_bounded import NpzError, read_npz
 
@@ -57,7 +59,13 @@ def _write_zip(path, members) -> None:
 
 
 def _run(cmd, path, *flags, cap=False):
+    """(exit code, stdout, stderr) of a front end. Capped (a fresh process's address space) or talking gRPC: a
+    real process; else the in-process command in a fork of this one (tests/forked_cli.py: its main, environment,
+    pipes and exit status)."""
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1")
+    if not cap and cmd != "server":
+        p = forked_cli.run(COMMANDS[cmd][2], *COMMANDS[cmd][3:], "--claimed", path, *flags, env=env, timeout=300)
+        return p.returncode, p.stdout, p.stderr
 
     def limit_memory():
         import resource
@@ -229,6 +237,5 @@ def test_a_directory_listing_more_members_than_a_request_can_carry_is_refused_be
 def test_a_fifo_given_as_the_graph_is_refused_at_once(module, words, tmp_path):
     fifo = tmp_path / "graph.json"
     os.mkfifo(fifo)
-    p = subprocess.run([sys.executable, "-m", module, "verify", str(fifo)], capture_output=True, text=True,
-                       timeout=300)
+    p = forked_cli.run(module, "verify", fifo, timeout=300)
     _one_line_refusal(p.returncode, p.stdout, p.stderr, str(fifo), words)

@@ -4,12 +4,12 @@ torch is the reference for what an eager framework does with the same
 program: the same values, the same gradients, and the same refusal when a
 value the backward needs was overwritten."""
 import os
-import subprocess
-import sys
 
 import numpy as np
 import pytest
 from conftest import LazyModule
+
+import forked_cli
 
 torch = LazyModule("torch")  # imported by the first test that uses it
 
@@ -161,6 +161,13 @@ BAD = {
 }
 
 
+def _svc_verify(path, *flags):
+    """`gradcheck-svc verify PATH FLAGS` in a fork of this process (tests/forked_cli.py: its main, environment,
+    pipes and exit status, without an interpreter's start-up)."""
+    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'clients' / 'python'}")
+    return forked_cli.run("gradcheck_svc.cli", "verify", path, *flags, env=env, timeout=60)
+
+
 @pytest.mark.parametrize("case", list(BAD), ids=list(BAD))
 def test_invalid_inplace_nodes_are_clear_graph_errors(case, tmp_path):
     build, message = BAD[case]
@@ -170,9 +177,7 @@ def test_invalid_inplace_nodes_are_clear_graph_errors(case, tmp_path):
     assert exc.value.message.startswith(message)
     path = tmp_path / "bad.pb"
     path.write_bytes(msg.SerializeToString())
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'clients' / 'python'}")
-    r = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path)], capture_output=True,
-                       text=True, env=env, timeout=60)
+    r = _svc_verify(path)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and message in r.stderr
 
 
@@ -193,14 +198,11 @@ def test_ordered_writers_on_one_buffer_are_fine():
 def test_cli_hazard_exit_codes_and_findings():
     import json
 
-    env = dict(os.environ, PYTHONPATH=f"{ROOT}{os.pathsep}{ROOT / 'clients' / 'python'}")
-    path = str(EXAMPLES / "faults" / "inplace_square.json")
-    cli = [sys.executable, "-m", "gradcheck_svc.cli", "verify", path]
-    r = subprocess.run(cli, capture_output=True, text=True, env=env, timeout=60)
+    path = EXAMPLES / "faults" / "inplace_square.json"
+    r = _svc_verify(path)
     assert r.returncode == 2 and r.stdout == ""
     assert r.stderr.startswith("gradcheck-svc: error: node 'a': a value needed for its gradient has been modified")
-    r = subprocess.run(cli + ["--allow-inplace-hazards", "--format", "json"], capture_output=True, text=True, env=env,
-                       timeout=60)
+    r = _svc_verify(path, "--allow-inplace-hazards", "--format", "json")
     assert r.returncode == 1
     [f] = json.loads(r.stdout)["findings"]
     assert (f["node"], f["op"], f["cause"], f["severity"]) == ("a", "square", "inplace_overwrite", "error")

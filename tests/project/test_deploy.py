@@ -33,6 +33,20 @@ K8S_VERSIONS = tuple(f"1.{m}.0" for m in range(K8S_MIN[1], 38))
 JOBSET_MIN = "v0.8.0"  # the JobSet API the field tables below are of (deploy/README.md states it)
 
 
+@pytest.fixture(scope="module", autouse=True)
+def _schemas_parsed_once():
+    """kubernetes-validate reads and parses a version's schema files (its _definitions.json: 1.4 MB of JSON) on
+    every call, and this module makes ~600 calls over the same few dozen files: each file is parsed once here,
+    the same schema is checked the same way (the validator is still built per call; nothing changes a schema)."""
+    import functools
+
+    from kubernetes_validate import utils
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(utils, "schema_contents", functools.lru_cache(maxsize=None)(utils.schema_contents))
+        yield
+
+
 @pytest.fixture(scope="session")
 def rendered(kubectl) -> dict[str, list[dict]]:
     return {overlay: render(kubectl, DEPLOY / "overlays" / overlay) for overlay in OVERLAYS}

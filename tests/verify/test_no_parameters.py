@@ -4,12 +4,11 @@ gradcheck-svc verify (exit 2, test_graph_validation.py), the server (INVALID_ARG
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import grpc
 import pytest
 
+import forked_cli
 from gradcheck_client import Client, VerifyError, save_graph
 from gradcheck_svc.cli import main
 from gradcheck_svc.graph.build import GraphBuilder
@@ -41,9 +40,8 @@ def test_ci_command_exits_2(server, tmp_path, through_server):
     path = save_graph(_no_params_graph(), tmp_path / "g.json")
     junit = tmp_path / "junit.xml"
     args = ["verify", str(path), "--junit", str(junit)] + (["--server", server.target] if through_server else [])
-    code = "from gradcheck_client.cli import main; import sys; sys.exit(main(sys.argv[1:]))"
-    r = subprocess.run([sys.executable, "-c", code, *args], capture_output=True, text=True, env=_env(), cwd=ROOT,
-                       timeout=120)
+    # a real process through the server (gRPC), a fork of this one in-process (tests/forked_cli.py)
+    r = forked_cli.run("gradcheck_client.cli", *args, env=_env(), cwd=ROOT, timeout=120)
     assert r.returncode == 2, (r.stdout, r.stderr)
     assert NEEDLE in r.stdout + r.stderr
     assert "PASS" not in r.stdout

@@ -4,11 +4,10 @@ warning on stderr -- from the CLI and over gRPC alike."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import pytest
 
+import forked_cli
 from bad_inputs import seed
 from gradcheck_client import Client
 from grpc_helpers import _env, module_server
@@ -29,12 +28,13 @@ def _only_finding_names_x(findings):
 
 def test_cli(tmp_path):
     path = _nan_graph(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path), "--allow-nonfinite",
-                           "--format", "json"], capture_output=True, text=True, env=_env(), timeout=120)
+    # the command in a fork of this process (tests/forked_cli.py: its main, environment, pipes, exit status, and
+    # Python's default warning filters, so a RuntimeWarning would show on stderr as in a fresh process)
+    done = forked_cli.run("gradcheck_svc.cli", "verify", path, "--allow-nonfinite", "--format", "json", env=_env(),
+                          timeout=120)
     assert done.returncode == 1 and done.stderr == ""  # no RuntimeWarning
     _only_finding_names_x(json.loads(done.stdout)["findings"])
-    refused = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path)], capture_output=True,
-                             text=True, env=_env(), timeout=120)
+    refused = forked_cli.run("gradcheck_svc.cli", "verify", path, env=_env(), timeout=120)
     assert refused.returncode == 2 and refused.stderr.startswith("gradcheck-svc: error: input 'x': data holds 1 NaN")
 
 
