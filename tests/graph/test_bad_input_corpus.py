@@ -37,6 +37,14 @@ def assert_one_safe_line(text: str) -> None:
     assert all(c.isprintable() for c in text.rstrip("\n")), repr(text[:300])
 
 
+@pytest.fixture(scope="module", autouse=True)
+def sympy_imported_before_the_forks():
+    """`gradcheck-svc verify` checks each graph in a forked child (gradcheck_svc/bounded.py), and an `expr`
+    node's formula is parsed with SymPy: imported here once, every child inherits it instead of importing it
+    again (~0.5 s a case, the formula cases were most of this file's time). The CLI path run is the same."""
+    import sympy  # noqa: F401
+
+
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     yield from module_server(tmp_path_factory, "--workers", "1", *LIMIT_ARGS)

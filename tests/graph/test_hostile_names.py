@@ -11,6 +11,7 @@ import pytest
 
 from bad_inputs import seed
 from grpc_helpers import _env, module_server
+import forked_cli
 
 HOSTILE = "loss\n\x1b[31mTraceback (most recent call last):\x00<b>&amp;</b>\u2028" + "é" * 100
 
@@ -27,8 +28,9 @@ def _graph(tmp_path):
 
 def test_text_report_and_svg(tmp_path):
     path, plot = _graph(tmp_path), tmp_path / "mem.svg"
-    done = subprocess.run([sys.executable, "-m", "gradcheck_svc.cli", "verify", str(path), "--fault", "z:scale",
-                           "--memory-plot", str(plot)], capture_output=True, text=True, env=_env(), timeout=120)
+    # forked (tests/forked_cli.py): the same main, argv, environment and pipes as `python -m`, without its start-up
+    done = forked_cli.run("gradcheck_svc.cli", "verify", path, "--fault", "z:scale", "--memory-plot", plot,
+                          env=_env(), timeout=120)
     assert done.returncode == 1, done.stderr
     assert all(line.isprintable() for line in done.stdout.splitlines())
     assert not any(line.startswith("Traceback") for line in done.stdout.splitlines())
