@@ -24,6 +24,7 @@ import warnings
 
 import numpy as np
 
+from ..engine.executor import run_step
 from .fd_formulas import Refined
 
 COMPLEX = "complex"  # the methods' names in the plan and the report
@@ -46,6 +47,35 @@ def _power_of_two(scale):
 def steps(flat: np.ndarray) -> np.ndarray:
     """The imaginary step per element: ~STEP max(1, |x|), a power of two."""
     return _power_of_two(np.maximum(1.0, np.abs(np.asarray(flat, dtype=np.float64))))
+
+
+def relative_steps(x: np.ndarray) -> np.ndarray:
+    """An imaginary step per element small next to |x| itself (STEP |x|, a power of two; STEP at 0, and |x|
+    floored at 2^-900, where the step would be subnormal): next to a singularity at 0 (1/x, log, sqrt) the
+    complex step stays far inside the distance to it."""
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    return _power_of_two(np.where(x == 0, 1.0, np.maximum(x, 2.0 ** -900)))
+
+
+class Slopes:
+    """Each elementwise step's slope in each of its inputs at the base point, by a complex step of the op's own
+    forward (no derivative table): Im f(.., x_k + i eps, ..) / eps, eps = relative_steps(x_k) -- what
+    engine/executor.elementwise_step multiplies the Pairs' imaginary parts by. Made once per (step, input) for
+    one base (a FiniteDifferences' own); None where it is not finite (the step then runs on complex copies)."""
+
+    def __init__(self):
+        self._made: dict = {}
+
+    def of(self, xp, step, k: int, base: dict):
+        key = (step.name, k)
+        if key not in self._made:
+            xs = [base[n] for n in step.inputs]
+            eps = relative_steps(xs[k])
+            xs[k] = np.asarray(xs[k], dtype=np.float64) + 1j * eps
+            with np.errstate(all="ignore"):
+                d = np.imag(run_step(xp, step, xs)) / eps
+            self._made[key] = d if np.isfinite(d).all() else None
+        return self._made[key]
 
 
 def step_of(flat: np.ndarray) -> float:

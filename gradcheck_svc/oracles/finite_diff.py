@@ -132,6 +132,7 @@ class FiniteDifferences:
         off = ("fd_method central" if self.options.method != cx.COMPLEX else "frozen branches off"
                if not self.options.frozen_branches else None if np.isfinite(self.loss) else "the loss is not finite")
         self._complex_on = off is None
+        self.slopes = cx.Slopes()  # the elementwise steps' slopes at the base, for complex steps' Pairs
         self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
         self.plan: FDPlan = plan(self.costs, self.options, cx.blockers(self.program, self.frozen, self.base, off))
 
@@ -213,7 +214,7 @@ class FiniteDifferences:
         pieces = self.frozen if frozen else None
         for s in range(0, b, rows):
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: rows_of(s, min(b, s + rows))},
-                                              frozen=pieces, complex_steps=np.dtype(dtype).kind == "c")
+                                              frozen=pieces, **self._complex_args(dtype))
         return out
 
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
@@ -237,7 +238,7 @@ class FiniteDifferences:
             stats = {}
             stack = one_hot(np, x, axis, flat_index[s:s + rows], new_values[s:s + rows])
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats, frozen=self.frozen,
-                                         complex_steps=dtype.kind == "c")
+                                              **self._complex_args(dtype))
             s += rows
             # what a copy held at once, twice (an op's temporaries while it runs): values are released
             # after their last reader, so a deep graph's copy holds far less than it makes
@@ -263,9 +264,15 @@ class FiniteDifferences:
             chunk = rows_of(s, e)
             out[s:e] = forward_batched(self.program, NUMPY, self.base, {
                 p: chunk[p] if isinstance(chunk[p], Pair) else chunk[p].reshape((-1,) + tuple(self.program.shapes[p]))
-                for p in params}, frozen=self.frozen,
-                complex_steps=np.dtype(dtype).kind == "c")
+                for p in params}, frozen=self.frozen, **self._complex_args(dtype))
         return out
+
+    def _complex_args(self, dtype) -> dict:
+        """forward_batched's arguments for copies of `dtype`: complex ones are complex steps at the base point
+        (a probe's moved real parts are the first step's alone: multilinear and linear ops pass the base's)"""
+        if np.dtype(dtype).kind != "c":
+            return {}
+        return {"complex_steps": True, "slopes": self.slopes}
 
     def noise(self, h) -> np.ndarray:
         """The first pass's error estimate at step h: the rounding of the loss, ~eps |L| / h."""
