@@ -7,7 +7,10 @@ no refinement ladder. The forward is the engine's own frozen-branch batched forw
 (forward_batched(..., frozen=selections(...))): every piecewise op evaluates on the piece its real part,
 the base point, took (relu, max-pool, abs, clip, sort, where, comparisons), so no kink is ever crossed;
 held ops (floor, sign, integer and boolean outputs) keep their base values and so drop the imaginary part.
-Each op's complex form is its own forward (OpDef.complex_step); no derivative table here.
+Each op's complex form is its own forward (OpDef.complex_step); no derivative table here. Copies at the base
+point travel as their imaginary parts alone where the ops allow (engine/executor.py Pair: multilinear and linear
+ops, and elementwise ones linearized by their Slopes -- the same forward's complex step at the base, to first
+order, as the shared real part already is).
 
 Error: the first pass's estimate is the rounding of the result itself, ROUND eps |d|. A value it does not
 settle is probed (probed()): evaluated again with the base's real part moved by a few ulps (the
