@@ -400,27 +400,22 @@ class FiniteDifferences:
 
     def _complex_joint_many(self, dirs: JointDirections, checks: list, held: int) -> list[FDResult]:
         union = list(dict.fromkeys(p for group, _ in checks for p in group))
-        owner = np.concatenate([np.full(len(rows), i) for i, (_, rows) in enumerate(checks)])
         row = np.concatenate([np.asarray(rows, dtype=np.intp) for _, rows in checks])
-        members = [set(group) for group, _ in checks]
+        start = np.cumsum([0] + [len(rows) for _, rows in checks])  # each check's first copy
         h = self.complex_step_of(dirs)
-        flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in union}
 
-        def rows_of(s, e):  # copy c: its check's blocks along row[c], every other block at the base
-            out = {p: np.empty((e - s, flat[p].size), np.complex128) for p in union}
-            for p, buf in out.items():
-                buf.real[:] = flat[p]
-                buf.imag[:] = 0.0
-                for c in range(s, e):
-                    if p in members[owner[c]]:
-                        np.multiply(dirs.signs[p][row[c]], h * dirs.weight[p], out=buf.imag[c - s], dtype=np.float64)
-            return out
-        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held)
-        cx.check_real_part(losses, self.loss)
+        def rows_of(s, e):  # copy c: its check's blocks along row[c], every other block at the base -- as Pairs
+            imag = {p: np.zeros((e - s, self.costs.size(p))) for p in union}  # (executor.Pair: the base shared)
+            for (group, _), a, b in zip(checks, start[:-1], start[1:]):
+                a, b = max(s, a), min(e, b)
+                for p in group if a < b else ():
+                    dirs.perturbed_imag(p, h, row[a:b], imag[p][a - s:b - s])
+            return {p: Pair(self.flat(p).reshape(self.program.shapes[p]), v.reshape((e - s,) + tuple(self.program.shapes[p])))
+                    for p, v in imag.items()}
+        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held, pairs=True)
         d = cx.derivative(losses, h)
-        cuts = np.cumsum([len(rows) for _, rows in checks])[:-1]
         return [FDResult(FDMode.JOINT, v, cx.first_noise(v), evaluations=len(v), method=cx.COMPLEX)
-                for v in np.split(d, cuts)]
+                for v in np.split(d, start[1:-1])]
 
     def _joint_derivatives(self, dirs: JointDirections, params: list[str], rows: np.ndarray, x0: dict,
                            f: float = 1.0) -> np.ndarray:
