@@ -410,8 +410,8 @@ class FiniteDifferences:
                 a, b = max(s, a), min(e, b)
                 for p in group if a < b else ():
                     dirs.perturbed_imag(p, h, row[a:b], imag[p][a - s:b - s])
-            return {p: Pair(self.flat(p).reshape(self.program.shapes[p]), v.reshape((e - s,) + tuple(self.program.shapes[p])))
-                    for p, v in imag.items()}
+            shapes = {p: tuple(self.program.shapes[p]) for p in union}
+            return {p: Pair(self.flat(p).reshape(shapes[p]), v.reshape((e - s,) + shapes[p])) for p, v in imag.items()}
         losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held, pairs=True)
         d = cx.derivative(losses, h)
         return [FDResult(FDMode.JOINT, v, cx.first_noise(v), evaluations=len(v), method=cx.COMPLEX)

@@ -359,7 +359,8 @@ def test_an_elementwise_op_passes_pairs_linearized_as_its_complex_forward(name):
         first = [f and i == floats.index(True) for i, f in enumerate(floats)]
         for batched in (floats, first):
             # steps as the screen's: ~2^-64 of the value, so that every term in h^2 is far below rounding
-            pairs = {n: Pair(fd.base[n], fd_complex.steps(fd.base[n]) * rng.standard_normal((2,) + np.shape(fd.base[n])))
+            shape = {n: np.shape(fd.base[n]) for n in step.inputs}
+            pairs = {n: Pair(fd.base[n], fd_complex.steps(fd.base[n]) * rng.standard_normal((2,) + shape[n]))
                      for n, b in zip(step.inputs, batched) if b}
             got = _batched_step(np, step, pairs, fd.base, batched, None, True, fd.slopes)
             assert isinstance(got, Pair), (i, batched)
