@@ -325,7 +325,7 @@ class Pair:
 
 
 def forward_batched(program: Program, backend: Backend, base: dict, overrides: dict, stats: dict | None = None,
-                    frozen: dict | None = None, complex_steps: bool = False):
+                    frozen: dict | None = None, complex_steps: bool = False, slopes=None):
     """Loss values for a stack of perturbed inputs.
 
     overrides: name -> the B perturbed copies replacing that value, as an array (B, *shape) or as
@@ -342,7 +342,10 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
     chunk of whole-graph copies held every one of them to the end: the joint screen's peak).
     complex_steps: the overrides are complex steps, x + i h v with x the base's value (oracles/fd_complex.py),
     so multilinear ops and linear frozen pieces may run on (real, imaginary) pairs (multilinear_step, Pair),
-    the base's output standing for every copy's real part; arbitrary complex copies are evaluated as given."""
+    the base's output standing for every copy's real part; arbitrary complex copies are evaluated as given.
+    slopes (complex steps only; oracles/fd_complex.Slopes): each elementwise op's slope in each input at the base,
+    by a complex step of its own forward -- where Pairs reach an elementwise op it passes them on linearized
+    (elementwise_step), rather than as dense complex copies."""
     xp = backend.xp
     values = dict(overrides)  # the batched values only; the rest come from base
     frozen = frozen or {}
@@ -352,7 +355,7 @@ def forward_batched(program: Program, backend: Backend, base: dict, overrides: d
             batched = [n in values for n in step.inputs]
             if not any(batched):
                 continue
-            y = _batched_step(xp, step, values, base, batched, frozen.get(step.name), complex_steps)
+            y = _batched_step(xp, step, values, base, batched, frozen.get(step.name), complex_steps, slopes)
             if y is not None:
                 values[step.name] = y
                 made, live = made + _nbytes(y), live + _nbytes(y)
@@ -382,9 +385,10 @@ def _nbytes(v) -> int:
     return (v.values if isinstance(v, Sliced) else v).nbytes
 
 
-def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selection, pairs: bool = False):
+def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selection, pairs: bool = False,
+                  slopes=None):
     """One step of forward_batched on its batched inputs (values) and the base's others; None for a HELD
-    step (its base value stands for every copy)."""
+    step (its base value stands for every copy). slopes: see forward_batched."""
     xs = [values[n] if b else base[n] for n, b in zip(step.inputs, batched)]
     if selection is HELD:
         return None
@@ -393,6 +397,10 @@ def _batched_step(xp, step: Step, values: dict, base: dict, batched: list, selec
             return Pair(base[step.name], frozen_step(xp, step, selection, [xs[0].imag], batched))
         if selection is None and (step.op.multilinear or step.op.linear):
             y = (multilinear_step if step.op.multilinear else linear_step)(xp, step, xs, batched, base)
+            if y is not None:
+                return y
+        if selection is None and slopes is not None and step.op.slice_rule is slices_elementwise:
+            y = elementwise_step(xp, step, xs, batched, base, slopes)
             if y is not None:
                 return y
         xs = [x.dense(xp) if isinstance(x, Pair) else x for x in xs]
@@ -422,6 +430,29 @@ def linear_step(xp, step: Step, xs: list, batched: list, base: dict):
         return None
     im = [x.imag if b else xp.zeros(np.shape(x)) for x, b in zip(xs, batched)]  # a Pair's, or a complex view's
     return Pair(base[step.name], run_step_batched(xp, step, im, batched))
+
+
+def elementwise_step(xp, step: Step, xs: list, batched: list, base: dict, slopes):
+    """A complex step through an elementwise op (tanh, exp, mul by a constant...) that Pairs reach: its imaginary
+    part is the sum over the perturbed inputs k of Im x_k times the op's slope in x_k at the base point
+    (slopes.of(xp, step, k, base): the op's own forward at x_k + i eps, imaginary part over eps, once per step) --
+    the forward's complex step to first order, as the Pairs' real parts (the base's values) already are: with
+    h ~ 2^-64 the terms in h^2 and h^3 it drops are far below rounding. A Pair again, where a dense copy costs
+    the op's complex form on every element of every copy (complex tanh ~50 ns an element, a deep chain's
+    bisection and follow-ups most of their time). None where a perturbed input is not a Pair or a slope is not
+    finite: the step then runs on dense complex copies as before."""
+    if not all(isinstance(x, Pair) for x, b in zip(xs, batched) if b):
+        return None
+    rank, imag = np.ndim(base[step.name]), None
+    for k in (k for k, b in enumerate(batched) if b):
+        slope = slopes.of(xp, step, k, base)
+        if slope is None:
+            return None
+        im = xs[k].imag
+        if im.ndim - 1 < rank:  # as run_step_batched: ranks aligned after the batch axis
+            im = im.reshape(im.shape[:1] + (1,) * (rank + 1 - im.ndim) + im.shape[1:])
+        imag = im * slope if imag is None else imag + im * slope
+    return Pair(base[step.name], imag)
 
 
 def multilinear_step(xp, step: Step, xs: list, batched: list, base: dict):

@@ -7,7 +7,10 @@ no refinement ladder. The forward is the engine's own frozen-branch batched forw
 (forward_batched(..., frozen=selections(...))): every piecewise op evaluates on the piece its real part,
 the base point, took (relu, max-pool, abs, clip, sort, where, comparisons), so no kink is ever crossed;
 held ops (floor, sign, integer and boolean outputs) keep their base values and so drop the imaginary part.
-Each op's complex form is its own forward (OpDef.complex_step); no derivative table here.
+Each op's complex form is its own forward (OpDef.complex_step); no derivative table here. Copies at the base
+point travel as their imaginary parts alone where the ops allow (engine/executor.py Pair: multilinear and linear
+ops, and elementwise ones linearized by their Slopes -- the same forward's complex step at the base, to first
+order, as the shared real part already is).
 
 Error: the first pass's estimate is the rounding of the result itself, ROUND eps |d|. A value it does not
 settle is probed (probed()): evaluated again with the base's real part moved by a few ulps (the
@@ -24,6 +27,7 @@ import warnings
 
 import numpy as np
 
+from ..engine.executor import run_step
 from .fd_formulas import Refined
 
 COMPLEX = "complex"  # the methods' names in the plan and the report
@@ -46,6 +50,35 @@ def _power_of_two(scale):
 def steps(flat: np.ndarray) -> np.ndarray:
     """The imaginary step per element: ~STEP max(1, |x|), a power of two."""
     return _power_of_two(np.maximum(1.0, np.abs(np.asarray(flat, dtype=np.float64))))
+
+
+def relative_steps(x: np.ndarray) -> np.ndarray:
+    """An imaginary step per element small next to |x| itself (STEP |x|, a power of two; STEP at 0, and |x|
+    floored at 2^-900, where the step would be subnormal): next to a singularity at 0 (1/x, log, sqrt) the
+    complex step stays far inside the distance to it."""
+    x = np.abs(np.asarray(x, dtype=np.float64))
+    return _power_of_two(np.where(x == 0, 1.0, np.maximum(x, 2.0 ** -900)))
+
+
+class Slopes:
+    """Each elementwise step's slope in each of its inputs at the base point, by a complex step of the op's own
+    forward (no derivative table): Im f(.., x_k + i eps, ..) / eps, eps = relative_steps(x_k) -- what
+    engine/executor.elementwise_step multiplies the Pairs' imaginary parts by. Made once per (step, input) for
+    one base (a FiniteDifferences' own); None where it is not finite (the step then runs on complex copies)."""
+
+    def __init__(self):
+        self._made: dict = {}
+
+    def of(self, xp, step, k: int, base: dict):
+        key = (step.name, k)
+        if key not in self._made:
+            xs = [base[n] for n in step.inputs]
+            eps = relative_steps(xs[k])
+            xs[k] = np.asarray(xs[k], dtype=np.float64) + 1j * eps
+            with np.errstate(all="ignore"):
+                d = np.imag(run_step(xp, step, xs)) / eps
+            self._made[key] = d if np.isfinite(d).all() else None
+        return self._made[key]
 
 
 def step_of(flat: np.ndarray) -> float:

@@ -132,6 +132,7 @@ class FiniteDifferences:
         off = ("fd_method central" if self.options.method != cx.COMPLEX else "frozen branches off"
                if not self.options.frozen_branches else None if np.isfinite(self.loss) else "the loss is not finite")
         self._complex_on = off is None
+        self.slopes = cx.Slopes()  # the elementwise steps' slopes at the base, for complex steps' Pairs
         self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
         self.plan: FDPlan = plan(self.costs, self.options, cx.blockers(self.program, self.frozen, self.base, off))
 
@@ -213,7 +214,7 @@ class FiniteDifferences:
         pieces = self.frozen if frozen else None
         for s in range(0, b, rows):
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {param: rows_of(s, min(b, s + rows))},
-                                              frozen=pieces, complex_steps=np.dtype(dtype).kind == "c")
+                                              frozen=pieces, **self._complex_args(dtype))
         return out
 
     def one_hot_losses(self, name: str, flat_index: np.ndarray, new_values: np.ndarray) -> np.ndarray:
@@ -237,7 +238,7 @@ class FiniteDifferences:
             stats = {}
             stack = one_hot(np, x, axis, flat_index[s:s + rows], new_values[s:s + rows])
             out[s:s + rows] = forward_batched(self.program, NUMPY, self.base, {name: stack}, stats, frozen=self.frozen,
-                                         complex_steps=dtype.kind == "c")
+                                              **self._complex_args(dtype))
             s += rows
             # what a copy held at once, twice (an op's temporaries while it runs): values are released
             # after their last reader, so a deep graph's copy holds far less than it makes
@@ -263,9 +264,15 @@ class FiniteDifferences:
             chunk = rows_of(s, e)
             out[s:e] = forward_batched(self.program, NUMPY, self.base, {
                 p: chunk[p] if isinstance(chunk[p], Pair) else chunk[p].reshape((-1,) + tuple(self.program.shapes[p]))
-                for p in params}, frozen=self.frozen,
-                complex_steps=np.dtype(dtype).kind == "c")
+                for p in params}, frozen=self.frozen, **self._complex_args(dtype))
         return out
+
+    def _complex_args(self, dtype) -> dict:
+        """forward_batched's arguments for copies of `dtype`: complex ones are complex steps at the base point
+        (a probe's moved real parts are the first step's alone: multilinear and linear ops pass the base's)"""
+        if np.dtype(dtype).kind != "c":
+            return {}
+        return {"complex_steps": True, "slopes": self.slopes}
 
     def noise(self, h) -> np.ndarray:
         """The first pass's error estimate at step h: the rounding of the loss, ~eps |L| / h."""
@@ -393,27 +400,22 @@ class FiniteDifferences:
 
     def _complex_joint_many(self, dirs: JointDirections, checks: list, held: int) -> list[FDResult]:
         union = list(dict.fromkeys(p for group, _ in checks for p in group))
-        owner = np.concatenate([np.full(len(rows), i) for i, (_, rows) in enumerate(checks)])
         row = np.concatenate([np.asarray(rows, dtype=np.intp) for _, rows in checks])
-        members = [set(group) for group, _ in checks]
+        start = np.cumsum([0] + [len(rows) for _, rows in checks])  # each check's first copy
         h = self.complex_step_of(dirs)
-        flat = {p: np.asarray(self.base[p], dtype=np.float64).reshape(-1) for p in union}
 
-        def rows_of(s, e):  # copy c: its check's blocks along row[c], every other block at the base
-            out = {p: np.empty((e - s, flat[p].size), np.complex128) for p in union}
-            for p, buf in out.items():
-                buf.real[:] = flat[p]
-                buf.imag[:] = 0.0
-                for c in range(s, e):
-                    if p in members[owner[c]]:
-                        np.multiply(dirs.signs[p][row[c]], h * dirs.weight[p], out=buf.imag[c - s], dtype=np.float64)
-            return out
-        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held)
-        cx.check_real_part(losses, self.loss)
+        def rows_of(s, e):  # copy c: its check's blocks along row[c], every other block at the base -- as Pairs
+            imag = {p: np.zeros((e - s, self.costs.size(p))) for p in union}  # (executor.Pair: the base shared)
+            for (group, _), a, b in zip(checks, start[:-1], start[1:]):
+                a, b = max(s, a), min(e, b)
+                for p in group if a < b else ():
+                    dirs.perturbed_imag(p, h, row[a:b], imag[p][a - s:b - s])
+            shapes = {p: tuple(self.program.shapes[p]) for p in union}
+            return {p: Pair(self.flat(p).reshape(shapes[p]), v.reshape((e - s,) + shapes[p])) for p, v in imag.items()}
+        losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held, pairs=True)
         d = cx.derivative(losses, h)
-        cuts = np.cumsum([len(rows) for _, rows in checks])[:-1]
         return [FDResult(FDMode.JOINT, v, cx.first_noise(v), evaluations=len(v), method=cx.COMPLEX)
-                for v in np.split(d, cuts)]
+                for v in np.split(d, start[1:-1])]
 
     def _joint_derivatives(self, dirs: JointDirections, params: list[str], rows: np.ndarray, x0: dict,
                            f: float = 1.0) -> np.ndarray:

@@ -17,10 +17,12 @@ from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.oracles import fd_complex
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.oracles.symbolic import SymbolicOptions
+from gradcheck_svc.ops import slices
 from gradcheck_svc.ops.base import Case
 from gradcheck_svc.ops.registry import REGISTRY, register
 from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.compare import Tolerance, magnitude
+from gradcheck_svc.verify.run import fd_plan
 
 from op_cases import DIFFERENTIABLE, op_graph
 from plants import element_bug, mlp, tanh_over_small_d, unregister
@@ -146,23 +148,30 @@ def test_a_large_loss_s_small_gradient_element_wrong_by_10x_its_tolerance_fails(
 @pytest.mark.parametrize("directions", [4, 16])
 def test_a_pair_of_opposite_errors_on_neighbouring_elements_fails(directions):
     """Entries i and i + 1 of W0's gradient swapped (an off-by-one): with sign directions the two columns
-    agreed in every direction 1 time in 2^k and the pair passed; Gaussian levels never agree."""
+    agreed in every direction 1 time in 2^k and the pair passed; Gaussian levels never agree. Each of 32 pairs
+    screened (run.fd_plan on the engine's gradients with the pair planted: W0 flagged and narrowed to elements
+    that fail their own differences), one FD evaluator for all; the first pair verified end to end."""
     options = VerifyOptions(fd=FDOptions(mode="joint", directions=directions, projection_threshold=100),
                             symbolic=NO_SYM)
-    clean = verify(mlp(width=16, depth=2), options)
-    g = next(p for p in clean.parameters if p.name == "W0").gradient.reshape(-1)
-    failing = 0
+    graph = mlp(width=16, depth=2)
+    fd = FiniteDifferences(graph, options.fd)
+    grads = {p: np.asarray(g, dtype=np.float64) for p, g in _engine_gradients(fd).items()}
+    g, tol = grads["W0"].reshape(-1), Tolerance.for_dtype("float64")
+    pairs = []
     for i in range(0, 64, 2):  # 32 pairs: under signs at k = 4, about 2 of them would pass
         e = 10 * max(_tolerances(g)[i], _tolerances(g)[i + 1])
         delta = np.zeros(g.shape)
         delta[i], delta[i + 1] = e, -e
-        op = element_bug(delta.reshape(16, 16))
-        try:
-            report = verify(mlp(width=16, depth=2, bugs={"W0": op}), options)
-        finally:
-            unregister(op)
-        failing += report.verdict == "fail" and [f.node for f in report.findings if f.severity == "error"] == ["W0_bug"]
-    assert failing == 32
+        pairs.append(delta.reshape(16, 16))
+    screened = [fd_plan(fd, {**grads, "W0": grads["W0"] + delta}, graph, tol).screen for delta in pairs]
+    # narrowed down to the pair's elements, which fail their own differences
+    assert sum("W0" in s.narrowed and not s.narrowed["W0"].check.passed for s in screened) == 32
+    op = element_bug(pairs[0])
+    try:
+        report = verify(mlp(width=16, depth=2, bugs={"W0": op}), options)
+    finally:
+        unregister(op)
+    assert report.verdict == "fail" and [f.node for f in report.findings if f.severity == "error"] == ["W0_bug"]
 
 
 def test_the_joint_directions_are_the_graph_s_own():
@@ -327,3 +336,44 @@ def test_a_linear_op_passes_a_pair_as_its_complex_forward(name):
             assert np.array_equal(dense.real, np.broadcast_to(fd.base["y"], dense.shape)), (i, batched)
             np.testing.assert_allclose(dense.imag, want.imag, rtol=1e-15, atol=1e-15 * np.abs(want.imag).max(),
                                        err_msg=f"case {i}, {batched}")
+
+
+ELEMENTWISE = [op.name for op in DIFFERENTIABLE if op.slice_rule is slices.elementwise and op.complex_step
+               and op.select is None and not op.held]
+
+
+@pytest.mark.parametrize("name", ELEMENTWISE)
+def test_an_elementwise_op_passes_pairs_linearized_as_its_complex_forward(name):
+    """tanh, exp, div, pow, where... (engine/executor.elementwise_step): a complex step that reaches an elementwise
+    op as Pairs leaves as a Pair -- each perturbed input's imaginary part times the op's slope at the base
+    (fd_complex.Slopes: its own forward at x + i eps) -- equal to NumPy's complex forward on the dense copies to
+    rounding of the sum of the inputs' terms, with every input perturbed and with only the first."""
+    from gradcheck_svc.engine.executor import Pair, _batched_step
+    for i, case in enumerate(REGISTRY[name].cases(np.random.default_rng(1))):
+        fd = FiniteDifferences(op_graph(name, case, np.random.default_rng(2)))
+        step = next(s for s in fd.program.steps if s.name == "y")
+        if "y" in fd_complex.lacks_complex(fd.program, fd.frozen, fd.base):
+            continue  # (pow at a negative base: central differences, never a complex step)
+        rng = np.random.default_rng(3)
+        floats = [np.asarray(fd.base[n]).dtype.kind == "f" for n in step.inputs]
+        first = [f and i == floats.index(True) for i, f in enumerate(floats)]
+        for batched in (floats, first):
+            # steps as the screen's: ~2^-64 of the value, so that every term in h^2 is far below rounding
+            shape = {n: np.shape(fd.base[n]) for n in step.inputs}
+            pairs = {n: Pair(fd.base[n], fd_complex.steps(fd.base[n]) * rng.standard_normal((2,) + shape[n]))
+                     for n, b in zip(step.inputs, batched) if b}
+            got = _batched_step(np, step, pairs, fd.base, batched, None, True, fd.slopes)
+            assert isinstance(got, Pair), (i, batched)
+            dense = {n: p.dense(np) for n, p in pairs.items()}
+            want = _batched_step(np, step, dense, fd.base, batched, None, True).imag
+            # each input's term alone, and its imaginary part itself (an op's rounding near a zero of its
+            # derivative: gelu at -0.75 is 1e-13 of its slope there, in either form)
+            size = sum(np.abs(_batched_step(np, step, {n: dense[n]}, fd.base, [m == n for m in step.inputs], None,
+                                            True).imag) + _aligned(pairs[n].imag, np.ndim(fd.base["y"])) for n in pairs)
+            assert np.array_equal(got.real, fd.base["y"]), (i, batched)
+            assert np.all(np.abs(got.imag - want) <= 1e-13 * size), (i, batched)
+
+
+def _aligned(im, rank):
+    """|a batched imaginary part|, its rank aligned with the output's after the batch axis (as the ops broadcast)."""
+    return np.abs(im.reshape(im.shape[:1] + (1,) * (rank + 1 - im.ndim) + im.shape[1:]))
