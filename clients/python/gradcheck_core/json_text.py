@@ -15,7 +15,7 @@ non-ASCII text (json escapes it: the output stays ASCII), an integer beyond 64 b
 from __future__ import annotations
 
 import json
-import secrets
+import os
 
 import numpy as np
 import orjson
@@ -31,7 +31,8 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
     """json.dumps(obj, indent=indent, allow_nan=allow_nan)'s data, with each list of plain values on one line."""
     if indent is None:  # NumPy values as their tolist() / item(), as the indented text writes them
         return json.dumps(obj, allow_nan=allow_nan, default=_listable)
-    token = secrets.token_hex(8)  # no string in obj can be mistaken for a placeholder
+    # no string in obj can be mistaken for a placeholder (secrets.token_hex's bytes, without hmac's imports)
+    token = os.urandom(8).hex()
     lists: list = []  # (a list of plain values or a finite 1-D array, the set of its values' types)
     nulls = 0  # the skeleton's None leaves: orjson's text must hold exactly these (a NaN or Inf is one more)
 
