@@ -43,7 +43,8 @@ DOCUMENTS = ['{', 'null', '[]', '"x"', '5', '{"inputs": 5}', '{"inputs":[5]}', '
              '{"nodes":[{"name":"a","attrs":{},"inplace":false}],"notes":["a:b",""]}',
              '{"inputs":[{"name":"x","sourceNames":[{"name":"n","readBy":["a:b","c"]}],"source_names":[]}]}',
              '{"opsetVersion":2147483648}', '{"opsetVersion":1.0}', '{"inputs":[{"value":{"shape":[1.0]}}]}',
-             '{"claimed":{"gradients":{"W":{"data":[1],"data":[2]}}}}', '{"nodes":[{"attrs":{"k":[null,true,"s:",1.5]}}]}',
+             '{"claimed":{"gradients":{"W":{"data":[1],"data":[2]}}}}',
+             '{"nodes":[{"attrs":{"k":[null,true,"s:",1.5]}}]}',
              # nested deeper than the fast reader's own walk goes (json's reading decides)
              '{"nodes":[{"name":"a","attrs":{"k":' + '[' * 600 + ']' * 600 + '}}]}']
 

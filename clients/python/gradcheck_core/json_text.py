@@ -9,8 +9,8 @@ per number.
 The text is written by orjson: even the C json encoder spends ~0.2 s in float.__repr__ on those
 300,000 values, orjson ~0.02 s. In one call where it can (_fragments): each list's one-line text goes into
 the indented text as an orjson.Fragment; else (a NaN outside a list, non-ASCII text, a huge integer) each
-list is a placeholder in json.dumps' indented text, and its line is put in its place. A number's text may differ from repr's (1e-7 for 1e-07, 1e16 for
-1e16) but parses to the same double, which is the contract. Where orjson would not say what json.dumps says, that piece is written by
+list is a placeholder in json.dumps' indented text, and its line is put in its place.
+A number's text may differ from repr's (1e-7 for 1e-07, 1e16 for 1e16) but parses to the same double, which is the contract. Where orjson would not say what json.dumps says, that piece is written by
 json.dumps instead: a non-finite float (orjson writes null; json writes NaN or, with
 allow_nan=False, refuses: the report spells them "NaN"/"Infinity" itself, verify/jsonnum.py),
 non-ASCII text (json escapes it: the output stays ASCII), an integer beyond 64 bits."""
