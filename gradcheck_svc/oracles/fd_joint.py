@@ -1,11 +1,11 @@
 """Joint directions: k directions spanning several parameters at once (the joint screen's, verify/joint_check.py)."""
 from __future__ import annotations
 
-import hashlib
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-from statistics import NormalDist
+
+from _blake2 import blake2b  # hashlib's own blake2b (hashlib.py takes it from here), without OpenSSL's bindings
 
 import numpy as np
 
@@ -27,12 +27,16 @@ LAZY_BYTES = 16 * 2**20
 # times LEVEL_SCALE, rounded, never 0 (every element moves in every direction). Continuous weights, not signs:
 # two elements whose sign columns agree in every direction (1 pair in 2^k) move every value alike, and two
 # opposite errors on them cancel; with these, columns agree in all k entries about once in 10^(2k)
-# (the quantiles by the standard library's inverse CDF, not scipy.special.ndtri: importing SciPy's special
-# functions cost every command ~0.35 s; the two differ by ~1e-15, and no level is within 0.0017 of a rounding
-# boundary, so the levels are the same bytes: tests/oracles/test_fd_joint.py)
+# (written out, b = 128..255; the lower half is their mirror: importing SciPy's special functions for ndtri cost
+# every command ~0.35 s, the standard library's NormalDist ~5 ms (statistics, fractions, decimal, random).
+# tests/oracles/test_fd_joint.py derives them from both: no level is within 0.0017 of a rounding boundary)
 LEVEL_SCALE = 40.0
-_Q = np.array([NormalDist().inv_cdf((b + 0.5) / 256) for b in range(256)]) * LEVEL_SCALE
-LEVELS = (np.sign(_Q) * np.maximum(1.0, np.rint(np.abs(_Q)))).astype(np.int8)
+_UPPER = (1, 1, 1, 1, 2, 2, 3, 3, 3, 4, 4, 5, 5, 5, 6, 6, 6, 7, 7, 8, 8, 8, 9, 9, 10, 10, 10, 11, 11, 12, 12, 13, 13,
+          13, 14, 14, 15, 15, 15, 16, 16, 17, 17, 18, 18, 18, 19, 19, 20, 20, 21, 21, 22, 22, 22, 23, 23, 24, 24, 25,
+          25, 26, 26, 27, 27, 28, 28, 29, 29, 30, 30, 31, 31, 32, 32, 33, 33, 34, 35, 35, 36, 36, 37, 38, 38, 39, 39,
+          40, 41, 41, 42, 43, 43, 44, 45, 46, 46, 47, 48, 49, 50, 50, 51, 52, 53, 54, 55, 56, 57, 58, 60, 61, 62, 63,
+          65, 66, 68, 70, 71, 73, 76, 78, 81, 84, 88, 93, 101, 115)
+LEVELS = np.array([-v for v in reversed(_UPPER)] + list(_UPPER), dtype=np.int8)
 LEVEL_RMS = float(np.sqrt(np.mean(LEVELS.astype(np.float64) ** 2)))
 
 
@@ -40,7 +44,7 @@ def content_seed(program, base: dict, seed: int) -> int:
     """The joint directions' seed: the options' seed mixed with a digest of the graph -- its steps and the
     values of its inputs -- so that the same graph gets the same directions (in every process of a split
     screen too) and two graphs never share one pattern."""
-    h = hashlib.blake2b(str(int(seed)).encode(), digest_size=8)
+    h = blake2b(str(int(seed)).encode(), digest_size=8)
     made = set()
     for step in program.steps:
         made.add(step.name)

@@ -280,16 +280,19 @@ def test_a_vanishing_gradient_is_held_to_its_own_size(one_percent_op, planted):
 
 
 def test_joint_levels_are_scipys_normal_quantiles():
-    """The direction levels come from the standard library's inverse normal CDF (no SciPy import at
-    start-up); they must be the very int8 levels scipy.special.ndtri gives, so no direction changes."""
+    """The direction levels (written out: no SciPy nor statistics import at start-up) must be the very int8
+    levels scipy.special.ndtri and the standard library's inverse normal CDF give, so no direction changes."""
     from scipy.special import ndtri
 
     from gradcheck_svc.oracles.fd_joint import LEVEL_SCALE, LEVELS
 
-    q = ndtri((np.arange(256) + 0.5) / 256) * LEVEL_SCALE
-    expected = (np.sign(q) * np.maximum(1.0, np.rint(np.abs(q)))).astype(np.int8)
-    assert np.abs(np.abs(q) - np.floor(np.abs(q)) - 0.5).min() > 1e-6  # no level near a rounding boundary
-    assert LEVELS.tobytes() == expected.tobytes()
+    from statistics import NormalDist
+
+    for q in (ndtri((np.arange(256) + 0.5) / 256) * LEVEL_SCALE,  # written out in fd_joint.py: derived again
+              np.array([NormalDist().inv_cdf((b + 0.5) / 256) for b in range(256)]) * LEVEL_SCALE):
+        expected = (np.sign(q) * np.maximum(1.0, np.rint(np.abs(q)))).astype(np.int8)
+        assert np.abs(np.abs(q) - np.floor(np.abs(q)) - 0.5).min() > 1e-6  # no level near a rounding boundary
+        assert LEVELS.tobytes() == expected.tobytes()
 
 
 @pytest.mark.parametrize("n", [1, 7, 8, 13, 4097])

@@ -46,7 +46,7 @@ def decode_graph(data: bytes, fmt: str, path=None) -> graph_pb2.Graph:
     msg = graph_pb2.Graph()
     try:
         if fmt == "json":
-            _parse_json(bytes(data).decode("utf-8"), msg)
+            msg = _parse_json(bytes(data).decode("utf-8"), msg)
         else:
             msg.ParseFromString(bytes(data))
     except UnicodeDecodeError:
@@ -79,10 +79,15 @@ def _no_duplicates(pairs):
     return out
 
 
-def _parse_json(text: str, msg) -> None:
-    """json_format.Parse(text, msg), its errors included, with the data lists set by C."""
+def _parse_json(text: str, msg):
+    """json_format.Parse(text, msg), its errors included, with the data lists set by C: the message (msg, or
+    one its constructor built, where json_format would build the same)."""
     lifted = []
-    obj = _fast_loads(text, msg.DESCRIPTOR, lifted)
+    obj = _loaded(text)
+    built = _direct(text, obj, type(msg)) if obj is not None else None
+    if built is not None:
+        return built
+    obj = _fast_loads(text, msg.DESCRIPTOR, lifted, obj)
     if obj is None:  # json's own reading, duplicate keys refused as json_format refuses them
         try:
             obj = json.loads(text, object_pairs_hook=_no_duplicates)
@@ -98,19 +103,29 @@ def _parse_json(text: str, msg) -> None:
         raise json_format.ParseError(f"Failed to parse JSON: {type(exc).__name__}: {exc}.") from exc
     for where, values in lifted:
         _resolve(msg, where).data.extend(values)
+    return msg
 
 
-def _fast_loads(text: str, desc, lifted: list):
-    """orjson's reading of text with its data lists lifted (into `lifted`), when it is json.loads' exactly;
-    else None (json reads it: the same document, or the same error). orjson keeps a duplicate key's last
-    value where json_format refuses the key, and reads an integer beyond 64 bits as a float: so a text with
-    an escape is left to json (then every string reads as it is spelt), and so is one where the pairs
-    found do not account for every ':' outside the strings, or holding a float of 2**63 or more."""
+def _loaded(text: str):
+    """orjson's reading of text, or None where it could differ from json's (a text with an escape: then
+    every string reads as it is spelt) or where orjson refuses it (NaN, 1e400, a BOM...: json's reading and
+    its words). Whether it is json's reading still depends on the pairs counted (_fast_loads, _direct)."""
     if "\\" in text:
         return None
     try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError:  # NaN, 1e400, a BOM...: json's reading and its words
+        return orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return None
+
+
+def _fast_loads(text: str, desc, lifted: list, obj=None):
+    """orjson's reading of text (obj: _loaded's, when read already) with its data lists lifted (into
+    `lifted`), when it is json.loads' exactly; else None (json reads it: the same document, or the same
+    error). orjson keeps a duplicate key's last value where json_format refuses the key, and reads an
+    integer beyond 64 bits as a float: so a text with an escape is left to json, and so is one where the
+    pairs found do not account for every ':' outside the strings, or holding a float of 2**63 or more."""
+    obj = obj if obj is not None else _loaded(text)
+    if obj is None:
         return None
     _lift_data(obj, desc, (), lifted, _FAST_BOUND)
     pairs_and_colons = [len(lifted), 0]  # a data list lifted was one pair
@@ -193,6 +208,133 @@ def _resolve(msg, where: tuple):
         if key is not None:
             msg = msg[key]
     return msg
+
+
+# --- the message built by its constructor ----------------------------------------------------------
+# json_format.ParseDict walks every field of every message in Python (~60 ms of chain_256's 1,800 small
+# messages beside its data). Where a document holds only what the generated constructor reads as
+# json_format does -- known keys (JSON or proto name, one spelling), strings, bools, int32s in range, data
+# lists of plain numbers, messages, string-keyed maps of messages, Structs -- the document becomes the
+# constructor's arguments in one walk (which also counts the pairs, as _tally does) and C builds the
+# message. Anything else (an enum, bytes, a null, an int spelt as a string or a float...) is json_format's,
+# with its errors: the same message either way (tests/graph/test_json_codec.py).
+
+class _Slow(Exception):
+    """Not for the constructor: json_format reads this document."""
+
+
+_STRUCT = "google.protobuf.Struct"
+_INT32 = (-2 ** 31, 2 ** 31 - 1)
+_SPECS: dict = {}  # a message descriptor -> {key as spelt: (field name, kind, the value's descriptor)}
+
+
+def _direct(text: str, obj, cls):
+    """The `cls` message of obj (orjson's reading of text) built by its constructor, or None: json_format's."""
+    counts = [0, 0]  # the pairs of every object, the ':' in every key and string
+    try:
+        kwargs = _arguments(obj, cls.DESCRIPTOR, counts)
+        if sum(counts) != text.count(":"):  # a duplicate key orjson dropped: json_format names it
+            return None
+        return cls(**kwargs)
+    except (_Slow, RecursionError):
+        return None
+    except Exception:  # what the constructor refuses (a value out of range...): json_format says it its way
+        return None
+
+
+def _specs(desc) -> dict:
+    specs = _SPECS.get(desc)
+    if specs is None:
+        specs = {}
+        for f in desc.fields:
+            for key in dict.fromkeys((f.json_name, f.name)):
+                specs[key] = (f.name, _kind(f), f.message_type)
+        _SPECS[desc] = specs
+    return specs
+
+
+def _kind(f) -> str:
+    t, repeated = f.type, f.is_repeated
+    if f.message_type is not None:
+        if f.message_type.GetOptions().map_entry:
+            key, value = f.message_type.fields_by_name["key"], f.message_type.fields_by_name["value"]
+            ok = key.type == f.TYPE_STRING and value.message_type is not None and \
+                not value.message_type.full_name.startswith("google.protobuf.")
+            return "map" if ok else "slow"
+        if f.message_type.full_name == _STRUCT:
+            return "slow" if repeated else "struct"
+        if f.message_type.full_name.startswith("google.protobuf."):
+            return "slow"
+        return "messages" if repeated else "message"
+    if f is _DATA:
+        return "data"
+    scalar = {f.TYPE_STRING: "str", f.TYPE_BOOL: "bool", f.TYPE_INT32: "int32"}.get(t, "slow")
+    return scalar if scalar == "slow" or not repeated else scalar + "s"
+
+
+def _arguments(obj, desc, counts: list) -> dict:
+    """The constructor's keyword arguments for obj as message desc (raises _Slow)."""
+    if type(obj) is not dict:
+        raise _Slow
+    specs = _specs(desc)
+    counts[0] += len(obj)
+    out = {}
+    for key, value in obj.items():
+        spec = specs.get(key)
+        if spec is None or spec[0] in out:  # unknown, or spelt both ways: json_format's error
+            raise _Slow
+        name, kind, sub = spec
+        counts[1] += key.count(":")
+        out[name] = _value(value, kind, sub, counts)
+    return out
+
+
+def _value(value, kind: str, sub, counts: list):
+    t = type(value)
+    if kind == "str" and t is str:
+        counts[1] += value.count(":")
+        return value
+    if kind == "bool" and t is bool or kind == "int32" and t is int and _INT32[0] <= value <= _INT32[1]:
+        return value
+    if t is list and kind in ("strs", "int32s", "data"):
+        types = set(map(type, value))
+        if kind == "strs" and types <= {str}:
+            counts[1] += "".join(value).count(":")
+            return value
+        if kind == "int32s" and types <= {int} and (not value or _INT32[0] <= min(value) and max(value) <= _INT32[1]):
+            return value
+        if kind == "data" and _plain_numbers(value, _FAST_BOUND):
+            return value
+    if kind == "message":
+        return _arguments(value, sub, counts)
+    if kind == "messages" and t is list:
+        return [_arguments(v, sub, counts) for v in value]
+    if kind == "map" and t is dict:
+        counts[0] += len(value)
+        counts[1] += "".join(value).count(":")
+        return {k: _arguments(v, sub.fields_by_name["value"].message_type, counts) for k, v in value.items()}
+    if kind == "struct" and t is dict:
+        _struct_value(value, counts)
+        return value
+    raise _Slow
+
+
+def _struct_value(value, counts: list) -> None:
+    """Raises _Slow unless value is what json_format and the constructor both read into a Struct's Value
+    alike (objects, lists, strings, bools, null, numbers below 2**63); counts its pairs and ':'."""
+    t = type(value)
+    if t is dict:
+        counts[0] += len(value)
+        counts[1] += "".join(value).count(":")
+        for v in value.values():
+            _struct_value(v, counts)
+    elif t is list:
+        for v in value:
+            _struct_value(v, counts)
+    elif t is str:
+        counts[1] += value.count(":")
+    elif not (t is bool or t is int or value is None or t is float and abs(value) < _FAST_BOUND):
+        raise _Slow
 
 
 # protobuf's json_format: 'Message type "gradcheck.v1.Input" has no field named "requireGrad" at

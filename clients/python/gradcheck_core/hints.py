@@ -4,13 +4,13 @@ One helper for the client and the server (gradcheck_svc imports it), so a mistyp
 JSON field reads the same wherever it is caught."""
 from __future__ import annotations
 
-import difflib
-
 SHOWN = 5  # names listed when none is close
 
 
 def nearest(word: str, candidates, n: int = 3) -> list[str]:
     """Up to n of `candidates` closest to `word`, best first (difflib's ratio >= 0.6)."""
+    import difflib  # (here: only a mistyped name needs it; every command imports this module)
+
     return difflib.get_close_matches(str(word), [str(c) for c in candidates], n=n)
 
 

@@ -7,15 +7,17 @@ as before, and each list is written into its place on one line -- which reads be
 per number.
 
 The text is written by orjson: even the C json encoder spends ~0.2 s in float.__repr__ on those
-300,000 values, orjson ~0.02 s. A number's text may differ from repr's (1e-7 for 1e-07, 1e16 for
-1e16) but parses to the same double, which is the contract. Where orjson would not say what json.dumps says, that piece is written by
+300,000 values, orjson ~0.02 s. In one call where it can (_fragments): each list's one-line text goes into
+the indented text as an orjson.Fragment; else (a NaN outside a list, non-ASCII text, a huge integer) each
+list is a placeholder in json.dumps' indented text, and its line is put in its place.
+A number's text may differ from repr's (1e-7 for 1e-07, 1e16 for 1e16) but parses to the same double, which is the contract. Where orjson would not say what json.dumps says, that piece is written by
 json.dumps instead: a non-finite float (orjson writes null; json writes NaN or, with
 allow_nan=False, refuses: the report spells them "NaN"/"Infinity" itself, verify/jsonnum.py),
 non-ASCII text (json escapes it: the output stays ASCII), an integer beyond 64 bits."""
 from __future__ import annotations
 
 import json
-import secrets
+import os
 
 import numpy as np
 import orjson
@@ -31,8 +33,65 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
     """json.dumps(obj, indent=indent, allow_nan=allow_nan)'s data, with each list of plain values on one line."""
     if indent is None:  # NumPy values as their tolist() / item(), as the indented text writes them
         return json.dumps(obj, allow_nan=allow_nan, default=_listable)
-    token = secrets.token_hex(8)  # no string in obj can be mistaken for a placeholder
-    lists: list = []  # (a list of plain values or a finite 1-D array, the set of its values' types)
+    if indent == 2:
+        text = _fragments(obj, allow_nan)
+        if text is not None:
+            return text
+    # json.dumps writes the objects: each list is a placeholder string in its place, then its line
+    # no string in obj can be mistaken for a placeholder (secrets.token_hex's bytes, without hmac's imports)
+    token = os.urandom(8).hex()
+    lists: list = []  # (a list of plain values or a 1-D array, the set of its values' types)
+
+    def put(values, types):
+        lists.append((values, types))
+        return f"{token}{len(lists) - 1}"
+
+    skeleton, nulls = _skeleton(obj, put)
+    text = (_orjson(skeleton, nulls, orjson.OPT_INDENT_2) if indent == 2 else None) \
+        or json.dumps(skeleton, indent=indent, allow_nan=allow_nan)
+    pieces = _one_lines(lists, allow_nan)
+    parts = text.split(f'"{token}')  # each part after the first begins with its placeholder's 'N"'
+    out = [parts[0]]
+    for part in parts[1:]:
+        i, rest = part.split('"', 1)
+        out += (pieces[int(i)], rest)
+    return "".join(out)
+
+
+def _fragments(obj, allow_nan: bool) -> str | None:
+    """The indented text written by orjson in one call, each list of plain values in it as an orjson.Fragment
+    of its one-line text (_one_line: json's text where orjson's would not say the same); None where orjson's
+    text of the objects would not be json.dumps' (a NaN or Inf float outside a list -- a null more than the
+    None leaves and the lines hold --, non-ASCII text, an integer beyond 64 bits): then dumps places the lines
+    in json's text. A placeholder per list and the text split at them cost chain_256's report ~40 ms more."""
+    in_lines = [0]  # the nulls the lines hold
+
+    def put(values, types):
+        if str not in types:  # orjson's text, where it holds only the nulls counted (no string: "n" is null's)
+            nones = values.count(None) if type(None) in types else 0
+            try:
+                line = orjson.dumps(values, option=_OPT)
+            except orjson.JSONEncodeError:  # an int beyond 64 bits: json's text
+                line = None
+            if line is not None and line.count(b"n") == nones:
+                in_lines[0] += nones
+                return orjson.Fragment(line.replace(b",", b", "))
+        line = _one_line(values, types, allow_nan)  # json's text (and its error)
+        in_lines[0] += line.count("null")
+        return orjson.Fragment(line)
+
+    skeleton, nulls = _skeleton(obj, put)
+    try:
+        text = orjson.dumps(skeleton, option=_OPT | orjson.OPT_INDENT_2)
+    except orjson.JSONEncodeError:
+        return None
+    return text.decode() if text.isascii() and text.count(b"null") == nulls + in_lines[0] else None
+
+
+def _skeleton(obj, put) -> tuple:
+    """(obj with each list of plain values, or 1-D integer or float64 array, replaced by put(values, the set of
+    their types), the number of None leaves left in it). A float64 array may hold a NaN or Inf: orjson writes it
+    as null, one more than counted, and that list's text is then json's (_one_line)."""
     nulls = 0  # the skeleton's None leaves: orjson's text must hold exactly these (a NaN or Inf is one more)
 
     def lift(o):
@@ -45,30 +104,19 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
             return {k: v if type(v) in _QUIET else lift(v) for k, v in o.items()}
         if isinstance(o, np.ndarray):  # as its tolist() would be written; the encoder reads the array
             # (a float32's shortest text is not its float64's: such arrays are written as their tolist())
-            if (o.dtype.kind in "iu" or o.dtype == np.float64) and o.ndim == 1 and np.isfinite(o).all():
-                lists.append((o, frozenset()))
-                return f"{token}{len(lists) - 1}"
+            if (o.dtype.kind in "iu" or o.dtype == np.float64) and o.ndim == 1:
+                return put(o, frozenset())
             o = o.tolist()
         if isinstance(o, (list, tuple)):
             types = set(map(type, o))  # C-speed over a gradient's 1,000 values
             if types <= _PLAIN:
-                lists.append((o, types))
-                return f"{token}{len(lists) - 1}"
+                return put(o, types)
             return [lift(v) for v in o]
         if isinstance(o, np.generic):
             return lift(o.item())
         return o
 
-    skeleton = lift(obj)
-    text = (_orjson(skeleton, nulls, orjson.OPT_INDENT_2) if indent == 2 else None) \
-        or json.dumps(skeleton, indent=indent, allow_nan=allow_nan)
-    pieces = _one_lines(lists, allow_nan)
-    parts = text.split(f'"{token}')  # each part after the first begins with its placeholder's 'N"'
-    out = [parts[0]]
-    for part in parts[1:]:
-        i, rest = part.split('"', 1)
-        out += (pieces[int(i)], rest)
-    return "".join(out)
+    return lift(obj), nulls
 
 
 def _listable(o):
