@@ -129,6 +129,8 @@ class JointDirections:
     signs: dict[str, np.ndarray]  # p -> (k, n_p) int8, Gaussian levels (LEVELS)
     weight: dict[str, float]  # p -> |v| of every element of the block
     step: float
+    # random()'s stream (k: unbounded): rows past k drawn from it are the rows a larger k would hold (beyond())
+    stream: LazyLevels | None = None
 
     @classmethod
     def random(cls, values: dict, k: int, seed: int) -> "JointDirections":
@@ -138,19 +140,19 @@ class JointDirections:
         sizes = [int(np.size(v)) for v in values.values()]
         total = sum(sizes)
         lazy = k * total > LAZY_BYTES
-        signs = LazyLevels(rng.bit_generator.state, k, {}, total) if lazy else {}
+        stream = LazyLevels(rng.bit_generator.state, k, {}, total)
+        signs = stream if lazy else {}
         bits = None if lazy else levels_into(np.empty(k * total, np.int8), rng).reshape(k, total)
         weight, lo, top = {}, 0, 0.0
         for (p, v), n in zip(values.items(), sizes):
-            if lazy:
-                signs.spans[p] = (lo, n)
-            else:
+            stream.spans[p] = (lo, n)
+            if not lazy:
                 signs[p] = bits[:, lo:lo + n]
             weight[p] = 1.0 / (math.sqrt(n) * LEVEL_RMS) if n else 0.0
             lo += n
             if n:  # projection_step of all the blocks together, without concatenating them
                 top = max(top, float(np.max(np.abs(np.asarray(v, dtype=np.float64)))))
-        return cls(signs, weight, projection_step(np.array([top])))
+        return cls(signs, weight, projection_step(np.array([top])), stream)
 
     @property
     def k(self) -> int:
@@ -161,6 +163,12 @@ class JointDirections:
     def row(self, p: str, j: int) -> np.ndarray:
         """Direction j's levels over block p, (n_p,) int8."""
         return self.signs.row(p, j) if isinstance(self.signs, LazyLevels) else self.signs[p][j]
+
+    def beyond(self, p: str, j: int) -> np.ndarray:
+        """Row j >= k of the same seeded stream over block p, (n_p,) int8: what random() with more than j
+        directions holds as row j (the first k rows of a draw are the same whatever k: joint_check.joint_k adds
+        rows until the power it states is met)."""
+        return self.stream.row(p, j)
 
     def block(self, p: str, rows=None) -> np.ndarray:
         """The (rows of the) block as float64 directions (len(rows), n_p)."""

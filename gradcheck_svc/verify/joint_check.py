@@ -64,6 +64,7 @@ import numpy as np
 
 from ..oracles.fd_complex import COMPLEX, first_noise
 from ..oracles.fd_modes import FDMode
+from ..oracles.fd_plan import MIN_DIRECTIONS, with_joint_directions
 from ..oracles.finite_diff import FDResult
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
@@ -79,6 +80,8 @@ MAX_LEAVES = 8  # blocks checked element by element before the flag is left unde
 # corruption flags every parameter upstream of it, and checking each in full cost depth x elements
 FOLLOW_UP_SHARE = 1.0
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
+# joint_k: the first pass's FD error, unknown before it runs, allowed for as this share of the floor
+POWER_MARGIN = 1.0
 BISECT_BUDGET = 4  # the bisection's splits: as many as following this many wrong parameters down alone takes
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
@@ -158,9 +161,65 @@ def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None, refined=True
 
 def _directions(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float, resolve: bool):
     """The screen's directions, each block weighted (below), and what each block allows per direction:
-    (JointDirections, p -> a_jp^2 (k,))."""
+    (JointDirections, p -> a_jp^2 (k,)). How many: joint_k's (the first pass's choice goes in the plan)."""
     # the second pass needs fewer directions: one element's error moves every direction alike
-    dirs = fd.joint_directions(params, None if resolve else max(4, fd.options.directions // 2))
+    cap = fd.options.count if resolve else max(MIN_DIRECTIONS, fd.options.count // 2)
+    chosen = fd.options.directions is None and fd.method_for(params) == COMPLEX
+    dirs, a2 = _weighted(fd, gradients, params, tol, step_scale, resolve,
+                         min(cap, MIN_DIRECTIONS) if chosen else cap)
+    k, why = joint_k(fd, dirs, a2, gradients, params, tol, cap) if chosen else (cap, _why_not_chosen(fd))
+    if k != dirs.k:  # the same first rows, more of them (the weights and step do not depend on k)
+        dirs, a2 = _weighted(fd, gradients, params, tol, step_scale, resolve, k)
+    if resolve and step_scale == 1.0:
+        fd.plan = with_joint_directions(fd.plan, fd.costs, k, why)
+    return dirs, a2
+
+
+def _why_not_chosen(fd) -> str:
+    if fd.options.directions is not None:
+        return "as the option directions asks"
+    return ("central differences: their error is only known once evaluated (the ladder's truncation), "
+            "so the power cannot be stated before")
+
+
+def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Tolerance, cap: int) -> tuple[int, str]:
+    """The fewest directions, MIN_DIRECTIONS to cap, in which every element's stated power meets the screen's
+    goal, and why: (k, text). The power of k directions for element i of block p (JointDirections.least_error)
+    is e_i(k) = min_{j<k} R_j / (w_p |s_ji|), R_j = F + 2 E_j -- F the group's floor, E_j the complex-step bound of
+    value j, ROUND eps |D_j|, the rounding of one forward (fd_complex.py) -- and one element wrong by RESOLVE x its
+    own bound b_i is found iff e_i(k) <= RESOLVE b_i, i.e. max_{j<k} |s_ji| >= R / (RESOLVE w_p b_i). E_j is known
+    only once evaluated: 2 E_j is taken at POWER_MARGIN x F here (far above it: ROUND eps |D_j| is ~1e-15 of the
+    values, F a share of the tolerance), and the screen's own check (_unresolved) holds the real one. The
+    levels |s_ji| are independent over j, so an element needs more than k with probability P(|s| < m_i)^k;
+    at the default tolerances (rtol 10 atol) R / (w_p b_i) <= 11 (1 + POWER_MARGIN) and k = MIN_DIRECTIONS
+    suffices but for elements whose bound is a small share of their block's. Rows added come from the same
+    seeded stream (JointDirections.beyond): the first k are the same whatever k, in every process of a split
+    screen (fd_shards.py) alike."""
+    reach = (1 + POWER_MARGIN) * float(_floor(a2, params, np.arange(1), np.inf)[0]) + 2 * float(
+        np.max(fd.step_noise(dirs, params)))
+    need, short_at_cap = dirs.k, 0
+    for p in params:
+        if dirs.weight[p] <= 0:
+            continue
+        bound = RESOLVE * (_element_bounds(gradients[p], tol) + fd.element_noise(p))
+        short = np.flatnonzero(~(dirs.least_error(p, np.full(dirs.k, reach)) <= bound))
+        j = dirs.k
+        while short.size and j < cap:  # the elements not yet seen, one more row at a time
+            with np.errstate(divide="ignore"):
+                seen = reach / (dirs.weight[p] * np.abs(dirs.beyond(p, j)[short].astype(np.float64))) <= bound[short]
+            short, j = short[~seen], j + 1
+        need, short_at_cap = max(need, j if short.size == 0 else cap), short_at_cap + short.size
+    if short_at_cap:
+        return cap, (f"the cap: {short_at_cap} element(s) not seen at 10x their own bound in fewer "
+                     "(complex steps; a second pass takes them)")
+    return need, (f"the fewest ({MIN_DIRECTIONS} to {cap}) in which one element wrong by 10x its own bound "
+                  "moves some direction past what it allows (complex steps: the power per element, joint_k)")
+
+
+def _weighted(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float, resolve: bool, k: int):
+    """k directions over params (the first k of the seeded stream), each block weighted (below), and what each
+    block allows per direction: (JointDirections, p -> a_jp^2 (k,))."""
+    dirs = fd.joint_directions(params, k)
     dirs.step *= step_scale
     allowed = _allowed(gradients, tol, params, None if resolve else fd)
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
@@ -472,7 +531,9 @@ def spare(fd, screen: JointScreen) -> list[str]:
     is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass).
     Each full check counted at its dense bound (fd_plan.Costs: never below what it costs, and no forward
     to measure it -- a measurement is a forward through everything downstream of the parameter)."""
-    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
+    # at the directions' cap, the first pass the plan budgets, not the fewer its power may choose: the follow-up
+    # decides as many flags in full as with 16 directions (fewer directions must not leave more undecided)
+    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(fd.options.count)
     spent, out = 0.0, []
 
     def order(p):  # those their own values do not already prove wrong first: without a follow-up, undecided
