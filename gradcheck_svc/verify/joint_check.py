@@ -80,8 +80,10 @@ MAX_LEAVES = 8  # blocks checked element by element before the flag is left unde
 # corruption flags every parameter upstream of it, and checking each in full cost depth x elements
 FOLLOW_UP_SHARE = 1.0
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
-# joint_k: the first pass's FD error, unknown before it runs, allowed for as this share of the floor
-POWER_MARGIN = 1.0
+# joint_k: the first pass's FD error (twice it), unknown before it runs, allowed for as this share of the floor --
+# a complex step's is ROUND eps |D_j|, ~1e-15 of the values, where the floor is a share of the tolerance (~1e-6
+# of them and more); where it is larger the screen's own check (_unresolved) sends the element to a second pass
+POWER_MARGIN = 0.25
 BISECT_BUDGET = 4  # the bisection's splits: as many as following this many wrong parameters down alone takes
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
