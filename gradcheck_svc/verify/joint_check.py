@@ -196,8 +196,9 @@ def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Toleran
     only once evaluated: 2 E_j is taken at POWER_MARGIN x F here (far above it: ROUND eps |D_j| is ~1e-15 of the
     values, F a share of the tolerance), and the screen's own check (_unresolved) holds the real one. The
     levels |s_ji| are independent over j, so an element needs more than k with probability P(|s| < m_i)^k;
-    at the default tolerances (rtol 10 atol) R / (w_p b_i) <= 11 (1 + POWER_MARGIN) and k = MIN_DIRECTIONS
-    suffices but for elements whose bound is a small share of their block's. Rows added come from the same
+    at the default tolerances (rtol 10 atol) F = w_p rms(b) and no b_i is below a tenth of that rms, so the level
+    needed is at most 1.1 (1 + POWER_MARGIN) = 1.4 and k = MIN_DIRECTIONS suffices but for ~1e-6 of the elements
+    (3% of levels are below 2 in magnitude); a user's tolerance with rtol far above atol asks more. Rows added come from the same
     seeded stream (JointDirections.beyond): the first k are the same whatever k, in every process of a split
     screen (fd_shards.py) alike."""
     reach = (1 + POWER_MARGIN) * float(_floor(a2, params, np.arange(1), np.inf)[0]) + 2 * float(
