@@ -40,6 +40,9 @@ gradients are wrong whatever the screen shows) from the others, which their own 
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
 
+How many directions (joint_k): without the option, by complex steps, the fewest from 4 to 16 in which that
+guarantee (below) holds for every element; by central differences, or as the option says, exactly that many.
+
 Its power is a guarantee (README "Finite differences"): one element i off by RESOLVE x its own bound
 (tolerance + the error of its own difference: 0 for a complex step) moves direction j by the block's weight
 times |s_ji| times that error, and fails it when that exceeds the direction's floor plus twice its FD
@@ -221,7 +224,7 @@ def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Toleran
         return cap, (f"the cap: {short_at_cap} element(s) not seen at 10x their own bound in fewer "
                      "(complex steps; a second pass takes them)")
     return need, (f"the fewest ({MIN_DIRECTIONS} to {cap}) in which one element wrong by 10x its own bound "
-                  "moves some direction past what it allows (complex steps: the power per element, joint_k)")
+                  "moves some direction past what it allows (complex steps)")
 
 
 def _weighted(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float, resolve: bool, k: int):
