@@ -201,9 +201,9 @@ def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Toleran
     levels |s_ji| are independent over j, so an element needs more than k with probability P(|s| < m_i)^k;
     at the default tolerances (rtol 10 atol) F = w_p rms(b) and no b_i is below a tenth of that rms, so the level
     needed is at most 1.1 (1 + POWER_MARGIN) = 1.4 and k = MIN_DIRECTIONS suffices but for ~1e-6 of the elements
-    (3% of levels are below 2 in magnitude); a user's tolerance with rtol far above atol asks more. Rows added come from the same
-    seeded stream (JointDirections.beyond): the first k are the same whatever k, in every process of a split
-    screen (fd_shards.py) alike."""
+    (3% of levels are below 2 in magnitude); a user's tolerance with rtol far above atol asks more. Rows added
+    come from the same seeded stream (JointDirections.beyond): the first k are the same whatever k, in every
+    process of a split screen (fd_shards.py) alike."""
     reach = (1 + POWER_MARGIN) * float(_floor(a2, params, np.arange(1), np.inf)[0]) + 2 * float(
         np.max(fd.step_noise(dirs, params)))
     need, short_at_cap = dirs.k, 0
