@@ -40,9 +40,10 @@ JOINT_FULL_SHARE = 1 / 16
 # directions: per projected parameter, and the joint screen's at most (its cap) where the option is not given
 DIRECTIONS = 16
 # the joint screen's least directions where the power chooses them (verify/joint_check.py joint_k): fewer would
-# leave two opposite errors on neighbouring elements unseen too often -- their level columns agree in one
-# direction with probability ~0.007 (fd_joint.LEVELS), in all 4 with ~2.5e-9, against 2^-16 for the 16 sign
-# directions this screen began with
+# leave two opposite errors on neighbouring elements unseen too often -- they cancel in a direction where their
+# two levels (fd_joint.LEVELS) are equal, probability 1/128, or at the default tolerances' worst within 1 of each
+# other, ~3/128: in all 4 directions ~4e-9 to ~3e-7, against 2^-16 = 1.5e-5 for the 16 sign directions this
+# screen began with
 MIN_DIRECTIONS = 4
 
 
