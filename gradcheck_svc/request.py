@@ -89,7 +89,7 @@ def check_option_limits(options: VerifyOptions, limits: ServerLimits, field=lamb
                         hint: bool = False) -> None:
     """LimitError for an option over its cap, naming the field (or flag) and, from the CLI, the limit's flag.
     (Faults are counted before they are parsed, and the symbolic partials are capped, in verify_options.)"""
-    for name, value, limit_name in (("directions", options.fd.directions if options.fd.mode != FDMode.FULL else 0,
+    for name, value, limit_name in (("directions", options.fd.count if options.fd.mode != FDMode.FULL else 0,
                                      "max_directions"),
                                     ("symbolic_budget", options.symbolic.max_elements, "max_symbolic_budget")):
         limit = getattr(limits, limit_name)

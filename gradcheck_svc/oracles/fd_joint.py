@@ -20,8 +20,11 @@ PROJECT_COLUMNS = 8192
 # direction at once were the peak of BERT's and ResNet-18's whole verification (27 MB and 187 MB)
 LOOKUP_BYTES = 1 << 18
 # directions over more bytes than this (k x the parameters' elements) are not held but drawn again when asked
-# for (LazyLevels); below it, held (a small graph's many small blocks: one draw each is cheaper)
-LAZY_BYTES = 16 * 2**20
+# for (LazyLevels); below it, held (a small graph's many small blocks: one draw each is cheaper). 32 MiB: the
+# 4 directions the power usually chooses (verify/joint_check.joint_k) held up to 8 M parameters, half a byte per
+# byte of their float64 values (MLP-1024's 4.2 M drawn 3 times over was 20% of its verification); ResNet-18's
+# 11.7 M stay lazy
+LAZY_BYTES = 32 * 2**20
 
 # the int8 levels a direction's entries take: a standard normal's quantiles at (b + 1/2) / 256 for every byte b,
 # times LEVEL_SCALE, rounded, never 0 (every element moves in every direction). Continuous weights, not signs:
@@ -133,6 +136,11 @@ class JointDirections:
     signs: dict[str, np.ndarray]  # p -> (k, n_p) int8, Gaussian levels (LEVELS)
     weight: dict[str, float]  # p -> |v| of every element of the block
     step: float
+    # random()'s stream (k: unbounded): rows past k drawn from it are the rows a larger k would hold (beyond())
+    stream: LazyLevels | None = None
+    # a reach (scalar) up to which every element's power was shown to meet its goal on these rows
+    # (verify/joint_check.joint_k), or None
+    proven_at: float | None = None
 
     @classmethod
     def random(cls, values: dict, k: int, seed: int) -> "JointDirections":
@@ -142,19 +150,19 @@ class JointDirections:
         sizes = [int(np.size(v)) for v in values.values()]
         total = sum(sizes)
         lazy = k * total > LAZY_BYTES
-        signs = LazyLevels(rng.bit_generator.state, k, {}, total) if lazy else {}
+        stream = LazyLevels(rng.bit_generator.state, k, {}, total)
+        signs = stream if lazy else {}
         bits = None if lazy else levels_into(np.empty(k * total, np.int8), rng).reshape(k, total)
         weight, lo, top = {}, 0, 0.0
         for (p, v), n in zip(values.items(), sizes):
-            if lazy:
-                signs.spans[p] = (lo, n)
-            else:
+            stream.spans[p] = (lo, n)
+            if not lazy:
                 signs[p] = bits[:, lo:lo + n]
             weight[p] = 1.0 / (math.sqrt(n) * LEVEL_RMS) if n else 0.0
             lo += n
             if n:  # projection_step of all the blocks together, without concatenating them
                 top = max(top, float(np.max(np.abs(np.asarray(v, dtype=np.float64)))))
-        return cls(signs, weight, projection_step(np.array([top])))
+        return cls(signs, weight, projection_step(np.array([top])), stream)
 
     @property
     def k(self) -> int:
@@ -165,6 +173,17 @@ class JointDirections:
     def row(self, p: str, j: int) -> np.ndarray:
         """Direction j's levels over block p, (n_p,) int8."""
         return self.signs.row(p, j) if isinstance(self.signs, LazyLevels) else self.signs[p][j]
+
+    def proven(self, reach: np.ndarray) -> bool:
+        """Whether every direction's reach is within what proven_at was shown for (then so is every element's
+        least error: least_error only grows with the reach)."""
+        return self.proven_at is not None and bool(np.all(np.asarray(reach) <= self.proven_at))
+
+    def beyond(self, p: str, j: int) -> np.ndarray:
+        """Row j >= k of the same seeded stream over block p, (n_p,) int8: what random() with more than j
+        directions holds as row j (the first k rows of a draw are the same whatever k: joint_check.joint_k adds
+        rows until the power it states is met)."""
+        return self.stream.row(p, j)
 
     def block(self, p: str, rows=None) -> np.ndarray:
         """The (rows of the) block as float64 directions (len(rows), n_p)."""
@@ -179,6 +198,17 @@ class JointDirections:
         for lo in range(0, values.size, PROJECT_COLUMNS):
             out += s[:, lo:lo + PROJECT_COLUMNS].astype(np.float64) @ values[lo:lo + PROJECT_COLUMNS]
         return out * self.weight[p]
+
+    def largest(self, p: str) -> np.ndarray:
+        """(n_p,) float64: per element its largest |level| over the k rows -- with one reach R for every direction,
+        its least error is R / (weight x this) (least_error's, without a float64 pass over every level)."""
+        if isinstance(self.signs, LazyLevels):
+            out = np.zeros(self.signs.spans[p][1], np.int16)
+            for j in range(self.k):
+                np.maximum(out, np.abs(self.row(p, j).astype(np.int16)), out=out)
+        else:
+            out = np.abs(self.signs[p].astype(np.int16)).max(axis=0, initial=0)
+        return out.astype(np.float64)
 
     def least_error(self, p: str, reach: np.ndarray) -> np.ndarray:
         """(n_p,): per element, the least error that moves some direction j past reach[j] (reach: (k,), what a

@@ -17,6 +17,7 @@ directions spanning every parameter at once (finite_diff.py's docstring). auto: 
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 
@@ -36,6 +37,14 @@ MODES = tuple(m.value for m in FDMode)  # the fd option's values: auto, then the
 # within the joint pass's values, took 6x its time; 4 within an eighth, 60% of it). The screen covers
 # them all the same; full checks add element-wise detail where it is cheap (chain_256's last biases)
 JOINT_FULL_SHARE = 1 / 16
+# directions: per projected parameter, and the joint screen's at most (its cap) where the option is not given
+DIRECTIONS = 16
+# the joint screen's least directions where the power chooses them (verify/joint_check.py joint_k): fewer would
+# leave two opposite errors on neighbouring elements unseen too often -- they cancel in a direction where their
+# two levels (fd_joint.LEVELS) are equal, probability 1/128, or at the default tolerances' worst within 1 of each
+# other, ~3/128: in all 4 directions ~4e-9 to ~3e-7, against 2^-16 = 1.5e-5 for the 16 sign directions this
+# screen began with
+MIN_DIRECTIONS = 4
 
 
 @dataclass
@@ -47,7 +56,9 @@ class FDOptions:
     # (plan(): in full only while no dearer than the joint screen); ~1e9 is a few seconds of NumPy on one
     # core. own_mode: a flagged parameter whose full check alone is over is narrowed or projected instead
     full_cost_budget: float = 1e9
-    directions: int = 16
+    # random directions: exactly this many per projected parameter and for the joint screen; None (the default):
+    # DIRECTIONS per projected parameter, and the joint screen's chosen by its power (joint_check.joint_k)
+    directions: int | None = None
     seed: int = 0
     # memory budget for one stacked batch: small enough that a chunk's values stay in
     # cache (bench/bench_fd.py: 8 MiB is ~2x faster than 128 MiB at 2,000 elements)
@@ -60,6 +71,11 @@ class FDOptions:
     # "complex": complex-step differences (fd_complex.py) wherever the path allows (they need frozen branches),
     # real central ones elsewhere; "central": real central differences everywhere (the option fd_method)
     method: str = COMPLEX
+
+    @property
+    def count(self) -> int:
+        """The directions asked for, or DIRECTIONS: a projection's, and the joint screen's at most."""
+        return self.directions or DIRECTIONS
 
 
 class Costs:
@@ -235,6 +251,8 @@ class FDPlan:
     forward_values: int = 1  # values one forward of the graph (downstream of its parameters) evaluates
     methods: dict = field(default_factory=dict)  # parameter -> complex | central
     fallback: dict = field(default_factory=dict)  # parameter on central differences -> why (the ops)
+    # how the joint screen's directions were chosen (with_joint_directions; "" before a screen, or without one)
+    directions_why: str = ""
 
     def __getitem__(self, p: str) -> FDMode:
         return self.modes[p]
@@ -258,7 +276,20 @@ class FDPlan:
                 "forwards": int(self.forwards), "values": float(self.values),
                 "forward_values": int(self.forward_values),
                 "whole_graph_evaluations": round(self.whole_graph_evaluations, 3),
-                "method": dict(self.methods), "method_fallback": {p: ", ".join(v) for p, v in self.fallback.items()}}
+                "method": dict(self.methods), "method_fallback": {p: ", ".join(v) for p, v in self.fallback.items()},
+                **({"directions_why": self.directions_why} if self.directions_why else {})}
+
+
+def with_joint_directions(plan_: FDPlan, costs: Costs, k: int, why: str) -> FDPlan:
+    """The plan with the joint screen's first pass at the k directions it chose (why: how), its cost recounted
+    (the modes were planned at the cap, FDOptions.count, and stay)."""
+    joint = [p for p, m in plan_.modes.items() if m == FDMode.JOINT]
+    if not joint:
+        return plan_
+    per = 2 if any(plan_.methods.get(p) == CENTRAL for p in joint) else 1
+    return dataclasses.replace(plan_, directions=k, forwards=plan_.forwards + per * (k - plan_.directions),
+                               values=plan_.values + costs.joint_cost(k) - costs.joint_cost(plan_.directions),
+                               directions_why=why)
 
 
 def plan(costs: Costs, options: FDOptions, blocked: dict | None = None) -> FDPlan:
@@ -269,7 +300,7 @@ def plan(costs: Costs, options: FDOptions, blocked: dict | None = None) -> FDPla
     blocked = blocked or {}
     modes = _auto_modes(costs, options) if options.mode == "auto" else {p: options.mode for p in params}
     methods = {p: CENTRAL if p in blocked else COMPLEX for p in params}
-    k = options.directions
+    k = options.count
     forwards, values = 0, 0.0
     joint = [p for p, m in modes.items() if m == FDMode.JOINT]
     if joint:
@@ -295,7 +326,7 @@ def _auto_modes(costs: Costs, options: FDOptions) -> dict[str, str]:
     first pass stays within (1 + JOINT_FULL_SHARE) 2k forwards of the graph. Parameters above the size
     threshold are screened jointly whatever the rest costs."""
     params = list(costs.program.params)
-    joint = costs.joint_cost(options.directions)
+    joint = costs.joint_cost(options.count)
     # above the size threshold, the joint screen rather than projections of each parameter: the same 2k
     # forwards, and a flag is narrowed to elements (verify/joint_check.py) -- a few random projections
     # would not see one wrong element of 10^5 (it moves each by e / sqrt(n))

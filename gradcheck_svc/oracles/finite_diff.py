@@ -292,7 +292,7 @@ class FiniteDifferences:
         elif mode == FDMode.JOINT:
             mode = self.own_mode(param)
         if mode == FDMode.PROJECTION:
-            return self._projection(param, directions or self.options.directions)
+            return self._projection(param, directions or self.options.count)
         shape = np.shape(self.base[param])
         every = self.elements(param, np.arange(int(np.prod(shape, dtype=np.int64))))
         return FDResult(FDMode.FULL, every.reference.reshape(shape), every.noise.reshape(shape),
@@ -355,7 +355,7 @@ class FiniteDifferences:
         graph's content, fd_joint.content_seed), each row about a unit vector."""
         if self._direction_seed is None:
             self._direction_seed = content_seed(self.program, self.base, self.options.seed)
-        return JointDirections.random({p: self.base[p] for p in params}, k or self.options.directions,
+        return JointDirections.random({p: self.base[p] for p in params}, k or self.options.count,
                                       self._direction_seed)
 
     def joint(self, dirs: JointDirections, params: list[str], rows: np.ndarray | None = None) -> FDResult:

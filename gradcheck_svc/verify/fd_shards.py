@@ -126,7 +126,7 @@ def _cost(fd, p: str) -> float:
     if mode is FDMode.JOINT:  # flagged by the screen: checked as gradient() checks it on its own
         mode = fd.own_mode(p)
     if mode is FDMode.PROJECTION:
-        return fd.costs.projection_cost(p, fd.options.directions)
+        return fd.costs.projection_cost(p, fd.options.count)
     return fd.full_cost(p)
 
 

@@ -40,6 +40,9 @@ gradients are wrong whatever the screen shows) from the others, which their own 
 The screen is a screen: it never passes a verdict on a flagged parameter, only spares the
 per-parameter work where the joint derivative agrees.
 
+How many directions (joint_k): without the option, by complex steps, the fewest from 4 to 16 in which that
+guarantee (below) holds for every element; by central differences, or as the option says, exactly that many.
+
 Its power is a guarantee (README "Finite differences"): one element i off by RESOLVE x its own bound
 (tolerance + the error of its own difference: 0 for a complex step) moves direction j by the block's weight
 times |s_ji| times that error, and fails it when that exceeds the direction's floor plus twice its FD
@@ -58,12 +61,14 @@ another second pass) needs the whole result and runs where it is, the code below
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 import numpy as np
 
 from ..oracles.fd_complex import COMPLEX, first_noise
 from ..oracles.fd_modes import FDMode
+from ..oracles.fd_plan import MIN_DIRECTIONS, with_joint_directions
 from ..oracles.finite_diff import FDResult
 from .compare import Comparison, Tolerance, compare
 from .fd_check import FDCheck, _over, elements_check, fd_check
@@ -79,6 +84,10 @@ MAX_LEAVES = 8  # blocks checked element by element before the flag is left unde
 # corruption flags every parameter upstream of it, and checking each in full cost depth x elements
 FOLLOW_UP_SHARE = 1.0
 RESOLVE = 10  # the screen's guarantee: one element off by this many times its own bound is seen
+# joint_k: the first pass's FD error (twice it), unknown before it runs, allowed for as this share of the floor --
+# a complex step's is ROUND eps |D_j|, ~1e-15 of the values, where the floor is a share of the tolerance (~1e-6
+# of them and more); where it is larger the screen's own check (_unresolved) sends the element to a second pass
+POWER_MARGIN = 0.25
 BISECT_BUDGET = 4  # the bisection's splits: as many as following this many wrong parameters down alone takes
 MAX_STEP_SCALE = 64  # the second pass's step, at most this many times the first's
 
@@ -101,7 +110,7 @@ class JointScreen:
     # the power statement: p -> per element (flat, float32) the least error of that element alone that fails
     # some direction j for sure, min_j (floor_j + 2 x FD error_j) / (weight |s_ji|) -- with complex steps the
     # FD error is the forward's rounding, so the power is set by the tolerance and the directions alone
-    power: dict = field(default_factory=dict)
+    power: Mapping = field(default_factory=dict)
     evaluations: int = 0  # forwards of (part of) the graph, bisection included
     # flagged parameters' own directional values (Evidence), and the flagged parameters not followed up on
     # their own (spare(): the follow-up's budget), decided by that evidence alone
@@ -158,9 +167,70 @@ def _check_rows(fd, dirs, group, rows, eng, floor, tol, given=None, refined=True
 
 def _directions(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float, resolve: bool):
     """The screen's directions, each block weighted (below), and what each block allows per direction:
-    (JointDirections, p -> a_jp^2 (k,))."""
+    (JointDirections, p -> a_jp^2 (k,)). How many: joint_k's (the first pass's choice goes in the plan)."""
     # the second pass needs fewer directions: one element's error moves every direction alike
-    dirs = fd.joint_directions(params, None if resolve else max(4, fd.options.directions // 2))
+    cap = fd.options.count if resolve else max(MIN_DIRECTIONS, fd.options.count // 2)
+    chosen = fd.options.directions is None and fd.method_for(params) == COMPLEX
+    dirs, a2 = _weighted(fd, gradients, params, tol, step_scale, resolve,
+                         min(cap, MIN_DIRECTIONS) if chosen else cap)
+    k, why = joint_k(fd, dirs, a2, gradients, params, tol, cap) if chosen else (cap, _why_not_chosen(fd))
+    if k != dirs.k:  # the same first rows, more of them (the weights and step do not depend on k)
+        proven = dirs.proven_at
+        dirs, a2 = _weighted(fd, gradients, params, tol, step_scale, resolve, k)
+        dirs.proven_at = proven
+    if resolve and step_scale == 1.0:
+        fd.plan = with_joint_directions(fd.plan, fd.costs, k, why)
+    return dirs, a2
+
+
+def _why_not_chosen(fd) -> str:
+    if fd.options.directions is not None:
+        return "as the option directions asks"
+    return ("central differences: their error is only known once evaluated (the ladder's truncation), "
+            "so the power cannot be stated before")
+
+
+def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Tolerance, cap: int) -> tuple[int, str]:
+    """The fewest directions, MIN_DIRECTIONS to cap, in which every element's stated power meets the screen's
+    goal, and why: (k, text). The power of k directions for element i of block p (JointDirections.least_error)
+    is e_i(k) = min_{j<k} R_j / (w_p |s_ji|), R_j = F + 2 E_j -- F the group's floor, E_j the complex-step bound of
+    value j, ROUND eps |D_j|, the rounding of one forward (fd_complex.py) -- and one element wrong by RESOLVE x its
+    own bound b_i is found iff e_i(k) <= RESOLVE b_i, i.e. max_{j<k} |s_ji| >= R / (RESOLVE w_p b_i). E_j is known
+    only once evaluated: 2 E_j is taken at POWER_MARGIN x F here (far above it: ROUND eps |D_j| is ~1e-15 of the
+    values, F a share of the tolerance), and the screen's own check (_unresolved) holds the real one. The
+    levels |s_ji| are independent over j, so an element needs more than k with probability P(|s| < m_i)^k;
+    at the default tolerances (rtol 10 atol) F = w_p rms(b) and no b_i is below a tenth of that rms, so the level
+    needed is at most 1.1 (1 + POWER_MARGIN) = 1.4 and k = MIN_DIRECTIONS suffices but for ~1e-6 of the elements
+    (3% of levels are below 2 in magnitude); a user's tolerance with rtol far above atol asks more. Rows added
+    come from the same seeded stream (JointDirections.beyond): the first k are the same whatever k, in every
+    process of a split screen (fd_shards.py) alike."""
+    reach = (1 + POWER_MARGIN) * float(_floor(a2, params, np.arange(1), np.inf)[0]) + 2 * float(
+        np.max(fd.step_noise(dirs, params)))
+    need, short_at_cap = dirs.k, 0
+    dirs.proven_at = reach  # every element's power met at any reach up to this (unless some fall short below)
+    for p in params:
+        if dirs.weight[p] <= 0:
+            continue
+        bound = RESOLVE * (_element_bounds(gradients[p], tol) + fd.element_noise(p))
+        short = np.flatnonzero(~(reach <= dirs.weight[p] * dirs.largest(p) * bound))  # least_error <= bound
+        j = dirs.k
+        while short.size and j < cap:  # the elements not yet seen, one more row at a time
+            with np.errstate(divide="ignore"):
+                seen = reach / (dirs.weight[p] * np.abs(dirs.beyond(p, j)[short].astype(np.float64))) <= bound[short]
+            short, j = short[~seen], j + 1
+        need, short_at_cap = max(need, j if short.size == 0 else cap), short_at_cap + short.size
+    if short_at_cap:
+        dirs.proven_at = None
+        return cap, (f"the cap: {short_at_cap} element(s) not seen at 10x their own bound in fewer "
+                     "(complex steps; a second pass takes them)")
+    return need, (f"the fewest ({MIN_DIRECTIONS} to {cap}) in which one element wrong by 10x its own bound "
+                  "moves some direction past what it allows (complex steps)")
+
+
+def _weighted(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float, resolve: bool, k: int):
+    """k directions over params (the first k of the seeded stream), each block weighted (below), and what each
+    block allows per direction: (JointDirections, p -> a_jp^2 (k,))."""
+    dirs = fd.joint_directions(params, k)
     dirs.step *= step_scale
     allowed = _allowed(gradients, tol, params, None if resolve else fd)
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
@@ -218,7 +288,8 @@ def joint_screen(fd, gradients: dict, params: list[str], tol: Tolerance, step_sc
     # error (the differences may be off by that much the other way), per direction; element i moves
     # direction j by weight x |s_ji| x its error, so the direction where reach_j / |s_ji| is least sees it
     reach = top_floor + 2 * top.error
-    blind = _unresolved(fd, dirs, gradients, params, reach, tol, screen.power)
+    screen.power = Power(dirs, reach)
+    blind = {} if dirs.proven(reach) else _unresolved(fd, dirs, gradients, params, reach, tol)
     screen.unresolved = {p: r for p, r in blind.items() if p not in flagged}
     if resolve and screen.unresolved:
         _second_pass(fd, gradients, tol, screen, first_pass, explained)
@@ -354,21 +425,36 @@ def _followed(halves: list, rows: np.ndarray) -> list:
     return [(half, rows[f], floor[f], (chk.reference[f], chk.error[f])) for half, chk, floor, f in bad]
 
 
-def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance,
-                power: dict | None = None) -> dict:
+class Power(Mapping):
+    """The screen's power statement, p -> per element (flat, float32) the least error of that element alone that
+    fails some direction for sure (JointDirections.least_error at the first pass's reach), made when asked for:
+    where joint_k proved every element within RESOLVE x its bound at a reach no smaller, the screen does not
+    make it (a pass over every element and direction, 13% of MLP-1024's verification)."""
+
+    def __init__(self, dirs, reach: np.ndarray):
+        self.dirs, self.reach = dirs, reach
+
+    def __getitem__(self, p: str) -> np.ndarray:
+        return self.dirs.least_error(p, self.reach).astype(np.float32)
+
+    def __iter__(self):
+        return (p for p, w in self.dirs.weight.items() if w > 0)
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
+def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray, tol: Tolerance) -> dict:
     """p -> (how many elements, the worst ratio): the elements of each block that one error of 10x their
     own bound -- tolerance + the error of their own difference (0 for a complex step) -- would move no
     direction j past what it allows (reach[j], (k,)): such an error moves direction j by weight x |s_ji| x
-    error (JointDirections.least_error: the per-element power of the directions). power: receives
-    p -> that least error per element (float32), the screen's power statement (JointScreen.power)."""
+    error (JointDirections.least_error: the per-element power of the directions; JointScreen.power states it)."""
     out = {}
     for p in params:
         if dirs.weight[p] <= 0:
             continue
         bound = _element_bounds(gradients[p], tol) + fd.element_noise(p)
         least = dirs.least_error(p, reach)
-        if power is not None:
-            power[p] = least.astype(np.float32)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = least / (RESOLVE * bound)
         blind = ratio > 1
@@ -405,7 +491,7 @@ def screen_share(fd, gradients: dict, params: list[str], tol: Tolerance, deal) -
     every = np.arange(dirs.k)
     # as joint_screen's reach, when every first-pass value stands (its error the rounding term)
     reach = _floor(a2, params, every, np.inf) + 2 * np.full(dirs.k, fd.step_noise(dirs, params))
-    unresolved = _unresolved(fd, dirs, gradients, params, reach, tol)
+    unresolved = {} if dirs.proven(reach) else _unresolved(fd, dirs, gradients, params, reach, tol)
     if unresolved:
         blind, scale = _second_plan(params, unresolved)
         again, _ = _directions(fd, gradients, blind, tol, scale, False)
@@ -472,7 +558,9 @@ def spare(fd, screen: JointScreen) -> list[str]:
     is decided by its Evidence: FAIL where it proves the gradient wrong, else undecided (never a pass).
     Each full check counted at its dense bound (fd_plan.Costs: never below what it costs, and no forward
     to measure it -- a measurement is a forward through everything downstream of the parameter)."""
-    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(screen.directions.k)
+    # at the directions' cap, the first pass the plan budgets, not the fewer its power may choose: the follow-up
+    # decides as many flags in full as with 16 directions (fewer directions must not leave more undecided)
+    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(fd.options.count)
     spent, out = 0.0, []
 
     def order(p):  # those their own values do not already prove wrong first: without a follow-up, undecided

@@ -62,7 +62,7 @@ def check(options: VerifyOptions, field=lambda name: name) -> None:
     if fd.method not in FD_METHODS:
         raise OptionError(f"unknown fd_method '{fd.method}' (expected {' or '.join(FD_METHODS)})",
                           field=field("fd_method"))
-    if fd.directions < 1:
+    if fd.directions is not None and fd.directions < 1:
         raise OptionError(f"{fd.directions}: needs at least 1 direction", field=field("directions"))
     if fd.seed < 0:
         raise OptionError(f"seed must be 0 or more, got {fd.seed}", field=field("seed"))

@@ -148,7 +148,8 @@ def plan_line(plan: dict) -> str:
     """The finite-difference plan (Report.fd_plan's dict) and its cost, one line."""
     modes = ", ".join(f"{n} {m}" for m, n in plan["parameters"].items()) or "no parameter reaching the loss"
     if set(plan["parameters"]) - {"full"}:
-        modes += f" ({plan['directions']} directions)"
+        why = plan.get("directions_why")
+        modes += f" ({plan['directions']} directions{': ' + why if why else ''})"
     return (f"finite-difference plan: {plan['mode']}: {modes}; first pass "
             f"{plan['forwards']:,} perturbed forwards, {plan['values']:.3g} values "
             f"(~{plan['whole_graph_evaluations']:.3g} whole-graph forwards){_methods(plan)}")

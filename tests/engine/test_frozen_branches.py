@@ -27,6 +27,7 @@ from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.ops import all_ops
 from gradcheck_svc.ops.registry import REGISTRY, register
+from gradcheck_svc.oracles.fd_plan import MIN_DIRECTIONS
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.compare import Tolerance
@@ -363,7 +364,7 @@ def joint_evaluations(graph, frozen: bool) -> tuple[int, list]:
 def test_the_joint_screen_next_to_kinks_costs_its_k_evaluations():
     graph = _near_kink_cnn(np.random.default_rng(6))
     after, flagged = joint_evaluations(graph, frozen=True)  # complex steps: one forward per direction
-    assert (after, flagged) == (FDOptions().directions, [])
+    assert (after, flagged) == (MIN_DIRECTIONS, [])  # as many as their power chooses (joint_check.joint_k)
     before, _ = joint_evaluations(graph, frozen=False)  # central differences (complex steps need frozen branches)
     assert before > 2 * after  # ordinary differences straddle the kinks and the screen re-evaluates
     assert verify(graph, VerifyOptions(fd=FDOptions(mode="joint"))).verdict == "pass"

@@ -58,7 +58,7 @@ def test_the_plans_cost_grows_monotonically_and_at_most_linearly_with_the_graphs
     values = [fd.plan.values for fd, _ in plans]
     assert all(a <= b for a, b in zip(values, values[1:])), values
     forwards = [fd.plan.whole_graph_evaluations for fd, _ in plans]
-    k = FDOptions().directions
+    k = FDOptions().count  # the plan's cap: the screen may choose fewer (joint_check.joint_k), never more
     assert all(f <= 2 * k * (1 + JOINT_FULL_SHARE) for f in forwards), forwards
     # the sweep spans both plans: the seed in full, the largest graph screened jointly
     assert plans[0][0].plan.counts() == {"full": 2} and "joint" in plans[-1][0].plan.counts()
@@ -99,7 +99,9 @@ def test_a_jointly_screened_graphs_plan_counts_the_screens_forwards():
     assert {r["fd_checked_by"] for r in rows} == {"joint"} and report.verdict == "pass"
     # what the screen spent: the planned first pass, plus any refinement (never less)
     assert all(r["fd_evaluations"] >= plan["forwards"] for r in rows)
-    assert "finite-difference plan: auto: 16 joint (8 directions); first pass 8 perturbed forwards" in report.to_text()
+    assert plan["directions_why"] == "as the option directions asks"  # exactly 8, the power not consulted
+    assert ("finite-difference plan: auto: 16 joint (8 directions: as the option directions asks); first pass 8 "
+            "perturbed forwards") in report.to_text()
 
 
 def test_a_copys_live_bytes_bound_what_the_batched_forward_holds():

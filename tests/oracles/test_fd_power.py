@@ -67,6 +67,8 @@ def test_one_element_at_10x_its_bound_in_a_large_tensor_is_found_and_localized(t
     report, i, clean = _plant_and_verify(target, 10, dtype)
     assert clean.verdict == "pass" and not [f for f in clean.findings if f.severity != "info"]
     _found_and_localized(report, target, i, "joint, then bisection")
+    # at the directions the power chose (joint_check.joint_k: the fewest meeting it), not the cap of 16
+    assert report.fd_plan.directions == clean.fd_plan.directions == 4
 
 
 # (b): a loss of magnitude 1e4 -- an offset the gradient does not see, or a scale it does

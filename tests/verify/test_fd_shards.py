@@ -124,15 +124,17 @@ def test_split_report_equals_the_single_process_report(tmp_path, variant):
 
 
 def test_chain_256_split_by_direction_equals_the_single_process(tmp_path):
-    """chain_256 under the default --fd auto: 505 tensors screened jointly (16 directions by complex steps, which
-    leave no block unresolved), the 7 cheapest in full. The shards split both passes' directions
+    """chain_256 under the default --fd auto: 505 tensors screened jointly (by complex steps, which leave no block
+    unresolved, in the 4 directions their power chooses: every process derives the same k, joint_check.joint_k),
+    the 7 cheapest in full. The shards split both passes' directions
     and the 7 full checks; the merge evaluates no direction of its own and prints the single process's report."""
     want = json.loads(cli(str(CHAIN), "--format", "json").stdout)
     assert want["verdict"] == "pass"
     assert sum(p["fd_checked_by"] == "joint" for p in want["parameters"]) == 505
     rows, lines = check_split(CHAIN, tmp_path, (), want, 0)
     # shard 0 makes the memory profile's runs: it is dealt PROFILE_ROWS (2) fewer directions than an even split
-    assert rows[1] == [(7, 16), (9, 16)] and rows[2] == [(4, 16), (6, 16), (6, 16)]
+    assert want["fd_plan"]["directions"] == 4
+    assert rows[1] == [(1, 4), (3, 4)] and rows[2] == [(0, 4), (2, 4), (2, 4)]
     # complex steps (the default) leave no block unresolved: no second pass to split, in any of the 6 shards above
     # (central differences' one, whose rounding eps |L| / h blinded chain_256's first layers, is split the same
     # way: screen_share)

@@ -48,7 +48,7 @@ def test_follow_up_stays_within_its_budget(faulty):
     for r in by_screen:
         assert not r["passed"] and r["fd_evaluations"] == 0 and r["max_abs_error"] > r["fd_error_at_worst"] > 0
     fd = FiniteDifferences(graph)
-    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(fd.options.directions)
+    budget = FOLLOW_UP_SHARE * fd.costs.joint_cost(fd.options.count)
     # the first is always followed up; beyond it, all of them within the budget
     assert len(followed) == 1 or sum(fd.full_cost(p) for p in followed) <= budget
 

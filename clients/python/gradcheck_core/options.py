@@ -77,8 +77,10 @@ OPTIONS: tuple[Option, ...] = (
     Option("device", "engine device", default="cpu", choices=("cpu", "cuda")),
     Option("atol", "absolute tolerance (default per dtype)", type=float, metavar="X"),
     Option("rtol", "relative tolerance (default per dtype)", type=float, metavar="X"),
-    Option("directions", "random directions in projection mode", type=int, default=16, metavar="N",
-           target="fd.directions"),
+    Option("directions", "random directions: N per parameter in projection mode (default 16), and exactly N for "
+           "the joint screen (default: the fewest, 4 to 16, in which one element wrong by 10x its own bound moves "
+           "some direction past what it allows -- by complex steps; central differences take 16)", type=int,
+           metavar="N", target="fd.directions"),
     Option("seed", "seed for the projection directions (0 or more)", type=non_negative_int, default=0,
            metavar="N", target="fd.seed"),
     Option("faults", "corrupt NODE's cached value between forward and backward (KIND: overwrite, scale, zero, "

@@ -174,7 +174,7 @@ class SymbolicSummary(_message.Message):
     def __init__(self, status: _Optional[str] = ..., elements: _Optional[int] = ..., edges: _Optional[int] = ..., seconds: _Optional[float] = ..., digits: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class FDPlan(_message.Message):
-    __slots__ = ("mode", "parameters", "directions", "forwards", "values", "forward_values", "whole_graph_evaluations", "method", "method_fallback")
+    __slots__ = ("mode", "parameters", "directions", "forwards", "values", "forward_values", "whole_graph_evaluations", "method", "method_fallback", "directions_why")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -205,6 +205,7 @@ class FDPlan(_message.Message):
     WHOLE_GRAPH_EVALUATIONS_FIELD_NUMBER: _ClassVar[int]
     METHOD_FIELD_NUMBER: _ClassVar[int]
     METHOD_FALLBACK_FIELD_NUMBER: _ClassVar[int]
+    DIRECTIONS_WHY_FIELD_NUMBER: _ClassVar[int]
     mode: str
     parameters: _containers.ScalarMap[str, int]
     directions: int
@@ -214,7 +215,8 @@ class FDPlan(_message.Message):
     whole_graph_evaluations: float
     method: _containers.ScalarMap[str, str]
     method_fallback: _containers.ScalarMap[str, str]
-    def __init__(self, mode: _Optional[str] = ..., parameters: _Optional[_Mapping[str, int]] = ..., directions: _Optional[int] = ..., forwards: _Optional[int] = ..., values: _Optional[float] = ..., forward_values: _Optional[int] = ..., whole_graph_evaluations: _Optional[float] = ..., method: _Optional[_Mapping[str, str]] = ..., method_fallback: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    directions_why: str
+    def __init__(self, mode: _Optional[str] = ..., parameters: _Optional[_Mapping[str, int]] = ..., directions: _Optional[int] = ..., forwards: _Optional[int] = ..., values: _Optional[float] = ..., forward_values: _Optional[int] = ..., whole_graph_evaluations: _Optional[float] = ..., method: _Optional[_Mapping[str, str]] = ..., method_fallback: _Optional[_Mapping[str, str]] = ..., directions_why: _Optional[str] = ...) -> None: ...
 
 class CustomOpInput(_message.Message):
     __slots__ = ("sympy_grad", "counterexample", "symbolic")
