@@ -55,7 +55,7 @@ LIMITS = (
               "refuses deeper than its own cap, the default, whatever the limit)", maximum=FORMULA_MAX_DEPTH),
     LimitSpec("max_symbolic_budget", 5_000, "scalar elements the symbolic oracle may expand"),
     LimitSpec("max_symbolic_partials", 250_000, "local partial derivatives the symbolic oracle may build"),
-    LimitSpec("max_directions", 4_096, "random directions of projection finite differences"),
+    LimitSpec("max_directions", 4_096, "random directions of projection and joint finite differences"),
     LimitSpec("max_faults", 64, "fault injections in one request"),
     LimitSpec("max_request_seconds", 120.0, "seconds one verification may run", type=float, minimum=1e-3,
               maximum=MAX_SECONDS),
