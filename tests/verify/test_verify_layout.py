@@ -12,6 +12,7 @@ VERIFY = ROOT / "verify"
 # heavy libraries, imported where used (ARCHITECTURE: pay only for what is asked); mp_eval is
 # SymPy and mpmath behind a thin evaluator, needed only by graphs with an expr node
 DEFERRED_OK = {"matplotlib", "matplotlib.pyplot", "sympy", "pickle", "resource", "sys",
+               "subprocess",  # custom_ops' SymPy simplify child only: ~3 ms of every command otherwise
                "gradcheck_svc.oracles.mp_eval",
                "gradcheck_svc.verify.plot"}  # the SVG writer, for --memory-plot only (~10 ms of every command)
 
