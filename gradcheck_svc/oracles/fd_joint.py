@@ -5,7 +5,10 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from _blake2 import blake2b  # hashlib's own blake2b (hashlib.py takes it from here), without OpenSSL's bindings
+try:  # hashlib's own blake2b (hashlib.py takes it from here), without importing OpenSSL's bindings
+    from _blake2 import blake2b
+except ImportError:  # a CPython built without its private module: the same function through hashlib
+    from hashlib import blake2b
 
 import numpy as np
 

@@ -413,6 +413,7 @@ class FiniteDifferences:
             shapes = {p: tuple(self.program.shapes[p]) for p in union}
             return {p: Pair(self.flat(p).reshape(shapes[p]), v.reshape((e - s,) + shapes[p])) for p, v in imag.items()}
         losses = self.joint_losses(union, len(row), rows_of, dtype=np.complex128, row_bytes=held, pairs=True)
+        cx.check_real_part(losses, self.loss)  # as _joint_derivatives: a densified Pair recomputes the real part
         d = cx.derivative(losses, h)
         return [FDResult(FDMode.JOINT, v, cx.first_noise(v), evaluations=len(v), method=cx.COMPLEX)
                 for v in np.split(d, start[1:-1])]
