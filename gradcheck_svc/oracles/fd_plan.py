@@ -253,6 +253,9 @@ class FDPlan:
     fallback: dict = field(default_factory=dict)  # parameter on central differences -> why (the ops)
     # how the joint screen's directions were chosen (with_joint_directions; "" before a screen, or without one)
     directions_why: str = ""
+    # parameters the joint screen judged through another gradient in the subject's place -> why
+    # (verify/stand_in.py: a float32 subject within its tolerance of the engine's float64 gradient)
+    stand_in: dict = field(default_factory=dict)
 
     def __getitem__(self, p: str) -> FDMode:
         return self.modes[p]
@@ -277,7 +280,8 @@ class FDPlan:
                 "forward_values": int(self.forward_values),
                 "whole_graph_evaluations": round(self.whole_graph_evaluations, 3),
                 "method": dict(self.methods), "method_fallback": {p: ", ".join(v) for p, v in self.fallback.items()},
-                **({"directions_why": self.directions_why} if self.directions_why else {})}
+                **({"directions_why": self.directions_why} if self.directions_why else {}),
+                **({"stand_in": dict(self.stand_in)} if self.stand_in else {})}
 
 
 def with_joint_directions(plan_: FDPlan, costs: Costs, k: int, why: str) -> FDPlan:

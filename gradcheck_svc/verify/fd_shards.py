@@ -72,8 +72,9 @@ from ..text import clip
 from .compare import Tolerance
 from .engine_run import profile_asked, run_engine
 from .findings import CAUSES, SEVERITIES, Finding
-from .joint_check import screen_share, usable
-from .run import parameter_fd
+from .joint_check import screen_share
+from .diagnosis.context import Run
+from .run import parameter_fd, screen_setup
 from .subject import subject_of
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
@@ -166,8 +167,8 @@ def assign(costs: list[float], count: int) -> list[int]:
 
 
 def _setup(graph, options, profile: bool = False):
-    """As verify() sets up: the engine's run, the gradients under test (the engine's, or the graph's claims), the
-    oracle, the tolerance, the parameters the joint screen takes (none where it is not usable: then every
+    """As verify() sets up: the engine's run, the gradients under test (the engine's, or the graph's claims), what
+    the joint screen judges of them (run.screen_setup: they or their float64 stand-in), the oracle, the tolerance, the parameters the joint screen takes (none where it is not usable: then every
     parameter is checked on its own, run.fd_plan) and those the plan checks on their own. `options` were checked
     at the edge (request.verify_options). profile: the memory profile's runs too, as verify() makes them (shard
     0's, for the merge: _engine_record); else the gradients only."""
@@ -177,10 +178,9 @@ def _setup(graph, options, profile: bool = False):
     under_test = subject_of(graph)
     tol = Tolerance.for_dtype(under_test.tolerance_dtype(dtype), options.atol, options.rtol)
     subject = under_test.gradients(engine.gradients)
-    joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
-    screened = joint if usable(fd, subject, joint) else []
+    screened, judged = screen_setup(Run(graph, options, dtype, engine=engine, subject=under_test), fd, subject, tol)
     own = [p for p in graph.parameters if p not in screened]
-    return engine, subject, fd, tol, screened, own
+    return engine, subject, judged, fd, tol, screened, own
 
 
 # a finding's fields as a shard records them (the engine's findings, recompute_check's, carry no worst element)
@@ -248,7 +248,7 @@ def engine_record(record, arrays: dict) -> dict:
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
-    engine, subject, fd, tol, screened, own = _setup(graph, options, profile=index == 0)
+    engine, subject, judged, fd, tol, screened, own = _setup(graph, options, profile=index == 0)
     where = assign([_cost(fd, p) for p in own], count)
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
@@ -263,7 +263,7 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
             "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
             "engine": _engine_record(engine, options, arrays) if index == 0 else None}
     deal = dealer(index, count, PROFILE_ROWS if profile_asked(options) else 0)  # shard 0's profile, in every shard
-    screens = screen_share(fd, subject, screened, tol, deal) if screened else []
+    screens = screen_share(fd, judged, screened, tol, deal) if screened else []
     _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
     buf = io.BytesIO()

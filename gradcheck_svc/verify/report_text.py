@@ -152,7 +152,17 @@ def plan_line(plan: dict) -> str:
         modes += f" ({plan['directions']} directions{': ' + why if why else ''})"
     return (f"finite-difference plan: {plan['mode']}: {modes}; first pass "
             f"{plan['forwards']:,} perturbed forwards, {plan['values']:.3g} values "
-            f"(~{plan['whole_graph_evaluations']:.3g} whole-graph forwards){_methods(plan)}")
+            f"(~{plan['whole_graph_evaluations']:.3g} whole-graph forwards){_methods(plan)}{_stand_in(plan)}")
+
+
+def _stand_in(plan: dict) -> str:
+    """The parameters the screen judged through the engine's float64 gradient (verify/stand_in.py)."""
+    names = list(plan.get("stand_in") or {})
+    if not names:
+        return ""
+    shown = ", ".join(names[:6]) + (f" and {len(names) - 6} more" if len(names) > 6 else "")
+    return (f"; the screen judged the engine's float64 gradient in place of {shown} where each element is within "
+            "its tolerance of it")
 
 
 def _methods(plan: dict) -> str:

@@ -12,6 +12,7 @@ The verdict of a parameter is engine vs symbolic when the symbolic oracle ran
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 import time
 from typing import NamedTuple
@@ -34,6 +35,7 @@ from .joint_check import RESOLVE, joint_screen, spare, usable
 from .findings import Finding, WorstElement, parameters_through
 from .options import DTYPES, VerifyOptions, check
 from .parameter_result import NOT_PROVIDED, FDRow, ParameterResult, Screen, SymbolicRow
+from . import stand_in
 from .report import Report
 from .subject import subject_of
 from .verdict import settle
@@ -124,7 +126,8 @@ def _compared(run: Run, fd_source) -> list[str]:
     run.fd = fd = FiniteDifferences(graph, run.options.fd)
     run.tol = tol = Tolerance.for_dtype(run.subject.tolerance_dtype(run.dtype), run.options.atol, run.options.rtol)
     subject = run.subject.gradients(run.engine.gradients)  # what is verified: the engine's or the claims
-    plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None), _explained(run))
+    plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None), _explained(run),
+                   judged=screen_setup(run, fd, subject, tol)[1])
     lookup = (fd_source or local_fd)(fd, plan.screen, plan.own, tol)
     run.results = [parameter_row(run, plan, lookup, name, subject[name]) for name in graph.parameters]
     if plan.screen is not None and plan.screen.spared and not _known_to_fail(run):
@@ -194,11 +197,27 @@ class FDPlan(NamedTuple):
     own: list
 
 
-def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None, explained=frozenset()) -> FDPlan:
-    """The FDPlan of the gradients under test. first_pass, explained: joint_screen's."""
+def screen_setup(run: Run, fd, subject: dict, tol: Tolerance) -> tuple[list, dict]:
+    """The parameters the joint screen takes (none where it is not usable: each is then checked on its own) and
+    what it judges of each: the subject's gradient, or its stand-in (stand_in.py, named in the plan). verify()'s
+    and every finite-difference shard's (fd_shards.py) alike."""
+    joint = [p for p in run.graph.parameters if fd.mode_for(p) == FDMode.JOINT]
+    if not usable(fd, subject, joint):
+        return [], subject
+    judged, why = stand_in.screened(run, subject, joint, tol, run.subject.tolerance_dtype(run.dtype))
+    if why:
+        fd.plan = dataclasses.replace(fd.plan, stand_in=why)
+    return joint, judged
+
+
+def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None, explained=frozenset(),
+            judged=None) -> FDPlan:
+    """The FDPlan of the gradients under test. first_pass, explained: joint_screen's. judged: what the screen
+    judges of each parameter (screen_setup; default the gradients themselves)."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
-    screen = joint_screen(fd, gradients, joint, tol, first_pass=first_pass, explained=explained) \
-        if usable(fd, gradients, joint) else None
+    judged = gradients if judged is None else judged
+    screen = joint_screen(fd, judged, joint, tol, first_pass=first_pass, explained=explained) \
+        if usable(fd, judged, joint) else None
     if screen is not None:
         screen.spared = spare(fd, screen)  # decided by their own directional values: the follow-up's budget
     own = [p for p in graph.parameters

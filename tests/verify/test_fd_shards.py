@@ -56,8 +56,9 @@ VARIANTS = {
     # the joint screen, its directions split; a corrupted saved value makes it flag parameters (the follow-up:
     # refined, bisected, checked on their own by the merge), then the merge's diagnosis names the node: exit 1
     "joint-fault": ("--fd", "joint", "--fault", "h1:scale:1.01"),
-    # the joint screen passing, its 7 directions split unevenly (3 shards: 3, 2, 2)
-    "joint": ("--fd", "joint", "--directions", "7"),
+    # the joint screen passing, its 7 directions split unevenly (3 shards: 3, 2, 2); in float32, so that every shard
+    # and the merge judge the same float64 stand-in (verify/stand_in.py: the directions' weights follow from it)
+    "joint": ("--fd", "joint", "--directions", "7", "--dtype", "float32"),
 }
 CHAIN = ROOT / "examples" / "graphs" / "chain_256.json"
 
@@ -120,6 +121,8 @@ def test_split_report_equals_the_single_process_report(tmp_path, variant):
         assert any(f["node"] == "h1" for f in want["findings"])
     else:
         assert single.returncode == 0 and want["verdict"] == "pass"
+    if variant == "joint":
+        assert sorted(want["fd_plan"]["stand_in"]) == sorted(p["name"] for p in want["parameters"])
     check_split(graph, tmp_path, opts, want, single.returncode)
 
 

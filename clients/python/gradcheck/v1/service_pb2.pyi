@@ -174,7 +174,7 @@ class SymbolicSummary(_message.Message):
     def __init__(self, status: _Optional[str] = ..., elements: _Optional[int] = ..., edges: _Optional[int] = ..., seconds: _Optional[float] = ..., digits: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class FDPlan(_message.Message):
-    __slots__ = ("mode", "parameters", "directions", "forwards", "values", "forward_values", "whole_graph_evaluations", "method", "method_fallback", "directions_why")
+    __slots__ = ("mode", "parameters", "directions", "forwards", "values", "forward_values", "whole_graph_evaluations", "method", "method_fallback", "directions_why", "stand_in")
     class ParametersEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -196,6 +196,13 @@ class FDPlan(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class StandInEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     MODE_FIELD_NUMBER: _ClassVar[int]
     PARAMETERS_FIELD_NUMBER: _ClassVar[int]
     DIRECTIONS_FIELD_NUMBER: _ClassVar[int]
@@ -206,6 +213,7 @@ class FDPlan(_message.Message):
     METHOD_FIELD_NUMBER: _ClassVar[int]
     METHOD_FALLBACK_FIELD_NUMBER: _ClassVar[int]
     DIRECTIONS_WHY_FIELD_NUMBER: _ClassVar[int]
+    STAND_IN_FIELD_NUMBER: _ClassVar[int]
     mode: str
     parameters: _containers.ScalarMap[str, int]
     directions: int
@@ -216,7 +224,8 @@ class FDPlan(_message.Message):
     method: _containers.ScalarMap[str, str]
     method_fallback: _containers.ScalarMap[str, str]
     directions_why: str
-    def __init__(self, mode: _Optional[str] = ..., parameters: _Optional[_Mapping[str, int]] = ..., directions: _Optional[int] = ..., forwards: _Optional[int] = ..., values: _Optional[float] = ..., forward_values: _Optional[int] = ..., whole_graph_evaluations: _Optional[float] = ..., method: _Optional[_Mapping[str, str]] = ..., method_fallback: _Optional[_Mapping[str, str]] = ..., directions_why: _Optional[str] = ...) -> None: ...
+    stand_in: _containers.ScalarMap[str, str]
+    def __init__(self, mode: _Optional[str] = ..., parameters: _Optional[_Mapping[str, int]] = ..., directions: _Optional[int] = ..., forwards: _Optional[int] = ..., values: _Optional[float] = ..., forward_values: _Optional[int] = ..., whole_graph_evaluations: _Optional[float] = ..., method: _Optional[_Mapping[str, str]] = ..., method_fallback: _Optional[_Mapping[str, str]] = ..., directions_why: _Optional[str] = ..., stand_in: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CustomOpInput(_message.Message):
     __slots__ = ("sympy_grad", "counterexample", "symbolic")
