@@ -46,7 +46,7 @@ def _rows(timeline):
 
 
 INPLACE = {"views_and_writes", "inplace_relu"}  # (checkpointing them is refused: test_inplace.py)
-CASES = [(name, policy) for name in sorted(GRAPHS) for policy in ("none", "sqrt", "every:2")
+CASES = [(name, policy) for name in sorted(GRAPHS) for policy in ("none", "every:2")
          if policy == "none" or name not in INPLACE]
 
 
