@@ -32,6 +32,14 @@ def small_host_fingerprint(a) -> tuple:
     return a.tobytes(), 0, a.shape, _dtype_name(a.dtype)  # (a NumPy shape is a tuple already)
 
 
+def hashed_host_fingerprint(a) -> tuple:
+    """`fingerprint` of a NumPy array of at most HOST_HASH_UP_TO bytes (and more than HOST_COPY_UP_TO),
+    for callers that have tested that already: Python's own hash of the bytes -- SipHash, keyed per
+    process (prints are compared only within one), 64 bits in one pass: ~4 us a 4 KiB array, where
+    CRC-32 and Adler-32 took ~7."""
+    return hash(a.tobytes()), 0, a.shape, _dtype_name(a.dtype)
+
+
 @functools.lru_cache(maxsize=None)
 def _dtype_name(dtype) -> str:
     return str(dtype)  # str(dtype) costs microseconds; fingerprints run once per value on hot paths
@@ -54,9 +62,7 @@ def fingerprint(xp, a) -> tuple:
     if xp.__name__ == "numpy" and a.nbytes <= HOST_HASH_UP_TO:
         if a.nbytes <= HOST_COPY_UP_TO:
             return small_host_fingerprint(a)
-        # Python's own hash of the bytes: SipHash, keyed per process (prints are compared only within
-        # one), 64 bits in one pass -- ~4 us a 4 KiB array, where CRC-32 and Adler-32 took ~7
-        return hash(a.tobytes()), 0, shape, dtype
+        return hashed_host_fingerprint(a)
     if xp.__name__ == "numpy":  # a larger float host array: the word sum and a weighted dot, at ~60% of
         return pass_fingerprint(xp, a)  # word_sums' cost (its other arrays take word_sums)
     return word_sums(xp, a)
