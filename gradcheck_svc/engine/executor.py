@@ -32,7 +32,7 @@ from ..errors import GraphError, OptionError
 from ..ops.slices import Sliced
 from ..ops.slices import elementwise as slices_elementwise
 from ..ops.slices import independent_frozen
-from .memory import MemoryMeter, MeteringMeter
+from .memory import InferenceTwin, MemoryMeter, MeteringMeter
 from .observers import AdjointRecorder, MemoryAccounting
 from .program import Program, Step
 from .saved import CountingStore, SavedStore
@@ -86,6 +86,7 @@ class Tape:
     adjoints: dict = field(default_factory=dict)  # dL/dv per value, only when backward(keep_adjoints=True)
     contributions: dict = field(default_factory=dict)  # (step name, input index) -> that vjp's gradient
     saved_by_node: dict = field(default_factory=dict)  # node -> activation bytes it saved (memory profile)
+    inference: object = None  # forward(inference_twin=True): the memory.InferenceTwin (a no-grad run's figures)
 
 
 def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = None) -> dict:
@@ -103,34 +104,31 @@ def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = N
 
 def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = True,
             keep_values: bool = False, record_timeline: bool = False, checkpoint=None,
-            integrity: str = "off", allow_inplace_hazards: bool = False, metering: bool = False) -> Tape:
+            integrity: str = "off", allow_inplace_hazards: bool = False, metering: bool = False,
+            inference_twin: bool = False) -> Tape:
     """checkpoint: a checkpoint.Plan; its non-final segments save nothing and are recomputed
     during backward (ignored when grad is False: inference saves nothing anyway).
     integrity: "off" | "check" (fingerprint saved tensors, verify them when backward reads them).
     metering: count the memory a gradient run's forward would hold (saved tensors included)
-    without keeping what it saves; no backward can follow (not for graphs with in-place nodes)."""
+    without keeping what it saves; no backward can follow (not for graphs with in-place nodes).
+    inference_twin: also count what a no-grad forward would hold (tape.inference, memory.InferenceTwin:
+    its timeline, in place of running one; counted bytes only, not with a device sampler)."""
     xp = backend.xp
     writes = bool(program.inplace_root) and not keep_values
-    if metering:
-        if writes or checkpoint is not None or not grad:
-            raise ValueError("a metering forward is a plain gradient forward of a graph without in-place nodes")
-        live = MeteringMeter(record_timeline)
-    else:
-        live = MemoryMeter(record_timeline, backend.memory_sampler())
-    if writes and grad and checkpoint is not None:
-        raise OptionError("checkpointing a graph with in-place nodes is not supported", field="checkpoint")
-    versions = Versions() if writes else None
-    store = (CountingStore(live) if metering else SavedStore(live, xp, integrity, versions, allow_inplace_hazards)) \
-        if grad else None
+    live, store, versions = _meter_and_store(program, backend, grad, record_timeline, checkpoint, integrity,
+                                             allow_inplace_hazards, metering, writes)
+    twin = InferenceTwin() if inference_twin else None
+    # hot loop: locals, and run_step inlined (a call per step costs as much as the small ops' work)
+    hold, drop, marks, release = live.hold, live.drop, live.marks, not keep_values
+    if twin is not None:  # the loop's own holds and drops, and only those, are the no-grad run's
+        hold, drop = _both(hold, twin.hold), _both(drop, twin.drop)
     values = dict(feeds)
     for v in feeds.values():
-        live.hold(v)
+        hold(v)
     live.calibrate()
     if store is not None:
         live.exclude_saved(feeds.values())  # graph inputs are parameters and data, not activations
     ckpt = checkpoint.start(xp, live, store, feeds) if grad and checkpoint is not None else None
-    # hot loop: locals, and run_step inlined (a call per step costs as much as the small ops' work)
-    hold, drop, marks, release = live.hold, live.drop, live.marks, not keep_values
     ndarray, saving, aliased = xp.ndarray, store is not None, program.aliased
     with _quiet(xp):
         for step in program.steps:
@@ -156,10 +154,39 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
                     drop(values.pop(name))
             if marks:
                 live.mark("forward", step.name)
-    tape = Tape(program, backend, values[program.output], store, live, len(program.steps), checkpoint=ckpt)
+            if twin is not None:
+                twin.mark(step.name)
+    tape = Tape(program, backend, values[program.output], store, live, len(program.steps), checkpoint=ckpt,
+                inference=twin)
     if keep_values:
         tape.values = values
     return tape
+
+
+def _meter_and_store(program, backend, grad, record_timeline, checkpoint, integrity, allow_inplace_hazards,
+                     metering, writes):
+    """forward's meter, saved-tensor store (None without a gradient) and version counters (None
+    without in-place writes)."""
+    if metering:
+        if writes or checkpoint is not None or not grad:
+            raise ValueError("a metering forward is a plain gradient forward of a graph without in-place nodes")
+        live = MeteringMeter(record_timeline)
+    else:
+        live = MemoryMeter(record_timeline, backend.memory_sampler())
+    if writes and grad and checkpoint is not None:
+        raise OptionError("checkpointing a graph with in-place nodes is not supported", field="checkpoint")
+    versions = Versions() if writes else None
+    store = (CountingStore(live) if metering else SavedStore(live, backend.xp, integrity, versions,
+                                                              allow_inplace_hazards)) if grad else None
+    return live, store, versions
+
+
+def _both(first, second):
+    """One call that makes two (the forward loop's hold or drop, with an InferenceTwin)."""
+    def both(a):
+        first(a)
+        second(a)
+    return both
 
 
 def save_for_backward(store: SavedStore, step: Step, xs, y) -> None:

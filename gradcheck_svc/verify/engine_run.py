@@ -61,15 +61,17 @@ class _Setup(NamedTuple):
     profile: bool
 
 
-def _gradient_run(setup: _Setup, plan, faults, keep_adjoints=False, integrity=None):
+def _gradient_run(setup: _Setup, plan, faults, keep_adjoints=False, integrity=None, twin=False):
     """forward (+ faults) + backward; returns (tape, device gradients, fault records, seconds).
-    Each run gets fresh feeds: in-place nodes write into them."""
+    Each run gets fresh feeds: in-place nodes write into them. twin: count the no-grad forward's
+    figures beside this run's forward (tape.inference; executor.forward)."""
     program, backend, options, earlier, profile = setup
     t0 = time.perf_counter()
     feeds = prepare_feeds(program, backend)
     tape = forward(program, backend, feeds, grad=True, checkpoint=plan,
                    record_timeline=options.memory_timeline or profile,
-                   integrity=integrity or options.integrity, allow_inplace_hazards=options.allow_inplace_hazards)
+                   integrity=integrity or options.integrity, allow_inplace_hazards=options.allow_inplace_hazards,
+                   inference_twin=twin)
     if profile:
         tape.saved_by_node = tape.store.saved_by_node()  # before faults and the backward change the store
     records = []
@@ -137,17 +139,20 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     requested = checkpoint_plan(program, policy, ends=chosen.ends if chosen else None)
     setup = _Setup(program, backend, options, _earlier_values(program, backend, options.faults), profile)
     run = lambda plan, **kw: _GradientRun(*_gradient_run(setup, plan, **kw))  # noqa: E731
+    # the inference figures: counted beside the reported run's forward (the same holds and drops a
+    # no-grad forward makes), or -- from a device's samples -- a no-grad forward of their own
+    twin = profile and backend.memory_sampler() is None
     if requested is None:
-        reported = run(None, faults=options.faults, keep_adjoints=keep_adjoints)
-        plain, inference = reported.tape, _inference_forward(program, backend) if profile else None
+        reported = run(None, faults=options.faults, keep_adjoints=keep_adjoints, twin=twin)
+        plain, inference = reported.tape, _inference(program, backend, reported, profile and not twin)
         what_if_plan = checkpoint_plan(program, "sqrt") if profile and not program.inplace_root else None
         # the sqrt what-if reports memory, not gradients: its saved tensors need no fingerprints
         checked = run(what_if_plan, faults=(), integrity="off") if what_if_plan is not None else None
         equal = _bitwise_equal(backend, reported.grads, checked.grads) if checked is not None else None
         profile_plan = what_if_plan
     else:
-        inference = _inference_forward(program, backend) if profile else None
-        checked = reported = run(requested, faults=options.faults, keep_adjoints=keep_adjoints)
+        checked = reported = run(requested, faults=options.faults, keep_adjoints=keep_adjoints, twin=twin)
+        inference = _inference(program, backend, reported, profile and not twin)
         # Under a policy the un-checkpointed run is never made: its activations are what the
         # policy exists to avoid holding. Its figures come from a metering forward (counted, not
         # kept), and the gradients are bit for bit those without checkpointing exactly when every
@@ -184,15 +189,32 @@ def recorded_run(graph: Graph, options: VerifyOptions, dtype: str, loss: float, 
     return EngineRun(loss, gradients, memory, [], seconds, [], program, findings=findings)
 
 
-def _inference_forward(program, backend):
-    """The memory profile's no-grad forward (its timeline: the inference figures)."""
-    return forward(program, backend, prepare_feeds(program, backend), grad=False, record_timeline=True)
+def _inference(program, backend, reported: _GradientRun, run: bool):
+    """The memory profile's no-grad forward's timeline (the inference figures): a forward of its own
+    when `run`, else the twin counted beside the reported run's forward (None when it has none)."""
+    if run:
+        feeds = prepare_feeds(program, backend)
+        return forward(program, backend, feeds, grad=False, record_timeline=True).live.timeline
+    return reported.tape.inference.timeline if reported.tape.inference is not None else None
 
 
 def _bitwise_equal(backend, grads: dict, other: dict) -> bool:
-    """Bit for bit (NaNs included): one bytes comparison per parameter, not array_equal's elementwise
-    pass -- chain_1024 has 2,048 parameters."""
-    return all(backend.to_host(grads[p]).tobytes() == backend.to_host(other[p]).tobytes() for p in grads)
+    """Bit for bit (NaNs included), parameter by parameter (_same_bits)."""
+    return all(_same_bits(backend.to_host(grads[p]), backend.to_host(other[p])) for p in grads)
+
+
+SAME_BITS_BY_BYTES = 1 << 16  # up to this many bytes, compare copies of the bytes
+
+
+def _same_bits(a, b) -> bool:
+    """a's bytes (in C order) are b's. A small array: one bytes comparison, not array_equal's elementwise
+    pass (chain_1024 has 2,048 parameters); a larger one: its elements read as unsigned integers of their
+    size, compared in place -- two copies of an 8 MiB gradient cost ~10x the comparison itself."""
+    size = a.dtype.itemsize
+    if a.nbytes <= SAME_BITS_BY_BYTES or a.shape != b.shape or b.dtype.itemsize != size or size not in (1, 2, 4, 8):
+        return a.tobytes() == b.tobytes()
+    words = np.dtype(f"u{size}")
+    return bool(np.array_equal(a.view(words), b.view(words)))
 
 
 def _engine_run(backend, program, reported: _GradientRun, memory, findings, timelines) -> EngineRun:

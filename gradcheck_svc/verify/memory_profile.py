@@ -158,11 +158,11 @@ def replay_backward(metering, checkpointed) -> Timeline:
 class ProfileRuns:
     """The runs the memory profile reads (engine_run.run_engine makes them), each tape with its timeline
     recorded: the gradient run without checkpointing (a metering forward when `metered`), the no-grad
-    forward, and the gradient run under profile_plan (`checkpointed`, when one was made)."""
+    forward's timeline, and the gradient run under profile_plan (`checkpointed`, when one was made)."""
 
     plain: object
     plain_grads: dict  # the device gradients of the plain run (or of the checkpointed one: the same sizes)
-    inference: object
+    inference: object  # the no-grad forward's Timeline (memory.py)
     policy: str = "none"  # the checkpoint policy asked for
     sampled: bool = False  # the live figures are the device pool's samples
     metered: bool = False
@@ -184,7 +184,7 @@ def profile(program, feeds: dict, runs: ProfileRuns, optimizer: str = "none", op
     opt_dtype = optimizer_dtype or dtype
     opt_bytes = optimizer_state_bytes(optimizer, opt_dtype, distinct_elements(params))
     none = of_timeline(replay_backward(plain, checkpointed) if runs.metered else plain.live.timeline)
-    inf = of_timeline(runs.inference.live.timeline)
+    inf = of_timeline(runs.inference)
     by_node = sorted(plain.saved_by_node.items(), key=lambda kv: -kv[1])
     ops = {s.name: s.op.name for s in program.steps}
     memory = {

@@ -34,8 +34,9 @@ class VerifyOptions:
     rtol: float | None = None
     checkpoint: object = "none"  # none | sqrt | every:K | node names (list or "a,b"), see engine/checkpoint.py
     memory_timeline: bool = False  # record live bytes after every step (for --memory-plot)
-    # the memory profile (the report's `memory`): an inference forward and a checkpointed what-if besides
-    # the gradient run (verify/engine_run.py); off: only the gradient run, and `memory` is empty
+    # the memory profile (the report's `memory`): the inference figures (counted beside the gradient run's
+    # forward) and a checkpointed what-if besides the gradient run (verify/engine_run.py); off: only the
+    # gradient run, and `memory` is empty
     memory_profile: bool = True
     optimizer: str = "none"  # none | sgd | momentum | adam | adamw: its state joins the training figure
     optimizer_dtype: str | None = None  # the optimizer state's dtype (None: the engine's)

@@ -81,6 +81,32 @@ def test_a_bit_flip_deep_in_a_large_tensor_is_caught():
     assert report.verdict == "fail"
 
 
+def _square_of(n: int):
+    """z = w * x; a = square(z) (saves z: n float64 elements); L = sum(a)."""
+    from gradcheck_svc.graph.build import GraphBuilder
+    rng = np.random.default_rng(n)
+    b = GraphBuilder("sq")
+    z = b.node("mul", b.input("w", rng.uniform(1, 2, n), requires_grad=True), b.input("x", rng.uniform(1, 2, n)),
+               name="z")
+    b.output(b.node("sum", b.node("square", z, name="a"), name="L"))
+    return Program(load_graph(b.build()), np.float64)
+
+
+@pytest.mark.parametrize("n", [100, 512, 4096])  # 800 B, 4 KiB, 32 KiB: the bytes, their hash, the word sum + dot
+def test_every_fault_kind_is_caught_at_each_host_fingerprint_size(n):
+    program = _square_of(n)
+    spec = {"overwrite": "z:overwrite:999", "scale": "z:scale:3", "bitflip": "z:bitflip:0", "stale": "z:stale:0.5"}
+    for kind in KINDS:
+        tape = forward(program, NUMPY, prepare_feeds(program, NUMPY), integrity="check")
+        earlier = {"z": program.graph.inputs["w"].value * program.graph.inputs["x"].value * 0.5}
+        inject(np, tape.store, parse_fault(spec.get(kind, f"z:{kind}")), NUMPY.to_host, earlier)
+        backward(tape)
+        assert [(e.kind, e.node, e.source) for e in tape.store.events] == [("corruption", "a", "z")], kind
+    clean = forward(program, NUMPY, prepare_feeds(program, NUMPY), integrity="check")
+    backward(clean)
+    assert clean.store.events == []
+
+
 def test_cli_json_findings_and_flags():
     r = run_cli("verify", str(SEED), "--fault", "z:overwrite:999", "--format", "json")
     assert r.returncode == 1, r.stderr

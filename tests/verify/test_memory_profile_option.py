@@ -41,3 +41,28 @@ def test_the_flag_reaches_the_report(capsys):
     assert off["memory"] == {} and on["memory"]["training_peak_bytes"] > 0  # the default keeps the figures
     assert [p["gradient"] for p in off["parameters"]] == [p["gradient"] for p in on["parameters"]]
     assert np.isfinite(on["memory"]["inference_peak_bytes"])
+
+
+def test_the_what_ifs_gradient_comparison_is_a_comparison_of_bytes():
+    """checkpoint_gradients_equal compares bits: engine_run._same_bits is bytes equality (a large array's
+    elements read as unsigned integers in place), -0.0 against 0.0 and NaN payloads included."""
+    from gradcheck_svc.verify.engine_run import SAME_BITS_BY_BYTES, _same_bits
+
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((4 * SAME_BITS_BY_BYTES // 8 // 64, 64))  # a float32 copy and a strided half: larger too
+    nan = big.copy()
+    nan[3, 5] = np.nan
+    payload = nan.copy()
+    payload.view(np.uint64)[3, 5] ^= 1  # another NaN: equal as values to no one, different bits
+    ulp = big.copy()
+    ulp.view(np.uint64)[9, 9] ^= 1  # one element one ulp away
+    zero = big.copy()
+    zero[7, 1] = 0.0
+    signed = zero.copy()
+    signed[7, 1] = -0.0  # equal as values, different bits
+    cases = [(big, big.copy()), (big, ulp), (nan, nan.copy()), (nan, payload), (zero, signed),
+             (big.T, big.T.copy()), (big[:, ::2], big[:, ::2].copy()), (big.astype(np.float32), big.astype(np.float32)),
+             (big.astype(np.float32), big.astype(np.float32) * np.float32(1.0000001)), (big[:4], big[:4].copy())]
+    for a, b in cases:
+        assert _same_bits(a, b) == (a.tobytes() == b.tobytes())
+    assert [_same_bits(a, b) for a, b in cases[:5]] == [True, False, True, False, False]
