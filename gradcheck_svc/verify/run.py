@@ -105,8 +105,8 @@ def engine_for(graph: Graph, options: VerifyOptions, dtype: str, fd_source=None)
     """The engine's run. In a merge of finite-difference shards (fd_source with an engine_record method,
     fd_shards.ShardSource) it is shard 0's, made by the same code on the same graph and options: its memory
     profile and findings, and its loss and gradients where it recorded them (no fault, no event), so that the
-    merge makes no engine run at all -- else only the reported gradient run, not the profile's extra runs (an
-    inference forward and a checkpointed what-if). A timeline, which no shard keeps, is made here."""
+    merge makes no engine run at all -- else only the reported gradient run, not the profile's extra run (the
+    checkpointed what-if). A timeline, which no shard keeps, is made here."""
     made = getattr(fd_source, "engine_record", None)
     made = made(graph) if made is not None and not options.memory_timeline else None
     if made is None:
