@@ -24,6 +24,9 @@ import dataclasses
 
 import numpy as np
 
+from .engine_run import run_engine
+from .joint_check import _element_bounds
+
 LOW_PRECISION = frozenset({"float32", "float16", "bfloat16"})
 
 
@@ -33,8 +36,6 @@ def screened(run, subject: dict, params: list[str], tol, tol_dtype: str) -> tupl
     the subject is held to (subject.tolerance_dtype)."""
     if tol_dtype not in LOW_PRECISION or not params:
         return subject, {}
-    from .joint_check import _element_bounds
-
     g64 = run.engine.gradients if run.dtype == "float64" else float64_gradients(run.graph, run.options)
     said = f"the engine's float64 gradient where its {tol_dtype} elements are within tolerance"
     out, why = dict(subject), {}
@@ -52,7 +53,5 @@ def float64_gradients(graph, options) -> dict:
     """The engine's gradients of graph in float64: its reported run alone (no memory profile), with no fault
     injected -- a fault's effect on the subject then shows in the elementwise gate -- and no fingerprints (its
 saved tensors are the subject's run's business)."""
-    from .engine_run import run_engine
-
     plain = dataclasses.replace(options, faults=(), memory_timeline=False, integrity="off")
     return run_engine(graph, plain, "float64", profile=False).gradients
