@@ -7,8 +7,8 @@ of shards and one merge (no second fan-in):
 
     shard I of N   runs what every process needs to agree on the work -- the engine (forward, backward), the
                    FD oracle's base forward and plan -- then its share: the screen's first-pass differences along
-                   the directions dealt to it (dealer: I, I + N, I + 2N, ... of the k, but for shard 0's
-                   lighter share; the directions are seeded: every process makes the same ones, and shard I
+                   the directions dealt to it (dealer: each to the least loaded shard, by the plan's cost
+                   model; the directions are seeded: every process makes the same ones, and shard I
                    evaluates its rows of them; joint_check.screen_share), its rows of the screen's second pass
                    as a passing screen takes it, and the per-parameter
                    differences (parameter_fd, the function verify() itself calls) of the parameters the plan
@@ -26,13 +26,12 @@ of shards and one merge (no second fan-in):
                    only the merge has, and it is small next to the first pass where the screen passes (a
                    graph that fails is diagnosed by the merge anyway)
 
-Assignment is deterministic. The screen's directions each to the shard holding the fewest so far (each costs
-the same: a whole-graph forward by complex steps, 2 by central differences; shard 0 counted as holding
-PROFILE_ROWS already where it makes the memory profile's runs);
-the parameters in the graph's order, costliest first (values evaluated, as the plan counts them: a full
-check measured on one sliced copy, a projection 2k copies of what is downstream), each to the shard with the
-least cost so far (ties: the lower index). The first pass's refinement is not counted (it is only known once
-it runs).
+Assignment is deterministic, every item to the shard with the least cost so far (ties: the lower index), costs
+in one unit, values evaluated as the plan counts them (fd_plan.Costs): shard 0 starts with the memory profile's
+runs where it makes them (PROFILE_FORWARDS forwards); then the parameters checked on their own, costliest first
+(a full check measured on one sliced copy, a projection 2k copies of what is downstream: shares); then the
+screen's directions one by one (each the plan's 2 copies of everything downstream of the parameters: dealer).
+The first pass's refinement is not counted (it is only known once it runs).
 
 Faithful or refused. Each shard file carries the graph's content sha256, the options' sha256 and the gradcheck
 version (store/records.py's keying); the merge refuses, naming them, shards that are missing, duplicated, of
@@ -130,33 +129,44 @@ def _cost(fd, p: str) -> float:
     return fd.full_cost(p)
 
 
-# shard 0 makes the memory profile's extra runs (an inference forward and a checkpointed gradient run: _setup), so
-# it is dealt fewer of the screen's directions, as if it held this many already: on ResNet-18 at 224x224 those
-# runs cost 2.3 complex-step directions (a direction is about two real forwards), on chain_256 less than one
-PROFILE_ROWS = 2
+# shard 0 makes the memory profile's extra runs (_setup): an inference forward and a checkpointed gradient run
+# (forward, recomputation, backward) -- about this many forwards of the graph: on ResNet-18 at 224x224 20 CPU s
+# against 4 s for one forward (and 8 s for a complex-step direction, which the plan counts as 2 forwards)
+PROFILE_FORWARDS = 5.0
 
 
-def dealer(index: int, count: int, preload: int = 0):
+def shares(fd, own: list[str], count: int, profile: bool) -> tuple[list[int], list[float]]:
+    """The work dealt before the screen's directions, in the plan's unit (values evaluated, fd_plan.Costs):
+    (the shard of each parameter planned on its own, each shard's load then). Shard 0 starts with the memory
+    profile's runs where it makes them (PROFILE_FORWARDS forwards of everything downstream of the parameters);
+    the parameters go costliest first to the least loaded shard (assign). Every process deals alike."""
+    loads = [PROFILE_FORWARDS * fd.costs.forward_values() if profile else 0.0] + [0.0] * (count - 1)
+    return assign([_cost(fd, p) for p in own], count, loads), loads
+
+
+def dealer(index: int, count: int, loads=None, cost: float = 1.0):
     """deal(k) -> the rows shard `index` of `count` evaluates of the next screen pass of k directions: each
-    direction in turn to the shard that holds the fewest so far (the lower index on ties), the passes one after
-    another, shard 0 starting at `preload` (PROFILE_ROWS where it makes the memory profile's runs). Without a
-    preload a first pass is dealt by stride (index, index + count, ...). Every process deals alike."""
-    loads = [preload] + [0] * (count - 1)
+    direction (costing `cost`, in the unit of `loads`) in turn to the shard that holds the least so far (the
+    lower index on ties), the passes one after another, each shard starting at its `loads` (shares': shard
+    0's memory profile, the parameters checked on their own). Without loads a first pass is dealt by stride
+    (index, index + count, ...). Every process deals alike."""
+    loads = [0.0] * count if loads is None else list(loads)
 
     def deal(k: int) -> np.ndarray:
         mine = []
         for j in range(k):
             s = min(range(count), key=lambda s: (loads[s], s))
-            loads[s] += 1
+            loads[s] += cost
             if s == index:
                 mine.append(j)
         return np.asarray(mine, dtype=np.int64)
     return deal
 
 
-def assign(costs: list[float], count: int) -> list[int]:
-    """The shard of each item: costliest first (earlier on ties), to the least loaded shard (lower on ties)."""
-    load = [0.0] * count
+def assign(costs: list[float], count: int, load: list[float] | None = None) -> list[int]:
+    """The shard of each item: costliest first (earlier on ties), to the least loaded shard (lower on ties),
+    starting from `load` (updated in place; none: every shard at 0)."""
+    load = [0.0] * count if load is None else load
     out = [0] * len(costs)
     for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
         s = min(range(count), key=lambda s: (load[s], s))
@@ -249,7 +259,7 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
     engine, subject, fd, tol, screened, own = _setup(graph, options, profile=index == 0)
-    where = assign([_cost(fd, p) for p in own], count)
+    where, loads = shares(fd, own, count, profile_asked(options))  # shard 0's profile, in every shard
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
     for i, name in enumerate(mine):
@@ -262,7 +272,7 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
             "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
             "engine": _engine_record(engine, options, arrays) if index == 0 else None}
-    deal = dealer(index, count, PROFILE_ROWS if profile_asked(options) else 0)  # shard 0's profile, in every shard
+    deal = dealer(index, count, loads, fd.costs.joint_cost(1) or 1.0)
     screens = screen_share(fd, subject, screened, tol, deal) if screened else []
     _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)

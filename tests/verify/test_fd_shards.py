@@ -18,7 +18,7 @@ import pytest
 import forked_cli
 from grpc_helpers import ROOT, _env
 from fd_graphs import mlp
-from gradcheck_svc.verify.fd_shards import PROFILE_ROWS, assign, dealer
+from gradcheck_svc.verify.fd_shards import assign, dealer
 
 
 def cli(*args: str, index: int | None = None) -> subprocess.CompletedProcess:
@@ -88,10 +88,10 @@ def check_split(graph: Path, tmp_path: Path, opts: tuple, want: dict, code: int)
         # each parameter the plan checks on its own is computed by exactly one shard (those the screen flags, by
         # the merge: the screen's follow-up)
         assert sorted(split) == sorted(planned), lines
-        if screened:  # shard i evaluates the directions dealt to it (shard 0 fewer: it makes the memory profile's
+        if screened:  # shard i evaluates the directions dealt to it (by cost: shard 0 makes the memory profile's
             # runs): every one of the k by exactly one shard (the merge refuses any other split)
             k = rows[0][1]
-            assert [m for m, _ in rows] == [len(dealer(i, count, PROFILE_ROWS)(k)) for i in range(count)], lines
+            assert sum(m for m, _ in rows) == k and {n for _, n in rows} == {k}, lines
         else:
             assert rows == [None] * count, lines
         seen.append(rows)
@@ -132,7 +132,7 @@ def test_chain_256_split_by_direction_equals_the_single_process(tmp_path):
     assert want["verdict"] == "pass"
     assert sum(p["fd_checked_by"] == "joint" for p in want["parameters"]) == 505
     rows, lines = check_split(CHAIN, tmp_path, (), want, 0)
-    # shard 0 makes the memory profile's runs: it is dealt PROFILE_ROWS (2) fewer directions than an even split
+    # shard 0 makes the memory profile's runs (PROFILE_FORWARDS forwards: 2.5 directions) and is dealt fewer
     assert want["fd_plan"]["directions"] == 4
     assert rows[1] == [(1, 4), (3, 4)] and rows[2] == [(0, 4), (2, 4), (2, 4)]
     # complex steps (the default) leave no block unresolved: no second pass to split, in any of the 6 shards above
@@ -349,20 +349,25 @@ def test_assignment_is_balanced_and_deterministic():
     loads = [sum(c for c, s in zip(costs, where) if s == k) for k in range(2)]
     assert loads == [12.0, 13.0] or loads == [13.0, 12.0]
     assert assign(costs, 3)[0] == 0 and assign(costs, 3)[3] == 1  # costliest first, lowest index on ties
+    load = [30.0, 0.0]  # shard 0 already holding the memory profile's runs (shares)
+    assert assign(costs, 2, load) == [1] * 7 and load == [30.0, 25.0]
 
 
 def test_directions_are_dealt_once_each_and_shard_0_fewer():
     """Each pass's directions are dealt to exactly one shard; without a preload a first pass by stride; shard 0,
     preloaded with the memory profile's runs, gets that many fewer, and a second pass evens the loads out."""
     for count, preload in ((1, 2), (3, 0), (4, 0), (4, 2), (5, 2)):
-        deals = [dealer(i, count, preload) for i in range(count)]
+        deals = [dealer(i, count, [preload] + [0] * (count - 1)) for i in range(count)]
         for k in (16, 8):
             rows = [d(k) for d in deals]
             assert sorted(int(r) for part in rows for r in part) == list(range(k)), (count, preload, k)
             if k == 16 and preload == 0:
                 assert [list(r) for r in rows] == [list(range(i, k, count)) for i in range(count)]
-    first = [len(dealer(i, 4, 2)(16)) for i in range(4)]
+    first = [len(dealer(i, 4, [2, 0, 0, 0])(16)) for i in range(4)]
     assert first == [3, 5, 4, 4]
+    # loads and a direction's cost in one unit (shares'): shard 0's profile worth 2.5 directions, shard 1's
+    # parameters 1.5
+    assert [len(dealer(i, 3, [5.0, 3.0, 0.0], 2.0)(6)) for i in range(3)] == [1, 2, 3]
 
 
 def test_shards_through_object_storage(tmp_path, s3):  # noqa: F811 -- the fixture
