@@ -132,9 +132,10 @@ def test_chain_256_split_by_direction_equals_the_single_process(tmp_path):
     assert want["verdict"] == "pass"
     assert sum(p["fd_checked_by"] == "joint" for p in want["parameters"]) == 505
     rows, lines = check_split(CHAIN, tmp_path, (), want, 0)
-    # shard 0 makes the memory profile's runs (PROFILE_FORWARDS forwards: 2.5 directions) and is dealt fewer
+    # dealt by cost (fd_shards.shares): shard 0 makes the memory profile's inference forward (one forward, half a
+    # direction), the shard least loaded its what-if (4 forwards, 2 directions) -- shard 1 of 2 and of 3
     assert want["fd_plan"]["directions"] == 4
-    assert rows[1] == [(1, 4), (3, 4)] and rows[2] == [(0, 4), (2, 4), (2, 4)]
+    assert rows[1] == [(2, 4), (2, 4)] and rows[2] == [(2, 4), (0, 4), (2, 4)]
     # complex steps (the default) leave no block unresolved: no second pass to split, in any of the 6 shards above
     # (central differences' one, whose rounding eps |L| / h blinded chain_256's first layers, is split the same
     # way: screen_share)
@@ -164,14 +165,13 @@ def test_the_merge_reads_the_screen_s_directions_from_the_shards(tmp_path):
     rewrite(path, bump)
     r = cli(str(graph), *opts, "--fd-from", str(out), "--format", "json")
     got = json.loads(r.stdout)
-    r = rows["r"]
-    assert r == 0  # shard 1 of 2 holds directions 0, 1, 3, 5 (shard 0, which makes the memory profile, 2, 4)
+    r = rows["r"]  # shard 1's first direction, as the deal by cost gave it (fd_shards.shares)
     before = np.asarray(good["parameters"][0]["reference"])
     after = np.asarray(got["parameters"][0]["reference"])
     assert good["parameters"][0]["fd_checked_by"] == "joint" and after[r] != before[r]
     assert np.array_equal(np.delete(after, r), np.delete(before, r))
-    for change in (lambda meta, arrays: arrays.update({"screen0.rows": (arrays["screen0.rows"] + 1) % 6}),  # 2, 4 twice
-                   lambda meta, arrays: meta.update(screens=[])):  # 0, 1, 3, 5 by none
+    for change in (lambda meta, arrays: arrays.update({"screen0.rows": (arrays["screen0.rows"] + 1) % 6}),  # some twice
+                   lambda meta, arrays: meta.update(screens=[])):  # shard 1's by none
         path.write_bytes(original)
         rewrite(path, change)
         r = cli(str(graph), *opts, "--fd-from", str(out))
@@ -264,7 +264,8 @@ def test_a_damaged_kept_graph_is_decoded_again(tmp_path):
 def test_the_merge_takes_shard_0_s_engine_run(tmp_path):
     """A failing graph (a wrong rule: the diagnosis names it), no fault injected: shard 0 records its engine run
     (loss, gradients, memory profile, findings) and the merge runs no engine -- its report equals the single
-    process's, and a loss or a memory figure changed in shard 0's file is the one the merged report shows."""
+    process's, and a loss or a memory figure changed in shard 0's file (or in the what-if's, shard 1's) is the one
+    the merged report shows."""
     from gradcheck_svc.batch.generate import graph_dict
 
     graph = tmp_path / "mismatch.json"
@@ -285,6 +286,17 @@ def test_the_merge_takes_shard_0_s_engine_run(tmp_path):
     got = json.loads(cli(str(graph), "--fd-from", str(out), "--format", "json").stdout)
     assert got["loss"] == want["loss"] + 1.0
     assert got["memory"]["op_evaluations"] == want["memory"]["op_evaluations"] + 1000
+    # the profile's checkpointed what-if is made by the shard it is dealt to (shard 1: shard 0 makes the
+    # inference forward), its figures the merged report's; held by no shard, the merge refuses
+    what_if = out / "fd-shard-0001-of-0002.npz"
+    original = what_if.read_bytes()
+    rewrite(what_if, lambda meta, arrays: meta["what_if"]["memory"].update(checkpoint_op_evaluations=-1))
+    got = json.loads(cli(str(graph), "--fd-from", str(out), "--format", "json").stdout)
+    assert want["memory"]["checkpoint_op_evaluations"] > 0 and got["memory"]["checkpoint_op_evaluations"] == -1
+    what_if.write_bytes(original)
+    rewrite(what_if, lambda meta, arrays: meta.update(what_if=None))
+    r = cli(str(graph), "--fd-from", str(out))
+    assert r.returncode == 2 and "the memory profile's what-if is held by none" in r.stderr, r.stderr
 
 
 def test_recorded_gradients_keep_the_engine_s_layout():
