@@ -14,10 +14,12 @@ of shards and one merge (no second fan-in):
                    differences (parameter_fd, the function verify() itself calls) of the parameters the plan
                    checks on their own that are assigned to it; it writes them as one file,
                    DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write). Shard 0 also runs the
-                   engine as one process does -- the memory profile's extra runs too -- and records its
-                   run: the loss, the gradients, the memory profile and the findings (_engine_record)
-    the merge      runs verify() as one process would, the engine's run taken from shard 0's record where it
-                   holds one (no fault injected, no event: run.engine_for; else the reported gradient run
+                   engine as one process does -- the memory profile's inference forward too -- and records
+                   its run: the loss, the gradients, the memory profile and the findings (_engine_record);
+                   the profile's checkpointed what-if, a gradient run of its own, is made by the shard it is
+                   dealt to (shares; engine_run.what_if_figures), which records its figures and findings
+    the merge      runs verify() as one process would, the engine's run taken from shard 0's record (the
+                   what-if's added as run_engine adds it) where it holds one (no fault injected, no event: run.engine_for; else the reported gradient run
                    only), the screen's first passes and each planned parameter's
                    differences read from the shards instead of computed (verify(fd_source=ShardSource(...)));
                    the follow-up -- refining the screen's failing directions, bisecting them to the parameters
@@ -42,7 +44,10 @@ graph they fix every sign); the merge recomputes them and refuses any that diffe
 would otherwise pair one process's differences with another's gradient); a screen pass whose key the merge
 does not ask for is not used, so a second pass the shards guessed wrong costs time, never the answer. A
 projection's directions are not stored (16 x the parameter's size): the merge regenerates them from the seed
-and checks their digest. Every row of a screen pass must come from exactly one shard.
+and checks their digest. Every row of a screen pass must come from exactly one shard. The what-if's
+record must come from exactly one shard where shard 0's profile lacks it (its gradients_equal figure compares
+that shard's what-if with its own reported run: the same code on the same graph, deterministic as the
+gradient digests above require).
 
 What is not split: every shard runs the engine's gradient run, and every shard and the merge the FD oracle's
 base forward and plan (the fixed cost); the merge alone runs the symbolic oracle, the screen's bookkeeping
