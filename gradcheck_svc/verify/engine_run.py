@@ -177,9 +177,10 @@ def what_if_apart(graph: Graph, options: VerifyOptions, dtype: str) -> bool:
     """Whether the memory profile's checkpointed what-if is a run of its own that another process can make
     (what_if_figures; a finite-difference split deals it to a shard of its own, verify/fd_shards.py): the
     profile asked without a timeline (a merge makes that whole) and without a checkpoint policy (under one
-    the checkpointed run is the reported one), for a graph with no in-place node."""
+    the checkpointed run is the reported one), for a graph with no in-place node, its figures the engine's own
+    count of its arrays (a device pool's samples would depend on what the process allocated before)."""
     return profile_asked(options) and not options.memory_timeline and parse_policy(options.checkpoint).kind == "none" \
-        and not program_of(graph, DTYPES[dtype]).inplace_root
+        and not program_of(graph, DTYPES[dtype]).inplace_root and get_backend(options.device).memory_sampler() is None
 
 
 def what_if_figures(graph: Graph, options: VerifyOptions, dtype: str, gradients: dict) -> tuple[dict, list]:
