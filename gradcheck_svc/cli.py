@@ -473,8 +473,10 @@ def _split_decoded(fd_mode, key, decode):
 
     from .verify.fd_graph import decoded
 
+    # one shard writes it, the last (shard 0 makes the memory profile's runs, the slowest share: it pays no
+    # serialization on top); the others read it where they find it written, as a retry does
     return decoded(fd_mode[3] if fd_mode[0] == "shard" else fd_mode[1], key, graph_pb2.Graph, decode,
-                   write=fd_mode[0] == "shard")
+                   write=fd_mode[0] == "shard" and fd_mode[1] == fd_mode[2] - 1)
 
 
 def outcomes_of(runs) -> list:

@@ -118,13 +118,14 @@ def profile_asked(options: VerifyOptions) -> bool:
 
 
 def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: bool = False,
-               profile: bool | None = None) -> EngineRun:
+               profile: bool | None = None, what_if: bool = True) -> EngineRun:
     """The engine's phases: the gradient run whose gradients are reported (faults injected into it),
     then -- for the memory profile only (`profile`, default profile_asked(options)) -- an inference
     (no-grad) forward and a checkpointed what-if. Without a checkpoint policy the what-if is sqrt (not
     for graphs with in-place nodes); under a policy the reported run is checkpointed and the
     un-checkpointed figures come from a metering forward, so the process never holds every activation
-    at once. profile=False: only the reported gradient run, e.g. to re-trace adjoints for localization."""
+    at once. profile=False: only the reported gradient run, e.g. to re-trace adjoints for localization.
+    what_if=False: the profile without the sqrt what-if, which another process makes (what_if_figures)."""
     profile = profile_asked(options) if profile is None else profile
     backend = get_backend(options.device)
     program = program_of(graph, DTYPES[dtype])
@@ -145,7 +146,7 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     if requested is None:
         reported = run(None, faults=options.faults, keep_adjoints=keep_adjoints, twin=twin)
         plain, inference = reported.tape, _inference(program, backend, reported, profile and not twin)
-        what_if_plan = checkpoint_plan(program, "sqrt") if profile and not program.inplace_root else None
+        what_if_plan = checkpoint_plan(program, "sqrt") if profile and what_if and not program.inplace_root else None
         # the sqrt what-if reports memory, not gradients: its saved tensors need no fingerprints
         checked = run(what_if_plan, faults=(), integrity="off") if what_if_plan is not None else None
         equal = _bitwise_equal(backend, reported.grads, checked.grads) if checked is not None else None
@@ -175,6 +176,35 @@ def run_engine(graph: Graph, options: VerifyOptions, dtype: str, keep_adjoints: 
     findings = recompute_check.findings(program, ckpt.checkpoint if ckpt is not None else None,
                                         str(profile_plan.policy) if profile_plan else "", requested is not None)
     return _engine_run(backend, program, reported, memory, findings, timelines)
+
+
+def what_if_apart(graph: Graph, options: VerifyOptions, dtype: str) -> bool:
+    """Whether the memory profile's checkpointed what-if is a run of its own that another process can make
+    (what_if_figures; a finite-difference split deals it to a shard of its own, verify/fd_shards.py): the
+    profile asked without a timeline (a merge makes that whole) and without a checkpoint policy (under one
+    the checkpointed run is the reported one), for a graph with no in-place node, its figures the engine's own
+    count of its arrays (a device pool's samples would depend on what the process allocated before)."""
+    return profile_asked(options) and not options.memory_timeline and parse_policy(options.checkpoint).kind == "none" \
+        and not program_of(graph, DTYPES[dtype]).inplace_root and get_backend(options.device).memory_sampler() is None
+
+
+def what_if_figures(graph: Graph, options: VerifyOptions, dtype: str, gradients: dict) -> tuple[dict, list]:
+    """The sqrt what-if run_engine makes for the memory profile (where what_if_apart), made on its own after
+    this process's reported run, whose gradients (`gradients`, host) it is compared with bit for bit:
+    (its figures as memory_profile adds them to the profile, its recompute findings)."""
+    backend = get_backend(options.device)
+    program = program_of(graph, DTYPES[dtype])
+    setup = _Setup(program, backend, options, _earlier_values(program, backend, options.faults), True)
+    plan = checkpoint_plan(program, "sqrt")
+    checked = _GradientRun(*_gradient_run(setup, plan, faults=(), integrity="off"))
+    host = lambda a: np.asarray(backend.to_host(a), dtype=np.float64)  # noqa: E731 -- as _engine_run's
+    equal = all(host(checked.grads[p]).tobytes() == np.asarray(g, dtype=np.float64).tobytes()
+                for p, g in gradients.items())
+    runs = memory_profile.ProfileRuns(None, checked.grads, None, policy=str(parse_policy(options.checkpoint)),
+                                      checkpointed=checked.tape, profile_plan=plan, gradients_equal=equal)
+    figures = memory_profile.checkpoint_figures(program, prepare_feeds(program, backend), runs, options.optimizer,
+                                                options.optimizer_dtype, dtype)
+    return figures, recompute_check.findings(program, checked.tape.checkpoint, str(plan.policy), False)
 
 
 def recorded_run(graph: Graph, options: VerifyOptions, dtype: str, loss: float, gradients: dict, memory: dict,

@@ -2,10 +2,11 @@
 
 Every shard and the merge verify the same graph; decoding it -- a 2 MB JSON graph's parse (a quarter of a
 second), an ONNX model's import (seconds for ResNet-18) -- is a fixed cost each process pays before any of
-its share. The first process to decode it writes the graph message (gradcheck.v1 Graph, deterministic bytes)
-beside the shards, DIR/fd-graph-KEY.pb; a later shard and the merge read it instead: the merge, which runs
-once every shard has ended, always finds it. (Shards started together each decode: the first to finish
-writes; they write the same bytes.)
+its share. The split's last shard writes the graph message it decoded (gradcheck.v1 Graph, deterministic
+bytes) beside the shards, DIR/fd-graph-KEY.pb; a later shard (a retry) and the merge read it instead: the
+merge, which runs once every shard has ended, always finds it. (Shards started together each decode; only
+the last serializes and writes -- ~1 s of ResNet-18's 11 M weights -- not shard 0, whose share is the
+memory profile's runs, the critical path.)
 
 KEY is the content key (store/records.py's rule: the content, the options and the version): the sha256 of
 the graph file's bytes (an ONNX model's with its external data embedded), of the import options and of this

@@ -7,17 +7,19 @@ of shards and one merge (no second fan-in):
 
     shard I of N   runs what every process needs to agree on the work -- the engine (forward, backward), the
                    FD oracle's base forward and plan -- then its share: the screen's first-pass differences along
-                   the directions dealt to it (dealer: I, I + N, I + 2N, ... of the k, but for shard 0's
-                   lighter share; the directions are seeded: every process makes the same ones, and shard I
+                   the directions dealt to it (dealer: each to the least loaded shard, by the plan's cost
+                   model; the directions are seeded: every process makes the same ones, and shard I
                    evaluates its rows of them; joint_check.screen_share), its rows of the screen's second pass
                    as a passing screen takes it, and the per-parameter
                    differences (parameter_fd, the function verify() itself calls) of the parameters the plan
                    checks on their own that are assigned to it; it writes them as one file,
                    DIR/fd-shard-IIII-of-NNNN.npz (atomically: store.atomic_write). Shard 0 also runs the
-                   engine as one process does -- the memory profile's extra runs too -- and records its
-                   run: the loss, the gradients, the memory profile and the findings (_engine_record)
-    the merge      runs verify() as one process would, the engine's run taken from shard 0's record where it
-                   holds one (no fault injected, no event: run.engine_for; else the reported gradient run
+                   engine as one process does -- the memory profile's inference figures too -- and records
+                   its run: the loss, the gradients, the memory profile and the findings (_engine_record);
+                   the profile's checkpointed what-if, a gradient run of its own, is made by the shard it is
+                   dealt to (shares; engine_run.what_if_figures), which records its figures and findings
+    the merge      runs verify() as one process would, the engine's run taken from shard 0's record (the
+                   what-if's added as run_engine adds it) where it holds one (no fault injected, no event: run.engine_for; else the reported gradient run
                    only), the screen's first passes and each planned parameter's
                    differences read from the shards instead of computed (verify(fd_source=ShardSource(...)));
                    the follow-up -- refining the screen's failing directions, bisecting them to the parameters
@@ -26,13 +28,12 @@ of shards and one merge (no second fan-in):
                    only the merge has, and it is small next to the first pass where the screen passes (a
                    graph that fails is diagnosed by the merge anyway)
 
-Assignment is deterministic. The screen's directions each to the shard holding the fewest so far (each costs
-the same: a whole-graph forward by complex steps, 2 by central differences; shard 0 counted as holding
-PROFILE_ROWS already where it makes the memory profile's runs);
-the parameters in the graph's order, costliest first (values evaluated, as the plan counts them: a full
-check measured on one sliced copy, a projection 2k copies of what is downstream), each to the shard with the
-least cost so far (ties: the lower index). The first pass's refinement is not counted (it is only known once
-it runs).
+Assignment is deterministic, every item to the shard with the least cost so far (ties: the lower index), costs
+in one unit, values evaluated as the plan counts them (fd_plan.Costs): shard 0 starts with the memory profile's
+runs where it makes them (INFERENCE_FORWARDS, WHAT_IF_FORWARDS); then the parameters checked on their own, costliest first
+(a full check measured on one sliced copy, a projection 2k copies of what is downstream: shares); then the
+screen's directions one by one (each the plan's 2 copies of everything downstream of the parameters: dealer).
+The first pass's refinement is not counted (it is only known once it runs).
 
 Faithful or refused. Each shard file carries the graph's content sha256, the options' sha256 and the gradcheck
 version (store/records.py's keying); the merge refuses, naming them, shards that are missing, duplicated, of
@@ -43,7 +44,10 @@ graph they fix every sign); the merge recomputes them and refuses any that diffe
 would otherwise pair one process's differences with another's gradient); a screen pass whose key the merge
 does not ask for is not used, so a second pass the shards guessed wrong costs time, never the answer. A
 projection's directions are not stored (16 x the parameter's size): the merge regenerates them from the seed
-and checks their digest. Every row of a screen pass must come from exactly one shard.
+and checks their digest. Every row of a screen pass must come from exactly one shard. The what-if's
+record must come from exactly one shard where shard 0's profile lacks it (its gradients_equal figure compares
+that shard's what-if with its own reported run: the same code on the same graph, deterministic as the
+gradient digests above require).
 
 What is not split: every shard runs the engine's gradient run, and every shard and the merge the FD oracle's
 base forward and plan (the fixed cost); the merge alone runs the symbolic oracle, the screen's bookkeeping
@@ -70,7 +74,7 @@ from ..oracles.finite_diff import FiniteDifferences, random_directions
 from . import fd_record
 from ..text import clip
 from .compare import Tolerance
-from .engine_run import profile_asked, run_engine
+from .engine_run import profile_asked, run_engine, what_if_apart, what_if_figures
 from .findings import CAUSES, SEVERITIES, Finding
 from .joint_check import screen_share
 from .diagnosis.context import Run
@@ -78,7 +82,8 @@ from .run import parameter_fd, screen_setup
 from .subject import subject_of
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
-FORMAT = 3  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries its engine run ("engine")
+FORMAT = 4  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries its engine run ("engine");
+# 4: the memory profile's what-if made by the shard it is dealt to ("what_if")
 # options that only record (the memory timeline, for a plot or page) never change a value: not keyed
 UNKEYED = ("memory_timeline",)
 
@@ -131,33 +136,50 @@ def _cost(fd, p: str) -> float:
     return fd.full_cost(p)
 
 
-# shard 0 makes the memory profile's extra runs (an inference forward and a checkpointed gradient run: _setup), so
-# it is dealt fewer of the screen's directions, as if it held this many already: on ResNet-18 at 224x224 those
-# runs cost 2.3 complex-step directions (a direction is about two real forwards), on chain_256 less than one
-PROFILE_ROWS = 2
+# the memory profile's extra runs (_setup), in forwards of the graph: its inference figures (shard 0's: counted
+# beside the reported run's forward on the CPU, engine_run's twin; a device's sampled no-grad forward, not counted
+# here, is one forward) and its checkpointed what-if, a gradient run (forward, recomputation, backward: on
+# ResNet-18 at 224x224 16.5 CPU s against 3.4 s for a forward; a complex-step direction 8 s, which the plan
+# counts as 2 forwards)
+INFERENCE_FORWARDS, WHAT_IF_FORWARDS = 0.0, 4.0
 
 
-def dealer(index: int, count: int, preload: int = 0):
+def shares(fd, own: list[str], count: int, profile: bool, apart: bool) -> tuple[list[int], int | None, list]:
+    """The work dealt before the screen's directions, in the plan's unit (values evaluated, fd_plan.Costs):
+    (the shard of each parameter planned on its own, the what-if's shard, each shard's load then). Shard 0
+    starts with the memory profile's runs where it makes them (profile) -- its inference figures only where the
+    what-if is a run of its own (apart: engine_run.what_if_apart), dealt like a parameter; the parameters go
+    costliest first to the least loaded shard (assign). Every process deals alike."""
+    forward = fd.costs.forward_values()
+    loads = [(INFERENCE_FORWARDS + (0 if apart else WHAT_IF_FORWARDS)) * forward if profile else 0.0]
+    loads += [0.0] * (count - 1)
+    where = assign([_cost(fd, p) for p in own] + ([WHAT_IF_FORWARDS * forward] if apart else []), count, loads)
+    return where[:len(own)], where[-1] if apart else None, loads
+
+
+def dealer(index: int, count: int, loads=None, cost: float = 1.0):
     """deal(k) -> the rows shard `index` of `count` evaluates of the next screen pass of k directions: each
-    direction in turn to the shard that holds the fewest so far (the lower index on ties), the passes one after
-    another, shard 0 starting at `preload` (PROFILE_ROWS where it makes the memory profile's runs). Without a
-    preload a first pass is dealt by stride (index, index + count, ...). Every process deals alike."""
-    loads = [preload] + [0] * (count - 1)
+    direction (costing `cost`, in the unit of `loads`) in turn to the shard that holds the least so far (the
+    lower index on ties), the passes one after another, each shard starting at its `loads` (shares': shard
+    0's memory profile, the parameters checked on their own). Without loads a first pass is dealt by stride
+    (index, index + count, ...). Every process deals alike."""
+    loads = [0.0] * count if loads is None else list(loads)
 
     def deal(k: int) -> np.ndarray:
         mine = []
         for j in range(k):
             s = min(range(count), key=lambda s: (loads[s], s))
-            loads[s] += 1
+            loads[s] += cost
             if s == index:
                 mine.append(j)
         return np.asarray(mine, dtype=np.int64)
     return deal
 
 
-def assign(costs: list[float], count: int) -> list[int]:
-    """The shard of each item: costliest first (earlier on ties), to the least loaded shard (lower on ties)."""
-    load = [0.0] * count
+def assign(costs: list[float], count: int, load: list[float] | None = None) -> list[int]:
+    """The shard of each item: costliest first (earlier on ties), to the least loaded shard (lower on ties),
+    starting from `load` (updated in place; none: every shard at 0)."""
+    load = [0.0] * count if load is None else load
     out = [0] * len(costs)
     for i in sorted(range(len(costs)), key=lambda i: (-costs[i], i)):
         s = min(range(count), key=lambda s: (load[s], s))
@@ -173,7 +195,8 @@ def _setup(graph, options, profile: bool = False):
     at the edge (request.verify_options). profile: the memory profile's runs too, as verify() makes them (shard
     0's, for the merge: _engine_record); else the gradients only."""
     dtype = options.dtype or graph.declared_float_dtype
-    engine = run_engine(graph, options, dtype, profile=None if profile else False)
+    engine = run_engine(graph, options, dtype, profile=None if profile else False,
+                        what_if=not what_if_apart(graph, options, dtype))
     fd = FiniteDifferences(graph, options.fd)
     under_test = subject_of(graph)
     tol = Tolerance.for_dtype(under_test.tolerance_dtype(dtype), options.atol, options.rtol)
@@ -187,7 +210,13 @@ def _setup(graph, options, profile: bool = False):
 FINDING_FIELDS = ("node", "op", "cause", "severity", "detail", "parameters")
 
 
-def _engine_record(engine, options, arrays: dict) -> dict | None:
+def _what_if_record(graph, options, dtype: str, engine) -> dict:
+    """The memory profile's what-if, made here (engine_run.what_if_figures): its figures and findings."""
+    figures, findings = what_if_figures(graph, options, dtype, engine.gradients)
+    return {"memory": figures, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS} for f in findings]}
+
+
+def _engine_record(engine, options, arrays: dict, apart: bool = False) -> dict | None:
     """Shard 0's engine run, made as one process makes it (run_engine's default: the memory profile's runs
     too), for the merge (run.engine_for): its memory profile and findings, and -- where no fault was injected
     and no event recorded -- its loss, time and gradients (array engine.gradients, flat, each parameter's in
@@ -196,7 +225,8 @@ def _engine_record(engine, options, arrays: dict) -> dict | None:
     if any(f.worst is not None for f in engine.findings):
         return None
     record = {"memory": engine.memory, "findings": [{k: getattr(f, k) for k in FINDING_FIELDS}
-                                                    for f in engine.findings], "gradients": None}
+                                                    for f in engine.findings], "gradients": None,
+              "what_if_apart": apart}  # its profile lacks the what-if: another shard's "what_if" holds it
     if not options.faults and not engine.events:  # one array, not one per parameter: chain_256 has 512 of them
         # each in its memory order, with the axes order that restores its layout (a Linear's weight gradient is
         # a transposed product): the report's norm (BLAS dot over ravel(order="K")) rounds by that order
@@ -218,16 +248,10 @@ def engine_record(record, arrays: dict) -> dict:
     """A shard's _engine_record read back: memory, findings as [Finding], gradients as {name: array} (or None),
     loss, seconds. ValueError (or KeyError, TypeError) where it is not of the shape written."""
     memory, findings, names = record["memory"], record["findings"], record["gradients"]
-    if not isinstance(memory, dict) or not isinstance(findings, list):
+    if not isinstance(memory, dict) or not isinstance(record["what_if_apart"], bool):
         raise ValueError("metadata 'engine' is not one run_shard writes")
-    out = []
-    for f in findings:
-        if not isinstance(f, dict) or set(f) != set(FINDING_FIELDS) or f["cause"] not in CAUSES \
-                or f["severity"] not in SEVERITIES or not isinstance(f["parameters"], list) \
-                or not all(isinstance(f[k], str) for k in FINDING_FIELDS[:5]):
-            raise ValueError("a finding in metadata 'engine' is not one run_shard writes")
-        out.append(Finding(**f))
-    made = {"memory": memory, "findings": out, "gradients": None}
+    made = {"memory": memory, "findings": _findings(findings, "engine"), "gradients": None,
+            "what_if_apart": record["what_if_apart"]}
     if names is not None:
         flat, gradients, at = arrays["engine.gradients"], {}, 0
         for p, shape, axes in names:
@@ -245,11 +269,34 @@ def engine_record(record, arrays: dict) -> dict:
     return made
 
 
+def _findings(findings, where: str) -> list:
+    """Recorded findings (FINDING_FIELDS) as [Finding]; ValueError where they are not of the shape written."""
+    if not isinstance(findings, list):
+        raise ValueError(f"metadata '{where}' is not one run_shard writes")
+    out = []
+    for f in findings:
+        if not isinstance(f, dict) or set(f) != set(FINDING_FIELDS) or f["cause"] not in CAUSES \
+                or f["severity"] not in SEVERITIES or not isinstance(f["parameters"], list) \
+                or not all(isinstance(f[k], str) for k in FINDING_FIELDS[:5]):
+            raise ValueError(f"a finding in metadata '{where}' is not one run_shard writes")
+        out.append(Finding(**f))
+    return out
+
+
+def what_if_record(record) -> dict:
+    """A shard's _what_if_record read back: memory (the what-if's figures), findings as [Finding]."""
+    if not isinstance(record["memory"], dict):
+        raise ValueError("metadata 'what_if' is not one run_shard writes")
+    return {"memory": record["memory"], "findings": _findings(record["findings"], "what_if")}
+
+
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
     """Compute shard `index` of `count` and write it under `out` (a local directory or store.as_path's object
     path). Returns its summary: the file and its parameters."""
     engine, subject, judged, fd, tol, screened, own = _setup(graph, options, profile=index == 0)
-    where = assign([_cost(fd, p) for p in own], count)
+    dtype = options.dtype or graph.declared_float_dtype
+    apart = what_if_apart(graph, options, dtype)
+    where, what_if, loads = shares(fd, own, count, profile_asked(options), apart)  # as every shard deals
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
     for i, name in enumerate(mine):
@@ -261,8 +308,9 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
         arrays.update({f"{i}.{field}": a for field, a in record.items()})
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
             "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
-            "engine": _engine_record(engine, options, arrays) if index == 0 else None}
-    deal = dealer(index, count, PROFILE_ROWS if profile_asked(options) else 0)  # shard 0's profile, in every shard
+            "engine": _engine_record(engine, options, arrays, apart) if index == 0 else None,
+            "what_if": _what_if_record(graph, options, dtype, engine) if what_if == index else None}
+    deal = dealer(index, count, loads, fd.costs.joint_cost(1) or 1.0)
     screens = screen_share(fd, judged, screened, tol, deal) if screened else []
     _add_screens(meta, arrays, screens)
     arrays["meta"] = np.frombuffer(json.dumps(meta, allow_nan=True).encode("utf-8"), np.uint8)
@@ -335,6 +383,8 @@ def _check_records(meta: dict, arrays: dict) -> None:
             raise ValueError(f"parameter record {i} lacks {exc}") from None
     if meta.get("engine") is not None:
         engine_record(meta["engine"], arrays)
+    if meta.get("what_if") is not None:
+        what_if_record(meta["what_if"])
 
 
 def read_shards(src, graph_sha256: str, options) -> dict:
@@ -366,7 +416,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
     want = identity(graph_sha256, options)
     what = {"graph_sha256": "another graph", "options_sha256": "other options",
             "gradcheck_version": "another gradcheck version"}
-    params, work, screens, engine = {}, {}, {}, None
+    params, work, screens, engine, what_ifs = {}, {}, {}, None, []
     for name, (index, _, f) in sorted(found.items()):
         meta, arrays = _load(f)
         if meta.get("shard_index") != index or meta.get("shard_count") != count:
@@ -379,6 +429,8 @@ def read_shards(src, graph_sha256: str, options) -> dict:
         work[name] = meta["work"]
         if index == 0 and meta.get("engine") is not None:
             engine = engine_record(meta["engine"], arrays)
+        if meta.get("what_if") is not None:
+            what_ifs.append((name, what_if_record(meta["what_if"])))
         for i, p in enumerate(meta["parameters"]):
             if p["name"] in params:
                 raise OptionError(f"parameter '{p['name'][:200]}' is in {params[p['name']][2]} and {name}",
@@ -386,7 +438,25 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             params[p["name"]] = (p, {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(f"{i}.")},
                                  name)
         _read_screens(name, meta, arrays, screens)
-    return {"params": params, "work": work, "count": count, "screens": screens, "engine": engine}
+    return {"params": params, "work": work, "count": count, "screens": screens,
+            "engine": _with_what_if(engine, what_ifs, src)}
+
+
+def _with_what_if(engine, what_ifs: list, src) -> dict | None:
+    """Shard 0's engine record with the memory profile's what-if another shard made (shares deals it) added as
+    run_engine adds it: its figures after the profile's, its findings after the engine's. OptionError unless
+    exactly one shard holds it where shard 0's profile lacks it (none otherwise)."""
+    if engine is None:  # the merge runs the engine itself
+        return None
+    held = ", ".join(name for name, _ in what_ifs) or "none"
+    if len(what_ifs) != (1 if engine["what_if_apart"] else 0):
+        raise OptionError(f"the memory profile's what-if is held by {held} in '{src}', not by the one shard it was "
+                          "dealt to; re-run the shards", field="--fd-from")
+    if what_ifs:
+        extra = what_ifs[0][1]
+        engine = {**engine, "memory": {**engine["memory"], **extra["memory"]},
+                  "findings": engine["findings"] + extra["findings"]}
+    return engine
 
 
 def _read_screens(name: str, meta: dict, arrays: dict, screens: dict) -> None:

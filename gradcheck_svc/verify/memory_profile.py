@@ -178,11 +178,7 @@ def profile(program, feeds: dict, runs: ProfileRuns, optimizer: str = "none", op
     (and its state's dtype, default the engine's): its state joins the training figure. Returns (the memory
     figures, run label -> timeline)."""
     plain, checkpointed, profile_plan = runs.plain, runs.checkpointed, runs.profile_plan
-    params = [feeds[p] for p in program.params]
-    params_bytes = distinct_bytes(params)
-    data_bytes = distinct_bytes(feeds.values()) - params_bytes
-    opt_dtype = optimizer_dtype or dtype
-    opt_bytes = optimizer_state_bytes(optimizer, opt_dtype, distinct_elements(params))
+    params_bytes, data_bytes, opt_dtype, opt_bytes = _held(program, feeds, optimizer, optimizer_dtype, dtype)
     none = of_timeline(replay_backward(plain, checkpointed) if runs.metered else plain.live.timeline)
     inf = of_timeline(runs.inference)
     by_node = sorted(plain.saved_by_node.items(), key=lambda kv: -kv[1])
@@ -215,6 +211,23 @@ def profile(program, feeds: dict, runs: ProfileRuns, optimizer: str = "none", op
         timelines[str(profile_plan.policy)] = ck.timeline
     return memory, timelines
 
+
+
+def _held(program, feeds: dict, optimizer: str, optimizer_dtype: str | None, dtype: str) -> tuple:
+    """(the parameters' bytes, the data's, the optimizer state's dtype and bytes)."""
+    params = [feeds[p] for p in program.params]
+    params_bytes = distinct_bytes(params)
+    opt_dtype = optimizer_dtype or dtype
+    return (params_bytes, distinct_bytes(feeds.values()) - params_bytes, opt_dtype,
+            optimizer_state_bytes(optimizer, opt_dtype, distinct_elements(params)))
+
+
+def checkpoint_figures(program, feeds: dict, runs: ProfileRuns, optimizer: str = "none",
+                       optimizer_dtype: str | None = None, dtype: str = "float64") -> dict:
+    """The figures profile() adds for runs.checkpointed, where that run was made apart from the others (a
+    finite-difference split's shard: verify/engine_run.what_if_figures)."""
+    opt_bytes = _held(program, feeds, optimizer, optimizer_dtype, dtype)[3]
+    return _checkpoint_figures(of_timeline(runs.checkpointed.live.timeline), runs, opt_bytes)
 
 
 def _checkpoint_figures(ck, runs: ProfileRuns, opt_bytes: int) -> dict:

@@ -18,7 +18,7 @@ import pytest
 import forked_cli
 from grpc_helpers import ROOT, _env
 from fd_graphs import mlp
-from gradcheck_svc.verify.fd_shards import PROFILE_ROWS, assign, dealer
+from gradcheck_svc.verify.fd_shards import assign, dealer
 
 
 def cli(*args: str, index: int | None = None) -> subprocess.CompletedProcess:
@@ -89,10 +89,10 @@ def check_split(graph: Path, tmp_path: Path, opts: tuple, want: dict, code: int)
         # each parameter the plan checks on its own is computed by exactly one shard (those the screen flags, by
         # the merge: the screen's follow-up)
         assert sorted(split) == sorted(planned), lines
-        if screened:  # shard i evaluates the directions dealt to it (shard 0 fewer: it makes the memory profile's
+        if screened:  # shard i evaluates the directions dealt to it (by cost: shard 0 makes the memory profile's
             # runs): every one of the k by exactly one shard (the merge refuses any other split)
             k = rows[0][1]
-            assert [m for m, _ in rows] == [len(dealer(i, count, PROFILE_ROWS)(k)) for i in range(count)], lines
+            assert sum(m for m, _ in rows) == k and {n for _, n in rows} == {k}, lines
         else:
             assert rows == [None] * count, lines
         seen.append(rows)
@@ -135,9 +135,10 @@ def test_chain_256_split_by_direction_equals_the_single_process(tmp_path):
     assert want["verdict"] == "pass"
     assert sum(p["fd_checked_by"] == "joint" for p in want["parameters"]) == 505
     rows, lines = check_split(CHAIN, tmp_path, (), want, 0)
-    # shard 0 makes the memory profile's runs: it is dealt PROFILE_ROWS (2) fewer directions than an even split
+    # dealt by cost (fd_shards.shares): shard 0 makes the memory profile's inference forward (one forward, half a
+    # direction), the shard least loaded its what-if (4 forwards, 2 directions) -- shard 1 of 2 and of 3
     assert want["fd_plan"]["directions"] == 4
-    assert rows[1] == [(1, 4), (3, 4)] and rows[2] == [(0, 4), (2, 4), (2, 4)]
+    assert rows[1] == [(2, 4), (2, 4)] and rows[2] == [(2, 4), (0, 4), (2, 4)]
     # complex steps (the default) leave no block unresolved: no second pass to split, in any of the 6 shards above
     # (central differences' one, whose rounding eps |L| / h blinded chain_256's first layers, is split the same
     # way: screen_share)
@@ -167,14 +168,13 @@ def test_the_merge_reads_the_screen_s_directions_from_the_shards(tmp_path):
     rewrite(path, bump)
     r = cli(str(graph), *opts, "--fd-from", str(out), "--format", "json")
     got = json.loads(r.stdout)
-    r = rows["r"]
-    assert r == 0  # shard 1 of 2 holds directions 0, 1, 3, 5 (shard 0, which makes the memory profile, 2, 4)
+    r = rows["r"]  # shard 1's first direction, as the deal by cost gave it (fd_shards.shares)
     before = np.asarray(good["parameters"][0]["reference"])
     after = np.asarray(got["parameters"][0]["reference"])
     assert good["parameters"][0]["fd_checked_by"] == "joint" and after[r] != before[r]
     assert np.array_equal(np.delete(after, r), np.delete(before, r))
-    for change in (lambda meta, arrays: arrays.update({"screen0.rows": (arrays["screen0.rows"] + 1) % 6}),  # 2, 4 twice
-                   lambda meta, arrays: meta.update(screens=[])):  # 0, 1, 3, 5 by none
+    for change in (lambda meta, arrays: arrays.update({"screen0.rows": (arrays["screen0.rows"] + 1) % 6}),  # some twice
+                   lambda meta, arrays: meta.update(screens=[])):  # shard 1's by none
         path.write_bytes(original)
         rewrite(path, change)
         r = cli(str(graph), *opts, "--fd-from", str(out))
@@ -267,7 +267,8 @@ def test_a_damaged_kept_graph_is_decoded_again(tmp_path):
 def test_the_merge_takes_shard_0_s_engine_run(tmp_path):
     """A failing graph (a wrong rule: the diagnosis names it), no fault injected: shard 0 records its engine run
     (loss, gradients, memory profile, findings) and the merge runs no engine -- its report equals the single
-    process's, and a loss or a memory figure changed in shard 0's file is the one the merged report shows."""
+    process's, and a loss or a memory figure changed in shard 0's file (or in the what-if's, shard 1's) is the one
+    the merged report shows."""
     from gradcheck_svc.batch.generate import graph_dict
 
     graph = tmp_path / "mismatch.json"
@@ -285,9 +286,17 @@ def test_the_merge_takes_shard_0_s_engine_run(tmp_path):
         meta["engine"]["loss"] += 1.0
         meta["engine"]["memory"]["op_evaluations"] += 1000
     rewrite(out / "fd-shard-0000-of-0002.npz", change)
+    # the profile's checkpointed what-if is made by the shard it is dealt to (shard 1: shard 0 makes the
+    # inference forward), its figures the merged report's; held by no shard, the merge refuses
+    what_if = out / "fd-shard-0001-of-0002.npz"
+    rewrite(what_if, lambda meta, arrays: meta["what_if"]["memory"].update(checkpoint_op_evaluations=-1))
     got = json.loads(cli(str(graph), "--fd-from", str(out), "--format", "json").stdout)
     assert got["loss"] == want["loss"] + 1.0
     assert got["memory"]["op_evaluations"] == want["memory"]["op_evaluations"] + 1000
+    assert want["memory"]["checkpoint_op_evaluations"] > 0 and got["memory"]["checkpoint_op_evaluations"] == -1
+    rewrite(what_if, lambda meta, arrays: meta.update(what_if=None))
+    r = cli(str(graph), "--fd-from", str(out))
+    assert r.returncode == 2 and "the memory profile's what-if is held by none" in r.stderr, r.stderr
 
 
 def test_recorded_gradients_keep_the_engine_s_layout():
@@ -352,20 +361,25 @@ def test_assignment_is_balanced_and_deterministic():
     loads = [sum(c for c, s in zip(costs, where) if s == k) for k in range(2)]
     assert loads == [12.0, 13.0] or loads == [13.0, 12.0]
     assert assign(costs, 3)[0] == 0 and assign(costs, 3)[3] == 1  # costliest first, lowest index on ties
+    load = [30.0, 0.0]  # shard 0 already holding the memory profile's runs (shares)
+    assert assign(costs, 2, load) == [1] * 7 and load == [30.0, 25.0]
 
 
 def test_directions_are_dealt_once_each_and_shard_0_fewer():
     """Each pass's directions are dealt to exactly one shard; without a preload a first pass by stride; shard 0,
     preloaded with the memory profile's runs, gets that many fewer, and a second pass evens the loads out."""
     for count, preload in ((1, 2), (3, 0), (4, 0), (4, 2), (5, 2)):
-        deals = [dealer(i, count, preload) for i in range(count)]
+        deals = [dealer(i, count, [preload] + [0] * (count - 1)) for i in range(count)]
         for k in (16, 8):
             rows = [d(k) for d in deals]
             assert sorted(int(r) for part in rows for r in part) == list(range(k)), (count, preload, k)
             if k == 16 and preload == 0:
                 assert [list(r) for r in rows] == [list(range(i, k, count)) for i in range(count)]
-    first = [len(dealer(i, 4, 2)(16)) for i in range(4)]
+    first = [len(dealer(i, 4, [2, 0, 0, 0])(16)) for i in range(4)]
     assert first == [3, 5, 4, 4]
+    # loads and a direction's cost in one unit (shares'): shard 0's profile worth 2.5 directions, shard 1's
+    # parameters 1.5
+    assert [len(dealer(i, 3, [5.0, 3.0, 0.0], 2.0)(6)) for i in range(3)] == [1, 2, 3]
 
 
 def test_shards_through_object_storage(tmp_path, s3):  # noqa: F811 -- the fixture
