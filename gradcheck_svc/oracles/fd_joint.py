@@ -55,9 +55,12 @@ def content_seed(program, base: dict, seed: int) -> int:
     for step in program.steps:
         made.add(step.name)
         h.update(repr((step.name, step.op.name, step.inputs, sorted(step.attrs.items(), key=str))).encode())
+    named: dict = {}  # id(dtype) -> (dtype, str(dtype)): str() of a dtype is NumPy Python code (~10 us a value)
     for name in sorted(n for n in base if n not in made):
         a = np.ascontiguousarray(np.asarray(base[name]))
-        h.update(repr((name, a.shape, str(a.dtype))).encode())
+        if id(a.dtype) not in named:  # the dtype object itself is held: its id is not reused within the loop
+            named[id(a.dtype)] = (a.dtype, str(a.dtype))
+        h.update(repr((name, a.shape, named[id(a.dtype)][1])).encode())
         if a.dtype != object:
             h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
     return int.from_bytes(h.digest(), "little")
