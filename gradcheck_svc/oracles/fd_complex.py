@@ -58,7 +58,7 @@ def _power_of_two_array(scale: np.ndarray) -> np.ndarray:
         return _power_of_two(scale)
     m, e = np.frexp(scale)
     out = np.ldexp(STEP, e - 1)
-    edge = (m < 0.5 + 2.0 ** -31) | (m > 1.0 - 2.0 ** -31) | ~np.isfinite(scale)
+    edge = ~(np.abs(m - 0.75) <= 0.25 - 2.0 ** -31)  # (m - 0.75 is exact; NaN, inf and 0 are edges too)
     if edge.any():
         out[edge] = _power_of_two(scale[edge])
     return out

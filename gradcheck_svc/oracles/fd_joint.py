@@ -167,7 +167,7 @@ class JointDirections:
             weight[p] = 1.0 / (math.sqrt(n) * LEVEL_RMS) if n else 0.0
             lo += n
             if n:  # projection_step of all the blocks together, without concatenating them
-                top = max(top, float(np.max(np.abs(np.asarray(v, dtype=np.float64)))))
+                top = max(top, float(np.abs(np.asarray(v, dtype=np.float64)).max()))
         return cls(signs, weight, projection_step(np.array([top])), stream)
 
     @property
@@ -247,11 +247,10 @@ class JointDirections:
         out: a float64 buffer of at least that many rows, written into."""
         hv = h * self.weight[p]
         out = out[:len(rows)]
+        if not isinstance(self.signs, LazyLevels):  # the rows' levels held: one multiply for them all
+            return np.multiply(self.signs[p][np.asarray(rows, dtype=np.intp)], hv, out=out, dtype=np.float64)
         for c, j in enumerate(rows):
-            if isinstance(self.signs, LazyLevels):
-                self.signs.scaled_row(p, j, hv, out[c])
-            else:
-                np.multiply(self.signs[p][j], hv, out=out[c], dtype=np.float64)
+            self.signs.scaled_row(p, j, hv, out[c])
         return out
 
     def perturbed_complex(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, out: np.ndarray) -> np.ndarray:
