@@ -212,8 +212,8 @@ class JointDirections:
             out = np.zeros(self.signs.spans[p][1], np.int16)
             for j in range(self.k):
                 np.maximum(out, np.abs(self.row(p, j).astype(np.int16)), out=out)
-        else:
-            out = np.abs(self.signs[p].astype(np.int16)).max(axis=0, initial=0)
+        else:  # on the int8 levels themselves: none is -128 (LEVELS' largest magnitude is 115), |s| is exact
+            out = np.abs(self.signs[p]).max(axis=0, initial=0)
         return out.astype(np.float64)
 
     def least_error(self, p: str, reach: np.ndarray) -> np.ndarray:
