@@ -257,7 +257,7 @@ class FiniteDifferences:
         # where even every value's footprint per copy fits all b copies in one chunk, so would what a copy holds
         # (Costs.held_bound: a small graph's chunk, without live_row_bytes' walk)
         if row_bytes is None and budget // self._joint_row(params, dtype, self.costs.held_bound(), pairs) >= b:
-            rows = b
+            rows = max(1, b)  # (no copies at all: a process of a split screen dealt none)
         else:
             rows = max(1, budget // self._joint_row(params, dtype, row_bytes or self.costs.live_row_bytes(params), pairs))
         out = np.empty(b, dtype=dtype)
