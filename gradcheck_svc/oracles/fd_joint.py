@@ -44,10 +44,6 @@ _UPPER = (1, 1, 1, 1, 2, 2, 3, 3, 3, 4, 4, 5, 5, 5, 6, 6, 6, 7, 7, 8, 8, 8, 9, 9
           65, 66, 68, 70, 71, 73, 76, 78, 81, 84, 88, 93, 101, 115)
 LEVELS = np.array([-v for v in reversed(_UPPER)] + list(_UPPER), dtype=np.int8)
 LEVEL_RMS = float(np.sqrt(np.mean(LEVELS.astype(np.float64) ** 2)))
-# the levels of two bytes at once: entry b0 | b1 << 8 holds LEVELS[b0], LEVELS[b1] as a little-endian pair (128 KiB),
-# so that a lookup of the stream's bytes takes half as many indices (NumPy widens each to intp)
-_U = LEVELS.view(np.uint8).astype(np.uint16)
-PAIRS = ((_U[:, None] << 8) | _U[None, :]).reshape(-1).astype("<u2")
 
 
 def content_seed(program, base: dict, seed: int) -> int:
@@ -83,9 +79,7 @@ def levels_into(out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     stream in order: the bytes of rng.bytes(out.size), never all held at once, nor an intp index of them)."""
     for lo in range(0, out.size, LOOKUP_BYTES):
         piece = out[lo:lo + LOOKUP_BYTES]
-        raw, even = random_bytes(rng, piece.size), piece.size & ~1
-        np.take(PAIRS, raw[:even].view("<u2"), out=piece[:even].view("<u2"))  # (LOOKUP_BYTES is even)
-        np.take(LEVELS, raw[even:], out=piece[even:])
+        np.take(LEVELS, random_bytes(rng, piece.size), out=piece)
     return out
 
 
