@@ -55,9 +55,12 @@ def content_seed(program, base: dict, seed: int) -> int:
     for step in program.steps:
         made.add(step.name)
         h.update(repr((step.name, step.op.name, step.inputs, sorted(step.attrs.items(), key=str))).encode())
+    named: dict = {}  # id(dtype) -> (dtype, str(dtype)): str() of a dtype is NumPy Python code (~10 us a value)
     for name in sorted(n for n in base if n not in made):
         a = np.ascontiguousarray(np.asarray(base[name]))
-        h.update(repr((name, a.shape, str(a.dtype))).encode())
+        if id(a.dtype) not in named:  # the dtype object itself is held: its id is not reused within the loop
+            named[id(a.dtype)] = (a.dtype, str(a.dtype))
+        h.update(repr((name, a.shape, named[id(a.dtype)][1])).encode())
         if a.dtype != object:
             h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
     return int.from_bytes(h.digest(), "little")
@@ -164,7 +167,7 @@ class JointDirections:
             weight[p] = 1.0 / (math.sqrt(n) * LEVEL_RMS) if n else 0.0
             lo += n
             if n:  # projection_step of all the blocks together, without concatenating them
-                top = max(top, float(np.max(np.abs(np.asarray(v, dtype=np.float64)))))
+                top = max(top, float(np.abs(np.asarray(v, dtype=np.float64)).max()))
         return cls(signs, weight, projection_step(np.array([top])), stream)
 
     @property
@@ -209,8 +212,8 @@ class JointDirections:
             out = np.zeros(self.signs.spans[p][1], np.int16)
             for j in range(self.k):
                 np.maximum(out, np.abs(self.row(p, j).astype(np.int16)), out=out)
-        else:
-            out = np.abs(self.signs[p].astype(np.int16)).max(axis=0, initial=0)
+        else:  # on the int8 levels themselves: none is -128 (LEVELS' largest magnitude is 115), |s| is exact
+            out = np.abs(self.signs[p]).max(axis=0, initial=0)
         return out.astype(np.float64)
 
     def least_error(self, p: str, reach: np.ndarray) -> np.ndarray:
@@ -244,11 +247,10 @@ class JointDirections:
         out: a float64 buffer of at least that many rows, written into."""
         hv = h * self.weight[p]
         out = out[:len(rows)]
+        if not isinstance(self.signs, LazyLevels):  # the rows' levels held: one multiply for them all
+            return np.multiply(self.signs[p][np.asarray(rows, dtype=np.intp)], hv, out=out, dtype=np.float64)
         for c, j in enumerate(rows):
-            if isinstance(self.signs, LazyLevels):
-                self.signs.scaled_row(p, j, hv, out[c])
-            else:
-                np.multiply(self.signs[p][j], hv, out=out[c], dtype=np.float64)
+            self.signs.scaled_row(p, j, hv, out[c])
         return out
 
     def perturbed_complex(self, p: str, x: np.ndarray, h: float, rows: np.ndarray, out: np.ndarray) -> np.ndarray:

@@ -90,7 +90,9 @@ class Costs:
         self._to_loss: set[str] = set()  # parameters the loss depends on (_param_row_bytes)
         self._axis: dict | None = None  # slice_axis, every value's (made in one pass over the steps)
         self._forward_values: int | None = None
-        self._walk = None  # live_row_bytes' per-step tables (_param_row_bytes)
+        self._walk = None  # live_row_bytes' per-step tables (_walk_tables)
+        self._reach: dict | None = None  # value -> the parameters it depends on, as bits (_param_row_bytes)
+        self._held_bound: int | None = None
 
     def size(self, p: str) -> int:
         return math.prod(self.program.shapes[p])
@@ -153,7 +155,7 @@ class Costs:
         On the steps as arrays (which parameters each step's value depends on: _param_row_bytes), not a walk
         of the steps per call -- a bisection's level asks for each of its groups."""
         if self._walk is None:
-            self._param_row_bytes()
+            self._walk_tables()
         index, reached, size, footprint, at, of, freed = self._walk
         mask = np.zeros(len(index), bool)
         mask[[index[p] for p in params]] = True
@@ -165,32 +167,52 @@ class Costs:
         peak = max(live0, int(np.max(np.where(held, before + footprint, 0), initial=0)))
         return 8 * max(1, peak)
 
+    def held_bound(self) -> int:
+        """Bytes no copy can hold more of, whatever is perturbed: every value's footprint (each input's and each
+        step's, a value's size included) -- above live_row_bytes of any parameters, without its walk."""
+        if self._held_bound is None:
+            self._held_bound = 8 * max(1, sum(self.program.footprint.values()))
+        return self._held_bound
+
+    def _reached(self) -> np.ndarray:
+        """(steps, parameters) bool: which parameters each step's value depends on, from the reachability of
+        _param_row_bytes (one Python int of parameter bits per value: an OR per step, not a NumPy call)."""
+        if self._reach is None:
+            self._param_row_bytes()
+        n, bits = len(self.program.params), self._reach
+        width = max(1, (n + 7) // 8)
+        raw = b"".join(bits.get(s.name, 0).to_bytes(width, "little") for s in self.program.steps)
+        flat = np.unpackbits(np.frombuffer(raw, np.uint8), bitorder="little")
+        return flat.reshape(len(self.program.steps), 8 * width)[:, :n].astype(bool)
+
     def _param_row_bytes(self) -> None:
         """row_bytes of every parameter in one pass over the steps (a reachability matrix: value x
         parameter), not one pass per parameter -- a graph of 512 parameters spent 0.4 s here."""
         params = list(self.program.params)
-        index = {p: i for i, p in enumerate(params)}
-        reach = {p: np.eye(1, len(params), index[p], dtype=bool)[0] for p in params}
-        total = np.array([math.prod(self.program.shapes[p]) for p in params], dtype=np.float64)
+        reach = {p: 1 << i for i, p in enumerate(params)}  # value -> the parameters it depends on, as bits
         for step in self.program.steps:
-            rows = [reach[n] for n in step.inputs if n in reach]
-            if rows:
-                r = np.logical_or.reduce(rows) if len(rows) > 1 else rows[0]
+            r = 0
+            for n in step.inputs:
+                r |= reach.get(n, 0)
+            if r:
                 reach[step.name] = r
-                total += self.program.footprint[step.name] * r
-        for p in params:
-            self._row_bytes[p] = 8 * max(1, int(total[index[p]]))
-        out = reach.get(self.program.output)
-        self._to_loss = {p for p in params if p == self.program.output or (out is not None and out[index[p]])}
-        self._walk_tables(index, reach)
+        self._reach = reach
+        sizes = np.array([math.prod(self.program.shapes[p]) for p in params], dtype=np.float64)
+        footprint = np.array([self.program.footprint[s.name] for s in self.program.steps], dtype=np.float64)
+        # every value's footprint summed per parameter it depends on: integers, exact in float64 in any order
+        total = sizes + footprint @ self._reached() if params else sizes
+        for i, p in enumerate(params):
+            self._row_bytes[p] = 8 * max(1, int(total[i]))
+        out = reach.get(self.program.output, 0)
+        self._to_loss = {p for i, p in enumerate(params) if p == self.program.output or out >> i & 1}
 
-    def _walk_tables(self, index: dict, reach: dict) -> None:
+    def _walk_tables(self) -> None:
         """live_row_bytes' tables: per step the parameters its value depends on (bits), its size and
-        footprint; per value released, the step releasing it, the step making it, its size."""
+        footprint; per value released, the step releasing it, the step making it, its size. Made when first
+        asked for: a small graph's joint pass is one chunk without them (FiniteDifferences.joint_losses)."""
         steps, shapes = self.program.steps, self.program.shapes
-        none = np.zeros(len(index), bool)
-        reached = np.packbits(np.stack([reach.get(s.name, none) for s in steps]).reshape(len(steps), len(index)),
-                              axis=1)
+        index = {p: i for i, p in enumerate(self.program.params)}
+        reached = np.packbits(self._reached(), axis=1)
         made = {s.name: i for i, s in enumerate(steps)}
         freed = [(i, made[n]) for i, s in enumerate(steps) for n in s.release if n in made]
         at, of = (np.array([f[k] for f in freed], dtype=np.intp) for k in (0, 1))

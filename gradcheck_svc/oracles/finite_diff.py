@@ -254,10 +254,12 @@ class FiniteDifferences:
         holds at most, where the caller knows it (else Costs.live_row_bytes)."""
         self.joint_rows += b
         budget = self._joint_chunk_bytes()
-        row = (row_bytes or self.costs.live_row_bytes(params)) * np.dtype(dtype).itemsize // 8
-        if pairs:  # the parameters' copies are their imaginary parts alone: 8 bytes an element, not 16
-            row = max(8, row - 8 * sum(self.costs.size(p) for p in params))
-        rows = max(1, budget // row)
+        # where even every value's footprint per copy fits all b copies in one chunk, so would what a copy holds
+        # (Costs.held_bound: a small graph's chunk, without live_row_bytes' walk)
+        if row_bytes is None and budget // self._joint_row(params, dtype, self.costs.held_bound(), pairs) >= b:
+            rows = max(1, b)  # (no copies at all: a process of a split screen dealt none)
+        else:
+            rows = max(1, budget // self._joint_row(params, dtype, row_bytes or self.costs.live_row_bytes(params), pairs))
         out = np.empty(b, dtype=dtype)
         for s in range(0, b, rows):
             e = min(b, s + rows)
@@ -266,6 +268,13 @@ class FiniteDifferences:
                 p: chunk[p] if isinstance(chunk[p], Pair) else chunk[p].reshape((-1,) + tuple(self.program.shapes[p]))
                 for p in params}, frozen=self.frozen, **self._complex_args(dtype))
         return out
+
+    def _joint_row(self, params: list[str], dtype, held: int, pairs: bool) -> int:
+        """Bytes a joint copy of `dtype` costs where it holds `held` bytes as float64 values."""
+        row = held * np.dtype(dtype).itemsize // 8
+        if pairs:  # the parameters' copies are their imaginary parts alone: 8 bytes an element, not 16
+            row = max(8, row - 8 * sum(self.costs.size(p) for p in params))
+        return row
 
     def _complex_args(self, dtype) -> dict:
         """forward_batched's arguments for copies of `dtype`: complex ones are complex steps at the base point
