@@ -119,7 +119,7 @@ class JointScreen:
     sym_of_fd: np.ndarray | None = None  # the symbolic gradient's directional derivatives (run.py)
 
 
-def _element_bounds(g: np.ndarray, tol: Tolerance) -> np.ndarray:
+def element_bounds(g: np.ndarray, tol: Tolerance) -> np.ndarray:
     """Each element's tolerance b_i (compare.py's model on the engine's gradient, flat)."""
     a = np.abs(np.asarray(g, dtype=np.float64).reshape(-1))  # (one |g| for both terms)
     return tol.absolute(float(a.max(initial=0.0))) + tol.rtol * a
@@ -130,10 +130,10 @@ def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None, bounds
     (b * b) / n, every element of a sign block moving by the weight. fd (the second pass): at most
     (RESOLVE / 4 x the smallest own bound)^2, an element's own bound being its tolerance plus the
     rounding of its own central difference -- so that an element whose bound is far below its block's
-    typical tolerance is seen at RESOLVE x its own. bounds: p -> _element_bounds, where made already."""
+    typical tolerance is seen at RESOLVE x its own. bounds: p -> element_bounds, where made already."""
     out = {}
     for p in params:
-        b = bounds[p] if bounds is not None else _element_bounds(gradients[p], tol)
+        b = bounds[p] if bounds is not None else element_bounds(gradients[p], tol)
         out[p] = float(b @ b) / max(1, b.size)
         if fd is not None and b.size:
             own = b + fd.element_noise(p)
@@ -171,7 +171,7 @@ def _directions(fd, gradients: dict, params: list[str], tol: Tolerance, step_sca
     # the second pass needs fewer directions: one element's error moves every direction alike
     cap = fd.options.count if resolve else max(MIN_DIRECTIONS, fd.options.count // 2)
     chosen = fd.options.directions is None and fd.method_for(params) == COMPLEX
-    bounds = {p: _element_bounds(gradients[p], tol) for p in params}  # (for _allowed and joint_k alike)
+    bounds = {p: element_bounds(gradients[p], tol) for p in params}  # (for _allowed and joint_k alike)
     dirs, a2 = _weighted(fd, gradients, params, tol, step_scale, resolve,
                          min(cap, MIN_DIRECTIONS) if chosen else cap, bounds)
     k, why = joint_k(fd, dirs, a2, gradients, params, tol, cap, bounds) if chosen else (cap, _why_not_chosen(fd))
@@ -215,7 +215,7 @@ def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Toleran
             continue
         # by complex steps (joint_k is asked for no other): an element's own difference adds nothing to its bound
         # (fd.element_noise is 0)
-        bound = RESOLVE * (bounds[p] if bounds is not None else _element_bounds(gradients[p], tol))
+        bound = RESOLVE * (bounds[p] if bounds is not None else element_bounds(gradients[p], tol))
         short = np.flatnonzero(~(reach <= dirs.weight[p] * dirs.largest(p) * bound))  # least_error <= bound
         j = dirs.k
         while short.size and j < cap:  # the elements not yet seen, one more row at a time
@@ -458,7 +458,7 @@ def _unresolved(fd, dirs, gradients: dict, params: list[str], reach: np.ndarray,
     for p in params:
         if dirs.weight[p] <= 0:
             continue
-        bound = _element_bounds(gradients[p], tol) + fd.element_noise(p)
+        bound = element_bounds(gradients[p], tol) + fd.element_noise(p)
         least = dirs.least_error(p, reach)
         with np.errstate(divide="ignore", invalid="ignore"):
             ratio = least / (RESOLVE * bound)
@@ -546,7 +546,7 @@ def _evidence(dirs, p: str, g: np.ndarray, rows: np.ndarray, eng: np.ndarray, ch
     """The Evidence of the single block p checked on `rows` (chk; `failing` those it failed or left
     undecidable). An undecidable difference proves nothing."""
     keep = failing if failing.any() else np.ones(len(rows), bool)
-    b = _element_bounds(g, tol)
+    b = element_bounds(g, tol)
     bound = dirs.weight[p] * (np.abs(dirs.signs[p][rows[keep]]).astype(np.float64) @ b)
     decided = np.ones(len(rows), bool)
     decided[chk.undecidable] = False
@@ -598,7 +598,7 @@ def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarra
     depth first, the block further off first; stops at the first element confirmed wrong."""
     shape = np.shape(g)
     g = np.asarray(g, dtype=np.float64).reshape(-1)
-    b = _element_bounds(g, tol)
+    b = element_bounds(g, tol)
     start, spent = fd.joint_rows, 0
     todo = [(0, g.size, rows, ceiling)]
     checks: list[tuple[np.ndarray, FDCheck]] = []
@@ -626,7 +626,7 @@ def narrow(fd, dirs, p: str, g: np.ndarray, rows: np.ndarray, ceiling: np.ndarra
                               f"{g.size} elements")
                 break
         index = np.arange(lo, hi)
-        chk = elements_check(fd, p, g, index, tol, _element_bounds(g, tol)[index])
+        chk = elements_check(fd, p, g, index, tol, element_bounds(g, tol)[index])
         spent += 2 * index.size
         checks.append((index, chk))
         if not chk.passed:
@@ -654,7 +654,7 @@ def _merge(g: np.ndarray, shape: tuple, index: np.ndarray, checks: list, tol: To
     flat = {k: np.concatenate(v) if v else np.zeros(0, np.intp) for k, v in parts.items()}
     out = np.zeros(g.size, bool)
     out[flat["undecidable"]] = out[flat["unconfirmed"]] = True
-    floor = _element_bounds(g, tol) + error
+    floor = element_bounds(g, tol) + error
     cmp = compare(g.reshape(shape), np.where(out, g, ref).reshape(shape), Tolerance(0.0, 0.0), floor.reshape(shape))
     return FDCheck(cmp, ref, error, flat["refined"], flat["undecidable"], flat["unrefined"], flat["unconfirmed"])
 

@@ -11,7 +11,7 @@ weights flagged, not narrowed below thousands of elements, and the verification 
 What is judged instead. G, the engine's float64 gradient (of the FD oracle's own float64 program, at the
 same point; made here for a float32/float16 engine, or the engine's run itself where the graph runs in float64
 and only the claims are float32), element by element wherever the subject S is within its own tolerance of it
-(|S_i - G_i| <= b_i, b as the screen's own, joint_check._element_bounds: an exact elementwise comparison, not a
+(|S_i - G_i| <= b_i, b as the screen's own, joint_check.element_bounds: an exact elementwise comparison, not a
 projection); S_i itself wherever it is not. Sound: what the screen judges, M, is within b_i of S in every
 element, so an element of S off the truth by (RESOLVE + 1) b_i leaves M off by at least RESOLVE b_i -- which
 the screen sees at its stated power. A rule bug shows in G (the same rule in float64); a float32-only one (an
@@ -25,7 +25,7 @@ import dataclasses
 import numpy as np
 
 from .engine_run import run_engine
-from .joint_check import _element_bounds
+from .joint_check import element_bounds
 
 LOW_PRECISION = frozenset({"float32", "float16", "bfloat16"})
 
@@ -43,7 +43,7 @@ def screened(run, subject: dict, params: list[str], tol, tol_dtype: str) -> tupl
         s, g = np.asarray(subject[p], dtype=np.float64), np.asarray(g64[p], dtype=np.float64)
         if s.shape != g.shape:
             continue
-        near = np.abs(s - g) <= _element_bounds(s, tol).reshape(s.shape)  # NaN: never near
+        near = np.abs(s - g) <= element_bounds(s, tol).reshape(s.shape)  # NaN: never near
         if near.any():
             out[p], why[p] = np.where(near, g, s), said
     return out, why

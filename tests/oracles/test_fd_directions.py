@@ -11,7 +11,7 @@ from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.oracles.fd_joint import JointDirections
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
 from gradcheck_svc.verify.compare import Tolerance
-from gradcheck_svc.verify.joint_check import POWER_MARGIN, RESOLVE, _element_bounds, joint_screen
+from gradcheck_svc.verify.joint_check import POWER_MARGIN, RESOLVE, element_bounds, joint_screen
 
 N, RTOL = 256, 1e-6
 
@@ -63,7 +63,7 @@ def _planted():
 def test_an_element_whose_first_levels_are_small_forces_more_directions_and_is_then_found():
     fd, c, tol, i, row = _planted()
     assert 4 <= row < 16
-    bound = _element_bounds(c, tol)
+    bound = element_bounds(c, tol)
     wrong = c.copy()
     wrong[i] += RESOLVE * bound[i]  # one element wrong by 10x its own bound, the others exact
     screen = joint_screen(fd, {"W": wrong}, ["W"], tol)
@@ -71,7 +71,7 @@ def test_an_element_whose_first_levels_are_small_forces_more_directions_and_is_t
     assert screen.directions.k == row + 1 < 16
     assert fd.plan.directions == row + 1 and fd.plan.directions_why.startswith("the fewest (4 to 16)")
     # the stated power (the screen's own, with the first pass's real error): every element within 10x its bound
-    assert np.all(screen.power["W"] <= RESOLVE * _element_bounds(wrong, tol))
+    assert np.all(screen.power["W"] <= RESOLVE * element_bounds(wrong, tol))
     assert not screen.unresolved
     # ... and the planted element is seen: the screen flags W (its own check then localizes the element)
     assert screen.flagged == ["W"] or list(screen.narrowed) == ["W"]
@@ -86,7 +86,7 @@ def test_the_same_element_correct_passes_at_the_chosen_k_and_the_option_stays_ex
     explicit = _linear(c, directions=4)
     four = joint_screen(explicit, {"W": c}, ["W"], tol)
     assert four.directions.k == 4 and explicit.plan.directions_why == "as the option directions asks"
-    assert four.power["W"][i] > RESOLVE * _element_bounds(c, tol)[i]
+    assert four.power["W"][i] > RESOLVE * element_bounds(c, tol)[i]
 
 
 def test_at_default_tolerances_four_directions_meet_the_power():
@@ -99,4 +99,4 @@ def test_at_default_tolerances_four_directions_meet_the_power():
     tol = Tolerance.for_dtype("float64")
     screen = joint_screen(fd, {"W": c}, ["W"], tol)
     assert screen.directions.k == 4 and not screen.flagged and not screen.unresolved
-    assert np.all(screen.power["W"] <= RESOLVE * _element_bounds(c, tol))
+    assert np.all(screen.power["W"] <= RESOLVE * element_bounds(c, tol))

@@ -13,7 +13,7 @@ from plants import element_bug, mlp, unregister
 from gradcheck_svc.graph.ir import Claims
 from gradcheck_svc.verify import verify
 from gradcheck_svc.verify.compare import Tolerance
-from gradcheck_svc.verify.joint_check import _element_bounds
+from gradcheck_svc.verify.joint_check import element_bounds
 
 WIDTH, DEPTH = 256, 4  # the smallest MLP of the sweep whose correct float32 graph failed
 SMALL = {"width": 64, "depth": 2}  # where a flagged weight's own check is cheap
@@ -45,7 +45,7 @@ def test_float32_claims_of_a_correct_mlp_pass_too(float32_run):
 
 def _bound(report, name: str, i: int) -> float:
     g = next(p for p in report.parameters if p.name == name).gradient
-    return float(_element_bounds(g, Tolerance.for_dtype("float32"))[i])
+    return float(element_bounds(g, Tolerance.for_dtype("float32"))[i])
 
 
 def test_a_rule_bug_in_a_float32_graph_is_still_found_and_named():
