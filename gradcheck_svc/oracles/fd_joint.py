@@ -4,11 +4,11 @@ from __future__ import annotations
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
-
-try:  # hashlib's own blake2b (hashlib.py takes it from here), without importing OpenSSL's bindings
-    from _blake2 import blake2b
-except ImportError:  # a CPython built without its private module: the same function through hashlib
-    from hashlib import blake2b
+# OpenSSL's SHA-256 (hashlib): the content seed digests every input's bytes on every verification, and with the
+# SHA instructions of today's x86-64 CPUs it runs at ~1.3 GB/s where CPython's own BLAKE2b ran at ~0.4 GB/s
+# (MLP-256's 263 k parameters: 1.6 ms against 5.1 ms; ResNet-18's 11.7 M: ~70 against ~230 ms, in every process
+# of a split screen)
+from hashlib import sha256
 
 import numpy as np
 
@@ -50,7 +50,7 @@ def content_seed(program, base: dict, seed: int) -> int:
     """The joint directions' seed: the options' seed mixed with a digest of the graph -- its steps and the
     values of its inputs -- so that the same graph gets the same directions (in every process of a split
     screen too) and two graphs never share one pattern."""
-    h = blake2b(str(int(seed)).encode(), digest_size=8)
+    h = sha256(str(int(seed)).encode())
     made = set()
     for step in program.steps:
         made.add(step.name)
@@ -63,7 +63,7 @@ def content_seed(program, base: dict, seed: int) -> int:
         h.update(repr((name, a.shape, named[id(a.dtype)][1])).encode())
         if a.dtype != object:
             h.update(a.view(np.uint8).reshape(-1) if a.size else b"")
-    return int.from_bytes(h.digest(), "little")
+    return int.from_bytes(h.digest()[:8], "little")
 
 
 def random_bytes(rng: np.random.Generator, n: int) -> np.ndarray:
