@@ -57,19 +57,18 @@ def _im2col(xp, x, geo, group, batch_inner: bool = False):
     channel-major order (Caffe's). The one copy reads each window row's run of output positions
     (a whole output row per kernel offset), where a window-major layout copies kernel-width runs;
     and W (G, Mg, CgK) @ cols is the output (N, M, *out) as it lies, no transpose after the GEMM.
-    batch_inner (x without leading axes): (G, CgK, N * P), the batch inside the GEMM's inner
-    dimension (the weight gradient's one GEMM per group)."""
+    batch_inner: (G, CgK, B * P) instead, the B = prod(..., N) images inside the GEMM's inner
+    dimension (one GEMM per group for all of them)."""
     k = geo.k
     win = windows(xp, pad_spatial(xp, x, geo), geo)  # (..., N, C, *out, *K), a view
     t = win.ndim - 2 * k  # the axes before out: (..., N, C)
-    order = tuple(range(t)) + tuple(range(t + k, t + 2 * k)) + tuple(range(t, t + k))
-    if batch_inner:  # (N, C, *out, *K) -> (C, *K, N, *out)
-        order = order[1:t + k] + (0,) + order[t + k:]
+    kernel, out = tuple(range(t + k, t + 2 * k)), tuple(range(t, t + k))
+    order = (t - 1,) + kernel + tuple(range(t - 1)) + out if batch_inner else tuple(range(t)) + kernel + out
     cols = xp.transpose(win, order)
     c, p = x.shape[-(k + 1)], math.prod(geo.out)
     cgk = (c // group) * math.prod(geo.kernel)
     if batch_inner:
-        return cols.reshape((group, cgk, x.shape[0] * p))
+        return cols.reshape((group, cgk, math.prod(x.shape[:-(k + 1)]) * p))
     return cols.reshape(x.shape[:-(k + 1)] + (group, cgk, p))
 
 
@@ -88,16 +87,29 @@ def _align(wm, other, lw, lo):
     return wm, other
 
 
+def _merged(w, lw, group, batch):
+    """Whether every image (the batch's and the perturbed copies', batch of them) goes through one
+    GEMM with the one weight: a GEMM per image re-packs the weight each time, which costs as much
+    as the product where the images are small (ResNet's last stage: 512 x 4608 weights, 7 x 7)."""
+    return lw == 0 and group == 1 and batch > 1
+
+
 def _conv(xp, x, w, b=None, *, geo, group, bias):
     k = geo.k
     lx, lw = x.ndim - (k + 2), w.ndim - (k + 2)
-    wm, cols = _align(_weight_matrix(w, group, k), _im2col(xp, x, geo, group), lw, lx)
-    y = xp.matmul(wm, cols)  # (*L, N, G, Mg, P): the one GEMM, the output as it lies
-    del cols  # the windows (9x the input for a 3x3 kernel) are not held while the bias is added
-    y = y.reshape(y.shape[:-3] + (y.shape[-3] * y.shape[-2],) + geo.out)
-    if b is not None:
+    batch, m = math.prod(x.shape[:-(k + 1)]), w.shape[-(k + 2)]
+    if _merged(w, lw, group, batch):
+        y = xp.matmul(_weight_matrix(w, 1, k)[0], _im2col(xp, x, geo, 1, batch_inner=True)[0])  # (M, B * P)
+        y = xp.swapaxes(y.reshape(m, batch, -1), 0, 1)  # (B, M, P): the one copy of the output
+        y = y.reshape(x.shape[:-(k + 1)] + (m,) + geo.out)
+    else:
+        wm, cols = _align(_weight_matrix(w, group, k), _im2col(xp, x, geo, group), lw, lx)
+        y = xp.matmul(wm, cols)  # (*L, N, G, Mg, P): the output as it lies
+        del cols  # the windows (9x the input for a 3x3 kernel) are not held while the bias is added
+        y = y.reshape(y.shape[:-3] + (m,) + geo.out)
+    if b is not None:  # y is a fresh array of our own: the bias in place where it fits
         bias = channel_view(b, k)
-        if y.dtype == bias.dtype and getattr(y, "base", y) is None:  # a fresh array of our own: in place
+        if y.dtype == bias.dtype and np.broadcast_shapes(y.shape, bias.shape) == y.shape:
             y += bias
         else:
             y = y + bias
@@ -111,13 +123,19 @@ def _input_adjoint(xp, g, w, geo, group):
     conv_transpose's forward; batch-aware like the forward (leading axes on g or w)."""
     k = geo.k
     lg, lw = g.ndim - (k + 2), w.ndim - (k + 2)
-    n, m = g.shape[lg], g.shape[lg + 1]
-    c = w.shape[-(k + 1)] * group
-    gm = g.reshape(g.shape[:lg] + (n, group, m // group, -1))  # (..., N, G, Mg, P)
-    wm, gm = _align(_weight_matrix(w, group, k), gm, lw, lg)
-    dcols = xp.matmul(xp.swapaxes(wm, -1, -2), gm)  # (..., N, G, CgK, P)
-    t = dcols.ndim - 2  # (..., N, C, *K, *out), viewed as windows' (..., N, C, *out, *K)
-    dcols = dcols.reshape(dcols.shape[:-3] + (c,) + geo.kernel + geo.out)
+    m, c = g.shape[lg + 1], w.shape[-(k + 1)] * group
+    lead = g.shape[:lg + 1]  # (..., N)
+    if _merged(w, lw, group, math.prod(lead)):  # (C * K, M) @ g as (M, B * P), g's one copy
+        gm = xp.swapaxes(g.reshape(-1, m, math.prod(geo.out)), 0, 1).reshape(m, -1)
+        dcols = xp.matmul(xp.swapaxes(_weight_matrix(w, 1, k)[0], 0, 1), gm)
+        dcols = xp.moveaxis(dcols.reshape((c,) + geo.kernel + lead + geo.out), tuple(range(k + 1)),
+                            tuple(range(lg + 1, lg + k + 2)))  # (..., N, C, *K, *out), a view
+    else:
+        gm = g.reshape(lead + (group, m // group, -1))  # (..., N, G, Mg, P)
+        wm, gm = _align(_weight_matrix(w, group, k), gm, lw, lg)
+        dcols = xp.matmul(xp.swapaxes(wm, -1, -2), gm)  # (..., N, G, CgK, P)
+        dcols = dcols.reshape(dcols.shape[:-3] + (c,) + geo.kernel + geo.out)
+    t = dcols.ndim - 2 * k  # (..., N, C, *K, *out), viewed as windows' (..., N, C, *out, *K)
     dwin = xp.transpose(dcols, tuple(range(t)) + tuple(range(t + k, t + 2 * k)) + tuple(range(t, t + k)))
     return crop_spatial(windows_adjoint(xp, dwin, geo), geo)
 
