@@ -10,7 +10,10 @@ lies. No Python loop over pixels; the same code runs on CuPy.
 
 Batch-aware (the finite-difference oracle adds one leading axis to X, W or B,
 or several of them): leading axes of X and W are aligned before the GEMM, so
-a stack of perturbed weights convolves one input in a single matmul.
+a stack of perturbed weights convolves one input in a single matmul, and the
+images of a batch or of a stack of perturbed inputs go through one GEMM with
+their one weight (ResNet's small late-stage images would otherwise re-pack a
+large weight per image).
 """
 from __future__ import annotations
 
