@@ -2,8 +2,12 @@
 forward, vjp (input and weight gradients) and the finite differences' batched forwards (leading copy axes on
 X or on W), at ResNet shapes, CPU time and wall, the two versions interleaved in every repetition.
 
+--model NAME (bench/torch_models.py, e.g. resnet18 at --size 224): instead, one whole verify() of that model
+exported to ONNX (bench_models.py's `ours`: import, validate, verify with defaults), the registry's conv and
+conv_transpose switched between the baseline's functions and this tree's before each run, interleaved.
+
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.:clients/python .venv/bin/python \
-        bench/bench_conv.py [--reps 7] [--baseline main | --baseline-file path/to/conv.py]
+        bench/bench_conv.py [--reps 7] [--baseline main | --baseline-file path/to/conv.py] [--model resnet18]
 """
 from __future__ import annotations
 
@@ -78,19 +82,52 @@ def agree(a, b):
     return max(float(np.max(np.abs(u - v)) / max(1.0, float(np.max(np.abs(v))))) for u, v in zip(a, b))
 
 
+def use(ns):
+    """Point the registry's conv and conv_transpose at the functions of one version (ns: a module namespace)."""
+    from gradcheck_svc.ops.registry import REGISTRY
+    for op, fields in (("conv", {"forward": "_conv", "vjp": "_conv_vjp", "sliced": "_sliced"}),
+                       ("conv_transpose", {"forward": "_conv_transpose", "vjp": "_conv_transpose_vjp"})):
+        for field, fn in fields.items():
+            object.__setattr__(REGISTRY[op], field, ns[fn])  # OpDef is frozen: a bench-only switch
+
+
+def whole_model(args, base, mine):
+    """One verify() of the model per version and repetition, interleaved: CPU and wall seconds."""
+    from bench_models import ours, problem
+    _, x, blob, xname = problem(args.model, args.size, 128)
+    t = {"baseline": [], "this": []}
+    grads = {}
+    for r in range(args.reps):
+        for side in (("baseline", "this") if r % 2 == 0 else ("this", "baseline")):
+            use(base if side == "baseline" else mine)
+            c0, w0 = time.process_time(), time.perf_counter()
+            _, report = ours(blob, x, xname)
+            t[side].append((time.process_time() - c0, time.perf_counter() - w0))
+            grads[side] = {p.name: p.gradient for p in report.parameters}
+    diff = max(agree(grads["this"][n], grads["baseline"][n]) for n in grads["baseline"])
+    for side, v in t.items():
+        cpu, wall = [c for c, _ in v], [w for _, w in v]
+        print(f"| {args.model} {args.size}x{args.size} verify() | {side} | CPU {min(cpu):.1f} / {median(cpu):.1f} s | "
+              f"wall {min(wall):.1f} / {median(wall):.1f} s |")
+    print(f"max relative difference of the gradients: {diff:.1e}; {machine().rsplit('; ', 1)[-1]}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
     ap.add_argument("--baseline", default="main", help="git revision whose ops/conv.py is the baseline")
     ap.add_argument("--baseline-file", help="a conv.py file as the baseline instead")
     ap.add_argument("--only", help="cases whose name contains this")
+    ap.add_argument("--model", help="a whole verify() of this bench/torch_models.py model instead")
+    ap.add_argument("--size", type=int, default=224, help="--model's image size")
     args = ap.parse_args()
     base, mine = baseline_module(args), vars(current)
     print(machine())
+    if args.model:
+        return whole_model(args, base, mine)
     print("| case | call | baseline CPU min / median | this CPU min / median | CPU ratio (medians) | "
           "wall ratio (medians) | max rel. diff |")
     print("|---|---|---|---|---|---|---|")
-    rng = np.random.default_rng(0)
     for name, case in CASES.items():
         if args.only and args.only not in name:
             continue
@@ -107,7 +144,6 @@ def main():
                   f"{min(cpu['a']) * 1e3:.1f} / {median(cpu['a']) * 1e3:.1f} ms | "
                   f"{median(cpu['b']) / median(cpu['a']):.2f}x | {median(wall['b']) / median(wall['a']):.2f}x | "
                   f"{diff:.1e} |", flush=True)
-    del rng
     print(machine().rsplit("; ", 1)[-1])
 
 
