@@ -7,7 +7,7 @@ exported to ONNX (bench_models.py's `ours`: import, validate, verify with defaul
 conv_transpose switched between the baseline's functions and this tree's before each run, interleaved.
 
     OMP_NUM_THREADS=1 OPENBLAS_NUM_THREADS=1 PYTHONPATH=.:clients/python .venv/bin/python \
-        bench/bench_conv.py [--reps 7] [--baseline main | --baseline-file path/to/conv.py] [--model resnet18]
+        bench/bench_conv.py [--reps 7 | --quick] [--baseline main | --baseline-file path/to/conv.py] [--model resnet18]
 """
 from __future__ import annotations
 
@@ -46,8 +46,13 @@ def baseline_module(args):
     if args.baseline_file:
         source = Path(args.baseline_file).read_text()
     else:
-        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{args.baseline}:gradcheck_svc/ops/conv.py"],
-                                check=True, capture_output=True, text=True).stdout
+        run = subprocess.run(["git", "-C", str(ROOT), "show", f"{args.baseline}:gradcheck_svc/ops/conv.py"],
+                             capture_output=True, text=True)
+        if run.returncode:  # a checkout without that revision (make bench in a fresh clone): no comparison
+            print(f"no baseline: git show {args.baseline} failed ({run.stderr.strip()}); "
+                  "both sides below are this tree's conv.py")
+            return vars(current)
+        source = run.stdout
     source = (source.replace("from ..", "from gradcheck_svc.").replace("from .", "from gradcheck_svc.ops.")
               .replace("register(OpDef(", "(OpDef("))
     namespace = {"__name__": "baseline_conv"}
@@ -120,7 +125,9 @@ def main():
     ap.add_argument("--only", help="cases whose name contains this")
     ap.add_argument("--model", help="a whole verify() of this bench/torch_models.py model instead")
     ap.add_argument("--size", type=int, default=224, help="--model's image size")
+    ap.add_argument("--quick", action="store_true", help="3 repetitions (bench/run_all.py --quick)")
     args = ap.parse_args()
+    args.reps = 3 if args.quick else args.reps
     base, mine = baseline_module(args), vars(current)
     print(machine())
     if args.model:
