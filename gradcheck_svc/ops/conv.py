@@ -3,13 +3,17 @@
 X (N, C, *S), W (M, C/group, *K), optional bias B (M). Grouped and
 depthwise (group == C) convolution, strides, explicit pads or auto_pad,
 dilations. The forward is im2col feeding one batched GEMM: the windows are a
-strided view (ops/windows.py), copied once into a (N, G, P, C/G * prod(K))
-matrix and multiplied with the weight as (G, C/G * prod(K), M/G). No Python
-loop over pixels; the same code runs on CuPy.
+strided view (ops/windows.py), copied once, channel-major as Caffe lays them
+out, into a (N, G, C/G * prod(K), P) matrix that the weight (G, M/G,
+C/G * prod(K)) multiplies from the left: the product is the output as it
+lies. No Python loop over pixels; the same code runs on CuPy.
 
 Batch-aware (the finite-difference oracle adds one leading axis to X, W or B,
 or several of them): leading axes of X and W are aligned before the GEMM, so
-a stack of perturbed weights convolves one input in a single matmul.
+a stack of perturbed weights convolves one input in a single matmul, and the
+images of a batch or of a stack of perturbed inputs go through one GEMM with
+their one weight (ResNet's small late-stage images would otherwise re-pack a
+large weight per image).
 """
 from __future__ import annotations
 
@@ -51,48 +55,64 @@ def _infer(node, specs, attrs):
     return Spec((x[0], m) + geo.out, FLOAT), {"geo": geo, "group": group, "bias": len(specs) == 3}
 
 
-def _im2col(xp, x, geo, group):
-    """(..., N, C, *S) -> (..., N, G, P, C/G * prod(K)): every window as a row, per group."""
+def _im2col(xp, x, geo, group, batch_inner: bool = False):
+    """(..., N, C, *S) -> (..., N, G, C/G * prod(K), P): every window as a column, per group, in
+    channel-major order (Caffe's). The one copy reads each window row's run of output positions
+    (a whole output row per kernel offset), where a window-major layout copies kernel-width runs;
+    and W (G, Mg, CgK) @ cols is the output (N, M, *out) as it lies, no transpose after the GEMM.
+    batch_inner: (G, CgK, B * P) instead, the B = prod(..., N) images inside the GEMM's inner
+    dimension (one GEMM per group for all of them)."""
     k = geo.k
     win = windows(xp, pad_spatial(xp, x, geo), geo)  # (..., N, C, *out, *K), a view
-    lead = win.shape[:-(2 * k + 1)]
-    c = win.shape[-(2 * k + 1)]
-    win = win.reshape(lead + (group, c // group) + win.shape[-2 * k:])
-    g_axis = len(lead)  # lead ends with N; then G, Cg, *out, *K
-    order = (tuple(range(g_axis + 1)) + tuple(range(g_axis + 2, g_axis + 2 + k)) + (g_axis + 1,)
-             + tuple(range(g_axis + 2 + k, g_axis + 2 + 2 * k)))
-    win = xp.transpose(win, order)  # (..., N, G, *out, Cg, *K)
-    return win.reshape(lead + (group, math.prod(geo.out), (c // group) * math.prod(geo.kernel)))
+    t = win.ndim - 2 * k  # the axes before out: (..., N, C)
+    kernel, out = tuple(range(t + k, t + 2 * k)), tuple(range(t, t + k))
+    order = (t - 1,) + kernel + tuple(range(t - 1)) + out if batch_inner else tuple(range(t)) + kernel + out
+    cols = xp.transpose(win, order)
+    c, p = x.shape[-(k + 1)], math.prod(geo.out)
+    cgk = (c // group) * math.prod(geo.kernel)
+    if batch_inner:
+        return cols.reshape((group, cgk, math.prod(x.shape[:-(k + 1)]) * p))
+    return cols.reshape(x.shape[:-(k + 1)] + (group, cgk, p))
 
 
-def _weight_matrix(xp, w, group, k):
-    """(..., M, Cg, *K) -> (..., G, Cg * prod(K), M/G)."""
+def _weight_matrix(w, group, k):
+    """(..., M, Cg, *K) -> (..., G, M/G, Cg * prod(K)), a view where w is contiguous."""
     lead = w.shape[:-(k + 2)]
-    m = w.shape[-(k + 2)]
-    wm = w.reshape(lead + (group, m // group, -1))
-    return xp.swapaxes(wm, -1, -2)
+    return w.reshape(lead + (group, w.shape[-(k + 2)] // group, -1))
+
+
+def _align(wm, other, lw, lo):
+    """Leading (perturbed-copy) axes of the weight matrix against those of the other GEMM operand
+    (..., N, G, rows, P): W gets an N axis, the other the same number of leading axes."""
+    if lw:
+        wm = wm.reshape(wm.shape[:lw] + (1,) + wm.shape[lw:])
+        other = other.reshape((1,) * max(0, lw - lo) + other.shape)
+    return wm, other
+
+
+def _merged(w, lw, group, batch):
+    """Whether every image (the batch's and the perturbed copies', batch of them) goes through one
+    GEMM with the one weight: a GEMM per image re-packs the weight each time, which costs as much
+    as the product where the images are small (ResNet's last stage: 512 x 4608 weights, 7 x 7)."""
+    return lw == 0 and group == 1 and batch > 1
 
 
 def _conv(xp, x, w, b=None, *, geo, group, bias):
     k = geo.k
-    cols = _im2col(xp, x, geo, group)  # (*Lx, N, G, P, CgK)
-    wm = _weight_matrix(xp, w, group, k)  # (*Lw, G, CgK, Mg)
     lx, lw = x.ndim - (k + 2), w.ndim - (k + 2)
-    if lw:  # perturbed weights: give W an N axis and X the same number of leading axes
-        wm = wm.reshape(wm.shape[:lw] + (1,) + wm.shape[lw:])
-        cols = cols.reshape((1,) * max(0, lw - lx) + cols.shape)
-    if lw == 0 and group == 1:
-        # one weight for every copy: one GEMM with all copies' windows as its rows (a matmul broadcast
-        # over the copies calls one small GEMM per copy, each re-reading the weight from memory)
-        y = xp.matmul(cols.reshape(-1, cols.shape[-1]), wm[0]).reshape(cols.shape[:-1] + wm.shape[-1:])
+    batch, m = math.prod(x.shape[:-(k + 1)]), w.shape[-(k + 2)]
+    if _merged(w, lw, group, batch):
+        y = xp.matmul(_weight_matrix(w, 1, k)[0], _im2col(xp, x, geo, 1, batch_inner=True)[0])  # (M, B * P)
+        y = xp.swapaxes(y.reshape(m, batch, -1), 0, 1)  # (B, M, P): the one copy of the output
+        y = y.reshape(x.shape[:-(k + 1)] + (m,) + geo.out)
     else:
-        y = xp.matmul(cols, wm)  # (*L, N, G, P, Mg): the one GEMM
-    del cols  # the windows (9x the input for a 3x3 kernel) are not held while the output is laid out
-    y = xp.swapaxes(y, -1, -2)
-    y = y.reshape(y.shape[:-3] + (y.shape[-3] * y.shape[-2],) + geo.out)
-    if b is not None:
+        wm, cols = _align(_weight_matrix(w, group, k), _im2col(xp, x, geo, group), lw, lx)
+        y = xp.matmul(wm, cols)  # (*L, N, G, Mg, P): the output as it lies
+        del cols  # the windows (9x the input for a 3x3 kernel) are not held while the bias is added
+        y = y.reshape(y.shape[:-3] + (m,) + geo.out)
+    if b is not None:  # y is a fresh array of our own: the bias in place where it fits
         bias = channel_view(b, k)
-        if y.dtype == bias.dtype and getattr(y, "base", y) is None:  # a fresh array of our own: in place
+        if y.dtype == bias.dtype and np.broadcast_shapes(y.shape, bias.shape) == y.shape:
             y += bias
         else:
             y = y + bias
@@ -100,24 +120,26 @@ def _conv(xp, x, w, b=None, *, geo, group, bias):
 
 
 def _input_adjoint(xp, g, w, geo, group):
-    """The conv's gradient in X from g (..., N, M, *out) and w (..., M, C/group, *K): g times the
-    weights per window, added back into the input (col2im). conv's vjp, and conv_transpose's
-    forward; batch-aware like the forward (leading axes on g or w)."""
+    """The conv's gradient in X from g (..., N, M, *out) and w (..., M, C/group, *K): the weights'
+    transpose times g per group (the columns' gradient, channel-major as _im2col lays them out),
+    added back into the input one kernel offset at a time (col2im). conv's vjp, and
+    conv_transpose's forward; batch-aware like the forward (leading axes on g or w)."""
     k = geo.k
     lg, lw = g.ndim - (k + 2), w.ndim - (k + 2)
-    n, m = g.shape[lg], g.shape[lg + 1]
-    c = w.shape[-(k + 1)] * group
-    gm = g.reshape(g.shape[:lg] + (n, group, m // group, -1))  # (..., N, G, Mg, P)
-    wm = _weight_matrix(xp, w, group, k)  # (..., G, CgK, Mg)
-    if lw:  # perturbed weights: give W an N axis and g the same number of leading axes
-        wm = wm.reshape(wm.shape[:lw] + (1,) + wm.shape[lw:])
-        gm = gm.reshape((1,) * max(0, lw - lg) + gm.shape)
-    dcols = xp.matmul(xp.swapaxes(gm, -1, -2), xp.swapaxes(wm, -1, -2))  # (..., N, G, P, CgK)
-    lead = dcols.shape[:-4]
-    t = len(lead) + 2  # (..., N, G, *out, Cg, *K) -> (..., N, G, Cg, *out, *K)
-    dwin = dcols.reshape(lead + (n, group) + geo.out + (c // group,) + geo.kernel)
-    order = tuple(range(t)) + (t + k,) + tuple(range(t, t + k)) + tuple(range(t + k + 1, t + 2 * k + 1))
-    dwin = xp.transpose(dwin, order).reshape(lead + (n, c) + geo.out + geo.kernel)
+    m, c = g.shape[lg + 1], w.shape[-(k + 1)] * group
+    lead = g.shape[:lg + 1]  # (..., N)
+    if _merged(w, lw, group, math.prod(lead)):  # (C * K, M) @ g as (M, B * P), g's one copy
+        gm = xp.swapaxes(g.reshape(-1, m, math.prod(geo.out)), 0, 1).reshape(m, -1)
+        dcols = xp.matmul(xp.swapaxes(_weight_matrix(w, 1, k)[0], 0, 1), gm)
+        dcols = xp.moveaxis(dcols.reshape((c,) + geo.kernel + lead + geo.out), tuple(range(k + 1)),
+                            tuple(range(lg + 1, lg + k + 2)))  # (..., N, C, *K, *out), a view
+    else:
+        gm = g.reshape(lead + (group, m // group, -1))  # (..., N, G, Mg, P)
+        wm, gm = _align(_weight_matrix(w, group, k), gm, lw, lg)
+        dcols = xp.matmul(xp.swapaxes(wm, -1, -2), gm)  # (..., N, G, CgK, P)
+        dcols = dcols.reshape(dcols.shape[:-3] + (c,) + geo.kernel + geo.out)
+    t = dcols.ndim - 2 * k  # (..., N, C, *K, *out), viewed as windows' (..., N, C, *out, *K)
+    dwin = xp.transpose(dcols, tuple(range(t)) + tuple(range(t + k, t + 2 * k)) + tuple(range(t, t + k)))
     return crop_spatial(windows_adjoint(xp, dwin, geo), geo)
 
 
@@ -125,11 +147,10 @@ def _weight_grad(xp, g, x, geo, group, shape):
     """The conv's gradient in W (shape) from g (N, M, *out) and its input x: per group, one GEMM with
     N * P as the inner dimension."""
     n, m = g.shape[0], g.shape[1]
-    cols = _im2col(xp, x, geo, group)  # (N, G, P, CgK)
+    cols = _im2col(xp, x, geo, group, batch_inner=True)  # (G, CgK, N * P)
     gm = g.reshape(n, group, m // group, -1)  # (N, G, Mg, P)
-    gw = xp.matmul(xp.transpose(gm, (1, 2, 0, 3)).reshape(group, m // group, -1),
-                   xp.transpose(cols, (1, 0, 2, 3)).reshape(group, -1, cols.shape[-1]))
-    return gw.reshape(shape)
+    gm = (gm[0] if n == 1 else xp.transpose(gm, (1, 2, 0, 3))).reshape(group, m // group, -1)
+    return xp.matmul(gm, xp.swapaxes(cols, -1, -2)).reshape(shape)
 
 
 def _channel_sum(xp, g, k):
@@ -157,14 +178,14 @@ def _sliced(xp, op, xs, base_out, attrs):
     if isinstance(w, Sliced):
         if w.axis != -(geo.k + 2):
             return None
-        cols = _im2col(xp, x, geo, group)  # (N, G, P, CgK)
+        cols = _im2col(xp, x, geo, group)  # (N, G, CgK, P)
         filters = w.values.reshape(len(w), -1)  # (B, CgK)
         group_of = np.asarray(w.index) // (w.base.shape[0] // group)
         # (B, N, P), in the filters' dtype where that is wider (complex-step copies)
-        y = xp.empty((len(w), cols.shape[0], cols.shape[2]), dtype=xp.result_type(cols.dtype, filters.dtype))
+        y = xp.empty((len(w), cols.shape[0], cols.shape[3]), dtype=xp.result_type(cols.dtype, filters.dtype))
         for g in np.unique(group_of):  # one GEMM per group the changed filters belong to
             rows = np.flatnonzero(group_of == g)
-            y[rows] = xp.moveaxis(xp.matmul(cols[:, g], filters[rows].T), -1, 0)
+            y[rows] = xp.swapaxes(xp.matmul(filters[rows], cols[:, g]), 0, 1)
         if b is not None:
             y += xp.take(b, w.index)[:, None, None]
         return Sliced(base_out, ch, w.index, y.reshape((len(w), cols.shape[0]) + geo.out))
@@ -176,14 +197,14 @@ def _sliced(xp, op, xs, base_out, attrs):
         return None
     c, m = x.base.shape[ch], w.shape[0]
     if group == 1:  # base + conv(the change in channel c, W[:, c])
-        cols = _im2col(xp, (x.values - x.old(xp))[:, :, None], geo, 1)[:, :, 0]  # (B, N, P, K)
-        wc = xp.moveaxis(xp.take(w, x.index, axis=1), 1, 0).reshape(len(x), m, -1)  # (B, M, K)
-        y = xp.matmul(cols, xp.swapaxes(wc, -1, -2)[:, None])  # (B, N, P, M)
-        return base_out + xp.swapaxes(y, -1, -2).reshape((len(x),) + base_out.shape)
+        cols = _im2col(xp, (x.values - x.old(xp))[:, :, None], geo, 1)[:, :, 0]  # (B, N, K, P)
+        wc = xp.moveaxis(xp.take(w, x.index, axis=1), 1, 0).reshape(len(x), 1, m, -1)  # (B, 1, M, K)
+        y = xp.matmul(wc, cols)  # (B, N, M, P)
+        return base_out + y.reshape((len(x),) + base_out.shape)
     if group == c == m:  # depthwise, one filter per channel: channel c alone, by filter c
-        cols = _im2col(xp, x.values[:, :, None], geo, 1)[:, :, 0]  # (B, N, P, K)
-        f = xp.take(w, x.index, axis=0).reshape(len(x), 1, -1, 1)  # (B, 1, K, 1)
-        y = xp.matmul(cols, f)[..., 0]  # (B, N, P)
+        cols = _im2col(xp, x.values[:, :, None], geo, 1)[:, :, 0]  # (B, N, K, P)
+        f = xp.take(w, x.index, axis=0).reshape(len(x), 1, 1, -1)  # (B, 1, 1, K)
+        y = xp.matmul(f, cols)[..., 0, :]  # (B, N, P)
         if b is not None:
             y = y + xp.take(b, x.index)[:, None, None]
         return Sliced(base_out, ch, x.index, y.reshape((len(x), x.base.shape[0]) + geo.out))
