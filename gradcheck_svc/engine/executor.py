@@ -32,7 +32,7 @@ from ..errors import GraphError, OptionError
 from ..ops.slices import Sliced
 from ..ops.slices import elementwise as slices_elementwise
 from ..ops.slices import independent_frozen
-from .memory import InferenceTwin, MemoryMeter, MeteringMeter
+from .memory import MemoryMeter, MeteringMeter
 from .observers import AdjointRecorder, MemoryAccounting
 from .program import Program, Step
 from .saved import CountingStore, SavedStore
@@ -86,7 +86,7 @@ class Tape:
     adjoints: dict = field(default_factory=dict)  # dL/dv per value, only when backward(keep_adjoints=True)
     contributions: dict = field(default_factory=dict)  # (step name, input index) -> that vjp's gradient
     saved_by_node: dict = field(default_factory=dict)  # node -> activation bytes it saved (memory profile)
-    inference: object = None  # forward(inference_twin=True): the memory.InferenceTwin (a no-grad run's figures)
+    inference: object = None  # forward(inference_twin=True): the twin MemoryMeter (a no-grad run's figures)
 
 
 def prepare_feeds(program: Program, backend: Backend, overrides: dict | None = None) -> dict:
@@ -111,16 +111,16 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
     integrity: "off" | "check" (fingerprint saved tensors, verify them when backward reads them).
     metering: count the memory a gradient run's forward would hold (saved tensors included)
     without keeping what it saves; no backward can follow (not for graphs with in-place nodes).
-    inference_twin: also count what a no-grad forward would hold (tape.inference, memory.InferenceTwin:
+    inference_twin: also count what a no-grad forward would hold (tape.inference: a second MemoryMeter,
     its timeline, in place of running one; counted bytes only, not with a device sampler)."""
     xp = backend.xp
     writes = bool(program.inplace_root) and not keep_values
     live, store, versions = _meter_and_store(program, backend, grad, record_timeline, checkpoint, integrity,
                                              allow_inplace_hazards, metering, writes)
-    twin = InferenceTwin() if inference_twin else None
+    twin = MemoryMeter(record_timeline=True) if inference_twin else None
     # hot loop: locals, and run_step inlined (a call per step costs as much as the small ops' work)
     hold, drop, marks, release = live.hold, live.drop, live.marks, not keep_values
-    if twin is not None:  # the loop's own holds and drops, and only those, are the no-grad run's
+    if twin is not None:  # the loop's own holds, drops (and marks), and only those, are a no-grad run's meter's
         hold, drop = _both(hold, twin.hold), _both(drop, twin.drop)
     values = dict(feeds)
     for v in feeds.values():
@@ -155,7 +155,7 @@ def forward(program: Program, backend: Backend, feeds: dict, *, grad: bool = Tru
             if marks:
                 live.mark("forward", step.name)
             if twin is not None:
-                twin.mark(step.name)
+                twin.mark("forward", step.name)
     tape = Tape(program, backend, values[program.output], store, live, len(program.steps), checkpoint=ckpt,
                 inference=twin)
     if keep_values:
@@ -182,7 +182,7 @@ def _meter_and_store(program, backend, grad, record_timeline, checkpoint, integr
 
 
 def _both(first, second):
-    """One call that makes two (the forward loop's hold or drop, with an InferenceTwin)."""
+    """One call that makes two (the forward loop's hold or drop, with the inference twin)."""
     def both(a):
         first(a)
         second(a)

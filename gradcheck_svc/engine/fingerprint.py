@@ -40,6 +40,12 @@ def hashed_host_fingerprint(a) -> tuple:
     return hash(a.tobytes()), 0, a.shape, _dtype_name(a.dtype)
 
 
+def small_or_hashed_host_fingerprint(a) -> tuple:
+    """`fingerprint` of a NumPy array of at most HOST_HASH_UP_TO bytes, for callers that have tested that
+    already (the saved store's hot paths): its bytes up to HOST_COPY_UP_TO, else their hash."""
+    return small_host_fingerprint(a) if a.nbytes <= HOST_COPY_UP_TO else hashed_host_fingerprint(a)
+
+
 @functools.lru_cache(maxsize=None)
 def _dtype_name(dtype) -> str:
     return str(dtype)  # str(dtype) costs microseconds; fingerprints run once per value on hot paths
@@ -60,9 +66,7 @@ def fingerprint(xp, a) -> tuple:
         a = xp.asarray(a)
     shape, dtype = tuple(a.shape), _dtype_name(a.dtype)
     if xp.__name__ == "numpy" and a.nbytes <= HOST_HASH_UP_TO:
-        if a.nbytes <= HOST_COPY_UP_TO:
-            return small_host_fingerprint(a)
-        return hashed_host_fingerprint(a)
+        return small_or_hashed_host_fingerprint(a)
     if xp.__name__ == "numpy":  # a larger float host array: the word sum and a weighted dot, at ~60% of
         return pass_fingerprint(xp, a)  # word_sums' cost (its other arrays take word_sums)
     return word_sums(xp, a)

@@ -285,53 +285,6 @@ class MemoryMeter:
         self.high, self.high_parts = self.current, parts
 
 
-class InferenceTwin:
-    """What a no-grad forward of the same program would hold, counted beside a gradient run's
-    forward (executor.forward(inference_twin=True)) instead of running one: the forward loop hands
-    it its own holds and drops -- the graph inputs, each step's output, each value released after
-    its last reader -- and nothing of the saved store's or a checkpoint's, which a no-grad forward
-    does not have. Those are exactly the calls a no-grad forward makes on its meter (the same ops
-    on the same inputs give outputs of the same buffers and views, in-place writes included), so
-    with counted bytes (no device sampler) `timeline` is, step for step, the one such a forward
-    records: tests/engine/test_inference_twin.py compares them over varied graphs."""
-
-    def __init__(self):
-        self._refs: dict[int, list] = {}  # id(owner) -> [owner, held count]
-        self.current = 0
-        self.high = 0
-        self.timeline = Timeline()
-
-    def hold(self, a) -> None:  # as MemoryMeter.hold, without the parts (a no-grad run has none)
-        o = a if a.base is None else owner(a)
-        ref = self._refs.get(id(o))
-        if ref is not None:
-            ref[1] += 1
-        else:
-            self._refs[id(o)] = [o, 1]
-            self.current += o.nbytes
-            if self.current > self.high:
-                self.high = self.current
-
-    def drop(self, a) -> None:
-        o = a if a.base is None else owner(a)
-        ref = self._refs.get(id(o))
-        if ref is None:
-            return
-        if ref[1] == 1:
-            del self._refs[id(o)]
-            self.current -= o.nbytes
-        else:
-            ref[1] -= 1
-
-    def mark(self, name: str) -> None:
-        """The end of a forward step (MemoryMeter.mark's, with nothing saved and no gradient)."""
-        c = self.current
-        self.timeline.kinds.append(_KIND["forward"])
-        self.timeline.names.append(name)
-        self.timeline.numbers.extend((c, self.high, 0, 0, 0))
-        self.high = c
-
-
 class MeteringMeter(MemoryMeter):
     """A meter for a forward pass that counts what a gradient run would hold without holding it:
     tensors saved for backward are *pinned* (their bytes stay counted, as a real run would keep

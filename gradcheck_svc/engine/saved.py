@@ -21,7 +21,7 @@ import weakref
 from dataclasses import dataclass
 
 from ..errors import InplaceHazardError
-from .fingerprint import HOST_COPY_UP_TO, HOST_HASH_UP_TO, fingerprint, hashed_host_fingerprint, small_host_fingerprint
+from .fingerprint import HOST_COPY_UP_TO, HOST_HASH_UP_TO, fingerprint, small_or_hashed_host_fingerprint
 from .memory import MemoryMeter, owner
 from .versions import Versions
 
@@ -143,7 +143,7 @@ class SavedStore:
         """A tensor saved by several nodes (a weight, a shared activation) is fingerprinted once
         per version: the first fingerprint is what later saves must match anyway."""
         if self._host and t.nbytes <= HOST_HASH_UP_TO:  # cheaper than the cache's lookup (and weakref)
-            return small_host_fingerprint(t) if t.nbytes <= HOST_COPY_UP_TO else hashed_host_fingerprint(t)
+            return small_or_hashed_host_fingerprint(t)
         hit = self._taken.get(id(t))
         if hit is not None and hit[0]() is t and hit[1] == version:
             return hit[2]
@@ -158,7 +158,7 @@ class SavedStore:
         """Nothing writes a tensor during the backward pass, so a tensor read by several steps (a
         weight used in many places) is fingerprinted on its first read only."""
         if self._host and t.nbytes <= HOST_HASH_UP_TO:
-            return small_host_fingerprint(t) if t.nbytes <= HOST_COPY_UP_TO else hashed_host_fingerprint(t)
+            return small_or_hashed_host_fingerprint(t)
         hit = self._read.get(id(t))
         if hit is not None and hit[0]() is t:
             return hit[1]

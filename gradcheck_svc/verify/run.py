@@ -127,7 +127,7 @@ def _compared(run: Run, fd_source) -> list[str]:
     run.tol = tol = Tolerance.for_dtype(run.subject.tolerance_dtype(run.dtype), run.options.atol, run.options.rtol)
     subject = run.subject.gradients(run.engine.gradients)  # what is verified: the engine's or the claims
     plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None), _explained(run),
-                   judged=screen_setup(run, fd, subject, tol)[1])
+                   screened=screen_setup(run, fd, subject, tol))
     lookup = (fd_source or local_fd)(fd, plan.screen, plan.own, tol)
     run.results = [parameter_row(run, plan, lookup, name, subject[name]) for name in graph.parameters]
     if plan.screen is not None and plan.screen.spared and not _known_to_fail(run):
@@ -211,13 +211,12 @@ def screen_setup(run: Run, fd, subject: dict, tol: Tolerance) -> tuple[list, dic
 
 
 def fd_plan(fd, gradients: dict, graph: Graph, tol: Tolerance, first_pass=None, explained=frozenset(),
-            judged=None) -> FDPlan:
-    """The FDPlan of the gradients under test. first_pass, explained: joint_screen's. judged: what the screen
-    judges of each parameter (screen_setup; default the gradients themselves)."""
+            screened=None) -> FDPlan:
+    """The FDPlan of the gradients under test. first_pass, explained: joint_screen's. screened: screen_setup's
+    (the parameters the screen takes, what it judges of them); default the joint ones, judged as they are."""
     joint = [p for p in graph.parameters if fd.mode_for(p) == FDMode.JOINT]
-    judged = gradients if judged is None else judged
-    screen = joint_screen(fd, judged, joint, tol, first_pass=first_pass, explained=explained) \
-        if usable(fd, judged, joint) else None
+    taken, judged = screened if screened is not None else (joint if usable(fd, gradients, joint) else [], gradients)
+    screen = joint_screen(fd, judged, taken, tol, first_pass=first_pass, explained=explained) if taken else None
     if screen is not None:
         screen.spared = spare(fd, screen)  # decided by their own directional values: the follow-up's budget
     own = [p for p in graph.parameters

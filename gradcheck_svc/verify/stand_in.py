@@ -52,6 +52,6 @@ def screened(run, subject: dict, params: list[str], tol, tol_dtype: str) -> tupl
 def float64_gradients(graph, options) -> dict:
     """The engine's gradients of graph in float64: its reported run alone (no memory profile), with no fault
     injected -- a fault's effect on the subject then shows in the elementwise gate -- and no fingerprints (its
-saved tensors are the subject's run's business)."""
+    saved tensors are the subject's run's business)."""
     plain = dataclasses.replace(options, faults=(), memory_timeline=False, integrity="off")
     return run_engine(graph, plain, "float64", profile=False).gradients

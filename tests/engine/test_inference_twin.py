@@ -1,5 +1,5 @@
 """The memory profile's inference figures are counted beside the reported gradient run's forward
-(memory.InferenceTwin) instead of by a no-grad forward of their own: the twin's timeline must be, step
+(a second MemoryMeter handed the forward loop's own calls) instead of by a no-grad forward of their own: the twin's timeline must be, step
 for step and byte for byte, the one a no-grad forward records -- over graphs with views, in-place
 writes, multi-consumer values, derived saved tensors and integer inputs, with and without a
 checkpoint policy (a checkpoint's kept and pending values are held on the meter, never the twin's)."""
