@@ -37,10 +37,18 @@ class Budget:
     deadline: float  # time.monotonic() value
     max_edges: int
     edges: int = 0
+    # where the oracle is (the reason names it when time runs out): a node's symbolic form is one SymPy
+    # call no tick splits, its partials are ticked per element
+    node: str = ""  # "'name' (op)"
+    phase: str = "the oracle's set-up"
+
+    @property
+    def at(self) -> str:
+        return f"node {self.node}: {self.phase}" if self.node else self.phase
 
     def tick(self):
         if time.monotonic() > self.deadline:
-            raise OverBudget("wall-clock limit reached")
+            raise OverBudget(f"wall-clock limit reached in {self.at}")
 
     def add_edges(self, n: int):
         self.edges += n
@@ -240,6 +248,7 @@ class LocalJacobians:
 
     def _elementwise(self, op, attrs, in_values, in_specs, out_spec, wanted):
         syms, expr, parts = self._formula(op, attrs, len(in_values), wanted)
+        self.budget.phase = "its partials"
         shape = out_spec.shape
         index = [np.broadcast_to(np.arange(s.size).reshape(s.shape), shape).reshape(-1) for s in in_specs]
         flat = [np.asarray(v, dtype=object).reshape(-1) for v in in_values]
@@ -277,6 +286,7 @@ class LocalJacobians:
             xs.append(syms.reshape(spec.shape))
         extra = {"dtype": np.float64} if op.wants_dtype and "dtype" not in attrs else {}
         y = np.asarray(op.forward(SYMPY_XP, *xs, **attrs, **extra), dtype=object)
+        self.budget.phase = "its partials"
         if y.shape != out_spec.shape:
             raise Unsupported(f"symbolic forward of '{op.name}' gave shape {list(y.shape)}, "
                               f"expected {list(out_spec.shape)}")

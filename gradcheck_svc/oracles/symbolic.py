@@ -23,19 +23,23 @@ expression of the loss.
 Limits: budgeted by scalar elements (inputs plus node outputs, checked before
 any work), by edges, and by wall clock (checked between per-element steps, each
 of which is small; the one step that is not split is building one node's
-symbolic form, bounded by the element budget to about a second), so the oracle
-returns `skipped` with the reason and the sizes it saw rather than hanging or
-filling memory. Nodes whose scalar form
+symbolic form -- a dense node's takes seconds: a 1,200-wide softmax divides
+each element by a 1,200-term sum -- so where the process's interval timer is
+free, an alarm stops that too, at the deadline), so the oracle returns
+`skipped` with the reason, the node it was at and the sizes it saw rather than
+hanging or filling memory. Nodes whose scalar form
 SymPy or our evaluator cannot handle also give `skipped`, with the reason.
 """
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from math import prod
 
 import numpy as np
 
+from ..alarm import alarm, timer_free
 from ..engine.program import Program, program_of
 from ..graph.ir import Graph
 from ..ops.base import FLOAT
@@ -109,11 +113,13 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
                               seconds=time.monotonic() - t0, digits=options.digits)
 
     try:
-        result = _run(program, LocalJacobians(MpEvaluator(ctx), budget), ctx)
-    except OverBudget as exc:
+        with _alarm_at(budget.deadline):
+            result = _run(program, LocalJacobians(MpEvaluator(ctx), budget), ctx)
+    except (OverBudget, _OutOfTime) as exc:
         # the partials are not counted on past the budget (each costs SymPy work): the amount is a lower bound
-        return skipped(f"over budget: {exc} (timeout {options.timeout_s:g} s, {budget.edges} edges so far; raise "
-                       "them with --symbolic-timeout / --symbolic-max-partials)")
+        what = exc if isinstance(exc, OverBudget) else f"wall-clock limit reached in {budget.at}"
+        return skipped(f"over budget: {what} (timeout {options.timeout_s:g} s, {budget.edges} edges so far; "
+                       "raise them with --symbolic-timeout / --symbolic-max-partials)")
     except Unsupported as exc:
         return skipped(f"no symbolic form: {exc}")
     except Exception as exc:  # noqa: BLE001 - SymPy failing on one node must not cost the whole report
@@ -122,6 +128,23 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
     result.elements, result.edges, result.digits = elements, budget.edges, options.digits
     result.seconds = time.monotonic() - t0
     return result
+
+
+class _OutOfTime(BaseException):
+    """The alarm at the oracle's deadline, raised inside SymPy's work (a BaseException: no `except Exception`
+    on its way out swallows it)."""
+
+
+@contextmanager
+def _alarm_at(deadline: float):
+    """The deadline held inside one node's SymPy work too, where the interval timer is ours to take (the
+    commands' child, a server worker's main thread: alarm.timer_free); elsewhere the ticks between steps
+    hold it, a node's form finishing first."""
+    if not timer_free():
+        yield
+        return
+    with alarm(max(deadline - time.monotonic(), 1e-3), _OutOfTime):
+        yield
 
 
 def _run(program: Program, local: LocalJacobians, ctx) -> SymbolicResult:
@@ -135,10 +158,12 @@ def _run(program: Program, local: LocalJacobians, ctx) -> SymbolicResult:
     jac = {}
     for step in program.steps:
         local.budget.tick()
+        local.budget.node, local.budget.phase = f"'{step.name}' ({step.op.name})", "its symbolic form"
         in_specs = [graph.specs[n] for n in step.inputs]
         wanted = step.grad_inputs if step.needs_grad else (False,) * len(step.inputs)
         j = local.node(step.op, step.attrs, [values[n] for n in step.inputs], in_specs,
                        graph.specs[step.name], wanted)
+        local.budget.node, local.budget.phase = "", f"the steps after node '{step.name}'"
         if graph.specs[step.name].dtype != FLOAT and j.values.size:  # int/bool outputs are index data
             j.values = np.vectorize(int, otypes=[object])(j.values)
         values[step.name] = j.values
@@ -146,6 +171,7 @@ def _run(program: Program, local: LocalJacobians, ctx) -> SymbolicResult:
             jac[step.name] = j.edges
 
     # reverse-mode chain rule in mpmath
+    local.budget.phase = "the chain rule over the nodes' partials"
     adj: dict[str, np.ndarray] = {program.output: np.array([mpf(1)], dtype=object)}
     out: dict[str, np.ndarray] = {}
     for step in reversed(program.steps):

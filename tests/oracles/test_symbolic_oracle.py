@@ -141,25 +141,40 @@ def test_cli_symbolic_options(tmp_path, capsys):
     assert "symbolic oracle: ok" in capsys.readouterr().out
 
 
-def test_dense_softmax_row_stops_at_its_budget():
-    # every output of a 600-wide softmax depends on every input: 360k partials, over the 250k budget;
-    # the oracle must stop (partials or wall clock), not grind through it (600, not 1,200: SymPy's form of
-    # the 1,200-wide softmax alone took ~6 s, before the first tick of the budget)
+def _wide_softmax(n: int):
+    b = GraphBuilder("wide")
+    x = b.input("x", np.random.default_rng(0).standard_normal(n), requires_grad=True)
+    b.output(b.node("sum", b.node("mul", b.node("softmax", x), b.input("r", np.linspace(0, 1, n)))))
+    return load_graph(b.build())
+
+
+def test_dense_softmax_row_stops_inside_its_form_at_the_deadline():
+    # every output of a 1,200-wide softmax depends on every input: SymPy's form of that one node takes
+    # seconds (each element divided by a 1,200-term sum) before the next tick between steps; where the
+    # interval timer is free (here, the commands' child, a worker's main thread) the alarm stops it inside
+    # the node, and the reason names it
+    from gradcheck_svc.oracles import local_jacobian  # noqa: F401 -- SymPy's import not in the budget
+
+    r = symbolic_gradients(_wide_softmax(1200), SymbolicOptions(timeout_s=0.2))
+    assert r.status == "skipped" and r.edges == 0 and r.elements == 4 * 1200 + 1
+    assert r.reason.startswith("over budget: wall-clock limit reached in node 'softmax_1' (softmax): its "
+                               "symbolic form (timeout 0.2 s"), r.reason
+
+
+def test_dense_softmax_row_stops_between_steps_without_the_timer():
+    # the interval timer taken (another caller's): the ticks between steps stop it (600 wide: 360k
+    # partials, over the 250k budget), not grinding through it; the caller's own timer is left running
     import signal
 
     def hang(*_):
         raise TimeoutError("symbolic oracle did not honour its budget")
 
-    n = 600
-    b = GraphBuilder("wide")
-    x = b.input("x", np.random.default_rng(0).standard_normal(n), requires_grad=True)
-    b.output(b.node("sum", b.node("mul", b.node("softmax", x), b.input("r", np.linspace(0, 1, n)))))
-    graph = load_graph(b.build())
     old = signal.signal(signal.SIGALRM, hang)
-    signal.alarm(60)
+    signal.setitimer(signal.ITIMER_REAL, 60)
     try:
-        r = symbolic_gradients(graph, SymbolicOptions(timeout_s=2.0))
+        r = symbolic_gradients(_wide_softmax(600), SymbolicOptions(timeout_s=0.5))
+        assert signal.getitimer(signal.ITIMER_REAL)[0] > 0
     finally:
-        signal.alarm(0)
+        signal.setitimer(signal.ITIMER_REAL, 0)
         signal.signal(signal.SIGALRM, old)
-    assert r.status == "skipped" and r.reason.startswith("over budget") and r.elements == 4 * n + 1
+    assert r.status == "skipped" and r.reason.startswith("over budget") and r.elements == 4 * 600 + 1
