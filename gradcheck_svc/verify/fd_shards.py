@@ -49,10 +49,14 @@ record must come from exactly one shard where shard 0's profile lacks it (its gr
 that shard's what-if with its own reported run: the same code on the same graph, deterministic as the
 gradient digests above require).
 
-What is not split: every shard runs the engine's gradient run, and every shard and the merge the FD oracle's
-base forward and plan (the fixed cost); the merge alone runs the symbolic oracle, the screen's bookkeeping
-(the engine's projections on every direction, what each block leaves unresolved), its follow-up and the
-diagnosis (localization's differences, only where a parameter fails).
+What is not split: every shard runs the engine's gradient run and the FD oracle's base forward and plan (the
+fixed cost); the merge takes the base forward as the shards made it -- the loss, the plan, the steps a complex
+forward cannot pass (finite_diff.BaseRecord; every shard's must be shard 0's) -- and makes it only where a
+value of it is read (the follow-up, localization), its loss then checked against theirs bit for bit; the
+diagnosis' kink notes come from the shard they are dealt to (shares), used where every row passes and no other
+finding names a kink (else the merge makes them: they read the failing rows). The merge alone runs the
+symbolic oracle, the screen's bookkeeping (the engine's projections on every direction, what each block
+leaves unresolved), its follow-up and the diagnosis (localization's differences, only where a parameter fails).
 """
 from __future__ import annotations
 
