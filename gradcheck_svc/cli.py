@@ -394,7 +394,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from .request import prepare
     from .shell import verify_request
 
-    imported = None
+    imported, seen = None, []  # seen: the decoded message's bytes, where the split's kept graph had them
     if is_onnx(path):  # the request is the model's bytes, measured before it is imported
         from .onnx_import.folding import FoldBudget
 
@@ -413,14 +413,14 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
         # report draws the same message that was verified; a split's processes import it once (fd_graph.py)
         budget = FoldBudget.from_limits(limits)
         key = None if fd_mode is None else _onnx_key(path, args, model, budget)
-        imported = message = _split_decoded(fd_mode, key, lambda: _onnx_graph(path, args, budget, model.data))
+        imported = message = _split_decoded(fd_mode, key, lambda: _onnx_graph(path, args, budget, model.data), seen)
     else:
         key = None if fd_mode is None else _file_key(path)
-        message = _split_decoded(fd_mode, key, lambda: parse_graph(path))
+        message = _split_decoded(fd_mode, key, lambda: parse_graph(path), seen)
         if claims is not None:
             from gradcheck_core.claims import with_claims
 
-            message = with_claims(message, claims)
+            message, seen = with_claims(message, claims), []
         request = make_request(message, "", **values)
     # a model's request was measured above, before its import: once per request
     ask = dict(options=options, message=imported, hint=True, size_checked=imported is not None)
@@ -429,7 +429,7 @@ def _decode_and_verify(path: str, args, limits, values, options, fd_mode, claims
     from .store.records import bytes_sha256
     from .verify import fd_shards
 
-    content = bytes_sha256(message.SerializeToString(deterministic=True))
+    content = bytes_sha256(seen[0] if seen else message.SerializeToString(deterministic=True))
     if fd_mode[0] == "shard":
         graph, options = prepare(request, limits, **ask)
         return message, fd_shards.run_shard(graph, options, content, *fd_mode[1:])
@@ -465,8 +465,9 @@ def _onnx_key(path: str, args, model, budget) -> str | None:
                      repr((budget, Path(path).stem, bool(getattr(args, "allow_nonfinite", False)))).encode())
 
 
-def _split_decoded(fd_mode, key, decode):
-    """decode()'s graph message; in an FD split, decoded once and kept beside the shards (verify/fd_graph.py)."""
+def _split_decoded(fd_mode, key, decode, seen: list | None = None):
+    """decode()'s graph message; in an FD split, decoded once and kept beside the shards (verify/fd_graph.py;
+    seen: its bytes, where that had them)."""
     if fd_mode is None:
         return decode()
     from gradcheck.v1 import graph_pb2
@@ -476,7 +477,7 @@ def _split_decoded(fd_mode, key, decode):
     # one shard writes it, the last (shard 0 makes the memory profile's runs, the slowest share: it pays no
     # serialization on top); the others read it where they find it written, as a retry does
     return decoded(fd_mode[3] if fd_mode[0] == "shard" else fd_mode[1], key, graph_pb2.Graph, decode,
-                   write=fd_mode[0] == "shard" and fd_mode[1] == fd_mode[2] - 1)
+                   write=fd_mode[0] == "shard" and fd_mode[1] == fd_mode[2] - 1, seen=seen)
 
 
 def outcomes_of(runs) -> list:

@@ -306,6 +306,26 @@ class FDPlan:
                 **({"stand_in": dict(self.stand_in)} if self.stand_in else {})}
 
 
+def plan_record(plan_: FDPlan) -> dict:
+    """The plan as JSON values (a copy: the plan's dicts may change later, a fallback's methods)."""
+    d = dataclasses.asdict(plan_)
+    d["modes"] = {p: str(m) for p, m in plan_.modes.items()}
+    return d
+
+
+def plan_of_record(d: dict) -> FDPlan:
+    """plan_record's inverse: auto's modes are FDMode members (_auto_modes), an option's its text (plan())."""
+    mode = str(d["mode"])
+    modes = {str(p): FDMode(m) if mode == "auto" else str(m) for p, m in d["modes"].items()}
+    values = d["values"]  # as counted: an int where only the joint screen's whole copies are (joint_cost)
+    if not isinstance(values, (int, float)):
+        raise TypeError("the plan's values are not a number")
+    return FDPlan(mode, modes, int(d["directions"]), int(d["forwards"]), values, int(d["forward_values"]),
+                  {str(p): str(m) for p, m in d["methods"].items()},
+                  {str(p): [str(w) for w in v] for p, v in d["fallback"].items()}, str(d["directions_why"]),
+                  {str(p): str(w) for p, w in d["stand_in"].items()})
+
+
 def with_joint_directions(plan_: FDPlan, costs: Costs, k: int, why: str) -> FDPlan:
     """The plan with the joint screen's first pass at the k directions it chose (why: how), its cost recounted
     (the modes were planned at the cap, FDOptions.count, and stay)."""

@@ -69,6 +69,7 @@ estimate with the smallest bound. An infinite bound means no step gave a finite 
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import numpy as np
@@ -85,7 +86,7 @@ from .fd_formulas import (EPS, STEP_SCALE, Moves, Refined, central, element_step
 from .fd_joint import JointDirections, content_seed
 from .fd_local import local_one_sided, local_vjp, refine_local_vjp
 from .fd_modes import FDMode
-from .fd_plan import MODES, Costs, FDOptions, FDPlan, own_mode, plan
+from .fd_plan import MODES, Costs, FDOptions, FDPlan, own_mode, plan, plan_of_record, plan_record
 
 __all__ = ["EPS", "MODES", "STEP_SCALE", "FDOptions", "FDPlan", "FDResult", "FiniteDifferences", "JointDirections",
            "Refined", "element_steps", "local_one_sided", "local_vjp", "projection_step", "random_directions",
@@ -110,17 +111,66 @@ class FDResult:
     method: str = cx.CENTRAL  # central | complex (fd_complex.py): how the reference was taken
 
 
+class _Made(Mapping):
+    """A mapping made when first read (made()); the values of `at_hand` (the graph's inputs) are read without it."""
+
+    def __init__(self, make, at_hand: dict | None = None):
+        self._make, self._at_hand, self._made = make, at_hand or {}, None
+
+    def made(self) -> dict:
+        if self._made is None:
+            self._made = self._make()
+        return self._made
+
+    def __getitem__(self, name):
+        if self._made is None and name in self._at_hand:
+            return self._at_hand[name]
+        return self.made()[name]
+
+    def __iter__(self):
+        return iter(self.made())
+
+    def __len__(self) -> int:
+        return len(self.made())
+
+
+@dataclass
+class BaseRecord:
+    """What a process made of a graph's base forward, for another process of the same split (fd_shards.py): the
+    loss, the plan as planned (plan_record: before any screen or fallback changed it) and the steps a complex
+    forward cannot pass. check(loss): called with the loss of a base forward made against the record (raises
+    where it differs)."""
+    loss: float
+    plan: dict
+    lacking: dict
+    check: object = None
+
+    @staticmethod
+    def of(loss: float, plan_: FDPlan, lacking: dict) -> "BaseRecord":
+        return BaseRecord(loss, plan_record(plan_), dict(lacking))
+
+    def fd_plan(self) -> FDPlan:
+        return plan_of_record(self.plan)
+
+
 class FiniteDifferences:
-    def __init__(self, graph: Graph, options: FDOptions | None = None):
+    def __init__(self, graph: Graph, options: FDOptions | None = None, recorded: BaseRecord | None = None):
+        """recorded: what another process of a split made of this graph's base forward (its loss, plan and
+        complex-step blockers: fd_shards.py); the base forward is then made only when a value of it is asked
+        for (a follow-up's perturbed copies, the diagnosis), and its loss must be the record's."""
         self.graph = graph
         self.options = options or FDOptions()
         self.program = program_of(graph, np.float64)
-        base = forward(self.program, NUMPY, prepare_feeds(self.program, NUMPY), grad=False, keep_values=True)
-        self.base = base.values
-        self.loss = float(np.asarray(base.loss).reshape(-1)[0])
+        self.inputs = prepare_feeds(self.program, NUMPY)  # the graph's inputs: the base forward's own feeds
+        self._recorded = recorded
+        self.base = _Made(self._forward, self.inputs)  # every value of the base forward (a keep_values one)
         # step -> the piece its op took here (engine/executor.selections): what every perturbed forward
         # but the one-sided ones evaluates on
-        self.frozen = selections(self.program, np, self.base) if self.options.frozen_branches else {}
+        self.frozen = _Made(lambda: selections(self.program, np, self.base.made()) if self.options.frozen_branches
+                            else {})
+        self.loss = recorded.loss if recorded is not None else self._forward_loss()
+        if recorded is None:  # made here and now: plain dicts from here on
+            self.base, self.frozen = self.base.made(), self.frozen.made()
         self.costs = Costs(self.program, self.base, self.frozen)
         self.joint_rows = 0  # perturbed copies joint_losses evaluated (the joint screen's cost)
         self.copies = 0  # perturbed copies of one value evaluated (losses_of, one_hot_losses): localization's cost
@@ -133,8 +183,24 @@ class FiniteDifferences:
                if not self.options.frozen_branches else None if np.isfinite(self.loss) else "the loss is not finite")
         self._complex_on = off is None
         self.slopes = cx.Slopes()  # the elementwise steps' slopes at the base, for complex steps' Pairs
-        self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
-        self.plan: FDPlan = plan(self.costs, self.options, cx.blockers(self.program, self.frozen, self.base, off))
+        if recorded is not None:
+            self._lacking, self.plan = dict(recorded.lacking), recorded.fd_plan()
+        else:
+            self._lacking = cx.lacks_complex(self.program, self.frozen, self.base) if self._complex_on else {}
+            self.plan: FDPlan = plan(self.costs, self.options, cx.blockers(self.program, self.frozen, self.base, off))
+        self.record = recorded or BaseRecord.of(self.loss, self.plan, self._lacking)  # as made, for a split's merge
+
+    def _forward_loss(self) -> float:
+        self.base.made()
+        return self._base_loss
+
+    def _forward(self) -> dict:
+        """The base forward's values (its loss kept beside them); a recorded loss must be its, bit for bit."""
+        tape = forward(self.program, NUMPY, self.inputs, grad=False, keep_values=True)
+        self._base_loss = float(np.asarray(tape.loss).reshape(-1)[0])
+        if self._recorded is not None:
+            self._recorded.check(self._base_loss)
+        return tape.values
 
     # -- the plan and its cost model (fd_plan.py) --
 
@@ -363,7 +429,7 @@ class FiniteDifferences:
         """k directions over `params`: per block random Gaussian levels (seeded by the options' seed and the
         graph's content, fd_joint.content_seed), each row about a unit vector."""
         if self._direction_seed is None:
-            self._direction_seed = content_seed(self.program, self.base, self.options.seed)
+            self._direction_seed = content_seed(self.program, self.inputs, self.options.seed)
         return JointDirections.random({p: self.base[p] for p in params}, k or self.options.count,
                                       self._direction_seed)
 

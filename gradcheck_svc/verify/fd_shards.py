@@ -49,10 +49,14 @@ record must come from exactly one shard where shard 0's profile lacks it (its gr
 that shard's what-if with its own reported run: the same code on the same graph, deterministic as the
 gradient digests above require).
 
-What is not split: every shard runs the engine's gradient run, and every shard and the merge the FD oracle's
-base forward and plan (the fixed cost); the merge alone runs the symbolic oracle, the screen's bookkeeping
-(the engine's projections on every direction, what each block leaves unresolved), its follow-up and the
-diagnosis (localization's differences, only where a parameter fails).
+What is not split: every shard runs the engine's gradient run and the FD oracle's base forward and plan (the
+fixed cost); the merge takes the base forward as the shards made it -- the loss, the plan, the steps a complex
+forward cannot pass (finite_diff.BaseRecord; every shard's must be shard 0's) -- and makes it only where a
+value of it is read (the follow-up, localization), its loss then checked against theirs bit for bit; the
+diagnosis' kink notes come from the shard they are dealt to (shares), used where every row passes and no other
+finding names a kink (else the merge makes them: they read the failing rows). The merge alone runs the
+symbolic oracle, the screen's bookkeeping (the engine's projections on every direction, what each block
+leaves unresolved), its follow-up and the diagnosis (localization's differences, only where a parameter fails).
 """
 from __future__ import annotations
 
@@ -78,12 +82,16 @@ from .engine_run import profile_asked, run_engine, what_if_apart, what_if_figure
 from .findings import CAUSES, SEVERITIES, Finding
 from .joint_check import screen_share
 from .diagnosis.context import Run
+from .diagnosis.kinks import exact_kink_notes
+from ..oracles.finite_diff import BaseRecord
+from ..oracles.fd_plan import plan_of_record
 from .run import parameter_fd, screen_setup
 from .subject import subject_of
 
 FILE = re.compile(r"fd-shard-(\d{4,})-of-(\d{4,})\.npz")
-FORMAT = 4  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries its engine run ("engine");
-# 4: the memory profile's what-if made by the shard it is dealt to ("what_if")
+FORMAT = 5  # 2: the joint screen split by direction ("screens"); 3: shard 0 carries its engine run ("engine");
+# 4: the memory profile's what-if made by the shard it is dealt to ("what_if"); 5: every shard's FD base forward
+# ("base": its loss, plan, complex-step blockers) and the diagnosis' kink notes made by one shard ("kink_notes")
 # options that only record (the memory timeline, for a plot or page) never change a value: not keyed
 UNKEYED = ("memory_timeline",)
 
@@ -142,19 +150,24 @@ def _cost(fd, p: str) -> float:
 # ResNet-18 at 224x224 16.5 CPU s against 3.4 s for a forward; a complex-step direction 8 s, which the plan
 # counts as 2 forwards)
 INFERENCE_FORWARDS, WHAT_IF_FORWARDS = 0.0, 4.0
+# the diagnosis' notes at kinks (diagnosis/kinks.py: every kinked step's inputs scanned), in forwards: ~1 s on
+# ResNet-18 at 224x224
+KINK_NOTES_FORWARDS = 0.3
 
 
-def shares(fd, own: list[str], count: int, profile: bool, apart: bool) -> tuple[list[int], int | None, list]:
+def shares(fd, own: list[str], count: int, profile: bool, apart: bool) -> tuple[list[int], int | None, int, list]:
     """The work dealt before the screen's directions, in the plan's unit (values evaluated, fd_plan.Costs):
-    (the shard of each parameter planned on its own, the what-if's shard, each shard's load then). Shard 0
-    starts with the memory profile's runs where it makes them (profile) -- its inference figures only where the
-    what-if is a run of its own (apart: engine_run.what_if_apart), dealt like a parameter; the parameters go
-    costliest first to the least loaded shard (assign). Every process deals alike."""
+    (the shard of each parameter planned on its own, the what-if's shard, the kink notes' shard, each shard's
+    load then). Shard 0 starts with the memory profile's runs where it makes them (profile) -- its inference
+    figures only where the what-if is a run of its own (apart: engine_run.what_if_apart), dealt like a
+    parameter, as are the diagnosis' kink notes; the parameters go costliest first to the least loaded shard
+    (assign). Every process deals alike."""
     forward = fd.costs.forward_values()
     loads = [(INFERENCE_FORWARDS + (0 if apart else WHAT_IF_FORWARDS)) * forward if profile else 0.0]
     loads += [0.0] * (count - 1)
-    where = assign([_cost(fd, p) for p in own] + ([WHAT_IF_FORWARDS * forward] if apart else []), count, loads)
-    return where[:len(own)], where[-1] if apart else None, loads
+    where = assign([_cost(fd, p) for p in own] + ([WHAT_IF_FORWARDS * forward] if apart else [])
+                   + [KINK_NOTES_FORWARDS * forward], count, loads)
+    return where[:len(own)], where[len(own)] if apart else None, where[-1], loads
 
 
 def dealer(index: int, count: int, loads=None, cost: float = 1.0):
@@ -283,11 +296,35 @@ def _findings(findings, where: str) -> list:
     return out
 
 
+def base_record(record) -> BaseRecord:
+    """A shard's _base_record read back; ValueError (or KeyError, TypeError) where it is not of the shape written."""
+    loss = bytes.fromhex(record["loss"])
+    if len(loss) != 8 or not isinstance(record["lacking"], dict) or not isinstance(record["plan"], dict):
+        raise ValueError("metadata 'base' is not one run_shard writes")
+    plan_of_record(record["plan"])  # raises where it is not a plan
+    return BaseRecord(float(np.frombuffer(loss, np.float64)[0]), record["plan"],
+                      {str(k): str(v) for k, v in record["lacking"].items()})
+
+
 def what_if_record(record) -> dict:
     """A shard's _what_if_record read back: memory (the what-if's figures), findings as [Finding]."""
     if not isinstance(record["memory"], dict):
         raise ValueError("metadata 'what_if' is not one run_shard writes")
     return {"memory": record["memory"], "findings": _findings(record["findings"], "what_if")}
+
+
+def _base_record(made) -> dict:
+    """The FD oracle's base forward as this shard made it (finite_diff.BaseRecord): the loss's bits (a NaN's
+    too), the plan as planned, the steps a complex forward cannot pass -- the merge's, unless a follow-up
+    needs the base forward's values (then it makes it, and its loss must be this one)."""
+    return {"loss": np.float64(made.loss).tobytes().hex(), "plan": made.plan, "lacking": made.lacking}
+
+
+def _kink_notes(graph, options, dtype: str, engine, fd, tol) -> list:
+    """The diagnosis' notes at kinks (diagnosis/kinks.py) as verify() makes them where every row passed and
+    nothing else named a kink (the merge makes them itself otherwise)."""
+    run = Run(graph, options, dtype, engine=engine, subject=subject_of(graph), fd=fd, tol=tol, results=[])
+    return [{k: getattr(f, k) for k in FINDING_FIELDS} for f in exact_kink_notes(run, [])]
 
 
 def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) -> dict:
@@ -296,7 +333,7 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     engine, subject, judged, fd, tol, screened, own = _setup(graph, options, profile=index == 0)
     dtype = options.dtype or graph.declared_float_dtype
     apart = what_if_apart(graph, options, dtype)
-    where, what_if, loads = shares(fd, own, count, profile_asked(options), apart)  # as every shard deals
+    where, what_if, kinks, loads = shares(fd, own, count, profile_asked(options), apart)  # as every shard deals
     mine = [p for p, s in zip(own, where) if s == index]
     arrays, params = {}, []
     for i, name in enumerate(mine):
@@ -309,7 +346,9 @@ def run_shard(graph, options, graph_sha256: str, index: int, count: int, out) ->
     meta = {"format": FORMAT, "graph": graph.name, **identity(graph_sha256, options), "shard_index": index,
             "shard_count": count, "work": _work_digest(fd, own), "parameters": params,
             "engine": _engine_record(engine, options, arrays, apart) if index == 0 else None,
-            "what_if": _what_if_record(graph, options, dtype, engine) if what_if == index else None}
+            "what_if": _what_if_record(graph, options, dtype, engine) if what_if == index else None,
+            "base": _base_record(fd.record),
+            "kink_notes": _kink_notes(graph, options, dtype, engine, fd, tol) if kinks == index else None}
     deal = dealer(index, count, loads, fd.costs.joint_cost(1) or 1.0)
     screens = screen_share(fd, judged, screened, tol, deal) if screened else []
     _add_screens(meta, arrays, screens)
@@ -385,6 +424,9 @@ def _check_records(meta: dict, arrays: dict) -> None:
         engine_record(meta["engine"], arrays)
     if meta.get("what_if") is not None:
         what_if_record(meta["what_if"])
+    base_record(meta["base"])
+    if meta.get("kink_notes") is not None:
+        _findings(meta["kink_notes"], "kink_notes")
 
 
 def read_shards(src, graph_sha256: str, options) -> dict:
@@ -416,7 +458,7 @@ def read_shards(src, graph_sha256: str, options) -> dict:
     want = identity(graph_sha256, options)
     what = {"graph_sha256": "another graph", "options_sha256": "other options",
             "gradcheck_version": "another gradcheck version"}
-    params, work, screens, engine, what_ifs = {}, {}, {}, None, []
+    params, work, screens, engine, what_ifs, bases, kinks = {}, {}, {}, None, [], {}, []
     for name, (index, _, f) in sorted(found.items()):
         meta, arrays = _load(f)
         if meta.get("shard_index") != index or meta.get("shard_count") != count:
@@ -431,6 +473,9 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             engine = engine_record(meta["engine"], arrays)
         if meta.get("what_if") is not None:
             what_ifs.append((name, what_if_record(meta["what_if"])))
+        bases[name] = meta["base"]
+        if meta.get("kink_notes") is not None:
+            kinks.append((name, _findings(meta["kink_notes"], "kink_notes")))
         for i, p in enumerate(meta["parameters"]):
             if p["name"] in params:
                 raise OptionError(f"parameter '{p['name'][:200]}' is in {params[p['name']][2]} and {name}",
@@ -438,8 +483,24 @@ def read_shards(src, graph_sha256: str, options) -> dict:
             params[p["name"]] = (p, {k.split(".", 1)[1]: v for k, v in arrays.items() if k.startswith(f"{i}.")},
                                  name)
         _read_screens(name, meta, arrays, screens)
+    if len(kinks) != 1:
+        raise OptionError(f"the diagnosis' kink notes are held by {', '.join(n for n, _ in kinks) or 'none'} in "
+                          f"'{src}', not by the one shard they were dealt to; re-run the shards", field="--fd-from")
     return {"params": params, "work": work, "count": count, "screens": screens,
-            "engine": _with_what_if(engine, what_ifs, src)}
+            "engine": _with_what_if(engine, what_ifs, src), "base": _one_base(bases, count),
+            "kink_notes": kinks[0][1]}
+
+
+def _one_base(bases: dict, count: int) -> dict:
+    """Shard 0's FD base forward (_base_record), refused unless every shard made the same one (a forward that is
+    not deterministic would pair one process's differences with another's loss and plan)."""
+    first = bases[shard_file(0, count)]
+    off = sorted(n for n, b in bases.items() if b != first)
+    if off:
+        raise OptionError(f"{', '.join(off)}: made another FD base forward than {shard_file(0, count)} (its loss, "
+                          "plan or complex-step blockers differ: a non-deterministic forward?); re-run the shards",
+                          field="--fd-from")
+    return first
 
 
 def _with_what_if(engine, what_ifs: list, src) -> dict | None:
@@ -517,6 +578,22 @@ class ShardSource:
             raise _damaged(f"{self._read[0]}/{shard_file(0, self.shards()['count'])}",
                            "its engine gradients are not the graph's parameters")
         return made
+
+    def base_record(self) -> BaseRecord:
+        """The FD oracle's base forward as every shard made it: the merge makes its own only where a follow-up
+        or the diagnosis needs its values, and refuses where its loss is not the shards'."""
+        made = base_record(self.shards()["base"])
+
+        def check(loss: float) -> None:
+            if np.float64(loss).tobytes() != np.float64(made.loss).tobytes():
+                raise OptionError(f"the FD base forward's loss here ({loss!r}) is not the shards' ({made.loss!r}): a "
+                                  "non-deterministic forward? re-run the shards", field="--fd-from")
+        made.check = check
+        return made
+
+    def kink_notes(self) -> list:
+        """The diagnosis' kink notes one shard made (_kink_notes): verify()'s where every row passes."""
+        return self.shards()["kink_notes"]
 
     def __call__(self, fd, screen, own, tol):
         return shard_source(self.shards())(fd, screen, own, tol)

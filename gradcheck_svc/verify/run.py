@@ -123,7 +123,9 @@ def _compared(run: Run, fd_source) -> list[str]:
     """The finite-difference oracle, the tolerance and each parameter's row (the gradient under test against
     both references) into the run; returns the claims' warnings."""
     graph = run.graph
-    run.fd = fd = FiniteDifferences(graph, run.options.fd)
+    recorded = getattr(fd_source, "base_record", None)  # a merge's: the shards' base forward (fd_shards.py)
+    run.fd = fd = FiniteDifferences(graph, run.options.fd, recorded() if recorded is not None else None)
+    run.kink_notes = fd_source.kink_notes() if hasattr(fd_source, "kink_notes") else None
     run.tol = tol = Tolerance.for_dtype(run.subject.tolerance_dtype(run.dtype), run.options.atol, run.options.rtol)
     subject = run.subject.gradients(run.engine.gradients)  # what is verified: the engine's or the claims
     plan = fd_plan(fd, subject, graph, tol, getattr(fd_source, "joint_values", None), _explained(run),

@@ -116,3 +116,22 @@ def test_a_copys_live_bytes_bound_what_the_batched_forward_holds():
         forward_batched(fd.program, NUMPY, fd.base, {p: np.repeat(np.asarray(fd.base[p])[None], 2, axis=0)
                                                      for p in group}, stats, frozen=fd.frozen)
         assert fd.costs.live_row_bytes(group) >= stats["peak_bytes"] > 0, group
+
+
+def test_a_recorded_base_forward_is_made_only_when_one_of_its_values_is_read():
+    """A split's merge takes the shards' base forward (finite_diff.BaseRecord, through JSON as a shard file holds
+    it): the same loss and plan, the graph's inputs at hand, no forward made until a value of it is read -- then
+    made, and its loss handed to the record's check (the merge refuses one that differs)."""
+    from gradcheck_svc.oracles.finite_diff import BaseRecord
+
+    graph = cnn(2, size=6, batch=1)
+    fd = FiniteDifferences(graph)
+    made = []
+    rec = json.loads(json.dumps({"plan": fd.record.plan, "lacking": fd.record.lacking}))
+    taken = FiniteDifferences(graph, recorded=BaseRecord(fd.loss, rec["plan"], rec["lacking"], check=made.append))
+    assert taken.loss == fd.loss and taken.plan == fd.plan and taken.plan.to_dict() == fd.plan.to_dict()
+    assert all(np.array_equal(taken.base[p], fd.base[p]) for p in graph.parameters)
+    assert taken.costs.joint_cost(4) == fd.costs.joint_cost(4) and made == []
+    step = taken.program.steps[0].name
+    assert np.array_equal(taken.base[step], fd.base[step]) and made == [fd.loss]
+    assert dict(taken.frozen).keys() == fd.frozen.keys() and made == [fd.loss]  # one forward

@@ -110,7 +110,7 @@ def check_split(graph: Path, tmp_path: Path, opts: tuple, want: dict, code: int)
 @pytest.mark.parametrize("variant", VARIANTS)
 def test_split_report_equals_the_single_process_report(tmp_path, variant):
     graph = tmp_path / "mlp.json"
-    graph.write_text(mlp())
+    graph.write_text(mlp(kink=True))
     opts = VARIANTS[variant]
     single = cli(str(graph), *opts, "--format", "json")
     assert single.returncode in (0, 1), single.stderr
@@ -121,6 +121,8 @@ def test_split_report_equals_the_single_process_report(tmp_path, variant):
         assert any(f["node"] == "h1" for f in want["findings"])
     else:
         assert single.returncode == 0 and want["verdict"] == "pass"
+    # relu at its kink: a note the merge takes from the shard that made it where every row passes (else its own)
+    assert [(f["node"], f["cause"]) for f in want["findings"]][-1] == ("kinked", "nondifferentiable_point")
     if variant == "joint":
         assert sorted(want["fd_plan"]["stand_in"]) == sorted(p["name"] for p in want["parameters"])
     check_split(graph, tmp_path, opts, want, single.returncode)
@@ -242,10 +244,30 @@ def test_merge_refuses_missing_foreign_and_mismatched_shards(tmp_path):
         name["p"] = meta["parameters"][0]["name"]
         arrays["0.reference"] = arrays["0.reference"] + 1.0
     rewrite(path, bump)
-    r = cli(str(graph), *FULL, "--fd-from", str(out), "--format", "json")
-    rows = {p["name"]: p for p in json.loads(r.stdout)["parameters"]}
+    # nor its FD base forward (the plan the report states, the shards' in every file) nor the kink notes (a
+    # passing graph's: the shard they were dealt to holds them, here none at first)
+    files = sorted(out.glob("fd-shard-*-of-0003.npz"))
+    for f in files:
+        rewrite(f, lambda meta, arrays: meta["base"]["plan"].update(forwards=meta["base"]["plan"]["forwards"] + 7))
+    note = {"node": "h0", "op": "tanh", "cause": "nondifferentiable_point", "severity": "info", "detail": "noted",
+            "parameters": ["W0"]}
+    holder = next(f for f in files if read_meta(f)["kink_notes"] is not None)
+    rewrite(holder, lambda meta, arrays: meta.update(kink_notes=[note]))
+    got = json.loads(cli(str(graph), *FULL, "--fd-from", str(out), "--format", "json").stdout)
+    rows = {p["name"]: p for p in got["parameters"]}
     before = {p["name"]: p for p in good["parameters"]}
     assert np.allclose(np.asarray(rows[name["p"]]["reference"]), np.asarray(before[name["p"]]["reference"]) + 1.0)
+    assert got["fd_plan"]["forwards"] == good["fd_plan"]["forwards"] + 7
+    assert [f["detail"] for f in got["findings"]] == [f["detail"] for f in good["findings"]] + ["noted"]
+    # one shard's base forward other than shard 0's (a loss one ulp off), or notes held by no shard: refused
+    rewrite(files[1], lambda meta, arrays: meta["base"].update(
+        loss=(np.frombuffer(bytes.fromhex(meta["base"]["loss"]), np.float64) * (1 + 2 ** -52)).tobytes().hex()))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
+    assert r.returncode == 2 and f"{files[1].name}: made another FD base forward than {files[0].name}" in r.stderr, \
+        r.stderr
+    rewrite(holder, lambda meta, arrays: meta.update(kink_notes=None))
+    r = cli(str(graph), *FULL, "--fd-from", str(out))
+    assert r.returncode == 2 and "the diagnosis' kink notes are held by none" in r.stderr, r.stderr
 
 
 def test_a_damaged_kept_graph_is_decoded_again(tmp_path):

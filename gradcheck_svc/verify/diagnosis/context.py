@@ -42,6 +42,9 @@ class Run:
     subject: object = None  # whose gradient is under test and the findings speak of (verify/subject.py)
     symbolic: object = None  # the symbolic oracle's gradients (oracles/symbolic.py)
     custom: list | None = None  # the checks of the graph's user derivatives (custom_ops.py)
+    # the kink notes (kinks.py) another process of a split made as this one would where every row passes and
+    # nothing else named a kink (fd_shards.py); None: made here
+    kink_notes: list | None = None
     _clean: dict | None = None
     _traced: EngineRun | None = None
     _params_of: dict = field(default_factory=dict)

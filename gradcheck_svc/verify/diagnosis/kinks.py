@@ -30,6 +30,9 @@ from .rules import rule_contribution
 
 def exact_kink_notes(ctx: Context, findings: list[Finding]) -> list[Finding]:
     named = {f.node for f in findings if f.cause == "nondifferentiable_point"}
+    if ctx.kink_notes is not None and not named and all(r.passed for r in ctx.results):
+        # a split's: made by a shard with no rows and no finding (nothing else reads either then)
+        return list(ctx.kink_notes)
     fd = ctx.fd
     out = []
     for step in fd.program.steps:
