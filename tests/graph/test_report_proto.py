@@ -1,6 +1,7 @@
 """The server's Report proto is built field by field from the JSON report (no JSON-mapping
 parse): it must be exactly the message json_format.ParseDict makes of the same report,
 NaN/Inf spellings, maps of messages and unset optionals included."""
+import functools
 import json
 
 import pytest
@@ -18,9 +19,15 @@ CASES = [("seed.json", ()), ("seed.json", ("z:overwrite:nan",)), ("mlp_cross_ent
          ("softmax_logsumexp.json", ()), ("swish_custom_wrong.json", ()), ("broadcasting.json", ())]
 
 
+@functools.cache
+def _verified(name: str, faults: tuple):
+    """Each case verified once for the module's comparisons (nothing here changes a report)."""
+    return verify(load_graph(EXAMPLES / name), VerifyOptions(faults=tuple(parse_fault(f) for f in faults)))
+
+
 @pytest.mark.parametrize("name, faults", CASES, ids=[f"{n}-{len(f)}" for n, f in CASES])
 def test_report_proto_equals_the_json_mapping_of_the_report(name, faults):
-    report = verify(load_graph(EXAMPLES / name), VerifyOptions(faults=tuple(parse_fault(f) for f in faults)))
+    report = _verified(name, faults)
     expected = json_format.ParseDict(report.to_dict(), service_pb2.Report(), ignore_unknown_fields=True)
     expected.text = report.to_text()
     got = report_to_proto(report)
@@ -34,7 +41,7 @@ def test_client_dict_of_the_proto_is_json_formats_word_for_word(name, faults):
     NaN/Infinity spelt as strings) must be exactly json_format.MessageToDict's."""
     from gradcheck_core.report import message_to_dict
 
-    report = verify(load_graph(EXAMPLES / name), VerifyOptions(faults=tuple(parse_fault(f) for f in faults)))
+    report = _verified(name, faults)
     msg = report_to_proto(report)
     row = msg.parameters[0]
     row.gradient.extend([float("nan"), float("inf"), -0.0])

@@ -129,6 +129,31 @@ def test_shape_ndim_len_right_for_every_op():
     assert checked == set(REGISTRY)
 
 
+def test_the_shape_memo_keeps_numpys_own_answers():
+    """numpy_rule remembers each (op, input shapes, plain attributes) answer for the process (a traced module asks
+    the same ones on every check): a second trace answers from it, and each answer kept is what the op's NumPy
+    function gives afresh; an attribute whose repr is not exact (an array) never keys it."""
+    import ast
+
+    from gradcheck_core import shapes
+    from gradcheck_core.op_values import OPS, VALUES
+
+    shapes._SHAPES.clear()
+    graphs = []
+    for _ in range(2):
+        t = Tracer()
+        x = t.param("x", np.arange(6.0).reshape(2, 3) - 2.5)
+        y = np.tanh(x @ x.T).sum(axis=0, keepdims=True) * np.exp(x[:, :2]).mean() + np.reshape(x, (3, 2))[:1]
+        graphs.append(t.graph(y.sum()).SerializeToString(deterministic=True))
+    assert graphs[0] == graphs[1]
+    assert len(shapes._SHAPES) >= 5
+    for (name, given_shapes, given), shape in shapes._SHAPES.items():
+        stand_ins = shapes._stand_ins(ast.literal_eval(given_shapes), OPS[name]["inputs"])
+        assert shape == np.shape(VALUES[name](*stand_ins, **dict(ast.literal_eval(given)))), name
+    assert shapes._plain({"axis": (0, -1), "keepdims": True, "mode": "x"})
+    assert not shapes._plain({"indices": np.arange(3)}) and not shapes._plain([np.int64(2)])
+
+
 def test_numpy_functions_record_the_registry_ops():
     t = Tracer()
     x = t.param("x", np.arange(6.0).reshape(2, 3) - 2.5)

@@ -21,12 +21,39 @@ def _stand_ins(shapes, kinds):
 
 
 def numpy_rule(shapes, attrs, entry):
-    """The op's NumPy function (op_values.VALUES) on stand-ins of the inputs' shapes."""
+    """The op's NumPy function (op_values.VALUES) on stand-ins of the inputs' shapes: once per process for each
+    op, input shapes and plain attributes (_SHAPES) -- the stand-ins are the same zeros every time, so is the
+    shape; a traced module asks the same few tens of times per check."""
     from .op_values import VALUES
 
     given = {k: v for k, v in attrs.items() if v is not None}
-    with np.errstate(all="ignore"):
-        return tuple(np.shape(VALUES[entry["name"]](*_stand_ins(shapes, entry["inputs"]), **given)))
+    key = (entry["name"], repr([tuple(s) for s in shapes]), repr(sorted(given.items()))) \
+        if _plain(shapes) and _plain(given) else None
+    shape = _SHAPES.get(key) if key is not None else None
+    if shape is None:
+        with np.errstate(all="ignore"):
+            shape = tuple(np.shape(VALUES[entry["name"]](*_stand_ins(shapes, entry["inputs"]), **given)))
+        if key is not None:
+            if len(_SHAPES) >= _SHAPES_KEPT:
+                _SHAPES.clear()
+            _SHAPES[key] = shape
+    return shape
+
+
+_SHAPES: dict = {}  # numpy_rule's answers: (op, repr of the shapes, repr of the attributes) -> shape
+_SHAPES_KEPT = 4096
+
+
+def _plain(v) -> bool:
+    """Whether repr(v) names v exactly (builtin scalars, strings, None, and lists, tuples, dicts of them -- not an
+    array, whose repr elides its middle): only such attributes key numpy_rule's memo."""
+    if v is None or type(v) in (int, float, bool, str):
+        return True
+    if type(v) in (list, tuple):
+        return all(_plain(x) for x in v)
+    if type(v) is dict:
+        return all(type(k) is str and _plain(x) for k, x in v.items())
+    return False
 
 
 def broadcast(shapes, attrs, entry):

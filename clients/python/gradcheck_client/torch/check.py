@@ -37,6 +37,7 @@ import functools
 import inspect
 import operator
 import threading
+import weakref
 
 import numpy as np
 import torch
@@ -99,12 +100,27 @@ def _function_applied(fn):
 
 def _forward_signature(cls):
     """The signature of a Function's forward without its ctx (none with setup_context), or None."""
+    return _signature_of(cls.forward, cls.setup_context is torch.autograd.function._SingleLevelFunction.setup_context)
+
+
+_SIGNATURES: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # forward -> {with_ctx: signature}
+
+
+def _signature_of(forward, with_ctx: bool):
+    """_forward_signature's, once per forward (inspect.signature: a tenth of a millisecond, every check of a
+    tiny Function); keyed by the forward itself (weakly), so a Function whose forward is replaced is read again."""
     try:
-        forward = inspect.signature(cls.forward)
-    except (TypeError, ValueError):
-        return None
-    with_ctx = cls.setup_context is torch.autograd.function._SingleLevelFunction.setup_context
-    return forward.replace(parameters=list(forward.parameters.values())[1 if with_ctx else 0:])
+        known = _SIGNATURES.setdefault(forward, {})
+    except TypeError:  # (not weakly referable: read each time)
+        known = {}
+    if with_ctx not in known:
+        try:
+            signature = inspect.signature(forward)
+        except (TypeError, ValueError):
+            signature = None
+        known[with_ctx] = signature and signature.replace(
+            parameters=list(signature.parameters.values())[1 if with_ctx else 0:])
+    return known[with_ctx]
 
 
 def _name(fn) -> str:
