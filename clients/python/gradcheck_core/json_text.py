@@ -64,10 +64,9 @@ def _fragments(obj, allow_nan: bool) -> str | None:
     of its one-line text (_one_line: json's text where orjson's would not say the same); None where orjson's
     text of the objects would not be json.dumps' (a NaN or Inf float outside a list, which orjson writes as
     null; text that is not ASCII or holds a DEL, which json escapes; an integer beyond 64 bits; a key that is
-    not a string): then dumps
-    places the lines in json's text. A placeholder per list and the text split at them cost chain_256's report
-    ~40 ms more; the skeleton's floats are checked as they are lifted, not by counting the nulls of the whole
-    text (~5 ms of its 6.7 MB)."""
+    not a string): then dumps places the lines in json's text. A placeholder per list and the text split at
+    them cost chain_256's report ~40 ms more; the skeleton's floats are checked as they are lifted, not by
+    counting the nulls of the whole text (~5 ms of its 6.7 MB)."""
 
     def put(values, types):
         if str not in types:  # orjson's text, where it holds only the nulls counted (no string: "n" is null's)
