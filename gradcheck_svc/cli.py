@@ -182,9 +182,6 @@ FD_REQUEST_SECONDS = 3600.0
 
 def _fd_mode(args, single: bool):
     """None (verify in one process), or ("shard", index, count, out) / ("merge", src): the fd flags checked."""
-    import os
-
-    from .store.location import location
     from .errors import OptionError
 
     if args.fd_shard_count is None and args.fd_from is None:
@@ -192,6 +189,8 @@ def _fd_mode(args, single: bool):
             if value is not None:
                 raise OptionError("needs --fd-shard-count", field=flag)
         return None
+    from .store.location import location  # (a split's store: not for a plain verify)
+
     if not single:
         raise OptionError("splits one graph's finite differences: give one graph file", field="PATH")
     if args.fd_from is not None:

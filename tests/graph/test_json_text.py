@@ -97,6 +97,10 @@ def test_what_orjson_would_write_otherwise_is_written_as_json_does():
     plain = {k: v.tolist() if isinstance(v, (np.ndarray, np.generic)) else v for k, v in doc.items()}
     _identical(json.loads(text), json.loads(json.dumps(plain)))
     assert json.loads(text)["f32"] == [float(np.float32(0.1))]
+    # ASCII text otherwise: a DEL escaped as json escapes it (orjson writes it as it is), keys that are not
+    # strings spelt as json spells them (orjson writes a NaN key as "null")
+    for other in ({"name": "a\x7fb", "x": [0.5], "y": 0.25}, {float("nan"): 1.0, "x": [0.5]}, {2: [0.5], "y": None}):
+        assert dumps(other) == json.dumps(other, indent=2).replace("[\n    0.5\n  ]", "[0.5]")
 
 
 def test_lists_written_together_keep_their_own_spelling():

@@ -17,15 +17,16 @@ non-ASCII text (json escapes it: the output stays ASCII), an integer beyond 64 b
 from __future__ import annotations
 
 import json
+import math
 import os
 
 import numpy as np
 import orjson
 
 _PLAIN = frozenset((int, float, str, bool, type(None)))  # exact types: a subclass is looked into
-# leaves with nothing to count (a None is counted; a NaN or Inf float, which orjson writes as null, shows as a
-# null more than counted, and that text is then json's)
-_QUIET = frozenset((int, float, str, bool))
+# leaves with nothing to check (a None is counted; a float is lifted: a NaN or Inf, which orjson writes as null,
+# leaves the text to json)
+_QUIET = frozenset((int, str, bool))
 _OPT = orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_NON_STR_KEYS
 
 
@@ -46,7 +47,7 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
         lists.append((values, types))
         return f"{token}{len(lists) - 1}"
 
-    skeleton, nulls = _skeleton(obj, put)
+    skeleton, nulls, _ = _skeleton(obj, put)
     text = (_orjson(skeleton, nulls, orjson.OPT_INDENT_2) if indent == 2 else None) \
         or json.dumps(skeleton, indent=indent, allow_nan=allow_nan)
     pieces = _one_lines(lists, allow_nan)
@@ -61,10 +62,11 @@ def dumps(obj, indent: int | None = 2, allow_nan: bool = True) -> str:
 def _fragments(obj, allow_nan: bool) -> str | None:
     """The indented text written by orjson in one call, each list of plain values in it as an orjson.Fragment
     of its one-line text (_one_line: json's text where orjson's would not say the same); None where orjson's
-    text of the objects would not be json.dumps' (a NaN or Inf float outside a list -- a null more than the
-    None leaves and the lines hold --, non-ASCII text, an integer beyond 64 bits): then dumps places the lines
-    in json's text. A placeholder per list and the text split at them cost chain_256's report ~40 ms more."""
-    in_lines = [0]  # the nulls the lines hold
+    text of the objects would not be json.dumps' (a NaN or Inf float outside a list, which orjson writes as
+    null; text that is not ASCII or holds a DEL, which json escapes; an integer beyond 64 bits; a key that is
+    not a string): then dumps places the lines in json's text. A placeholder per list and the text split at
+    them cost chain_256's report ~40 ms more; the skeleton's floats are checked as they are lifted, not by
+    counting the nulls of the whole text (~5 ms of its 6.7 MB)."""
 
     def put(values, types):
         if str not in types:  # orjson's text, where it holds only the nulls counted (no string: "n" is null's)
@@ -73,32 +75,49 @@ def _fragments(obj, allow_nan: bool) -> str | None:
                 line = orjson.dumps(values, option=_OPT)
             except orjson.JSONEncodeError:  # an int beyond 64 bits: json's text
                 line = None
-            if line is not None and line.count(b"n") == nones:
-                in_lines[0] += nones
+            # (no None: no "n" at all, found by memchr, where counting them read every byte)
+            if line is not None and (line.count(b"n") == nones if nones else b"n" not in line):
                 return orjson.Fragment(line.replace(b",", b", "))
-        line = _one_line(values, types, allow_nan)  # json's text (and its error)
-        in_lines[0] += line.count("null")
-        return orjson.Fragment(line)
+        return orjson.Fragment(_one_line(values, types, allow_nan))  # json's text (and its error)
 
-    skeleton, nulls = _skeleton(obj, put)
+    skeleton, _, finite = _skeleton(obj, put)
+    if not finite:
+        return None
     try:
-        text = orjson.dumps(skeleton, option=_OPT | orjson.OPT_INDENT_2)
+        # (keys other than strings refused: orjson's text of a float key is not json's; they take the long way)
+        text = orjson.dumps(skeleton, option=orjson.OPT_SERIALIZE_NUMPY | orjson.OPT_INDENT_2)
     except orjson.JSONEncodeError:
         return None
-    return text.decode() if text.isascii() and text.count(b"null") == nulls + in_lines[0] else None
+    return _ascii(text)
+
+
+def _ascii(text: bytes) -> str | None:
+    """orjson's text as json.dumps would say it, or None: not ASCII (json escapes it), or a DEL in a string
+    (orjson writes it as it is, json as \\u007f). One pass: the decode is the ASCII check."""
+    if b"\x7f" in text:
+        return None
+    try:
+        return text.decode("ascii")
+    except UnicodeDecodeError:
+        return None
 
 
 def _skeleton(obj, put) -> tuple:
     """(obj with each list of plain values, or 1-D integer or float64 array, replaced by put(values, the set of
-    their types), the number of None leaves left in it). A float64 array may hold a NaN or Inf: orjson writes it
-    as null, one more than counted, and that list's text is then json's (_one_line)."""
+    their types), the number of None leaves left in it, whether every float left in it is finite). A float64
+    array may hold a NaN or Inf: orjson writes it as null, one more than counted, and that list's text is then
+    json's (_one_line)."""
     nulls = 0  # the skeleton's None leaves: orjson's text must hold exactly these (a NaN or Inf is one more)
+    finite = True
 
     def lift(o):
-        nonlocal nulls
+        nonlocal nulls, finite
         t = type(o)
         if t in _PLAIN:  # the leaves first: most calls are one
-            nulls += o is None
+            if o is None:
+                nulls += 1
+            elif t is float and not math.isfinite(o):
+                finite = False
             return o
         if isinstance(o, dict):  # the quiet leaves kept in place: no call for each
             return {k: v if type(v) in _QUIET else lift(v) for k, v in o.items()}
@@ -116,7 +135,8 @@ def _skeleton(obj, put) -> tuple:
             return lift(o.item())
         return o
 
-    return lift(obj), nulls
+    skeleton = lift(obj)
+    return skeleton, nulls, finite
 
 
 def _listable(o):
@@ -163,4 +183,4 @@ def _orjson(o, nulls: int, option: int) -> str | None:
     except orjson.JSONEncodeError:  # an int beyond 64 bits, a lone surrogate: json.dumps knows them
         return None
     # a string holding "null" (in the skeleton) is left to json.dumps too
-    return text.decode() if text.isascii() and text.count(b"null") == nulls else None
+    return _ascii(text) if text.count(b"null") == nulls else None
