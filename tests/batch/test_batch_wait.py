@@ -45,19 +45,35 @@ def corpus(tmp_path) -> Path:
 
 def shard(corpus, out, index: int, failures: int = 0, *extra: str) -> subprocess.CompletedProcess:
     """One attempt of one index, as the Job runs it (index, run ID, the earlier failures of this index): the
-    command forked from this process (tests/forked_cli.py), or a real process where it talks gRPC (--server).
-    The process under test is the merge's, a real one."""
-    env = {"JOB_COMPLETION_INDEX": str(index), "GRADCHECK_RUN_ID": RUN, "GRADCHECK_INDEX_FAILURES": str(failures),
-           "GRADCHECK_INDEX_RETRIES": str(RETRIES), "GRADCHECK_HEARTBEAT_SECONDS": HEARTBEAT}
+    command forked from this process (tests/forked_cli.py); start_unreachable's, which talks gRPC, is a real
+    process. The process under test is the merge's, a real one."""
     return forked_cli.run("gradcheck_svc.cli", "batch", "--manifest", corpus, "--shard-count", SHARDS, "--out", out,
-                          *extra, env=_env(env), cwd=ROOT, timeout=300)
+                          *extra, env=_attempt_env(index, failures), cwd=ROOT, timeout=300)
 
 
-def unreachable(corpus, out, index: int, failures: int) -> subprocess.CompletedProcess:
-    """An attempt that fails as infrastructure does (exit 75): its server does not answer."""
-    proc = shard(corpus, out, index, failures, "--server", f"127.0.0.1:{_closed_port()}")
-    assert proc.returncode == 75, proc.stderr
-    return proc
+def _attempt_env(index: int, failures: int) -> dict:
+    """What the Job gives an attempt of an index: its index, the run ID, the index's earlier failures."""
+    return _env({"JOB_COMPLETION_INDEX": str(index), "GRADCHECK_RUN_ID": RUN, "GRADCHECK_INDEX_FAILURES": str(failures),
+                 "GRADCHECK_INDEX_RETRIES": str(RETRIES), "GRADCHECK_HEARTBEAT_SECONDS": HEARTBEAT})
+
+
+def start_unreachable(corpus, out, index: int, failures: int) -> subprocess.Popen:
+    """An attempt that fails as infrastructure does (exit 75): its server does not answer. A real process (it
+    talks gRPC), started and left running -- it spends seconds in the client's retries, asleep -- while the Job's
+    other indexes run beside it, as they do in a Job; `failed` waits for it."""
+    return subprocess.Popen([sys.executable, "-m", "gradcheck_svc.cli", "batch", "--manifest", str(corpus),
+                             "--shard-count", str(SHARDS), "--out", str(out), "--server",
+                             f"127.0.0.1:{_closed_port()}"], env=_attempt_env(index, failures), cwd=ROOT,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def failed(attempt: subprocess.Popen) -> None:
+    _, err = attempt.communicate(timeout=300)
+    assert attempt.returncode == 75, err
+
+
+def unreachable(corpus, out, index: int, failures: int) -> None:
+    failed(start_unreachable(corpus, out, index, failures))
 
 
 def start_merge(corpus, out) -> subprocess.Popen:
@@ -80,9 +96,12 @@ def test_the_merge_waits_for_every_shard_then_reports(tmp_path, corpus):
     out = tmp_path / "out"
     merge = start_merge(corpus, out)
     lost = 1
-    unreachable(corpus, out, lost, failures=0)  # retried: the merge must not stop here
+    attempt = start_unreachable(corpus, out, lost, failures=0)
     for i in range(SHARDS):
-        assert shard(corpus, out, i, failures=1 if i == lost else 0).returncode == 0
+        if i != lost:
+            assert shard(corpus, out, i).returncode == 0
+    failed(attempt)  # retried: the merge must not stop here, every other index done
+    assert shard(corpus, out, lost, failures=1).returncode == 0
     code, err = ended(merge)
     assert code == 1, err  # complete: one graph fails
     assert "9 graphs: 8 pass, 1 fail (exit 1)" in err and "some shards or nodes have not ended" not in err
@@ -95,10 +114,12 @@ def test_a_shard_failed_for_good_gives_a_partial_report(tmp_path, corpus):
     out = tmp_path / "out"
     merge = start_merge(corpus, out)
     lost = shard_of("g7.json", SHARDS)
+    attempt = start_unreachable(corpus, out, lost, failures=0)
     for i in range(SHARDS):
         if i != lost:
             assert shard(corpus, out, i).returncode == 0
-    for failures in range(RETRIES + 1):
+    failed(attempt)
+    for failures in range(1, RETRIES + 1):
         unreachable(corpus, out, lost, failures)
     code, err = ended(merge)
     assert code == 4, err
