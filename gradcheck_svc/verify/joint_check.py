@@ -125,15 +125,16 @@ def element_bounds(g: np.ndarray, tol: Tolerance) -> np.ndarray:
     return tol.absolute(float(a.max(initial=0.0))) + tol.rtol * a
 
 
-def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None, bounds=None) -> dict:
+def _allowed(gradients: dict, tol: Tolerance, params: list[str], fd=None) -> dict:
     """Per parameter sum(b * b) / n: a^2 (k,) is that times the block's weight squared -- (v * v) @
     (b * b) / n, every element of a sign block moving by the weight. fd (the second pass): at most
     (RESOLVE / 4 x the smallest own bound)^2, an element's own bound being its tolerance plus the
     rounding of its own central difference -- so that an element whose bound is far below its block's
-    typical tolerance is seen at RESOLVE x its own. bounds: p -> element_bounds, where made already."""
+    typical tolerance is seen at RESOLVE x its own. One block's bounds at a time: all of them together are as
+    large as the gradients (11 M float64 for ResNet-18, at the verification's peak)."""
     out = {}
     for p in params:
-        b = bounds[p] if bounds is not None else element_bounds(gradients[p], tol)
+        b = element_bounds(gradients[p], tol)
         out[p] = float(b @ b) / max(1, b.size)
         if fd is not None and b.size:
             own = b + fd.element_noise(p)
@@ -171,13 +172,12 @@ def _directions(fd, gradients: dict, params: list[str], tol: Tolerance, step_sca
     # the second pass needs fewer directions: one element's error moves every direction alike
     cap = fd.options.count if resolve else max(MIN_DIRECTIONS, fd.options.count // 2)
     chosen = fd.options.directions is None and fd.method_for(params) == COMPLEX
-    bounds = {p: element_bounds(gradients[p], tol) for p in params}  # (for _allowed and joint_k alike)
-    dirs, a2 = _weighted(fd, gradients, params, tol, step_scale, resolve,
-                         min(cap, MIN_DIRECTIONS) if chosen else cap, bounds)
-    k, why = joint_k(fd, dirs, a2, gradients, params, tol, cap, bounds) if chosen else (cap, _why_not_chosen(fd))
+    allowed = _allowed(gradients, tol, params, None if resolve else fd)  # (whatever k: made once)
+    dirs, a2 = _weighted(fd, params, step_scale, min(cap, MIN_DIRECTIONS) if chosen else cap, allowed)
+    k, why = joint_k(fd, dirs, a2, gradients, params, tol, cap) if chosen else (cap, _why_not_chosen(fd))
     if k != dirs.k:  # the same first rows, more of them (the weights and step do not depend on k)
         proven = dirs.proven_at
-        dirs, a2 = _weighted(fd, gradients, params, tol, step_scale, resolve, k, bounds)
+        dirs, a2 = _weighted(fd, params, step_scale, k, allowed)
         dirs.proven_at = proven
     if resolve and step_scale == 1.0:
         fd.plan = with_joint_directions(fd.plan, fd.costs, k, why)
@@ -191,8 +191,7 @@ def _why_not_chosen(fd) -> str:
             "so the power cannot be stated before")
 
 
-def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Tolerance, cap: int,
-            bounds=None) -> tuple[int, str]:
+def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Tolerance, cap: int) -> tuple[int, str]:
     """The fewest directions, MIN_DIRECTIONS to cap, in which every element's stated power meets the screen's
     goal, and why: (k, text). The power of k directions for element i of block p (JointDirections.least_error)
     is e_i(k) = min_{j<k} R_j / (w_p |s_ji|), R_j = F + 2 E_j -- F the group's floor, E_j the complex-step bound of
@@ -215,7 +214,7 @@ def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Toleran
             continue
         # by complex steps (joint_k is asked for no other): an element's own difference adds nothing to its bound
         # (fd.element_noise is 0)
-        bound = RESOLVE * (bounds[p] if bounds is not None else element_bounds(gradients[p], tol))
+        bound = RESOLVE * element_bounds(gradients[p], tol)  # (one block's at a time, as _allowed's)
         short = np.flatnonzero(~(reach <= dirs.weight[p] * dirs.largest(p) * bound))  # least_error <= bound
         j = dirs.k
         while short.size and j < cap:  # the elements not yet seen, one more row at a time
@@ -231,13 +230,11 @@ def joint_k(fd, dirs, a2: dict, gradients: dict, params: list[str], tol: Toleran
                   "moves some direction past what it allows (complex steps)")
 
 
-def _weighted(fd, gradients: dict, params: list[str], tol: Tolerance, step_scale: float, resolve: bool, k: int,
-              bounds=None):
+def _weighted(fd, params: list[str], step_scale: float, k: int, allowed: dict):
     """k directions over params (the first k of the seeded stream), each block weighted (below), and what each
-    block allows per direction: (JointDirections, p -> a_jp^2 (k,)). bounds: _allowed's."""
+    block allows per direction: (JointDirections, p -> a_jp^2 (k,)). allowed: _allowed's."""
     dirs = fd.joint_directions(params, k)
     dirs.step *= step_scale
-    allowed = _allowed(gradients, tol, params, None if resolve else fd, bounds)
     # each block weighted so that what its tolerance allows is the same for all (the smallest one's):
     # a bug past its own tolerance shows as much in a block whose gradient is 1e-5 as in one whose
     # gradient is 10, rather than drowning in the large blocks' allowance. No block moves more than
