@@ -173,7 +173,9 @@ def run_dir(out: Path | ObjectPath, run_id: str) -> Path | ObjectPath:
 
 def list_runs(out: Path) -> dict[str, int]:
     """Run ID -> when its newest unit started (unit.json's mtime in ns; a unit that lost its unit.json counts
-    by its results directory), for every run holding a unit."""
+    by its results directory, one that ended before writing it -- refused by argparse, an empty or missing
+    graphs volume -- by its ended.json), for every run holding a unit: a launch whose every shard ended so is
+    a run its merge finds and reports on (each graph missing, and why), not one it waits out --wait for."""
     runs = {}
     root = as_path(out) / RUNS
     if not root.is_dir():
@@ -183,7 +185,7 @@ def list_runs(out: Path) -> dict[str, int]:
             continue
         stamps = []
         for u in run.iterdir():
-            for marker in (u / UNIT_FILE, u / RESULTS):
+            for marker in (u / UNIT_FILE, u / RESULTS, u / ENDED_FILE):
                 if marker.exists():
                     stamps.append(marker.stat().st_mtime_ns)
                     break

@@ -157,15 +157,15 @@ def test_a_resume_after_a_rebuild_with_shards_pending_merges_nothing_stale(tmp_p
         assert {r["gradcheck_version"] for r in merged(out)["records"]} == {code_version()}
 
 
-@pytest.mark.parametrize("skew", [2, -2])
-def test_a_job_launched_without_an_attempt_settles_on_its_own_markers(tmp_path, corpus, old_run, skew):
+def test_a_job_launched_without_an_attempt_settles_on_its_own_markers(tmp_path, corpus, old_run):
     """settings.yaml's attempt left empty: the Job's pods take the Job's uid as their attempt (job-UID, the
     downward API's controller-uid), and the merge given none settles on the attempt holding the run -- never on
-    time stamps. Attempt "a"'s ended.json files (final, exit 0, clocks 2 h off either way) do not settle it
-    while the new Job's shards 1 and 2 are pending; "a"'s records (another version) are superseded."""
+    time stamps. Attempt "a"'s ended.json files (final, exit 0, written by a clock 2 h ahead: newer than
+    anything of the new Job's) do not settle it while the new Job's shards 1 and 2 are pending; "a"'s records
+    (another version) are superseded. (Skew the other way: the test above; both settle by attempt alone.)"""
     out = tmp_path / "out"
     shutil.copytree(old_run, out)
-    _skew(out, skew)
+    _skew(out, 2)
     job = env("", 0, GRADCHECK_JOB_UID="0f9e-uid-b")
     p = forked_cli.run("gradcheck_svc.cli", "batch", f"--manifest={corpus}", f"--shard-count={SHARDS}",
                        f"--out={out}", env=job, cwd=ROOT, timeout=ENDS)
@@ -374,3 +374,40 @@ def test_an_ending_lands_on_a_disk_with_no_block_left(tmp_path):
         assert ended["error"] == "disk full: /results/x.json" and not (unit / "alive.json").exists()
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+# --- endings before any plan ------------------------------------------------------------------------------
+
+def _in_process(capsys, *argv: str) -> tuple[int, str]:
+    """The command in this process (main(argv), argparse's exit as its code): what it exits with and says."""
+    from gradcheck_svc.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_a_launch_whose_every_shard_ended_before_its_plan_is_reported_not_waited_for(tmp_path, corpus, capsys,
+                                                                                    monkeypatch):
+    """A flag mistyped in the Job's template is mistyped in every pod: each index is refused by argparse (exit
+    2, FailIndex) before it writes a unit.json, and only its ended.json says so. The merge still finds the run
+    and settles at once (its --wait=0 would say what it had not seen end), naming every graph missing and why
+    -- not waiting out --wait for a run it cannot see, then exiting 2 (FailJob, no report)."""
+    out = tmp_path / "out"
+    for k, v in {"GRADCHECK_RUN_ID": RUN, "GRADCHECK_ATTEMPT": "u"}.items():
+        monkeypatch.setenv(k, v)
+    for i in range(SHARDS):
+        code, err = _in_process(capsys, "batch", f"--manifest={corpus}", f"--shard-count={SHARDS}",
+                                f"--shard-index={i}", f"--out={out}", "--time-limt=5")
+        assert code == 2 and "unrecognized arguments: --time-limt=5" in err
+    assert not list(out.rglob("unit.json"))
+    code, err = _in_process(capsys, "batch-merge", str(out), f"--run-id={RUN}", f"--shard-count={SHARDS}",
+                            f"--manifest={corpus}", "--wait=0", "--attempt=u")
+    assert code == 4, err
+    assert "some shards or nodes have not ended" not in err
+    m = merged(out)
+    assert m["records"] == [] and sorted(i["graph"] for i in m["missing"]) == GRAPHS
+    assert {i["why"] for i in m["missing"]} == {
+        "its last try ended with exit 2: unrecognized arguments: --time-limt=5 (did you mean --time-limit?)"}
