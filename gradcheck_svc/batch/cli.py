@@ -395,8 +395,12 @@ def batch(args) -> int:
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
     store = UnitStore(out, run_id, unit)
     if attempt is not None:
+        # the claim may watch an earlier launch's heartbeats for a minute: a SIGTERM (143) or a failing store (75)
+        # meanwhile ends this try with its ending recorded, as later ones do; a claim decided writes none here
         refused = []
-        code = _run(lambda: refused.append(_claimed(run_dir(out, run_id), attempt)), "batch")
+        code = _ending(store.dir, started_at, lambda: _run(lambda: refused.append(_claimed(run_dir(out, run_id),
+                                                                                            attempt)), "batch"),
+                       mine=lambda: not refused, attempt=attempt, heartbeat=False)
         if code != EXIT_OK:
             return code
         if refused[0]:  # another launch is writing this run: nothing of it is touched, not even an ending

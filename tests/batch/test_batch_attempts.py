@@ -411,3 +411,22 @@ def test_a_launch_whose_every_shard_ended_before_its_plan_is_reported_not_waited
     assert m["records"] == [] and sorted(i["graph"] for i in m["missing"]) == GRAPHS
     assert {i["why"] for i in m["missing"]} == {
         "its last try ended with exit 2: unrecognized arguments: --time-limt=5 (did you mean --time-limit?)"}
+
+
+def test_a_try_that_ends_while_claiming_the_run_records_its_ending(tmp_path, corpus, capsys, monkeypatch):
+    """The claim (attempt.json) can take a minute -- it watches an earlier launch's heartbeats -- and its write can
+    fail (a store refusing the PUT; here attempt.json is a directory): the try ends 75 and, on its last try,
+    its ended.json says so, as every later ending does (a SIGTERM there too: 143). Without it the merge would
+    wait out --wait for an index that will never run again."""
+    out = tmp_path / "out"
+    (out / "runs" / RUN / "attempt.json").mkdir(parents=True)
+    for k, v in {"GRADCHECK_RUN_ID": RUN, "GRADCHECK_ATTEMPT": "w", "GRADCHECK_INDEX_FAILURES": str(RETRIES),
+                 "GRADCHECK_INDEX_RETRIES": str(RETRIES)}.items():
+        monkeypatch.setenv(k, v)
+    code, err = _in_process(capsys, "batch", f"--manifest={corpus}", "--shard-count=1", "--shard-index=0",
+                            f"--out={out}")
+    assert code == 75, err
+    line = f"infrastructure failure, retry (exit 75): {out / 'runs' / RUN / 'attempt.json'}: Is a directory"
+    assert line in err
+    ended = json.loads((out / "runs" / RUN / "shard-0000" / "ended.json").read_text())
+    assert (ended["attempt"], ended["exit"], ended["final"], ended["error"]) == ("w", 75, True, line)
