@@ -93,7 +93,34 @@ def _naming(exc: OSError, path) -> OSError:
 
 
 def write_json(path: Path, obj) -> None:
-    atomic_write(path, (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8"))
+    atomic_write(path, _json_bytes(obj))
+
+
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def create_json(path: Path | ObjectPath, obj) -> bool:
+    """Write the file only where none is: True when this call created it, False when it was there already (of two
+    writers at once, exactly one gets True). Locally a whole temporary file hard-linked into place; in an object
+    store one conditional PUT (If-None-Match), or a plain one where the backend has no conditional write."""
+    data = _json_bytes(obj)
+    if isinstance(path, ObjectPath):
+        return path.create_bytes(data)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.link(tmp, path)
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise _naming(exc, path) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 # --- what a record answers: content, options, version -----------------------------------------------

@@ -430,3 +430,28 @@ def test_a_try_that_ends_while_claiming_the_run_records_its_ending(tmp_path, cor
     assert line in err
     ended = json.loads((out / "runs" / RUN / "shard-0000" / "ended.json").read_text())
     assert (ended["attempt"], ended["exit"], ended["final"], ended["error"]) == ("w", 75, True, line)
+
+
+def test_two_launches_claiming_at_once_one_is_refused(tmp_path):
+    """Reading the claim and writing it are two steps: two launches starting at the same moment both found the run
+    free and both wrote it (2 of 4 tries, probed with real processes). Here launch "y" claims in the very gap of
+    launch "x"'s claim -- after x decided the run was free, before x's claim names it -- as a pod started at the
+    same instant does: exactly one of them gets the run, the other is refused with its line, having written
+    nothing."""
+    from gradcheck_svc.batch.attempt import claim
+
+    rdir = tmp_path / "runs" / RUN
+    rdir.mkdir(parents=True)
+    (rdir / "attempt.json").write_text('{"attempt":"w","job_uid":null,"previous":null}\n')  # an earlier launch's
+    seen = {}
+
+    def y_claims_now():
+        before = sorted(p.name for p in rdir.iterdir())
+        seen["y"] = claim(rdir, "y", None)
+        seen["y wrote"] = sorted(set(p.name for p in rdir.iterdir()) - set(before))
+
+    assert claim(rdir, "x", None, announce=y_claims_now) is None
+    assert seen["y"] == ("run attempts is being claimed right now by another launch (attempt x): a second run under "
+                         "one run ID; attempt y refused, nothing written") and seen["y wrote"] == []
+    assert json.loads((rdir / "attempt.json").read_text()) == {"attempt": "x", "job_uid": None, "previous": "w"}
+    assert claim(rdir, "x", None) is None  # x's other pods go on
