@@ -30,6 +30,7 @@ half of one. A restarted shard skips graphs whose record exists and is whole
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -113,7 +114,17 @@ def create_json(path: Path | ObjectPath, obj) -> bool:
             fh.write(data)
             fh.flush()
             os.fsync(fh.fileno())
-        os.link(tmp, path)
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError as exc:  # a share without hard links (SMB: Azure Files): O_EXCL, whole once written
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
     except FileExistsError:
         return False
     except OSError as exc:
