@@ -200,11 +200,7 @@ def claim(rdir, attempt: str, job_uid: str | None, announce=lambda: None) -> str
         raw = b""
     held = read_json(rdir / CLAIM_FILE) or {}
     if held.get("attempt") == attempt:
-        if job_uid and held.get("job_uid") and held["job_uid"] != job_uid:
-            return (f"attempt {attempt} of run {rdir.name} was launched before by Job uid "
-                    f"{clip(held['job_uid'], 80)}: give each launch a fresh attempt ID (deploy/README.md, "
-                    "'Attempts'); refused, nothing written")
-        return None
+        return _reused(rdir, held, attempt, job_uid)
     units = sorted(p.name for p in rdir.iterdir() if p.is_dir()) if rdir.is_dir() else []
     busy = running_elsewhere(rdir, attempt, units)
     if busy:
@@ -213,12 +209,25 @@ def claim(rdir, attempt: str, job_uid: str | None, announce=lambda: None) -> str
     rdir.mkdir(parents=True, exist_ok=True)
     taken = rdir / CLAIMED.format(bytes_sha256(raw)[:32])
     if not create_json(taken, {"attempt": attempt, "job_uid": job_uid}):
-        winner = (read_json(taken) or {}).get("attempt")
-        if winner != attempt:  # (the same attempt: another pod of this launch won, and this one goes on)
-            return (f"run {rdir.name} is being claimed right now by another launch (attempt {clip(str(winner), 80)}): a "
-                    f"second run under one run ID; attempt {attempt} refused, nothing written")
+        winner = read_json(taken) or {}
+        if winner.get("attempt") != attempt:
+            return (f"run {rdir.name} is being claimed right now by another launch (attempt "
+                    f"{clip(str(winner.get('attempt')), 80)}): a second run under one run ID; attempt {attempt} "
+                    "refused, nothing written")
+        refused = _reused(rdir, winner, attempt, job_uid)  # else another pod of this launch won: this one goes on
+        if refused:
+            return refused
     announce()
     write_json(rdir / CLAIM_FILE, {"attempt": attempt, "job_uid": job_uid, "previous": held.get("attempt")})
+    return None
+
+
+def _reused(rdir, held: dict, attempt: str, job_uid: str | None) -> str | None:
+    """Why a claim of this attempt is another Job's (the attempt reused by a new launch), or None."""
+    if job_uid and held.get("job_uid") and held["job_uid"] != job_uid:
+        return (f"attempt {attempt} of run {rdir.name} was launched before by Job uid "
+                f"{clip(held['job_uid'], 80)}: give each launch a fresh attempt ID (deploy/README.md, "
+                "'Attempts'); refused, nothing written")
     return None
 
 

@@ -455,3 +455,8 @@ def test_two_launches_claiming_at_once_one_is_refused(tmp_path):
                          "one run ID; attempt y refused, nothing written") and seen["y wrote"] == []
     assert json.loads((rdir / "attempt.json").read_text()) == {"attempt": "x", "job_uid": None, "previous": "w"}
     assert claim(rdir, "x", None) is None  # x's other pods go on
+    # two Jobs reusing one attempt, at once: the second Job's pod loses the claim to the first's, and is refused
+    (rdir / "attempt.json").unlink()  # a run no launch holds yet
+    seen.clear()
+    assert claim(rdir, "v", "uid-1", announce=lambda: seen.update(v=claim(rdir, "v", "uid-2"))) is None
+    assert seen["v"].startswith("attempt v of run attempts was launched before by Job uid uid-1: give each launch")
