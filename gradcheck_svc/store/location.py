@@ -174,15 +174,14 @@ class ObjectPath:
         self._call(self.fs.pipe_file, self.key, data)
 
     def create_bytes(self, data: bytes) -> bool:
-        """One conditional PUT (If-None-Match: *): True when it created the object, False when one was there. A
-        backend without conditional writes (fsspec's mode="create" unknown to it) gets a plain PUT: True."""
+        """One conditional PUT (If-None-Match: *): True when it created the object, False when one was there. Where
+        the conditional PUT itself is refused (a backend without mode="create", a store answering 501) a plain PUT:
+        True -- the write is not exclusive there, and a store that is down fails that PUT too (an OSError)."""
         try:
             self._call(self.fs.pipe_file, self.key, data, mode="create")
         except FileExistsError:
             return False
-        except OSError as exc:
-            if "mode" not in str(exc):  # (gcsfs, adlfs: "unexpected keyword argument 'mode'")
-                raise
+        except OSError:
             self.write_bytes(data)
         return True
 
