@@ -398,9 +398,11 @@ def batch(args) -> int:
         # the claim may watch an earlier launch's heartbeats for a minute: a SIGTERM (143) or a failing store (75)
         # meanwhile ends this try with its ending recorded, as later ones do; a claim decided writes none here
         refused = []
-        code = _ending(store.dir, started_at, lambda: _run(lambda: refused.append(_claimed(run_dir(out, run_id),
-                                                                                            attempt, store.dir)), "batch"),
-                       mine=lambda: not refused, attempt=attempt, heartbeat=False)
+
+        def claiming() -> int:
+            return _run(lambda: refused.append(_claimed(run_dir(out, run_id), attempt, store.dir)), "batch")
+
+        code = _ending(store.dir, started_at, claiming, mine=lambda: not refused, attempt=attempt, heartbeat=False)
         if code != EXIT_OK:
             return code
         if refused[0]:  # another launch is writing this run: nothing of it is touched, not even an ending

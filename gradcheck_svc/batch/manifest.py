@@ -58,7 +58,8 @@ def _relative(paths, root: Path, field: str) -> tuple[tuple[str, ...], dict]:
         try:
             rel = Path(os.path.abspath(p)).relative_to(root).as_posix()
         except ValueError:
-            raise OptionError(f"'{_name(str(p))}' is outside the manifest root {_name(str(root))}", field=field) from None
+            raise OptionError(f"'{_name(str(p))}' is outside the manifest root {_name(str(root))}",
+                              field=field) from None
         name = _name(rel)
         if name != rel:
             real[name] = root / rel
