@@ -8,6 +8,8 @@ attempt is needed; in a Job the attempt comes from settings.yaml (deploy/README.
 left empty there, is the Job's uid (unit_attempt); a merge given none settles on the run's holder (merge_attempt).
 
     OUT/runs/<run>/attempt.json        the run's claim: the attempt writing it now (and the Job's uid)
+    OUT/runs/<run>/claim-<H>.json      who replaced the claim whose bytes hash to H: created, never overwritten --
+                                       of two launches claiming at once, exactly one creates it (claim)
     OUT/runs/<run>/refused-<A>-<unit>.json   that unit of attempt A was refused: ended, for A's merge (which
                                        writes nothing while the run is another launch's)
     OUT/runs/<run>/<unit>/alive.json   a running unit's heartbeat: its attempt and a beat count, rewritten
@@ -32,6 +34,7 @@ from ..store.schema import Damaged, parse
 
 CLAIM_FILE = "attempt.json"
 ALIVE_FILE = "alive.json"
+CLAIMED = "claim-{}.json"  # runs/<run>/claim-<hash of the claim replaced>.json: who replaced it (created once)
 REFUSED = "refused-{}-{}.json"  # runs/<run>/refused-<attempt>-<unit>.json: a launch's unit refused
 ENDED_FILE = "ended.json"
 RESERVE = 1024  # bytes each alive.json holds
@@ -110,12 +113,16 @@ class Heartbeat:
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="gradcheck-heartbeat", daemon=True)
 
-    def start(self) -> "Heartbeat":
+    def announce(self) -> None:
+        """The first beat alone (claim: before the run names this attempt)."""
         try:
             self._path.parent.mkdir(parents=True, exist_ok=True)
         except OSError:
             pass
         self._beat(0)
+
+    def start(self) -> "Heartbeat":
+        self.announce()
         self._thread.start()
         return self
 
@@ -179,24 +186,48 @@ def running_elsewhere(rdir, attempt: str, units) -> list[str]:
     return []
 
 
-def claim(rdir, attempt: str, job_uid: str | None) -> str | None:
-    """Claim the run for this attempt, or say why not (a refusal line; nothing written then)."""
-    from ..store.records import write_json
+def claim(rdir, attempt: str, job_uid: str | None, announce=lambda: None) -> str | None:
+    """Claim the run for this attempt, or say why not (a refusal line; nothing written then). Reading the claim and
+    writing it are two steps, and two launches starting at once would both find the run free: the one replacing
+    a claim first creates claim-<sha256 of the claim's bytes as read>.json, which only one writer can create; the
+    other is refused. The winner then says it is running (`announce`: its unit's first heartbeat) before the run
+    names it, so a launch that reads the new claim finds that heartbeat advancing and is refused too."""
+    from ..store.records import bytes_sha256, create_json, write_json
 
+    try:
+        raw = (rdir / CLAIM_FILE).read_bytes()
+    except OSError:
+        raw = b""
     held = read_json(rdir / CLAIM_FILE) or {}
     if held.get("attempt") == attempt:
-        if job_uid and held.get("job_uid") and held["job_uid"] != job_uid:
-            return (f"attempt {attempt} of run {rdir.name} was launched before by Job uid "
-                    f"{clip(held['job_uid'], 80)}: give each launch a fresh attempt ID (deploy/README.md, "
-                    "'Attempts'); refused, nothing written")
-        return None
+        return _reused(rdir, held, attempt, job_uid)
     units = sorted(p.name for p in rdir.iterdir() if p.is_dir()) if rdir.is_dir() else []
     busy = running_elsewhere(rdir, attempt, units)
     if busy:
         return (f"run {rdir.name} is being written right now by another launch ({', '.join(busy[:3])}: its "
                 f"heartbeat advances): a second run under one run ID; attempt {attempt} refused, nothing written")
     rdir.mkdir(parents=True, exist_ok=True)
+    taken = rdir / CLAIMED.format(bytes_sha256(raw)[:32])
+    if not create_json(taken, {"attempt": attempt, "job_uid": job_uid}):
+        winner = read_json(taken) or {}
+        if winner.get("attempt") != attempt:
+            return (f"run {rdir.name} is being claimed right now by another launch (attempt "
+                    f"{clip(str(winner.get('attempt')), 80)}): a second run under one run ID; attempt {attempt} "
+                    "refused, nothing written")
+        refused = _reused(rdir, winner, attempt, job_uid)  # else another pod of this launch won: this one goes on
+        if refused:
+            return refused
+    announce()
     write_json(rdir / CLAIM_FILE, {"attempt": attempt, "job_uid": job_uid, "previous": held.get("attempt")})
+    return None
+
+
+def _reused(rdir, held: dict, attempt: str, job_uid: str | None) -> str | None:
+    """Why a claim of this attempt is another Job's (the attempt reused by a new launch), or None."""
+    if job_uid and held.get("job_uid") and held["job_uid"] != job_uid:
+        return (f"attempt {attempt} of run {rdir.name} was launched before by Job uid "
+                f"{clip(held['job_uid'], 80)}: give each launch a fresh attempt ID (deploy/README.md, "
+                "'Attempts'); refused, nothing written")
     return None
 
 

@@ -395,8 +395,14 @@ def batch(args) -> int:
     unit, label = unit_name(index), f"shard {index}/{args.shard_count}"
     store = UnitStore(out, run_id, unit)
     if attempt is not None:
+        # the claim may watch an earlier launch's heartbeats for a minute: a SIGTERM (143) or a failing store (75)
+        # meanwhile ends this try with its ending recorded, as later ones do; a claim decided writes none here
         refused = []
-        code = _run(lambda: refused.append(_claimed(run_dir(out, run_id), attempt)), "batch")
+
+        def claiming() -> int:
+            return _run(lambda: refused.append(_claimed(run_dir(out, run_id), attempt, store.dir)), "batch")
+
+        code = _ending(store.dir, started_at, claiming, mine=lambda: not refused, attempt=attempt, heartbeat=False)
         if code != EXIT_OK:
             return code
         if refused[0]:  # another launch is writing this run: nothing of it is touched, not even an ending
@@ -410,11 +416,13 @@ def batch(args) -> int:
                    attempt=attempt)
 
 
-def _claimed(rdir, attempt: str) -> str | None:
-    """Why this launch may not write the run (attempt.claim), or None (an OSError: _run's exit 75)."""
-    from .attempt import claim
+def _claimed(rdir, attempt: str, unit_dir) -> str | None:
+    """Why this launch may not write the run (attempt.claim), or None (an OSError: _run's exit 75). Claiming it,
+    the unit's heartbeat beats once before the run names this attempt (the heartbeat proper starts in _ending)."""
+    from .attempt import Heartbeat, claim
 
-    return claim(rdir, attempt, os.environ.get("GRADCHECK_JOB_UID") or None)
+    announce = Heartbeat(unit_dir, attempt, _last_attempt()).announce
+    return claim(rdir, attempt, os.environ.get("GRADCHECK_JOB_UID") or None, announce)
 
 
 def _batch_unit(args, index, run_id, unit, label, store, started_at) -> int:

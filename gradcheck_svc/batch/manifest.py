@@ -15,7 +15,7 @@ import glob
 import hashlib
 import os
 import posixpath
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from gradcheck_core.graphio import SUFFIXES as GRAPH_SUFFIXES
@@ -32,9 +32,11 @@ SUFFIXES = (*GRAPH_SUFFIXES, ONNX_SUFFIX)  # graphs, and ONNX models (imported w
 class Manifest:
     root: Path | ObjectPath
     graphs: tuple[str, ...]  # relative POSIX paths, sorted, unique
+    # a local file name that is not UTF-8 is named by its bytes escaped (_name); its real path, by that name
+    real: dict = field(default_factory=dict, compare=False)
 
     def path(self, rel: str) -> Path | ObjectPath:
-        return self.root / rel
+        return self.real.get(rel) or self.root / rel
 
     def shard(self, index: int, count: int) -> list[str]:
         return [g for g in self.graphs if shard_of(g, count) == index]
@@ -49,14 +51,35 @@ def shard_of(rel: str, count: int) -> int:
     return int(graph_key(rel)[:16], 16) % count
 
 
-def _relative(paths, root: Path, field: str) -> tuple[str, ...]:
-    rels = set()
+def _relative(paths, root: Path, field: str) -> tuple[tuple[str, ...], dict]:
+    """The graphs' names below root, and the real path of each one named by _name's escapes."""
+    rels, real = set(), {}
     for p in paths:
         try:
-            rels.add(Path(os.path.abspath(p)).relative_to(root).as_posix())
+            rel = Path(os.path.abspath(p)).relative_to(root).as_posix()
         except ValueError:
-            raise OptionError(f"'{p}' is outside the manifest root {root}", field=field) from None
-    return tuple(sorted(rels))
+            raise OptionError(f"'{_name(str(p))}' is outside the manifest root {_name(str(root))}",
+                              field=field) from None
+        name = _name(rel)
+        if name != rel:
+            real[name] = root / rel
+        rels.add(name)
+    clash = sorted(n for n in real if (root / n).is_file())
+    if clash:  # `a\xff.json` written out, beside the file whose name has that byte: one name for two graphs
+        raise OptionError(f"'{clash[0][:200]}' names two graph files (one of them with a name that is not UTF-8): "
+                          "rename one", field=field)
+    return tuple(sorted(rels)), real
+
+
+def _name(rel: str) -> str:
+    """A graph's name as every record, key and report carries it: valid UTF-8 text. A local file name that is not
+    UTF-8 (os gives its bytes as surrogates) has each such byte written `\\xNN`: a name that can be hashed, stored
+    and shown, saying which file it is -- instead of a shard and a merge that cannot encode it (exit 3)."""
+    try:
+        rel.encode("utf-8")
+    except UnicodeEncodeError:
+        return os.fsencode(rel).decode("utf-8", "backslashreplace")
+    return rel
 
 
 def _glob_root(pattern: str) -> Path:
@@ -104,10 +127,10 @@ def load_manifest(spec: str, field: str = "--manifest") -> Manifest:
                 files.append(root / entry)
     else:
         raise OptionError(f"no such file, directory or matching glob: {spec}", field=field)
-    graphs = _relative(files, root, field)
+    graphs, real = _relative(files, root, field)
     if not graphs:
         raise OptionError(f"no graphs (*.json, *.pb, *.onnx) in {spec}", field=field)
-    return Manifest(root, graphs)
+    return Manifest(root, graphs, real)
 
 
 def _load_objects(p: ObjectPath, spec: str, field: str) -> Manifest:

@@ -154,8 +154,9 @@ class ObjectPath:
         except OSError as exc:
             if exc.filename is not None and exc.strerror:
                 raise
-            kind, code = next(((k, c) for k, c in ((FileNotFoundError, errno.ENOENT), (PermissionError, errno.EACCES))
-                               if isinstance(exc, k)), (OSError, errno.EIO))
+            kind, code = next(((k, c) for k, c in ((FileNotFoundError, errno.ENOENT), (PermissionError, errno.EACCES),
+                                                   (FileExistsError, errno.EEXIST)) if isinstance(exc, k)),
+                              (OSError, errno.EIO))
             raise kind(exc.errno or code, _one_line(exc.strerror or exc), str(self)) from None
         except Exception as exc:
             raise OSError(errno.EIO, _one_line(f"{type(exc).__name__}: {exc}"), str(self)) from None
@@ -171,6 +172,18 @@ class ObjectPath:
     def write_bytes(self, data: bytes) -> None:
         """One PUT: the object appears whole, or not at all (an upload that fails midway leaves nothing)."""
         self._call(self.fs.pipe_file, self.key, data)
+
+    def create_bytes(self, data: bytes) -> bool:
+        """One conditional PUT (If-None-Match: *): True when it created the object, False when one was there. Where
+        the conditional PUT itself is refused (a backend without mode="create", a store answering 501) a plain PUT:
+        True -- the write is not exclusive there, and a store that is down fails that PUT too (an OSError)."""
+        try:
+            self._call(self.fs.pipe_file, self.key, data, mode="create")
+        except FileExistsError:
+            return False
+        except OSError:
+            self.write_bytes(data)
+        return True
 
     def exists(self) -> bool:
         return self._info is not None or self._call(self.fs.exists, self.key)

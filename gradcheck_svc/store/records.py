@@ -30,6 +30,7 @@ half of one. A restarted shard skips graphs whose record exists and is whole
 """
 from __future__ import annotations
 
+import errno
 import functools
 import hashlib
 import json
@@ -93,7 +94,44 @@ def _naming(exc: OSError, path) -> OSError:
 
 
 def write_json(path: Path, obj) -> None:
-    atomic_write(path, (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8"))
+    atomic_write(path, _json_bytes(obj))
+
+
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, allow_nan=False, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+def create_json(path: Path | ObjectPath, obj) -> bool:
+    """Write the file only where none is: True when this call created it, False when it was there already (of two
+    writers at once, exactly one gets True). Locally a whole temporary file hard-linked into place; in an object
+    store one conditional PUT (If-None-Match), or a plain one where the backend has no conditional write."""
+    data = _json_bytes(obj)
+    if isinstance(path, ObjectPath):
+        return path.create_bytes(data)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}{TMP_SUFFIX}")
+    try:
+        with open(tmp, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        try:
+            os.link(tmp, path)
+        except FileExistsError:
+            raise
+        except OSError as exc:  # a share without hard links (SMB: Azure Files): O_EXCL, whole once written
+            if exc.errno not in (errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP, errno.EMLINK):
+                raise
+            with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644), "wb") as fh:
+                fh.write(data)
+                fh.flush()
+                os.fsync(fh.fileno())
+    except FileExistsError:
+        return False
+    except OSError as exc:
+        raise _naming(exc, path) from None
+    finally:
+        tmp.unlink(missing_ok=True)
+    return True
 
 
 # --- what a record answers: content, options, version -----------------------------------------------
@@ -173,7 +211,9 @@ def run_dir(out: Path | ObjectPath, run_id: str) -> Path | ObjectPath:
 
 def list_runs(out: Path) -> dict[str, int]:
     """Run ID -> when its newest unit started (unit.json's mtime in ns; a unit that lost its unit.json counts
-    by its results directory), for every run holding a unit."""
+    by its results directory, one that ended before writing it -- refused by argparse, an empty or missing
+    graphs volume -- by its ended.json), for every run holding a unit: a launch whose every shard ended so is
+    a run its merge finds and reports on (each graph missing, and why), not one it waits out --wait for."""
     runs = {}
     root = as_path(out) / RUNS
     if not root.is_dir():
@@ -183,7 +223,7 @@ def list_runs(out: Path) -> dict[str, int]:
             continue
         stamps = []
         for u in run.iterdir():
-            for marker in (u / UNIT_FILE, u / RESULTS):
+            for marker in (u / UNIT_FILE, u / RESULTS, u / ENDED_FILE):
                 if marker.exists():
                     stamps.append(marker.stat().st_mtime_ns)
                     break

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -103,11 +104,18 @@ def test_merge_names_missing_and_duplicated_graphs_exit_4(capsys, tmp_path, corp
 
 
 def test_all_passing_merge_exits_0(capsys, tmp_path):
-    write_graphs(tmp_path / "g", 3, size=2)
+    """Also: a local volume may hold a file whose name is not UTF-8 (os hands its bytes over as surrogates, which
+    no key, record or report can encode: the shard and the merge ended in an internal error, exit 3, losing
+    every graph). It is one graph like any other, named with each such byte written \\xNN."""
+    write_graphs(tmp_path / "g", 2, size=2)
+    shutil.copy(tmp_path / "g" / "gen-00000.json", tmp_path / "g" / os.fsdecode(b"caf\xe9.json"))  # Latin-1
     out = tmp_path / "out"
     assert run(capsys, "batch", "--manifest", tmp_path / "g", "--shard-index", 0, "--out", out)[0] == 0
-    code, _, err = run(capsys, "batch-merge", out)
-    assert code == 0 and "3 graphs: 3 pass (exit 0)" in err
+    code, _, err = run(capsys, "batch-merge", out, "--manifest", tmp_path / "g")
+    assert code == 0 and "3 graphs: 3 pass (exit 0)" in err, err
+    merged = json.loads((out / RUN / "merged.json").read_text())
+    assert sorted(r["graph"] for r in merged["records"]) == ["caf\\xe9.json", "gen-00000.json", "gen-00001.json"]
+    assert "caf\\xe9.json" in (out / RUN / "junit.xml").read_text()
 
 
 def test_per_graph_time_limit(capsys, tmp_path):

@@ -157,15 +157,15 @@ def test_a_resume_after_a_rebuild_with_shards_pending_merges_nothing_stale(tmp_p
         assert {r["gradcheck_version"] for r in merged(out)["records"]} == {code_version()}
 
 
-@pytest.mark.parametrize("skew", [2, -2])
-def test_a_job_launched_without_an_attempt_settles_on_its_own_markers(tmp_path, corpus, old_run, skew):
+def test_a_job_launched_without_an_attempt_settles_on_its_own_markers(tmp_path, corpus, old_run):
     """settings.yaml's attempt left empty: the Job's pods take the Job's uid as their attempt (job-UID, the
     downward API's controller-uid), and the merge given none settles on the attempt holding the run -- never on
-    time stamps. Attempt "a"'s ended.json files (final, exit 0, clocks 2 h off either way) do not settle it
-    while the new Job's shards 1 and 2 are pending; "a"'s records (another version) are superseded."""
+    time stamps. Attempt "a"'s ended.json files (final, exit 0, written by a clock 2 h ahead: newer than
+    anything of the new Job's) do not settle it while the new Job's shards 1 and 2 are pending; "a"'s records
+    (another version) are superseded. (Skew the other way: the test above; both settle by attempt alone.)"""
     out = tmp_path / "out"
     shutil.copytree(old_run, out)
-    _skew(out, skew)
+    _skew(out, 2)
     job = env("", 0, GRADCHECK_JOB_UID="0f9e-uid-b")
     p = forked_cli.run("gradcheck_svc.cli", "batch", f"--manifest={corpus}", f"--shard-count={SHARDS}",
                        f"--out={out}", env=job, cwd=ROOT, timeout=ENDS)
@@ -374,3 +374,89 @@ def test_an_ending_lands_on_a_disk_with_no_block_left(tmp_path):
         assert ended["error"] == "disk full: /results/x.json" and not (unit / "alive.json").exists()
     finally:
         subprocess.run(["umount", str(disk)], check=False)
+
+
+# --- endings before any plan ------------------------------------------------------------------------------
+
+def _in_process(capsys, *argv: str) -> tuple[int, str]:
+    """The command in this process (main(argv), argparse's exit as its code): what it exits with and says."""
+    from gradcheck_svc.cli import main
+
+    try:
+        code = main(list(argv))
+    except SystemExit as exc:
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_a_launch_whose_every_shard_ended_before_its_plan_is_reported_not_waited_for(tmp_path, corpus, capsys,
+                                                                                    monkeypatch):
+    """A flag mistyped in the Job's template is mistyped in every pod: each index is refused by argparse (exit
+    2, FailIndex) before it writes a unit.json, and only its ended.json says so. The merge still finds the run
+    and settles at once (its --wait=0 would say what it had not seen end), naming every graph missing and why
+    -- not waiting out --wait for a run it cannot see, then exiting 2 (FailJob, no report)."""
+    out = tmp_path / "out"
+    for k, v in {"GRADCHECK_RUN_ID": RUN, "GRADCHECK_ATTEMPT": "u"}.items():
+        monkeypatch.setenv(k, v)
+    for i in range(SHARDS):
+        code, err = _in_process(capsys, "batch", f"--manifest={corpus}", f"--shard-count={SHARDS}",
+                                f"--shard-index={i}", f"--out={out}", "--time-limt=5")
+        assert code == 2 and "unrecognized arguments: --time-limt=5" in err
+    assert not list(out.rglob("unit.json"))
+    code, err = _in_process(capsys, "batch-merge", str(out), f"--run-id={RUN}", f"--shard-count={SHARDS}",
+                            f"--manifest={corpus}", "--wait=0", "--attempt=u")
+    assert code == 4, err
+    assert "some shards or nodes have not ended" not in err
+    m = merged(out)
+    assert m["records"] == [] and sorted(i["graph"] for i in m["missing"]) == GRAPHS
+    assert {i["why"] for i in m["missing"]} == {
+        "its last try ended with exit 2: unrecognized arguments: --time-limt=5 (did you mean --time-limit?)"}
+
+
+def test_a_try_that_ends_while_claiming_the_run_records_its_ending(tmp_path, corpus, capsys, monkeypatch):
+    """The claim (attempt.json) can take a minute -- it watches an earlier launch's heartbeats -- and its write can
+    fail (a store refusing the PUT; here attempt.json is a directory): the try ends 75 and, on its last try,
+    its ended.json says so, as every later ending does (a SIGTERM there too: 143). Without it the merge would
+    wait out --wait for an index that will never run again."""
+    out = tmp_path / "out"
+    (out / "runs" / RUN / "attempt.json").mkdir(parents=True)
+    for k, v in {"GRADCHECK_RUN_ID": RUN, "GRADCHECK_ATTEMPT": "w", "GRADCHECK_INDEX_FAILURES": str(RETRIES),
+                 "GRADCHECK_INDEX_RETRIES": str(RETRIES)}.items():
+        monkeypatch.setenv(k, v)
+    code, err = _in_process(capsys, "batch", f"--manifest={corpus}", "--shard-count=1", "--shard-index=0",
+                            f"--out={out}")
+    assert code == 75, err
+    line = f"infrastructure failure, retry (exit 75): {out / 'runs' / RUN / 'attempt.json'}: Is a directory"
+    assert line in err
+    ended = json.loads((out / "runs" / RUN / "shard-0000" / "ended.json").read_text())
+    assert (ended["attempt"], ended["exit"], ended["final"], ended["error"]) == ("w", 75, True, line)
+
+
+def test_two_launches_claiming_at_once_one_is_refused(tmp_path):
+    """Reading the claim and writing it are two steps: two launches starting at the same moment both found the run
+    free and both wrote it (2 of 4 tries, probed with real processes). Here launch "y" claims in the very gap of
+    launch "x"'s claim -- after x decided the run was free, before x's claim names it -- as a pod started at the
+    same instant does: exactly one of them gets the run, the other is refused with its line, having written
+    nothing."""
+    from gradcheck_svc.batch.attempt import claim
+
+    rdir = tmp_path / "runs" / RUN
+    rdir.mkdir(parents=True)
+    (rdir / "attempt.json").write_text('{"attempt":"w","job_uid":null,"previous":null}\n')  # an earlier launch's
+    seen = {}
+
+    def y_claims_now():
+        before = sorted(p.name for p in rdir.iterdir())
+        seen["y"] = claim(rdir, "y", None)
+        seen["y wrote"] = sorted(set(p.name for p in rdir.iterdir()) - set(before))
+
+    assert claim(rdir, "x", None, announce=y_claims_now) is None
+    assert seen["y"] == ("run attempts is being claimed right now by another launch (attempt x): a second run under "
+                         "one run ID; attempt y refused, nothing written") and seen["y wrote"] == []
+    assert json.loads((rdir / "attempt.json").read_text()) == {"attempt": "x", "job_uid": None, "previous": "w"}
+    assert claim(rdir, "x", None) is None  # x's other pods go on
+    # two Jobs reusing one attempt, at once: the second Job's pod loses the claim to the first's, and is refused
+    (rdir / "attempt.json").unlink()  # a run no launch holds yet
+    seen.clear()
+    assert claim(rdir, "v", "uid-1", announce=lambda: seen.update(v=claim(rdir, "v", "uid-2"))) is None
+    assert seen["v"].startswith("attempt v of run attempts was launched before by Job uid uid-1: give each launch")
