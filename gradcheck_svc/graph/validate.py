@@ -297,6 +297,9 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
     if msg.opset_version > OPSET_VERSION:
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
+    if msg.opset_version < 0:
+        raise GraphError(f"opset_version {msg.opset_version} is negative (leave it 0 for this server's "
+                         f"{OPSET_VERSION})", field="opset_version")
     if len(msg.nodes) > limits.max_nodes:
         raise LimitError(f"graph has {len(msg.nodes)} nodes, the limit is {limits.max_nodes}", field="nodes",
                          limit="max_nodes")

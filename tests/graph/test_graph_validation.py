@@ -78,6 +78,8 @@ CASES = {
                                       {"name": "i", "value": {"dtype": "int64", "data": [1.5]}}]),
                         "input 'i'", "int64 data must hold integers"),
     "opset": (graph([{"name": "L", "op": "neg", "inputs": ["w"]}], opsetVersion=99), "opset_version", "newer"),
+    "opset_negative": (graph([{"name": "L", "op": "neg", "inputs": ["w"]}], opsetVersion=-1), "opset_version",
+                       "is negative"),
     "no_name": (graph([{"op": "neg", "inputs": ["w"]}]), "nodes[0]", "node has no name"),
     # shapes NumPy cannot make are refused before any array is (they were internal errors, exit 3)
     "rank_over_32": (graph([{"name": "L", "op": "sum", "inputs": ["v"]}],
