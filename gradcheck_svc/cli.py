@@ -229,6 +229,7 @@ def _verify(args) -> int:
             paths = graph_paths(args.paths, args.include, args.exclude, "gradcheck-svc")
         except FileNotFoundError as exc:
             raise OptionError(str(exc), field="PATH") from None
+    _refuse_unused_onnx_flags(args, paths)
     fd_mode = _fd_mode(args, single)
     if fd_mode is not None and args.max_request_seconds is None:
         args.max_request_seconds = FD_REQUEST_SECONDS
@@ -249,6 +250,18 @@ def _verify(args) -> int:
         print(f"gradcheck-svc: {label}: {what}, retry (exit {EXIT_RETRY})" + (f": {detail}" if detail else ""),
               file=sys.stderr)
         return EXIT_RETRY
+
+
+def _refuse_unused_onnx_flags(args, paths) -> None:
+    """OptionError for an ONNX import flag given with no ONNX model among the paths (it would be ignored)."""
+    from gradcheck_core.onnx_options import OnnxFlagError, refuse_unused_onnx_flags
+
+    from .errors import OptionError
+
+    try:
+        refuse_unused_onnx_flags(args, paths)
+    except OnnxFlagError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _retry_reason(exc: BaseException) -> tuple[str, str | None]:
@@ -597,6 +610,7 @@ def _plan_memory(args) -> int:
         from .errors import OptionError
 
         raise OptionError(f"{args.max_run_bytes}: must be a number of bytes", field="--max-run-bytes")
+    _refuse_unused_onnx_flags(args, [args.graph])
     check_file_size(args.graph, limits.max_message_bytes)
     # within --max-request-seconds like a verification: a child killed at the limit (bounded.py)
     plan = bounded_call(limits.max_request_seconds, "max_request_seconds", _plan_graph, args, limits)

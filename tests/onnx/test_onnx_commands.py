@@ -219,6 +219,18 @@ def test_bad_import_flags(tmp_path, capsys):
         _one_line_error(capsys, needle)
 
 
+def test_import_flags_without_a_model_are_refused_not_ignored(capsys):
+    """A graph file verifies its own values: an import flag given with no .onnx path would change nothing
+    (an --input that looks honoured), so every door refuses it before verifying anything."""
+    from conftest import EXAMPLES
+
+    seed = str(EXAMPLES / "seed.json")
+    for command, argv in ((main, ["verify", seed, "--input", "x=x.pb"]), (main, ["plan-memory", seed, "--params", "all"]),
+                          (ci_main, ["verify", seed, "--loss", "mean"])):
+        assert command(argv) == 2, argv
+        _one_line_error(capsys, f"{argv[2]}: applies to ONNX models (.onnx) only")
+
+
 def test_verify_onnx_writes_its_html_page(tmp_path, capsys):
     """The page draws the graph that was verified (the imported model), not the .onnx bytes."""
     path, page = tmp_path / "tiny.onnx", tmp_path / "tiny.html"

@@ -21,7 +21,8 @@ from . import __version__
 from gradcheck_core.claims import ClaimsFileError, claimed_flag, with_claims
 from gradcheck_core.graphio import GraphFileError, load_graph
 from gradcheck_core.onnx_files import OnnxFileError
-from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
+from gradcheck_core.onnx_options import (OnnxFlagError, OnnxModel, is_onnx, onnx_import_message,
+                                         refuse_unused_onnx_flags)
 from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, MAX_SECONDS, CommandParser, plot_path, values_from_args
 from gradcheck_core.outputs.guard import write_reports
 from gradcheck_core.outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
@@ -348,6 +349,7 @@ def _credentials(args):
 def _load_graphs(args, paths: list, limits):
     """({path: graph message or OnnxModel}, {path: Outcome} for the files that could not be read)."""
     try:
+        refuse_unused_onnx_flags(args, paths)
         onnx_options = onnx_import_message(args)
     except OnnxFlagError as exc:
         raise UsageError(str(exc)) from None
