@@ -208,6 +208,21 @@ def test_missing_external_data(tmp_path, capsys):
     _one_line_error(capsys, "external data file 'ext.data'", "is missing")
 
 
+def test_a_model_without_outputs_or_with_a_negative_dimension_is_refused():
+    """Were an internal error (IndexError: no output to reduce) and an input silently made of size 1."""
+    from gradcheck_svc.errors import GraphError
+
+    model = tiny_mlp()
+    del model.graph.output[:]
+    with pytest.raises(GraphError, match="the model declares no output: name the value the loss reduces"):
+        import_onnx(model.SerializeToString())
+    assert import_onnx(model.SerializeToString(), ImportOptions(output="y")).output  # named: imported
+    model = tiny_mlp()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -2
+    with pytest.raises(GraphError, match=r"input 'x' declares shape \[-2, 4\] with a negative dimension"):
+        import_onnx(model.SerializeToString())
+
+
 def test_bad_import_flags(tmp_path, capsys):
     path = tmp_path / "tiny.onnx"
     onnx.save(tiny_mlp(), path)
