@@ -293,15 +293,22 @@ def _fd_shard(path: str, args, limits, values, options, fd_mode, claims) -> int:
 def _verify_paths(args, paths: list, single: bool, limits, values, options, claims, fd_mode=None) -> int:
     """Verify each graph, print the report(s), write the outputs: the highest exit code."""
     runs = []  # (path, message, report, error)
-    for path in paths:
-        try:
-            message, report = _verify_one(path, args, limits, values, options, several=not single, fd_mode=fd_mode,
-                                          claims=claims)
-            runs.append((path, message, report, ""))
-        except GradcheckError as exc:
-            if single:
-                raise
-            runs.append((path, None, None, exc.message))
+    try:
+        for path in paths:
+            try:
+                message, report = _verify_one(path, args, limits, values, options, several=not single,
+                                              fd_mode=fd_mode, claims=claims)
+                runs.append((path, message, report, ""))
+            except GradcheckError as exc:
+                if single:
+                    raise
+                runs.append((path, None, None, exc.message))
+    except KeyboardInterrupt:  # Ctrl-C: the graphs verified so far are printed, not lost
+        if single:
+            raise
+        from gradcheck_core.outputs.outcome import print_interrupted
+
+        return print_interrupted("gradcheck-svc", outcomes_of(runs), len(paths), args.format)
     if single:
         from .text import lines
 

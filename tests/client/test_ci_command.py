@@ -119,11 +119,13 @@ def _run_on_a_terminal(args) -> tuple[int, str]:
 
 def test_progress_on_a_terminal_per_graph_and_phase_quiet_otherwise(tmp_path):
     d = _faults_copy(tmp_path)
-    code, screen = _run_on_a_terminal(["verify", d, "--exclude", "sub/*"])
+    # the progress is the point, not the oracle: without the symbolic one (SymPy's import, its expansions)
+    # each run is ~1 s cheaper, every phase below still shown and the verdicts the same
+    code, screen = _run_on_a_terminal(["verify", d, "--exclude", "sub/*", "--symbolic", "off"])
     assert code == 1
     assert "1/3" in screen and "3/3" in screen  # per graph
     for phase in ("engine", "finite differences", "diagnosis"):  # within a graph, per phase
         assert f"log_zero.json: {phase}" in screen, screen
-    r = gradcheck("verify", d, "--exclude", "sub/*")  # stderr is a pipe: no progress at all
+    r = gradcheck("verify", d, "--exclude", "sub/*", "--symbolic", "off")  # stderr is a pipe: no progress at all
     assert "\r" not in r.stderr and "finite differences" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == "gradcheck: 2 pass, 1 fail"

@@ -141,3 +141,39 @@ def test_unusable_files_and_bad_numbers_exit_2_one_line(graphs, args, needle):
     r = gradcheck("verify", graphs / "seed.json", *args)
     assert r.returncode == 2 and needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+class _CtrlCWhenTheSecondGraphStarts:
+    """A terminal (so the progress line is drawn) whose user presses Ctrl-C as b.json's first phase shows."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def write(self, text: str) -> int:
+        if "b.json:" in text:
+            raise KeyboardInterrupt
+        self.text += text
+        return len(text)
+
+
+def test_ctrl_c_prints_the_graphs_verified_before_it_and_writes_no_file(tmp_path, capsys, monkeypatch):
+    """What finished is not lost (it was: exit 130 and nothing printed); no JUnit file reads as a complete run."""
+    from gradcheck_client.cli import main
+
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text((ROOT / "examples" / "graphs" / "seed.json").read_text())
+    terminal = _CtrlCWhenTheSecondGraphStarts()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    junit = tmp_path / "junit.xml"
+    code = main(["verify", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--symbolic", "off", "--junit", str(junit)])
+    out = capsys.readouterr().out
+    assert code == 130 and not junit.exists()
+    assert "a.json\ngraph seed: PASS" in out and "b.json" not in out
+    assert terminal.text.splitlines()[-1] == ("gradcheck: interrupted: 1 of 2 graphs verified (above); the others "
+                                              "were not, and no --junit, --html or --summary-md file was written")

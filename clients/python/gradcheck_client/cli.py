@@ -25,7 +25,8 @@ from gradcheck_core.onnx_options import (OnnxFlagError, OnnxModel, is_onnx, onnx
                                          refuse_unused_onnx_flags)
 from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, MAX_SECONDS, CommandParser, plot_path, values_from_args
 from gradcheck_core.outputs.guard import write_reports
-from gradcheck_core.outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
+from gradcheck_core.outputs.outcome import (EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome,
+                                            print_interrupted, print_outcomes)
 from gradcheck_core.outputs.text import escape_controls
 from gradcheck_core.report import Report
 from gradcheck_core.verify_args import add_verify_arguments
@@ -180,10 +181,11 @@ def _write_plots(args, ordered: list) -> None:
             raise UsageError(f"cannot write --memory-plot {plot}: {exc.strerror or exc}") from None
 
 
-def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress) -> dict[str, Outcome]:
+def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress,
+                out: dict[str, Outcome]) -> None:
+    """Each graph's Outcome into `out` as its answer arrives (what finished stays there on Ctrl-C)."""
     from gradcheck_core.client import Client, VerifyError
 
-    out = {}
     client = Client(args.server, token=token, tls=args.tls, root_certificates=ca, timeout=args.timeout)
     try:
         # --timeout is per graph: the stream may take that per graph in all, and never waits longer
@@ -205,7 +207,6 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
             out.setdefault(path, Outcome(path, error=error, invalid=exc.invalid_input))
     finally:
         client.close()
-    return out
 
 
 def unreachable_message(server: str, error: str, answered: bool = False) -> str:
@@ -229,7 +230,8 @@ def _not_verified(path: str, outcome) -> Outcome:
     return Outcome(path, error=outcome.message, invalid=invalid)
 
 
-def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
+def _run_local(args, graphs: dict, progress: Progress, out: dict[str, Outcome], limits=None, symbolic=None) -> None:
+    """Each graph's Outcome into `out` as it is verified in this process (what finished stays there on Ctrl-C)."""
     from gradcheck_svc.outcome import Internal, OverLimit, Refused, outcome_of
     from gradcheck_svc.report_proto import client_report
     from gradcheck_svc.request import preload
@@ -238,7 +240,6 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
     from gradcheck_core.request_message import make_request
 
     preload(_options(args).get("symbolic", True) is not False, len(graphs))  # warm children (request.preload)
-    out = {}
     for path, graph in graphs.items():
         start = time.perf_counter()
         try:
@@ -254,7 +255,6 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
             out[path] = _not_verified(path, outcome_of(exc))
         out[path].seconds = time.perf_counter() - start
         progress.step(path)
-    return out
 
 
 def _in_process_available() -> bool:
@@ -294,14 +294,19 @@ def _verify(args) -> int:
     limits, symbolic = _check_flags(args)
     token, ca = _credentials(args)
     graphs, outcomes = _load_graphs(args, paths, limits)
-    progress = Progress(len(paths))
+    progress, interrupted = Progress(len(paths)), False
     try:
-        if graphs:
-            run = _run_remote(args, graphs, token, ca, progress) if args.server else \
-                _run_local(args, graphs, progress, limits, symbolic)
-            outcomes.update(run)
+        if args.server and graphs:
+            _run_remote(args, graphs, token, ca, progress, outcomes)
+        elif graphs:
+            _run_local(args, graphs, progress, outcomes, limits, symbolic)
+    except KeyboardInterrupt:  # Ctrl-C: the graphs verified so far are printed, not lost
+        interrupted = True
     finally:
         progress.close()
+    if interrupted:
+        finished = [outcomes[str(p)] for p in paths if str(p) in outcomes]
+        return print_interrupted("gradcheck", finished, len(paths), args.format)
     # every path gets an outcome, even one the server never answered for
     ordered = [outcomes.get(str(p)) or Outcome(str(p), error="no result was received for this graph")
                for p in paths]
