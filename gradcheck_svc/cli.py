@@ -657,6 +657,7 @@ def _import_onnx(args) -> int:
         raise OptionError(f"'{args.out}': the graph file must end in .pb or .json", field="-o")
     from .onnx_import.folding import FoldBudget
 
+    check_regular_file(args.model)
     message = _onnx_graph(args.model, args, FoldBudget(max_elements=Limits().max_elements))
     # the importer's output must validate (a conversion: a model without trainable weights is still one)
     graph = load_graph(message, limits=Limits(), require_parameters=False)
@@ -670,20 +671,31 @@ def _import_onnx(args) -> int:
     return EXIT_OK
 
 
-def check_file_size(path: str, limit: int) -> None:
-    """A file so far over max_message_bytes that the server's transport would refuse it (it admits twice
-    the limit, so that the servicer answers the rest exactly): refused before it is read."""
+def check_regular_file(path: str):
+    """The file's os.stat, None where it cannot be stat'ed (the loader says why), OptionError where it is not a
+    regular file: a FIFO would block its reader for ever, a device never end."""
     import os
     import stat
 
-    from .errors import LimitError, OptionError
+    from .errors import OptionError
 
     try:
         st = os.stat(path)
     except OSError:
-        return  # the loader says what is wrong with the path
-    if not stat.S_ISREG(st.st_mode):  # a FIFO would block its reader for ever, a device never end
+        return None
+    if not stat.S_ISREG(st.st_mode):
         raise OptionError(f"'{path}' is not a regular file: give a graph file (.json, .pb or .onnx)", field="PATH")
+    return st
+
+
+def check_file_size(path: str, limit: int) -> None:
+    """A file so far over max_message_bytes that the server's transport would refuse it (it admits twice
+    the limit, so that the servicer answers the rest exactly): refused before it is read."""
+    from .errors import LimitError
+
+    st = check_regular_file(path)
+    if st is None:
+        return  # the loader says what is wrong with the path
     size = st.st_size
     if size > 2 * limit + 2**20:
         raise LimitError(f"graph file is {size} bytes, far over the limit of {limit} (raise it with "

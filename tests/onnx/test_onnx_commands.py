@@ -4,6 +4,7 @@ over a real server; and bad models: each a one-line error, exit 2 / INVALID_ARGU
 from __future__ import annotations
 
 import json
+import os
 
 import grpc
 import numpy as np
@@ -172,6 +173,9 @@ def test_truncated_and_non_onnx_files(tmp_path, capsys, monkeypatch):
     for name in ("cut.onnx", "text.onnx"):
         assert main(["verify", name]) == 2
         _one_line_error(capsys, name, "not a valid ONNX model")
+    os.mkfifo("fifo.onnx")  # import-onnx read it and waited for a writer for ever (verify refused it)
+    assert main(["import-onnx", "fifo.onnx", "-o", "g.pb"]) == 2
+    _one_line_error(capsys, "'fifo.onnx' is not a regular file")
 
 
 def test_opset_out_of_range(tmp_path, capsys):
