@@ -740,6 +740,8 @@ def _serve(args) -> int:
     import dataclasses
     from pathlib import Path
 
+    from gradcheck_core.options import MAX_SECONDS
+
     from .errors import OptionError
     from .limits import ServerLimits, limit_flag_values
     from .config import ServerConfig, read_token
@@ -757,6 +759,8 @@ def _serve(args) -> int:
             raise OptionError(f"no such file: {path}", field="--tls-cert")
     if args.workers is not None and args.workers < 1:
         raise OptionError("needs at least 1 worker", field="--workers")
+    if not 0 <= args.grace <= MAX_SECONDS:  # NaN too: the shutdown's wait would fail or not wait at all
+        raise OptionError(f"{args.grace} is not a number of seconds from 0 to {MAX_SECONDS}", field="--grace")
     for flag in ("port", "metrics_port"):
         port = getattr(args, flag)
         if port is not None and not 0 <= port <= 65535:
