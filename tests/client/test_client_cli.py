@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -104,7 +105,7 @@ def test_unreachable_server_exits_3(graphs):
     assert "UNAVAILABLE" in r.stdout and "Traceback" not in r.stderr
 
 
-def test_bad_token_file_and_usage_exit_2(graphs, tmp_path):
+def test_bad_token_file_and_usage_exit_2(graphs, tmp_path, capsys):
     r = gradcheck("verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file", tmp_path / "missing")
     assert r.returncode == 2 and "cannot read token file" in r.stderr
     assert gradcheck("verify", tmp_path / "nothing-here").returncode == 2
@@ -113,6 +114,20 @@ def test_bad_token_file_and_usage_exit_2(graphs, tmp_path):
     empty.mkdir()
     r = gradcheck("verify", empty)
     assert r.returncode == 2 and "no *.json or *.pb graphs" in r.stderr
+    # a token no request header can carry (two lines): one line naming the file, on every door that reads one
+    # (it was every call failing, gRPC's multi-line log, exit 3; a server refusing every request)
+    two = tmp_path / "token"
+    two.write_text("first\nsecond\n")
+    from gradcheck_client.cli import main
+    from gradcheck_svc.config import read_token
+
+    assert main(["verify", str(graphs / "seed.json"), "--server", "127.0.0.1:1", "--token-file", str(two)]) == 2
+    needle = "--token-file: the token holds '\\n', which a request header cannot carry"
+    assert capsys.readouterr().err.splitlines() == [f"gradcheck: error: {needle} (one line of printable ASCII)"]
+    from gradcheck_svc.errors import OptionError
+
+    with pytest.raises(OptionError, match=re.escape(needle)):
+        read_token(str(two))
 
 
 def test_in_process_without_a_server(graphs):

@@ -19,6 +19,7 @@ from pathlib import Path
 
 from . import __version__
 from gradcheck_core.claims import ClaimsFileError, claimed_flag, with_claims
+from gradcheck_core.token import token_problem
 from gradcheck_core.graphio import GraphFileError, load_graph
 from gradcheck_core.onnx_files import OnnxFileError
 from gradcheck_core.onnx_options import (OnnxFlagError, OnnxModel, is_onnx, onnx_import_message,
@@ -346,7 +347,10 @@ def _check_flags(args):
 def _credentials(args):
     """(token, CA certificates) for a server: --token-file, else $GRADCHECK_TOKEN; --ca-file."""
     token = _read_file(args.token_file, "token file").decode(errors="replace").strip() if args.token_file else None
+    where = "--token-file" if token else "$GRADCHECK_TOKEN"
     token = token or os.environ.get("GRADCHECK_TOKEN") or None
+    if token and token_problem(token):
+        raise UsageError(f"{where}: {token_problem(token)}")
     ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
     return token, ca
 
