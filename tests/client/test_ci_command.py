@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 import forked_cli
 from grpc_helpers import ROOT, _env
 from junitparser import Error, Failure, JUnitXml, Properties
@@ -129,3 +131,18 @@ def test_progress_on_a_terminal_per_graph_and_phase_quiet_otherwise(tmp_path):
     r = gradcheck("verify", d, "--exclude", "sub/*", "--symbolic", "off")  # stderr is a pipe: no progress at all
     assert "\r" not in r.stderr and "finite differences" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == "gradcheck: 2 pass, 1 fail"
+
+
+def test_a_graph_in_a_directory_that_is_no_regular_file_is_refused_not_skipped(tmp_path):
+    """A broken link or a FIFO named like a graph was left out silently: the run passed on the others."""
+    from gradcheck_core.scan import graph_paths
+
+    shutil.copy(ROOT / "examples" / "graphs" / "seed.json", tmp_path / "seed.json")
+    (tmp_path / "model.json").symlink_to(tmp_path / "build" / "model.json")  # not built yet
+    with pytest.raises(FileNotFoundError, match=r"not a regular file: .*model\.json \(a broken link, a FIFO or a "
+                                                r"device: fix it, or leave it out with --exclude\)"):
+        graph_paths([tmp_path], (), (), "gradcheck")
+    assert graph_paths([tmp_path], (), ("model.json",), "gradcheck") == [str(tmp_path / "seed.json")]
+    os.mkfifo(tmp_path / "pipe.pb")  # reading it would wait for a writer for ever
+    with pytest.raises(FileNotFoundError, match=r"not a regular file: .*pipe\.pb"):
+        graph_paths([tmp_path], (), ("model.json",), "gradcheck")
