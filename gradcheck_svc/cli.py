@@ -230,6 +230,10 @@ def _verify(args) -> int:
         except FileNotFoundError as exc:
             raise OptionError(str(exc), field="PATH") from None
     _refuse_unused_onnx_flags(args, paths)
+    from gradcheck_core.verify_args import output_over_input
+
+    if output_over_input(args, paths):
+        raise OptionError(output_over_input(args, paths))
     fd_mode = _fd_mode(args, single)
     if fd_mode is not None and args.max_request_seconds is None:
         args.max_request_seconds = FD_REQUEST_SECONDS

@@ -146,3 +146,17 @@ def test_a_graph_in_a_directory_that_is_no_regular_file_is_refused_not_skipped(t
     os.mkfifo(tmp_path / "pipe.pb")  # reading it would wait for a writer for ever
     with pytest.raises(FileNotFoundError, match=r"not a regular file: .*pipe\.pb"):
         graph_paths([tmp_path], (), ("model.json",), "gradcheck")
+
+
+def test_an_output_over_a_file_the_run_reads_is_refused(tmp_path, capsys):
+    """`--html graph.json` overwrote the graph being verified with the page (exit 0): the user's input lost."""
+    from gradcheck_client.cli import main as ci_main
+    from gradcheck_svc.cli import main
+
+    graph = tmp_path / "g.json"
+    shutil.copy(ROOT / "examples" / "graphs" / "seed.json", graph)
+    for command, prog in ((main, "gradcheck-svc"), (ci_main, "gradcheck")):
+        assert command(["verify", str(tmp_path), "--junit", str(graph)]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (f"{prog}: error: --junit: '{graph}' is a file this run "
+                                                            "reads: writing it would destroy it (write elsewhere)")
+    assert graph.read_text() == (ROOT / "examples" / "graphs" / "seed.json").read_text()

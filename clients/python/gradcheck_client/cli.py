@@ -30,7 +30,7 @@ from gradcheck_core.outputs.outcome import (EXIT_INVALID, EXIT_MISMATCH, EXIT_OK
                                             print_interrupted, print_outcomes)
 from gradcheck_core.outputs.text import escape_controls
 from gradcheck_core.report import Report
-from gradcheck_core.verify_args import add_verify_arguments
+from gradcheck_core.verify_args import add_verify_arguments, output_over_input
 from gradcheck_core.scan import graph_paths
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
@@ -292,6 +292,8 @@ def _verify(args) -> int:
     """The CI command: the graphs found, checked flags, each graph loaded, verified (on a server or in this
     process) and reported; the highest exit code."""
     paths = _scan(args)
+    if output_over_input(args, paths):
+        raise UsageError(output_over_input(args, paths))
     limits, symbolic = _check_flags(args)
     token, ca = _credentials(args)
     graphs, outcomes = _load_graphs(args, paths, limits)
