@@ -105,27 +105,37 @@ def test_unreachable_server_exits_3(graphs):
     assert "UNAVAILABLE" in r.stdout and "Traceback" not in r.stderr
 
 
+def _in_process(capsys, *args) -> tuple[int, str]:
+    """(exit code, stderr) of the command's main in this process: usage errors end before any process matters."""
+    from gradcheck_client.cli import main
+
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
 def test_bad_token_file_and_usage_exit_2(graphs, tmp_path, capsys):
-    r = gradcheck("verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file", tmp_path / "missing")
-    assert r.returncode == 2 and "cannot read token file" in r.stderr
-    assert gradcheck("verify", tmp_path / "nothing-here").returncode == 2
-    assert gradcheck("verify").returncode == 2
+    code, err = _in_process(capsys, "verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file",
+                            tmp_path / "missing")
+    assert code == 2 and "cannot read token file" in err
+    assert _in_process(capsys, "verify", tmp_path / "nothing-here")[0] == 2
+    assert _in_process(capsys, "verify")[0] == 2
     empty = tmp_path / "empty"
     empty.mkdir()
-    r = gradcheck("verify", empty)
-    assert r.returncode == 2 and "no *.json or *.pb graphs" in r.stderr
+    code, err = _in_process(capsys, "verify", empty)
+    assert code == 2 and "no *.json or *.pb graphs" in err
     # a token no request header can carry (two lines): one line naming the file, on every door that reads one
     # (it was every call failing, gRPC's multi-line log, exit 3; a server refusing every request)
     two = tmp_path / "token"
     two.write_text("first\nsecond\n")
-    from gradcheck_client.cli import main
     from gradcheck_svc.config import read_token
-
-    assert main(["verify", str(graphs / "seed.json"), "--server", "127.0.0.1:1", "--token-file", str(two)]) == 2
-    needle = "--token-file: the token holds '\\n', which a request header cannot carry"
-    assert capsys.readouterr().err.splitlines() == [f"gradcheck: error: {needle} (one line of printable ASCII)"]
     from gradcheck_svc.errors import OptionError
 
+    code, err = _in_process(capsys, "verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file", two)
+    needle = "--token-file: the token holds '\\n', which a request header cannot carry"
+    assert code == 2 and err.splitlines() == [f"gradcheck: error: {needle} (one line of printable ASCII)"]
     with pytest.raises(OptionError, match=re.escape(needle)):
         read_token(str(two))
 
