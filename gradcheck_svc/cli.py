@@ -229,6 +229,11 @@ def _verify(args) -> int:
             paths = graph_paths(args.paths, args.include, args.exclude, "gradcheck-svc")
         except FileNotFoundError as exc:
             raise OptionError(str(exc), field="PATH") from None
+    _refuse_unused_onnx_flags(args, paths)
+    from gradcheck_core.verify_args import output_over_input
+
+    if output_over_input(args, paths):
+        raise OptionError(output_over_input(args, paths))
     fd_mode = _fd_mode(args, single)
     if fd_mode is not None and args.max_request_seconds is None:
         args.max_request_seconds = FD_REQUEST_SECONDS
@@ -249,6 +254,18 @@ def _verify(args) -> int:
         print(f"gradcheck-svc: {label}: {what}, retry (exit {EXIT_RETRY})" + (f": {detail}" if detail else ""),
               file=sys.stderr)
         return EXIT_RETRY
+
+
+def _refuse_unused_onnx_flags(args, paths) -> None:
+    """OptionError for an ONNX import flag given with no ONNX model among the paths (it would be ignored)."""
+    from gradcheck_core.onnx_options import OnnxFlagError, refuse_unused_onnx_flags
+
+    from .errors import OptionError
+
+    try:
+        refuse_unused_onnx_flags(args, paths)
+    except OnnxFlagError as exc:
+        raise OptionError(str(exc)) from None
 
 
 def _retry_reason(exc: BaseException) -> tuple[str, str | None]:
@@ -280,15 +297,22 @@ def _fd_shard(path: str, args, limits, values, options, fd_mode, claims) -> int:
 def _verify_paths(args, paths: list, single: bool, limits, values, options, claims, fd_mode=None) -> int:
     """Verify each graph, print the report(s), write the outputs: the highest exit code."""
     runs = []  # (path, message, report, error)
-    for path in paths:
-        try:
-            message, report = _verify_one(path, args, limits, values, options, several=not single, fd_mode=fd_mode,
-                                          claims=claims)
-            runs.append((path, message, report, ""))
-        except GradcheckError as exc:
-            if single:
-                raise
-            runs.append((path, None, None, exc.message))
+    try:
+        for path in paths:
+            try:
+                message, report = _verify_one(path, args, limits, values, options, several=not single,
+                                              fd_mode=fd_mode, claims=claims)
+                runs.append((path, message, report, ""))
+            except GradcheckError as exc:
+                if single:
+                    raise
+                runs.append((path, None, None, exc.message))
+    except KeyboardInterrupt:  # Ctrl-C: the graphs verified so far are printed, not lost
+        if single:
+            raise
+        from gradcheck_core.outputs.outcome import print_interrupted
+
+        return print_interrupted("gradcheck-svc", outcomes_of(runs), len(paths), args.format)
     if single:
         from .text import lines
 
@@ -597,6 +621,7 @@ def _plan_memory(args) -> int:
         from .errors import OptionError
 
         raise OptionError(f"{args.max_run_bytes}: must be a number of bytes", field="--max-run-bytes")
+    _refuse_unused_onnx_flags(args, [args.graph])
     check_file_size(args.graph, limits.max_message_bytes)
     # within --max-request-seconds like a verification: a child killed at the limit (bounded.py)
     plan = bounded_call(limits.max_request_seconds, "max_request_seconds", _plan_graph, args, limits)
@@ -636,6 +661,7 @@ def _import_onnx(args) -> int:
         raise OptionError(f"'{args.out}': the graph file must end in .pb or .json", field="-o")
     from .onnx_import.folding import FoldBudget
 
+    check_regular_file(args.model)
     message = _onnx_graph(args.model, args, FoldBudget(max_elements=Limits().max_elements))
     # the importer's output must validate (a conversion: a model without trainable weights is still one)
     graph = load_graph(message, limits=Limits(), require_parameters=False)
@@ -649,20 +675,31 @@ def _import_onnx(args) -> int:
     return EXIT_OK
 
 
-def check_file_size(path: str, limit: int) -> None:
-    """A file so far over max_message_bytes that the server's transport would refuse it (it admits twice
-    the limit, so that the servicer answers the rest exactly): refused before it is read."""
+def check_regular_file(path: str):
+    """The file's os.stat, None where it cannot be stat'ed (the loader says why), OptionError where it is not a
+    regular file: a FIFO would block its reader for ever, a device never end."""
     import os
     import stat
 
-    from .errors import LimitError, OptionError
+    from .errors import OptionError
 
     try:
         st = os.stat(path)
     except OSError:
-        return  # the loader says what is wrong with the path
-    if not stat.S_ISREG(st.st_mode):  # a FIFO would block its reader for ever, a device never end
+        return None
+    if not stat.S_ISREG(st.st_mode):
         raise OptionError(f"'{path}' is not a regular file: give a graph file (.json, .pb or .onnx)", field="PATH")
+    return st
+
+
+def check_file_size(path: str, limit: int) -> None:
+    """A file so far over max_message_bytes that the server's transport would refuse it (it admits twice
+    the limit, so that the servicer answers the rest exactly): refused before it is read."""
+    from .errors import LimitError
+
+    st = check_regular_file(path)
+    if st is None:
+        return  # the loader says what is wrong with the path
     size = st.st_size
     if size > 2 * limit + 2**20:
         raise LimitError(f"graph file is {size} bytes, far over the limit of {limit} (raise it with "
@@ -707,6 +744,8 @@ def _serve(args) -> int:
     import dataclasses
     from pathlib import Path
 
+    from gradcheck_core.options import MAX_SECONDS
+
     from .errors import OptionError
     from .limits import ServerLimits, limit_flag_values
     from .config import ServerConfig, read_token
@@ -724,6 +763,8 @@ def _serve(args) -> int:
             raise OptionError(f"no such file: {path}", field="--tls-cert")
     if args.workers is not None and args.workers < 1:
         raise OptionError("needs at least 1 worker", field="--workers")
+    if not 0 <= args.grace <= MAX_SECONDS:  # NaN too: the shutdown's wait would fail or not wait at all
+        raise OptionError(f"{args.grace} is not a number of seconds from 0 to {MAX_SECONDS}", field="--grace")
     for flag in ("port", "metrics_port"):
         port = getattr(args, flag)
         if port is not None and not 0 <= port <= 65535:

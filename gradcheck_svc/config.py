@@ -56,6 +56,8 @@ class ServerConfig:
 
 def read_token(token_file: str | None, token_env: str = DEFAULT_TOKEN_ENV) -> str | None:
     """The bearer token from a file (first line) or, failing that, an environment variable."""
+    from gradcheck_core.token import token_problem
+
     if token_file:
         try:
             token = Path(token_file).read_text().strip()
@@ -63,5 +65,9 @@ def read_token(token_file: str | None, token_env: str = DEFAULT_TOKEN_ENV) -> st
             raise OptionError(f"cannot read token file: {exc.strerror or exc}", field="--token-file") from None
         if not token:
             raise OptionError("token file is empty", field="--token-file")
-        return token
-    return os.environ.get(token_env) or None
+        where = "--token-file"
+    else:
+        token, where = os.environ.get(token_env) or None, f"${token_env}"
+    if token and token_problem(token):  # no client could send it: every request would be refused
+        raise OptionError(token_problem(token), field=where)
+    return token

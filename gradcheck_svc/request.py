@@ -109,6 +109,7 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
 
     Raises GradcheckError for anything the user can fix."""
     limits = limits or ServerLimits()
+    _one_subject(request)
     if not size_checked:  # the server's own check, for in-process callers
         check_request_size(request.ByteSize(), limits.max_message_bytes, hint=hint)
     if options is None:
@@ -130,6 +131,18 @@ def prepare(request: service_pb2.VerifyRequest, limits: ServerLimits | None = No
     graph = validate(message, limits.graph, allow_nonfinite=request.options.allow_nonfinite,
                      nonfinite_constants=bool(request.onnx_model))
     return graph, options
+
+
+def _one_subject(request: service_pb2.VerifyRequest) -> None:
+    """OptionError where a part of the request would be ignored: a graph beside an ONNX model (the model is
+    verified; only its claims travel in `graph`), or import options for a graph (verified as it is)."""
+    graph = request.graph
+    if request.onnx_model and (graph.nodes or graph.inputs or graph.output):
+        raise OptionError("set either graph or onnx_model, not both (with a model, graph carries only its "
+                          "claimed gradients)", field="graph")
+    if not request.onnx_model and request.onnx.ListFields():
+        raise OptionError("import options apply to onnx_model, and the request has none (a graph is verified "
+                          "as it is)", field="onnx")
 
 
 def run_request(request: service_pb2.VerifyRequest, limits: ServerLimits | None = None, *, on_phase=None,

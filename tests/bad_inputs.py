@@ -107,7 +107,9 @@ def cases() -> list[Case]:
                               b'{"inputs": [{"name": "w", "value": {"data": [1e999]}}]}',
                               b'{"unknownField": 1}', b"\xff\xfe{}", b'{"name": "a\\ud800"}',
                               b'{"nodes": [{"name": "z", "attrs": 5}]}']):
-        add(_json(f"json_bad_{i}", text, "invalid"))
+        # "[]": json_format makes it an empty Graph (what the server is sent here), the CLI's reader refuses
+        # a document that is not an object: both invalid, in their own words
+        add(_json(f"json_bad_{i}", text, "invalid", same_message=text != b"[]"))
     # -- graph validation ------------------------------------------------------------------------
     edits = {
         "unknown_op": lambda g: g["nodes"][0].update(op="mull"),

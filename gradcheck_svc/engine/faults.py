@@ -31,20 +31,40 @@ class Fault:
         return f"{self.node}:{self.kind}" + (f":{self.value:g}" if self.value is not None else "")
 
 
+def _kind_at(parts: list) -> int:
+    """Where KIND is in NODE:KIND[:VALUE] split at ':': before a number (z:overwrite:nan), else last (a:b:zero),
+    else second (what the errors name)."""
+    n = len(parts)
+    if n >= 3 and parts[-2] in KINDS and _number(parts[-1]):
+        return n - 2
+    if n >= 2 and parts[-1] in KINDS:
+        return n - 1
+    return 1
+
+
+def _number(text: str) -> bool:
+    try:
+        float(text)
+    except ValueError:
+        return False
+    return True
+
+
 def parse_fault(text: str) -> Fault:
     """NODE:KIND[:VALUE], e.g. z:overwrite:999, a:scale:2, z:nan, w:bitflip:52."""
     parts = text.split(":")
-    if not 2 <= len(parts) <= 3 or not parts[0]:
+    at = _kind_at(parts)  # NODE may hold ':' (an imported value such as 'dense/BiasAdd:0'): KIND found from the right
+    node, kind, rest = ":".join(parts[:at]), parts[at] if at < len(parts) else "", parts[at + 1:]
+    if len(parts) < 2 or len(rest) > 1 or not node:
         raise OptionError(f"'{text}' is not NODE:KIND[:VALUE]", field="fault")
-    node, kind = parts[0], parts[1]
     if kind not in KINDS:
         raise OptionError(f"unknown fault kind '{kind}' (expected one of {', '.join(KINDS)})", field="fault")
     value = None
-    if len(parts) == 3:
+    if rest:
         try:
-            value = float(parts[2])
+            value = float(rest[0])
         except ValueError:
-            raise OptionError(f"fault value '{parts[2]}' is not a number", field="fault") from None
+            raise OptionError(f"fault value '{rest[0]}' is not a number", field="fault") from None
     if kind == "overwrite" and value is None:
         raise OptionError("fault kind 'overwrite' needs a value, e.g. z:overwrite:999", field="fault")
     if kind == "bitflip" and value is not None and not value.is_integer():

@@ -26,6 +26,26 @@ from .inplace import resolve_inplace
 from .ir import SOURCE_RELATIONS, Graph, GraphInput, Node, SourceName
 
 DTYPES = {"float32": np.float32, "float64": np.float64, "int64": np.int64, "bool": np.bool_}
+# NumPy's own bounds on a shape, checked before any array or broadcast is made (else its ValueError or
+# RuntimeError surfaces as an internal error): broadcasting takes at most 32 dimensions, and an array's
+# nonzero dimensions times its itemsize must fit in 2**63 bytes even when a 0 makes it empty
+# (16 bytes: the complex-step forward holds complex128).
+MAX_RANK, MAX_SPAN = 32, 2**59
+
+
+def check_shape(shape, **where) -> None:
+    """GraphError (at where: node= or field=) for a shape NumPy cannot make: too many dimensions, or
+    nonzero dimensions whose product overflows an array's byte count."""
+    if len(shape) > MAX_RANK:
+        raise GraphError(f"shape has {len(shape)} dimensions, the most NumPy supports is {MAX_RANK}", **where)
+    if math.prod(d for d in shape if d) > MAX_SPAN:
+        raise GraphError(f"shape {_clipped(shape)} is too large for an array (its nonzero dimensions multiply "
+                         f"past 2**59)", **where)
+
+
+def _clipped(shape) -> str:
+    text = str(list(shape))
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def _check_name(name: str, where: str, limits: Limits) -> None:
@@ -111,7 +131,8 @@ def decode_tensor(t, where: str) -> tuple[np.ndarray, str]:
         raise GraphError(f"unknown dtype '{dtype}' (expected one of {', '.join(DTYPES)})", field=where)
     shape = tuple(int(d) for d in t.shape)
     if any(d < 0 for d in shape):
-        raise GraphError(f"negative dimension in shape {list(shape)}", field=where)
+        raise GraphError(f"negative dimension in shape {_clipped(shape)}", field=where)
+    check_shape(shape, field=where)
     size = math.prod(shape)
     if t.raw:
         if len(t.data):
@@ -276,6 +297,9 @@ def validate(msg, limits: Limits = Limits(), *, allow_nonfinite: bool = False,
     if msg.opset_version > OPSET_VERSION:
         raise GraphError(f"opset_version {msg.opset_version} is newer than this server's {OPSET_VERSION}",
                          field="opset_version")
+    if msg.opset_version < 0:
+        raise GraphError(f"opset_version {msg.opset_version} is negative (leave it 0 for this server's "
+                         f"{OPSET_VERSION})", field="opset_version")
     if len(msg.nodes) > limits.max_nodes:
         raise LimitError(f"graph has {len(msg.nodes)} nodes, the limit is {limits.max_nodes}", field="nodes",
                          limit="max_nodes")
@@ -367,6 +391,7 @@ def _typed_nodes(msg, order: list[int], specs: dict, elements: int, limits: Limi
             spec, norm = op.infer(pb.name, in_specs, attrs)
         except (ValueError, TypeError, IndexError) as exc:
             raise GraphError(f"invalid attributes for op '{op.name}': {exc}", node=pb.name) from None
+        check_shape(spec.shape, node=pb.name)
         elements += spec.size
         if elements > limits.max_elements and first_over is None:
             # named, and counted on (shapes only, nothing is allocated): the error states what the graph needs

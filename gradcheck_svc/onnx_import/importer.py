@@ -81,7 +81,13 @@ def _label(node) -> str:
 
 
 def _static_shape(vi) -> tuple:
+    """An input's declared shape, its dynamic dimensions 1 (docs/onnx.md); a negative one is refused: it is
+    neither a size nor dynamic (the ONNX checker lets it through)."""
     dims = vi.type.tensor_type.shape.dim
+    if any(d.HasField("dim_value") and d.dim_value < 0 for d in dims):
+        raise GraphError(f"input '{vi.name}' declares shape "
+                         f"{[d.dim_value if d.HasField('dim_value') else d.dim_param or '?' for d in dims]} "
+                         "with a negative dimension", field="inputs")
     return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims)
 
 
@@ -338,6 +344,9 @@ class Importer:
     def _loss(self) -> None:
         ctx, opts = self.ctx, self.options
         outputs = [vi.name for vi in self.model.graph.output]
+        if not opts.output and not outputs:
+            raise GraphError("the model declares no output: name the value the loss reduces (--loss-output / "
+                             "loss_output)", field="output")
         out = opts.output or outputs[0]
         if out not in outputs and out not in ctx.emitted and out not in ctx.consts:
             raise GraphError(f"the model has no output or value '{out}' (outputs: {', '.join(outputs)})",

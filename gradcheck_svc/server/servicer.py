@@ -47,6 +47,17 @@ def _error_from_worker(result: tuple) -> Exception:
     return RuntimeError(f"internal error in worker ({result[1]})")
 
 
+async def _parsed_or_abort(message_type, payload: bytes, context):
+    """The request message, or the call ended INVALID_ARGUMENT (kind "invalid", field "request")."""
+    from google.protobuf.message import DecodeError
+
+    try:
+        return message_type.FromString(payload)
+    except DecodeError:
+        error = errors.GraphError(f"malformed {message_type.__name__}: not a valid protobuf message", field="request")
+        await context.abort_with_status(failure_for(error).rich_status())
+
+
 def list_ops_response() -> service_pb2.ListOpsResponse:
     """The registry, described: generated from gradcheck_svc.ops, never a hand-kept list."""
     from ..ops import OPSET_VERSION, all_ops
@@ -212,12 +223,14 @@ class GradCheckServicer:
                     t.cancel()
             group.cancel()
 
-    async def list_ops(self, request, context) -> service_pb2.ListOpsResponse:
+    async def list_ops(self, payload: bytes, context) -> service_pb2.ListOpsResponse:
+        await _parsed_or_abort(service_pb2.ListOpsRequest, payload, context)
         if self._ops is None:
             self._ops = list_ops_response()
         return self._ops
 
-    async def get_server_info(self, request, context) -> service_pb2.ServerInfo:
+    async def get_server_info(self, payload: bytes, context) -> service_pb2.ServerInfo:
+        await _parsed_or_abort(service_pb2.GetServerInfoRequest, payload, context)
         return self._info
 
     def handlers(self) -> grpc.GenericRpcHandler:
@@ -225,11 +238,9 @@ class GradCheckServicer:
         return grpc.method_handlers_generic_handler(SERVICE, {
             "Verify": grpc.stream_unary_rpc_method_handler(self.verify),  # see the module's doc
             "VerifyStream": grpc.stream_stream_rpc_method_handler(self.verify_stream),
-            "ListOps": grpc.unary_unary_rpc_method_handler(
-                self.list_ops, request_deserializer=service_pb2.ListOpsRequest.FromString,
-                response_serializer=ser),
-            "GetServerInfo": grpc.unary_unary_rpc_method_handler(
-                self.get_server_info, request_deserializer=service_pb2.GetServerInfoRequest.FromString,
-                response_serializer=ser),
+            # raw bytes, parsed in the handler: a malformed request is INVALID_ARGUMENT, as Verify's is (gRPC's
+            # own deserializer answered UNKNOWN "Unexpected DecodeError")
+            "ListOps": grpc.unary_unary_rpc_method_handler(self.list_ops, response_serializer=ser),
+            "GetServerInfo": grpc.unary_unary_rpc_method_handler(self.get_server_info, response_serializer=ser),
         })
 

@@ -67,6 +67,9 @@ def check(options: VerifyOptions, field=lambda name: name) -> None:
         raise OptionError(f"{fd.directions}: needs at least 1 direction", field=field("directions"))
     if fd.seed < 0:
         raise OptionError(f"seed must be 0 or more, got {fd.seed}", field=field("seed"))
+    if options.symbolic.max_elements < 0:  # 0 skips the oracle as --symbolic off does; below it means nothing
+        raise OptionError(f"symbolic budget must be 0 or more, got {options.symbolic.max_elements}",
+                          field=field("symbolic_budget"))
     if options.dtype is not None and options.dtype not in DTYPES:
         raise OptionError(f"unknown dtype '{options.dtype}' (expected float32 or float64)", field=field("dtype"))
     if options.integrity not in INTEGRITY_MODES:

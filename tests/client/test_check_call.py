@@ -78,6 +78,13 @@ def test_wrt_scalar_outputs_and_refusals():
         gradcheck_svc.check(lambda x: np.sum(x), x, fd="full")
     with pytest.raises(TracerError, match="returned a tuple"):
         gradcheck_svc.check(lambda x: (x, x), x)
+    # a value its VerifyOptions field cannot hold names the option (was protobuf's "Value out of range")
+    from gradcheck_core.errors import InvalidInput
+
+    with pytest.raises(InvalidInput, match=r"^options\.seed: 18446744073709551616 does not fit the field"):
+        gradcheck_svc.check(lambda x: np.sum(x), x, seed=2**64)
+    with pytest.raises(InvalidInput, match=r"^options\.directions: 'x' does not fit"):
+        gradcheck_client.check(lambda x: np.sum(x), x, directions="x")
 
 
 def test_one_check_signature_in_process_unless_server_is_given(server):

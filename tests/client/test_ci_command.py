@@ -10,6 +10,8 @@ import shutil
 import subprocess
 import sys
 
+import pytest
+
 import forked_cli
 from grpc_helpers import ROOT, _env
 from junitparser import Error, Failure, JUnitXml, Properties
@@ -119,11 +121,42 @@ def _run_on_a_terminal(args) -> tuple[int, str]:
 
 def test_progress_on_a_terminal_per_graph_and_phase_quiet_otherwise(tmp_path):
     d = _faults_copy(tmp_path)
-    code, screen = _run_on_a_terminal(["verify", d, "--exclude", "sub/*"])
+    # the progress is the point, not the oracle: without the symbolic one (SymPy's import, its expansions)
+    # each run is ~1 s cheaper, every phase below still shown and the verdicts the same
+    code, screen = _run_on_a_terminal(["verify", d, "--exclude", "sub/*", "--symbolic", "off"])
     assert code == 1
     assert "1/3" in screen and "3/3" in screen  # per graph
     for phase in ("engine", "finite differences", "diagnosis"):  # within a graph, per phase
         assert f"log_zero.json: {phase}" in screen, screen
-    r = gradcheck("verify", d, "--exclude", "sub/*")  # stderr is a pipe: no progress at all
+    r = gradcheck("verify", d, "--exclude", "sub/*", "--symbolic", "off")  # stderr is a pipe: no progress at all
     assert "\r" not in r.stderr and "finite differences" not in r.stderr
     assert r.stderr.strip().splitlines()[-1] == "gradcheck: 2 pass, 1 fail"
+
+
+def test_a_graph_in_a_directory_that_is_no_regular_file_is_refused_not_skipped(tmp_path):
+    """A broken link or a FIFO named like a graph was left out silently: the run passed on the others."""
+    from gradcheck_core.scan import graph_paths
+
+    shutil.copy(ROOT / "examples" / "graphs" / "seed.json", tmp_path / "seed.json")
+    (tmp_path / "model.json").symlink_to(tmp_path / "build" / "model.json")  # not built yet
+    with pytest.raises(FileNotFoundError, match=r"not a regular file: .*model\.json \(a broken link, a FIFO or a "
+                                                r"device: fix it, or leave it out with --exclude\)"):
+        graph_paths([tmp_path], (), (), "gradcheck")
+    assert graph_paths([tmp_path], (), ("model.json",), "gradcheck") == [str(tmp_path / "seed.json")]
+    os.mkfifo(tmp_path / "pipe.pb")  # reading it would wait for a writer for ever
+    with pytest.raises(FileNotFoundError, match=r"not a regular file: .*pipe\.pb"):
+        graph_paths([tmp_path], (), ("model.json",), "gradcheck")
+
+
+def test_an_output_over_a_file_the_run_reads_is_refused(tmp_path, capsys):
+    """`--html graph.json` overwrote the graph being verified with the page (exit 0): the user's input lost."""
+    from gradcheck_client.cli import main as ci_main
+    from gradcheck_svc.cli import main
+
+    graph = tmp_path / "g.json"
+    shutil.copy(ROOT / "examples" / "graphs" / "seed.json", graph)
+    for command, prog in ((main, "gradcheck-svc"), (ci_main, "gradcheck")):
+        assert command(["verify", str(tmp_path), "--junit", str(graph)]) == 2
+        assert capsys.readouterr().err.splitlines()[-1] == (f"{prog}: error: --junit: '{graph}' is a file this run "
+                                                            "reads: writing it would destroy it (write elsewhere)")
+    assert graph.read_text() == (ROOT / "examples" / "graphs" / "seed.json").read_text()

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 import socket
 import subprocess
 import sys
@@ -104,15 +105,39 @@ def test_unreachable_server_exits_3(graphs):
     assert "UNAVAILABLE" in r.stdout and "Traceback" not in r.stderr
 
 
-def test_bad_token_file_and_usage_exit_2(graphs, tmp_path):
-    r = gradcheck("verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file", tmp_path / "missing")
-    assert r.returncode == 2 and "cannot read token file" in r.stderr
-    assert gradcheck("verify", tmp_path / "nothing-here").returncode == 2
-    assert gradcheck("verify").returncode == 2
+def _in_process(capsys, *args) -> tuple[int, str]:
+    """(exit code, stderr) of the command's main in this process: usage errors end before any process matters."""
+    from gradcheck_client.cli import main
+
+    try:
+        code = main([str(a) for a in args])
+    except SystemExit as exc:  # argparse's usage errors
+        code = exc.code
+    return code, capsys.readouterr().err
+
+
+def test_bad_token_file_and_usage_exit_2(graphs, tmp_path, capsys):
+    code, err = _in_process(capsys, "verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file",
+                            tmp_path / "missing")
+    assert code == 2 and "cannot read token file" in err
+    assert _in_process(capsys, "verify", tmp_path / "nothing-here")[0] == 2
+    assert _in_process(capsys, "verify")[0] == 2
     empty = tmp_path / "empty"
     empty.mkdir()
-    r = gradcheck("verify", empty)
-    assert r.returncode == 2 and "no *.json or *.pb graphs" in r.stderr
+    code, err = _in_process(capsys, "verify", empty)
+    assert code == 2 and "no *.json or *.pb graphs" in err
+    # a token no request header can carry (two lines): one line naming the file, on every door that reads one
+    # (it was every call failing, gRPC's multi-line log, exit 3; a server refusing every request)
+    two = tmp_path / "token"
+    two.write_text("first\nsecond\n")
+    from gradcheck_svc.config import read_token
+    from gradcheck_svc.errors import OptionError
+
+    code, err = _in_process(capsys, "verify", graphs / "seed.json", "--server", "127.0.0.1:1", "--token-file", two)
+    needle = "--token-file: the token holds '\\n', which a request header cannot carry"
+    assert code == 2 and err.splitlines() == [f"gradcheck: error: {needle} (one line of printable ASCII)"]
+    with pytest.raises(OptionError, match=re.escape(needle)):
+        read_token(str(two))
 
 
 def test_in_process_without_a_server(graphs):
@@ -141,3 +166,39 @@ def test_unusable_files_and_bad_numbers_exit_2_one_line(graphs, args, needle):
     r = gradcheck("verify", graphs / "seed.json", *args)
     assert r.returncode == 2 and needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+class _CtrlCWhenTheSecondGraphStarts:
+    """A terminal (so the progress line is drawn) whose user presses Ctrl-C as b.json's first phase shows."""
+
+    def __init__(self):
+        self.text = ""
+
+    def isatty(self) -> bool:
+        return True
+
+    def flush(self) -> None:
+        pass
+
+    def write(self, text: str) -> int:
+        if "b.json:" in text:
+            raise KeyboardInterrupt
+        self.text += text
+        return len(text)
+
+
+def test_ctrl_c_prints_the_graphs_verified_before_it_and_writes_no_file(tmp_path, capsys, monkeypatch):
+    """What finished is not lost (it was: exit 130 and nothing printed); no JUnit file reads as a complete run."""
+    from gradcheck_client.cli import main
+
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text((ROOT / "examples" / "graphs" / "seed.json").read_text())
+    terminal = _CtrlCWhenTheSecondGraphStarts()
+    monkeypatch.setattr(sys, "stderr", terminal)
+    junit = tmp_path / "junit.xml"
+    code = main(["verify", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--symbolic", "off", "--junit", str(junit)])
+    out = capsys.readouterr().out
+    assert code == 130 and not junit.exists()
+    assert "a.json\ngraph seed: PASS" in out and "b.json" not in out
+    assert terminal.text.splitlines()[-1] == ("gradcheck: interrupted: 1 of 2 graphs verified (above); the others "
+                                              "were not, and no --junit, --html or --summary-md file was written")

@@ -126,6 +126,7 @@ def test_ops_listing_comes_from_registry():
     (["--max-queue", "-1"], "--max-queue: must be 0 or more"),
     # over what a bounded wait can wait (select.poll's int milliseconds): refused, not an internal error
     (["--max-request-seconds", "inf"], "--max-request-seconds: must be at most 1000000"),
+    (["--grace", "-5"], "--grace: -5.0 is not a number of seconds from 0 to 1000000"),  # was served
 ])
 def test_bad_serve_options_exit_2_one_line(args, needle):
     rc, _, err = run_cli("serve", *args)

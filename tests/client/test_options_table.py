@@ -165,3 +165,22 @@ def test_fd_method_reaches_the_finite_differences_and_an_unknown_one_is_refused_
     with pytest.raises(OptionError) as exc:
         options_from_proto(service_pb2.VerifyOptions(fd_method="complex-step"), ServerLimits())
     assert exc.value.field == "options.fd_method" and "complex-step" in str(exc.value)
+
+
+def test_an_integer_flag_is_bounded_by_its_proto_field(capsys):
+    """Every integer option's wire_bits is its proto field's width, and a value beyond it is the flag's usage
+    error (exit 2) -- it was the message's ValueError inside the run: an internal error, exit 3."""
+    from gradcheck_core.onnx_options import ONNX_FLAGS
+    from gradcheck_svc.cli import build_parser
+
+    for message, rows in ((service_pb2.VerifyOptions, OPTIONS), (service_pb2.OnnxImport, ONNX_FLAGS)):
+        for o in rows:
+            f = message.DESCRIPTOR.fields_by_name[o.name]
+            if f.type in (f.TYPE_INT32, f.TYPE_INT64):
+                assert o.wire_bits == (32 if f.type == f.TYPE_INT32 else 64), o.name
+    parser = build_parser()
+    for flag, value in (("--directions", 2**31), ("--seed", 2**63), ("--input-seed", -(2**63) - 1)):
+        with pytest.raises(SystemExit) as exc:
+            parser.parse_args(["verify", "g.json", flag, str(value)])
+        assert exc.value.code == 2 and f"argument {flag}: {value} is out of range" in capsys.readouterr().err
+    assert parser.parse_args(["verify", "g.json", "--seed", str(2**63 - 1)]).seed == 2**63 - 1

@@ -131,6 +131,21 @@ def test_the_step_summary_stays_within_its_budget(tmp_path, capsys):
     assert "more graphs not listed here (the step summary's size limit)" in rows and "20000 fail" in rows
 
 
+def test_a_step_summary_that_cannot_be_appended_to_is_a_warning_not_the_outcome(tmp_path, capsys, monkeypatch):
+    """$GITHUB_STEP_SUMMARY in a missing directory: the pass stays exit 0 with one warning (it was an internal
+    error here, and a traceback with exit 1 from `gradcheck verify`)."""
+    from gradcheck_client.cli import main as ci_main
+    from gradcheck_svc.cli import main
+
+    missing = tmp_path / "gone" / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(missing))
+    warning = f"gradcheck: warning: $GITHUB_STEP_SUMMARY '{missing}': cannot append the summary: No such file or directory"
+    assert main(["verify", str(EXAMPLES / "seed.json"), "--symbolic", "off"]) == 0
+    assert capsys.readouterr().err.splitlines() == [warning]
+    assert ci_main(["verify", str(EXAMPLES / "seed.json"), "--symbolic", "off"]) == 0
+    assert capsys.readouterr().err.splitlines() == [warning, "gradcheck: 1 pass"]
+
+
 def test_names_like_workflow_commands_begin_no_line(tmp_path):
     t = Tracer("::error title=x::pwned")
     w = t.param("::warning::w", np.array([0.5, -1.5]))

@@ -9,6 +9,7 @@ from gradcheck_svc.engine import Program, backward, forward, prepare_feeds
 from gradcheck_svc.graph import load_graph
 from gradcheck_svc.graph.build import GraphBuilder
 from gradcheck_svc.oracles.finite_diff import FDOptions, FiniteDifferences
+from gradcheck_svc.oracles.symbolic import SymbolicOptions
 from gradcheck_svc.verify import VerifyOptions, verify
 from gradcheck_svc.verify.parameter_result import Screen
 
@@ -173,6 +174,7 @@ def test_cuda_device_without_gpu_is_a_clear_error():
     (VerifyOptions(fd=FDOptions(mode="sideways")), "fd_mode: unknown fd_mode 'sideways'"),
     (VerifyOptions(fd=FDOptions(directions=0)), "directions: 0: needs at least 1 direction"),
     (VerifyOptions(atol=float("inf")), "atol: inf is not a finite number >= 0"),
+    (VerifyOptions(symbolic=SymbolicOptions(max_elements=-1)), "symbolic_budget: symbolic budget must be 0 or more"),
 ])
 def test_meaningless_verify_options_are_option_errors(options, message):
     from gradcheck_svc.errors import OptionError

@@ -49,6 +49,18 @@ def test_every_fault_kind_is_caught_in_the_store(kind):
     assert report.verdict == "fail"
 
 
+@pytest.mark.parametrize("text, node, kind, value", [
+    ("dense/BiasAdd:0:scale:3", "dense/BiasAdd:0", "scale", 3.0),  # a name holding ':' could not be targeted
+    ("z:1:nan", "z:1", "nan", None),
+    ("z:overwrite:nan", "z", "overwrite", np.nan),  # a NaN value is a value, not the kind
+])
+def test_a_fault_on_a_node_whose_name_holds_a_colon(text, node, kind, value):
+    fault = parse_fault(text)
+    assert (fault.node, fault.kind) == (node, kind)
+    assert (fault.value is None) == (value is None)
+    assert value is None or np.isclose(fault.value, value, equal_nan=True)
+
+
 def test_fingerprint_is_taken_at_save_before_injection():
     graph = load_graph(SEED)
     program = Program(graph, np.float64)

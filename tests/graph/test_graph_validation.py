@@ -78,7 +78,18 @@ CASES = {
                                       {"name": "i", "value": {"dtype": "int64", "data": [1.5]}}]),
                         "input 'i'", "int64 data must hold integers"),
     "opset": (graph([{"name": "L", "op": "neg", "inputs": ["w"]}], opsetVersion=99), "opset_version", "newer"),
+    "opset_negative": (graph([{"name": "L", "op": "neg", "inputs": ["w"]}], opsetVersion=-1), "opset_version",
+                       "is negative"),
     "no_name": (graph([{"op": "neg", "inputs": ["w"]}]), "nodes[0]", "node has no name"),
+    # shapes NumPy cannot make are refused before any array is (they were internal errors, exit 3)
+    "rank_over_32": (graph([{"name": "L", "op": "sum", "inputs": ["v"]}],
+                           inputs=[{"name": "v", "value": {"shape": [1] * 33, "data": [1]}, "requiresGrad": True}]),
+                     "input 'v'", "shape has 33 dimensions, the most NumPy supports is 32"),
+    "node_rank_over_32": (graph([{"name": "r", "op": "reshape", "inputs": ["w"], "attrs": {"shape": [1] * 33}},
+                                 {"name": "L", "op": "sum", "inputs": ["r"]}]), "r", "shape has 33 dimensions"),
+    "empty_shape_overflows": (graph([{"name": "L", "op": "sum", "inputs": ["v"]}],
+                                    inputs=[{"name": "v", "value": {"shape": [2**31 - 1] * 3 + [0]},
+                                             "requiresGrad": True}]), "input 'v'", "too large for an array"),
 }
 
 

@@ -29,7 +29,7 @@ TENSORS = [
     '{"data":[-9223372036854775809]}', '{"data":[18446744073709551616, 1.5]}', '{"data":[1e19, -1e300]}',
     '{"shape":[1],"shape":[1],"data":[1]}', '{"shape":[-18446744073709551617],"data":[1]}', '{"data":[1],"dtype":"float64","dtype":"float32"}',
 ]
-DOCUMENTS = ['{', 'null', '[]', '"x"', '5', '{"inputs": 5}', '{"inputs":[5]}', '{"inputs":[null]}',
+DOCUMENTS = ['{', '{"inputs": 5}', '{"inputs":[5]}', '{"inputs":[null]}',
              '{"opsetVersion":1,"opset_version":2}', '{"nodes":[{"name":"a","attrs":{"data":[1,2]}}]}',
              '{"inputs":[{"name":"x","value":{"data":[1]},"requiresGrad":true,"extra":1}]}',
              # a duplicate key whose dropped value holds ':' (the fast reader counts them), escapes, big ints
@@ -79,6 +79,13 @@ def test_decoder_equals_json_format(text):
         assert ours == ref
     else:  # graphio keeps the first line, and names an unknown field its own way
         assert ours.split(" at ")[0] in ref or "unknown field" in ours, (ours, ref)
+
+
+@pytest.mark.parametrize("text, kind", [("null", "null"), ("[]", "a list"), ('"x"', "a string"), ("5", "a number")])
+def test_a_document_that_is_not_an_object_is_refused(text, kind):
+    """Stricter than json_format, which reads "[]" as an empty graph and a string's letters as field names
+    ("unknown field 'x'"): the one line says what the document is."""
+    assert _ours(text) == ("error", f"the document is {kind}, not an object {{...}} holding the graph's fields")
 
 
 def test_decoder_reads_a_large_tensor_exactly():

@@ -4,6 +4,7 @@ over a real server; and bad models: each a one-line error, exit 2 / INVALID_ARGU
 from __future__ import annotations
 
 import json
+import os
 
 import grpc
 import numpy as np
@@ -172,6 +173,9 @@ def test_truncated_and_non_onnx_files(tmp_path, capsys, monkeypatch):
     for name in ("cut.onnx", "text.onnx"):
         assert main(["verify", name]) == 2
         _one_line_error(capsys, name, "not a valid ONNX model")
+    os.mkfifo("fifo.onnx")  # import-onnx read it and waited for a writer for ever (verify refused it)
+    assert main(["import-onnx", "fifo.onnx", "-o", "g.pb"]) == 2
+    _one_line_error(capsys, "'fifo.onnx' is not a regular file")
 
 
 def test_opset_out_of_range(tmp_path, capsys):
@@ -208,6 +212,36 @@ def test_missing_external_data(tmp_path, capsys):
     _one_line_error(capsys, "external data file 'ext.data'", "is missing")
 
 
+def test_a_model_without_outputs_or_with_a_negative_dimension_is_refused():
+    """Were an internal error (IndexError: no output to reduce) and an input silently made of size 1."""
+    from gradcheck_svc.errors import GraphError
+
+    model = tiny_mlp()
+    del model.graph.output[:]
+    with pytest.raises(GraphError, match="the model declares no output: name the value the loss reduces"):
+        import_onnx(model.SerializeToString())
+    assert import_onnx(model.SerializeToString(), ImportOptions(output="y")).output  # named: imported
+    model = tiny_mlp()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = -2
+    with pytest.raises(GraphError, match=r"input 'x' declares shape \[-2, 4\] with a negative dimension"):
+        import_onnx(model.SerializeToString())
+
+
+def test_a_float16_model_imports_without_a_warning():
+    """Its weights compared with the mask magnitude (1e30, beyond float16) printed numpy's RuntimeWarning
+    "overflow encountered in cast" on stderr of a run that passed: not the one line a user reads."""
+    import warnings
+
+    model = tiny_mlp()
+    for init in model.graph.initializer:
+        init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init).astype(np.float16), init.name))
+    for vi in (*model.graph.input, *model.graph.output):
+        vi.type.tensor_type.elem_type = TensorProto.FLOAT16
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert import_onnx(model.SerializeToString()).inputs
+
+
 def test_bad_import_flags(tmp_path, capsys):
     path = tmp_path / "tiny.onnx"
     onnx.save(tiny_mlp(), path)
@@ -217,6 +251,18 @@ def test_bad_import_flags(tmp_path, capsys):
                           (["--input", f"q={path}"], "not a serialized TensorProto")):
         assert main(["verify", str(path), *flags]) == 2, flags
         _one_line_error(capsys, needle)
+
+
+def test_import_flags_without_a_model_are_refused_not_ignored(capsys):
+    """A graph file verifies its own values: an import flag given with no .onnx path would change nothing
+    (an --input that looks honoured), so every door refuses it before verifying anything."""
+    from conftest import EXAMPLES
+
+    seed = str(EXAMPLES / "seed.json")
+    for command, argv in ((main, ["verify", seed, "--input", "x=x.pb"]), (main, ["plan-memory", seed, "--params", "all"]),
+                          (ci_main, ["verify", seed, "--loss", "mean"])):
+        assert command(argv) == 2, argv
+        _one_line_error(capsys, f"{argv[2]}: applies to ONNX models (.onnx) only")
 
 
 def test_verify_onnx_writes_its_html_page(tmp_path, capsys):

@@ -73,6 +73,21 @@ def test_run_request_returns_the_outcome_instead_of_raising(tmp_path):
     assert isinstance(limit, OverLimit) and limit.field == "options.directions" and "4096" in limit.message
 
 
+def test_a_request_part_that_would_be_ignored_is_refused():
+    """A graph beside an ONNX model, or import options for a graph: refused naming the field (the server
+    verified one and silently dropped the other), before any model is parsed."""
+    from gradcheck.v1 import service_pb2
+
+    graph = make_request(SEED).graph
+    for request, field in ((service_pb2.VerifyRequest(graph=graph, onnx_model=b"model"), "graph"),
+                           (service_pb2.VerifyRequest(graph=graph, onnx=service_pb2.OnnxImport(params="all")), "onnx")):
+        outcome = run_request(request)
+        assert isinstance(outcome, Refused) and outcome.field == field, outcome
+    empty = service_pb2.VerifyRequest(graph=graph, onnx=service_pb2.OnnxImport(),  # set, but nothing in it
+                                      options=service_pb2.VerifyOptions(symbolic=False))
+    assert row(run_request(empty)) == "passed"
+
+
 @pytest.mark.parametrize("case", sorted(CASES))
 def test_exit_codes_from_both_verify_commands(tmp_path, case):
     outcome = _outcome(tmp_path, case)

@@ -173,13 +173,18 @@ def test_cuda_on_a_cpu_machine_is_failed_precondition(stub):
 
 
 def test_malformed_protobuf_payload(server):
+    """Every method: INVALID_ARGUMENT, kind invalid (ListOps and GetServerInfo answered UNKNOWN "Unexpected
+    DecodeError" from gRPC's own deserializer)."""
     channel = grpc.insecure_channel(server.target)
-    raw = channel.unary_unary("/gradcheck.v1.GradCheckService/Verify")  # bytes in, bytes out
-    with pytest.raises(grpc.RpcError) as info:
-        raw(b"\x12\xff\xff\xff\x0f not a protobuf", timeout=30)
+    for method, name in (("Verify", "VerifyRequest"), ("ListOps", "ListOpsRequest"),
+                         ("GetServerInfo", "GetServerInfoRequest")):
+        raw = channel.unary_unary(f"/gradcheck.v1.GradCheckService/{method}")  # bytes in, bytes out
+        with pytest.raises(grpc.RpcError) as info:
+            raw(b"\x12\xff\xff\xff\x0f not a protobuf", timeout=30)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, method
+        assert f"malformed {name}" in info.value.details()
+        assert dict(info.value.trailing_metadata())["gradcheck-error-kind"] == "invalid"
     channel.close()
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
-    assert "malformed VerifyRequest" in info.value.details()
 
 
 def test_list_ops_is_the_registry(client):

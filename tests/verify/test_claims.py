@@ -123,6 +123,9 @@ def test_a_float32_backward_is_held_to_float32_tolerance_and_still_caught_when_w
     (lambda x, w: (x,), r"returned 1 gradient\(s\) for 2 checked argument\(s\) \(x, w\)"),
     (lambda x, w: (x, np.ones(2)), r"returned a gradient of shape \[2\] for 'w', whose shape is \[3\]"),
     (lambda x, w: {"x": x, "v": w}, r"returned a gradient for 'v', which is not a checked argument"),
+    # the right real part with an imaginary one (a broken complex backward) passed: astype dropped it
+    (lambda x, w: (w + 1j, x), r"returned complex128 values for 'x', not real numbers"),
+    (lambda x, w: (w, None), r"returned None for 'w', not real numbers"),
 ])
 def test_a_grad_of_the_wrong_form_is_refused_naming_the_argument(grad, message):
     f = lambda x, w: np.sum(x * w)  # noqa: E731

@@ -19,15 +19,18 @@ from pathlib import Path
 
 from . import __version__
 from gradcheck_core.claims import ClaimsFileError, claimed_flag, with_claims
+from gradcheck_core.token import token_problem
 from gradcheck_core.graphio import GraphFileError, load_graph
 from gradcheck_core.onnx_files import OnnxFileError
-from gradcheck_core.onnx_options import OnnxFlagError, OnnxModel, is_onnx, onnx_import_message
+from gradcheck_core.onnx_options import (OnnxFlagError, OnnxModel, is_onnx, onnx_import_message,
+                                         refuse_unused_onnx_flags)
 from gradcheck_core.options import BY_NAME, IN_PROCESS_OPTIONS, MAX_SECONDS, CommandParser, plot_path, values_from_args
 from gradcheck_core.outputs.guard import write_reports
-from gradcheck_core.outputs.outcome import EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome, print_outcomes
+from gradcheck_core.outputs.outcome import (EXIT_INVALID, EXIT_MISMATCH, EXIT_OK, EXIT_TRANSPORT, Outcome,
+                                            print_interrupted, print_outcomes)
 from gradcheck_core.outputs.text import escape_controls
 from gradcheck_core.report import Report
-from gradcheck_core.verify_args import add_verify_arguments
+from gradcheck_core.verify_args import add_verify_arguments, output_over_input
 from gradcheck_core.scan import graph_paths
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
@@ -179,10 +182,11 @@ def _write_plots(args, ordered: list) -> None:
             raise UsageError(f"cannot write --memory-plot {plot}: {exc.strerror or exc}") from None
 
 
-def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress) -> dict[str, Outcome]:
+def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progress: Progress,
+                out: dict[str, Outcome]) -> None:
+    """Each graph's Outcome into `out` as its answer arrives (what finished stays there on Ctrl-C)."""
     from gradcheck_core.client import Client, VerifyError
 
-    out = {}
     client = Client(args.server, token=token, tls=args.tls, root_certificates=ca, timeout=args.timeout)
     try:
         # --timeout is per graph: the stream may take that per graph in all, and never waits longer
@@ -204,7 +208,6 @@ def _run_remote(args, graphs: dict, token: str | None, ca: bytes | None, progres
             out.setdefault(path, Outcome(path, error=error, invalid=exc.invalid_input))
     finally:
         client.close()
-    return out
 
 
 def unreachable_message(server: str, error: str, answered: bool = False) -> str:
@@ -228,7 +231,8 @@ def _not_verified(path: str, outcome) -> Outcome:
     return Outcome(path, error=outcome.message, invalid=invalid)
 
 
-def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=None) -> dict[str, Outcome]:
+def _run_local(args, graphs: dict, progress: Progress, out: dict[str, Outcome], limits=None, symbolic=None) -> None:
+    """Each graph's Outcome into `out` as it is verified in this process (what finished stays there on Ctrl-C)."""
     from gradcheck_svc.outcome import Internal, OverLimit, Refused, outcome_of
     from gradcheck_svc.report_proto import client_report
     from gradcheck_svc.request import preload
@@ -237,7 +241,6 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
     from gradcheck_core.request_message import make_request
 
     preload(_options(args).get("symbolic", True) is not False, len(graphs))  # warm children (request.preload)
-    out = {}
     for path, graph in graphs.items():
         start = time.perf_counter()
         try:
@@ -253,7 +256,6 @@ def _run_local(args, graphs: dict, progress: Progress, limits=None, symbolic=Non
             out[path] = _not_verified(path, outcome_of(exc))
         out[path].seconds = time.perf_counter() - start
         progress.step(path)
-    return out
 
 
 def _in_process_available() -> bool:
@@ -290,17 +292,24 @@ def _verify(args) -> int:
     """The CI command: the graphs found, checked flags, each graph loaded, verified (on a server or in this
     process) and reported; the highest exit code."""
     paths = _scan(args)
+    if output_over_input(args, paths):
+        raise UsageError(output_over_input(args, paths))
     limits, symbolic = _check_flags(args)
     token, ca = _credentials(args)
     graphs, outcomes = _load_graphs(args, paths, limits)
-    progress = Progress(len(paths))
+    progress, interrupted = Progress(len(paths)), False
     try:
-        if graphs:
-            run = _run_remote(args, graphs, token, ca, progress) if args.server else \
-                _run_local(args, graphs, progress, limits, symbolic)
-            outcomes.update(run)
+        if args.server and graphs:
+            _run_remote(args, graphs, token, ca, progress, outcomes)
+        elif graphs:
+            _run_local(args, graphs, progress, outcomes, limits, symbolic)
+    except KeyboardInterrupt:  # Ctrl-C: the graphs verified so far are printed, not lost
+        interrupted = True
     finally:
         progress.close()
+    if interrupted:
+        finished = [outcomes[str(p)] for p in paths if str(p) in outcomes]
+        return print_interrupted("gradcheck", finished, len(paths), args.format)
     # every path gets an outcome, even one the server never answered for
     ordered = [outcomes.get(str(p)) or Outcome(str(p), error="no result was received for this graph")
                for p in paths]
@@ -340,7 +349,10 @@ def _check_flags(args):
 def _credentials(args):
     """(token, CA certificates) for a server: --token-file, else $GRADCHECK_TOKEN; --ca-file."""
     token = _read_file(args.token_file, "token file").decode(errors="replace").strip() if args.token_file else None
+    where = "--token-file" if token else "$GRADCHECK_TOKEN"
     token = token or os.environ.get("GRADCHECK_TOKEN") or None
+    if token and token_problem(token):
+        raise UsageError(f"{where}: {token_problem(token)}")
     ca = _read_file(args.ca_file, "--ca-file") if args.ca_file else None
     return token, ca
 
@@ -348,6 +360,7 @@ def _credentials(args):
 def _load_graphs(args, paths: list, limits):
     """({path: graph message or OnnxModel}, {path: Outcome} for the files that could not be read)."""
     try:
+        refuse_unused_onnx_flags(args, paths)
         onnx_options = onnx_import_message(args)
     except OnnxFlagError as exc:
         raise UsageError(str(exc)) from None

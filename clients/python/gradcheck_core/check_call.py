@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import dtypes, faithful
-from .claims import claims_message, with_claims
+from .claims import NUMBER_KINDS, claims_message, with_claims
 from .options import BY_NAME
 from .report import Report
 from .trace_errors import TracerError
@@ -149,6 +149,10 @@ def claimed(grad, args: tuple, traced: Traced) -> Traced:
     arrays = {}
     for p, g in by_name.items():
         a = np.asarray(g)
+        if a.dtype.kind not in NUMBER_KINDS:
+            what = "None" if g is None else f"{a.dtype} values"
+            raise TracerError(f"{name} returned {what} for '{p}', not real numbers (return a float array of its "
+                              f"shape {shapes[p]})")
         a = a if a.dtype == np.float32 else a.astype(np.float64)  # a float32 backward keeps its dtype (tolerance)
         if list(a.shape) != shapes[p]:
             raise TracerError(f"{name} returned a gradient of shape {list(a.shape)} for '{p}', whose shape is "

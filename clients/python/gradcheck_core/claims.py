@@ -22,6 +22,9 @@ from .onnx_options import OnnxModel
 from .outputs.text import clip
 
 ADJOINT_PREFIX = "adjoint:"
+# the dtype kinds a claimed gradient may hold (float, int, uint): a complex one would lose its imaginary part
+# and a string or object one be parsed into numbers on the way to float64 -- a wrong claim turned right
+NUMBER_KINDS = "fiu"
 
 
 class ClaimsFileError(InvalidInput, ValueError):
@@ -75,7 +78,7 @@ def read_claims(path: str, max_elements: int | None = None, max_bytes: int | Non
         raise ClaimsFileError(f"{path}: holds no array (one per parameter, by its name)")
     gradients, adjoints = {}, {}
     for key, value in arrays.items():
-        if value.dtype.kind not in "fiu":
+        if value.dtype.kind not in NUMBER_KINDS:
             raise ClaimsFileError(f"{path}: entry '{clip(key, 200)}' holds {value.dtype} values, not numbers")
         if key.startswith(ADJOINT_PREFIX):
             adjoints[key[len(ADJOINT_PREFIX):]] = value

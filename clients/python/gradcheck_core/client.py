@@ -35,6 +35,7 @@ from gradcheck.v1 import service_pb2, service_pb2_grpc
 from .npz_bounded import CLIENT_MESSAGE_BYTES
 from .report import Report, message_to_dict
 from .request_message import OPTION_FIELDS, make_request  # noqa: F401 (re-exported: its earlier home)
+from .token import TokenError, token_problem
 
 SERVICE = service_pb2.DESCRIPTOR.services_by_name["GradCheckService"].full_name  # gradcheck.v1.GradCheckService
 KIND_KEY, FIELD_KEY = "gradcheck-error-kind", "gradcheck-error-field"  # the server's error trailers
@@ -218,6 +219,8 @@ class _Core:
         self.retries = retries
         self.backoff = backoff
         self.stream_attempts = min(retries + 1, MAX_ATTEMPTS) if retries > 0 else 1
+        if token and token_problem(token):
+            raise TokenError(token_problem(token))
         self._metadata = (("authorization", f"Bearer {token}"),) if token else None
         self._creds = grpc.ssl_channel_credentials(_read(root_certificates)) if tls or root_certificates else None
         self._options = [("grpc.max_receive_message_length", max_message_bytes),

@@ -95,6 +95,9 @@ def _parse_json(text: str, msg):
             raise json_format.ParseError(f"Failed to load JSON: {exc}.") from exc
         lifted = []
         _lift_data(obj, msg.DESCRIPTOR, (), lifted)
+    if not isinstance(obj, dict):  # json_format would read a string's letters as field names
+        raise json_format.ParseError(f"the document is {_JSON_KIND.get(type(obj), type(obj).__name__)}, "
+                                     f"not an object {{...}} holding the graph's fields")
     try:
         json_format.ParseDict(obj, msg)
     except json_format.ParseError:
@@ -104,6 +107,10 @@ def _parse_json(text: str, msg):
     for where, values in lifted:
         _resolve(msg, where).data.extend(values)
     return msg
+
+
+_JSON_KIND = {list: "a list", str: "a string", int: "a number", float: "a number", bool: "true or false",
+              type(None): "null"}
 
 
 def _loaded(text: str):

@@ -63,6 +63,16 @@ def _read(path: str, flag: str) -> bytes:
         raise OnnxFlagError(f"{flag}: cannot read '{path}': {exc.strerror or exc}") from None
 
 
+def refuse_unused_onnx_flags(args, paths) -> None:
+    """OnnxFlagError where an ONNX import flag is given and none of the paths is an ONNX model: the flag
+    would change nothing (a graph's own values are verified), and an ignored --input looks honoured."""
+    if any(is_onnx(p) for p in paths):
+        return
+    for o in ONNX_FLAGS:
+        if getattr(args, "onnx_" + o.name, None) is not None:
+            raise OnnxFlagError(f"{o.cli_flag}: applies to ONNX models (.onnx) only, and no path given is one")
+
+
 def onnx_import_message(args) -> service_pb2.OnnxImport:
     """The OnnxImport message from parsed flags (tensor files read as bytes, unparsed)."""
     from gradcheck.v1 import service_pb2

@@ -58,6 +58,7 @@ class Option:
     target: str = ""  # the gradcheck_svc VerifyOptions field it sets ("symbolic.max_elements"; default: name),
     # or "validate.X": an argument of the graph's validation (graph/validate.py), not of the verifier
     extra: dict = field(default_factory=dict)
+    wire_bits: int = 64  # an integer's field width in service.proto: beyond it the flag refuses the value
 
     @property
     def cli_flag(self) -> str:
@@ -80,7 +81,7 @@ OPTIONS: tuple[Option, ...] = (
     Option("directions", "random directions: N per parameter in projection mode (default 16), and exactly N for "
            "the joint screen (default: the fewest, 4 to 16, in which one element wrong by 10x its own bound moves "
            "some direction past what it allows -- by complex steps; central differences take 16)", type=int,
-           metavar="N", target="fd.directions"),
+           metavar="N", target="fd.directions", wire_bits=32),
     Option("seed", "seed for the projection directions (0 or more)", type=non_negative_int, default=0,
            metavar="N", target="fd.seed"),
     Option("faults", "corrupt NODE's cached value between forward and backward (KIND: overwrite, scale, zero, "
@@ -133,6 +134,21 @@ def _help(o: Option) -> str:
     return f"{o.help} (default {shown})"
 
 
+def _wire_int(o: Option):
+    """o.type bounded to its service.proto integer field: a larger value is argparse's one-line usage error
+    (exit 2), not the message's ValueError inside the verification (an internal error, exit 3)."""
+    top = 2 ** (o.wire_bits - 1) - 1
+
+    def parse(text: str) -> int:
+        value = o.type(text)
+        if not -top - 1 <= value <= top:
+            raise argparse.ArgumentTypeError(f"{text[:40]} is out of range (at most 2**{o.wire_bits - 1}-1)")
+        return value
+
+    parse.__name__ = o.type.__name__  # argparse: "invalid non-negative integer value: '-1'" as before
+    return parse
+
+
 def add_flag(group, o: Option, dest: str) -> None:
     """One option row as argparse flags (and its negation); an unset flag is None. The ONNX import
     options (onnx_options.py) are rows of the same kind."""
@@ -142,7 +158,8 @@ def add_flag(group, o: Option, dest: str) -> None:
         if o.switch:
             group.add_argument(*flags, dest=dest, action="store_const", const=True, default=None, help=text)
         else:
-            group.add_argument(*flags, dest=dest, type=o.type, choices=o.choices, metavar=o.metavar,
+            kind = _wire_int(o) if o.type in (int, non_negative_int) else o.type
+            group.add_argument(*flags, dest=dest, type=kind, choices=o.choices, metavar=o.metavar,
                                action="append" if o.repeated else "store", default=None, help=text)
     if o.switch:
         return

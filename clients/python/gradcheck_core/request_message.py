@@ -7,10 +7,31 @@ from pathlib import Path
 
 from gradcheck.v1 import service_pb2
 
+from .errors import InvalidInput
 from .graphio import to_graph
 from .onnx_options import OnnxModel, is_onnx
+from .outputs.text import clip
 
 OPTION_FIELDS = tuple(f.name for f in service_pb2.VerifyOptions.DESCRIPTOR.fields)
+
+
+class OptionValueError(InvalidInput, ValueError):
+    """An option's value that its VerifyOptions field cannot hold (a seed beyond int64, a string count)."""
+
+
+def options_message(opts: dict) -> service_pb2.VerifyOptions:
+    """The VerifyOptions of option values; one that does not fit its field is refused naming it (protobuf's
+    own ValueError, "Value out of range: ...", names no field)."""
+    try:
+        return service_pb2.VerifyOptions(**opts)
+    except (ValueError, TypeError):
+        for name, value in opts.items():
+            try:
+                service_pb2.VerifyOptions(**{name: value})
+            except (ValueError, TypeError) as exc:
+                raise OptionValueError(f"options.{name}: {clip(repr(value), 60)} does not fit the field "
+                                       f"({clip(str(exc), 120)})") from None
+        raise
 
 
 def make_request(graph, id: str = "", **options) -> service_pb2.VerifyRequest:
@@ -24,8 +45,8 @@ def make_request(graph, id: str = "", **options) -> service_pb2.VerifyRequest:
         graph = OnnxModel.from_file(graph)  # a model file: its bytes, external data embedded (onnx_files.py)
     if isinstance(graph, OnnxModel):  # the server imports it; its claims travel in the (otherwise empty) graph
         request = service_pb2.VerifyRequest(id=id, onnx_model=graph.data, onnx=graph.options,
-                                            options=service_pb2.VerifyOptions(**opts))
+                                            options=options_message(opts))
         if graph.claims is not None:
             request.graph.claimed.CopyFrom(graph.claims)
         return request
-    return service_pb2.VerifyRequest(id=id, graph=to_graph(graph), options=service_pb2.VerifyOptions(**opts))
+    return service_pb2.VerifyRequest(id=id, graph=to_graph(graph), options=options_message(opts))

@@ -5,7 +5,9 @@ scan takes the files matching the --include globs (default *.json, *.pb, *.onnx)
 --exclude globs, each glob matched against the path below the scanned directory and against
 the bare file name; and it skips, with a note, a JSON file that is clearly not a graph: valid
 JSON whose top level is not an object with any of the Graph message's fields (a manifest, a
-package.json). Invalid JSON is not "clearly not a graph": it is reported as invalid.
+package.json). Invalid JSON is not "clearly not a graph": it is reported as invalid. A file the globs take
+that is not a regular file (a broken link, a FIFO, a device) is refused, naming it: left out, a graph the
+user meant would be missing from a passing run; read, a FIFO would block for ever.
 """
 from __future__ import annotations
 
@@ -57,8 +59,11 @@ def find_graphs(paths, include=(), exclude=()) -> Scan:
         if p.is_dir():
             for f in sorted(p.rglob("*")):
                 rel = PurePosixPath(f.relative_to(p).as_posix())
-                if not f.is_file() or not _matches(rel, include) or _matches(rel, exclude):
+                if f.is_dir() or not _matches(rel, include) or _matches(rel, exclude):
                     continue
+                if not f.is_file():  # a graph the user meant, never silently left out of a passing run
+                    raise FileNotFoundError(f"not a regular file: {f} (a broken link, a FIFO or a device: fix it, "
+                                            "or leave it out with --exclude)")
                 why = not_a_graph(f)
                 if why is None:
                     scan.graphs.append(f)

@@ -51,3 +51,19 @@ def add_verify_arguments(parser: argparse.ArgumentParser, *, add_limits=None) ->
     if add_limits is not None:
         add_limits(parser, hidden=tuple(VERIFY_HIDDEN_LIMITS.values()))
     add_onnx_flags(parser)
+
+
+OUTPUT_FLAGS = ("--html", "--junit", "--summary-md", "--memory-plot")  # the files a `verify` command writes
+
+
+def output_over_input(args, paths) -> str | None:
+    """The one line for an output file that is one of the files read (a graph being verified, the --claimed
+    archive): writing the report there would destroy the user's input; else None."""
+    import os
+
+    inputs = [p for p in (*paths, getattr(args, "claimed", None)) if p and os.path.isfile(p)]
+    for flag in OUTPUT_FLAGS:
+        out = getattr(args, flag[2:].replace("-", "_"), None)
+        if out and os.path.isfile(out) and any(os.path.samefile(out, p) for p in inputs):
+            return f"{flag}: '{out}' is a file this run reads: writing it would destroy it (write elsewhere)"
+    return None

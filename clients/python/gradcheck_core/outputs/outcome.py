@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from ..report import Report
 
 EXIT_OK, EXIT_MISMATCH, EXIT_INVALID, EXIT_TRANSPORT = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130  # Ctrl-C (128 + SIGINT), as a shell reports it
 
 
 @dataclass
@@ -51,3 +52,16 @@ def print_outcomes(outcomes: list, format: str) -> None:
         print(f"== {clip(o.path, 1000)}")
         print(lines(o.report) if o.report else f"{o.status.upper()}: {clip(o.error, 2000)}")
         print()
+
+
+def print_interrupted(command: str, finished: list, total: int, format: str) -> int:
+    """Ctrl-C during a run of several graphs: the outcomes that finished on stdout as print_outcomes prints
+    them (their work is not lost), one line on stderr saying the rest was not verified and that no output
+    file was written (a partial JUnit file could read as a complete pass); EXIT_INTERRUPTED."""
+    import sys
+
+    if finished:
+        print_outcomes(finished, format)
+    print(f"{command}: interrupted: {len(finished)} of {total} graphs verified{' (above)' if finished else ''}; "
+          "the others were not, and no --junit, --html or --summary-md file was written", file=sys.stderr)
+    return EXIT_INTERRUPTED
