@@ -585,6 +585,15 @@ def standardized(x):
     return GivenStatistics.apply(x, x.mean(), (x.var(unbiased=False) + 1e-5).rsqrt())
 
 
+def sine_of_a_tensor_then_written(x):
+    """sin saves its input u, which is written in place afterwards: autograd's version check refuses the
+    backward (gradgradcheck's saved-tensor hooks must keep that check, not differentiate the new value)."""
+    u = x * 1
+    y = u.sin()
+    u.add_(1)
+    return y
+
+
 GRADGRAD = [
     ("saved statistics read as constants by the backward", SavedStatistics.apply, lambda: (x3(0.3, -0.7, 1.1, 0.4),),
      {}, tg.GradcheckError, GradcheckError),
@@ -598,6 +607,8 @@ GRADGRAD = [
     ("raise_exception=False", DetachedSquare.apply, lambda: (x3(),), {"raise_exception": False}, False, False),
     ("both modes off", torch.sin, lambda: (x3(),), {"check_rev_over_rev": False, "check_undefined_grad": False},
      AssertionError, AssertionError),
+    ("a saved tensor written in place after the forward", sine_of_a_tensor_then_written, lambda: (x3(),), {},
+     RuntimeError, RuntimeError),
     # layer_norm's backward reads its saved mean: the capture refuses it -- stricter, never a pass
     ("refused: a backward reading a saved statistic", lambda x: torch.nn.functional.layer_norm(x, (3,)),
      lambda: (x3(),), {}, True, GradcheckError),

@@ -331,7 +331,19 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
                      check_backward_ad=check_rev_over_rev, masked=masked, server=server)
 
 
-def _same(t):
+def _packed(t):
+    return t, t._version
+
+
+def _unpacked(packed):
+    """The saved tensor itself, as long as it was not written in place since it was saved: the hooks would
+    otherwise skip autograd's own version check, and a backward reading a value modified since the forward
+    must raise as torch's gradgradcheck raises (not be checked on the modified value)."""
+    t, version = packed
+    if t._version != version:
+        raise RuntimeError("one of the variables needed for gradient computation has been modified by an inplace "
+                           f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                           f"{version} instead")
     return t
 
 
@@ -345,8 +357,9 @@ def _gradient_of(fn, tupled: tuple, cotangents: tuple):
     def gradient(*args):
         xs = tuple(x.requires_grad_() if k in wanted else x for k, x in enumerate(args[:-n]))
         # saved tensors unpacked as themselves: an op that saves its output (tanh) hands the backward that
-        # very tensor, which the capture knows, not a copy it would take for a constant (check.py)
-        with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+        # very tensor, which the capture knows, not a copy it would take for a constant (check.py); autograd's
+        # version check kept (_unpacked)
+        with torch.autograd.graph.saved_tensors_hooks(_packed, _unpacked):
             outs = tg._differentiable_outputs(fn(*xs))
             gs = tuple(x.requires_grad_() if k in wanted_out else x for k, x in enumerate(args[-n:]))
             grads = torch.autograd.grad(outs, tuple(x for k, x in enumerate(xs) if k in wanted), gs,
