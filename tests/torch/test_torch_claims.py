@@ -265,6 +265,10 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
         check(lambda x: torch.cumsum(x, 0).mul_(2).sum(), X)
     with pytest.raises(TracerError, match=r"torch op aten::_to_copy made a torch.float32 tensor from traced values"):
         check(lambda x: x.float().sum(), X)  # not an opaque node: its rounding is not the float64 function's
+    # a complex intermediate is no constant: taken for one, a correct sin beside it was named the culprit
+    with pytest.raises(TracerError, match=r"torch op aten::_fft_r2c made a torch.complex128 tensor from traced values"
+                                          r" \(at .*test_torch_claims.py:\d+\): complex intermediates are not captured"):
+        check(lambda x: x.sin().sum() + torch.fft.rfft(x).abs().sum(), X)
 
 
 def test_a_capture_that_mis_replays_an_op_is_refused_by_torchs_own_loss(monkeypatch):

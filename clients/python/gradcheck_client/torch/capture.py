@@ -288,6 +288,12 @@ def _floats(out) -> list:
     return [t for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
+def _complex(out) -> list:
+    """The complex tensors among an op's outputs."""
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return [t for t in outs if isinstance(t, torch.Tensor) and t.is_complex()]
+
+
 def _leaves(args, kwargs) -> list:
     return torch.utils._pytree.tree_leaves((list(args), dict(kwargs)))
 
@@ -389,6 +395,9 @@ class Capture(TorchDispatchMode):
                 self.bind(tensor, self.tracer.constant(value))
             lifted[0] = self._lift(args[0])
             self._inplace(func, args, lifted, named)
+        elif _complex(out):  # not a constant (its derivative is not zero), and no registry op is complex
+            raise TracerError(f"torch op {func.name()} made a {_complex(out)[0].dtype} tensor from traced values"
+                              f"{self._at()}: complex intermediates are not captured")
         elif packet in MASKS or not _floats(out):
             pass  # a comparison, an argmax: its trace-time value, a constant (no gradient flows through it)
         elif any(t.dtype != torch.float64 for t in _floats(out)):
