@@ -455,6 +455,19 @@ def test_at_a_kink_an_opaque_nodes_value_must_lie_between_the_one_sided_derivati
     assert entry["verdict"] == "fail" and "(worst [2]: torch's VJP 3, differences 2 +- " in entry["detail"]
 
 
+def test_an_op_reading_one_triangle_of_a_symmetric_input_is_differenced_symmetrically():
+    """eigh reads the lower triangle; torch's VJP is the symmetric matrix's. Element by element, a correct eigh was
+    failed (an upper step changes nothing); along E_ij + E_ji it passes, and a wrong VJP still fails."""
+    a = torch.tensor([[0.9, -0.3, 0.5], [0.2, 1.4, -0.6], [0.1, 0.7, -1.2]], dtype=torch.float64)
+    report = check(lambda a: torch.linalg.eigvalsh(a + a.T), a)
+    assert report.verdict == "pass" and _opaque(report, "aten::_linalg_eigh")["verdict"] == "pass", report.text
+    s, c = a + a.T, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    node = opaque.Opaque("aten::_linalg_eigh", "torch op", "", "", lambda ts: [torch.linalg.eigvalsh(ts[0])], [s], [])
+    right = opaque.vjp(node, [c])
+    assert opaque.local_check(node, [c], right)["verdict"] == "pass"
+    assert opaque.local_check(node, [c], [right[0] * 1.01])["verdict"] == "fail"
+
+
 def test_opaque_nodes_checked_here_and_the_graph_on_a_server_make_one_verdict_that_says_where(server):
     """A server cannot run the user's Python: an opaque node's differences are taken in process, the captured
     graph (its outputs as parameters) is verified on the server, and the report merges both into one verdict,
