@@ -269,6 +269,10 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
     with pytest.raises(TracerError, match=r"torch op aten::_fft_r2c made a torch.complex128 tensor from traced values"
                                           r" \(at .*test_torch_claims.py:\d+\): complex intermediates are not captured"):
         check(lambda x: x.sin().sum() + torch.fft.rfft(x).abs().sum(), X)
+    # an op outside the table reading nan (log of X's negatives): named, not "the engine's loss is nan"
+    with pytest.raises(TracerError, match=r"^opaque torch op aten::nan_to_num \(.*test_torch_claims.py:\d+\) reads a "
+                                          r"traced tensor holding nan or inf"):
+        check(lambda x: torch.nan_to_num(x.log()).sum(), X)
 
 
 def test_a_capture_that_mis_replays_an_op_is_refused_by_torchs_own_loss(monkeypatch):

@@ -338,6 +338,9 @@ def _cut_opaque(capture, loss_value):
         if any(capture.values[id(o)][1] is not v for o, v in node.outputs):  # torch's .grad is its last version's
             raise TracerError(f"an output of opaque {node.kind} {node.name} ({node.source}) is written in place "
                               "afterwards: its adjoint is not torch's gradient there (write it out of place)")
+        if not all(bool(torch.isfinite(x).all()) for x in node.inputs):  # the term below would be nan (nan - nan)
+            raise TracerError(f"opaque {node.kind} {node.name} ({node.source}) reads a traced tensor holding nan or "
+                              "inf: its gradient cannot be handed back through it (an op outside the capture's table)")
         adjoints = [o.grad.detach() if o.grad is not None else torch.zeros_like(o) for o, _ in node.outputs]
         grads.update({v.name: _host(a) for (_, v), a in zip(node.outputs, adjoints)})
         try:
