@@ -609,6 +609,9 @@ GRADGRAD = [
      AssertionError, AssertionError),
     ("a saved tensor written in place after the forward", sine_of_a_tensor_then_written, lambda: (x3(),), {},
      RuntimeError, RuntimeError),
+    # torch.func refuses saved-tensor hooks: torch's checks run without ours (no RuntimeError), our capture refuses
+    ("torch.func.grad inside the function", lambda x: torch.func.grad(lambda t: t.sin().sum())(x), lambda: (x3(),),
+     {}, True, GradcheckError),
     # layer_norm's backward reads its saved mean: the capture refuses it -- stricter, never a pass
     ("refused: a backward reading a saved statistic", lambda x: torch.nn.functional.layer_norm(x, (3,)),
      lambda: (x3(),), {}, True, GradcheckError),
