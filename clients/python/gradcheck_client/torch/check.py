@@ -319,9 +319,9 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
 
 
 def _outputs(out, capture, name: str) -> list:
-    """fn's outputs (a tensor, or a tuple or list of them, as torch.autograd.gradcheck takes) that depend on a
-    checked input."""
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    """fn's outputs (a tensor, or a tuple or list of them, as torch.autograd.gradcheck takes, or nested as
+    nn.LSTM's (output, (h, c))) that depend on a checked input."""
+    outs = values.output_tensors(out)
     if not all(isinstance(o, torch.Tensor) for o in outs):
         raise TracerError(f"{name} returned {type(out).__name__}: return a tensor (or a tuple of tensors)")
     outs = [o for o in outs if id(o) in capture.values]

@@ -39,15 +39,21 @@ class ShapeMoved(Exception):
     """A re-run's output has another shape than the checked run's: no difference of the values exists."""
 
 
+def output_tensors(out) -> list:
+    """fn's outputs in order: a tensor, or the leaves of a tuple or list of them, nested as nn.LSTM's
+    (output, (h, c)) is."""
+    return torch.utils._pytree.tree_leaves(out) if isinstance(out, (tuple, list)) else [out]
+
+
 def reducer(out, kept: list, weights: list):
     """The main check's reduction of fn's output to a scalar: each output it kept (those depending on a checked
     input, found by position in `out`) times its cotangent weights (None: a scalar output itself)."""
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    outs = output_tensors(out)
     picks = [next(i for i, o in enumerate(outs) if o is k) for k in kept]
     shapes = [tuple(outs[i].shape) for i in picks]
 
     def reduce(out):
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = output_tensors(out)
         moved = [(s, tuple(outs[i].shape)) for s, i in zip(shapes, picks) if tuple(outs[i].shape) != s]
         if moved:
             raise ShapeMoved(f"the output's shape depends on the input's values ({list(moved[0][0])} at the "
