@@ -143,9 +143,19 @@ def judged(report) -> None:
     where = ("; torch's graph was cut at " + ", ".join(cuts)) if cuts else ""
     if entry["verdict"] == "fail":
         report.verdict = report.data["verdict"] = "fail"
-        report.text = (f"the function's values: FAIL: torch's gradient disagrees with the derivative of the "
-                       f"function's values, "
-                       f"{entry['detail']}{where}\n{report.text}")
+        _below_culprits(report, f"the function's values: FAIL: torch's gradient disagrees with the derivative of the "
+                                f"function's values, {entry['detail']}{where}")
     elif (cuts or entry.get("decisive")) and report.verdict == "pass":
         report.verdict = report.data["verdict"] = "undecided"
-        report.text = f"the function's values: UNDECIDED: {entry['detail']}{where}\n{report.text}"
+        _below_culprits(report, f"the function's values: UNDECIDED: {entry['detail']}{where}")
+
+
+def _below_culprits(report, line: str) -> None:
+    """line on top of the report's text, but below the lines naming a custom Function or opaque node that did not
+    pass: the culprit named stays the first line (the screen says only that torch's gradient is off)."""
+    lines = report.text.split("\n")
+    k = 0
+    while k < len(lines) and (lines[k].startswith("custom autograd.Function ") or
+                              (lines[k].startswith("opaque ") and ": PASS: " not in lines[k])):
+        k += 1
+    report.text = "\n".join(lines[:k] + [line] + lines[k:])
