@@ -152,10 +152,11 @@ def judged(report) -> None:
 
 def _below_culprits(report, line: str) -> None:
     """line on top of the report's text, but below the lines naming a custom Function or opaque node that did not
-    pass: the culprit named stays the first line (the screen says only that torch's gradient is off)."""
+    pass, or the node the graph's check localized: the culprit named stays the first line (the screen says only
+    that torch's gradient is off)."""
     lines = report.text.split("\n")
     k = 0
-    while k < len(lines) and (lines[k].startswith("custom autograd.Function ") or
+    while k < len(lines) and (lines[k].startswith(("custom autograd.Function ", "node '")) or
                               (lines[k].startswith("opaque ") and ": PASS: " not in lines[k])):
         k += 1
     report.text = "\n".join(lines[:k] + [line] + lines[k:])
