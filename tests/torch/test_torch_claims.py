@@ -268,8 +268,9 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
     with pytest.raises(TracerError, match=r"torch op aten::_to_copy made a torch.float32 tensor from traced values"):
         check(lambda x: x.float().sum(), X)  # not an opaque node: its rounding is not the float64 function's
     # a complex intermediate is no constant: taken for one, a correct sin beside it was named the culprit
-    with pytest.raises(TracerError, match=r"torch op aten::_fft_r2c made a torch.complex128 tensor from traced values"
-                                          r" \(at .*test_torch_claims.py:\d+\): complex intermediates are not captured"):
+    with pytest.raises(TracerError, match=r"torch op aten::_fft_r2c made a torch.complex128 tensor from traced "
+                                          r"values \(at .*test_torch_claims.py:\d+\): complex intermediates are not "
+                                          r"captured"):
         check(lambda x: x.sin().sum() + torch.fft.rfft(x).abs().sum(), X)
     # an op outside the table reading nan (log of X's negatives): named, not "the engine's loss is nan"
     with pytest.raises(TracerError, match=r"^opaque torch op aten::nan_to_num \(.*test_torch_claims.py:\d+\) reads a "

@@ -397,6 +397,10 @@ def test_a_declared_straight_through_estimator_is_reported_and_the_rest_still_ch
         h.register_hook(lambda g: g * 2)
         return (h * x).sum()
     assert check(doubled, x3(grad=False)).verdict == "fail"
+    # and a cut of torch's graph elsewhere (.item()), which the waived values screen cannot decide, is no pass:
+    # torch's gradcheck fails it (the drop-in returned True)
+    with pytest.raises(GradcheckError, match=r"^the function's values: UNDECIDED: torch's graph was cut at \.item\(\)"):
+        gradcheck(lambda x: torch.sin(DeclaredRoundSTE.apply(x)) * x * x.sum().item(), (x3(),))
 
 
 class Mul(torch.autograd.Function):

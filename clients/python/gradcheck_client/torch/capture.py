@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from gradcheck_core.op_values import OPS
 from gradcheck_core.trace_errors import TracerError
@@ -340,6 +340,8 @@ class Capture(TorchDispatchMode):
 
     def cut(self, what: str, where: str | None = None) -> None:
         """Record a cut of torch's graph on a traced tensor (a detached alias read, .item(), no_grad, .numpy())."""
+        if self.frames:  # inside a custom Function's forward autograd records nothing: its backward is the
+            return  # gradient (checked on its own), no cut of torch's graph
         site = f"{what} ({self._where() if where is None else where})"
         if site not in self.cuts:
             self.cuts.append(site)
@@ -481,7 +483,8 @@ class Capture(TorchDispatchMode):
         traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in args]
         why = f"declared surrogate ({declared})" if declared else \
             f"its forward calls {frame['inside']}, which the capture does not replay"
-        node = Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__), why, module, self)
+        with _disable_current_modes():  # (its copies of the arguments are ours, no ops of the function's to record)
+            node = Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__), why, module, self)
         node.surrogate = declared
         self.opaque.append(node)
         return True

@@ -255,7 +255,8 @@ def _verdict(fn, ours, failed) -> bool:
     if isinstance(ours, Report) and not ours.passed:
         lines = str(ours).splitlines()
         head = _culprit(lines)
-        raise GradcheckError("\n".join([_unless_named(fn, head) + head] + [line for line in lines if line != head])
+        rest = [line for line in lines if line.strip() != head]
+        raise GradcheckError("\n".join([_unless_named(fn, head) + head] + rest)
                              + also)
     if failed is not None:
         message = str(failed).strip()
@@ -274,6 +275,9 @@ def _culprit(lines: list) -> str:
     for line in lines:
         if line.startswith("opaque ") and ": UNDECIDED: " in line:
             return line
+    for line in lines:  # a finding of the graph's check, localized (not the header, nor a declared surrogate's line)
+        if line.startswith(("node '", "  node '", "the function's values: FAIL", "the function's values: UNDECIDED")):
+            return line.strip()
     return next((line for line in lines if not line.startswith("verdict ")), lines[0] if lines else "")
 
 

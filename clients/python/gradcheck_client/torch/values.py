@@ -132,15 +132,20 @@ def judged(report) -> None:
     entry = report.data.get("check", {}).get("function_values")
     if not entry or entry["verdict"] == "pass":
         return
+    cuts = entry["cuts"]
+    where = ("; torch's graph was cut at " + ", ".join(cuts)) if cuts else ""
     if any(e.get("verdict") == "surrogate" for key in ("opaque", "custom_functions") for e in report.data.get(key, ())):
         # a declared surrogate's backward is deliberately not the derivative of the values: the screen would
-        # flag the declaration itself, so it is waived -- and the report says so
+        # flag the declaration itself, so it is waived -- and the report says so. A cut of torch's graph
+        # elsewhere is then decided by nothing: not a pass (torch's gradcheck fails it)
         entry["verdict"] = "waived"
         report.text = ("the function's values: not screened (a declared surrogate's backward is, by "
                        f"declaration, not their derivative)\n{report.text}")
+        if cuts and report.verdict == "pass":
+            report.verdict = report.data["verdict"] = "undecided"
+            _below_culprits(report, f"the function's values: UNDECIDED: torch's graph was cut at {', '.join(cuts)}, "
+                                    "and a declared surrogate waives the screen that would decide whether that matters")
         return
-    cuts = entry["cuts"]
-    where = ("; torch's graph was cut at " + ", ".join(cuts)) if cuts else ""
     if entry["verdict"] == "fail":
         report.verdict = report.data["verdict"] = "fail"
         _below_culprits(report, f"the function's values: FAIL: torch's gradient disagrees with the derivative of the "
@@ -156,7 +161,7 @@ def _below_culprits(report, line: str) -> None:
     that torch's gradient is off)."""
     lines = report.text.split("\n")
     k = 0
-    while k < len(lines) and (lines[k].startswith(("custom autograd.Function ", "node '")) or
-                              (lines[k].startswith("opaque ") and ": PASS: " not in lines[k])):
+    while k < len(lines) and (lines[k].startswith(("custom autograd.Function ", "node '")) or (
+            lines[k].startswith("opaque ") and any(v in lines[k] for v in (": FAIL: ", ": UNDECIDED: ")))):
         k += 1
     report.text = "\n".join(lines[:k] + [line] + lines[k:])
