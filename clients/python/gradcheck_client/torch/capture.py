@@ -340,8 +340,8 @@ class Capture(TorchDispatchMode):
 
     def cut(self, what: str, where: str | None = None) -> None:
         """Record a cut of torch's graph on a traced tensor (a detached alias read, .item(), no_grad, .numpy())."""
-        if self.frames:  # inside a custom Function's forward autograd records nothing: its backward is the
-            return  # gradient (checked on its own), no cut of torch's graph
+        if any(frame.get("surrogate") for frame in self.frames):  # inside a declared surrogate's forward: its
+            return  # backward is declared not the derivative of its values, so no cut there is one of torch's graph
         site = f"{what} ({self._where() if where is None else where})"
         if site not in self.cuts:
             self.cuts.append(site)

@@ -409,7 +409,7 @@ def _recording_functions(calls: list, capture):
         if threading.get_ident() != thread or cls.__module__.startswith(_TORCH_LIBRARY):
             return original.__func__(cls, *args, **kwargs)  # (a custom op's autograd: the capture sees the op)
         module = capture.modules[-1] if capture.modules else ""
-        capture.frames.append({"inside": ""})
+        capture.frames.append({"inside": "", "surrogate": bool(surrogate.declared(cls))})
         try:
             out = original.__func__(cls, *args, **kwargs)
         except BaseException:
