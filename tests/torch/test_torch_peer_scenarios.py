@@ -167,6 +167,22 @@ def _sparse():
 
 # (name, fn, inputs (a factory: each tool gets its own), keywords, torch's outcome, ours)
 # an outcome: True, False, or the exception class raised (ours: GradcheckError is gradcheck_client's)
+class WithStatistic(torch.autograd.Function):
+    """sin(x), and a float statistic of x returned beside it, marked non-differentiable (its backward gives it
+    no gradient, by declaration)."""
+    @staticmethod
+    def forward(ctx, x):
+        ctx.save_for_backward(x)
+        norm = (x * x).sum()
+        ctx.mark_non_differentiable(norm)
+        return torch.sin(x), norm
+
+    @staticmethod
+    def backward(ctx, g, _):
+        x, = ctx.saved_tensors
+        return g * torch.cos(x)
+
+
 SCENARIOS = [
     ("jacobian right", torch.tanh, lambda: (x3(),), {}, True, True),
     ("jacobian wrong", CUBE_OFF.apply, lambda: (x3(),), {}, tg.GradcheckError, GradcheckError),
@@ -211,6 +227,7 @@ SCENARIOS = [
     ("output shape depends on the values", lambda x: x[x > 0], lambda: (x3(0.0, 0.5, -0.7),), {},
      AssertionError, AssertionError),
     ("a non-differentiable output", lambda x: (torch.sin(x), torch.argmax(x)), lambda: (x3(),), {}, True, True),
+    ("a float output marked non-differentiable", WithStatistic.apply, lambda: (x3(),), {}, True, True),
     ("no differentiable output, zero derivative", lambda x: (x > 0).to(D), lambda: (x3(),), {}, True, True),
     ("no differentiable output, nonzero derivative", lambda x: x.detach() * 2, lambda: (x3(),), {},
      tg.GradcheckError, GradcheckError),

@@ -327,7 +327,9 @@ def _outputs(out, capture, name: str) -> list:
     outs = [o for o in outs if id(o) in capture.values]
     if not outs:
         raise TracerError(f"{name}'s output does not depend on any checked input")
-    return outs
+    # beside a differentiable output, one autograd does not track (ctx.mark_non_differentiable) is not
+    # differentiated, as torch's gradcheck (_differentiable_outputs) does not
+    return [o for o in outs if o.requires_grad] or outs
 
 
 def _cut_opaque(capture, loss_value):
