@@ -565,6 +565,21 @@ def test_gradgradcheck_names_the_function_whose_backward_the_double_backward_run
         gradgradcheck(wrong.apply, (x3(),))
 
 
+def written_through_a_view(x):
+    y = x * 1.0
+    y[:2].mul_(3.0)
+    return y.exp()
+
+
+def test_an_op_of_a_backward_pass_that_cannot_be_captured_is_named_as_one():
+    """An in-place write through a view: its backward (CopySlices) writes into a new_empty_strided, which the
+    capture refuses -- the op named as one of a backward pass, not as if the user's line made it."""
+    assert torch.autograd.gradgradcheck(written_through_a_view, (x3(),)) is True
+    with pytest.raises(GradcheckError, match=r"^not checked: an output of opaque torch op aten::new_empty_strided "
+                                             r"\(in a backward pass, .*test_torch_peer_scenarios.py:\d+\) is written"):
+        gradgradcheck(written_through_a_view, (x3(),))
+
+
 def test_a_complex_or_sparse_case_says_that_torchs_check_alone_decided_it():
     with pytest.warns(UserWarning, match=r"complex input 0 \(torch's Wirtinger convention\): checked by torch's "
                                          r"own gradcheck only"):

@@ -430,8 +430,11 @@ class Capture(TorchDispatchMode):
                 self.unreplayed[id(extra)] = (extra, func.name())
 
     def _where(self) -> str:
-        """The module path running and the user's line: where an op is being made."""
-        return ", ".join(filter(None, [self.modules[-1] if self.modules else "", _user_line()]))
+        """The module path running and the user's line: where an op is being made -- in a backward pass the
+        function runs (gradgradcheck), said so: the op is one of a backward's, the line where that pass began
+        or a custom backward's own."""
+        backward = "in a backward pass, " if torch._C._current_graph_task_id() != -1 else ""
+        return backward + ", ".join(filter(None, [self.modules[-1] if self.modules else "", _user_line()]))
 
     def _at(self) -> str:
         return f" (at {self._where()})" if self._where() else ""
