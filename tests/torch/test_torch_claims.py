@@ -101,7 +101,7 @@ def test_a_hook_that_scales_a_gradient_is_caught_at_the_value_it_scales():
     assert f.cause == "rule_error" and "the claimed gradient reaching 'tanh_1'" in f.detail
     line = inspect.getsourcelines(hooked)[1] + 3  # (h * h): the consumer whose input adjoint the hook doubled
     assert report.data["sources"][f.node].endswith(f"test_torch_claims.py:{line}")
-    assert f"node '{f.node}' was made at " in report.text
+    assert report.text.startswith(f"node '{f.node}' was made at "), report.text  # first: not the values screen's line
 
 
 def test_a_module_with_one_custom_layer_names_that_layer():
@@ -117,7 +117,9 @@ def test_a_module_with_one_custom_layer_names_that_layer():
     assert {p.name for p in report.parameters} == {"input", "0.weight", "0.bias", "2.weight", "2.bias"}
     assert [(c["function"], c["module"]) for c in report.data["custom_functions"] if c["verdict"] == "fail"] == \
         [("Cube", "module 1 (CubeLayer)")]
-    assert "custom autograd.Function Cube in module 1 (CubeLayer) (" in report.text
+    # the culprit first, below the dtypes header (float32 input): not the values screen's line
+    lines = [line for line in report.text.splitlines() if not line.startswith(("dtypes: ", "  in float32: "))]
+    assert lines[0].startswith("custom autograd.Function Cube in module 1 (CubeLayer) ("), report.text
     assert {p.name: p.status for p in report.parameters}["2.weight"] == "ok"  # after the layer: right
 
 
@@ -265,6 +267,15 @@ def test_what_cannot_be_captured_is_refused_naming_the_op():
         check(lambda x: torch.cumsum(x, 0).mul_(2).sum(), X)
     with pytest.raises(TracerError, match=r"torch op aten::_to_copy made a torch.float32 tensor from traced values"):
         check(lambda x: x.float().sum(), X)  # not an opaque node: its rounding is not the float64 function's
+    # a complex intermediate is no constant: taken for one, a correct sin beside it was named the culprit
+    with pytest.raises(TracerError, match=r"torch op aten::_fft_r2c made a torch.complex128 tensor from traced "
+                                          r"values \(at .*test_torch_claims.py:\d+\): complex intermediates are not "
+                                          r"captured"):
+        check(lambda x: x.sin().sum() + torch.fft.rfft(x).abs().sum(), X)
+    # an op outside the table reading nan (log of X's negatives): named, not "the engine's loss is nan"
+    with pytest.raises(TracerError, match=r"^opaque torch op aten::nan_to_num \(.*test_torch_claims.py:\d+\) reads a "
+                                          r"traced tensor holding nan or inf"):
+        check(lambda x: torch.nan_to_num(x.log()).sum(), X)
 
 
 def test_a_capture_that_mis_replays_an_op_is_refused_by_torchs_own_loss(monkeypatch):
@@ -449,6 +460,19 @@ def test_at_a_kink_an_opaque_nodes_value_must_lie_between_the_one_sided_derivati
         _opaque(report, "gradcheck_tests::ramp")["detail"]
     entry = _opaque(check(lambda x: torch.sin(ramp_wrong_at_0(x)).sum(), x), "gradcheck_tests::ramp_wrong_at_0")
     assert entry["verdict"] == "fail" and "(worst [2]: torch's VJP 3, differences 2 +- " in entry["detail"]
+
+
+def test_an_op_reading_one_triangle_of_a_symmetric_input_is_differenced_symmetrically():
+    """eigh reads the lower triangle; torch's VJP is the symmetric matrix's. Element by element, a correct eigh was
+    failed (an upper step changes nothing); along E_ij + E_ji it passes, and a wrong VJP still fails."""
+    a = torch.tensor([[0.9, -0.3, 0.5], [0.2, 1.4, -0.6], [0.1, 0.7, -1.2]], dtype=torch.float64)
+    report = check(lambda a: torch.linalg.eigvalsh(a + a.T), a)
+    assert report.verdict == "pass" and _opaque(report, "aten::_linalg_eigh")["verdict"] == "pass", report.text
+    s, c = a + a.T, torch.tensor([1.0, -2.0, 0.5], dtype=torch.float64)
+    node = opaque.Opaque("aten::_linalg_eigh", "torch op", "", "", lambda ts: [torch.linalg.eigvalsh(ts[0])], [s], [])
+    right = opaque.vjp(node, [c])
+    assert opaque.local_check(node, [c], right)["verdict"] == "pass"
+    assert opaque.local_check(node, [c], [right[0] * 1.01])["verdict"] == "fail"
 
 
 def test_opaque_nodes_checked_here_and_the_graph_on_a_server_make_one_verdict_that_says_where(server):

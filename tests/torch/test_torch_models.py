@@ -62,7 +62,8 @@ class GPT(nn.Module):
 
 
 class Seq2Seq(nn.Module):
-    """An LSTM encoder whose final state starts an LSTM decoder, and a GRU beside it."""
+    """An LSTM encoder whose final state starts an LSTM decoder, and a GRU beside it; it returns its output and the
+    encoder's state, nested as nn.LSTM returns (output, (h, c))."""
 
     def __init__(self, n=3, h=4):
         super().__init__()
@@ -73,7 +74,7 @@ class Seq2Seq(nn.Module):
         _, state = self.enc(src)
         y, _ = self.dec(tgt, state)
         z, _ = self.gru(tgt)
-        return self.head(torch.cat([y, z], dim=-1))
+        return self.head(torch.cat([y, z], dim=-1)), state
 
 
 class SelfAttention(nn.Module):

@@ -28,7 +28,7 @@ import threading
 
 import numpy as np
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._python_dispatch import TorchDispatchMode, _disable_current_modes
 
 from gradcheck_core.op_values import OPS
 from gradcheck_core.trace_errors import TracerError
@@ -288,6 +288,12 @@ def _floats(out) -> list:
     return [t for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
+def _complex(out) -> list:
+    """The complex tensors among an op's outputs."""
+    outs = out if isinstance(out, (tuple, list)) else [out]
+    return [t for t in outs if isinstance(t, torch.Tensor) and t.is_complex()]
+
+
 def _leaves(args, kwargs) -> list:
     return torch.utils._pytree.tree_leaves((list(args), dict(kwargs)))
 
@@ -334,6 +340,8 @@ class Capture(TorchDispatchMode):
 
     def cut(self, what: str, where: str | None = None) -> None:
         """Record a cut of torch's graph on a traced tensor (a detached alias read, .item(), no_grad, .numpy())."""
+        if any(frame.get("surrogate") for frame in self.frames):  # inside a declared surrogate's forward: its
+            return  # backward is declared not the derivative of its values, so no cut there is one of torch's graph
         site = f"{what} ({self._where() if where is None else where})"
         if site not in self.cuts:
             self.cuts.append(site)
@@ -389,6 +397,9 @@ class Capture(TorchDispatchMode):
                 self.bind(tensor, self.tracer.constant(value))
             lifted[0] = self._lift(args[0])
             self._inplace(func, args, lifted, named)
+        elif _complex(out):  # not a constant (its derivative is not zero), and no registry op is complex
+            raise TracerError(f"torch op {func.name()} made a {_complex(out)[0].dtype} tensor from traced values"
+                              f"{self._at()}: complex intermediates are not captured")
         elif packet in MASKS or not _floats(out):
             pass  # a comparison, an argmax: its trace-time value, a constant (no gradient flows through it)
         elif any(t.dtype != torch.float64 for t in _floats(out)):
@@ -419,8 +430,11 @@ class Capture(TorchDispatchMode):
                 self.unreplayed[id(extra)] = (extra, func.name())
 
     def _where(self) -> str:
-        """The module path running and the user's line: where an op is being made."""
-        return ", ".join(filter(None, [self.modules[-1] if self.modules else "", _user_line()]))
+        """The module path running and the user's line: where an op is being made -- in a backward pass the
+        function runs (gradgradcheck), said so: the op is one of a backward's, the line where that pass began
+        or a custom backward's own."""
+        backward = "in a backward pass, " if torch._C._current_graph_task_id() != -1 else ""
+        return backward + ", ".join(filter(None, [self.modules[-1] if self.modules else "", _user_line()]))
 
     def _at(self) -> str:
         return f" (at {self._where()})" if self._where() else ""
@@ -472,7 +486,8 @@ class Capture(TorchDispatchMode):
         traced = [isinstance(a, torch.Tensor) and _traced(self._lift(a)) for a in args]
         why = f"declared surrogate ({declared})" if declared else \
             f"its forward calls {frame['inside']}, which the capture does not replay"
-        node = Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__), why, module, self)
+        with _disable_current_modes():  # (its copies of the arguments are ours, no ops of the function's to record)
+            node = Opaque.of_function(cls, args, traced, self._binding(out, cls.__name__), why, module, self)
         node.surrogate = declared
         self.opaque.append(node)
         return True

@@ -319,15 +319,17 @@ def _captured(run, leaves: dict, seed: int, calls: list, name: str, paths: dict 
 
 
 def _outputs(out, capture, name: str) -> list:
-    """fn's outputs (a tensor, or a tuple or list of them, as torch.autograd.gradcheck takes) that depend on a
-    checked input."""
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    """fn's outputs (a tensor, or a tuple or list of them, as torch.autograd.gradcheck takes, or nested as
+    nn.LSTM's (output, (h, c))) that depend on a checked input."""
+    outs = values.output_tensors(out)
     if not all(isinstance(o, torch.Tensor) for o in outs):
         raise TracerError(f"{name} returned {type(out).__name__}: return a tensor (or a tuple of tensors)")
     outs = [o for o in outs if id(o) in capture.values]
     if not outs:
         raise TracerError(f"{name}'s output does not depend on any checked input")
-    return outs
+    # beside a differentiable output, one autograd does not track (ctx.mark_non_differentiable) is not
+    # differentiated, as torch's gradcheck (_differentiable_outputs) does not
+    return [o for o in outs if o.requires_grad] or outs
 
 
 def _cut_opaque(capture, loss_value):
@@ -338,6 +340,9 @@ def _cut_opaque(capture, loss_value):
         if any(capture.values[id(o)][1] is not v for o, v in node.outputs):  # torch's .grad is its last version's
             raise TracerError(f"an output of opaque {node.kind} {node.name} ({node.source}) is written in place "
                               "afterwards: its adjoint is not torch's gradient there (write it out of place)")
+        if not all(bool(torch.isfinite(x).all()) for x in node.inputs):  # the term below would be nan (nan - nan)
+            raise TracerError(f"opaque {node.kind} {node.name} ({node.source}) reads a traced tensor holding nan or "
+                              "inf: its gradient cannot be handed back through it (an op outside the capture's table)")
         adjoints = [o.grad.detach() if o.grad is not None else torch.zeros_like(o) for o, _ in node.outputs]
         grads.update({v.name: _host(a) for (_, v), a in zip(node.outputs, adjoints)})
         try:
@@ -406,7 +411,7 @@ def _recording_functions(calls: list, capture):
         if threading.get_ident() != thread or cls.__module__.startswith(_TORCH_LIBRARY):
             return original.__func__(cls, *args, **kwargs)  # (a custom op's autograd: the capture sees the op)
         module = capture.modules[-1] if capture.modules else ""
-        capture.frames.append({"inside": ""})
+        capture.frames.append({"inside": "", "surrogate": bool(surrogate.declared(cls))})
         try:
             out = original.__func__(cls, *args, **kwargs)
         except BaseException:

@@ -37,15 +37,18 @@ raise_exception=False that is False, as torch's. A function gradcheck cannot cap
 """
 from __future__ import annotations
 
+import contextlib
 import functools
 import importlib
 import warnings
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _dispatch_modes
 
 from gradcheck_core.errors import GradientsNotVerified
 from gradcheck_core.report import Report
 from gradcheck_core.trace_errors import TracerError
+from .capture import Capture
 from .check import _function_applied, check
 
 tg = importlib.import_module("torch.autograd.gradcheck")  # the module (torch.autograd.gradcheck is the function)
@@ -252,7 +255,8 @@ def _verdict(fn, ours, failed) -> bool:
     if isinstance(ours, Report) and not ours.passed:
         lines = str(ours).splitlines()
         head = _culprit(lines)
-        raise GradcheckError("\n".join([_unless_named(fn, head) + head] + [line for line in lines if line != head])
+        rest = [line for line in lines if line.strip() != head]
+        raise GradcheckError("\n".join([_unless_named(fn, head) + head] + rest)
                              + also)
     if failed is not None:
         message = str(failed).strip()
@@ -271,6 +275,9 @@ def _culprit(lines: list) -> str:
     for line in lines:
         if line.startswith("opaque ") and ": UNDECIDED: " in line:
             return line
+    for line in lines:  # a finding of the graph's check, localized (not the header, nor a declared surrogate's line)
+        if line.startswith(("node '", "  node '", "the function's values: FAIL", "the function's values: UNDECIDED")):
+            return line.strip()
     return next((line for line in lines if not line.startswith("verdict ")), lines[0] if lines else "")
 
 
@@ -331,7 +338,24 @@ def gradgradcheck(func, inputs, grad_outputs=None, *, eps: float = 1e-6, atol: f
                      check_backward_ad=check_rev_over_rev, masked=masked, server=server)
 
 
-def _same(t):
+def _capturing() -> bool:
+    """Whether our capture (capture.Capture, a dispatch mode) is running."""
+    return any(isinstance(m, Capture) for m in _dispatch_modes())
+
+
+def _packed(t):
+    return t, t._version
+
+
+def _unpacked(packed):
+    """The saved tensor itself, as long as it was not written in place since it was saved: the hooks would
+    otherwise skip autograd's own version check, and a backward reading a value modified since the forward
+    must raise as torch's gradgradcheck raises (not be checked on the modified value)."""
+    t, version = packed
+    if t._version != version:
+        raise RuntimeError("one of the variables needed for gradient computation has been modified by an inplace "
+                           f"operation: [{t.type()} {list(t.shape)}] is at version {t._version}; expected version "
+                           f"{version} instead")
     return t
 
 
@@ -344,9 +368,11 @@ def _gradient_of(fn, tupled: tuple, cotangents: tuple):
 
     def gradient(*args):
         xs = tuple(x.requires_grad_() if k in wanted else x for k, x in enumerate(args[:-n]))
-        # saved tensors unpacked as themselves: an op that saves its output (tanh) hands the backward that
-        # very tensor, which the capture knows, not a copy it would take for a constant (check.py)
-        with torch.autograd.graph.saved_tensors_hooks(_same, _same):
+        # while our capture runs, saved tensors unpacked as themselves: an op that saves its output (tanh) hands
+        # the backward that very tensor, which the capture knows, not a copy it would take for a constant
+        # (check.py); autograd's version check kept (_unpacked). Not while torch's checks run: as torch's
+        # new_func, so torch.func transforms (which refuse saved-tensor hooks) work in fn as in torch's
+        with torch.autograd.graph.saved_tensors_hooks(_packed, _unpacked) if _capturing() else contextlib.nullcontext():
             outs = tg._differentiable_outputs(fn(*xs))
             gs = tuple(x.requires_grad_() if k in wanted_out else x for k, x in enumerate(args[-n:]))
             grads = torch.autograd.grad(outs, tuple(x for k, x in enumerate(xs) if k in wanted), gs,

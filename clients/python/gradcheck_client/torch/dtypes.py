@@ -26,7 +26,7 @@ import torch
 
 from gradcheck_core.check_call import _argument_names
 from gradcheck_core.dtypes import EPS, values_in_dtype, with_dtypes
-from . import modules
+from . import modules, values
 
 
 def in_user_dtype(fn, inputs: tuple, picks, report, seed: int):
@@ -100,7 +100,7 @@ def _evaluate(fn, inputs, picks, shift: dict, wide: bool, seed: int, backward: b
         leaves.update(params)
         with torch.set_grad_enabled(backward or torch.is_grad_enabled()):
             out = fn(*args)
-        outs = [o for o in (out if isinstance(out, (tuple, list)) else [out])
+        outs = [o for o in values.output_tensors(out)
                 if isinstance(o, torch.Tensor) and o.is_floating_point()]
         rng = np.random.default_rng(seed)
         terms = [o.double() * torch.from_numpy(rng.standard_normal(tuple(o.shape))).to(o.device) for o in outs]

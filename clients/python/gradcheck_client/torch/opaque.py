@@ -143,11 +143,10 @@ def local_check(node: Opaque, adjoints: list, vjps: list) -> dict:
                 "detail": f"not checked: {n} input elements, over the in-process limit of {MAX_ELEMENTS}"}
     worst, undecided, kinks = None, 0, 0
     with torch.no_grad():
-        base = _weighted(node, adjoints, 0, 0, 0.0)[0]
+        base = _weighted(node, adjoints, 0, [0], 0.0)[0]
         for k, (x, v) in enumerate(zip(node.inputs, vjps)):
-            for j in range(x.numel()):
+            for j, got in _directions(node, k, x, v):
                 d = _difference(node, adjoints, base, k, j)
-                got = float(v.reshape(-1)[j])
                 verdict, ref, bound = _judged(d, got)
                 kinks += verdict == "kink"
                 undecided += verdict == "undecided"
@@ -155,7 +154,7 @@ def local_check(node: Opaque, adjoints: list, vjps: list) -> dict:
                     worst = (abs(got - ref), k, j, got, ref, bound)
     if worst is not None:
         off, k, j, got, ref, bound = worst
-        index = [int(i) for i in np.unravel_index(j, tuple(node.inputs[k].shape))]
+        index = [int(i) for i in np.unravel_index(j[0], tuple(node.inputs[k].shape))]
         return {**entry, "verdict": "fail",
                 "detail": f"its backward disagrees with the derivative of its forward: input {k} (worst "
                           f"{index}: torch's VJP {got:.6g}, differences {ref:.6g} +- {bound:.2g})"}
@@ -166,6 +165,30 @@ def local_check(node: Opaque, adjoints: list, vjps: list) -> dict:
     at_kinks = f"; {kinks} at a kink, where torch's value lies between the one-sided derivatives" if kinks else ""
     return {**entry, "verdict": "pass",
             "detail": f"its backward agrees with the derivative of its forward ({n} elements{at_kinks})"}
+
+
+# ops that read one triangle of a matrix they take to be symmetric (UPLO): torch's VJP is the one for the
+# symmetric matrix, so on a symmetric input element (i, j) is differenced along E_ij + E_ji against
+# v_ij + v_ji -- a lone upper-triangle step changes nothing (eigh reads the lower one), which is no
+# error of the backward's. On an input that is not symmetric, the elements one by one, as torch's gradcheck.
+SYMMETRIC_INPUT = {"aten::_linalg_eigh", "aten::linalg_cholesky_ex", "aten::cholesky"}
+
+
+def _directions(node: Opaque, k: int, x: torch.Tensor, v: torch.Tensor):
+    """(the flat indices of input k one difference moves together, torch's VJP along them), for each one."""
+    flat = v.reshape(-1)
+    n = x.shape[-1] if x.dim() >= 2 else 0
+    if k or node.name not in SYMMETRIC_INPUT or x.dim() < 2 or x.shape[-2] != n or \
+            not torch.allclose(x, x.mT, rtol=1e-12, atol=0.0):
+        yield from (([j], float(flat[j])) for j in range(x.numel()))
+        return
+    for j in range(x.numel()):
+        row, col = divmod(j % (n * n), n)
+        if row == col:
+            yield [j], float(flat[j])
+        elif row > col:
+            mirror = j + (col - row) * (n - 1)  # (row, col) -> (col, row): j - row*n - col + col*n + row
+            yield [j, mirror], float(flat[j] + flat[mirror])
 
 
 @dataclass
@@ -196,8 +219,8 @@ def _judged(d: _Difference, got: float):
     return "pass", d.value, d.bound
 
 
-def _weighted(node: Opaque, adjoints: list, k: int, j: int, step: float):
-    """(sum(a . f(x)), sum |a . f(x)|) with element j of input k moved by step."""
+def _weighted(node: Opaque, adjoints: list, k: int, j: list, step: float):
+    """(sum(a . f(x)), sum |a . f(x)|) with the elements j (flat indices) of input k moved by step."""
     xs = [t.clone(memory_format=torch.contiguous_format) for t in node.inputs]
     if xs:
         xs[k].reshape(-1)[j] += step
@@ -205,9 +228,10 @@ def _weighted(node: Opaque, adjoints: list, k: int, j: int, step: float):
     return float(sum(t.sum() for t in terms)), float(sum(t.abs().sum() for t in terms))
 
 
-def _difference(node: Opaque, adjoints: list, base: float, k: int, j: int) -> _Difference:
-    """d/dx_kj of sum(a . f(x)) at steps h and h/2 (base: its value at x)."""
-    x0 = float(node.inputs[k].reshape(-1)[j])
+def _difference(node: Opaque, adjoints: list, base: float, k: int, j: list) -> _Difference:
+    """The derivative of sum(a . f(x)) along the elements j of input k together, at steps h and h/2 (base: its
+    value at x)."""
+    x0 = float(node.inputs[k].reshape(-1)[j[0]])  # (the elements moved together hold one value: symmetric)
     h = float(np.cbrt(EPS) * max(1.0, abs(x0)))
     h = (x0 + h) - x0  # exact in binary: x + h - x == h
     (p1, m1), (n1, m2), (p2, m3), (n2, m4) = (_weighted(node, adjoints, k, j, s) for s in (h, -h, h / 2, -h / 2))

@@ -39,15 +39,21 @@ class ShapeMoved(Exception):
     """A re-run's output has another shape than the checked run's: no difference of the values exists."""
 
 
+def output_tensors(out) -> list:
+    """fn's outputs in order: a tensor, or the leaves of a tuple or list of them, nested as nn.LSTM's
+    (output, (h, c)) is."""
+    return torch.utils._pytree.tree_leaves(out) if isinstance(out, (tuple, list)) else [out]
+
+
 def reducer(out, kept: list, weights: list):
     """The main check's reduction of fn's output to a scalar: each output it kept (those depending on a checked
     input, found by position in `out`) times its cotangent weights (None: a scalar output itself)."""
-    outs = list(out) if isinstance(out, (tuple, list)) else [out]
+    outs = output_tensors(out)
     picks = [next(i for i, o in enumerate(outs) if o is k) for k in kept]
     shapes = [tuple(outs[i].shape) for i in picks]
 
     def reduce(out):
-        outs = list(out) if isinstance(out, (tuple, list)) else [out]
+        outs = output_tensors(out)
         moved = [(s, tuple(outs[i].shape)) for s, i in zip(shapes, picks) if tuple(outs[i].shape) != s]
         if moved:
             raise ShapeMoved(f"the output's shape depends on the input's values ({list(moved[0][0])} at the "
@@ -126,20 +132,36 @@ def judged(report) -> None:
     entry = report.data.get("check", {}).get("function_values")
     if not entry or entry["verdict"] == "pass":
         return
+    cuts = entry["cuts"]
+    where = ("; torch's graph was cut at " + ", ".join(cuts)) if cuts else ""
     if any(e.get("verdict") == "surrogate" for key in ("opaque", "custom_functions") for e in report.data.get(key, ())):
         # a declared surrogate's backward is deliberately not the derivative of the values: the screen would
-        # flag the declaration itself, so it is waived -- and the report says so
+        # flag the declaration itself, so it is waived -- and the report says so. A cut of torch's graph
+        # elsewhere is then decided by nothing: not a pass (torch's gradcheck fails it)
         entry["verdict"] = "waived"
         report.text = ("the function's values: not screened (a declared surrogate's backward is, by "
                        f"declaration, not their derivative)\n{report.text}")
+        if cuts and report.verdict == "pass":
+            report.verdict = report.data["verdict"] = "undecided"
+            _below_culprits(report, f"the function's values: UNDECIDED: torch's graph was cut at {', '.join(cuts)}, "
+                                    "and a declared surrogate waives the screen that would decide whether that matters")
         return
-    cuts = entry["cuts"]
-    where = ("; torch's graph was cut at " + ", ".join(cuts)) if cuts else ""
     if entry["verdict"] == "fail":
         report.verdict = report.data["verdict"] = "fail"
-        report.text = (f"the function's values: FAIL: torch's gradient disagrees with the derivative of the "
-                       f"function's values, "
-                       f"{entry['detail']}{where}\n{report.text}")
+        _below_culprits(report, f"the function's values: FAIL: torch's gradient disagrees with the derivative of the "
+                                f"function's values, {entry['detail']}{where}")
     elif (cuts or entry.get("decisive")) and report.verdict == "pass":
         report.verdict = report.data["verdict"] = "undecided"
-        report.text = f"the function's values: UNDECIDED: {entry['detail']}{where}\n{report.text}"
+        _below_culprits(report, f"the function's values: UNDECIDED: {entry['detail']}{where}")
+
+
+def _below_culprits(report, line: str) -> None:
+    """line on top of the report's text, but below the lines naming a custom Function or opaque node that did not
+    pass, or the node the graph's check localized: the culprit named stays the first line (the screen says only
+    that torch's gradient is off)."""
+    lines = report.text.split("\n")
+    k = 0
+    while k < len(lines) and (lines[k].startswith(("custom autograd.Function ", "node '")) or (
+            lines[k].startswith("opaque ") and any(v in lines[k] for v in (": FAIL: ", ": UNDECIDED: ")))):
+        k += 1
+    report.text = "\n".join(lines[:k] + [line] + lines[k:])
