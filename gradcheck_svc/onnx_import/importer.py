@@ -43,7 +43,7 @@ from .model import default_opset
 from .provenance import MADE, source_names
 from .tables import exporter_made, is_mask, may_hold, rotary_tables
 from .archive import legacy_unheld, unnamed_tensors
-from .ties import copy_candidates, find_ties, torch_aliases
+from .ties import block_start, copy_candidates, find_ties, torch_aliases
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -207,10 +207,18 @@ class Importer:
             if relation == "same":
                 self.ctx.set_output(copy, base)
             else:
-                shape = list(self.inits[copy].shape)
-                op, attrs = {"transposed": ("transpose", {}), "broadcast": ("broadcast_to", {"shape": shape})}.get(
-                    relation, ("reshape", {"shape": shape}))
+                op, attrs = self._tie_op(copy, base, relation)
                 self.ctx.set_output(copy, self.ctx.emit(op, [base], attrs, name=self.ctx.fresh(f"{copy}/tied")))
+
+    def _tie_op(self, copy: str, base: str, relation: str) -> tuple[str, dict]:
+        """The registry op (and its attributes) that makes a tied copy from its parameter (ties.py)."""
+        shape = list(self.inits[copy].shape)
+        if relation == "sliced":
+            start = block_start(self.inits[copy], self.inits[base])
+            return "slice", {"starts": list(start), "ends": [s + n for s, n in zip(start, shape)],
+                             "axes": list(range(len(shape)))}
+        return {"transposed": ("transpose", {}), "broadcast": ("broadcast_to", {"shape": shape})}.get(
+            relation, ("reshape", {"shape": shape}))
 
     def _readers(self, names: set[str]) -> dict[str, object]:
         """Each of `names` -> the first node that reads it (None if none does)."""
