@@ -124,3 +124,22 @@ def test_a_rule_wrong_beside_a_kink_fails_float32_included(relu_wrong_beside_zer
     assert report.verdict == "fail", report.to_text()
     assert [n for n, _ in errors(report)] == ["k"], report.to_text()
     assert {p.name: p.status for p in report.parameters} == {"x": "FAIL"}
+
+
+def test_a_wrong_claim_judged_by_the_joint_screen_beside_a_kink_fails_with_no_internal_error():
+    # a stale claim flags every parameter; those the follow-up's budget leaves to the joint screen's directions
+    # (their rows' differences are no elements or directions of their own) sit upstream of relu(h - h), a kink at
+    # every element: the kink analysis had no moves to difference along and raised (INTERNAL, no report)
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("joint_kink")
+    h = b.input("x", rng.uniform(-1, 1, (2, 4)))
+    for i in range(6):
+        h = b.node("tanh", b.node("matmul", h, b.input(f"W{i}", rng.standard_normal((4, 4)) / 2, True)), name=f"h{i}")
+    b.output(b.node("sum", b.node("add", h, b.node("relu", b.node("sub", h, h), name="kink")), name="L"))
+    msg = b.build()
+    opts = VerifyOptions(symbolic=SymbolicOptions(enabled=False))
+    stale = {p.name: np.asarray(p.gradient).reshape(p.shape) * 1.5 for p in verify(load_graph(msg), opts).parameters}
+    report = verify(load_graph(with_claims(msg, claims_message(stale))), opts)
+    assert report.verdict == "fail"
+    assert {p.status for p in report.parameters} == {"FAIL"}, report.to_text()
+    assert {p.fd.mode for p in report.parameters} == {"joint", "full"}  # both kinds of row, each judged
