@@ -40,7 +40,7 @@ from . import convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (thei
 from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset
-from .provenance import MADE, source_names
+from .provenance import _SIGNATURE, MADE, exported_parameters, source_names  # noqa: F401 (_SIGNATURE: tests)
 from .tables import exporter_made, is_mask, may_hold, rotary_tables
 from .archive import legacy_unheld, unnamed_tensors
 from .ties import block_start, copy_candidates, find_ties, torch_aliases
@@ -433,15 +433,6 @@ class Importer:
         return {p: entries for p, entries in out.items() if entries}
 
 
-_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the dynamo exporter's graph metadata
-
-
-def exported_parameters(model) -> list[str]:
-    """The torch parameters (named_parameters() keys) a dynamo export's graph signature lists."""
-    import re
-
-    text = next((p.value for p in model.graph.metadata_props if p.key == _SIGNATURE), "")
-    return re.findall(r": PARAMETER target='([^']*)'", text)
 
 
 def _listed(items: list[str], shown: int) -> str:
