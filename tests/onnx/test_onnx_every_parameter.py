@@ -68,7 +68,8 @@ def _case(name: str, exporter: str):
     c = np.random.default_rng(1).standard_normal(tuple(model(*args).shape))
     names = [vi.name for vi in onnx.load_from_string(blob).graph.input][:len(args)]
     req = service_pb2.VerifyRequest(onnx_model=blob, onnx=service_pb2.OnnxImport(
-        inputs={n: _tensor(a.numpy()) for n, a in zip(names, args)}, loss="cotangent", cotangent=_tensor(c)))
+        inputs={n: _tensor(a.numpy()) for n, a in zip(names, args)}, loss="cotangent", cotangent=_tensor(c)),
+        options=service_pb2.VerifyOptions(symbolic=False))  # finite differences judge the claims (seconds spared)
     params = dict(model.named_parameters())
     grads = torch.autograd.grad((model(*args) * torch.from_numpy(c)).sum(), list(params.values()))
     return req, {n: g.numpy() for n, g in zip(params, grads)}
