@@ -143,3 +143,24 @@ def test_a_wrong_claim_judged_by_the_joint_screen_beside_a_kink_fails_with_no_in
     assert report.verdict == "fail"
     assert {p.status for p in report.parameters} == {"FAIL"}, report.to_text()
     assert {p.fd.mode for p in report.parameters} == {"joint", "full"}  # both kinds of row, each judged
+
+
+def test_a_wrong_claim_judged_by_the_symbolic_gradient_names_its_element_not_a_direction():
+    # two wrong claims flag both parameters; the follow-up's budget checks the cheaper one in full and leaves the
+    # other to its joint directional values, while the symbolic gradient judges both element by element: the
+    # finding's worst is that element, as the table's row says -- it read "['direction', 1, 2]"
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("joint_symbolic")
+    w, v = b.input("w", rng.uniform(-1, 1, (3, 6)), True), b.input("v", rng.uniform(-1, 1, (6, 2)), True)
+    h = b.node("tanh", b.node("matmul", b.input("x", rng.uniform(-1, 1, (2, 3))), w))
+    b.output(b.node("sum", b.node("tanh", b.node("matmul", h, v))))
+    msg = b.build()
+    opts = VerifyOptions(fd=FDOptions(mode="joint"))
+    claims = {r.name: np.asarray(r.gradient).reshape(r.shape).copy() for r in verify(load_graph(msg), opts).parameters}
+    claims["w"][1, 2] += 0.5
+    claims["v"][0, 1] += 0.5
+    report = verify(load_graph(with_claims(msg, claims_message(claims))), opts)
+    rows = {r.name: r for r in report.parameters}
+    assert rows["w"].fd.mode == "joint" and rows["w"].verdict_reference == "symbolic", report.to_text()
+    found = {f.node: f for f in report.findings if f.severity == "error"}
+    assert found["w"].worst.index == (1, 2) and "(worst [1, 2]:" in found["w"].detail, found["w"].detail
