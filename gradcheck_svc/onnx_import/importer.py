@@ -36,14 +36,14 @@ import numpy as np
 from ..errors import GraphError, LimitError
 from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
-from . import convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
+from . import convert_losses, convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset
-from .provenance import MADE, source_names
+from .provenance import _SIGNATURE, MADE, exported_parameters, source_names  # noqa: F401 (_SIGNATURE: tests)
 from .tables import exporter_made, is_mask, may_hold, rotary_tables
 from .archive import legacy_unheld, unnamed_tensors
-from .ties import copy_candidates, find_ties, torch_aliases
+from .ties import block_start, copy_candidates, find_ties, torch_aliases
 
 LOSSES = ("sum", "mean", "cotangent")
 PARAM_GROUPS = ("weights", "initializers", "inputs", "constants", "all", "none")
@@ -213,10 +213,18 @@ class Importer:
             if relation == "same":
                 self.ctx.set_output(copy, base)
             else:
-                shape = list(self.inits[copy].shape)
-                op, attrs = {"transposed": ("transpose", {}), "broadcast": ("broadcast_to", {"shape": shape})}.get(
-                    relation, ("reshape", {"shape": shape}))
+                op, attrs = self._tie_op(copy, base, relation)
                 self.ctx.set_output(copy, self.ctx.emit(op, [base], attrs, name=self.ctx.fresh(f"{copy}/tied")))
+
+    def _tie_op(self, copy: str, base: str, relation: str) -> tuple[str, dict]:
+        """The registry op (and its attributes) that makes a tied copy from its parameter (ties.py)."""
+        shape = list(self.inits[copy].shape)
+        if relation == "sliced":
+            start = block_start(self.inits[copy], self.inits[base])
+            return "slice", {"starts": list(start), "ends": [s + n for s, n in zip(start, shape)],
+                             "axes": list(range(len(shape)))}
+        return {"transposed": ("transpose", {}), "broadcast": ("broadcast_to", {"shape": shape})}.get(
+            relation, ("reshape", {"shape": shape}))
 
     def _readers(self, names: set[str]) -> dict[str, object]:
         """Each of `names` -> the first node that reads it (None if none does)."""
@@ -434,15 +442,6 @@ class Importer:
         return {p: entries for p, entries in out.items() if entries}
 
 
-_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the dynamo exporter's graph metadata
-
-
-def exported_parameters(model) -> list[str]:
-    """The torch parameters (named_parameters() keys) a dynamo export's graph signature lists."""
-    import re
-
-    text = next((p.value for p in model.graph.metadata_props if p.key == _SIGNATURE), "")
-    return re.findall(r": PARAMETER target='([^']*)'", text)
 
 
 def _listed(items: list[str], shown: int) -> str:

@@ -39,6 +39,7 @@ ROLES = {
 }
 # initializers an exporter made (no torch parameter has this name): TorchScript's onnx::Op_N, dynamo's val_N
 MADE = re.compile(r"onnx::|val_\d+$")
+_SIGNATURE = "pkg.torch.export.ExportedProgram.graph_signature"  # the dynamo exporter's graph metadata
 MAX_NAME = 256  # characters of a name or node label in source_names (the report echoes them)
 MAX_META = 20_000  # characters of a node's scope metadata read at most (a real one: a few hundred)
 
@@ -224,8 +225,9 @@ def _entry(alias: str, node, slot: int, shape: tuple, ctx: dict) -> tuple[str, s
     if MADE.match(alias):
         return _made_entry(node, slot, shape, ctx, module, role)
     if "BatchNorm" in _meta(node).get("pkg.onnxscript.rewriter.rule_name", "") and slot in (1, 2):
-        # the dynamo exporter folded BatchNorm in, keeping the Conv's names (and making a bias)
-        return (alias, "derived") if slot == 1 else ("", "derived")
+        # the dynamo exporter folded BatchNorm in, keeping the Conv's names (its bias's too: the folded bias is
+        # no more torch's than the weight is), or making a bias where the Conv had none (no torch name)
+        return (alias, "derived") if slot == 1 or alias in ctx["exported"] else ("", "derived")
     owner = alias.rsplit(".", 1)[0] if "." in alias else ""
     if module and owner and owner != module and not module.startswith(owner + ".") and \
             not owner.startswith(module + "."):
@@ -238,6 +240,14 @@ def _entry(alias: str, node, slot: int, shape: tuple, ctx: dict) -> tuple[str, s
         if role is not None:
             return f"{module}.{role}", "same"
     return alias, "same"
+
+
+def exported_parameters(model) -> list[str]:
+    """The torch parameters (named_parameters() keys) a dynamo export's graph signature lists."""
+    import re
+
+    text = next((p.value for p in model.graph.metadata_props if p.key == _SIGNATURE), "")
+    return re.findall(r": PARAMETER target='([^']*)'", text)
 
 
 def _context(model) -> dict:
@@ -255,7 +265,7 @@ def _context(model) -> dict:
     sizes = {t.name: math.prod(t.dims) for t in model.graph.initializer}
     return {"known": known, "underscored": {k.replace(".", "_"): k for k in known}, "bias_after": bias_after,
             "vocab": {part for k in known for part in k.split(".") if part}, "instance_norm": norms - {""},
-            "sizes": sizes}
+            "sizes": sizes, "exported": set(exported_parameters(model))}
 
 
 def source_names(model, params, shapes: dict) -> dict:

@@ -11,7 +11,9 @@ A copy is found by value: an exporter-made float initializer (no torch name) who
 held weight's exactly -- the same shape, its transpose (2-D), or the same elements in another shape --
 or the weight repeated over leading dimensions ("broadcast": the dynamo optimizer folds an nn.RNN's first
 step, h0 @ W_hh.T + b_hh with h0 = 0, into a constant that is b_hh over the batch; held constant, the
-gradient of b_hh would lose that step's part).
+gradient of b_hh would lose that step's part), or a block of it ("sliced": the TorchScript exporter's
+constant folding stores `self.pos_embed[:, :T]` or `self.w[:3, :3]` of a weight also read whole as an
+initializer of its own; held constant, the weight's gradient would lose what reaches it through the slice).
 Only weights whose elements are pairwise distinct are matched (a trained or randomly initialized
 weight's are; a zero or ones tensor's are not, and two such tensors equal by chance are no tie), and
 a copy matching more than one weight is left as it is.
@@ -27,7 +29,7 @@ import numpy as np
 
 from .provenance import MADE, _fx_parameters, _module, _context
 
-RELATIONS = ("same", "transposed", "reshaped", "broadcast")  # how a copy's elements are its parameter's
+RELATIONS = ("same", "transposed", "reshaped", "broadcast", "sliced")  # how a copy's elements are its parameter's
 
 
 def _key(value: np.ndarray) -> tuple:
@@ -62,7 +64,8 @@ def find_ties(inits: dict, copies: set[str], bases: set[str]) -> dict[str, tuple
         found = [(b, r) for b in by_key.get(_key(v), ()) if b != c and (r := _relation(v, inits[b]))]
         if len(found) == 1:
             out[c] = found[0]
-    return out | _broadcasts(inits, copies - set(out), bases)
+    out |= _broadcasts(inits, copies - set(out), bases)
+    return out | _slices(inits, copies - set(out), bases)
 
 
 def _broadcasts(inits: dict, copies: set[str], bases: set[str]) -> dict[str, tuple[str, str]]:
@@ -81,6 +84,37 @@ def _broadcasts(inits: dict, copies: set[str], bases: set[str]) -> dict[str, tup
                  if b != c and np.array_equal(v, np.broadcast_to(inits[b], v.shape))]
         if len(found) == 1:
             out[c] = (found[0], "broadcast")
+    return out
+
+
+def block_start(copy: np.ndarray, base: np.ndarray) -> tuple | None:
+    """Where `copy` lies in `base` as a contiguous block of the same rank (base[start:start + copy.shape]),
+    or None. The base's elements are pairwise distinct (find_ties), so the copy's first element fixes the
+    start: one scan of the base, then one comparison."""
+    if copy.ndim != base.ndim or copy.size >= base.size or any(c > b for c, b in zip(copy.shape, base.shape)):
+        return None
+    at = np.flatnonzero(base.reshape(-1) == copy.reshape(-1)[0])
+    if at.size != 1:
+        return None
+    start = np.unravel_index(int(at[0]), base.shape)
+    if any(s + c > b for s, c, b in zip(start, copy.shape, base.shape)):
+        return None
+    block = base[tuple(slice(s, s + c) for s, c in zip(start, copy.shape))]
+    return tuple(int(s) for s in start) if np.array_equal(block, copy) else None
+
+
+def _slices(inits: dict, copies: set[str], bases: set[str]) -> dict[str, tuple[str, str]]:
+    """{copy: (base, "sliced")} for each of `copies` that is exactly one block of one of `bases` (module
+    docstring), the bases' elements pairwise distinct as find_ties wants them."""
+    wanted = [c for c in sorted(copies) if inits[c].dtype.kind == "f" and inits[c].size > 1]
+    distinct = [b for b in sorted(bases) if inits[b].dtype.kind == "f" and inits[b].size > 1 and any(
+        inits[c].ndim == inits[b].ndim and inits[c].size < inits[b].size for c in wanted)]
+    distinct = [b for b in distinct if np.unique(inits[b]).size == inits[b].size]
+    out = {}
+    for c in wanted:
+        found = [b for b in distinct if b != c and block_start(inits[c], inits[b]) is not None]
+        if len(found) == 1:
+            out[c] = (found[0], "sliced")
     return out
 
 

@@ -361,7 +361,9 @@ def unexplained_mismatches(results, findings, localized: bool, subject) -> list:
             continue
         c = r.verdict_comparison
         against = "the symbolic gradient" if r.verdict_reference == "symbolic" else "finite differences"
-        where = ["direction", *c.worst_index] if r.fd.directional else list(c.worst_index)
+        # (the symbolic gradient is compared element by element, whatever the differences' mode)
+        where = ["direction", *c.worst_index] if r.fd.directional and r.verdict_reference != "symbolic" else \
+            list(c.worst_index)
         off = abs(c.engine_at_worst - c.reference_at_worst)
         because = (subject.unlocalized or why) if localized else why
         out.append(Finding(

@@ -186,18 +186,35 @@ def test_source_names_over_grpc(grpc_client, exported):
 
 def test_dynamo_export_transposed_and_folded():
     """The dynamo exporter: Linear weights as MatMul's `val_N` (transposed), BatchNorm folded into conv4
-    under conv4's own names (the node marked FuseBatchNormIntoConv: derived); its optimizer drops the
-    all-zero conv biases altogether (nothing to name)."""
+    under conv4's own names, its bias's too (the node marked FuseBatchNormIntoConv: derived, so torch's
+    gradients of conv4.weight and conv4.bias, claimed, are explained, not compared with the folded tensors':
+    a false FAIL of correct claims); its optimizer drops the all-zero conv biases altogether (nothing to name)."""
+    import onnx
     from torch_export import export_onnx  # the dynamo exporter's defaults, its optimizer on
 
+    from gradcheck.v1 import service_pb2
+    from gradcheck_core.claims import claims_message
+    from gradcheck_svc.request import prepare
+
     model, x = _net()
+    model.conv4.bias = nn.Parameter(torch.rand(3, dtype=torch.float64))
     blob = export_onnx(model, (x,), "dynamo")
     graph = load_graph(import_onnx(blob))
     found = {n: [(s.name, s.relation) for s in i.source_names] for n, i in graph.inputs.items() if i.source_names}
     transposed = {v[0] for n, v in found.items() if n.startswith("val_")}
     assert transposed == {("fc1.weight", "transposed"), ("fc2.weight", "transposed")}
     assert found["conv4.weight"] == [("conv4.weight", "derived")]
+    assert found["conv4.bias"] == [("conv4.bias", "derived")]
     assert "conv1.weight" not in found and "conv1.bias" not in graph.inputs
+    model(x).sum().backward()
+    claims = claims_message({n: p.grad.numpy() for n, p in model.named_parameters()})
+    request = service_pb2.VerifyRequest(onnx_model=blob, onnx=service_pb2.OnnxImport(
+        inputs={"x": onnx.numpy_helper.from_array(x.numpy()).SerializeToString()}))
+    request.graph.claimed.CopyFrom(claims)
+    claimed, _ = prepare(request)
+    assert not {"conv4.weight", "conv4.bias"} & set(claimed.parameters) and "fc1.bias" in claimed.parameters
+    assert all(any(n.startswith("not checked: claimed gradient") and f"'{k}'" in n for n in claimed.notes)
+               for k in ("conv4.weight", "conv4.bias")), claimed.notes  # each explained (the notes are bounded)
 
 
 def test_rnn_tensors_name_torch_keys_and_the_gate_order():

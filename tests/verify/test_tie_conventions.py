@@ -124,3 +124,43 @@ def test_a_rule_wrong_beside_a_kink_fails_float32_included(relu_wrong_beside_zer
     assert report.verdict == "fail", report.to_text()
     assert [n for n, _ in errors(report)] == ["k"], report.to_text()
     assert {p.name: p.status for p in report.parameters} == {"x": "FAIL"}
+
+
+def test_a_wrong_claim_judged_by_the_joint_screen_beside_a_kink_fails_with_no_internal_error():
+    # a stale claim flags every parameter; those the follow-up's budget leaves to the joint screen's directions
+    # (their rows' differences are no elements or directions of their own) sit upstream of relu(h - h), a kink at
+    # every element: the kink analysis had no moves to difference along and raised (INTERNAL, no report)
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("joint_kink")
+    h = b.input("x", rng.uniform(-1, 1, (2, 4)))
+    for i in range(6):
+        h = b.node("tanh", b.node("matmul", h, b.input(f"W{i}", rng.standard_normal((4, 4)) / 2, True)), name=f"h{i}")
+    b.output(b.node("sum", b.node("add", h, b.node("relu", b.node("sub", h, h), name="kink")), name="L"))
+    msg = b.build()
+    opts = VerifyOptions(symbolic=SymbolicOptions(enabled=False))
+    stale = {p.name: np.asarray(p.gradient).reshape(p.shape) * 1.5 for p in verify(load_graph(msg), opts).parameters}
+    report = verify(load_graph(with_claims(msg, claims_message(stale))), opts)
+    assert report.verdict == "fail"
+    assert {p.status for p in report.parameters} == {"FAIL"}, report.to_text()
+    assert {p.fd.mode for p in report.parameters} == {"joint", "full"}  # both kinds of row, each judged
+
+
+def test_a_wrong_claim_judged_by_the_symbolic_gradient_names_its_element_not_a_direction():
+    # two wrong claims flag both parameters; the follow-up's budget checks the cheaper one in full and leaves the
+    # other to its joint directional values, while the symbolic gradient judges both element by element: the
+    # finding's worst is that element, as the table's row says -- it read "['direction', 1, 2]"
+    rng = np.random.default_rng(0)
+    b = GraphBuilder("joint_symbolic")
+    w, v = b.input("w", rng.uniform(-1, 1, (3, 6)), True), b.input("v", rng.uniform(-1, 1, (6, 2)), True)
+    h = b.node("tanh", b.node("matmul", b.input("x", rng.uniform(-1, 1, (2, 3))), w))
+    b.output(b.node("sum", b.node("tanh", b.node("matmul", h, v))))
+    msg = b.build()
+    opts = VerifyOptions(fd=FDOptions(mode="joint"))
+    claims = {r.name: np.asarray(r.gradient).reshape(r.shape).copy() for r in verify(load_graph(msg), opts).parameters}
+    claims["w"][1, 2] += 0.5
+    claims["v"][0, 1] += 0.5
+    report = verify(load_graph(with_claims(msg, claims_message(claims))), opts)
+    rows = {r.name: r for r in report.parameters}
+    assert rows["w"].fd.mode == "joint" and rows["w"].verdict_reference == "symbolic", report.to_text()
+    found = {f.node: f for f in report.findings if f.severity == "error"}
+    assert found["w"].worst.index == (1, 2) and "(worst [1, 2]:" in found["w"].detail, found["w"].detail

@@ -108,12 +108,11 @@ def _nondifferentiable(ctx: Context, step: Step, near, params: list[str]) -> Fin
         if r.name not in params or r.passed:
             continue
         dirs, hs, eng, labels = _moves(ctx, r)
-        left, right = ctx.fd.one_sided(r.name, dirs, hs)
-        lo, hi = np.minimum(left, right), np.maximum(left, right)
+        lo, hi, _, _ = one_sided(ctx, r, (dirs, hs, eng, labels))
         slack = side_slack(ctx.tol, lo, hi)
         bad = (eng < lo - slack) | (eng > hi + slack)
         bad |= ~bad & _wrong_beside(ctx, r.name, dirs, hs, eng, lo, hi, slack)
-        if bad.any():
+        if bad.any() or not eng.size:  # (no moves of its own: never shown within the one-sided differences)
             outside.append(r.name)
         if worst is None and eng.size:
             j = int(np.argmax(bad)) if bad.any() else 0
@@ -179,6 +178,8 @@ def _moves(ctx: Context, r):
     parameter r: what one_sided differences along."""
     fd = ctx.fd
     x = np.asarray(fd.base[r.name], dtype=np.float64).reshape(-1)
+    if r.fd.mode is FDMode.JOINT:  # judged by the joint screen's directions: none of its own to difference along
+        return np.zeros((0, x.size)), np.zeros(0), np.zeros(0), []
     elements = _off_the_witness(ctx, r) if r.fd.mode is FDMode.PROJECTION else None
     if elements is not None:
         return _element_moves(r, x, elements)
@@ -221,10 +222,13 @@ def _off_the_witness(ctx: Context, r) -> np.ndarray | None:
     return off if 0 < off.size <= ONE_SIDED_MAX else None
 
 
-def one_sided(ctx: Context, r):
+def one_sided(ctx: Context, r, moves=None):
     """(low, high, engine, labels) for the failing elements (full) or directions (projection) of
-    parameter r: the one-sided differences on each side, and the engine's value."""
-    dirs, hs, eng, labels = _moves(ctx, r)
+    parameter r: the one-sided differences on each side, and the engine's value (empty for a row the joint
+    screen judged: _moves). moves: _moves(ctx, r), when the caller has them."""
+    dirs, hs, eng, labels = moves or _moves(ctx, r)
+    if not len(dirs):
+        return np.zeros(0), np.zeros(0), eng, labels
     left, right = ctx.fd.one_sided(r.name, dirs, hs)
     return np.minimum(left, right), np.maximum(left, right), eng, labels
 
