@@ -191,11 +191,11 @@ def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool
     (_finite_differences_decided) where torch passed, or a failure where torch failed, is kept. Anything else is
     the full check, so the outcome is what it was without the lighter one."""
     if values_compared or torch_passed:
-        first = _our_check(fn, tupled, o, server, screen=not values_compared, symbolic=False)
+        first = _our_check(fn, tupled, o, server, torch_passed, screen=not values_compared, symbolic=False)
         if isinstance(first, Report) and (first.verdict == "fail" if not torch_passed else
                                           first.passed and _finite_differences_decided(first)):
             return first
-    return _our_check(fn, tupled, o, server, screen=True)
+    return _our_check(fn, tupled, o, server, torch_passed, screen=True)
 
 
 def _finite_differences_decided(report: Report) -> bool:
@@ -205,15 +205,19 @@ def _finite_differences_decided(report: Report) -> bool:
     return not report.findings and all(p.get("status", "ok") == "ok" for p in rows)
 
 
-def _our_check(fn, tupled, o: dict, server, screen: bool, **options):
+def _our_check(fn, tupled, o: dict, server, torch_passed: bool, screen: bool, **options):
     """check() of torch's backward w.r.t. the inputs that require grad: the Report, or the reason it could not be
     checked (str). screen: with check's screen of the function's values (check.py)."""
     wrt = [k for k, a in enumerate(tupled) if isinstance(a, torch.Tensor) and a.requires_grad]
     # torch's tolerances apply to torch's finite differences; ours (per dtype, from rounding analysis) stay
     # unless the caller chose others
     tolerances = {k: o[k] for k, default in (("atol", 1e-5), ("rtol", 1e-3)) if o[k] != default}
+    # torch's Jacobian check (slow mode: element by element) passed on the inputs as given: it may decide the
+    # function's values in a narrow dtype (dtypes.py _separated)
+    passed = (o["atol"], o["rtol"]) if torch_passed and not o["fast_mode"] else None
     try:
-        return check(fn, *tupled, wrt=wrt, server=server, values_screen=screen, **tolerances, **options)
+        return check(fn, *tupled, wrt=wrt, server=server, values_screen=screen, torch_passed=passed, **tolerances,
+                     **options)
     except ComplexIntermediate:
         raise  # torch's checks alone decide (_helper)
     except TracerError as exc:
