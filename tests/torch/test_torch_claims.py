@@ -598,7 +598,7 @@ def test_float32_inputs_are_checked_in_float64_and_the_report_says_so():
 
 
 def test_an_op_whose_arguments_its_entry_declines_is_an_opaque_node():
-    x = X4[:, :, :4, :4]
+    x = X4[:1, :, :3, :3]  # (a 2x3x4x4 x proved the same in 25 times the time)
     weight = torch.linspace(-1.0, 1.0, 3 * 2 * 3 * 3, dtype=torch.float64).reshape(3, 2, 3, 3)
     report = check(lambda x, w: torch.tanh(F.conv_transpose2d(x, w)), x, weight)
     assert report.verdict == "pass", report.text
