@@ -38,6 +38,7 @@ torch = pytest.importorskip("torch")  # the torch door's cases below (torch is t
 from torch.autograd.gradcheck import GradcheckError as TorchGradcheckError  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
+from gradcheck_client.torch import GradcheckError, gradcheck  # noqa: E402
 from gradcheck_client.torch import check as torch_check  # noqa: E402
 
 
@@ -77,10 +78,35 @@ def test_a_float32_only_overflow_in_a_backward_fails_as_in_torch():
     assert right.verdict == "pass" and "dtypes" not in right.data
 
 
-def test_torch_float32_function_flat_in_float32_does_not_pass():
-    report = torch_check(lambda x: ((x + 1e8) - 1e8).sum(), torch.from_numpy(X32))
+def test_torch_float32_function_flat_in_float32_does_not_pass_even_where_torchs_loose_tolerance_passes_it():
+    """sum((x + 1e8) - 1e8) is 0 in float32 for every x: undecided by check(); torch's gradcheck passes it at atol=2,
+    a tolerance not below its gradient 1 (a constant passes it too), so the drop-in says nothing more: undecided,
+    a GradcheckError -- stricter than torch, never a pass."""
+    flat = (lambda x: ((x + 1e8) - 1e8).sum())
+    report = torch_check(flat, torch.from_numpy(X32))
     assert report.verdict == "undecided", report.text
     assert [e["verdict"] for e in report.data["dtypes"]["checks"]] == ["pass", "undecided"]
+    x = torch.from_numpy(X32).requires_grad_()
+    assert torch.autograd.gradcheck(flat, (x,), atol=2) is True
+    with pytest.raises(GradcheckError, match=r"verdict UNDECIDED[^\n]*\n.*\n  in float32: UNDECIDED: its values do not "
+                                             r"resolve its derivative"):
+        gradcheck(flat, (x,), atol=2)
+
+
+def test_the_drop_in_at_a_tolerance_below_every_gradient_lets_torchs_check_decide_the_values_in_float16():
+    """2 t in float16: its rounding alone leaves its values undecided; torch's Jacobian check of those values passing
+    at atol + rtol |J| below every nonzero |J| (dtypes._separated) decides them: True, as torch's. A gradient the
+    tolerance does not separate, beside one it does (the flat float32 term at atol=2), leaves it undecided."""
+    x16 = torch.tensor([0.3, -0.7, 1.1], dtype=torch.float16, requires_grad=True)
+    loose = {"eps": 1e-2, "atol": 0.1, "rtol": 0.1}
+    assert torch.autograd.gradcheck(lambda t: t * 2, (x16,), **loose) is True
+    assert gradcheck(lambda t: t * 2, (x16,), **loose) is True
+    assert torch_check(lambda t: t * 2, x16.detach()).verdict == "undecided"  # without torch's check
+    x = torch.from_numpy(X32).requires_grad_()
+    partly_flat = (lambda x: 100 * x[0] + ((x[1] + 1e8) - 1e8) + 50 * x[2])
+    assert torch.autograd.gradcheck(partly_flat, (x,), atol=2, eps=1e-3) is True
+    with pytest.raises(GradcheckError, match=r"\n  in float32: UNDECIDED: its values do not resolve"):
+        gradcheck(partly_flat, (x,), atol=2, eps=1e-3)
 
 
 def test_a_float32_module_passes_in_both_dtypes_and_is_left_as_it_was():

@@ -288,6 +288,11 @@ def _floats(out) -> list:
     return [t for t in outs if isinstance(t, torch.Tensor) and t.is_floating_point()]
 
 
+class ComplexIntermediate(TracerError):
+    """A complex tensor made from traced values: not captured. check() refuses it as any TracerError; the drop-in
+    (drop_in.py) lets torch's own checks decide alone, as for complex inputs and outputs."""
+
+
 def _complex(out) -> list:
     """The complex tensors among an op's outputs."""
     outs = out if isinstance(out, (tuple, list)) else [out]
@@ -398,8 +403,8 @@ class Capture(TorchDispatchMode):
             lifted[0] = self._lift(args[0])
             self._inplace(func, args, lifted, named)
         elif _complex(out):  # not a constant (its derivative is not zero), and no registry op is complex
-            raise TracerError(f"torch op {func.name()} made a {_complex(out)[0].dtype} tensor from traced values"
-                              f"{self._at()}: complex intermediates are not captured")
+            raise ComplexIntermediate(f"torch op {func.name()} made a {_complex(out)[0].dtype} tensor from traced "
+                                      f"values{self._at()}: complex intermediates are not captured")
         elif packet in MASKS or not _floats(out):
             pass  # a comparison, an argmax: its trace-time value, a constant (no gradient flows through it)
         elif any(t.dtype != torch.float64 for t in _floats(out)):

@@ -58,11 +58,13 @@ _RUNNING = threading.Lock()  # one check at a time per process (the module docst
 # report's warning says it was skipped and that the verdict uses finite differences.
 SYMBOLIC_BUDGET = 256
 
-def check(fn, *inputs, wrt=None, server=None, seed: int = 0, values_screen: bool = True, **options) -> Report:
+def check(fn, *inputs, wrt=None, server=None, seed: int = 0, values_screen: bool = True,
+          torch_passed: tuple | None = None, **options) -> Report:
     """Verify torch's gradients of fn(*inputs) (fn a function of tensors or an nn.Module) with respect to the
     float inputs (or those `wrt` names) and a module's parameters; in process, or on `server`.
     values_screen=False: no screen of the function's values (values.py), for a caller that compared torch's
-    gradient of every tensor checked with the function's values itself (the drop-in, by torch's Jacobian check)."""
+    gradient of every tensor checked with the function's values itself (the drop-in, by torch's Jacobian check).
+    torch_passed: (atol, rtol) of torch's passing Jacobian check on the inputs as given (the drop-in; dtypes.py)."""
     options = check_options({"symbolic_budget": SYMBOLIC_BUDGET, **options, "seed": seed})
     fn = _function_applied(fn)
     if not _RUNNING.acquire(blocking=False):
@@ -75,7 +77,7 @@ def check(fn, *inputs, wrt=None, server=None, seed: int = 0, values_screen: bool
         with modules.in_float64(fn) as upcast:  # the user's own module: its hooks run (modules.py)
             report = _checked(fn, inputs, wrt, server, options, upcast, names, values_screen)
         picks = _picks(names, wrt)
-        return dtypes.in_user_dtype(fn, inputs, picks, report, options["seed"])  # the user's dtype too (dtypes.py)
+        return dtypes.in_user_dtype(fn, inputs, picks, report, options["seed"], torch_passed)  # (dtypes.py)
     finally:
         _RUNNING.release()
 

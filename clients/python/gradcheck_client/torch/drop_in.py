@@ -19,8 +19,8 @@ in torch's order, and adds gradcheck's own check of the gradients:
 4. gradcheck's check (check.py) of torch's backward w.r.t. the inputs that require grad: the exact references
    (symbolic, float64 finite differences), each custom autograd.Function checked on its own and named
    (class, file and line of its backward, the input), torch.library ops as opaque nodes. Not run where it
-   has nothing to add: check_backward_ad=False, complex or sparse tensors (then torch's check alone decides
-   and a warning says so), no differentiable output (torch's check that the numerical Jacobian is zero).
+   has nothing to add: check_backward_ad=False, complex or sparse tensors, a complex intermediate the capture
+   refuses (then torch's check alone decides and a warning says so, naming the op), no differentiable output (torch's check that the numerical Jacobian is zero).
    Its screen of the function's values (values.py) is skipped where torch's Jacobian check of step 3 has
    compared the function's values with torch's gradient of every tensor it checks, in float64, and passed:
    the screen would repeat that comparison (a plain function or Function; a module's parameters, which torch
@@ -48,7 +48,7 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode_stack as _di
 from gradcheck_core.errors import GradientsNotVerified
 from gradcheck_core.report import Report
 from gradcheck_core.trace_errors import TracerError
-from .capture import Capture
+from .capture import Capture, ComplexIntermediate
 from .check import _function_applied, check
 
 tg = importlib.import_module("torch.autograd.gradcheck")  # the module (torch.autograd.gradcheck is the function)
@@ -117,12 +117,14 @@ def _helper(fn, inputs, o: dict, server) -> bool:
     tg._check_outputs(outputs)
     alone = _torch_alone(tupled, func_out, outputs, o)
     if alone:
-        warnings.warn(f"gradcheck_client.torch.gradcheck: {alone}: checked by torch's own gradcheck only (not "
-                      "gradcheck's references)", stacklevel=3)
+        _torch_only(alone)
     failed = _torch_failure(fn, tupled, func_out, outputs, o, jacobian=True)
     ours = None
     if alone is None:
-        ours = _ours(fn, tupled, o, server, failed is None, _values_compared(fn, tupled, o))
+        try:
+            ours = _ours(fn, tupled, o, server, failed is None, _values_compared(fn, tupled, o))
+        except ComplexIntermediate as exc:  # as a complex input or output: torch's checks decide alone
+            _torch_only(str(exc))
     declared = [e for e in (ours.data.get("opaque", []) if isinstance(ours, Report) else [])
                 if e["verdict"] == "surrogate"]
     for e in declared:
@@ -134,6 +136,12 @@ def _helper(fn, inputs, o: dict, server) -> bool:
         func_out = fn(*tupled)
         failed = _torch_failure(fn, tupled, func_out, tg._differentiable_outputs(func_out), o, jacobian=False)
     return _verdict(fn, ours, failed)
+
+
+def _torch_only(why: str) -> None:
+    """The warning that gradcheck's own check was not run, torch's checks deciding alone (why: what it lacks)."""
+    warnings.warn(f"gradcheck_client.torch.gradcheck: {why}: checked by torch's own gradcheck only (not "
+                  "gradcheck's references)", stacklevel=4)
 
 
 def _torch_failure(fn, tupled, func_out, outputs, o: dict, jacobian: bool):
@@ -183,11 +191,11 @@ def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool
     (_finite_differences_decided) where torch passed, or a failure where torch failed, is kept. Anything else is
     the full check, so the outcome is what it was without the lighter one."""
     if values_compared or torch_passed:
-        first = _our_check(fn, tupled, o, server, screen=not values_compared, symbolic=False)
+        first = _our_check(fn, tupled, o, server, torch_passed, screen=not values_compared, symbolic=False)
         if isinstance(first, Report) and (first.verdict == "fail" if not torch_passed else
                                           first.passed and _finite_differences_decided(first)):
             return first
-    return _our_check(fn, tupled, o, server, screen=True)
+    return _our_check(fn, tupled, o, server, torch_passed, screen=True)
 
 
 def _finite_differences_decided(report: Report) -> bool:
@@ -197,15 +205,21 @@ def _finite_differences_decided(report: Report) -> bool:
     return not report.findings and all(p.get("status", "ok") == "ok" for p in rows)
 
 
-def _our_check(fn, tupled, o: dict, server, screen: bool, **options):
+def _our_check(fn, tupled, o: dict, server, torch_passed: bool, screen: bool, **options):
     """check() of torch's backward w.r.t. the inputs that require grad: the Report, or the reason it could not be
     checked (str). screen: with check's screen of the function's values (check.py)."""
     wrt = [k for k, a in enumerate(tupled) if isinstance(a, torch.Tensor) and a.requires_grad]
     # torch's tolerances apply to torch's finite differences; ours (per dtype, from rounding analysis) stay
     # unless the caller chose others
     tolerances = {k: o[k] for k, default in (("atol", 1e-5), ("rtol", 1e-3)) if o[k] != default}
+    # torch's Jacobian check (slow mode: element by element) passed on the inputs as given: it may decide the
+    # function's values in a narrow dtype (dtypes.py _separated)
+    passed = (o["atol"], o["rtol"]) if torch_passed and not o["fast_mode"] else None
     try:
-        return check(fn, *tupled, wrt=wrt, server=server, values_screen=screen, **tolerances, **options)
+        return check(fn, *tupled, wrt=wrt, server=server, values_screen=screen, torch_passed=passed, **tolerances,
+                     **options)
+    except ComplexIntermediate:
+        raise  # torch's checks alone decide (_helper)
     except TracerError as exc:
         return str(exc)
     except Exception as exc:  # a graph the verification refuses (in process, or the server's answer)

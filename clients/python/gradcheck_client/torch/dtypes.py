@@ -12,7 +12,9 @@ with_dtypes: the report's first line says what ran in which dtype):
    bfloat16 0.088, float16 0.031 of the tensor's largest gradient); a NaN or Inf fails (a float32-only
    overflow in a backward).
 2. The function's values in that dtype (gradcheck_core.dtypes.values_in_dtype): the float64 check does
-   not speak for a function whose float32 values do not resolve its derivative (undecided, never pass).
+   not speak for a function whose float32 values do not resolve its derivative (undecided, never pass) --
+   unless torch's Jacobian check of those values (the drop-in's) passed at a tolerance below every gradient
+   (_separated), which a function whose values lose a dependence fails.
 
 The module is the user's own (modules.in_float64 for the float64 runs); its data, dtypes and .grad are put
 back after each run.
@@ -28,9 +30,13 @@ from gradcheck_core.check_call import _argument_names
 from gradcheck_core.dtypes import EPS, values_in_dtype, with_dtypes
 from . import modules, values
 
+MAX_ROWS = 1024  # output elements _separated differentiates one by one (torch's slow mode did as many)
 
-def in_user_dtype(fn, inputs: tuple, picks, report, seed: int):
-    """The report with the dtype entries added (unchanged when everything checked is float64)."""
+
+def in_user_dtype(fn, inputs: tuple, picks, report, seed: int, torch_passed: tuple | None = None):
+    """The report with the dtype entries added (unchanged when everything checked is float64). torch_passed:
+    (atol, rtol) where torch's Jacobian check (slow mode) passed on the inputs as given (the drop-in), which
+    decides an undecided values entry where those tolerances separate each gradient from zero (_separated)."""
     narrow = sorted({str(t.dtype).replace("torch.", "") for t in _checked_tensors(fn, inputs, picks)} - {"float64"})
     if not narrow:
         return report
@@ -54,8 +60,42 @@ def in_user_dtype(fn, inputs: tuple, picks, report, seed: int):
     upcast = report.data.get("check", {}).get("upcast", [])
     ran = (f"the check below ran in float64 (upcast: {', '.join(upcast) or 'none'}); torch's gradient and the "
            f"function's values were also run in {', '.join(narrow)}, as given, against float64")
-    with_dtypes(report, [_gradient_entry(own[2], wide[2], dtype), values_in_dtype(loss, dtype, h)], ran)
+    entry = values_in_dtype(loss, dtype, h)
+    if entry["verdict"] == "undecided" and torch_passed and _separated(fn, inputs, picks, *torch_passed):
+        entry = {"dtype": dtype, "verdict": "pass", "detail": (
+            f"torch's Jacobian check of your {dtype} values passed at atol={torch_passed[0]:g}, "
+            f"rtol={torch_passed[1]:g}, which separate every nonzero element of the float64 Jacobian from zero; "
+            f"alone, {entry['detail'].replace('its values do not', 'they do not')}")}
+    with_dtypes(report, [_gradient_entry(own[2], wide[2], dtype), entry], ran)
     return report
+
+
+def _separated(fn, inputs, picks, atol: float, rtol: float) -> bool:
+    """Whether torch's Jacobian check passing at atol, rtol resolves the function's values in the user's dtype:
+    it compared torch's gradient with finite differences of those values, element by element within
+    atol + rtol |J|; where that tolerance is below |J| for every nonzero element J of the (float64) Jacobian,
+    a dtype whose values lose a dependence (differences 0 where J is not) fails it. Where it is not (atol at
+    least a gradient: `sum((x + 1e8) - 1e8)` in float32 at atol=2), torch's pass says nothing: False. False too
+    for a module's parameters, which torch's check does not see, and past MAX_ROWS output elements."""
+    if isinstance(fn, torch.nn.Module) and any(p.requires_grad and p.is_floating_point() for p in fn.parameters()):
+        return False
+    args = [a.detach().double().requires_grad_(True) if i in picks and isinstance(a, torch.Tensor)
+            and a.is_floating_point() else a for i, a in enumerate(inputs)]
+    leaves = [a for i, a in enumerate(args) if i in picks and isinstance(a, torch.Tensor) and a.requires_grad]
+    with _module_at(fn, {}, wide=True), torch.enable_grad():
+        try:
+            outs = [o.reshape(-1) for o in values.output_tensors(fn(*args))
+                    if isinstance(o, torch.Tensor) and o.is_floating_point() and o.requires_grad]
+        except RuntimeError:  # a function that does not run in float64 as called here: nothing resolved
+            return False
+        if not leaves or sum(o.numel() for o in outs) > MAX_ROWS:
+            return False
+        for o in outs:
+            for k in range(o.numel()):  # a row of the Jacobian: output element k against every checked input
+                for g in torch.autograd.grad(o[k], leaves, retain_graph=True, allow_unused=True):
+                    if g is not None and bool(((1 - rtol) * g.abs() <= atol)[g != 0].any()):
+                        return False
+    return True
 
 
 def _checked_tensors(fn, inputs, picks) -> list:

@@ -60,6 +60,7 @@ class Opaque:
     reason: str = ""  # why it is opaque, where it is not simply outside the table
     grad_enabled: bool = True  # torch's grad mode when it ran (False: under torch.no_grad)
     surrogate: str = ""  # a Function declared a surrogate: why (surrogate.py); its own check is waived
+    unread: dict = field(default_factory=dict)  # traced input k -> the elements the op never reads (_unread)
 
     @staticmethod
     def of_op(func, args, kwargs, traced, outputs, where: str, capture, reason: str = "") -> Opaque:
@@ -73,7 +74,8 @@ class Opaque:
             return func(*a, **k)
         run = _runner(saved, positions, call)
         return Opaque(func.name(), "torch op", where, capture.modules[-1] if capture.modules else "", run,
-                      [saved[i] for i in positions], values, outputs, reason, torch.is_grad_enabled())
+                      [saved[i] for i in positions], values, outputs, reason, torch.is_grad_enabled(),
+                      unread=_unread(func.name(), args, kwargs, positions))
 
     @staticmethod
     def of_function(cls, args, traced, outputs, reason: str, module: str, capture) -> Opaque:
@@ -83,6 +85,29 @@ class Opaque:
         run = _runner(saved, positions, lambda new: cls.apply(*new))
         return Opaque(cls.__name__, "autograd.Function", backward_line(cls), module, run,
                       [saved[i] for i in positions], values, outputs, reason)
+
+
+# ops that read one triangle of a (factor) argument: op -> (the argument's position, `upper`'s position). torch's
+# VJP there is a convention in the triangle the op never reads (cholesky_solve's is the full matrix's gradient
+# of L L^T), where the forward's differences are 0 -- no error of the backward's; it is compared on the read
+# triangle only, and the VJP is handed back whole (an upstream op's own check, or the values screen, sees a
+# dependence the forward does not have).
+READS_TRIANGLE = {"aten::cholesky_solve": (1, 2)}
+
+
+def _unread(name: str, args, kwargs, positions: list) -> dict:
+    """{traced input k: a bool mask of its elements the op does not read} (READS_TRIANGLE)."""
+    if name not in READS_TRIANGLE:
+        return {}
+    at, flag = READS_TRIANGLE[name]
+    factor = args[at] if len(args) > at else None
+    upper = bool(args[flag] if len(args) > flag else kwargs.get("upper", False))
+    if at not in positions or not isinstance(factor, torch.Tensor) or factor.dim() < 2:
+        return {}  # (flat index == argument position: the arguments before it are tensors, one leaf each)
+    n = factor.shape[-1]
+    other = torch.ones(factor.shape[-2], n, dtype=torch.bool)
+    other = other.tril(-1) if upper else other.triu(1)
+    return {positions.index(at): other.expand(factor.shape).reshape(-1).clone()}
 
 
 def _runner(saved: list, positions: list, call):
@@ -163,6 +188,8 @@ def local_check(node: Opaque, adjoints: list, vjps: list) -> dict:
                 "detail": f"not decided: {undecided} of {n} elements have a difference whose error bound is not "
                           "small next to it"}
     at_kinks = f"; {kinks} at a kink, where torch's value lies between the one-sided derivatives" if kinks else ""
+    unread = sum(int(m.sum()) for m in node.unread.values())
+    at_kinks += f"; {unread} it never reads (a triangle) not compared" if unread else ""
     return {**entry, "verdict": "pass",
             "detail": f"its backward agrees with the derivative of its forward ({n} elements{at_kinks})"}
 
@@ -177,6 +204,9 @@ SYMMETRIC_INPUT = {"aten::_linalg_eigh", "aten::linalg_cholesky_ex", "aten::chol
 def _directions(node: Opaque, k: int, x: torch.Tensor, v: torch.Tensor):
     """(the flat indices of input k one difference moves together, torch's VJP along them), for each one."""
     flat = v.reshape(-1)
+    if k in node.unread:  # the triangle the op reads (READS_TRIANGLE)
+        yield from (([j], float(flat[j])) for j in range(x.numel()) if not node.unread[k][j])
+        return
     n = x.shape[-1] if x.dim() >= 2 else 0
     if k or node.name not in SYMMETRIC_INPUT or x.dim() < 2 or x.shape[-2] != n or \
             not torch.allclose(x, x.mT, rtol=1e-12, atol=0.0):
