@@ -143,9 +143,9 @@ def test_bad_token_file_and_usage_exit_2(graphs, tmp_path, capsys):
 
 
 def test_in_process_without_a_server(graphs):
-    r = gradcheck("verify", graphs / "seed.json", graphs / "nested", "--symbolic", "off")  # the fallback is tested
+    r = gradcheck("verify", graphs / "seed.json", graphs / "nested")
     assert r.returncode == 0, r.stderr
-    r = gradcheck("verify", graphs / "seed.json", "--fault", FAULT_ON_Z, "--symbolic", "off")
+    r = gradcheck("verify", graphs / "seed.json", "--fault", FAULT_ON_Z)
     assert r.returncode == 1 and "seed: FAIL" in r.stdout
     r = gradcheck("verify", graphs / "unknown_op.json")
     assert r.returncode == 2 and "unknown op 'mull'" in r.stdout
@@ -165,7 +165,7 @@ def test_without_server_or_service_says_how_to_point_at_one(graphs):
     (["--timeout", "1e300"], "--timeout: must be at most 1000000"),
 ])
 def test_unusable_files_and_bad_numbers_exit_2_one_line(graphs, args, needle):
-    r = gradcheck("verify", graphs / "seed.json", "--symbolic", "off", *args)  # what is refused is not the graph
+    r = gradcheck("verify", graphs / "seed.json", *args)
     assert r.returncode == 2 and needle in r.stderr
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
