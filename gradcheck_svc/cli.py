@@ -296,23 +296,28 @@ def _fd_shard(path: str, args, limits, values, options, fd_mode, claims) -> int:
 
 def _verify_paths(args, paths: list, single: bool, limits, values, options, claims, fd_mode=None) -> int:
     """Verify each graph, print the report(s), write the outputs: the highest exit code."""
+    from contextlib import nullcontext
+
+    from gradcheck_core.terminate import sigterm_interrupts
+
     runs = []  # (path, message, report, error)
     try:
-        for path in paths:
-            try:
-                message, report = _verify_one(path, args, limits, values, options, several=not single,
-                                              fd_mode=fd_mode, claims=claims)
-                runs.append((path, message, report, ""))
-            except GradcheckError as exc:
-                if single:
-                    raise
-                runs.append((path, None, None, exc.message))
-    except KeyboardInterrupt:  # Ctrl-C: the graphs verified so far are printed, not lost
+        with nullcontext() if single else sigterm_interrupts():  # one graph (an fd shard or merge): killed by it
+            for path in paths:
+                try:
+                    message, report = _verify_one(path, args, limits, values, options, several=not single,
+                                                  fd_mode=fd_mode, claims=claims)
+                    runs.append((path, message, report, ""))
+                except GradcheckError as exc:
+                    if single:
+                        raise
+                    runs.append((path, None, None, exc.message))
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the graphs verified so far are printed, not lost
         if single:
             raise
         from gradcheck_core.outputs.outcome import print_interrupted
 
-        return print_interrupted("gradcheck-svc", outcomes_of(runs), len(paths), args.format)
+        return print_interrupted("gradcheck-svc", outcomes_of(runs), len(paths), args.format, exc)
     if single:
         from .text import lines
 

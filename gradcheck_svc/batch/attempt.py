@@ -43,11 +43,44 @@ ATTEMPT = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,79}")
 
 
 def heartbeat_seconds() -> float:
+    """GRADCHECK_HEARTBEAT_SECONDS (default 10): a value that is not a positive number of seconds is refused
+    naming it (it fell back to 10, a typo'd setting silently ignored); check_environment asks first."""
+    import math
+
+    from ..errors import OptionError
+
+    text = os.environ.get("GRADCHECK_HEARTBEAT_SECONDS", "10")
     try:
-        value = float(os.environ.get("GRADCHECK_HEARTBEAT_SECONDS", "10"))
+        value = float(text)
     except ValueError:
-        return 10.0
-    return value if value > 0 else 10.0
+        value = math.nan
+    if not 0 < value < math.inf:
+        raise OptionError(f"'{clip(text, 40)}' is not a positive number of seconds",
+                          field="GRADCHECK_HEARTBEAT_SECONDS")
+    return value
+
+
+def index_count(name: str) -> int | None:
+    """GRADCHECK_INDEX_FAILURES / GRADCHECK_INDEX_RETRIES: a count, or None where unset or empty (by hand; the
+    downward API's value for an annotation not there); anything else is refused naming the variable (it read
+    as unknown: an index never counted as out of retries)."""
+    from ..errors import OptionError
+
+    text = os.environ.get(name, "")
+    if not text:
+        return None
+    if not text.isdigit():
+        raise OptionError(f"'{clip(text, 40)}' is not a count (0 or more)", field=name)
+    return int(text)
+
+
+def check_environment() -> None:
+    """Every GRADCHECK_* setting a batch command reads, checked before it writes anything (exit 2, naming it):
+    later reads, some in the heartbeat's thread, then cannot fail."""
+    heartbeat_seconds()
+    index_count("GRADCHECK_INDEX_FAILURES")
+    index_count("GRADCHECK_INDEX_RETRIES")
+    attempt_id(None)
 
 
 def attempt_id(given: str | None, field: str = "--attempt") -> str | None:
@@ -55,9 +88,10 @@ def attempt_id(given: str | None, field: str = "--attempt") -> str | None:
     from ..errors import OptionError
 
     value = given if given is not None else os.environ.get("GRADCHECK_ATTEMPT") or None
-    if value is not None and not ATTEMPT.fullmatch(value):
+    if value is not None and not ATTEMPT.fullmatch(value):  # named where it came from: the flag or the variable
         raise OptionError(f"'{clip(value, 80)}' is not an attempt ID: letters, digits, '.', '_' and '-', at most "
-                          "80, starting with a letter or digit", field=field)
+                          "80, starting with a letter or digit",
+                          field=field if given is not None else "GRADCHECK_ATTEMPT")
     return value
 
 

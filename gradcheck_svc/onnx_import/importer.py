@@ -80,15 +80,20 @@ def _label(node) -> str:
     return f"'{node.name}'" if node.name else f"producing '{node.output[0]}'"
 
 
+def _declared(vi) -> list:
+    """An input's declared dimensions: a size (0 included: a static 0 is a size, not "dynamic"), or its
+    dim_param / "?" where dynamic."""
+    return [d.dim_value if d.HasField("dim_value") else d.dim_param or "?" for d in vi.type.tensor_type.shape.dim]
+
+
 def _static_shape(vi) -> tuple:
-    """An input's declared shape, its dynamic dimensions 1 (docs/onnx.md); a negative one is refused: it is
-    neither a size nor dynamic (the ONNX checker lets it through)."""
-    dims = vi.type.tensor_type.shape.dim
-    if any(d.HasField("dim_value") and d.dim_value < 0 for d in dims):
-        raise GraphError(f"input '{vi.name}' declares shape "
-                         f"{[d.dim_value if d.HasField('dim_value') else d.dim_param or '?' for d in dims]} "
-                         "with a negative dimension", field="inputs")
-    return tuple(d.dim_value if d.HasField("dim_value") and d.dim_value > 0 else 1 for d in dims)
+    """An input's declared shape, its dynamic dimensions 1 (docs/onnx.md) and a static 0 kept (verified at its
+    declared size, as a graph file's empty input is); a negative one is refused: it is neither a size nor
+    dynamic (the ONNX checker lets it through)."""
+    declared = _declared(vi)
+    if any(isinstance(d, int) and d < 0 for d in declared):
+        raise GraphError(f"input '{vi.name}' declares shape {declared} with a negative dimension", field="inputs")
+    return tuple(d if isinstance(d, int) else 1 for d in declared)
 
 
 def _is_weight(name: str, value) -> bool:
@@ -165,10 +170,11 @@ class Importer:
                 if value.dtype.kind in "OSU":
                     raise GraphError(f"input '{vi.name}' holds strings; only numeric tensors are supported",
                                      field="inputs")
-                declared = [d.dim_value if d.HasField("dim_value") else 0 for d in vi.type.tensor_type.shape.dim]
-                if len(declared) != value.ndim or any(d and d != s for d, s in zip(declared, value.shape)):
+                declared = _declared(vi)
+                if len(declared) != value.ndim or any(isinstance(d, int) and d != s
+                                                      for d, s in zip(declared, value.shape)):
                     raise GraphError(f"input '{vi.name}' has shape {list(value.shape)}, the model declares "
-                                     f"{declared} (0: any)", field="inputs")
+                                     f"{declared}", field="inputs")
             elif dtype.kind == "f":
                 value = np.random.default_rng([self.options.input_seed, i]).random(shape).astype(dtype)
             else:

@@ -432,6 +432,28 @@ def test_a_try_that_ends_while_claiming_the_run_records_its_ending(tmp_path, cor
     assert (ended["attempt"], ended["exit"], ended["final"], ended["error"]) == ("w", 75, True, line)
 
 
+@pytest.mark.parametrize("name, value, needle", [
+    ("GRADCHECK_HEARTBEAT_SECONDS", "10s", "'10s' is not a positive number of seconds"),
+    ("GRADCHECK_HEARTBEAT_SECONDS", "0", "'0' is not a positive number of seconds"),
+    ("GRADCHECK_INDEX_RETRIES", "three", "'three' is not a count (0 or more)"),
+    ("GRADCHECK_INDEX_FAILURES", "-1", "'-1' is not a count (0 or more)"),
+    ("GRADCHECK_ATTEMPT", "a b", "'a b' is not an attempt ID")])
+def test_a_garbage_setting_is_refused_naming_it_before_anything_is_written(tmp_path, corpus, capsys, monkeypatch,
+                                                                            name, value, needle):
+    """Each fell back to its default (a heartbeat of 10 s, an index never out of retries) or was named as
+    --attempt, a flag nobody gave: now exit 2, one line naming the variable, from every batch command. An empty
+    GRADCHECK_INDEX_FAILURES (the downward API's value for an annotation not there yet) stays unknown."""
+    out = tmp_path / "out"
+    monkeypatch.setenv("GRADCHECK_INDEX_FAILURES", "")
+    monkeypatch.setenv(name, value)
+    for argv in (["batch", f"--manifest={corpus}", "--shard-count=1", "--shard-index=0", f"--out={out}"],
+                 ["batch-merge", str(out), f"--run-id={RUN}", "--shard-count=1", "--wait=0"]):
+        code, err = _in_process(capsys, *argv)
+        assert code == 2 and len(err.splitlines()) == 1, (argv, err)
+        assert err.startswith(f"gradcheck-svc: error: {name}: {needle}"), (argv, err)
+    assert not out.exists()
+
+
 def test_two_launches_claiming_at_once_one_is_refused(tmp_path):
     """Reading the claim and writing it are two steps: two launches starting at the same moment both found the run
     free and both wrote it (2 of 4 tries, probed with real processes). Here launch "y" claims in the very gap of

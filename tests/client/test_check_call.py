@@ -87,6 +87,21 @@ def test_wrt_scalar_outputs_and_refusals():
         gradcheck_client.check(lambda x: np.sum(x), x, directions="x")
 
 
+def test_a_list_option_given_one_string_is_one_item():
+    """faults="z:zero" was split into its characters (each refused as a fault 'z', ':', ...): one string is one
+    item, as one --fault flag is; a value that is not a list is refused naming the option. make_request is the
+    one place every door (check, verify, Client.verify, both CLIs) turns options into a request."""
+    from gradcheck_core.errors import InvalidInput
+    from gradcheck_core.request_message import make_request
+
+    graph = {"inputs": [{"name": "x", "value": {"data": [1.0]}, "requiresGrad": True}],
+             "nodes": [{"name": "z", "op": "square", "inputs": ["x"]}], "output": "z"}
+    for given in ("z:zero", ["z:zero"], ("z:zero",)):
+        assert list(make_request(graph, faults=given).options.faults) == ["z:zero"], given
+    with pytest.raises(InvalidInput, match=r"^options\.faults: 5 is not a list of strings \(or one string\)$"):
+        make_request(graph, faults=5)
+
+
 def test_one_check_signature_in_process_unless_server_is_given(server):
     """gradcheck_client.check, gradcheck_svc.check and the torch front end take the same call: in process
     without `server=`, on the server with it (an address or a Client); gradcheck_core's check, which has no

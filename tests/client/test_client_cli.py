@@ -3,9 +3,11 @@ from __future__ import annotations
 
 import json
 import re
+import signal
 import socket
 import subprocess
 import sys
+import threading
 import xml.etree.ElementTree as ET
 
 import pytest
@@ -168,11 +170,12 @@ def test_unusable_files_and_bad_numbers_exit_2_one_line(graphs, args, needle):
     assert "Traceback" not in r.stderr and len(r.stderr.strip().splitlines()) == 1
 
 
-class _CtrlCWhenTheSecondGraphStarts:
-    """A terminal (so the progress line is drawn) whose user presses Ctrl-C as b.json's first phase shows."""
+class _StoppedWhenTheSecondGraphStarts:
+    """A terminal (so the progress line is drawn) whose user presses Ctrl-C, or whose CI runner cancels the job
+    (SIGTERM, to the main thread: the one that draws), as b.json's first phase shows."""
 
-    def __init__(self):
-        self.text = ""
+    def __init__(self, how: str):
+        self.text, self.how = "", how
 
     def isatty(self) -> bool:
         return True
@@ -182,23 +185,39 @@ class _CtrlCWhenTheSecondGraphStarts:
 
     def write(self, text: str) -> int:
         if "b.json:" in text:
-            raise KeyboardInterrupt
+            if self.how == "ctrl-c":
+                raise KeyboardInterrupt
+            signal.pthread_kill(threading.get_ident(), signal.SIGTERM)
         self.text += text
         return len(text)
 
 
-def test_ctrl_c_prints_the_graphs_verified_before_it_and_writes_no_file(tmp_path, capsys, monkeypatch):
-    """What finished is not lost (it was: exit 130 and nothing printed); no JUnit file reads as a complete run."""
+def _unhandled(signum, frame):
+    pytest.fail("SIGTERM reached the handler the command found: it did not handle it")
+
+
+@pytest.mark.parametrize("how, code, said", [("ctrl-c", 130, "interrupted"),
+                                             ("sigterm", 143, "terminated (SIGTERM)")])
+def test_ctrl_c_or_sigterm_prints_the_graphs_verified_before_it_and_writes_no_file(tmp_path, capsys, monkeypatch,
+                                                                                    how, code, said):
+    """What finished is not lost (it was: exit 130 and nothing printed; SIGTERM, a CI runner's cancel, killed it
+    at once); no JUnit file reads as a complete run."""
     from gradcheck_client.cli import main
 
     for name in ("a.json", "b.json"):
         (tmp_path / name).write_text((ROOT / "examples" / "graphs" / "seed.json").read_text())
-    terminal = _CtrlCWhenTheSecondGraphStarts()
+    terminal = _StoppedWhenTheSecondGraphStarts(how)
     monkeypatch.setattr(sys, "stderr", terminal)
     junit = tmp_path / "junit.xml"
-    code = main(["verify", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--symbolic", "off", "--junit", str(junit)])
+    previous = signal.signal(signal.SIGTERM, _unhandled)  # unfixed, the command left SIGTERM to kill pytest
+    try:
+        got = main(["verify", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--symbolic", "off", "--junit",
+                    str(junit)])
+        assert signal.getsignal(signal.SIGTERM) is _unhandled  # restored after the run
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     out = capsys.readouterr().out
-    assert code == 130 and not junit.exists()
+    assert got == code and not junit.exists()
     assert "a.json\ngraph seed: PASS" in out and "b.json" not in out
-    assert terminal.text.splitlines()[-1] == ("gradcheck: interrupted: 1 of 2 graphs verified (above); the others "
+    assert terminal.text.splitlines()[-1] == (f"gradcheck: {said}: 1 of 2 graphs verified (above); the others "
                                               "were not, and no --junit, --html or --summary-md file was written")

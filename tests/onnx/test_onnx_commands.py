@@ -227,6 +227,21 @@ def test_a_model_without_outputs_or_with_a_negative_dimension_is_refused():
         import_onnx(model.SerializeToString())
 
 
+def test_a_static_zero_dimension_is_kept_and_an_input_given_for_it_must_match():
+    """A declared 0 was drawn at size 1 (a different model verified) and, given with --input, matched any
+    size; the engine verifies empty tensors, so the model's declared size is the one imported."""
+    from gradcheck_svc.errors import GraphError
+
+    model = tiny_mlp()
+    model.graph.input[0].type.tensor_type.shape.dim[0].dim_value = 0
+    graph = import_onnx(model.SerializeToString())
+    assert list(next(i for i in graph.inputs if i.name == "x").value.shape) == [0, 4]
+    given = import_onnx(model.SerializeToString(), ImportOptions(inputs={"x": np.zeros((0, 4), np.float32)}))
+    assert list(next(i for i in given.inputs if i.name == "x").value.shape) == [0, 4]
+    with pytest.raises(GraphError, match=r"input 'x' has shape \[2, 4\], the model declares \[0, 4\]"):
+        import_onnx(model.SerializeToString(), ImportOptions(inputs={"x": np.ones((2, 4), np.float32)}))
+
+
 def test_a_float16_model_imports_without_a_warning():
     """Its weights compared with the mask magnitude (1e30, beyond float16) printed numpy's RuntimeWarning
     "overflow encountered in cast" on stderr of a run that passed: not the one line a user reads."""

@@ -4,7 +4,12 @@ small example graphs."""
 from __future__ import annotations
 
 import json
+import os
+import signal
+import sys
 import xml.etree.ElementTree as ET
+
+import pytest
 
 from gradcheck_client.cli import main as ci_main
 from grpc_helpers import EXAMPLES
@@ -51,3 +56,47 @@ def test_with_a_server_the_in_process_flags_are_refused_not_ignored(capsys):
     assert "--max-nodes: applies in-process only" in capsys.readouterr().err
     assert ci_main(["verify", "--server", "127.0.0.1:1", SEED, "--symbolic-max-partials", "5"]) == 2
     assert "--symbolic-max-partials: applies in-process only" in capsys.readouterr().err
+
+
+
+ARMED: list = []  # (the test's pid, the path): _cancel_on_open's one shot; the hook itself stays installed
+
+
+def _cancel_on_open(event: str, args: tuple) -> None:
+    """An audit hook (Python's own, not ours): the verifying child, opening ARMED's path, SIGTERMs the test's
+    process -- as a CI runner's cancel comes while a graph is verified."""
+    if event == "open" and ARMED and os.getpid() != ARMED[0][0] and str(args[0]) == ARMED[0][1]:
+        os.kill(ARMED.pop()[0], signal.SIGTERM)
+
+
+def _unhandled(signum, frame):
+    pytest.fail("SIGTERM reached the handler the command found: it did not handle it")
+
+
+def test_sigterm_prints_the_graphs_verified_before_it_and_writes_no_file(tmp_path, capsys):
+    """A CI runner's cancel (SIGTERM) killed `gradcheck-svc verify G G` at once, losing the finished reports:
+    now it ends as Ctrl-C does, exit 143. The signal is sent by the child verifying the second graph as it
+    opens it, so it comes while that graph is verified, never after (no timing)."""
+    for name in ("a.json", "b.json"):
+        (tmp_path / name).write_text((EXAMPLES / "seed.json").read_text())
+    if _cancel_on_open not in HOOKED:
+        sys.addaudithook(_cancel_on_open)
+        HOOKED.append(_cancel_on_open)
+    ARMED[:] = [(os.getpid(), str(tmp_path / "b.json"))]
+    junit = tmp_path / "junit.xml"
+    previous = signal.signal(signal.SIGTERM, _unhandled)  # unfixed, the command left it to kill pytest
+    try:
+        code = svc_main(["verify", str(tmp_path / "a.json"), str(tmp_path / "b.json"), "--symbolic", "off",
+                         "--junit", str(junit)])
+        assert signal.getsignal(signal.SIGTERM) is _unhandled  # restored: after the run, SIGTERM is as it was
+    finally:
+        ARMED.clear()
+        signal.signal(signal.SIGTERM, previous)
+    out, err = capsys.readouterr()
+    assert code == 143 and not junit.exists()
+    assert "a.json\ngraph seed: PASS" in out and "b.json" not in out
+    assert err.strip() == ("gradcheck-svc: terminated (SIGTERM): 1 of 2 graphs verified (above); the others were "
+                           "not, and no --junit, --html or --summary-md file was written")
+
+
+HOOKED: list = []  # an audit hook cannot be removed: added once per process

@@ -32,6 +32,7 @@ from gradcheck_core.outputs.text import escape_controls
 from gradcheck_core.report import Report
 from gradcheck_core.verify_args import add_verify_arguments, output_over_input
 from gradcheck_core.scan import graph_paths
+from gradcheck_core.terminate import sigterm_interrupts
 
 __all__ = ["EXIT_INVALID", "EXIT_MISMATCH", "EXIT_OK", "EXIT_TRANSPORT", "Outcome", "junit_xml", "main",
            "summary_markdown"]
@@ -297,19 +298,20 @@ def _verify(args) -> int:
     limits, symbolic = _check_flags(args)
     token, ca = _credentials(args)
     graphs, outcomes = _load_graphs(args, paths, limits)
-    progress, interrupted = Progress(len(paths)), False
+    progress, interrupted = Progress(len(paths)), None
     try:
-        if args.server and graphs:
-            _run_remote(args, graphs, token, ca, progress, outcomes)
-        elif graphs:
-            _run_local(args, graphs, progress, outcomes, limits, symbolic)
-    except KeyboardInterrupt:  # Ctrl-C: the graphs verified so far are printed, not lost
-        interrupted = True
+        with sigterm_interrupts():
+            if args.server and graphs:
+                _run_remote(args, graphs, token, ca, progress, outcomes)
+            elif graphs:
+                _run_local(args, graphs, progress, outcomes, limits, symbolic)
+    except KeyboardInterrupt as exc:  # Ctrl-C or SIGTERM: the graphs verified so far are printed, not lost
+        interrupted = exc
     finally:
         progress.close()
-    if interrupted:
+    if interrupted is not None:
         finished = [outcomes[str(p)] for p in paths if str(p) in outcomes]
-        return print_interrupted("gradcheck", finished, len(paths), args.format)
+        return print_interrupted("gradcheck", finished, len(paths), args.format, interrupted)
     # every path gets an outcome, even one the server never answered for
     ordered = [outcomes.get(str(p)) or Outcome(str(p), error="no result was received for this graph")
                for p in paths]

@@ -54,14 +54,19 @@ def print_outcomes(outcomes: list, format: str) -> None:
         print()
 
 
-def print_interrupted(command: str, finished: list, total: int, format: str) -> int:
-    """Ctrl-C during a run of several graphs: the outcomes that finished on stdout as print_outcomes prints
-    them (their work is not lost), one line on stderr saying the rest was not verified and that no output
-    file was written (a partial JUnit file could read as a complete pass); EXIT_INTERRUPTED."""
+def print_interrupted(command: str, finished: list, total: int, format: str,
+                      cause: BaseException | None = None) -> int:
+    """Ctrl-C (or SIGTERM: cause a terminate.Terminated) during a run of several graphs: the outcomes that
+    finished on stdout as print_outcomes prints them (their work is not lost), one line on stderr saying the
+    rest was not verified and that no output file was written (a partial JUnit file could read as a complete
+    pass); EXIT_INTERRUPTED, or 143 for SIGTERM."""
     import sys
+
+    from ..terminate import EXIT_TERMINATED, Terminated
 
     if finished:
         print_outcomes(finished, format)
-    print(f"{command}: interrupted: {len(finished)} of {total} graphs verified{' (above)' if finished else ''}; "
+    how = "terminated (SIGTERM)" if isinstance(cause, Terminated) else "interrupted"
+    print(f"{command}: {how}: {len(finished)} of {total} graphs verified{' (above)' if finished else ''}; "
           "the others were not, and no --junit, --html or --summary-md file was written", file=sys.stderr)
-    return EXIT_INTERRUPTED
+    return EXIT_TERMINATED if isinstance(cause, Terminated) else EXIT_INTERRUPTED
