@@ -3,6 +3,11 @@ composition's gradient is its parts' (checked by their own rules and oracles).
 
 - CumSum: an einsum with a constant 0/1 triangular matrix along the axis (exclusive and reverse choose
   the triangle); O(n^2) along that axis, which is small in the models that use it (positions, masks).
+- ReduceL2 = sqrt(sum(square(x))); ReduceProd = the registry's prod; ReduceLogSumExp = the registry's
+  stable logsumexp along one axis (several axes moved last and merged into one first). Axes as ONNX
+  defines them by opset (an attribute before 18, an input from 18 on); noop_with_empty_axes with no axes
+  reduces over nothing (x itself), as ONNX's reference does -- except ReduceL2, where ONNX's spec (x) and
+  reference (|x|) differ: refused.
 """
 from __future__ import annotations
 
@@ -11,7 +16,7 @@ import string
 import numpy as np
 
 from .context import Unsupported
-from .converters import _axis, _ins, _ints, converter
+from .converters import _axes_of, _axis, _ins, _ints, converter
 
 
 def _const(ctx, what: str, value: np.ndarray) -> str:
@@ -38,4 +43,53 @@ def _cumsum(ctx, node, a, opset):
     out = letters[:axis] + z + letters[axis + 1:]
     equation = f"{letters},{letters[axis]}{z}->{out}"
     return ctx.emit("einsum", [x, _const(ctx, "triangle", tri.astype(np.float64))], {"equation": equation},
+                    name=node.output[0])
+
+
+def _reduce_axes(ctx, node, a, opset, rank: int):
+    """The axes reduced (non-negative, sorted); [] when noop_with_empty_axes and no axes are given."""
+    axes = _axes_of(ctx, node, a, opset, 18)
+    if not axes:
+        if not a.get("noop_with_empty_axes", 0):
+            return list(range(rank))
+        if node.op_type == "ReduceL2":
+            raise Unsupported("ReduceL2 with noop_with_empty_axes and no axes (ONNX's spec says x, its reference |x|)")
+        return []
+    return sorted({_axis(int(ax), rank) for ax in axes})
+
+
+def _kept_shape(shape, axes, keepdims: bool) -> list[int]:
+    return [1 if i in axes else d for i, d in enumerate(shape) if keepdims or i not in axes]
+
+
+@converter("ReduceL2")
+def _reduce_l2(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    axes = _reduce_axes(ctx, node, a, opset, len(ctx.shape(x)))
+    total = ctx.emit("sum", [ctx.emit("square", [x])], {"axis": axes, "keepdims": bool(a.get("keepdims", 1))})
+    return ctx.emit("sqrt", [total], name=node.output[0])
+
+
+@converter("ReduceProd")
+def _reduce_prod(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    axes = _reduce_axes(ctx, node, a, opset, len(ctx.shape(x)))
+    if not axes:
+        return x
+    return ctx.emit("prod", [x], {"axis": axes, "keepdims": bool(a.get("keepdims", 1))}, name=node.output[0])
+
+
+@converter("ReduceLogSumExp")
+def _reduce_logsumexp(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    shape = list(ctx.shape(x))
+    axes = _reduce_axes(ctx, node, a, opset, len(shape))
+    if not axes:
+        return x
+    kept = [i for i in range(len(shape)) if i not in axes]
+    if axes != list(range(len(shape) - len(axes), len(shape))):
+        x = ctx.emit("transpose", [x], {"axes": kept + axes})
+    merged = ctx.emit("reshape", [x], {"shape": [shape[i] for i in kept] + [-1]})
+    y = ctx.emit("logsumexp", [merged], {"axis": -1, "keepdims": False})
+    return ctx.emit("reshape", [y], {"shape": _kept_shape(shape, axes, bool(a.get("keepdims", 1)))},
                     name=node.output[0])

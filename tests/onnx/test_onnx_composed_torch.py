@@ -20,6 +20,9 @@ torch = pytest.importorskip("torch")
 
 MODELS = {  # the ONNX op under test -> (a function of x using it, x's shape)
     "CumSum": (lambda x: torch.cumsum(x, dim=1) * x, (2, 3, 2)),
+    "ReduceL2": (lambda x: torch.nn.functional.normalize(x, dim=1), (2, 3, 2)),
+    "ReduceLogSumExp": (lambda x: torch.logsumexp(x, dim=(0, 2), keepdim=True) * x, (2, 3, 2)),
+    "ReduceProd": (lambda x: torch.prod(x, dim=1), (2, 3, 2)),
 }
 
 
