@@ -8,6 +8,8 @@ composition's gradient is its parts' (checked by their own rules and oracles).
   defines them by opset (an attribute before 18, an input from 18 on); noop_with_empty_axes with no axes
   reduces over nothing (x itself), as ONNX's reference does -- except ReduceL2, where ONNX's spec (x) and
   reference (|x|) differ: refused.
+- Celu(x) = alpha * elu(x / alpha).
+- DepthToSpace and SpaceToDepth (modes DCR and CRD): reshape, transpose, reshape.
 """
 from __future__ import annotations
 
@@ -93,3 +95,55 @@ def _reduce_logsumexp(ctx, node, a, opset):
     y = ctx.emit("logsumexp", [merged], {"axis": -1, "keepdims": False})
     return ctx.emit("reshape", [y], {"shape": _kept_shape(shape, axes, bool(a.get("keepdims", 1)))},
                     name=node.output[0])
+
+
+@converter("Celu")
+def _celu(ctx, node, a, opset):
+    alpha = float(a.get("alpha", 1.0))
+    (x,) = _ins(ctx, node)
+    if alpha == 1.0:
+        return ctx.emit("elu", [x], {"alpha": 1.0}, name=node.output[0])
+    y = ctx.emit("elu", [ctx.emit("div", [x, ctx.scalar(alpha)])], {"alpha": 1.0})
+    return ctx.emit("mul", [y, ctx.scalar(alpha)], name=node.output[0])
+
+
+def _nchw(ctx, node, x):
+    shape = ctx.shape(x)
+    if len(shape) != 4:
+        raise Unsupported(f"{node.op_type} of a rank-{len(shape)} input (ONNX defines it for N, C, H, W)")
+    return shape
+
+
+def _mode(node, a) -> str:
+    mode = a.get("mode", b"DCR")
+    mode = mode.decode() if isinstance(mode, bytes) else mode
+    if mode not in ("DCR", "CRD"):
+        raise Unsupported(f"{node.op_type} with mode '{mode}' (DCR or CRD)")
+    return mode
+
+
+@converter("DepthToSpace")
+def _depth_to_space(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    (n, c, h, w), b = _nchw(ctx, node, x), int(a["blocksize"])
+    mode = _mode(node, a)
+    if mode == "DCR":
+        split, perm = [n, b, b, c // (b * b), h, w], [0, 3, 4, 1, 5, 2]
+    else:
+        split, perm = [n, c // (b * b), b, b, h, w], [0, 1, 4, 2, 5, 3]
+    if c % (b * b):
+        raise Unsupported(f"DepthToSpace of {c} channels with blocksize {b} (channels must divide by {b * b})")
+    moved = ctx.emit("transpose", [ctx.emit("reshape", [x], {"shape": split})], {"axes": perm})
+    return ctx.emit("reshape", [moved], {"shape": [n, c // (b * b), h * b, w * b]}, name=node.output[0])
+
+
+@converter("SpaceToDepth")
+def _space_to_depth(ctx, node, a, opset):
+    x = ctx.value(node.input[0])
+    (n, c, h, w), b = _nchw(ctx, node, x), int(a["blocksize"])
+    if h % b or w % b:
+        raise Unsupported(f"SpaceToDepth of {h}x{w} with blocksize {b} (both must divide by it)")
+    split = ctx.emit("reshape", [x], {"shape": [n, c, h // b, b, w // b, b]})
+    perm = [0, 3, 5, 1, 2, 4] if _mode(node, a) == "DCR" else [0, 1, 3, 5, 2, 4]  # its mode: opset 25 on
+    moved = ctx.emit("transpose", [split], {"axes": perm})
+    return ctx.emit("reshape", [moved], {"shape": [n, c * b * b, h // b, w // b]}, name=node.output[0])
