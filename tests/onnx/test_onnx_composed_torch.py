@@ -1,4 +1,5 @@
-"""The ONNX ops composed at import from registry ops (onnx_import/convert_composed.py), exported from
+"""The ONNX ops composed at import from registry ops (onnx_import/convert_composed.py), and Asin (the
+registry op arcsin under its ONNX name), exported from
 torch: the model verifies (PASS), and the engine's gradient of sum(y * c) w.r.t. the input equals torch
 autograd's. One tiny model per
 op, all exported once per module (ONNX's own node tests check their forward values and attributes)."""
@@ -24,6 +25,7 @@ MODELS = {  # the ONNX op under test -> (a function of x using it, x's shape)
     "ReduceL2": (lambda x: torch.nn.functional.normalize(x, dim=1), (2, 3, 2)),
     "ReduceLogSumExp": (lambda x: torch.logsumexp(x, dim=(0, 2), keepdim=True) * x, (2, 3, 2)),
     "ReduceProd": (lambda x: torch.prod(x, dim=1), (2, 3, 2)),
+    "Asin": (lambda x: torch.asin(x - 1.0), (2, 3)),  # a registry op (arcsin): here for its ONNX name
     "Celu": (lambda x: torch.nn.functional.celu(x - 1.0, alpha=0.5), (2, 3)),
     "DepthToSpace": (lambda x: torch.nn.functional.pixel_shuffle(x, 2) * x[:, :1, :1, :1], (1, 8, 2, 1)),
 }

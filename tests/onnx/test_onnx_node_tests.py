@@ -18,7 +18,7 @@ OPS = ["LayerNormalization", "Erf", "Gelu", "HardSwish", "HardSigmoid", "CastLik
        "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "GatherElements",
        "Trilu", "Expand", "Range", "Einsum", "ScatterElements", "LSTM", "GRU", "RNN", "Resize", "Upsample",
        "TopK", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "CumSum", "ReduceL2",
-       "ReduceLogSumExp", "ReduceProd", "Celu", "DepthToSpace", "SpaceToDepth"]
+       "ReduceLogSumExp", "ReduceProd", "Celu", "DepthToSpace", "SpaceToDepth", "Asin"]
 
 
 @functools.cache
