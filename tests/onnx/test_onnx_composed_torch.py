@@ -1,8 +1,7 @@
 """The ONNX ops composed at import from registry ops (onnx_import/convert_composed.py), and Asin (the
-registry op arcsin under its ONNX name), exported from
-torch: the model verifies (PASS), and the engine's gradient of sum(y * c) w.r.t. the input equals torch
-autograd's. One tiny model per
-op, all exported once per module (ONNX's own node tests check their forward values and attributes)."""
+registry op arcsin under its ONNX name), each in a tiny model exported from torch: the model verifies
+(PASS), and the engine's gradient of sum(y * c) w.r.t. the input equals torch autograd's. (ONNX's own
+node tests, test_onnx_node_tests.py, check their forward values and attributes.)"""
 from __future__ import annotations
 
 import io
