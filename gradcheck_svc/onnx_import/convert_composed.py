@@ -1,8 +1,10 @@
 """ONNX ops composed at import from registry ops, so no derivative rule is written for them: each
 composition's gradient is its parts' (checked by their own rules and oracles).
 
-- CumSum: an einsum with a constant 0/1 triangular matrix along the axis (exclusive and reverse choose
-  the triangle); O(n^2) along that axis, which is small in the models that use it (positions, masks).
+- CumSum: prefix sums in log2(n) steps (Hillis-Steele, as the client tracer's numpy.cumsum:
+  gradcheck_core/numpy_compose.py): y += y shifted by 1, 2, 4, ... along the axis (a slice padded with
+  zeros); exclusive shifts x by one first, reverse shifts toward the start. Linear: its gradient is exact,
+  n log n elements and no constant (a triangular matrix would be n^2 of request data).
 - ReduceL2 = sqrt(sum(square(x))); ReduceProd = the registry's prod; ReduceLogSumExp = the registry's
   stable logsumexp along one axis (several axes moved last and merged into one first). Axes as ONNX
   defines them by opset (an attribute before 18, an input from 18 on); noop_with_empty_axes with no axes
@@ -13,17 +15,10 @@ composition's gradient is its parts' (checked by their own rules and oracles).
 """
 from __future__ import annotations
 
-import string
-
 import numpy as np
 
 from .context import Unsupported
 from .converters import _axes_of, _axis, _ins, _ints, converter
-
-
-def _const(ctx, what: str, value: np.ndarray) -> str:
-    """A float constant of the composition (not a parameter)."""
-    return ctx.add_input(ctx.fresh(f"{ctx.onnx_name}/{what}"), value, False, ctx.float_dtype)
 
 
 @converter("CumSum")
@@ -31,21 +26,30 @@ def _cumsum(ctx, node, a, opset):
     x = ctx.value(node.input[0])
     shape = ctx.shape(x)
     axis_v = np.asarray(ctx.const(node.input[1], "axis"))
-    if axis_v.size != 1:
-        raise Unsupported(f"CumSum with an axis of shape {list(axis_v.shape)} (one axis)")
+    if axis_v.size != 1 or not -len(shape) <= _ints(axis_v)[0] < len(shape):
+        raise Unsupported(f"CumSum with axis {_ints(axis_v)} for a rank-{len(shape)} input (one axis within it)")
     axis = _axis(_ints(axis_v)[0], len(shape))
-    n = shape[axis]
-    j, i = np.indices((n, n))  # out[..., i, ...] = sum over j of x[..., j, ...] * tri[j, i]
-    if a.get("reverse", 0):
-        tri = j > i if a.get("exclusive", 0) else j >= i
-    else:
-        tri = j < i if a.get("exclusive", 0) else j <= i
-    letters = string.ascii_letters[:len(shape)]
-    z = string.ascii_letters[len(shape)]
-    out = letters[:axis] + z + letters[axis + 1:]
-    equation = f"{letters},{letters[axis]}{z}->{out}"
-    return ctx.emit("einsum", [x, _const(ctx, "triangle", tri.astype(np.float64))], {"equation": equation},
-                    name=node.output[0])
+    n, reverse = shape[axis], bool(a.get("reverse", 0))
+    if a.get("exclusive", 0) and n:
+        x = _shifted(ctx, x, axis, 1, reverse)
+    step = 1
+    while step < n:
+        x = ctx.emit("add", [x, _shifted(ctx, x, axis, step, reverse)],
+                     name=node.output[0] if 2 * step >= n else None)
+        step *= 2
+    return x
+
+
+def _shifted(ctx, x: str, axis: int, step: int, reverse: bool) -> str:
+    """x moved `step` places along the axis, zeros where it moved from: toward the end (or, reverse, the
+    start)."""
+    shape = ctx.shape(x)
+    n, rank = shape[axis], len(shape)
+    starts, ends = ([step], [n]) if reverse else ([0], [n - step])
+    kept = ctx.emit("slice", [x], {"starts": starts, "ends": ends, "axes": [axis]})
+    pads = [0] * (2 * rank)
+    pads[axis + rank if reverse else axis] = step
+    return ctx.emit("pad", [kept], {"pads": pads})
 
 
 def _reduce_axes(ctx, node, a, opset, rank: int):
