@@ -36,7 +36,7 @@ import numpy as np
 from ..errors import GraphError, LimitError
 from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
-from . import convert_losses, convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
+from . import convert_composed, convert_losses, convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
 from .converters import CONVERTERS, constant_of_shape, constant_value, static_initializers
 from .folding import FoldBudget, Folder
 from .model import default_opset

@@ -17,6 +17,9 @@ from .registry import register
 
 unary("arctan", lambda xp, x: xp.arctan(x), lambda xp, x, y: 1.0 / (1.0 + x * x), uses="x",
       sympy=lambda sp, x: sp.atan(x), numpy="arctan", torch="torch.atan", onnx="Atan", doc="arctangent (radians)")
+unary("arcsin", lambda xp, x: xp.arcsin(x), lambda xp, x, y: 1.0 / xp.sqrt(1.0 - x * x), uses="x",
+      sympy=lambda sp, x: sp.asin(x), domain=Domain(-0.9, 0.9), numpy="arcsin", torch="torch.asin", onnx="Asin",
+      doc="arcsine (radians), defined on [-1, 1]; its derivative is infinite at the ends")
 unary("expm1", lambda xp, x: xp.expm1(x), lambda xp, x, y: y + 1.0, uses="y",
       sympy=lambda sp, x: sp.exp(x) - 1, numpy="expm1", torch="torch.expm1", doc="exp(x) - 1, accurate near 0")
 

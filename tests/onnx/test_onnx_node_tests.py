@@ -17,7 +17,8 @@ from gradcheck_svc.onnx_import.importer import ImportOptions, import_model
 OPS = ["LayerNormalization", "Erf", "Gelu", "HardSwish", "HardSigmoid", "CastLike", "Where", "Equal", "Less",
        "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or", "Xor", "IsNaN", "IsInf", "GatherElements",
        "Trilu", "Expand", "Range", "Einsum", "ScatterElements", "LSTM", "GRU", "RNN", "Resize", "Upsample",
-       "TopK", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss"]
+       "TopK", "NegativeLogLikelihoodLoss", "SoftmaxCrossEntropyLoss", "CumSum", "ReduceL2",
+       "ReduceLogSumExp", "ReduceProd", "Celu", "DepthToSpace", "SpaceToDepth", "Asin"]
 
 
 @functools.cache

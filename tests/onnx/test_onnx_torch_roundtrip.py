@@ -33,7 +33,7 @@ def small_cnn():
     with torch.no_grad():  # non-trivial running statistics
         m[1].running_mean.uniform_(-0.5, 0.5)
         m[1].running_var.uniform_(0.5, 2.0)
-    return m.eval(), torch.rand(2, 3, 8, 8)
+    return m.eval(), torch.rand(1, 3, 8, 8)
 
 
 def small_mlp():

@@ -261,6 +261,12 @@ def _emit_exp(g):
     return g.node("exp", g.bounded(g.pick(), 3.0))
 
 
+def _emit_arcsin(g):
+    """arcsin of 0.9 tanh(x): inside (-1, 1), away from its infinite derivative at the ends."""
+    x = g.node("tanh", g.pick())
+    return g.node("arcsin", g.node("mul", x, g.node("constant", value=np.full(g.shape(x), 0.9).tolist())))
+
+
 def _emit_positive_unary(op):
     return lambda g: g.node(op, g.positive(g.pick()))
 
@@ -443,8 +449,8 @@ EMIT = {
     "tile": _emit_tile,
     "expand_dims": _emit_expand_dims, "squeeze": _emit_squeeze, "concat": _emit_concat, "slice": _emit_slice,
     "take": _emit_take, "take_along_axis": _emit_take_along_axis, "constant": _emit_constant,
-    # the NumPy functions' ops (ops/numpy_math.py): steps (derivative 0), arctan2, prod, inv, det, solve
-    "floor": _unary("floor"), "ceil": _unary("ceil"), "arctan2": _binary("arctan2"),
+    # the NumPy functions' ops (ops/numpy_math.py): steps (derivative 0), arctan2, arcsin, prod, inv, det, solve
+    "floor": _unary("floor"), "ceil": _unary("ceil"), "arctan2": _binary("arctan2"), "arcsin": _emit_arcsin,
     "prod": lambda g: g.node("prod", g.bounded(g.pick(lambda s: len(s) >= 1), 1.5),
                              axis=int(g.rng.integers(0, 1)), keepdims=bool(g.rng.random() < 0.5)),
     "inv": lambda g: g.node("inv", _square_matrix(g)), "det": lambda g: g.node("det", _square_matrix(g)),

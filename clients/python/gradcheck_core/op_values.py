@@ -34,6 +34,7 @@ REQUIRED = _Required()  # an attribute without a default: the node must give it
 VALUES = {
     'abs': _numpy(numpy.abs),
     'add': _numpy(numpy.add),
+    'arcsin': _numpy(numpy.arcsin),
     'arctan': _numpy(numpy.arctan),
     'arctan2': _numpy(numpy.arctan2),
     'broadcast_to': _numpy(numpy.broadcast_to),
@@ -133,6 +134,7 @@ WITHOUT_VALUE = (
 OPS = {
     'abs': {'name': 'abs', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': 'abs', 'shape': 'numpy'},
     'add': {'name': 'add', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'kinds': {}, 'numpy': 'add', 'shape': 'numpy'},
+    'arcsin': {'name': 'arcsin', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': 'arcsin', 'shape': 'numpy'},
     'arctan': {'name': 'arctan', 'arity': 1, 'inputs': ('float',), 'attrs': {}, 'kinds': {}, 'numpy': 'arctan', 'shape': 'numpy'},
     'arctan2': {'name': 'arctan2', 'arity': 2, 'inputs': ('float', 'float'), 'attrs': {}, 'kinds': {}, 'numpy': 'arctan2', 'shape': 'numpy'},
     'avg_pool': {'name': 'avg_pool', 'arity': 1, 'inputs': ('float',), 'attrs': {'kernel_shape': None, 'strides': None, 'pads': None, 'dilations': None, 'auto_pad': 'NOTSET', 'ceil_mode': False, 'count_include_pad': False}, 'kinds': {'kernel_shape': 'ints', 'strides': 'ints', 'pads': 'ints', 'dilations': 'ints', 'auto_pad': 'str', 'ceil_mode': 'bool', 'count_include_pad': 'bool'}, 'numpy': None, 'shape': 'window'},
