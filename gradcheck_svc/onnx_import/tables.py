@@ -82,3 +82,27 @@ def exporter_made(exported: list[str], initializers, traced: set[str]) -> set[st
         return set()
     keep = set(exported) | traced
     return {name for name, value in initializers.items() if value.dtype.kind == "f" and name not in keep}
+
+
+def buffer_names(signature: str) -> set[str]:
+    """The buffers and lifted tensor constants a dynamo export's graph signature lists (their initializers keep
+    these names): a module's own constants, not what the optimizer made."""
+    import re
+
+    return set(re.findall(r": (?:BUFFER|CONSTANT_TENSOR) target='([^']*)'", signature))
+
+
+def unexplained_constants(graph, initializers: dict, made: set[str], buffers: set[str]) -> set[str]:
+    """Of a dynamo export's exporter-made constants `made` (exporter_made, less the tied copies), those that may
+    be an expression of a parameter the optimizer folded (`self.w[:3, :3].sum(1)` stored as `sum_2` while `w`
+    is read elsewhere): the gradient through them is not the graph's, so the report warns (importer.folded_note).
+    Left out, as legitimately constant: fewer than 2 elements (an exporter's numbers), masks, rotary tables and
+    import-time inputs (may_hold), fills -- every element equal: an RNN's zero initial state, GroupNorm's
+    InstanceNormalization ones and zeros, which no trained weight's expression gives -- and exact copies or
+    blocks of a buffer (ties.find_ties with the buffers as bases)."""
+    from .ties import find_ties
+
+    sized = {n for n in made if n not in buffers and initializers[n].size >= 2}
+    sized = {n for n in may_hold(graph, initializers, sized) if np.unique(initializers[n]).size > 1}
+    held = {b for b in buffers if b in initializers}
+    return sized - set(find_ties(initializers, sized, held))
