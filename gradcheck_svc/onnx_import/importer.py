@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GraphError, LimitError
+from ..graph.ir import FOLDED_CONSTANTS
 from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
 from . import convert_losses, convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
@@ -555,8 +556,7 @@ def constants_note(found: dict, inits: dict, shown: int = 6) -> str:
         items.append(f"{c} {list(inits[c].shape)}{where}" + (f" (`{line[:160]}`)" if line else ""))
     if not items:
         return ""
-    head = (f"constants the exporter made, no torch parameter or buffer, that may be computed from a parameter: "
-            f"{_listed(items, shown)}")
+    head = f"{FOLDED_CONSTANTS}: {_listed(items, shown)}"
     tail = ("; if one was (the optimizer folds an expression of a weight, `self.w[:3].sum(1)`, into a constant), "
             "the gradient through it is not part of the graph: that parameter's gradient here lacks it, and a "
             "correct torch gradient claimed for it fails; keep the expression with torch.onnx.export(..., "

@@ -31,6 +31,7 @@ from gradcheck_svc.graph import load_graph  # noqa: E402
 from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
 from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
+from gradcheck_svc.oracles.symbolic import SymbolicOptions  # noqa: E402
 from gradcheck_svc.verify.run import run_engine  # noqa: E402
 
 EXPORTERS = ["legacy", "dynamo", "dynamo-unoptimized"]
@@ -203,8 +204,21 @@ def test_dynamo_folded_expression_of_a_weight_is_warned():
     inits = {t.name: list(t.dims) for t in onnx.load_from_string(blob).graph.initializer}
     folded = [n for n, dims in inits.items() if dims == [4] and n != "lin.bias"]
     assert len(folded) == 1, inits  # what the exporter does today: the sum is a constant
-    (note,) = [n for n in import_onnx(blob).notes if n.startswith(FOLDED)]
+    xname = _input_name(blob)
+    msg = import_onnx(blob, ImportOptions(inputs={xname: x.numpy()}))
+    (note,) = [n for n in msg.notes if n.startswith(FOLDED)]
     assert f"{folded[0]} [4] read by node_" in note and "optimize=False" in note
+    # torch's own (correct) gradients, claimed: lin.weight's fails (the graph lacks the sum's path), and its
+    # failure points at the constants; lin.bias's, which the sum does not read, passes
+    from gradcheck_core.claims import claims_message, with_claims
+
+    model(x).sum().backward()
+    claims = claims_message({n: p.grad.numpy() for n, p in model.named_parameters()})
+    report = verify(load_graph(with_claims(msg, claims)), VerifyOptions(symbolic=SymbolicOptions(max_elements=0)))
+    rows = {r.name: r.passed for r in report.parameters}
+    assert rows == {"lin.weight": False, "lin.bias": True}, report.to_text()
+    (finding,) = [f for f in report.findings if f.parameters == ["lin.weight"]]
+    assert "constants its exporter made that may be computed from a parameter" in finding.detail, finding.detail
     plain = export_onnx(model, (x,), "dynamo-unoptimized", key=("powers",))
     assert not [n for n in import_onnx(plain).notes if n.startswith(FOLDED)]
 
