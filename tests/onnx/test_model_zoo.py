@@ -208,6 +208,7 @@ def test_dynamo_folded_expression_of_a_weight_is_warned():
     msg = import_onnx(blob, ImportOptions(inputs={xname: x.numpy()}))
     (note,) = [n for n in msg.notes if n.startswith(FOLDED)]
     assert f"{folded[0]} [4] read by node_" in note and "optimize=False" in note
+    assert "self.lin.weight[:, :2].sum(1)" in note, note  # the reader's source line, from the export's metadata
     # torch's own (correct) gradients, claimed: lin.weight's fails (the graph lacks the sum's path), and its
     # failure points at the constants; lin.bias's, which the sum does not read, passes
     from gradcheck_core.claims import claims_message, with_claims
