@@ -446,7 +446,7 @@ class Importer:
         held = holders(missing, readers)
         told = ({c for c in readers} if any(not hs for hs in held.values())  # all named as "one of"
                 else {h.split(" ", 1)[0] for hs in held.values() for h in hs})
-        return constants_note({c: self._readers({c})[c] for c in sorted(found - told)}, self.inits)
+        return constants_note({c: readers[c] for c in sorted(found - told)}, self.inits)  # (found: of readers')
 
 
     def _tied_names(self, found: dict) -> dict:
