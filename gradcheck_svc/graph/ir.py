@@ -61,6 +61,11 @@ class Claims:
     dtype: str = "float64"  # "float32" when any claimed value came as float32: held to float32's tolerance
 
 
+# how an ONNX import's note on constants its exporter may have folded a parameter's expression into begins
+# (onnx_import.importer.constants_note); a claimed gradient failing beside it points at it (verify/subject.py)
+FOLDED_CONSTANTS = "constants the exporter made, no torch parameter or buffer, that may be computed from a parameter"
+
+
 @dataclass
 class Graph:
     name: str
@@ -70,7 +75,8 @@ class Graph:
     output: str
     specs: dict[str, Spec] = field(default_factory=dict)  # every value's static type
     claims: Claims | None = None  # the gradients under test, when other code computed them
-    notes: tuple[str, ...] = ()  # the converter's word to the report (Graph.notes); not read by the verification
+    notes: tuple[str, ...] = ()  # the converter's word to the report (Graph.notes); read by the verification only
+    # to point a failing claim at a FOLDED_CONSTANTS note
 
     @property
     def parameters(self) -> list[str]:

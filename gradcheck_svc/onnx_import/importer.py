@@ -34,6 +34,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from ..errors import GraphError, LimitError
+from ..graph.ir import FOLDED_CONSTANTS
 from ..graph.validate import MAX_NOTE_LENGTH
 from .context import Context, Filled, Unsupported
 from . import convert_composed, convert_losses, convert_masks, convert_nn, convert_rnn, loops  # noqa: F401  (their converters join CONVERTERS on import)
@@ -41,7 +42,7 @@ from .converters import CONVERTERS, constant_of_shape, constant_value, static_in
 from .folding import FoldBudget, Folder
 from .model import default_opset
 from .provenance import _SIGNATURE, MADE, exported_parameters, source_names  # noqa: F401 (_SIGNATURE: tests)
-from .tables import exporter_made, is_mask, may_hold, rotary_tables
+from .tables import buffer_names, exporter_made, is_mask, may_hold, rotary_tables, unexplained_constants
 from .archive import legacy_unheld, unnamed_tensors
 from .ties import block_start, copy_candidates, find_ties, torch_aliases
 
@@ -421,10 +422,31 @@ class Importer:
             # held by the model (a parameter, or a constant by choice: scalars, masks) or named by provenance
             named = set(self.inits) | {e["name"] for entries in found.values() for e in entries}
             # the tables a parameter can fold into (a folded scalar is an exporter's own number, not listed)
-            note = folded_note(self.model, named, self._readers(may_hold(self.model.graph, self.inits, {
-                n for n in self.made_constants if self.inits[n].size > 1})))
+            readers = self._readers(may_hold(self.model.graph, self.inits, {
+                n for n in self.made_constants if self.inits[n].size > 1}))
+            note = folded_note(self.model, named, readers)
             if note:
                 msg.notes.append(note)
+            note = self._constants_note(named, readers)
+            if note:
+                msg.notes.append(note)
+
+    def _constants_note(self, named: set[str], readers: dict) -> str:
+        """The warning for constants a dynamo export's optimizer made that may be expressions of a parameter still
+        read elsewhere (tables.unexplained_constants), less those the folded note names as a vanished
+        parameter's holders; "" where there are none, or no parameter is read by the graph."""
+        exported = exported_parameters(self.model)
+        read = {n for node in self.model.graph.node for n in node.input}
+        if not any(p in read for p in exported):
+            return ""
+        signature = next((p.value for p in self.model.graph.metadata_props if p.key == _SIGNATURE), "")
+        found = unexplained_constants(self.model.graph, self.inits, self.made_constants - set(self.ties),
+                                      buffer_names(signature))
+        missing = [p for p in exported if p not in named]
+        held = holders(missing, readers)
+        told = ({c for c in readers} if any(not hs for hs in held.values())  # all named as "one of"
+                else {h.split(" ", 1)[0] for hs in held.values() for h in hs})
+        return constants_note({c: readers[c] for c in sorted(found - told)}, self.inits)  # (found: of readers')
 
 
     def _tied_names(self, found: dict) -> dict:
@@ -520,6 +542,26 @@ def folded_note(model, named: set[str], made: dict | None = None, shown: int = 8
     tail = ("; keep them with torch.onnx.export(..., dynamo=True, optimize=False) (the TorchScript exporter: "
             "do_constant_folding=False)")
     room = MAX_NOTE_LENGTH - len(tail)  # a graph's note is bounded (validation): the way to keep them stays
+    return (head if len(head) <= room else head[:room - 3] + "...") + tail
+
+
+def constants_note(found: dict, inits: dict, shown: int = 6) -> str:
+    """The warning naming constants a dynamo export's optimizer made that may be expressions of a parameter
+    (found: each with its first reader, or None): name, shape, reader, source line; the gradient through
+    one is not the graph's, and the way to keep the expression."""
+    items = []
+    for c, reader in found.items():
+        line = next(iter(_source_lines(reader)[-1:]), "") if reader is not None else ""
+        where = f" read by {_reader_label(reader)}" if reader is not None else " read by no node"
+        items.append(f"{c} {list(inits[c].shape)}{where}" + (f" (`{line[:160]}`)" if line else ""))
+    if not items:
+        return ""
+    head = f"{FOLDED_CONSTANTS}: {_listed(items, shown)}"
+    tail = ("; if one was (the optimizer folds an expression of a weight, `self.w[:3].sum(1)`, into a constant), "
+            "the gradient through it is not part of the graph: that parameter's gradient here lacks it, and a "
+            "correct torch gradient claimed for it fails; keep the expression with torch.onnx.export(..., "
+            "dynamo=True, optimize=False)")
+    room = MAX_NOTE_LENGTH - len(tail)
     return (head if len(head) <= room else head[:room - 3] + "...") + tail
 
 

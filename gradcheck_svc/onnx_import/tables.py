@@ -12,6 +12,8 @@
 """
 from __future__ import annotations
 
+import re
+
 import numpy as np
 
 from .converters import static_initializers
@@ -82,3 +84,32 @@ def exporter_made(exported: list[str], initializers, traced: set[str]) -> set[st
         return set()
     keep = set(exported) | traced
     return {name for name, value in initializers.items() if value.dtype.kind == "f" and name not in keep}
+
+
+TRIG_NAME = re.compile(r"(?:cos|sin)(?:_\d+)?$")  # a dynamo export's folded cos/sin table (unexplained_constants)
+
+
+def buffer_names(signature: str) -> set[str]:
+    """The buffers and lifted tensor constants a dynamo export's graph signature lists (their initializers keep
+    these names): a module's own constants, not what the optimizer made."""
+    return set(re.findall(r": (?:BUFFER|CONSTANT_TENSOR) target='([^']*)'", signature))
+
+
+def unexplained_constants(graph, initializers: dict, made: set[str], buffers: set[str]) -> set[str]:
+    """Of a dynamo export's exporter-made constants `made` (exporter_made, less the tied copies), those that may
+    be an expression of a parameter the optimizer folded (`self.w[:3, :3].sum(1)` stored as `sum_2` while `w`
+    is read elsewhere): the gradient through them is not the graph's, so the report warns (importer.folded_note).
+    Left out, as legitimately constant: fewer than 2 elements (an exporter's numbers), masks, rotary tables and
+    import-time inputs (may_hold), fills and two-valued masks -- fewer than min(3, size) distinct elements: an
+    RNN's zero initial state, GroupNorm's InstanceNormalization ones and zeros, a causal mask's 0 and -1e9,
+    which no trained weight's expression gives --, a folded rotary table -- named after the cos or sin the
+    optimizer folded last (`cos`, `sin_1`: torch.export names a value after its op), as an initializer read
+    only through Cos/Sin is one (rotary_tables) -- and exact copies or blocks of a buffer (ties.find_ties
+    with the buffers as bases)."""
+    from .ties import find_ties
+
+    sized = {n for n in made if n not in buffers and initializers[n].size >= 2 and not TRIG_NAME.match(n)}
+    sized = {n for n in may_hold(graph, initializers, sized)
+             if np.unique(initializers[n]).size >= min(3, initializers[n].size)}
+    held = {b for b in buffers if b in initializers}
+    return sized - set(find_ties(initializers, sized, held))

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+from ..graph.ir import FOLDED_CONSTANTS
 from . import recompute_check
 from .compare import Tolerance, compare
 from .diagnosis.claimed import diagnose_claims
@@ -68,8 +69,13 @@ class Claimed:
     adjective = "claimed "
     unlocalized = "the claim holds no adjoint that localizes it further"
 
-    def __init__(self, claims):
+    def __init__(self, claims, notes=()):
         self.claims = claims
+        if any(n.startswith(FOLDED_CONSTANTS) for n in notes):  # a correct torch gradient fails where the graph
+            # lacks a folded expression's path: the failure points at the constants (an instance's, not the class's)
+            self.unlocalized = (f"{Claimed.unlocalized}; the model has constants its exporter made that may be "
+                                "computed from a parameter (named in the warnings): a parameter folded into one has "
+                                "no gradient through it in the graph, so a correct gradient of it fails here")
 
     def tolerance_dtype(self, dtype: str) -> str:
         """float32 for float32 claims (their backward rounded in float32, whatever the graph's dtype)."""
@@ -115,4 +121,4 @@ class Claimed:
 
 
 def subject_of(graph) -> EngineGradient | Claimed:
-    return EngineGradient() if graph.claims is None else Claimed(graph.claims)
+    return EngineGradient() if graph.claims is None else Claimed(graph.claims, graph.notes)

@@ -31,6 +31,7 @@ from gradcheck_svc.graph import load_graph  # noqa: E402
 from gradcheck_svc.onnx_import import import_onnx  # noqa: E402
 from gradcheck_svc.onnx_import.importer import ImportOptions  # noqa: E402
 from gradcheck_svc.verify import VerifyOptions, verify  # noqa: E402
+from gradcheck_svc.oracles.symbolic import SymbolicOptions  # noqa: E402
 from gradcheck_svc.verify.run import run_engine  # noqa: E402
 
 EXPORTERS = ["legacy", "dynamo", "dynamo-unoptimized"]
@@ -65,6 +66,9 @@ def test_model_zoo(build, exporter):
     # the defaults (--params weights), plus the input as a parameter: its gradient needs no name mapping
     msg = import_onnx(blob, ImportOptions(params=f"weights,{xname}", inputs={xname: x.numpy()},
                                           loss="cotangent", cotangent=c))
+    # the exporter's own constants here are fills, masks, shapes and a vanished parameter's named holders: none
+    # is an expression of a parameter still read, so none is warned (test_dynamo_folded_expression_..._warned)
+    assert not [n for n in msg.notes if n.startswith(FOLDED)], msg.notes
     checked = _checked_key(build, exporter, msg)
     if checked in _CHECKED:  # this very graph passed every check below (the other dynamo exporter's)
         return
@@ -150,7 +154,9 @@ def _check_source_names(graph, gradients, model, torch_grads, case, xname):
 
 class _Powers(torch.nn.Module):
     """x ** 2 and x ** 3 on values of both signs: the dynamo exporter stores 2.0 and 3.0 as 0-d
-    initializers, and d/d(exponent) of x ** p at a negative x is NaN."""
+    initializers, and d/d(exponent) of x ** p at a negative x is NaN. Plus an expression of the weight
+    (its block summed), which the dynamo optimizer folds into a constant of its own while the weight is
+    read whole by the Linear (test_dynamo_folded_expression_of_a_weight_is_warned)."""
 
     def __init__(self):
         super().__init__()
@@ -158,7 +164,7 @@ class _Powers(torch.nn.Module):
 
     def forward(self, x):
         y = self.lin(x)
-        return y ** 2 + 0.5 * y ** 3
+        return y ** 2 + 0.5 * y ** 3 + self.lin.weight[:, :2].sum(1)
 
 
 def test_dynamo_scalar_initializers_are_constants_by_default():
@@ -168,7 +174,7 @@ def test_dynamo_scalar_initializers_are_constants_by_default():
     model = _Powers().double().eval()
     x = torch.randn(2, 3, dtype=torch.float64)
     assert (model.lin(x) < 0).any()  # negative bases: the exponent's derivative would be NaN
-    blob = export_onnx(model, (x,), "dynamo")
+    blob = export_onnx(model, (x,), "dynamo", key=("powers",))
     scalars = [t.name for t in onnx.load_from_string(blob).graph.initializer
                if not t.dims and t.data_type == onnx.TensorProto.DOUBLE]
     assert scalars  # what the exporter does today; the default must cope with it
@@ -178,6 +184,44 @@ def test_dynamo_scalar_initializers_are_constants_by_default():
     # asked for, a scalar initializer is a parameter like any other
     everything = load_graph(import_onnx(blob, ImportOptions(params="initializers")))
     assert set(scalars) <= set(everything.parameters)
+
+
+FOLDED = "constants the exporter made, no torch parameter or buffer, that may be computed from a parameter"
+
+
+def test_dynamo_folded_expression_of_a_weight_is_warned():
+    """`self.lin.weight[:, :2].sum(1)` reaches the dynamo export (with its optimizer) as a constant of its own
+    while lin.weight is read whole: the graph's gradient of lin.weight lacks the sum's part, a wrong PASS
+    unless the report says so. The warning names the constant, its shape and its reader; without the
+    optimizer the expression stays in the graph and nothing is warned. (test_model_zoo: no zoo model's
+    constants -- fills, masks, shapes, a folded BatchNorm's -- are warned.)"""
+    import onnx
+
+    torch.manual_seed(0)
+    model = _Powers().double().eval()
+    x = torch.randn(2, 3, dtype=torch.float64)
+    blob = export_onnx(model, (x,), "dynamo", key=("powers",))
+    inits = {t.name: list(t.dims) for t in onnx.load_from_string(blob).graph.initializer}
+    folded = [n for n, dims in inits.items() if dims == [4] and n != "lin.bias"]
+    assert len(folded) == 1, inits  # what the exporter does today: the sum is a constant
+    xname = _input_name(blob)
+    msg = import_onnx(blob, ImportOptions(inputs={xname: x.numpy()}))
+    (note,) = [n for n in msg.notes if n.startswith(FOLDED)]
+    assert f"{folded[0]} [4] read by node_" in note and "optimize=False" in note
+    assert "self.lin.weight[:, :2].sum(1)" in note, note  # the reader's source line, from the export's metadata
+    # torch's own (correct) gradients, claimed: lin.weight's fails (the graph lacks the sum's path), and its
+    # failure points at the constants; lin.bias's, which the sum does not read, passes
+    from gradcheck_core.claims import claims_message, with_claims
+
+    model(x).sum().backward()
+    claims = claims_message({n: p.grad.numpy() for n, p in model.named_parameters()})
+    report = verify(load_graph(with_claims(msg, claims)), VerifyOptions(symbolic=SymbolicOptions(max_elements=0)))
+    rows = {r.name: r.passed for r in report.parameters}
+    assert rows == {"lin.weight": False, "lin.bias": True}, report.to_text()
+    (finding,) = [f for f in report.findings if f.parameters == ["lin.weight"]]
+    assert "constants its exporter made that may be computed from a parameter" in finding.detail, finding.detail
+    plain = export_onnx(model, (x,), "dynamo-unoptimized", key=("powers",))
+    assert not [n for n in import_onnx(plain).notes if n.startswith(FOLDED)]
 
 
 def test_dynamo_shape_one_scalars_are_constants_like_0d_ones():
