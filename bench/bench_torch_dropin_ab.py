@@ -7,6 +7,9 @@ load hits both alike; CPU time (time.process_time in the worker) and wall per ca
     env -u OPENBLAS_CORETYPE -u OPENBLAS_L2_SIZE PYTHONPATH=.:clients/python \\
         .venv/bin/python bench/bench_torch_dropin_ab.py /tmp/dropin_base [--reps 5] [--only functions|modules]
 
+--quick (bench/run_all.py --quick): a smoke run -- HEAD (`git archive HEAD` into a temporary directory, unless a
+base is given) against the working tree, 2 repetitions, the first QUICK_CASES cases of each group.
+
 Cases: bench/torch_dropin_corpus.py (this tree's copy, in both workers). Tools: the drop-in with fast_mode False
 and True in both versions; torch.autograd.gradcheck with each fast_mode in this tree's worker (torch's code is
 the same in both). Per case its min and median over the repetitions, then the median over the cases, for the
@@ -15,16 +18,19 @@ correct Functions, the planted-bug twins and the modules; verdicts must agree be
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import random
 import statistics
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 TOOLS = ("torch False", "torch True", "ours False", "ours True")
+QUICK_CASES = 2  # --quick: cases of each group (correct Functions, planted-bug twins, modules)
 
 WORKER = r"""
 import json, sys, time, warnings, importlib
@@ -110,29 +116,54 @@ def summary(times: dict, names: list, label: str) -> None:
                 print(f"VERDICTS DIFFER: {n} {t}: before {sorted(before)}, after {sorted(after)}")
 
 
+@contextlib.contextmanager
+def head_tree():
+    """HEAD's tree (`git archive HEAD | tar -x`) in a temporary directory, removed afterwards."""
+    with tempfile.TemporaryDirectory(prefix="dropin_head_") as tmp:
+        archive = subprocess.Popen(["git", "archive", "HEAD"], cwd=HERE.parent, stdout=subprocess.PIPE)
+        subprocess.run(["tar", "-x", "-C", tmp], stdin=archive.stdout, check=True)
+        archive.stdout.close()
+        if archive.wait() != 0:
+            raise SystemExit(f"git archive HEAD failed (exit {archive.returncode}) in {HERE.parent}")
+        yield Path(tmp)
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("base", type=Path, help="the base revision's tree (git archive REV | tar -x -C DIR)")
+    ap.add_argument("base", type=Path, nargs="?", help="the base revision's tree (git archive REV | tar -x -C DIR)")
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--only", choices=("functions", "modules"))
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--quick", action="store_true",
+                    help=f"HEAD (unless a base is given) against the working tree, 2 repetitions, {QUICK_CASES} "
+                         "cases of each group (smoke run)")
     args = ap.parse_args(argv)
+    if args.base is None and not args.quick:
+        ap.error("give the base revision's tree (or --quick: HEAD's)")
+    if args.quick:
+        args.reps = 2
+    with contextlib.nullcontext(args.base) if args.base is not None else head_tree() as base:
+        _bench(base, args)
+
+
+def _bench(base: Path, args) -> None:
     sys.path.insert(0, str(HERE))
     from harness import load, machine, match_threads
     from torch_dropin_corpus import functions, modules
     match_threads(1)
-    print(f"machine: {machine()}\nbefore: {args.base}; after: {HERE.parent}; {args.reps} repetitions, seed "
-          f"{args.seed}; before the runs: {load()}")
+    print(f"machine: {machine()}\nbefore: {base}{' (HEAD)' if args.base is None else ''}; after: {HERE.parent}; "
+          f"{args.reps} repetitions, seed {args.seed}; before the runs: {load()}")
     fns = [] if args.only == "modules" else functions()
     mods = [] if args.only == "functions" else modules()
     groups = {"correct Functions": [n for n, *_, b in fns if not b], "planted-bug twins": [n for n, *_, b in fns if b],
               "modules": [n for n, *_ in mods]}
-    times = run(args.base, [n for g in groups.values() for n in g], args.reps, args.seed)
+    if args.quick:
+        groups = {label: names[:QUICK_CASES] for label, names in groups.items()}
+    times = run(base, [n for g in groups.values() for n in g], args.reps, args.seed)
     for label, names in groups.items():
         if names:
             summary(times, names, label)
     print(f"\nafter the runs: {load()}")
-
 
 if __name__ == "__main__":
     main()

@@ -4,8 +4,9 @@ A run ID names a run across its resumes; an *attempt* is one launch of it (one `
 resume). Every unit.json, record, ended.json and alive.json carries the attempt that wrote it, and the
 merge of an attempt (batch-merge --attempt) settles only on markers of that attempt: an ended.json of an
 earlier one says nothing about this one, whatever its time stamp (clocks are never compared). By hand no
-attempt is needed; in a Job the attempt comes from settings.yaml (deploy/README.md: a fresh one per apply), or,
-left empty there, is the Job's uid (unit_attempt); a merge given none settles on the run's holder (merge_attempt).
+attempt is needed; in a Job the attempt comes from settings.yaml (deploy/README.md: a fresh one per apply; empty
+there is refused, attempt_id), or, in a Job whose manifest sets no GRADCHECK_ATTEMPT, is the Job's uid
+(unit_attempt); a merge given none settles on the run's holder (merge_attempt).
 
     OUT/runs/<run>/attempt.json        the run's claim: the attempt writing it now (and the Job's uid)
     OUT/runs/<run>/claim-<H>.json      who replaced the claim whose bytes hash to H: created, never overwritten --
@@ -84,14 +85,24 @@ def check_environment() -> None:
 
 
 def attempt_id(given: str | None, field: str = "--attempt") -> str | None:
-    """The attempt given (flag, else $GRADCHECK_ATTEMPT), checked; None when neither is set (by hand)."""
+    """The attempt given (flag, else $GRADCHECK_ATTEMPT), checked; None when neither is set (by hand).
+
+    Set but empty (settings.yaml's `attempt: ""` reaches both Jobs as an empty GRADCHECK_ATTEMPT, or an empty
+    flag) is refused: it has no use a launch can rely on. The merge, a second Job, cannot learn the shards'
+    Job uid (their job-UID); given no attempt it settles on the run's holder, which before any shard of this
+    launch has claimed the run is the previous launch -- whose endings would settle it at once, its report
+    passed off as this launch's. By hand, leave it unset."""
     from ..errors import OptionError
 
-    value = given if given is not None else os.environ.get("GRADCHECK_ATTEMPT") or None
-    if value is not None and not ATTEMPT.fullmatch(value):  # named where it came from: the flag or the variable
+    value = given if given is not None else os.environ.get("GRADCHECK_ATTEMPT")
+    named = field if given is not None else "GRADCHECK_ATTEMPT"  # where it came from: the flag or the variable
+    if value == "":
+        raise OptionError("empty: name this launch (settings.yaml `attempt`, fresh per apply); a merge started "
+                          "before its shards would settle on the last launch's endings. By hand, leave it unset",
+                          field=named)
+    if value is not None and not ATTEMPT.fullmatch(value):
         raise OptionError(f"'{clip(value, 80)}' is not an attempt ID: letters, digits, '.', '_' and '-', at most "
-                          "80, starting with a letter or digit",
-                          field=field if given is not None else "GRADCHECK_ATTEMPT")
+                          "80, starting with a letter or digit", field=named)
     return value
 
 

@@ -60,8 +60,9 @@ def _attempt_flag(p) -> None:
     p.add_argument("--attempt", default=None, metavar="ID",
                    help="this launch of the run (default $GRADCHECK_ATTEMPT; in a Job, settings.yaml `attempt`, fresh "
                         "per apply): every file carries it, the merge of the attempt settles only on its own markers, "
-                        "and a second launch under the run ID while this one runs is refused (default: in a Job, "
-                        "job-UID, its $GRADCHECK_JOB_UID; a merge, the attempt holding the run; by hand, none)")
+                        "and a second launch under the run ID while this one runs is refused; empty is refused "
+                        "(default: in a Job, job-UID, its $GRADCHECK_JOB_UID; a merge, the attempt holding the "
+                        "run; by hand, none)")
 
 
 def add_parsers(sub) -> None:

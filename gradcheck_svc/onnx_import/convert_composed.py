@@ -5,7 +5,8 @@ composition's gradient is its parts' (checked by their own rules and oracles).
   gradcheck_core/numpy_compose.py): y += y shifted by 1, 2, 4, ... along the axis (a slice padded with
   zeros); exclusive shifts x by one first, reverse shifts toward the start. Linear: its gradient is exact,
   n log n elements and no constant (a triangular matrix would be n^2 of request data).
-- ReduceL2 = sqrt(sum(square(x))); ReduceProd = the registry's prod; ReduceLogSumExp = the registry's
+- ReduceL2 = the registry's norm (its gradient 0 where a slice is all zeros, as torch's); ReduceProd = the
+  registry's prod; ReduceLogSumExp = the registry's
   stable logsumexp along one axis (several axes moved last and merged into one first). Axes as ONNX
   defines them by opset (an attribute before 18, an input from 18 on); noop_with_empty_axes with no axes
   reduces over nothing (x itself), as ONNX's reference does -- except ReduceL2, where ONNX's spec (x) and
@@ -72,8 +73,7 @@ def _kept_shape(shape, axes, keepdims: bool) -> list[int]:
 def _reduce_l2(ctx, node, a, opset):
     x = ctx.value(node.input[0])
     axes = _reduce_axes(ctx, node, a, opset, len(ctx.shape(x)))
-    total = ctx.emit("sum", [ctx.emit("square", [x])], {"axis": axes, "keepdims": bool(a.get("keepdims", 1))})
-    return ctx.emit("sqrt", [total], name=node.output[0])
+    return ctx.emit("norm", [x], {"axis": axes, "keepdims": bool(a.get("keepdims", 1))}, name=node.output[0])
 
 
 @converter("ReduceProd")

@@ -1,4 +1,4 @@
-"""Reductions over axes: sum, mean, max, min.
+"""Reductions over axes: sum, mean, max, min, and the 2-norm.
 
 User attributes: `axis` (an int, a list of ints, or null for all axes) and
 `keepdims`. `infer` normalizes them to negative `axes` so the same forward
@@ -79,12 +79,14 @@ def _linear_sliced(xp, op, xs, base_out, attrs):
     return base_out + op.forward(xp, xp.expand_dims(x.values - x.old(xp), x.axis), **attrs)
 
 
-def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True, linear=False, select=None, frozen=None):
+def reduction(name, forward, vjp, save, sympy_doc, kinks=(), identity=True, linear=False, select=None, frozen=None,
+              numpy=True, complex_step=True):
     register(OpDef(
         name=name, forward=forward, vjp=vjp, infer=_infer_reduce if identity else _infer_extremum, arity=1,
         input_kinds=(FLOAT,), attrs=REDUCE_ATTRS, save=save, kinks=tuple(kinks), cases=_cases, doc=sympy_doc,
-        numpy=name,  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
-        sliced=_linear_sliced if linear else _PER_POSITION, select=select, frozen=frozen, linear=linear))
+        numpy=name if numpy else None,  # np.sum, np.mean, np.max, np.min take the same axis and keepdims
+        sliced=_linear_sliced if linear else _PER_POSITION, select=select, frozen=frozen, linear=linear,
+        complex_step=complex_step))
 
 
 def _sum(xp, x, axes, keepdims, **_):
@@ -149,3 +151,32 @@ for _name, _fn in (("max", "max"), ("min", "min")):
         kinks=[Kink("ties for the extremum", "gradient split evenly among the tied elements", _tie_gap)],
         identity=False, select=_extremum_select(_fn), frozen=_extremum_frozen,
     )
+
+
+# NOTE norm: the 2-norm over the axes, sqrt(sum(x^2)). Where a whole reduced slice is 0 it has no derivative
+# (a cone's tip: |t| along every direction); the gradient there is 0, the subgradient torch.linalg.vector_norm
+# and Tensor.norm give, and central differences agree (|h| - |-h| = 0). Composed as sqrt(sum(square)), the
+# sqrt's derivative was infinite there and a model taking the norm of a zero slice (a zero-initialized bias,
+# a padded row) could not be verified. No frozen piece: a cone has none, and the differences straddle the tip
+# symmetrically. No complex step at a zero slice: sqrt((i h)^2) = i h is not the norm's extension there.
+def _slice_norm(xs, attrs):
+    """Per input element, its slice's norm: the distance from the kink (the slice all zeros). Input-shaped,
+    not output-shaped as an elementwise op's: the kink's elements are then the parameter's that sit there
+    (diagnosis/kinks.py maps them by broadcasting; a reduced shape would not map back)."""
+    x = np.asarray(xs[0], dtype=np.float64)
+    return np.broadcast_to(_norm(np, x, attrs["axes"], True), x.shape)
+
+
+def _norm(xp, x, axes, keepdims, **_):
+    return xp.sqrt(xp.sum(x * x, axis=axes, keepdims=keepdims))
+
+
+def _norm_vjp(xp, g, s, axes, keepdims, **_):
+    x, y = s
+    y = _keep(xp, y, axes, keepdims)
+    return (xp.where(y > 0, x / xp.where(y > 0, y, 1), 0) * _keep(xp, g, axes, keepdims),)
+
+
+reduction("norm", _norm, _norm_vjp, lambda xs, y, **_: (xs[0], y), "2-norm over axes, sqrt(sum(x^2))",
+          kinks=[Kink("a reduced slice all zeros", "gradient 0 (as torch.linalg.vector_norm)", _slice_norm)],
+          numpy=False, complex_step=lambda xs, attrs: bool(np.all(_slice_norm(xs, attrs) > 0)))

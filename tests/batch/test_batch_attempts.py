@@ -54,12 +54,14 @@ def old_build(tmp_path_factory) -> Path:
     return root
 
 
-def env(attempt: str, index: int | None = None, failures: int = 0, build: Path | None = None, **extra) -> dict:
+def env(attempt: str | None, index: int | None = None, failures: int = 0, build: Path | None = None,
+        **extra) -> dict:
+    """A pod's environment; attempt None: no GRADCHECK_ATTEMPT at all (a manifest that sets none)."""
     e = {"GRADCHECK_RUN_ID": RUN, "GRADCHECK_ATTEMPT": attempt, "GRADCHECK_INDEX_FAILURES": str(failures),
          "GRADCHECK_INDEX_RETRIES": str(RETRIES), "GRADCHECK_HEARTBEAT_SECONDS": HEARTBEAT, **extra}
     if index is not None:
         e["JOB_COMPLETION_INDEX"] = str(index)
-    e = _env(e)
+    e = {k: v for k, v in _env(e).items() if v is not None}
     if build is not None:
         e["PYTHONPATH"] = f"{build}:{build / 'clients' / 'python'}"
     return e
@@ -158,21 +160,22 @@ def test_a_resume_after_a_rebuild_with_shards_pending_merges_nothing_stale(tmp_p
 
 
 def test_a_job_launched_without_an_attempt_settles_on_its_own_markers(tmp_path, corpus, old_run):
-    """settings.yaml's attempt left empty: the Job's pods take the Job's uid as their attempt (job-UID, the
-    downward API's controller-uid), and the merge given none settles on the attempt holding the run -- never on
+    """A Job whose manifest sets no GRADCHECK_ATTEMPT (one's own; the shipped ones always set it, and refuse it
+    empty): its pods take the Job's uid as their attempt (job-UID, the downward API's controller-uid), and the
+    merge given none, started after a shard claimed the run, settles on the attempt holding it -- never on
     time stamps. Attempt "a"'s ended.json files (final, exit 0, written by a clock 2 h ahead: newer than
     anything of the new Job's) do not settle it while the new Job's shards 1 and 2 are pending; "a"'s records
     (another version) are superseded. (Skew the other way: the test above; both settle by attempt alone.)"""
     out = tmp_path / "out"
     shutil.copytree(old_run, out)
     _skew(out, 2)
-    job = env("", 0, GRADCHECK_JOB_UID="0f9e-uid-b")
+    job = env(None, 0, GRADCHECK_JOB_UID="0f9e-uid-b")
     p = forked_cli.run("gradcheck_svc.cli", "batch", f"--manifest={corpus}", f"--shard-count={SHARDS}",
                        f"--out={out}", env=job, cwd=ROOT, timeout=ENDS)
     assert p.returncode == 0, p.stderr
     assert json.loads((out / "runs" / RUN / "attempt.json").read_text())["attempt"] == "job-0f9e-uid-b"
     r = forked_cli.run("gradcheck_svc.cli", "batch-merge", out, f"--run-id={RUN}", f"--shard-count={SHARDS}",
-                       f"--manifest={corpus}", "--wait=0", env=env(""), cwd=ROOT, timeout=ENDS)
+                       f"--manifest={corpus}", "--wait=0", env=env(None), cwd=ROOT, timeout=ENDS)
     assert r.returncode == 4, r.stderr
     assert "waited 0 s and some shards or nodes have not ended" in r.stderr
     m = merged(out)
@@ -437,7 +440,10 @@ def test_a_try_that_ends_while_claiming_the_run_records_its_ending(tmp_path, cor
     ("GRADCHECK_HEARTBEAT_SECONDS", "0", "'0' is not a positive number of seconds"),
     ("GRADCHECK_INDEX_RETRIES", "three", "'three' is not a count (0 or more)"),
     ("GRADCHECK_INDEX_FAILURES", "-1", "'-1' is not a count (0 or more)"),
-    ("GRADCHECK_ATTEMPT", "a b", "'a b' is not an attempt ID")])
+    ("GRADCHECK_ATTEMPT", "a b", "'a b' is not an attempt ID"),
+    # settings.yaml's `attempt: ""`: the merge, started before any shard of the launch, settled at once on the
+    # previous launch's endings and reported its results as this launch's
+    ("GRADCHECK_ATTEMPT", "", "empty: name this launch (settings.yaml `attempt`, fresh per apply)")])
 def test_a_garbage_setting_is_refused_naming_it_before_anything_is_written(tmp_path, corpus, capsys, monkeypatch,
                                                                             name, value, needle):
     """Each fell back to its default (a heartbeat of 10 s, an index never out of retries) or was named as

@@ -148,8 +148,9 @@ def test_every_kinked_op_is_frozen_or_listed():
     straddling = {op.name for op in all_ops() if op.kinks and op.select is None and not op.held}
     # pow: its kink is a domain edge (a ** b at a == 0), not a choice of piece; grid_sample: its pieces are
     # chosen by its corners input (grid_sample_corners, held: a constant of the differences), so a difference
-    # never crosses one -- its kinks are declared for the kink notes
-    assert straddling == {"pow", "grid_sample"}
+    # never crosses one -- its kinks are declared for the kink notes; norm: a cone's tip (a slice all zeros)
+    # has no piece to freeze, and central differences straddle it symmetrically (|h| - |-h| = 0, its convention)
+    assert straddling == {"pow", "grid_sample", "norm"}
     assert {"relu", "leaky_relu", "abs", "clip", "maximum", "minimum", "max", "min", "max_pool"} <= \
         {op.name for op in FROZEN}
 

@@ -81,3 +81,38 @@ def _assert_torch_gradient(model: bytes, f, x):
     xt = x.clone().requires_grad_()
     (f(xt) * torch.from_numpy(cotangent)).sum().backward()
     np.testing.assert_allclose(engine.gradients["x"], xt.grad.numpy(), rtol=1e-9, atol=1e-12)
+
+
+def _l2_model():
+    """One ReduceL2 over axis 1 of a [3, 4] input (opset 18: axes as an input)."""
+    from onnx import TensorProto, helper
+
+    node = helper.make_node("ReduceL2", ["x", "axes"], ["y"], keepdims=0)
+    graph = helper.make_graph([node], "l2", [helper.make_tensor_value_info("x", TensorProto.DOUBLE, [3, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.DOUBLE, [3])],
+                              initializer=[helper.make_tensor("axes", TensorProto.INT64, [1], [1])])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 18)]).SerializeToString()
+
+
+def test_reduce_l2_of_an_all_zero_slice_is_a_kink_with_torchs_subgradient():
+    """The norm of a zero row (a zero-initialized bias, a padded row) has no derivative; torch's
+    vector_norm gives 0 there, and so does the engine: PASS, the kink a note (not the infinite derivative of
+    sqrt at 0 the composition had), the symbolic reference's NaN there excused only where finite
+    differences agree. A claimed gradient outside the one-sided differences there fails. (One inside them is
+    taken as another subgradient, as at any kink: per element, so not held to the norm's unit ball.)"""
+    from gradcheck_core.claims import claims_message, with_claims
+
+    x = _x((3, 4)) - 0.5
+    x[1] = 0.0
+    _assert_torch_gradient(_l2_model(), lambda t: torch.linalg.vector_norm(t, dim=1), x)
+    msg = import_onnx(_l2_model(), ImportOptions(params="inputs", inputs={"x": x.numpy()}, loss="sum"))
+    report = verify(load_graph(msg), VerifyOptions())
+    assert report.verdict == "pass", report.to_text()
+    assert [(f.op, f.cause, f.severity) for f in report.findings] == [("norm", "nondifferentiable_point", "warning")]
+    xt = x.clone().requires_grad_()
+    torch.linalg.vector_norm(xt, dim=1).sum().backward()
+    wrong = xt.grad.numpy().copy()
+    wrong[1, 2] = 2.0  # outside the one-sided differences there (-1 and 1)
+    report = verify(load_graph(with_claims(msg, claims_message({"x": wrong}))), VerifyOptions())
+    assert report.verdict == "fail", report.to_text()
+    assert report.parameters[0].passed is False

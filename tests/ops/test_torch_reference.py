@@ -93,6 +93,8 @@ ADAPTED = {
     "mean": lambda x, axis=None, keepdims=False: torch.mean(x, _dims(axis, x.ndim), keepdim=keepdims),
     "max": lambda x, axis=None, keepdims=False: torch.amax(x, _dims(axis, x.ndim), keepdim=keepdims),
     "min": lambda x, axis=None, keepdims=False: torch.amin(x, _dims(axis, x.ndim), keepdim=keepdims),
+    "norm": lambda x, axis=None, keepdims=False: torch.linalg.vector_norm(x, 2, _dims(axis, x.ndim),
+                                                                          keepdim=keepdims),
     "softmax": lambda x, axis=-1: torch.softmax(x, axis),
     "log_softmax": lambda x, axis=-1: torch.log_softmax(x, axis),
     "logsumexp": lambda x, axis=-1, keepdims=False: torch.logsumexp(x, axis, keepdim=keepdims),
@@ -441,7 +443,7 @@ EMIT = {
     "exp": _emit_exp,  # bounded input: exp of a large value would swamp the loss
     **{op: _binary(op) for op in ("add", "sub", "mul", "maximum", "minimum")},
     "div": _emit_div, "pow": _emit_pow, "where": _emit_where, "matmul": _emit_matmul,
-    **{op: _emit_reduce(op) for op in ("sum", "mean", "max", "min")},
+    **{op: _emit_reduce(op) for op in ("sum", "mean", "max", "min", "norm")},
     "softmax": _emit_axis_op("softmax"), "log_softmax": _emit_axis_op("log_softmax"),
     "logsumexp": _emit_axis_op("logsumexp", keepdims=True),
     "cross_entropy": _emit_cross_entropy, "mse_loss": _emit_mse,

@@ -184,6 +184,17 @@ class WithStatistic(torch.autograd.Function):
         return g * torch.cos(x)
 
 
+def full3(grad=True):
+    """A full 3x3 matrix with a well-conditioned diagonal: a triangle-reading op's unread triangle nonzero."""
+    a = torch.tensor([[1.9, 0.4, -0.7], [0.3, 2.2, 0.5], [-0.6, 0.8, 2.5]], dtype=D)
+    return a.requires_grad_(grad)
+
+
+def _solve_triangular(upper: bool, unit: bool):
+    b = torch.tensor([[0.4, -1.0], [0.3, 0.8], [-0.5, 0.2]], dtype=D)
+    return lambda a: torch.linalg.solve_triangular(a, b, upper=upper, unitriangular=unit)
+
+
 SCENARIOS = [
     ("jacobian right", torch.tanh, lambda: (x3(),), {}, True, True),
     ("jacobian wrong", CUBE_OFF.apply, lambda: (x3(),), {}, tg.GradcheckError, GradcheckError),
@@ -246,6 +257,18 @@ SCENARIOS = [
     ("grouped-query attention (enable_gqa)", GroupedQueryAttention(), qkv, {}, True, True),
     ("grouped-query attention, a hook doubling k's gradient", GroupedQueryAttention(_doubled), qkv, {},
      tg.GradcheckError, GradcheckError),
+    # ops reading one triangle (opaque.READS_TRIANGLE), the other nonzero: torch's VJP there is 0
+    # (solve_triangular) or read from a triangular argument (cholesky_inverse of L.tril()); on a full L,
+    # cholesky_inverse's backward reads the unread triangle, and both fail
+    ("solve_triangular upper, a full matrix", _solve_triangular(True, False), lambda: (full3(),), {}, True, True),
+    ("solve_triangular lower unitriangular, a full matrix", _solve_triangular(False, True), lambda: (full3(),), {},
+     True, True),
+    ("cholesky_inverse of L.tril()", lambda a: torch.cholesky_inverse(a.tril()), lambda: (full3(),), {}, True,
+     True),
+    ("cholesky_inverse upper of U.triu()", lambda a: torch.cholesky_inverse(a.triu(), upper=True),
+     lambda: (full3(),), {}, True, True),
+    ("cholesky_inverse of a full matrix", torch.cholesky_inverse, lambda: (full3(),), {}, tg.GradcheckError,
+     GradcheckError),
 ]
 
 

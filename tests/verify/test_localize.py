@@ -128,6 +128,8 @@ def at_kink(op, rng):
     if op.name == "pow":  # its kink: a base of 0 (with an exponent >= 0, where PyTorch's convention applies)
         xs = [np.array(x) for x in np.broadcast_arrays(*xs)]
         xs[0].reshape(-1)[0], xs[1].reshape(-1)[0] = 0.0, 2.0
+    elif op.name == "norm":  # its kink: a reduced slice all zeros (here every one)
+        xs[0] = np.zeros_like(xs[0])
     elif op.domain_of(0).avoid:  # a point kink of the first input (relu, abs, clip, prelu's x == 0)
         point = op.domain_of(0).avoid[0]
         xs[0].reshape(-1)[0] = point

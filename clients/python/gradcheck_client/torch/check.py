@@ -47,7 +47,7 @@ from gradcheck_core.claims import claims_message, with_claims
 from gradcheck_core.report import Report
 from gradcheck_core.trace_errors import TracerError
 from gradcheck_core.tracer import Tracer
-from . import dtypes, modules, opaque, surrogate, values
+from . import culprits, dtypes, modules, opaque, surrogate, values
 from .capture import Capture, nonfinite_constants, raised_at
 
 _RUNNING = threading.Lock()  # one check at a time per process (the module docstring)
@@ -151,16 +151,14 @@ def _checked(fn, inputs, wrt, server, options: dict, module_upcast: list, names:
     _unreached(report, note)
     report.data["sources"] = {f.node: where[f.node] for f in report.findings if f.node in where}
     for node, at in report.data["sources"].items():  # the culprit in the user's terms
-        report.text = f"node '{node}' was made at {at}\n{report.text}"
+        report.text = f"{culprits.source_line(node, at)}\n{report.text}"
     whole = _function_entry(calls[0][0], report, note, []) if _same_as_whole(fn, calls, named, opaque_nodes) else None
     report.data["custom_functions"] = [{**(whole or _function_check(cls, args, server, options)), "module": module,
                                         "checked": _where(server)} for cls, args, module in calls
                                        if any(isinstance(a, torch.Tensor) and a.requires_grad for a in args)]
     for c in report.data["custom_functions"]:
         if c["verdict"] != "pass":
-            inside = f" in {c['module']}" if c["module"] else ""
-            report.text = (f"custom autograd.Function {c['function']}{inside} ({c['source']}): {c['detail']}\n"
-                           f"{report.text}")
+            report.text = f"{culprits.function_line(c)}\n{report.text}"
         if c["verdict"] == "fail":  # a wrong backward fails the check even where this call's gradients hide it
             report.verdict = report.data["verdict"] = "fail"
     report = _with_opaque(report, opaque_nodes)
@@ -203,12 +201,7 @@ def _with_opaque(report: Report, entries: list) -> Report:
     failing one fails the report, an undecided one leaves a passing report "undecided"."""
     report.data["opaque"] = entries
     for e in reversed(entries):
-        inside = f" in {e['module']}" if e["module"] and e["module"] not in e["source"] else ""
-        how = "not checked itself" if e["verdict"] == "surrogate" else \
-            "checked in process by float64 central differences"
-        report.text = (f"opaque {e['kind']} {e['op']}{inside} ({e['source']}): {e['verdict'].upper()}: "
-                       f"{e['detail']}; {how}, its outputs {', '.join(e['parameters'])} checked as "
-                       f"parameters\n{report.text}")
+        report.text = f"{culprits.opaque_line(e)}\n{report.text}"
     verdicts = {e["verdict"] for e in entries}
     if "fail" in verdicts:
         report.verdict = report.data["verdict"] = "fail"

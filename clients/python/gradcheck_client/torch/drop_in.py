@@ -50,6 +50,7 @@ from gradcheck_core.report import Report
 from gradcheck_core.trace_errors import TracerError
 from .capture import Capture, ComplexIntermediate
 from .check import _function_applied, check
+from .culprits import culprit
 
 tg = importlib.import_module("torch.autograd.gradcheck")  # the module (torch.autograd.gradcheck is the function)
 
@@ -268,7 +269,7 @@ def _verdict(fn, ours, failed) -> bool:
         raise GradcheckError(f"{_named(fn)}not checked: {ours}{also}")
     if isinstance(ours, Report) and not ours.passed:
         lines = str(ours).splitlines()
-        head = _culprit(lines)
+        head = culprit(ours)
         rest = [line for line in lines if line.strip() != head]
         raise GradcheckError("\n".join([_unless_named(fn, head) + head] + rest)
                              + also)
@@ -279,20 +280,6 @@ def _verdict(fn, ours, failed) -> bool:
                              f"{' (gradcheck: ' + ours.verdict.upper() + ')' if ours is not None else ''}: "
                              f"{message}")
     return True
-
-
-def _culprit(lines: list) -> str:
-    """The line of a report that names what failed: a custom Function's or an opaque node's, else the first."""
-    for line in lines:
-        if line.startswith("custom autograd.Function ") or (line.startswith("opaque ") and ": FAIL: " in line):
-            return line
-    for line in lines:
-        if line.startswith("opaque ") and ": UNDECIDED: " in line:
-            return line
-    for line in lines:  # a finding of the graph's check, localized (not the header, nor a declared surrogate's line)
-        if line.startswith(("node '", "  node '", "the function's values: FAIL", "the function's values: UNDECIDED")):
-            return line.strip()
-    return next((line for line in lines if not line.startswith("verdict ")), lines[0] if lines else "")
 
 
 def _unless_named(fn, head: str) -> str:

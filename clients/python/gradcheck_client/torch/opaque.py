@@ -88,11 +88,12 @@ class Opaque:
 
 
 # ops that read one triangle of a (factor) argument: op -> (the argument's position, `upper`'s position). torch's
-# VJP there is a convention in the triangle the op never reads (cholesky_solve's is the full matrix's gradient
-# of L L^T), where the forward's differences are 0 -- no error of the backward's; it is compared on the read
-# triangle only, and the VJP is handed back whole (an upstream op's own check, or the values screen, sees a
-# dependence the forward does not have).
-READS_TRIANGLE = {"aten::cholesky_solve": (1, 2)}
+# VJP there is a convention in the triangle the op never reads (cholesky_solve's and cholesky_inverse's: the full
+# matrix's gradient of L L^T), where the forward's differences are 0 -- no error of the backward's; it is compared
+# on the read triangle only, and the VJP is handed back whole (an upstream op's own check, or the values screen,
+# sees a dependence the forward does not have). linalg.solve_triangular needs no entry: torch's VJP is 0 in the triangle
+# it does not read (and on the diagonal, unitriangular), as the differences are.
+READS_TRIANGLE = {"aten::cholesky_solve": (1, 2), "aten::cholesky_inverse": (0, 1)}
 
 
 def _unread(name: str, args, kwargs, positions: list) -> dict:

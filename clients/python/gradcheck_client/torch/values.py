@@ -29,6 +29,8 @@ from __future__ import annotations
 import numpy as np
 import torch
 
+from . import culprits
+from .culprits import values_line
 from .opaque import _Difference, _judged
 
 EPS = float(np.finfo(np.float64).eps)
@@ -143,25 +145,22 @@ def judged(report) -> None:
                        f"declaration, not their derivative)\n{report.text}")
         if cuts and report.verdict == "pass":
             report.verdict = report.data["verdict"] = "undecided"
-            _below_culprits(report, f"the function's values: UNDECIDED: torch's graph was cut at {', '.join(cuts)}, "
-                                    "and a declared surrogate waives the screen that would decide whether that matters")
+            _below_culprits(report, values_line("UNDECIDED", f"torch's graph was cut at {', '.join(cuts)}, and a "
+                                                "declared surrogate waives the screen that would decide whether "
+                                                "that matters"))
         return
     if entry["verdict"] == "fail":
         report.verdict = report.data["verdict"] = "fail"
-        _below_culprits(report, f"the function's values: FAIL: torch's gradient disagrees with the derivative of the "
-                                f"function's values, {entry['detail']}{where}")
+        _below_culprits(report, values_line("FAIL", "torch's gradient disagrees with the derivative of the function's "
+                                                f"values, {entry['detail']}{where}"))
     elif (cuts or entry.get("decisive")) and report.verdict == "pass":
         report.verdict = report.data["verdict"] = "undecided"
-        _below_culprits(report, f"the function's values: UNDECIDED: {entry['detail']}{where}")
+        _below_culprits(report, values_line("UNDECIDED", f"{entry['detail']}{where}"))
 
 
 def _below_culprits(report, line: str) -> None:
     """line on top of the report's text, but below the lines naming a custom Function or opaque node that did not
-    pass, or the node the graph's check localized: the culprit named stays the first line (the screen says only
-    that torch's gradient is off)."""
-    lines = report.text.split("\n")
-    k = 0
-    while k < len(lines) and (lines[k].startswith(("custom autograd.Function ", "node '")) or (
-            lines[k].startswith("opaque ") and any(v in lines[k] for v in (": FAIL: ", ": UNDECIDED: ")))):
-        k += 1
+    pass, or the node the graph's check localized (culprits.heading): the culprit named stays the first line (the
+    screen says only that torch's gradient is off)."""
+    lines, k = report.text.split("\n"), culprits.heading(report)
     report.text = "\n".join(lines[:k] + [line] + lines[k:])
