@@ -126,7 +126,11 @@ def part_three():
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7)
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run (2 repetitions): bench/run_all.py --quick")
     args = ap.parse_args()
+    if args.quick:
+        args.reps = 2
     match_threads(1)
     print(machine())
     part_one(args.reps)

@@ -72,7 +72,11 @@ def one(width, dtype, scale, offset, target, pair, complex_step) -> tuple[bool, 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--width", type=int, default=32)
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run (width 8): bench/run_all.py --quick")
     args = ap.parse_args()
+    if args.quick:
+        args.width = 8
     match_threads(1)
     print(machine())
     totals = {True: [0, 0], False: [0, 0]}

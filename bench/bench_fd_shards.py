@@ -166,7 +166,11 @@ def main() -> None:
     ap.add_argument("--shards", default="1,2,4")
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--fd", default=None, help="verify's --fd for every run (default: its own, auto)")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run (chain_256, 1 and 2 shards, 1 round): bench/run_all.py --quick")
     a = ap.parse_args()
+    if a.quick:
+        a.model, a.shards, a.rounds = "chain_256", "1,2", 1
     # the model's bytes and its values are over the service's default limits at full width: raised, as the
     # error messages say
     # and the single process's time limit is a split's (3600 s): on a loaded machine 64x64 runs past the 120 s default

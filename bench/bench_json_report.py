@@ -60,7 +60,11 @@ def old_dumps(obj, indent=2, allow_nan=False) -> str:
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run (1 round): bench/run_all.py --quick")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds = 1
     match_threads(1)
     path = os.pathsep.join([str(ROOT), str(ROOT / "clients" / "python"), os.environ.get("PYTHONPATH", "")])
     env = {**os.environ, "OMP_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1", "MKL_NUM_THREADS": "1",

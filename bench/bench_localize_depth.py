@@ -139,7 +139,11 @@ def main(argv=None):
     ap.add_argument("--layers", default="10,20", help="gen_chain sizes (layers); empty: none")
     ap.add_argument("--cache", default="", help="gen_chain sizes (layers, e.g. 256,500) for the cache-fault table "
                     "(hK:scale:1.01 at K = 2, layers / 2, layers - 6); empty: none")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run (size 100, 1 repetition, 10 layers, no cache table): bench/run_all.py --quick")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.sizes, args.reps, args.layers, args.cache = "100", 1, "10", ""
     match_threads(1)
     _register_bug()
     print(f"machine: {machine()}")

@@ -18,6 +18,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests" / "engine"))  # test_memory_plan_dag
 
 MB = 1e6
 BUDGETS = (60_000_000, 40_000_000, 25_000_000)
@@ -128,7 +129,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--no-run", action="store_true", help="skip the checkpointed gradient runs (slow)")
     ap.add_argument("--no-torch", action="store_true")
+    ap.add_argument("--quick", action="store_true",
+                    help="a smoke run (plans only: --no-run --no-torch): bench/run_all.py --quick")
     args = ap.parse_args()
+    if args.quick:
+        args.no_run = args.no_torch = True
     ours(not args.no_run)
     if not args.no_torch:
         theirs()

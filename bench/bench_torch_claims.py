@@ -20,7 +20,8 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests"))  # the tests' helpers (grpc_helpers)
+sys.path.insert(0, str(ROOT / "tests" / "torch"))  # the cases, in test_torch_claims
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import torch  # noqa: E402
@@ -62,7 +63,10 @@ def ours_says(fn) -> str:
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--reps", type=int, default=7, help="repetitions of every call (default 7)")
+    ap.add_argument("--quick", action="store_true", help="2 repetitions (a smoke run: bench/run_all.py --quick)")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.reps = 2
     match_threads(1)
     said = {(name, who): say(fn) for name, fn in CASES.items() for who, say in (("torch", torch_says),
                                                                                   ("ours", ours_says))}
