@@ -182,13 +182,15 @@ def _torch_alone(tupled, func_out, outputs, o: dict):
 
 
 def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool):
-    """gradcheck's check of torch's backward (_checks): first without the report's memory profile (an inference
-    forward and a checkpointed what-if of the engine's, which decide nothing the drop-in reads of a passing
-    report: only a failure's message prints them); anything but a pass is checked again as before, profile
-    included, so that a failure's outcome and message are those of the one full check."""
-    ours = _checks(fn, tupled, o, server, torch_passed, values_compared, memory_profile=False)
-    if isinstance(ours, Report) and ours.passed:
-        return ours
+    """gradcheck's check of torch's backward (_checks). Where torch's checks passed (a pass is then likely), first
+    without the report's memory profile (an inference forward and a checkpointed what-if of the engine's, which
+    decide nothing the drop-in reads of a passing report: only a failure's message prints them); anything but a
+    pass is checked again as before, profile included, so that a failure's outcome and message are those of the
+    one full check. Where torch's failed, the full check at once (a failure would pay twice)."""
+    if torch_passed:
+        ours = _checks(fn, tupled, o, server, torch_passed, values_compared, memory_profile=False)
+        if isinstance(ours, Report) and ours.passed:
+            return ours
     return _checks(fn, tupled, o, server, torch_passed, values_compared)
 
 
