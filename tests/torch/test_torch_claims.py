@@ -88,6 +88,11 @@ def test_a_wrong_backward_fails_even_where_its_gradient_is_multiplied_away():
     report = check(lambda x: (OFF_1PC.apply(x) * 0.0).sum() + x.sum(), X)
     assert [p.status for p in report.parameters] == ["ok"]  # this call's gradients do not show it
     assert report.verdict == "fail" and _custom(report, "Cube")["verdict"] == "fail"
+    # the drop-in: torch's checks pass, so ours runs first without the report's memory profile; its failure is
+    # checked again with it, the message whole
+    with pytest.raises(GradcheckError, match="custom autograd.Function Cube") as failed:
+        gradcheck(lambda x: (OFF_1PC.apply(x) * 0.0).sum() + x.sum(), (X.clone().requires_grad_(True),))
+    assert "\n  memory: training " in str(failed.value) and "sqrt checkpointing would need" in str(failed.value)
 
 
 def test_a_hook_that_scales_a_gradient_is_caught_at_the_value_it_scales():

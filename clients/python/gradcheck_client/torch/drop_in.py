@@ -183,6 +183,19 @@ def _torch_alone(tupled, func_out, outputs, o: dict):
 
 
 def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool):
+    """gradcheck's check of torch's backward (_checks). Where torch's checks passed (a pass is then likely), first
+    without the report's memory profile (an inference forward and a checkpointed what-if of the engine's, which
+    decide nothing the drop-in reads of a passing report: only a failure's message prints them); anything but a
+    pass is checked again as before, profile included, so that a failure's outcome and message are those of the
+    one full check. Where torch's failed, the full check at once (a failure would pay twice)."""
+    if torch_passed:
+        ours = _checks(fn, tupled, o, server, torch_passed, values_compared, memory_profile=False)
+        if isinstance(ours, Report) and ours.passed:
+            return ours
+    return _checks(fn, tupled, o, server, torch_passed, values_compared)
+
+
+def _checks(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool, **options):
     """gradcheck's check of torch's backward: the Report, or the reason it could not be checked (str).
     Its screen of the function's values (check.py, values.py) runs only where it can add to torch's Jacobian
     check: where that check did not compare the values of every tensor ours checks (not values_compared), or
@@ -192,11 +205,12 @@ def _ours(fn, tupled, o: dict, server, torch_passed: bool, values_compared: bool
     (_finite_differences_decided) where torch passed, or a failure where torch failed, is kept. Anything else is
     the full check, so the outcome is what it was without the lighter one."""
     if values_compared or torch_passed:
-        first = _our_check(fn, tupled, o, server, torch_passed, screen=not values_compared, symbolic=False)
+        first = _our_check(fn, tupled, o, server, torch_passed, screen=not values_compared, symbolic=False,
+                           **options)
         if isinstance(first, Report) and (first.verdict == "fail" if not torch_passed else
                                           first.passed and _finite_differences_decided(first)):
             return first
-    return _our_check(fn, tupled, o, server, torch_passed, screen=True)
+    return _our_check(fn, tupled, o, server, torch_passed, screen=True, **options)
 
 
 def _finite_differences_decided(report: Report) -> bool:
