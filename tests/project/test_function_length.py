@@ -5,6 +5,7 @@ stale and fails, so the list only shrinks."""
 from __future__ import annotations
 
 import ast
+import functools
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
@@ -20,14 +21,14 @@ ALLOWED: dict[tuple[str, str], str] = {}
 DOCSTRING_PENDING: set = set()
 
 
-def _functions():
+@functools.cache  # parsed once for the three tests below (parsing every module is most of their time)
+def _functions() -> tuple:
     """(file, name, length, docstring) for every function and method, nested ones included."""
-    for root in ROOTS:
-        for path in sorted(root.rglob("*.py")):
-            rel = path.relative_to(REPO).as_posix()
-            for node in ast.walk(ast.parse(path.read_text(), filename=rel)):
-                if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-                    yield rel, node.name, node.end_lineno - node.lineno + 1, ast.get_docstring(node) or ""
+    return tuple((rel, node.name, node.end_lineno - node.lineno + 1, ast.get_docstring(node) or "")
+                 for root in ROOTS for path in sorted(root.rglob("*.py"))
+                 for rel in [path.relative_to(REPO).as_posix()]
+                 for node in ast.walk(ast.parse(path.read_text(), filename=rel))
+                 if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)))
 
 
 def test_every_function_is_short_or_says_why():
