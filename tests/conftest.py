@@ -10,6 +10,12 @@ from pathlib import Path
 # default, then runs a pre-fork handler on every fork that waits for its own threads to pause -- a full run
 # hung in os.fork() there, in a worker whose earlier tests had used gRPC.
 os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "false")
+# Also before NumPy and torch load: `make test` runs one xdist worker per core, so a BLAS or torch pool of a
+# thread per core in each worker (and in each server and command it starts) oversubscribes the cores, and
+# spinning pools slow each other down -- the server's worker pool sets 1 for the same reason
+# (gradcheck_svc/server/pool.py). No test depends on the thread count; a value already set is kept.
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 
 import numpy as np
 import pytest
