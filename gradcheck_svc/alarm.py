@@ -20,9 +20,13 @@ def timer_free() -> bool:
 
 
 @contextmanager
-def alarm(seconds: float, raise_type: type[BaseException]):
-    """Raise `raise_type` in the main thread once `seconds` have passed inside the block."""
+def alarm(seconds: float, raise_type: type[BaseException], fired=None):
+    """Raise `raise_type` in the main thread once `seconds` have passed inside the block; `fired()` first, if
+    given. A raise that lands in a finalizer (a `__del__` the garbage collector runs just then) is printed and
+    dropped by Python, and the block runs on: `fired` records the moment for the caller's own checks."""
     def expired(signum, frame):
+        if fired is not None:
+            fired()
         raise raise_type
 
     previous = signal.signal(signal.SIGALRM, expired)

@@ -41,14 +41,24 @@ class Budget:
     # call no tick splits, its partials are ticked per element
     node: str = ""  # "'name' (op)"
     phase: str = "the oracle's set-up"
+    expired_at: str = ""  # where the alarm at the deadline found the oracle (symbolic._alarm_at), once it fired
 
     @property
     def at(self) -> str:
         return f"node {self.node}: {self.phase}" if self.node else self.phase
 
+    def expire(self) -> None:
+        """The deadline's alarm fired: where the oracle was. Its raise may be dropped (in a finalizer the garbage
+        collector ran just then); the next tick then stops the oracle, naming this place, not its own."""
+        self.expired_at = self.expired_at or self.at
+
+    @property
+    def reached(self) -> str:
+        return f"wall-clock limit reached in {self.expired_at or self.at}"
+
     def tick(self):
         if time.monotonic() > self.deadline:
-            raise OverBudget(f"wall-clock limit reached in {self.at}")
+            raise OverBudget(self.reached)
 
     def add_edges(self, n: int):
         self.edges += n

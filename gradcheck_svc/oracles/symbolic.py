@@ -113,11 +113,11 @@ def symbolic_gradients(graph: Graph, options: SymbolicOptions | None = None) -> 
                               seconds=time.monotonic() - t0, digits=options.digits)
 
     try:
-        with _alarm_at(budget.deadline):
+        with _alarm_at(budget):
             result = _run(program, LocalJacobians(MpEvaluator(ctx), budget), ctx)
     except (OverBudget, _OutOfTime) as exc:
         # the partials are not counted on past the budget (each costs SymPy work): the amount is a lower bound
-        what = exc if isinstance(exc, OverBudget) else f"wall-clock limit reached in {budget.at}"
+        what = exc if isinstance(exc, OverBudget) else budget.reached
         return skipped(f"over budget: {what} (timeout {options.timeout_s:g} s, {budget.edges} edges so far; "
                        "raise them with --symbolic-timeout / --symbolic-max-partials)")
     except Unsupported as exc:
@@ -136,14 +136,15 @@ class _OutOfTime(BaseException):
 
 
 @contextmanager
-def _alarm_at(deadline: float):
-    """The deadline held inside one node's SymPy work too, where the interval timer is ours to take (the
+def _alarm_at(budget):
+    """The budget's deadline held inside one node's SymPy work too, where the interval timer is ours to take (the
     commands' child, a server worker's main thread: alarm.timer_free); elsewhere the ticks between steps
-    hold it, a node's form finishing first."""
+    hold it, a node's form finishing first -- as where the alarm's raise was dropped in a finalizer, the place it
+    fired at (Budget.expire) still the one named."""
     if not timer_free():
         yield
         return
-    with alarm(max(deadline - time.monotonic(), 1e-3), _OutOfTime):
+    with alarm(max(budget.deadline - time.monotonic(), 1e-3), _OutOfTime, fired=budget.expire):
         yield
 
 

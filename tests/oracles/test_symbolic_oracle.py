@@ -168,6 +168,36 @@ def test_dense_softmax_row_stops_inside_its_form_at_the_deadline():
                                f"symbolic form (timeout {timeout:g} s"), r.reason
 
 
+def test_a_deadline_whose_alarm_lands_in_a_finalizer_is_named_where_it_fired(monkeypatch):
+    # the alarm's raise inside a __del__ the garbage collector runs (an earlier test's gRPC channel) is printed
+    # and dropped by Python, and the node's form runs on; the next tick stops the oracle, and the reason names
+    # where the time ran out (the form), not where it was noticed (the partials) -- a full `make test` hit it
+    import sys
+    import time
+
+    from gradcheck_svc.alarm import alarm
+    from gradcheck_svc.oracles.local_jacobian import Budget, OverBudget
+    from gradcheck_svc.oracles.symbolic import _OutOfTime
+
+    class Finalized:
+        def __del__(self):  # pure Python until the alarm has fired here (its raise is then dropped)
+            waited = time.monotonic() + 60
+            while not budget.expired_at and time.monotonic() < waited:
+                pass
+
+    dropped = []
+    monkeypatch.setattr(sys, "unraisablehook", lambda u: dropped.append(u.exc_type))
+    budget = Budget(time.monotonic() + 0.01, max_edges=10)
+    budget.node, budget.phase = "'softmax_1' (softmax)", "its symbolic form"
+    with alarm(0.01, _OutOfTime, fired=budget.expire):
+        Finalized()  # collected at once: its __del__ runs, the alarm fires inside it
+        budget.phase = "its partials"
+        with pytest.raises(OverBudget) as stopped:
+            budget.tick()
+    assert dropped == [_OutOfTime]  # the raise was the finalizer's, dropped
+    assert str(stopped.value) == "wall-clock limit reached in node 'softmax_1' (softmax): its symbolic form"
+
+
 def test_dense_softmax_row_stops_between_steps_without_the_timer():
     # the interval timer taken (another caller's): the ticks between steps stop it (600 wide: 360k
     # partials, over the 250k budget), not grinding through it; the caller's own timer is left running
